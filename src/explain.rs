@@ -1,0 +1,1 @@
+//! `agentgate explain`: placeholder.

@@ -1,0 +1,14 @@
+//! agentgate: a forward HTTP(S) proxy that stands between AI agents and the web.
+//!
+//! The crate is a library so that the binary, the end-to-end tests and the benchmarks run
+//! the same code. `policy` is the pure core (bytes and a request view in, a decision with
+//! reasons out); every other module is an edge that does I/O around it.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod explain;
+pub mod lint;
+pub mod policy;
+pub mod proxy;
+pub mod tls;

@@ -1,0 +1,1 @@
+//! `agentgate lint`: placeholder.

@@ -1,0 +1,2 @@
+//! The `agentgate` command line.
+fn main() {}

@@ -1,0 +1,213 @@
+//! The values a policy evaluation produces: per-source verdicts, reasons, limits, and the
+//! combined [`Decision`]. Plain data; nothing here evaluates anything.
+
+use std::fmt;
+
+/// Where a reason or a limit comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    /// `/robots.txt` (RFC 9309).
+    Robots,
+    /// `/agents.txt` (draft-srijal-agents-policy-00).
+    AgentsTxt,
+    /// `/AGENTS.md` or `/.well-known/agents.md` (AGENTS-MD-SPEC-001).
+    AgentsMd,
+    /// `/automation-preferences.txt` (draft-liao-aipref-autoctl-core).
+    Autoctl,
+    /// The operator's own rules in the agentgate config.
+    Operator,
+}
+
+impl Source {
+    /// The name used in reasons, the decision log and `explain` output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Robots => "robots.txt",
+            Source::AgentsTxt => "agents.txt",
+            Source::AgentsMd => "AGENTS.md",
+            Source::Autoctl => "automation-preferences.txt",
+            Source::Operator => "operator",
+        }
+    }
+
+    /// The four site policy files, in the order they are reported.
+    pub const SITE_FILES: [Source; 4] = [Source::Robots, Source::AgentsTxt, Source::AgentsMd, Source::Autoctl];
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a source said what it said: the file, a stable reason code, the line and the rule
+/// as written. Every deny carries at least one; allows carry them when a rule matched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reason {
+    /// The file (or the operator config) this reason comes from.
+    pub source: Source,
+    /// A stable, dotted reason code, e.g. `robots.disallow`, `agents_txt.hash_mismatch`.
+    pub code: String,
+    /// 1-based line in the source file, when one line decided.
+    pub line: Option<u32>,
+    /// The rule as written in the file (trimmed), or a short description when no single
+    /// line decided (e.g. `robots.txt answered 503`).
+    pub rule: String,
+    /// Hex SHA-256 of the file's bytes as served, when a file was involved.
+    pub digest: Option<String>,
+}
+
+impl Reason {
+    /// A reason with no line and no digest.
+    pub fn new(source: Source, code: impl Into<String>, rule: impl Into<String>) -> Self {
+        Reason { source, code: code.into(), line: None, rule: rule.into(), digest: None }
+    }
+
+    /// The same reason, pointing at a line.
+    pub fn at_line(mut self, line: u32) -> Self {
+        self.line = Some(line);
+        self
+    }
+
+    /// The same reason, with the digest of the file it comes from.
+    pub fn with_digest(mut self, digest: Option<String>) -> Self {
+        self.digest = digest;
+        self
+    }
+}
+
+/// What one source thinks of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Opinion {
+    /// The source says nothing about this request (no file, no matching rule or group).
+    NoOpinion,
+    /// A rule explicitly allows it.
+    Allow,
+    /// A human must approve it first (AGENTS.md `require-human-approval`).
+    NeedsApproval,
+    /// A rule forbids it.
+    Deny,
+}
+
+/// How a limit counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    /// At most `requests` requests per `window_s` seconds (GCRA, burst = `requests`).
+    Rate {
+        /// Requests allowed in one window.
+        requests: u32,
+        /// Window length in seconds.
+        window_s: u32,
+    },
+    /// At most `max` requests in flight at once (AGENTS.md `concurrent-sessions`).
+    Concurrent {
+        /// Maximum in-flight requests.
+        max: u32,
+    },
+}
+
+/// What a limit is counted per, beyond the agent itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LimitScope {
+    /// Per (agent, origin).
+    Origin,
+    /// Per (agent, host): AGENTS.md limits (SEMANTICS C21).
+    Host,
+    /// Per (agent, origin, rule): agents.txt `limit=N`, keyed by the rule's line (B16).
+    Rule {
+        /// Line of the rule in its file.
+        line: u32,
+    },
+}
+
+/// One limit that applies to a request. All limits that apply must pass (SEMANTICS X1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    /// The file the limit comes from.
+    pub source: Source,
+    /// Rate or concurrency.
+    pub kind: LimitKind,
+    /// What the limit is counted per.
+    pub scope: LimitScope,
+    /// The rule that set the limit.
+    pub reason: Reason,
+}
+
+impl Limit {
+    /// The key this limit is counted under for a given agent and origin, e.g.
+    /// `agents.txt|bot-1|https://example.com:443|line=4`. Stable across requests.
+    pub fn key(&self, agent_id: &str, origin: &str, host: &str) -> String {
+        match &self.scope {
+            LimitScope::Origin => format!("{}|{agent_id}|{origin}", self.source),
+            LimitScope::Host => format!("{}|{agent_id}|{host}", self.source),
+            LimitScope::Rule { line } => format!("{}|{agent_id}|{origin}|line={line}", self.source),
+        }
+    }
+}
+
+/// Everything one source says about one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceVerdict {
+    /// The source's opinion.
+    pub opinion: Opinion,
+    /// Why (the deciding rules; empty only for `NoOpinion` without a file).
+    pub reasons: Vec<Reason>,
+    /// Limits this source puts on the request.
+    pub limits: Vec<Limit>,
+    /// Headers the proxy must add to the forwarded request (AGENTS.md agent identification).
+    pub inject_headers: Vec<(String, String)>,
+}
+
+impl SourceVerdict {
+    /// No opinion, no reasons, no limits.
+    pub fn no_opinion() -> Self {
+        SourceVerdict { opinion: Opinion::NoOpinion, reasons: Vec::new(), limits: Vec::new(), inject_headers: Vec::new() }
+    }
+
+    /// An opinion with one reason.
+    pub fn with(opinion: Opinion, reason: Reason) -> Self {
+        SourceVerdict { opinion, reasons: vec![reason], limits: Vec::new(), inject_headers: Vec::new() }
+    }
+}
+
+/// The combined outcome of evaluating all sources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Forward the request (subject to `limits`).
+    Allow,
+    /// Block it: some source denies.
+    Deny,
+    /// Block it until a human approves (answered 403 for now).
+    NeedsApproval,
+}
+
+impl Outcome {
+    /// The name used in `explain` output and the decision log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allow => "allow",
+            Outcome::Deny => "deny",
+            Outcome::NeedsApproval => "needs_approval",
+        }
+    }
+}
+
+/// The decision for one request: outcome, every reason, every limit, headers to inject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Allow, deny or needs approval. Any deny wins (SEMANTICS X1).
+    pub outcome: Outcome,
+    /// Reasons: for a block, the ones that blocked first; then the rest.
+    pub reasons: Vec<Reason>,
+    /// All limits that apply (each must pass).
+    pub limits: Vec<Limit>,
+    /// Headers to add to the forwarded request.
+    pub inject_headers: Vec<(String, String)>,
+}
+
+impl Decision {
+    /// True when the request may be forwarded (before limits).
+    pub fn is_allowed(&self) -> bool {
+        self.outcome == Outcome::Allow
+    }
+}

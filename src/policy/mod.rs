@@ -1,0 +1,27 @@
+//! The policy core: parse robots.txt, agents.txt, AGENTS.md and automation-preferences.txt
+//! from bytes, and evaluate a [`RequestView`] against them into a [`Decision`] with reasons.
+//!
+//! Owns: one parser per format, the shared path-pattern matcher, the fetch-outcome
+//! semantics (what an HTTP status or a network error means for each file), and the
+//! evaluator that combines the four sources.
+//!
+//! Never: I/O, clocks, async, logging, environment, or types from hyper/tokio/rustls. Time,
+//! when it matters, is passed in. A malformed file is data (diagnostics with line numbers),
+//! never an `Err`; what it means for access is decided here, per `SEMANTICS.md`.
+
+pub mod agents_md;
+pub mod agents_txt;
+pub mod autoctl;
+mod decision;
+mod diagnostic;
+mod evaluate;
+mod outcome;
+pub mod pattern;
+mod request;
+pub mod robots;
+
+pub use decision::{Decision, Limit, LimitKind, LimitScope, Opinion, Outcome, Reason, Source, SourceVerdict};
+pub use diagnostic::{Diagnostic, PolicyReport, PolicyStatus, Severity};
+pub use evaluate::{Policies, evaluate};
+pub use outcome::{FetchError, FetchOutcome, Headers};
+pub use request::RequestView;

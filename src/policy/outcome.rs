@@ -1,0 +1,90 @@
+//! What fetching one policy file produced, as plain data: an HTTP response (status,
+//! headers, body up to the format's cap) or a failure. The format modules turn this into
+//! their policy state (robots 5xx → disallow all, AGENTS.md HTML → not a policy, ...);
+//! `fetch/` fills it in and `explain --policy-dir` builds it from files, so both share the
+//! same semantics.
+
+/// Response or request headers: names compared case-insensitively, order kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Headers(Vec<(String, String)>);
+
+impl Headers {
+    /// Headers from name/value pairs.
+    pub fn new(pairs: Vec<(String, String)>) -> Self {
+        Headers(pairs)
+    }
+
+    /// Adds one header.
+    pub fn push(&mut self, name: impl Into<String>, value: impl Into<String>) {
+        self.0.push((name.into(), value.into()));
+    }
+
+    /// The first value of a header, by case-insensitive name.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The media type of `Content-Type`, lower case, without parameters (`text/html`).
+    pub fn media_type(&self) -> Option<String> {
+        self.get("content-type").map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+    }
+
+    /// True when `Content-Type` says HTML or XHTML (soft-404 pages).
+    pub fn is_html(&self) -> bool {
+        matches!(self.media_type().as_deref(), Some("text/html" | "application/xhtml+xml"))
+    }
+
+    /// All pairs, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+}
+
+/// Why a fetch produced no response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchError {
+    /// No response within the fetch timeout.
+    Timeout,
+    /// DNS, connect, TLS or protocol failure; the text says which.
+    Network(String),
+    /// More redirects than the format allows.
+    TooManyRedirects,
+    /// A redirect from HTTPS to plain HTTP (refused for AGENTS.md, SEMANTICS C3).
+    InsecureRedirect,
+}
+
+impl std::fmt::Display for FetchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FetchError::Timeout => f.write_str("timed out"),
+            FetchError::Network(why) => write!(f, "network error: {why}"),
+            FetchError::TooManyRedirects => f.write_str("too many redirects"),
+            FetchError::InsecureRedirect => f.write_str("redirect from https to http refused"),
+        }
+    }
+}
+
+/// The result of fetching one policy file (after redirects).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// The origin answered.
+    Response {
+        /// Final HTTP status.
+        status: u16,
+        /// Response headers.
+        headers: Headers,
+        /// The body, at most the format's cap (plus one byte when `over_cap`).
+        body: Vec<u8>,
+        /// True when the body was longer than the format's size cap and was cut.
+        over_cap: bool,
+    },
+    /// No usable response.
+    Failed(FetchError),
+}
+
+impl FetchOutcome {
+    /// A 404 with no body: what a missing file in `--policy-dir` stands for.
+    pub fn not_found() -> Self {
+        FetchOutcome::Response { status: 404, headers: Headers::default(), body: Vec::new(), over_cap: false }
+    }
+}

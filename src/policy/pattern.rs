@@ -1,0 +1,179 @@
+//! RFC 9309 path patterns, shared by robots.txt, agents.txt (B11) and
+//! automation-preferences.txt scopes (D6): a prefix match on the percent-normalised path
+//! and query, `*` for any run of characters (including none), and `$` at the very end as an
+//! end anchor. Matching is linear in the path length: the pattern is split once at its `*`s
+//! and each literal piece is found leftmost with a substring search, which is exact for
+//! `*`-only globs (no backtracking, so `/*a*a*a*b` against 16 KiB costs one pass per piece).
+//!
+//! Never: decides what a match means (allow or deny is the caller's), reads files.
+
+use std::fmt::Write as _;
+
+/// A compiled path pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    /// The pattern percent-normalised (see [`normalize`]), as its specificity is measured.
+    normalized: String,
+    /// Literal pieces between `*`s; the first must be a prefix of the path.
+    pieces: Vec<String>,
+    /// True when the pattern ended in `$`.
+    anchored: bool,
+}
+
+impl Pattern {
+    /// Compiles a pattern as written in a file. An empty pattern matches every path; the
+    /// formats that give an empty value another meaning (robots `Disallow:`) skip it first.
+    pub fn new(raw: &str) -> Self {
+        let normalized = normalize(raw);
+        let (body, anchored) = match normalized.strip_suffix('$') {
+            Some(body) => (body, true),
+            None => (normalized.as_str(), false),
+        };
+        let pieces = body.split('*').map(str::to_owned).collect();
+        Pattern { normalized, pieces, anchored }
+    }
+
+    /// The pattern's length in octets after normalisation: RFC 9309's "most octets", used
+    /// to pick the longest (most specific) match.
+    pub fn specificity(&self) -> usize {
+        self.normalized.len()
+    }
+
+    /// The normalised pattern text.
+    pub fn as_str(&self) -> &str {
+        &self.normalized
+    }
+
+    /// True when the pattern has no wildcard and no anchor, so it is a plain prefix.
+    pub fn is_literal_prefix(&self) -> bool {
+        self.pieces.len() == 1 && !self.anchored
+    }
+
+    /// Whether the pattern matches a path (with query), given already normalised by
+    /// [`normalize`]. Callers matching many patterns normalise the path once.
+    pub fn matches_normalized(&self, path: &str) -> bool {
+        let text = path.as_bytes();
+        let (first, rest) = match self.pieces.split_first() {
+            Some(split) => split,
+            None => return true,
+        };
+        if !text.starts_with(first.as_bytes()) {
+            return false;
+        }
+        let mut pos = first.len();
+        let Some((last, middle)) = rest.split_last() else {
+            return !self.anchored || pos == text.len();
+        };
+        for piece in middle {
+            match find(&path[pos..], piece) {
+                Some(at) => pos += at + piece.len(),
+                None => return false,
+            }
+        }
+        if self.anchored {
+            text.len() >= pos + last.len() && text.ends_with(last.as_bytes())
+        } else {
+            find(&path[pos..], last).is_some()
+        }
+    }
+
+    /// Whether the pattern matches a raw path (normalised here).
+    pub fn matches(&self, path: &str) -> bool {
+        self.matches_normalized(&normalize(path))
+    }
+}
+
+/// Substring search; `path` is ASCII after [`normalize`], so every index is a char boundary.
+fn find(haystack: &str, needle: &str) -> Option<usize> {
+    if needle.is_empty() { Some(0) } else { haystack.find(needle) }
+}
+
+/// Percent-normalises a path or pattern the way RFC 9309 §2.2.2 compares them: octets
+/// outside printable ASCII (non-ASCII UTF-8, controls, space) are %-encoded, and existing
+/// `%xx` escapes get upper-case hex. Escapes are not decoded: `%62` stays distinct from
+/// `b`, as in the RFC's table and Google's matcher. The result is ASCII.
+pub fn normalize(raw: &str) -> String {
+    let bytes = raw.as_bytes();
+    let mut out = String::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'%' && i + 2 < bytes.len() && bytes[i + 1].is_ascii_hexdigit() && bytes[i + 2].is_ascii_hexdigit() {
+            out.push('%');
+            out.push(bytes[i + 1].to_ascii_uppercase() as char);
+            out.push(bytes[i + 2].to_ascii_uppercase() as char);
+            i += 3;
+            continue;
+        }
+        if b.is_ascii_graphic() {
+            out.push(b as char);
+        } else {
+            // Writing to a String cannot fail.
+            let _ = write!(out, "%{b:02X}");
+        }
+        i += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc9309_special_characters_table() {
+        // RFC 9309 §2.2.3 examples.
+        let cases: &[(&str, &str, bool)] = &[
+            ("/foo/bar?baz=quz", "/foo/bar?baz=quz", true),
+            ("/foo/bar/*", "/foo/bar/baz", true),
+            ("/foo/*/baz", "/foo/x/y/baz", true),
+            ("/path/file-with-a-*.html", "/path/file-with-a-star.html", true),
+            ("/path/foo-$", "/path/foo-", true),
+            ("/path/foo-$", "/path/foo-bar", false),
+            ("/*.php$", "/filename.php", true),
+            ("/*.php$", "/filename.php?x", false),
+            ("/fish*", "/fish", true),
+            ("/fish", "/Fish.asp", false),
+            ("/", "/anything", true),
+            ("/*", "/", true),
+            ("/$", "/", true),
+            ("/$", "/a", false),
+        ];
+        for (pattern, path, expected) in cases {
+            assert_eq!(Pattern::new(pattern).matches(path), *expected, "{pattern} vs {path}");
+        }
+    }
+
+    #[test]
+    fn percent_normalisation_encodes_non_ascii_and_uppercases_hex() {
+        assert_eq!(normalize("/foo/bar/ツ"), "/foo/bar/%E3%83%84");
+        assert_eq!(normalize("/a%e3%83%84"), "/a%E3%83%84");
+        assert_eq!(normalize("/%62%61%7A"), "/%62%61%7A");
+        assert_eq!(normalize("/a b"), "/a%20b");
+        assert_eq!(normalize("/100%"), "/100%");
+        assert!(Pattern::new("/foo/bar/ツ").matches("/foo/bar/%e3%83%84"));
+        assert!(!Pattern::new("/foo/bar/%62%61%7A").matches("/foo/bar/baz"));
+    }
+
+    #[test]
+    fn specificity_counts_pattern_octets() {
+        assert_eq!(Pattern::new("/a*").specificity(), 3);
+        assert_eq!(Pattern::new("/ツ").specificity(), 10);
+    }
+
+    #[test]
+    fn anchor_after_wildcard_needs_room_after_previous_pieces() {
+        let p = Pattern::new("/ab*b$");
+        assert!(p.matches("/abb"));
+        assert!(!p.matches("/ab"));
+    }
+
+    #[test]
+    fn pathological_wildcards_do_not_backtrack() {
+        let path = format!("/{}", "a".repeat(16 * 1024));
+        let p = Pattern::new("/*a*a*a*a*a*a*a*a*b");
+        assert!(!p.matches(&path));
+        let p = Pattern::new("/*a*a*a*a*a*a*a*a*a$");
+        assert!(p.matches(&path));
+    }
+}

@@ -1,0 +1,142 @@
+//! The request as the policy core sees it: method, target, who the agent is, and the few
+//! request headers that matter (Content-Type for AGENTS.md action mapping). Borrowed views,
+//! built once per request by the gate or by `explain`.
+
+use super::outcome::Headers;
+
+/// One request, seen by the evaluator.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestView<'a> {
+    /// The HTTP method as sent (`GET`, `post`, ...). Compared case-insensitively where the
+    /// specs say so.
+    pub method: &'a str,
+    /// `http` or `https`.
+    pub scheme: &'a str,
+    /// The host, lower case, without brackets for IPv6 literals.
+    pub host: &'a str,
+    /// The port (default ports filled in).
+    pub port: u16,
+    /// Path and query as sent, e.g. `/a/b?x=1`; always starts with `/`.
+    pub path_and_query: &'a str,
+    /// The agent's configured product token, when the operator set one (SEMANTICS X2).
+    pub product_token: Option<&'a str>,
+    /// The request's `User-Agent` header, used to derive product tokens when none is set.
+    pub user_agent: Option<&'a str>,
+    /// The agent's id (Proxy-Authorization user name, config name, or client address).
+    pub agent_id: &'a str,
+    /// The agent's AGENTS.md trust level, 0 to 5.
+    pub trust_level: u8,
+    /// Purposes the agent declares (automation-preferences `allowed-purposes`).
+    pub purposes: &'a [String],
+    /// The request headers (names case-insensitive).
+    pub headers: &'a Headers,
+}
+
+/// Safe methods (SEMANTICS X4): everything else is a write.
+const SAFE_METHODS: [&str; 3] = ["GET", "HEAD", "OPTIONS"];
+
+impl<'a> RequestView<'a> {
+    /// True for GET, HEAD and OPTIONS (SEMANTICS X4).
+    pub fn is_safe_method(&self) -> bool {
+        SAFE_METHODS.iter().any(|m| m.eq_ignore_ascii_case(self.method))
+    }
+
+    /// The path without the query.
+    pub fn path(&self) -> &'a str {
+        match self.path_and_query.find('?') {
+            Some(i) => &self.path_and_query[..i],
+            None => self.path_and_query,
+        }
+    }
+
+    /// The origin as `scheme://host:port`, the key for per-origin state.
+    pub fn origin(&self) -> String {
+        if self.host.contains(':') {
+            format!("{}://[{}]:{}", self.scheme, self.host, self.port)
+        } else {
+            format!("{}://{}:{}", self.scheme, self.host, self.port)
+        }
+    }
+
+    /// Whether a group's user-agent token names this agent (SEMANTICS X2): equal,
+    /// case-insensitively, to the configured product token; or, with none configured, to a
+    /// product name in the `User-Agent` header (`ExampleBot` in
+    /// `Mozilla/5.0 (compatible; ExampleBot/0.1; +https://example.com/bot)`). `*` is not
+    /// handled here: the caller falls back to `*` groups when no named group matches.
+    pub fn names_agent(&self, group_token: &str) -> bool {
+        if group_token.is_empty() {
+            return false;
+        }
+        match self.product_token {
+            Some(token) => token.eq_ignore_ascii_case(group_token),
+            None => self.user_agent.is_some_and(|ua| product_names(ua).any(|p| p.eq_ignore_ascii_case(group_token))),
+        }
+    }
+
+    /// The token that selected a group, for reasons: the configured product token, else
+    /// the User-Agent header, else `*`.
+    pub fn agent_token_for_reason(&self) -> &'a str {
+        self.product_token.or(self.user_agent).unwrap_or("*")
+    }
+}
+
+/// The product names in a User-Agent header: each `name/version` product and each such
+/// token inside a comment, without the version.
+fn product_names(user_agent: &str) -> impl Iterator<Item = &str> {
+    user_agent
+        .split(|c: char| c.is_ascii_whitespace() || matches!(c, ';' | '(' | ')' | ','))
+        .map(|piece| piece.split('/').next().unwrap_or(piece))
+        .filter(|name| !name.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view<'a>(headers: &'a Headers, token: Option<&'a str>, ua: Option<&'a str>) -> RequestView<'a> {
+        RequestView {
+            method: "GET",
+            scheme: "https",
+            host: "example.com",
+            port: 443,
+            path_and_query: "/a?b=1",
+            product_token: token,
+            user_agent: ua,
+            agent_id: "a1",
+            trust_level: 0,
+            purposes: &[],
+            headers,
+        }
+    }
+
+    #[test]
+    fn product_name_found_inside_a_comment() {
+        let h = Headers::default();
+        let v = view(&h, None, Some("Mozilla/5.0 (compatible; ExampleBot/0.1; +https://example.com/bot)"));
+        assert!(v.names_agent("examplebot"));
+        assert!(v.names_agent("Mozilla"));
+        assert!(!v.names_agent("Example"));
+        assert!(!v.names_agent(""));
+    }
+
+    #[test]
+    fn configured_token_wins_over_user_agent() {
+        let h = Headers::default();
+        let v = view(&h, Some("FooBot"), Some("BarBot/1.0"));
+        assert!(v.names_agent("foobot"));
+        assert!(!v.names_agent("BarBot"));
+    }
+
+    #[test]
+    fn safe_methods_and_path() {
+        let h = Headers::default();
+        let mut v = view(&h, None, None);
+        assert!(v.is_safe_method());
+        v.method = "options";
+        assert!(v.is_safe_method());
+        v.method = "TRACE";
+        assert!(!v.is_safe_method());
+        assert_eq!(v.path(), "/a");
+        assert_eq!(v.origin(), "https://example.com:443");
+    }
+}

@@ -1,0 +1,24 @@
+//! Placeholder until the robots parser lands: the file is always treated as absent.
+
+use super::{FetchOutcome, PolicyReport, RequestView, SourceVerdict};
+
+/// The robots policy state for one origin.
+#[derive(Debug, Clone)]
+pub struct RobotsState;
+
+/// The state a fetch outcome leads to.
+pub fn from_fetch(_outcome: &FetchOutcome) -> RobotsState {
+    RobotsState
+}
+
+impl RobotsState {
+    /// What this file says about one request.
+    pub fn evaluate(&self, _req: &RequestView<'_>) -> SourceVerdict {
+        SourceVerdict::no_opinion()
+    }
+
+    /// Status, digest and findings for explain.
+    pub fn report(&self) -> PolicyReport {
+        PolicyReport::absent()
+    }
+}
