@@ -161,7 +161,12 @@ pub struct SourceVerdict {
 impl SourceVerdict {
     /// No opinion, no reasons, no limits.
     pub fn no_opinion() -> Self {
-        SourceVerdict { opinion: Opinion::NoOpinion, reasons: Vec::new(), limits: Vec::new(), inject_headers: Vec::new() }
+        SourceVerdict {
+            opinion: Opinion::NoOpinion,
+            reasons: Vec::new(),
+            limits: Vec::new(),
+            inject_headers: Vec::new(),
+        }
     }
 
     /// An opinion with one reason.
