@@ -1,1 +1,395 @@
-//! `agentgate explain`: placeholder.
+//! `agentgate explain`: evaluate one request against policy files on disk, as the proxy
+//! would against the same files fetched from the origin, and print the decision with its
+//! reasons (JSON for machines and the conformance checkers, text for people).
+//!
+//! Owns: reading `--policy-dir` (each file and its `<file>.headers` sidecar) into the same
+//! [`FetchOutcome`]s the fetcher produces, parsing the target URL into a [`RequestView`],
+//! and rendering the result. Never: policy semantics (all of that is `policy::`), network.
+//!
+//! The interface is fixed by `../shared/conformance/README.md`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::policy::{
+    self, Decision, FetchOutcome, Headers, LimitKind, Policies, PolicyReport, Reason, RequestView, Severity, Source,
+    agents_md, agents_txt, autoctl, robots,
+};
+
+/// Why `explain` could not run (usage errors: exit status 2).
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    /// `--policy-dir` is not a readable directory.
+    #[error("--policy-dir {path}: {source}; pass a directory holding robots.txt, agents.txt, AGENTS.md or automation-preferences.txt")]
+    PolicyDir {
+        /// The directory given.
+        path: PathBuf,
+        /// Why it could not be read.
+        source: std::io::Error,
+    },
+    /// A policy file or its sidecar exists but cannot be read.
+    #[error("cannot read {path}: {source}")]
+    ReadFile {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A `.headers` sidecar line is not `Name: value`.
+    #[error("{path}:{line}: expected a header line `Name: value`, found {text:?}")]
+    SidecarLine {
+        /// The sidecar file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// The line as written.
+        text: String,
+    },
+    /// A `--header` argument is not `Name: value`.
+    #[error("--header {0:?}: expected `Name: value`, e.g. --header 'Content-Type: application/json'")]
+    HeaderArg(String),
+    /// The URL has no `scheme://`.
+    #[error("url {0:?}: expected an absolute http or https URL such as https://example.com/path")]
+    Url(String),
+}
+
+/// What the caller asked about.
+#[derive(Debug, Clone, Default)]
+pub struct ExplainRequest {
+    /// The directory standing for the origin's policy files.
+    pub policy_dir: PathBuf,
+    /// The agent's product token (robots.txt and autoctl group matching).
+    pub user_agent: Option<String>,
+    /// The agent id (default `explain`).
+    pub agent: Option<String>,
+    /// AGENTS.md trust level, 0 to 5.
+    pub trust_level: u8,
+    /// Declared purposes (autoctl).
+    pub purposes: Vec<String>,
+    /// Request headers as `Name: value`.
+    pub headers: Vec<String>,
+    /// HTTP method.
+    pub method: String,
+    /// The request URL.
+    pub url: String,
+}
+
+/// The decision and the state of every policy file.
+#[derive(Debug, Clone)]
+pub struct Explanation {
+    /// The combined decision.
+    pub decision: Decision,
+    /// The four policy states it was made from.
+    pub policies: Policies,
+}
+
+/// The served name of each file in `--policy-dir`, with the path the fetcher uses.
+const ROBOTS: &str = "robots.txt";
+const AGENTS_TXT: &str = "agents.txt";
+const AGENTS_MD: &str = "AGENTS.md";
+const AGENTS_MD_WELL_KNOWN: &str = ".well-known/agents.md";
+const AUTOCTL: &str = "automation-preferences.txt";
+
+/// Evaluates one request against the files in `policy_dir`.
+///
+/// # Errors
+/// When the directory, a file, a sidecar, a `--header` or the URL cannot be used.
+pub fn explain(req: &ExplainRequest) -> Result<Explanation, ExplainError> {
+    let policies = load_policies(&req.policy_dir)?;
+    let target = Target::parse(&req.url)?;
+    let mut headers = Headers::default();
+    for raw in &req.headers {
+        let (name, value) = split_header(raw).ok_or_else(|| ExplainError::HeaderArg(raw.clone()))?;
+        headers.push(name, value);
+    }
+    let view = RequestView {
+        method: &req.method,
+        scheme: &target.scheme,
+        host: &target.host,
+        port: target.port,
+        path_and_query: &target.path_and_query,
+        product_token: req.user_agent.as_deref(),
+        user_agent: headers.get("user-agent"),
+        agent_id: req.agent.as_deref().unwrap_or("explain"),
+        trust_level: req.trust_level,
+        purposes: &req.purposes,
+        headers: &headers,
+    };
+    let decision = policy::evaluate(&policies, &view);
+    Ok(Explanation { decision, policies })
+}
+
+/// Reads the policy files of one origin from a directory, with the same fetch-outcome
+/// semantics as the live fetcher: a missing file is a 404.
+///
+/// # Errors
+/// When the directory or a file in it cannot be read.
+pub fn load_policies(dir: &Path) -> Result<Policies, ExplainError> {
+    std::fs::read_dir(dir).map_err(|source| ExplainError::PolicyDir { path: dir.to_path_buf(), source })?;
+    let agents_md = agents_md::from_fetch(&read_outcome(dir, AGENTS_MD)?);
+    let _ = AGENTS_MD_WELL_KNOWN;
+    Ok(Policies {
+        robots: robots::from_fetch(&read_outcome(dir, ROBOTS)?),
+        agents_txt: agents_txt::from_fetch(&read_outcome(dir, AGENTS_TXT)?),
+        agents_md,
+        autoctl: autoctl::from_fetch(&read_outcome(dir, AUTOCTL)?),
+    })
+}
+
+/// A file in the directory as a 200 with its sidecar headers, or a 404 when absent.
+fn read_outcome(dir: &Path, name: &str) -> Result<FetchOutcome, ExplainError> {
+    let path = dir.join(name);
+    let body = match std::fs::read(&path) {
+        Ok(body) => body,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FetchOutcome::not_found()),
+        Err(source) => return Err(ExplainError::ReadFile { path, source }),
+    };
+    let sidecar = dir.join(format!("{name}.headers"));
+    let headers = match std::fs::read_to_string(&sidecar) {
+        Ok(text) => parse_sidecar(&sidecar, &text)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Headers::default(),
+        Err(source) => return Err(ExplainError::ReadFile { path: sidecar, source }),
+    };
+    Ok(FetchOutcome::Response { status: 200, headers, body, over_cap: false })
+}
+
+fn parse_sidecar(path: &Path, text: &str) -> Result<Headers, ExplainError> {
+    let mut headers = Headers::default();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (name, value) = split_header(line).ok_or_else(|| ExplainError::SidecarLine {
+            path: path.to_path_buf(),
+            line: i + 1,
+            text: line.to_owned(),
+        })?;
+        headers.push(name, value);
+    }
+    Ok(headers)
+}
+
+fn split_header(raw: &str) -> Option<(String, String)> {
+    let (name, value) = raw.split_once(':')?;
+    let name = name.trim();
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        return None;
+    }
+    Some((name.to_owned(), value.trim().to_owned()))
+}
+
+/// The parts of the URL the evaluator needs. Parsed by hand rather than with `http::Uri`
+/// because the corpora pass URLs a client would never send (raw non-ASCII, the empty URL)
+/// and the matcher, not the URL parser, must decide what they mean.
+#[derive(Debug, PartialEq, Eq)]
+struct Target {
+    scheme: String,
+    host: String,
+    port: u16,
+    path_and_query: String,
+}
+
+impl Target {
+    fn parse(url: &str) -> Result<Target, ExplainError> {
+        if url.is_empty() {
+            // Google's matcher maps the empty URL to "/" (GoogleOnly_SystemTest).
+            return Ok(Target { scheme: "https".into(), host: String::new(), port: 443, path_and_query: "/".into() });
+        }
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| ExplainError::Url(url.to_owned()))?;
+        let scheme = scheme.to_ascii_lowercase();
+        let default_port = match scheme.as_str() {
+            "http" => 80,
+            "https" => 443,
+            _ => return Err(ExplainError::Url(url.to_owned())),
+        };
+        let rest = rest.split('#').next().unwrap_or_default();
+        let split = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, path) = rest.split_at(split);
+        let authority = authority.rsplit('@').next().unwrap_or_default();
+        let (host, port) = split_authority(authority, default_port).ok_or_else(|| ExplainError::Url(url.to_owned()))?;
+        let path_and_query = if path.starts_with('/') { path.to_owned() } else { format!("/{path}") };
+        Ok(Target { scheme, host, port, path_and_query })
+    }
+}
+
+/// `host[:port]` or `[v6][:port]` into a lower-case host without brackets and a port.
+fn split_authority(authority: &str, default_port: u16) -> Option<(String, u16)> {
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (host, after) = v6.split_once(']')?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    let port = match port {
+        Some(p) if !p.is_empty() => p.parse().ok()?,
+        _ => default_port,
+    };
+    Some((host.to_ascii_lowercase(), port))
+}
+
+impl Explanation {
+    /// The JSON object the conformance checkers read (`../shared/conformance/README.md`),
+    /// with structured diagnostics and headers to inject added.
+    pub fn to_json(&self) -> Value {
+        let d = &self.decision;
+        let reasons: Vec<Value> = d.reasons.iter().map(reason_json).collect();
+        let mut limits = Vec::new();
+        let mut concurrency = Vec::new();
+        for limit in &d.limits {
+            match limit.kind {
+                LimitKind::Rate { requests, window_s } => limits.push(json!({
+                    "source": limit.source.as_str(),
+                    "requests": requests,
+                    "window_s": window_s,
+                    "scope": scope_name(limit),
+                    "line": limit.reason.line,
+                    "rule": limit.reason.rule,
+                })),
+                LimitKind::Concurrent { max } => concurrency.push(json!({
+                    "source": limit.source.as_str(),
+                    "max_in_flight": max,
+                    "scope": scope_name(limit),
+                    "line": limit.reason.line,
+                    "rule": limit.reason.rule,
+                })),
+            }
+        }
+        let mut policies = serde_json::Map::new();
+        for (source, report) in self.reports() {
+            policies.insert(source.as_str().to_owned(), report_json(&report));
+        }
+        let inject: Vec<Value> = d.inject_headers.iter().map(|(n, v)| json!({"name": n, "value": v})).collect();
+        json!({
+            "allowed": d.is_allowed(),
+            "decision": d.outcome.as_str(),
+            "reasons": reasons,
+            "limits": limits,
+            "concurrency": concurrency,
+            "inject_headers": inject,
+            "policies": policies,
+        })
+    }
+
+    /// A human-readable explanation: the verdict, each reason with file and line, the
+    /// limits, and each file's status and findings.
+    pub fn to_text(&self) -> String {
+        let d = &self.decision;
+        let mut out = String::new();
+        let _ = writeln!(out, "decision: {}", d.outcome.as_str());
+        for r in &d.reasons {
+            let line = r.line.map(|l| format!(":{l}")).unwrap_or_default();
+            let _ = writeln!(out, "  {}{line}: {} ({})", r.source, r.rule, r.code);
+        }
+        for l in &d.limits {
+            let what = match l.kind {
+                LimitKind::Rate { requests, window_s } => format!("{requests} requests per {window_s} s"),
+                LimitKind::Concurrent { max } => format!("{max} requests in flight"),
+            };
+            let line = l.reason.line.map(|n| format!(":{n}")).unwrap_or_default();
+            let _ = writeln!(out, "limit: {what} per {} ({}{line})", scope_name(l), l.source);
+        }
+        for (name, value) in &d.inject_headers {
+            let _ = writeln!(out, "inject header: {name}: {value}");
+        }
+        for (source, report) in self.reports() {
+            let digest = report.digest.as_deref().map(|d| format!(" sha256={d}")).unwrap_or_default();
+            let _ = writeln!(out, "{source}: {}{digest}", report.status.as_str());
+            for diag in &report.diagnostics {
+                let line = diag.line.map(|l| format!(":{l}")).unwrap_or_default();
+                let _ =
+                    writeln!(out, "  {source}{line}: {}: {} [{}]", diag.severity.as_str(), diag.message, diag.code);
+            }
+        }
+        out
+    }
+
+    fn reports(&self) -> [(Source, PolicyReport); 4] {
+        let p = &self.policies;
+        [
+            (Source::Robots, p.robots.report()),
+            (Source::AgentsTxt, p.agents_txt.report()),
+            (Source::AgentsMd, p.agents_md.report()),
+            (Source::Autoctl, p.autoctl.report()),
+        ]
+    }
+}
+
+fn scope_name(limit: &policy::Limit) -> &'static str {
+    match limit.scope {
+        policy::LimitScope::Origin => "agent+origin",
+        policy::LimitScope::Host => "agent+host",
+        policy::LimitScope::Rule { .. } => "agent+origin+rule",
+    }
+}
+
+fn reason_json(r: &Reason) -> Value {
+    json!({"source": r.source.as_str(), "code": r.code, "line": r.line, "rule": r.rule, "digest": r.digest})
+}
+
+fn report_json(report: &PolicyReport) -> Value {
+    // `warnings` carries every finding as "code: message" so that the checkers' substring
+    // comparison finds the code; `diagnostics` has the same findings structured.
+    let warnings: Vec<String> = report.diagnostics.iter().map(|d| format!("{}: {}", d.code, d.message)).collect();
+    let diagnostics: Vec<Value> = report
+        .diagnostics
+        .iter()
+        .map(|d| {
+            json!({
+                "severity": match d.severity { Severity::Warning => "warning", Severity::Error => "error" },
+                "line": d.line,
+                "code": d.code,
+                "message": d.message,
+            })
+        })
+        .collect();
+    json!({
+        "status": report.status.as_str(),
+        "digest": report.digest,
+        "warnings": warnings,
+        "diagnostics": diagnostics,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(url: &str) -> Target {
+        match Target::parse(url) {
+            Ok(t) => t,
+            Err(e) => panic!("{url}: {e}"),
+        }
+    }
+
+    #[test]
+    fn url_parts() {
+        let t = target("https://Example.COM:8443/a/b?x=1#frag");
+        assert_eq!(t, Target { scheme: "https".into(), host: "example.com".into(), port: 8443, path_and_query: "/a/b?x=1".into() });
+        assert_eq!(target("http://foo.bar").path_and_query, "/");
+        assert_eq!(target("http://foo.bar?x").path_and_query, "/?x");
+        assert_eq!(target("http://foo.bar//folder/a.php").path_and_query, "//folder/a.php");
+        assert_eq!(target("http://[::1]:9/x").host, "::1");
+        assert_eq!(target("http://[::1]/x").port, 80);
+        assert_eq!(target("http://foo.bar/foo/bar/ツ").path_and_query, "/foo/bar/ツ");
+        assert_eq!(target("").path_and_query, "/");
+    }
+
+    #[test]
+    fn bad_urls_are_usage_errors() {
+        assert!(Target::parse("example.com/x").is_err());
+        assert!(Target::parse("ftp://example.com/x").is_err());
+        assert!(Target::parse("http://example.com:99999/").is_err());
+    }
+
+    #[test]
+    fn headers_need_a_colon_and_a_name() {
+        assert_eq!(split_header("Content-Type: text/html"), Some(("Content-Type".into(), "text/html".into())));
+        assert_eq!(split_header("nocolon"), None);
+        assert_eq!(split_header(": x"), None);
+    }
+}
