@@ -1,24 +1,245 @@
-//! Placeholder until the robots parser lands: the file is always treated as absent.
+//! robots.txt (RFC 9309): what a fetch of `/robots.txt` means for an origin, and what the
+//! file says about one request.
+//!
+//! Owns: the fetch-outcome semantics (§2.3.1: 2xx parse, 4xx "unavailable" allows all, 5xx
+//! and network failures "unreachable" disallow all), the parser (§2.1–2.2, with the
+//! Google-compatible tolerances listed in `docs/robots.md`), group selection by product
+//! token (§2.2.1, SEMANTICS X2, matching groups merged, else the `*` groups), longest match
+//! with `allow` winning a tie (§2.2.2), the 500 KiB parse cap (§2.5), and `lint`.
+//!
+//! Never: fetches, caches (keeping a stale copy while unreachable is the cache's job; see
+//! [`RobotsState::is_unreachable`]), looks at the clock, or logs. A disallow denies every
+//! method (SEMANTICS X1, D18); it never looks at the method.
 
-use super::{FetchOutcome, PolicyReport, RequestView, SourceVerdict};
+mod group;
+mod index;
+mod parse;
+#[cfg(test)]
+mod tests;
 
-/// The robots policy state for one origin.
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use self::group::{AgentLine, Group, Rule};
+use super::pattern::normalize;
+use super::{
+    Diagnostic, FetchOutcome, Opinion, PolicyReport, PolicyStatus, Reason, RequestView, Source, SourceVerdict,
+};
+
+/// The robots.txt size cap: the first 500 KiB are parsed, the rest ignored with an
+/// `over-cap` warning (RFC 9309 §2.5, SEMANTICS X6).
+pub const MAX_BYTES: usize = 500 * 1024;
+
+/// At most this many findings are kept in a cached state's report; `lint` shows them all.
+const REPORTED_FINDINGS: usize = 100;
+
+/// A line the matcher does not use (`Sitemap`, `Crawl-delay`, `Content-Usage`,
+/// `Content-Signal`, anything unknown), kept for explain and the log. Such lines never end
+/// a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtherLine {
+    /// 1-based line.
+    pub line: u32,
+    /// The key as written (`Sitemap`).
+    pub key: String,
+    /// The value, trimmed, without its comment.
+    pub value: String,
+}
+
+/// What robots.txt means for one origin: a parsed file, "unavailable" (allow all) or
+/// "unreachable" (disallow all). Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct RobotsState;
+pub struct RobotsState {
+    kind: Kind,
+}
 
-/// The state a fetch outcome leads to.
-pub fn from_fetch(_outcome: &FetchOutcome) -> RobotsState {
-    RobotsState
+#[derive(Debug, Clone)]
+enum Kind {
+    /// A 2xx response, parsed.
+    Parsed(Arc<RobotsFile>),
+    /// A 4xx response (RFC 9309 §2.3.1.3): every path may be accessed.
+    Unavailable { status: u16 },
+    /// A 5xx, another unusable status, or a failed fetch (RFC 9309 §2.3.1.4): complete
+    /// disallow. `why` names the status or error.
+    Unreachable { why: String },
+}
+
+#[derive(Debug)]
+struct RobotsFile {
+    groups: Vec<Group>,
+    other_lines: Vec<OtherLine>,
+    /// Hex SHA-256 of the bytes served.
+    digest: String,
+    diagnostics: Vec<Diagnostic>,
+}
+
+/// The state a fetch outcome leads to (RFC 9309 §2.3.1). 2xx: parsed (first
+/// [`MAX_BYTES`] only; an HTML content type is parsed too, with a warning). 4xx, including
+/// 401 and 403: unavailable, allow all. 5xx, any other status (the fetcher follows
+/// redirects itself), timeout, network error, too many redirects: unreachable, disallow
+/// all.
+pub fn from_fetch(outcome: &FetchOutcome) -> RobotsState {
+    let kind = match outcome {
+        FetchOutcome::Response { status: 200..=299, headers, body, over_cap } => {
+            let mut file = RobotsFile::parse(body, *over_cap, REPORTED_FINDINGS);
+            if headers.is_html() {
+                file.diagnostics.insert(
+                    0,
+                    Diagnostic::warning(
+                        None,
+                        "html-content-type",
+                        "robots.txt is served as HTML; it is parsed as robots.txt anyway, so lines that are not \
+                         directives are ignored: serve it as text/plain",
+                    ),
+                );
+            }
+            Kind::Parsed(Arc::new(file))
+        }
+        FetchOutcome::Response { status: status @ 400..=499, .. } => Kind::Unavailable { status: *status },
+        FetchOutcome::Response { status, .. } => Kind::Unreachable { why: format!("answered {status}") },
+        FetchOutcome::Failed(error) => Kind::Unreachable { why: format!("could not be fetched ({error})") },
+    };
+    RobotsState { kind }
+}
+
+/// Every finding about a robots.txt body, in line order: unknown directives (with the
+/// likely intended name), lines without `:`, misspelt keys, rules before any user-agent,
+/// patterns not starting with `/` or `*`, invalid UTF-8, NUL bytes, over-long lines and a
+/// body over [`MAX_BYTES`]. All are warnings: robots.txt has no fatal syntax errors
+/// (RFC 9309 §2.3.1.5).
+pub fn lint(body: &[u8]) -> Vec<Diagnostic> {
+    RobotsFile::parse(body, false, usize::MAX).diagnostics
 }
 
 impl RobotsState {
-    /// What this file says about one request.
-    pub fn evaluate(&self, _req: &RequestView<'_>) -> SourceVerdict {
-        SourceVerdict::no_opinion()
+    /// The state for a body served with a 2xx status, as [`from_fetch`] builds it; the cap
+    /// applies when `body` is longer than [`MAX_BYTES`].
+    pub fn parse(body: &[u8]) -> Self {
+        RobotsState { kind: Kind::Parsed(Arc::new(RobotsFile::parse(body, false, REPORTED_FINDINGS))) }
     }
 
-    /// Status, digest and findings for explain.
+    /// True when the fetch failed or the origin answered 5xx: the state disallows every
+    /// path. A cache holding a good copy should keep serving that copy instead
+    /// (RFC 9309 §2.3.1.4, DESIGN §5).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self.kind, Kind::Unreachable { .. })
+    }
+
+    /// Lines of the file the matcher does not use (`Sitemap`, `Crawl-delay`, ...), in
+    /// order; empty when there is no parsed file.
+    pub fn other_lines(&self) -> &[OtherLine] {
+        match &self.kind {
+            Kind::Parsed(file) => &file.other_lines,
+            Kind::Unavailable { .. } | Kind::Unreachable { .. } => &[],
+        }
+    }
+
+    /// What robots.txt says about one request. The groups naming the agent (configured
+    /// product token, else a product name in its User-Agent header) are merged; with none,
+    /// the `*` groups; with neither, no rules apply. The longest matching pattern wins,
+    /// `allow` on a tie. A matched `allow` gives [`Opinion::Allow`] (`robots.allow`), a
+    /// matched `disallow` [`Opinion::Deny`] (`robots.disallow`) for every method, and the
+    /// second reason (`robots.group`) cites the user-agent line that selected the group. No
+    /// matching rule: [`Opinion::NoOpinion`] without reasons. Unavailable: no opinion with
+    /// a `robots.unavailable` reason; unreachable: deny with `robots.unreachable`.
+    pub fn evaluate(&self, req: &RequestView<'_>) -> SourceVerdict {
+        match &self.kind {
+            Kind::Parsed(file) => file.evaluate(req),
+            Kind::Unavailable { status } => SourceVerdict::with(
+                Opinion::NoOpinion,
+                Reason::new(
+                    Source::Robots,
+                    "robots.unavailable",
+                    format!("robots.txt answered {status}: unavailable, so no path is restricted (RFC 9309 §2.3.1.3)"),
+                ),
+            ),
+            Kind::Unreachable { why } => SourceVerdict::with(
+                Opinion::Deny,
+                Reason::new(
+                    Source::Robots,
+                    "robots.unreachable",
+                    format!("robots.txt {why}: unreachable, so every path is disallowed (RFC 9309 §2.3.1.4)"),
+                ),
+            ),
+        }
+    }
+
+    /// Status, digest and findings for explain. A parsed file is `valid` (robots.txt has no
+    /// fatal errors). Unavailable is `absent`; unreachable is `absent` too (there is no
+    /// file) with an `unreachable` error saying that every path is disallowed.
     pub fn report(&self) -> PolicyReport {
-        PolicyReport::absent()
+        match &self.kind {
+            Kind::Parsed(file) => PolicyReport {
+                status: PolicyStatus::Valid,
+                digest: Some(file.digest.clone()),
+                diagnostics: file.diagnostics.clone(),
+            },
+            Kind::Unavailable { .. } => PolicyReport::absent(),
+            Kind::Unreachable { why } => PolicyReport {
+                diagnostics: vec![Diagnostic::error(
+                    None,
+                    "unreachable",
+                    format!(
+                        "robots.txt {why}: every path is disallowed until a good fetch (RFC 9309 §2.3.1.4): fix the \
+                         server or the network path to it"
+                    ),
+                )],
+                ..PolicyReport::absent()
+            },
+        }
+    }
+}
+
+impl RobotsFile {
+    fn parse(body: &[u8], over_cap: bool, finding_cap: usize) -> Self {
+        let parsed = parse::parse(body, over_cap, finding_cap);
+        RobotsFile {
+            groups: parsed.groups,
+            other_lines: parsed.other_lines,
+            digest: hex::encode(Sha256::digest(body)),
+            diagnostics: parsed.findings.into_vec(),
+        }
+    }
+
+    fn evaluate(&self, req: &RequestView<'_>) -> SourceVerdict {
+        let path = normalized(req.path_and_query);
+        let mut best: Option<(&Group, &Rule)> = None;
+        let mut named = false;
+        for group in self.groups.iter().filter(|g| g.naming_line(req).is_some()) {
+            named = true;
+            group.best_match(&path, &mut best);
+        }
+        if !named {
+            for group in self.groups.iter().filter(|g| g.any_agent_line().is_some()) {
+                group.best_match(&path, &mut best);
+            }
+        }
+        let Some((group, rule)) = best else {
+            return SourceVerdict::no_opinion();
+        };
+        let (opinion, code) =
+            if rule.allow { (Opinion::Allow, "robots.allow") } else { (Opinion::Deny, "robots.disallow") };
+        let mut verdict = SourceVerdict::with(opinion, self.reason(code, rule.line, &rule.text));
+        let selected_by = if named { group.naming_line(req) } else { group.any_agent_line() };
+        if let Some(AgentLine { line, text, .. }) = selected_by {
+            verdict.reasons.push(self.reason("robots.group", *line, text));
+        }
+        verdict
+    }
+
+    fn reason(&self, code: &str, line: u32, text: &str) -> Reason {
+        Reason::new(Source::Robots, code, text).at_line(line).with_digest(Some(self.digest.clone()))
+    }
+}
+
+/// The request's path and query, percent-normalised like the patterns (RFC 9309 §2.2.2);
+/// borrowed when already normal, which is the common case.
+fn normalized(path_and_query: &str) -> Cow<'_, str> {
+    if path_and_query.bytes().all(|b| b.is_ascii_graphic() && b != b'%') {
+        Cow::Borrowed(path_and_query)
+    } else {
+        Cow::Owned(normalize(path_and_query))
     }
 }

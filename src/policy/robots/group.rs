@@ -1,0 +1,138 @@
+//! One robots.txt group (RFC 9309 §2.1): its user-agent lines, its rules, and the prefix
+//! index that finds the rules worth testing for a path. Picks the best matching rule by
+//! RFC 9309 §2.2.2: most octets in the (normalised) pattern, `allow` on a tie.
+//!
+//! Never: decides which groups apply to an agent beyond naming its own user-agent lines
+//! (the state merges groups), or what a match means for the request.
+
+use super::index::PrefixIndex;
+use crate::policy::RequestView;
+use crate::policy::pattern::Pattern;
+
+/// The product token a `User-agent: *` line carries.
+pub(super) const ANY_AGENT: &str = "*";
+
+/// A `User-agent` line.
+#[derive(Debug, Clone)]
+pub(super) struct AgentLine {
+    /// The product token read from the value (`*` for the catch-all group).
+    pub(super) token: Box<str>,
+    /// 1-based line.
+    pub(super) line: u32,
+    /// The line as written, without its comment.
+    pub(super) text: Box<str>,
+}
+
+/// An `allow` or `disallow` line.
+#[derive(Debug, Clone)]
+pub(super) struct Rule {
+    /// True for `allow`.
+    pub(super) allow: bool,
+    /// The compiled pattern; `None` for an empty value, which matches nothing.
+    pattern: Option<Pattern>,
+    /// 1-based line.
+    pub(super) line: u32,
+    /// The line as written, without its comment.
+    pub(super) text: Box<str>,
+}
+
+impl Rule {
+    /// A rule from its value (`raw_pattern`, already free of invalid UTF-8).
+    pub(super) fn new(allow: bool, raw_pattern: &str, line: u32, text: Box<str>) -> Self {
+        let pattern = (!raw_pattern.is_empty()).then(|| Pattern::new(raw_pattern));
+        Rule { allow, pattern, line, text }
+    }
+
+    fn specificity(&self) -> usize {
+        self.pattern.as_ref().map_or(0, Pattern::specificity)
+    }
+
+    /// True when `self` beats `other` (RFC 9309 §2.2.2): more octets, then allow over
+    /// disallow; between equals the earlier line is cited.
+    fn outranks(&self, other: &Rule) -> bool {
+        let key = |r: &Rule| (r.specificity(), r.allow);
+        match key(self).cmp(&key(other)) {
+            std::cmp::Ordering::Equal => self.line < other.line,
+            ordering => ordering.is_gt(),
+        }
+    }
+}
+
+/// One group: consecutive user-agent lines and the rules after them.
+#[derive(Debug, Clone)]
+pub(super) struct Group {
+    pub(super) agents: Vec<AgentLine>,
+    rules: Vec<Rule>,
+    index: PrefixIndex,
+}
+
+impl Group {
+    /// A group with no rules yet.
+    pub(super) fn new(first_agent: AgentLine) -> Self {
+        Group { agents: vec![first_agent], rules: Vec::new(), index: PrefixIndex::new() }
+    }
+
+    /// True until the group's first rule: another user-agent line still joins this group.
+    pub(super) fn collecting_agents(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Adds a rule; rules with an empty pattern are kept for explain but never indexed.
+    pub(super) fn push_rule(&mut self, rule: Rule) {
+        if let Some(pattern) = &rule.pattern {
+            let id = u32::try_from(self.rules.len()).expect("rule count is bounded by the 500 KiB parse cap");
+            self.index.insert(literal_prefix(pattern).as_bytes(), id);
+        }
+        self.rules.push(rule);
+    }
+
+    /// The first user-agent line that names the agent (RFC 9309 §2.2.1, SEMANTICS X2),
+    /// ignoring `*`.
+    pub(super) fn naming_line(&self, req: &RequestView<'_>) -> Option<&AgentLine> {
+        self.agents.iter().find(|a| &*a.token != ANY_AGENT && req.names_agent(&a.token))
+    }
+
+    /// The group's `User-agent: *` line, if it has one.
+    pub(super) fn any_agent_line(&self) -> Option<&AgentLine> {
+        self.agents.iter().find(|a| &*a.token == ANY_AGENT)
+    }
+
+    /// Updates `best` with this group's best rule for `path` (percent-normalised path and
+    /// query), keeping `best` when it outranks every match here.
+    pub(super) fn best_match<'g>(&'g self, path: &str, best: &mut Option<(&'g Group, &'g Rule)>) {
+        self.index.for_each_candidate(path.as_bytes(), |id| {
+            let rule = &self.rules[id as usize];
+            let Some(pattern) = &rule.pattern else { return };
+            if best.is_some_and(|(_, b)| !rule.outranks(b)) {
+                return;
+            }
+            if pattern.is_literal_prefix() || pattern.matches_normalized(path) {
+                *best = Some((self, rule));
+            }
+        });
+    }
+}
+
+/// The part of a pattern every matching path starts with: up to the first `*`, or the
+/// whole pattern without a final `$` anchor.
+fn literal_prefix(pattern: &Pattern) -> &str {
+    let text = pattern.as_str();
+    match text.find('*') {
+        Some(star) => &text[..star],
+        None => text.strip_suffix('$').unwrap_or(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal_prefix_stops_at_wildcard_or_anchor() {
+        let cases =
+            [("/a/b", "/a/b"), ("/a*b", "/a"), ("*.gif$", ""), ("/a$", "/a"), ("/a$b", "/a$b"), ("/ツ*", "/%E3%83%84")];
+        for (raw, prefix) in cases {
+            assert_eq!(literal_prefix(&Pattern::new(raw)), prefix, "{raw}");
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! A radix trie over the literal prefixes of one group's rules, so that evaluation walks the
+//! request path once and tests only the rules whose literal prefix (the pattern up to its
+//! first `*`, or up to a final `$`) is a prefix of the path. A rule whose pattern matches
+//! must have its literal prefix at the start of the path, so no matching rule is missed.
+//!
+//! Never: decides whether a candidate matches beyond its prefix (the group does that with
+//! [`crate::policy::pattern::Pattern`]).
+
+/// Rule ids (indexes into the group's rule list) keyed by literal prefix.
+#[derive(Debug, Clone, Default)]
+pub(super) struct PrefixIndex {
+    /// Label bytes of every node, each label a range of this buffer.
+    labels: Vec<u8>,
+    /// Node 0 is the root, with an empty label.
+    nodes: Vec<Node>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Node {
+    /// Start of the label in `labels`.
+    label_start: u32,
+    /// Length of the label; only the root's is 0.
+    label_len: u32,
+    /// Children, sorted by the first byte of their labels (distinct by construction).
+    children: Vec<u32>,
+    /// Rules whose literal prefix ends exactly here, in insertion (line) order.
+    rules: Vec<u32>,
+}
+
+impl PrefixIndex {
+    /// An index holding only the root.
+    pub(super) fn new() -> Self {
+        PrefixIndex { labels: Vec::new(), nodes: vec![Node::default()] }
+    }
+
+    /// Adds a rule under its literal prefix.
+    pub(super) fn insert(&mut self, prefix: &[u8], rule: u32) {
+        let mut node = 0;
+        let mut pos = 0;
+        loop {
+            let Some(&first) = prefix.get(pos) else {
+                self.nodes[node].rules.push(rule);
+                return;
+            };
+            match self.child_slot(node, first) {
+                Err(slot) => {
+                    let leaf = self.push_node(&prefix[pos..], rule);
+                    self.nodes[node].children.insert(slot, leaf);
+                    return;
+                }
+                Ok(slot) => {
+                    let child = self.nodes[node].children[slot] as usize;
+                    let common = common_prefix_len(self.label(child), &prefix[pos..]);
+                    if common < self.nodes[child].label_len as usize {
+                        node = self.split(node, slot, common);
+                    } else {
+                        node = child;
+                    }
+                    pos += common;
+                }
+            }
+        }
+    }
+
+    /// Calls `visit` with every rule whose literal prefix is a prefix of `path`, shortest
+    /// prefix first. Cost: one step per node on the path, plus the candidates.
+    pub(super) fn for_each_candidate(&self, path: &[u8], mut visit: impl FnMut(u32)) {
+        let mut node = 0;
+        let mut pos = 0;
+        loop {
+            for &rule in &self.nodes[node].rules {
+                visit(rule);
+            }
+            let Some(&next) = path.get(pos) else { return };
+            let Ok(slot) = self.child_slot(node, next) else { return };
+            let child = self.nodes[node].children[slot] as usize;
+            let label = self.label(child);
+            if !path[pos..].starts_with(label) {
+                return;
+            }
+            pos += label.len();
+            node = child;
+        }
+    }
+
+    fn label(&self, node: usize) -> &[u8] {
+        let n = &self.nodes[node];
+        &self.labels[n.label_start as usize..(n.label_start + n.label_len) as usize]
+    }
+
+    /// Where the child starting with `byte` is (`Ok`) or would go (`Err`).
+    fn child_slot(&self, node: usize, byte: u8) -> Result<usize, usize> {
+        self.nodes[node]
+            .children
+            .binary_search_by_key(&byte, |&c| self.labels[self.nodes[c as usize].label_start as usize])
+    }
+
+    fn push_node(&mut self, label: &[u8], rule: u32) -> u32 {
+        let label_start = to_u32(self.labels.len());
+        self.labels.extend_from_slice(label);
+        self.nodes.push(Node { label_start, label_len: to_u32(label.len()), children: Vec::new(), rules: vec![rule] });
+        to_u32(self.nodes.len() - 1)
+    }
+
+    /// Splits the child at `slot` of `parent` after `at` bytes of its label; returns the new
+    /// middle node, which takes the first `at` bytes and the old child as its only child.
+    fn split(&mut self, parent: usize, slot: usize, at: usize) -> usize {
+        let child = self.nodes[parent].children[slot];
+        let (start, len) = (self.nodes[child as usize].label_start, self.nodes[child as usize].label_len);
+        let at = to_u32(at);
+        self.nodes.push(Node { label_start: start, label_len: at, children: vec![child], rules: Vec::new() });
+        let middle = self.nodes.len() - 1;
+        let c = &mut self.nodes[child as usize];
+        c.label_start = start + at;
+        c.label_len = len - at;
+        self.nodes[parent].children[slot] = to_u32(middle);
+        middle
+    }
+}
+
+fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Offsets and counts are bounded by the robots.txt size cap (500 KiB), far below `u32::MAX`.
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).expect("robots.txt index sizes are bounded by the 500 KiB parse cap")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidates(index: &PrefixIndex, path: &str) -> Vec<u32> {
+        let mut out = Vec::new();
+        index.for_each_candidate(path.as_bytes(), |r| out.push(r));
+        out
+    }
+
+    #[test]
+    fn finds_every_prefix_of_the_path_and_nothing_else() {
+        let mut index = PrefixIndex::new();
+        let prefixes = ["/a/b", "/a", "", "/a/bc", "/ab", "/x", "/a/b", "/a/"];
+        for (i, p) in prefixes.iter().enumerate() {
+            index.insert(p.as_bytes(), i as u32);
+        }
+        assert_eq!(candidates(&index, "/a/bcd"), vec![2, 1, 7, 0, 6, 3]);
+        assert_eq!(candidates(&index, "/a"), vec![2, 1]);
+        assert_eq!(candidates(&index, "/abc"), vec![2, 1, 4]);
+        assert_eq!(candidates(&index, "/y"), vec![2]);
+        assert_eq!(candidates(&index, ""), vec![2]);
+    }
+
+    #[test]
+    fn agrees_with_a_plain_scan() {
+        let prefixes: Vec<String> =
+            (0..300).map(|i| format!("/{}", "ab".repeat(i % 7) + &"c".repeat(i % 3) + &(i % 5).to_string())).collect();
+        let mut index = PrefixIndex::new();
+        for (i, p) in prefixes.iter().enumerate() {
+            index.insert(p.as_bytes(), i as u32);
+        }
+        for path in ["/ababc1", "/abababab", "/cc2", "/", "/ab0x", "/ababababababcc4/z"] {
+            let mut got = candidates(&index, path);
+            got.sort_unstable();
+            let want: Vec<u32> =
+                (0..prefixes.len() as u32).filter(|&i| path.starts_with(&prefixes[i as usize])).collect();
+            assert_eq!(got, want, "{path}");
+        }
+    }
+}

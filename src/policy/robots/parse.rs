@@ -1,0 +1,430 @@
+//! Reads robots.txt bytes into groups (RFC 9309 §2.1–2.2), the lines the matcher does not
+//! use, and line-numbered findings. Tolerant the way Google's parser is where that is
+//! harmless (see `docs/robots.md`): a missing `:`, common misspellings of the keys, a
+//! partial BOM, a NUL byte ending a line. Never fails and never panics on any bytes.
+//!
+//! Never: evaluates a request, or decides what a fetch status means.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use super::group::{AgentLine, Group, Rule};
+use super::{MAX_BYTES, OtherLine};
+use crate::policy::Diagnostic;
+
+/// Lines longer than this are truncated by Google's parser (8 × 2083 − 1 bytes); agentgate
+/// keeps them whole and only warns, since Google may read such a rule differently.
+const GOOGLE_MAX_LINE: usize = 16_663;
+
+/// Keys RFC 9309 leaves to "other records" that are common and need no warning.
+const KNOWN_OTHER_KEYS: [&str; 8] =
+    ["sitemap", "crawl-delay", "host", "clean-param", "content-usage", "content-signal", "request-rate", "visit-time"];
+
+/// Misspellings Google's parser accepts, and the key each stands for.
+const ACCEPTED_TYPOS: [(&str, Key); 8] = [
+    ("useragent", Key::UserAgent),
+    ("user agent", Key::UserAgent),
+    ("dissallow", Key::Disallow),
+    ("dissalow", Key::Disallow),
+    ("disalow", Key::Disallow),
+    ("diasllow", Key::Disallow),
+    ("disallaw", Key::Disallow),
+    ("site-map", Key::Other),
+];
+
+/// What a robots.txt body parses into.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ParsedFile {
+    pub(super) groups: Vec<Group>,
+    pub(super) other_lines: Vec<OtherLine>,
+    pub(super) findings: Findings,
+}
+
+/// Diagnostics, at most `cap` of them kept; the rest only counted.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Findings {
+    list: Vec<Diagnostic>,
+    cap: usize,
+    dropped: usize,
+}
+
+impl Findings {
+    pub(super) fn with_cap(cap: usize) -> Self {
+        Findings { list: Vec::new(), cap, dropped: 0 }
+    }
+
+    pub(super) fn push(&mut self, diagnostic: Diagnostic) {
+        if self.list.len() < self.cap {
+            self.list.push(diagnostic);
+        } else {
+            self.dropped += 1;
+        }
+    }
+
+    /// The kept diagnostics, plus one saying how many were left out.
+    pub(super) fn into_vec(mut self) -> Vec<Diagnostic> {
+        if self.dropped > 0 {
+            let message = format!(
+                "robots.txt: {} more findings not shown; run `agentgate lint` on the file to see them all",
+                self.dropped
+            );
+            self.list.push(Diagnostic::warning(None, "too-many-findings", message));
+        }
+        self.list
+    }
+}
+
+/// The directive keys that mean something to the matcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    UserAgent,
+    Allow,
+    Disallow,
+    Other,
+}
+
+/// Parses a body (the bytes served, possibly over the cap), keeping at most
+/// `finding_cap` findings.
+pub(super) fn parse(body: &[u8], over_cap: bool, finding_cap: usize) -> ParsedFile {
+    let mut parser = Parser { file: ParsedFile { findings: Findings::with_cap(finding_cap), ..ParsedFile::default() } };
+    let text = if over_cap || body.len() > MAX_BYTES {
+        let kept = within_cap(body);
+        parser.file.findings.push(Diagnostic::warning(
+            None,
+            "over-cap",
+            format!(
+                "robots.txt is larger than {MAX_BYTES} bytes (500 KiB); only its first {} bytes (whole lines) are \
+                 read (RFC 9309 §2.5): move the rules that matter to the top or shrink the file",
+                kept.len()
+            ),
+        ));
+        kept
+    } else {
+        body
+    };
+    for (i, line) in lines(strip_bom(text)).enumerate() {
+        let number = u32::try_from(i + 1).expect("line count is bounded by the 500 KiB parse cap");
+        parser.line(number, line);
+    }
+    parser.file
+}
+
+/// The first `MAX_BYTES` bytes, without a last line the cap cut in two (half a rule could
+/// widen or narrow it).
+fn within_cap(body: &[u8]) -> &[u8] {
+    let capped = &body[..body.len().min(MAX_BYTES)];
+    match capped.iter().rposition(|&b| b == b'\n' || b == b'\r') {
+        Some(end) => &capped[..=end],
+        None => &[],
+    }
+}
+
+/// Skips a UTF-8 byte order mark, even a partial one, as Google's parser does.
+fn strip_bom(body: &[u8]) -> &[u8] {
+    const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+    let n = body.iter().zip(BOM).take_while(|(a, b)| **a == *b).count();
+    &body[n..]
+}
+
+/// Lines ended by LF, CR or CRLF (RFC 9309 NL), without their ends.
+fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = text;
+    let mut done = text.is_empty();
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            Some(end) => {
+                let line = &rest[..end];
+                let skip = if rest[end] == b'\r' && rest.get(end + 1) == Some(&b'\n') { 2 } else { 1 };
+                rest = &rest[end + skip..];
+                done = rest.is_empty();
+                Some(line)
+            }
+            None => {
+                done = true;
+                Some(rest)
+            }
+        }
+    })
+}
+
+/// RFC 9309 WS, plus the vertical tab and form feed Google also trims.
+fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | 0x0B | 0x0C)
+}
+
+fn trim_ws(bytes: &[u8]) -> &[u8] {
+    let start = bytes.iter().position(|&b| !is_ws(b)).unwrap_or(bytes.len());
+    let end = bytes.iter().rposition(|&b| !is_ws(b)).map_or(start, |e| e + 1);
+    &bytes[start..end]
+}
+
+/// Text for display: invalid UTF-8 replaced by U+FFFD.
+fn display(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A pattern value as text for matching: invalid UTF-8 octets are %-encoded rather than
+/// replaced, so they still match the same octets in a request path (RFC 9309 §2.2.2).
+fn pattern_text(bytes: &[u8]) -> Cow<'_, str> {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(bytes.len() * 3);
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            // Writing to a String cannot fail.
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Splits a trimmed, comment-free line into key and value. `Some((key, value, true))`
+/// when the `:` was missing and whitespace separated exactly two words (Google accepts
+/// `disallow /`); `None` when the line is not a directive at all.
+fn split_directive(content: &[u8]) -> Option<(&[u8], &[u8], bool)> {
+    let (key, value, missing_colon) = match content.iter().position(|&b| b == b':') {
+        Some(colon) => (trim_ws(&content[..colon]), trim_ws(&content[colon + 1..]), false),
+        None => {
+            let gap = content.iter().position(|&b| is_ws(b))?;
+            let value = trim_ws(&content[gap..]);
+            if value.iter().any(|&b| is_ws(b)) {
+                return None;
+            }
+            (&content[..gap], value, true)
+        }
+    };
+    (!key.is_empty()).then_some((key, value, missing_colon))
+}
+
+/// The key a directive stands for, and the correct spelling when it was a misspelling.
+fn classify(key: &[u8]) -> (Key, Option<&'static str>) {
+    let lower = key.to_ascii_lowercase();
+    match lower.as_slice() {
+        b"user-agent" => (Key::UserAgent, None),
+        b"allow" => (Key::Allow, None),
+        b"disallow" => (Key::Disallow, None),
+        _ => match ACCEPTED_TYPOS.iter().find(|(typo, _)| typo.as_bytes() == lower) {
+            Some((_, Key::UserAgent)) => (Key::UserAgent, Some("user-agent")),
+            Some((_, Key::Disallow)) => (Key::Disallow, Some("disallow")),
+            Some((_, _)) => (Key::Other, Some("sitemap")),
+            None => (Key::Other, None),
+        },
+    }
+}
+
+/// The product token a user-agent value stands for: the first word, without a
+/// `/version` (Google cuts `Foo Bar` to `Foo` too; RFC 9309 tokens are one word).
+fn product_token(value: &str) -> &str {
+    let word = value.split(|c: char| c.is_ascii_whitespace()).next().unwrap_or(value);
+    if word.starts_with('*') {
+        return word;
+    }
+    word.split('/').next().unwrap_or(word)
+}
+
+/// The closest known key within edit distance 2, for "did you mean" hints.
+fn suggest_key(key: &str) -> Option<&'static str> {
+    const CANDIDATES: [&str; 11] = [
+        "user-agent",
+        "allow",
+        "disallow",
+        "sitemap",
+        "crawl-delay",
+        "host",
+        "clean-param",
+        "content-usage",
+        "content-signal",
+        "request-rate",
+        "visit-time",
+    ];
+    if key.len() > 32 {
+        return None;
+    }
+    let key = key.to_ascii_lowercase();
+    CANDIDATES.iter().map(|c| (edit_distance(&key, c), *c)).filter(|(d, _)| *d <= 2).min().map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
+}
+
+struct Parser {
+    file: ParsedFile,
+}
+
+impl Parser {
+    fn warn(&mut self, line: u32, code: &str, message: String) {
+        self.file.findings.push(Diagnostic::warning(Some(line), code, message));
+    }
+
+    fn line(&mut self, number: u32, raw: &[u8]) {
+        if raw.len() > GOOGLE_MAX_LINE {
+            self.warn(
+                number,
+                "long-line",
+                format!(
+                    "line {number} is {} bytes long; Google's parser cuts lines after {GOOGLE_MAX_LINE} bytes, so \
+                     Google may read this rule differently: shorten it",
+                    raw.len()
+                ),
+            );
+        }
+        // Google's parser reads a line as a C string: it ends at a NUL byte. No real path
+        // holds a NUL, so this only drops junk (seen in the wild after a rule).
+        let raw = match raw.iter().position(|&b| b == 0) {
+            Some(nul) => {
+                self.warn(
+                    number,
+                    "nul-byte",
+                    format!("line {number} contains a NUL byte; the rest of the line is ignored: remove it"),
+                );
+                &raw[..nul]
+            }
+            None => raw,
+        };
+        if std::str::from_utf8(raw).is_err() {
+            self.warn(
+                number,
+                "invalid-utf8",
+                format!(
+                    "line {number} is not valid UTF-8; shown with U+FFFD and matched with its bytes %-encoded: save \
+                     the file as UTF-8"
+                ),
+            );
+        }
+        let content = trim_ws(raw.split(|&b| b == b'#').next().unwrap_or(raw));
+        if content.is_empty() {
+            return;
+        }
+        let Some((key, value, missing_colon)) = split_directive(content) else {
+            self.warn(
+                number,
+                "not-a-directive",
+                format!("line {number} `{}` is not `key: value` and is ignored", display(content)),
+            );
+            return;
+        };
+        let text: Box<str> = display(content).into();
+        if missing_colon {
+            self.warn(
+                number,
+                "missing-colon",
+                format!(
+                    "line {number} `{text}` has no `:`; read as `{}: {}` (as Google does): add the colon",
+                    display(key),
+                    display(value)
+                ),
+            );
+        }
+        let (kind, typo_of) = classify(key);
+        if let Some(correct) = typo_of {
+            self.warn(
+                number,
+                "directive-typo",
+                format!(
+                    "line {number}: `{}` is read as `{correct}` (as Google does): spell it `{correct}`",
+                    display(key)
+                ),
+            );
+        }
+        match kind {
+            Key::UserAgent => self.user_agent(number, value, text),
+            Key::Allow | Key::Disallow => self.rule(number, kind == Key::Allow, value, text),
+            Key::Other => self.other(number, key, value, typo_of.is_some()),
+        }
+    }
+
+    fn user_agent(&mut self, number: u32, value: &[u8], text: Box<str>) {
+        let value = display(value);
+        let token = product_token(&value);
+        if token != value {
+            self.warn(
+                number,
+                "user-agent-not-token",
+                format!(
+                    "line {number}: `User-agent: {value}` is read as the product token `{token}` (a product token is \
+                     one word of letters, `-` and `_`, RFC 9309 §2.2.1): write `User-agent: {token}`"
+                ),
+            );
+        }
+        if token.is_empty() {
+            self.warn(
+                number,
+                "empty-user-agent",
+                format!("line {number}: `User-agent:` has no value, so it names no agent"),
+            );
+        }
+        let agent = AgentLine { token: token.into(), line: number, text };
+        // Consecutive user-agent lines share a group; only a rule ends the run. Lines the
+        // matcher does not use (Sitemap, Crawl-delay, ...) never end a group.
+        match self.file.groups.last_mut() {
+            Some(group) if group.collecting_agents() => group.agents.push(agent),
+            _ => self.file.groups.push(Group::new(agent)),
+        }
+    }
+
+    fn rule(&mut self, number: u32, allow: bool, value: &[u8], text: Box<str>) {
+        let pattern = pattern_text(value);
+        if pattern.is_empty() && allow {
+            self.warn(
+                number,
+                "empty-allow",
+                format!("line {number}: `{text}` has no path, so it matches nothing: remove it"),
+            );
+        } else if !pattern.is_empty() && !pattern.starts_with('/') && !pattern.starts_with('*') {
+            self.warn(
+                number,
+                "pattern-not-absolute",
+                format!(
+                    "line {number}: pattern `{pattern}` does not start with `/` or `*`, so it matches no path \
+                     (RFC 9309 §2.2.2): did you mean `/{pattern}`?"
+                ),
+            );
+        }
+        let Some(group) = self.file.groups.last_mut() else {
+            self.warn(
+                number,
+                "rule-outside-group",
+                format!(
+                    "line {number}: `{text}` comes before any `User-agent` line and is ignored: add `User-agent: *` \
+                     above it"
+                ),
+            );
+            return;
+        };
+        group.push_rule(Rule::new(allow, &pattern, number, text));
+    }
+
+    fn other(&mut self, number: u32, key: &[u8], value: &[u8], typo: bool) {
+        let key = display(key);
+        let lower = key.to_ascii_lowercase();
+        if !typo && !KNOWN_OTHER_KEYS.contains(&lower.as_str()) {
+            let hint = match suggest_key(&key) {
+                Some(known) => format!(": did you mean `{known}`?"),
+                None => String::from(" (RFC 9309 §2.2.4 other records have no effect on access)"),
+            };
+            self.warn(
+                number,
+                "unknown-directive",
+                format!("line {number}: unknown directive `{key}` is ignored{hint}"),
+            );
+        }
+        self.file.other_lines.push(OtherLine { line: number, key, value: display(value) });
+    }
+}
