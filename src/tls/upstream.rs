@@ -1,0 +1,119 @@
+//! Trust for connections from the proxy to origins.
+//!
+//! Owns: the root store (webpki roots, the system's roots, and the operator's
+//! `[upstream] extra_ca_files`) and the rustls client config built from it.
+//!
+//! Never does: connect, set ALPN (hyper-rustls does that for the protocols it speaks), or relax
+//! verification: a certificate the store cannot verify is a failed connection, never a downgrade
+//! (DESIGN.md §9).
+
+use std::path::{Path, PathBuf};
+
+use rustls::{ClientConfig, RootCertStore};
+
+use super::{TlsError, crypto_provider, read_certs};
+
+/// Client TLS config for connections to origins: webpki roots + system roots (rustls-native-certs; failures to load system roots are logged, not fatal) + every PEM in `extra_ca_files` (an unreadable or empty file is an error naming it). No ALPN set here (hyper-rustls sets it).
+///
+/// System roots matter for corporate networks whose TLS inspection CA is installed in the OS;
+/// `extra_ca_files` is for private CAs that are not (e.g. an internal origin's).
+///
+/// # Errors
+/// An extra CA file cannot be read, is not PEM, holds no certificate, or holds a certificate
+/// rustls cannot use as a trust anchor.
+pub fn client_config(extra_ca_files: &[PathBuf]) -> Result<ClientConfig, TlsError> {
+    let mut roots = RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    add_system_roots(&mut roots);
+    for path in extra_ca_files {
+        add_extra_ca_file(&mut roots, path)?;
+    }
+    let config = ClientConfig::builder_with_provider(crypto_provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|source| TlsError::Config { source })?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config)
+}
+
+/// Adds the operating system's trusted roots; problems are logged, since webpki roots still work.
+fn add_system_roots(roots: &mut RootCertStore) {
+    let found = rustls_native_certs::load_native_certs();
+    for error in &found.errors {
+        tracing::warn!(%error, "could not load some system root certificates; continuing with the rest and the built-in roots");
+    }
+    let (added, ignored) = roots.add_parsable_certificates(found.certs);
+    if ignored > 0 {
+        tracing::warn!(added, ignored, "ignored system root certificates that rustls cannot parse");
+    }
+    tracing::debug!(added, "loaded system root certificates");
+}
+
+/// Adds every certificate in the PEM file at `path` as a trust anchor.
+fn add_extra_ca_file(roots: &mut RootCertStore, path: &Path) -> Result<(), TlsError> {
+    for (position, cert) in read_certs(path)?.into_iter().enumerate() {
+        roots.add(cert).map_err(|source| TlsError::BadTrustAnchor {
+            path: path.to_owned(),
+            index: position + 1,
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rustls::pki_types::ServerName;
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+    use crate::tls::{CertificateAuthority, LeafCertCache};
+
+    #[test]
+    fn missing_extra_ca_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("corporate-root.pem");
+        let err = client_config(std::slice::from_ref(&missing)).unwrap_err();
+        assert!(matches!(err, TlsError::Read { .. }), "{err:?}");
+        assert!(err.to_string().contains(&missing.display().to_string()), "{err}");
+    }
+
+    #[test]
+    fn extra_ca_file_without_certificates_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+        let err = client_config(&[empty]).unwrap_err();
+        assert!(matches!(err, TlsError::NoCertificate { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn default_config_sets_no_alpn() {
+        assert!(client_config(&[]).unwrap().alpn_protocols.is_empty());
+    }
+
+    /// An origin whose certificate comes from a private CA is trusted once that CA is an extra CA file.
+    #[tokio::test]
+    async fn extra_ca_file_is_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Arc::new(CertificateAuthority::create(dir.path(), false).unwrap());
+        let origin = LeafCertCache::new(Arc::clone(&ca), 4).server_config("origin.test").await.unwrap();
+        let handshake = |client: ClientConfig| {
+            let origin = Arc::clone(&origin);
+            async move {
+                let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+                let server = tokio::spawn(tokio_rustls::TlsAcceptor::from(origin).accept(server_io));
+                let name = ServerName::try_from("origin.test").unwrap();
+                let result = tokio_rustls::TlsConnector::from(Arc::new(client)).connect(name, client_io).await;
+                if let Ok(mut tls) = result {
+                    tls.shutdown().await.unwrap();
+                    return server.await.unwrap().map(|_| ());
+                }
+                result.map(|_| ())
+            }
+        };
+        assert!(handshake(client_config(&[]).unwrap()).await.is_err(), "a private CA is not trusted by default");
+        handshake(client_config(&[ca.cert_path().to_owned()]).unwrap()).await.unwrap();
+    }
+}
