@@ -1,1 +1,574 @@
-//! Configuration: placeholder.
+//! Configuration: the TOML file as written, turned into a checked [`Config`].
+//!
+//! Owns: the config model and its defaults, the embedded default file
+//! (`config/agentgate.toml`, which documents every key), parsing with errors that point at
+//! `file:line:column`, and a validation pass that reports every semantic problem at once.
+//!
+//! Never does: network I/O, open sockets, read policy files or the files the config names
+//! (the CA, extra CA files and the audit log are opened by the modules that use them), or
+//! stop at the first problem it finds. Hot reload comes later.
+//!
+//! Every table rejects unknown keys (a typo is an error, never a silently ignored setting) and
+//! takes its defaults for missing keys, so a file only needs the keys it changes. Relative paths
+//! are relative to the working directory of the process. The reference is `docs/config.md`.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Deserializer};
+
+/// The documented default config file, exactly as shipped in `config/agentgate.toml`.
+pub const EMBEDDED_DEFAULT: &str = include_str!("../config/agentgate.toml");
+
+/// The longest `shutdown_grace` accepted: past that, a stuck connection only delays restarts.
+const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(60 * 60);
+
+/// The whole agentgate configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where the proxy listens for agents (`listen`, default `127.0.0.1:8080`).
+    #[serde(deserialize_with = "socket_addr")]
+    pub listen: SocketAddr,
+    /// Whether decisions block requests or are only logged (`mode`, default `enforce`).
+    pub mode: Mode,
+    /// How long shutdown waits for in-flight requests before closing them (`shutdown_grace`, default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub shutdown_grace: Duration,
+    /// The proxy's own CA (`[ca]`).
+    pub ca: CaConfig,
+    /// Connections from the proxy to origins (`[upstream]`).
+    pub upstream: UpstreamConfig,
+    /// Which CONNECT tunnels are intercepted (`[mitm]`).
+    pub mitm: MitmConfig,
+    /// Which destinations may be reached (`[network]`).
+    pub network: NetworkConfig,
+    /// The decision log (`[audit]`).
+    pub audit: AuditConfig,
+    /// The admin API (`[admin]`).
+    pub admin: AdminConfig,
+}
+
+/// Whether a deny blocks the request (DESIGN.md §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Deny and over-limit decisions block the request (`"enforce"`).
+    #[default]
+    Enforce,
+    /// Everything is forwarded; what would have been blocked is logged as `would_deny` (`"monitor"`).
+    Monitor,
+}
+
+/// `[ca]`: where the proxy's CA lives.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CaConfig {
+    /// Directory holding `agentgate-ca.pem` and `agentgate-ca.key`, created on first run (default `certs`).
+    pub dir: PathBuf,
+}
+
+/// `[upstream]`: connections from the proxy to origins.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// PEM files with extra CAs to trust for origins, on top of the webpki and system roots (default none).
+    pub extra_ca_files: Vec<PathBuf>,
+    /// How long to wait for a TCP + TLS connection to an origin (default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub connect_timeout: Duration,
+    /// How long an idle pooled connection to an origin is kept (default `90s`).
+    #[serde(deserialize_with = "duration")]
+    pub idle_timeout: Duration,
+}
+
+/// `[mitm]`: which CONNECT tunnels are intercepted, and the leaf certificate cache.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MitmConfig {
+    /// Hosts whose tunnels are spliced through without interception: `example.com` (that host
+    /// only) or `*.example.com` (its subdomains, not the apex). Default none.
+    pub passthrough_hosts: Vec<String>,
+    /// How many per-host leaf certificates are kept (default 10000).
+    pub cert_cache_size: u64,
+}
+
+/// `[network]`: destinations the SSRF guard lets through.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkConfig {
+    /// Networks that may be reached although they are loopback, private or link-local
+    /// (CIDR like `10.0.0.0/8`, or a single address). Default none.
+    #[serde(deserialize_with = "networks")]
+    pub allow_cidrs: Vec<IpNet>,
+}
+
+/// `[audit]`: the decision log.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// JSON-lines file for decision records; `-` means standard output (default `logs/decisions.jsonl`).
+    pub path: PathBuf,
+}
+
+/// `[admin]`: the admin API.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Where the admin API listens; `None` (written `"off"`) disables it (default `127.0.0.1:9090`).
+    #[serde(deserialize_with = "optional_socket_addr")]
+    pub listen: Option<SocketAddr>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            mode: Mode::Enforce,
+            shutdown_grace: Duration::from_secs(10),
+            ca: CaConfig::default(),
+            upstream: UpstreamConfig::default(),
+            mitm: MitmConfig::default(),
+            network: NetworkConfig::default(),
+            audit: AuditConfig::default(),
+            admin: AdminConfig::default(),
+        }
+    }
+}
+
+impl Default for CaConfig {
+    fn default() -> Self {
+        Self { dir: PathBuf::from("certs") }
+    }
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            extra_ca_files: Vec::new(),
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+impl Default for MitmConfig {
+    fn default() -> Self {
+        Self { passthrough_hosts: Vec::new(), cert_cache_size: 10_000 }
+    }
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self { path: PathBuf::from("logs/decisions.jsonl") }
+    }
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self { listen: Some(SocketAddr::from(([127, 0, 0, 1], 9090))) }
+    }
+}
+
+impl MitmConfig {
+    /// Whether the CONNECT tunnel to `host` is spliced through without interception.
+    ///
+    /// Matches case-insensitively, ignoring a trailing dot and IPv6 brackets: `example.com`
+    /// matches that host only, `*.example.com` matches `a.example.com` and `a.b.example.com`
+    /// but not `example.com` itself.
+    pub fn is_passthrough(&self, host: &str) -> bool {
+        let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        let host = host.strip_suffix('.').unwrap_or(host);
+        self.passthrough_hosts.iter().any(|pattern| match pattern.strip_prefix('*') {
+            // `suffix` keeps its leading dot, so `*.example.com` never matches `badexample.com`.
+            Some(suffix) => {
+                host.len() > suffix.len()
+                    && host.as_bytes()[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+            }
+            None => host.eq_ignore_ascii_case(pattern.strip_suffix('.').unwrap_or(pattern)),
+        })
+    }
+}
+
+impl Config {
+    /// The built-in configuration: `config/agentgate.toml` as compiled into the binary.
+    ///
+    /// Used when no `--config` is given; the file documents every key with its default.
+    pub fn embedded_default() -> Config {
+        Self::from_toml_str(EMBEDDED_DEFAULT, "config/agentgate.toml (built in)")
+            .expect("the embedded default config parses and validates: unit test `embedded_default_parses`")
+    }
+
+    /// Parses and validates a config from TOML text; `origin` (usually the file name) prefixes every message.
+    ///
+    /// # Errors
+    /// [`ConfigError::Syntax`] for invalid TOML, an unknown key or a value of the wrong type or
+    /// form (the first such problem, at `origin:line:column`); [`ConfigError::Invalid`] listing
+    /// every semantic problem when the file parses.
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| syntax_error(text, origin, &e))?;
+        let problems = config.problems();
+        if problems.is_empty() { Ok(config) } else { Err(ConfigError::Invalid { origin: origin.to_owned(), problems }) }
+    }
+
+    /// Reads, parses and validates the config file at `path`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`] when the file cannot be read; otherwise as [`from_toml_str`](Self::from_toml_str).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::from_toml_str(&text, &path.display().to_string())
+    }
+
+    /// Every semantic problem in the config, each naming the key, its value and the fix.
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let grace = self.shutdown_grace;
+        if grace.is_zero() || grace > MAX_SHUTDOWN_GRACE {
+            problems.push(format!(
+                "shutdown_grace = \"{}\": must be more than 0s and at most 1h; the default is \"10s\"",
+                humantime_serde::re::humantime::format_duration(grace)
+            ));
+        }
+        for (key, value) in [
+            ("[upstream] connect_timeout", self.upstream.connect_timeout),
+            ("[upstream] idle_timeout", self.upstream.idle_timeout),
+        ] {
+            if value.is_zero() {
+                problems.push(format!("{key} = \"0s\": must be more than 0s, e.g. \"10s\""));
+            }
+        }
+        if self.mitm.cert_cache_size == 0 {
+            problems.push("[mitm] cert_cache_size = 0: must be at least 1; the default is 10000".to_owned());
+        }
+        for pattern in &self.mitm.passthrough_hosts {
+            if !is_host_pattern(pattern) {
+                problems.push(format!(
+                    "[mitm] passthrough_hosts entry {pattern:?}: not a host name or `*.suffix`; write e.g. \"bank.example\" or \"*.bank.example\" (no scheme, port or path)"
+                ));
+            }
+        }
+        for (key, path) in [("[ca] dir", &self.ca.dir), ("[audit] path", &self.audit.path)] {
+            if path.as_os_str().is_empty() {
+                problems.push(format!("{key} = \"\": must not be empty"));
+            }
+        }
+        if let Some(admin) = self.admin.listen
+            && same_socket(self.listen, admin)
+        {
+            problems.push(format!(
+                "listen = \"{}\" and [admin] listen = \"{admin}\" use the same address; give the admin API its own port, e.g. \"127.0.0.1:9090\"",
+                self.listen
+            ));
+        }
+        problems
+    }
+}
+
+/// Whether two listeners would collide: same port (other than 0, which picks a free one) on the
+/// same address, or on any address when either binds all interfaces.
+fn same_socket(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0 && a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// `example.com`, `*.example.com`, or an IP address: what `[mitm] passthrough_hosts` accepts.
+fn is_host_pattern(pattern: &str) -> bool {
+    let name = pattern.strip_prefix("*.").unwrap_or(pattern);
+    if pattern == name && name.parse::<IpAddr>().is_ok() {
+        return true;
+    }
+    let name = name.strip_suffix('.').unwrap_or(name);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// Everything that can be wrong with a config file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error(
+        "cannot read config file {path}: {source}; check the --config path, or leave it out to use the built-in default"
+    )]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, has an unknown key, or a value of the wrong type or form.
+    #[error("{location}: {message}")]
+    Syntax {
+        /// `file:line:column` of the problem (1-based), or just the file when TOML gave no position.
+        location: String,
+        /// What is wrong, with the offending line and what is expected.
+        message: String,
+    },
+    /// The file parsed, but some values do not make sense; every problem is listed.
+    #[error("{origin}: {} invalid setting(s):{}", problems.len(), Bullets(problems))]
+    Invalid {
+        /// The file (or other origin) the config came from.
+        origin: String,
+        /// One message per problem, each naming the key and its value.
+        problems: Vec<String>,
+    },
+}
+
+/// Formats problems as an indented list, one per line.
+struct Bullets<'a>(&'a [String]);
+
+impl fmt::Display for Bullets<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|problem| write!(f, "\n  - {problem}"))
+    }
+}
+
+/// Turns toml's error into `origin:line:column: [table] the line: message`.
+fn syntax_error(text: &str, origin: &str, error: &toml::de::Error) -> ConfigError {
+    let message = error.message().trim_end_matches('\n').trim_end_matches('.');
+    let Some(Range { start, .. }) = error.span() else {
+        return ConfigError::Syntax { location: origin.to_owned(), message: message.to_owned() };
+    };
+    let start = start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let line = text[..start].matches('\n').count() + 1;
+    let column = text[line_start..start].chars().count() + 1;
+    let source_line = text[line_start..line_end].trim();
+    // The table header above the line says which `listen` or `path` this is.
+    let table = text[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('[') && !source_line.starts_with('['))
+        .map(|header| format!("{} ", header.split('#').next().unwrap_or(header).trim()))
+        .unwrap_or_default();
+    let shown: String = source_line.chars().take(120).collect();
+    ConfigError::Syntax { location: format!("{origin}:{line}:{column}"), message: format!("{table}{shown}: {message}") }
+}
+
+/// Parses a string value with `parse`; on failure the message says it is not a valid `what` and
+/// what was `expected` (the value itself is on the line the error shows).
+fn parse_value<'de, D, T>(
+    deserializer: D,
+    parse: impl Fn(&str) -> Option<T>,
+    what: &str,
+    expected: &str,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    let text = String::deserialize(deserializer)?;
+    parse(text.trim()).ok_or_else(|| serde::de::Error::custom(format!("invalid {what}; expected {expected}")))
+}
+
+const SOCKET_ADDR: &str = "host:port such as 127.0.0.1:8080 or [::1]:8080 (port 1-65535, or 0 for any free port)";
+
+fn socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
+    parse_value(deserializer, |s| SocketAddr::from_str(s).ok(), "socket address", SOCKET_ADDR)
+}
+
+fn optional_socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<SocketAddr>, D::Error> {
+    let parse = |s: &str| match s {
+        "off" => Some(None),
+        _ => SocketAddr::from_str(s).ok().map(Some),
+    };
+    parse_value(deserializer, parse, "socket address", &format!("\"off\" or {SOCKET_ADDR}"))
+}
+
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let parse = |s: &str| humantime_serde::re::humantime::parse_duration(s).ok();
+    parse_value(
+        deserializer,
+        parse,
+        "duration",
+        "a number with a unit, such as \"500ms\", \"10s\", \"2m\" or \"1h 30m\"",
+    )
+}
+
+fn networks<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<IpNet>, D::Error> {
+    let texts = Vec::<String>::deserialize(deserializer)?;
+    texts
+        .iter()
+        .map(|text| {
+            let text = text.trim();
+            IpNet::from_str(text).ok().or_else(|| IpAddr::from_str(text).ok().map(IpNet::from)).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "{text:?}: invalid network; expected CIDR such as \"10.0.0.0/8\" or \"fd00::/8\", or a single address"
+                ))
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn syntax(text: &str) -> String {
+        match Config::from_toml_str(text, "agentgate.toml") {
+            Err(err @ ConfigError::Syntax { .. }) => err.to_string(),
+            other => panic!("expected a syntax error for {text:?}, got {other:?}"),
+        }
+    }
+
+    fn problems(text: &str) -> Vec<String> {
+        match Config::from_toml_str(text, "agentgate.toml") {
+            Err(ConfigError::Invalid { problems, .. }) => problems,
+            other => panic!("expected validation problems for {text:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn embedded_default_parses() {
+        // The shipped file and the code's defaults must never drift apart.
+        assert_eq!(Config::embedded_default(), Config::default());
+        assert_eq!(Config::from_toml_str("", "empty.toml").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let config = Config::default();
+        assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.mode, Mode::Enforce);
+        assert_eq!(config.shutdown_grace, Duration::from_secs(10));
+        assert_eq!(config.ca.dir, PathBuf::from("certs"));
+        assert_eq!(config.upstream.connect_timeout, Duration::from_secs(10));
+        assert_eq!(config.upstream.idle_timeout, Duration::from_secs(90));
+        assert_eq!(config.mitm.cert_cache_size, 10_000);
+        assert_eq!(config.audit.path, PathBuf::from("logs/decisions.jsonl"));
+        assert_eq!(config.admin.listen, Some("127.0.0.1:9090".parse().unwrap()));
+    }
+
+    #[test]
+    fn partial_file_is_completed_from_defaults() {
+        let text = r#"
+mode = "monitor"
+[mitm]
+passthrough_hosts = ["bank.example", "*.pinned.example"]
+[network]
+allow_cidrs = ["10.0.0.0/8", "192.168.1.5", "fd00::/8"]
+[admin]
+listen = "off"
+"#;
+        let config = Config::from_toml_str(text, "partial.toml").unwrap();
+        assert_eq!(config.mode, Mode::Monitor);
+        assert_eq!(config.mitm.cert_cache_size, 10_000);
+        assert_eq!(config.listen, Config::default().listen);
+        assert_eq!(config.admin.listen, None);
+        let nets: Vec<String> = config.network.allow_cidrs.iter().map(ToString::to_string).collect();
+        assert_eq!(nets, ["10.0.0.0/8", "192.168.1.5/32", "fd00::/8"]);
+    }
+
+    #[test]
+    fn unknown_key_names_key_place_and_valid_keys() {
+        let message = syntax("listen = \"127.0.0.1:8080\"\n\n[mitm]\npassthrough = []\n");
+        assert!(message.starts_with("agentgate.toml:4:1: [mitm] passthrough = []:"), "{message}");
+        assert!(message.contains("unknown field `passthrough`"), "{message}");
+        assert!(message.contains("`passthrough_hosts`") && message.contains("`cert_cache_size`"), "{message}");
+
+        let message = syntax("[proxy]\nlisten = \"127.0.0.1:8080\"\n");
+        assert!(message.starts_with("agentgate.toml:1:"), "{message}");
+        assert!(message.contains("unknown field `proxy`") && message.contains("`upstream`"), "{message}");
+    }
+
+    #[test]
+    fn bad_values_name_key_value_and_expectation() {
+        let message = syntax("# proxy\n\nlisten = \"0.0.0.0:99999\"\n");
+        assert!(
+            message.starts_with("agentgate.toml:3:10: listen = \"0.0.0.0:99999\": invalid socket address; "),
+            "{message}"
+        );
+        assert!(message.contains("expected host:port such as 127.0.0.1:8080"), "{message}");
+
+        let message = syntax("[upstream]\nconnect_timeout = \"10 parsecs\"\n");
+        assert!(message.starts_with("agentgate.toml:2:19: [upstream] connect_timeout"), "{message}");
+        assert!(message.contains("\"10 parsecs\"") && message.contains("\"10s\""), "{message}");
+
+        let message = syntax("mode = \"block\"\n");
+        assert!(message.contains("mode = \"block\"") && message.contains("`enforce`"), "{message}");
+
+        let message = syntax("[network]\nallow_cidrs = [\"10.0.0.0/33\"]\n");
+        assert!(message.contains("\"10.0.0.0/33\"") && message.contains("CIDR"), "{message}");
+
+        let message = syntax("[mitm]\ncert_cache_size = \"big\"\n");
+        assert!(message.starts_with("agentgate.toml:2:19: [mitm] cert_cache_size = \"big\""), "{message}");
+
+        let message = syntax("listen = \n");
+        assert!(message.starts_with("agentgate.toml:1:"), "{message}");
+    }
+
+    #[test]
+    fn validation_reports_every_problem() {
+        let text = r#"
+listen = "127.0.0.1:8080"
+shutdown_grace = "2h"
+[upstream]
+connect_timeout = "0s"
+[mitm]
+cert_cache_size = 0
+passthrough_hosts = ["https://bank.example/", "ok.example", "*.ok.example", "*", "a..b"]
+[admin]
+listen = "0.0.0.0:8080"
+"#;
+        let problems = problems(text);
+        let joined = problems.join("\n");
+        assert_eq!(problems.len(), 7, "{joined}");
+        assert!(joined.contains("shutdown_grace = \"2h\""), "{joined}");
+        assert!(joined.contains("[upstream] connect_timeout"), "{joined}");
+        assert!(joined.contains("[mitm] cert_cache_size = 0"), "{joined}");
+        assert!(joined.contains("\"https://bank.example/\""), "{joined}");
+        assert!(joined.contains("entry \"*\""), "{joined}");
+        assert!(joined.contains("entry \"a..b\""), "{joined}");
+        assert!(joined.contains("same address"), "{joined}");
+
+        let err = Config::from_toml_str(text, "agentgate.toml").unwrap_err().to_string();
+        assert!(err.starts_with("agentgate.toml: 7 invalid setting(s):\n  - "), "{err}");
+    }
+
+    #[test]
+    fn listeners_on_port_zero_never_collide() {
+        let text = "listen = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n";
+        assert!(Config::from_toml_str(text, "test.toml").is_ok());
+        assert_eq!(problems("shutdown_grace = \"0s\"\n").len(), 1);
+    }
+
+    #[test]
+    fn passthrough_matching() {
+        let mitm = MitmConfig {
+            passthrough_hosts: vec!["Bank.Example".into(), "*.pinned.example".into(), "10.0.0.5".into(), "::1".into()],
+            ..MitmConfig::default()
+        };
+        for host in ["bank.example", "BANK.example.", "a.pinned.example", "a.b.PINNED.example", "10.0.0.5", "[::1]"] {
+            assert!(mitm.is_passthrough(host), "{host}");
+        }
+        for host in ["www.bank.example", "pinned.example", "xpinned.example", "10.0.0.6", "example", ""] {
+            assert!(!mitm.is_passthrough(host), "{host}");
+        }
+    }
+
+    #[test]
+    fn load_names_a_missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nope.toml");
+        let err = Config::load(&path).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+        assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+
+        let path = dir.path().join("agentgate.toml");
+        std::fs::write(&path, "listen = 8080\n").unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.starts_with(&format!("{}:1:10: listen = 8080", path.display())), "{err}");
+    }
+}
