@@ -1,24 +1,258 @@
-//! Placeholder until the autoctl parser lands: the file is always treated as absent.
+//! automation-preferences.txt (draft-liao-aipref-autoctl-core-01), as settled in
+//! SEMANTICS.md §6.4 (D1–D19): what a fetch of the file means (D15), its groups, and which
+//! methods and purposes the one selected group allows.
+//!
+//! Owns: the fetch-outcome semantics for this file (2xx parse unless HTML; 4xx no opinion;
+//! 5xx, timeout, network error, a rejected or oversize file → safe methods only), the
+//! parser (`autoctl/parse.rs`: lines, comments, robots-style grouping), group selection
+//! (`autoctl/group.rs`: host, longest scope, exact user-agent, later group) and the
+//! `allowed-methods` / `allowed-purposes` checks, each with a reason citing the line.
+//!
+//! Never: I/O, caching, clocks or logging; never widens another file (robots.txt Disallow
+//! still denies, D18: the evaluator combines). Choices beyond SEMANTICS.md are in
+//! `docs/autoctl.md`.
 
-use super::{FetchOutcome, PolicyReport, RequestView, SourceVerdict};
+mod group;
+mod parse;
+#[cfg(test)]
+mod tests;
 
-/// The autoctl policy state for one origin.
+use sha2::{Digest, Sha256};
+
+use self::group::{Group, RuleLine, Specificity};
+use self::parse::Parsed;
+use super::pattern::normalize;
+use super::{
+    Diagnostic, FetchError, FetchOutcome, Headers, Opinion, PolicyReport, PolicyStatus, Reason, RequestView, Source,
+    SourceVerdict,
+};
+
+/// The size cap (SEMANTICS X6, D19): a longer file is handled as unavailable (D15).
+pub const MAX_BYTES: usize = 500 * 1024;
+
+/// Reason code: the file could not be used (5xx, timeout, network error, control bytes,
+/// oversize), so only safe methods are allowed (D15).
+const UNAVAILABLE: &str = "autoctl.unavailable";
+/// Reason code: the selected group's `allowed-methods` does not list the method (D12).
+const METHOD_NOT_ALLOWED: &str = "autoctl.method_not_allowed";
+/// Reason code: the selected group has no `allowed-methods` line, so every method is
+/// disallowed (draft §"allowed-methods").
+const NO_ALLOWED_METHODS: &str = "autoctl.no_allowed_methods";
+/// Reason code: a declared purpose is not in the group's `allowed-purposes` (D13).
+const PURPOSE_NOT_ALLOWED: &str = "autoctl.purpose_not_allowed";
+/// Reason code: the group lists purposes and the agent declared none (D13).
+const PURPOSE_UNDECLARED: &str = "autoctl.purpose_undeclared";
+/// Reason code: the selected group allows the method (and the purposes, if restricted).
+const ALLOWED: &str = "autoctl.allowed";
+/// Reason code: the file is in force but no group applies to the request (D11).
+const NO_GROUP: &str = "autoctl.no_group";
+
+/// The automation-preferences.txt policy of one origin, built once per fetch by
+/// [`from_fetch`] and evaluated for every request.
 #[derive(Debug, Clone)]
-pub struct AutoctlState;
+pub struct AutoctlState {
+    policy: Policy,
+    report: PolicyReport,
+}
 
-/// The state a fetch outcome leads to.
-pub fn from_fetch(_outcome: &FetchOutcome) -> AutoctlState {
-    AutoctlState
+/// What the file means for access.
+#[derive(Debug, Clone)]
+enum Policy {
+    /// No file, an HTML page, or a fetch that says nothing (4xx): no opinion (D11, D15).
+    Silent,
+    /// The file could not be used: safe methods only, with this reason (D15).
+    SafeMethodsOnly(Reason),
+    /// The file's groups, in file order (D1).
+    Groups(Vec<Group>),
+}
+
+/// The state a fetch of `/automation-preferences.txt` leads to (SEMANTICS D15, D19):
+///
+/// - 2xx: parsed, unless served as HTML (`Content-Type`, or a body that starts like an HTML
+///   document), which is not this format (status not applicable, no opinion). A body over
+///   [`MAX_BYTES`] or with raw control bytes (D14) is malformed: safe methods only.
+/// - 5xx, timeout, network error: safe methods only (`autoctl.unavailable`), status absent.
+/// - 4xx and anything else (including too many redirects): no file, no opinion.
+pub fn from_fetch(outcome: &FetchOutcome) -> AutoctlState {
+    match outcome {
+        FetchOutcome::Response { status: 200..=299, headers, body, over_cap } => from_body(headers, body, *over_cap),
+        FetchOutcome::Response { status: status @ 500.., .. } => {
+            unavailable_fetch(format!("automation-preferences.txt answered {status}"))
+        }
+        FetchOutcome::Failed(error @ (FetchError::Timeout | FetchError::Network(_))) => {
+            unavailable_fetch(format!("fetching automation-preferences.txt failed: {error}"))
+        }
+        FetchOutcome::Failed(error) => AutoctlState {
+            policy: Policy::Silent,
+            report: PolicyReport {
+                status: PolicyStatus::Absent,
+                digest: None,
+                diagnostics: vec![Diagnostic::warning(None, "fetch-failed", format!("{error}: treated as no file"))],
+            },
+        },
+        FetchOutcome::Response { .. } => AutoctlState { policy: Policy::Silent, report: PolicyReport::absent() },
+    }
+}
+
+/// Every finding about a file body as served with status 200 and no `Content-Type`: the
+/// same path as [`from_fetch`], so `agentgate lint` and the proxy agree.
+pub fn lint(body: &[u8]) -> Vec<Diagnostic> {
+    from_body(&Headers::default(), body, false).report.diagnostics
 }
 
 impl AutoctlState {
-    /// What this file says about one request.
-    pub fn evaluate(&self, _req: &RequestView<'_>) -> SourceVerdict {
-        SourceVerdict::no_opinion()
+    /// What this file says about one request (SEMANTICS D6–D13, D15): no opinion when no
+    /// group applies; otherwise the one selected group's `allowed-methods` and
+    /// `allowed-purposes` decide, and every failed check is a reason citing its line.
+    pub fn evaluate(&self, req: &RequestView<'_>) -> SourceVerdict {
+        match &self.policy {
+            Policy::Silent => SourceVerdict::no_opinion(),
+            Policy::SafeMethodsOnly(reason) => {
+                let opinion = if req.is_safe_method() { Opinion::Allow } else { Opinion::Deny };
+                SourceVerdict::with(opinion, reason.clone())
+            }
+            Policy::Groups(groups) => self.evaluate_groups(groups, req),
+        }
     }
 
-    /// Status, digest and findings for explain.
+    /// Status, digest (SHA-256 of the bytes served) and findings, for `explain` and `lint`.
     pub fn report(&self) -> PolicyReport {
-        PolicyReport::absent()
+        self.report.clone()
+    }
+
+    fn evaluate_groups(&self, groups: &[Group], req: &RequestView<'_>) -> SourceVerdict {
+        let Some(group) = select(groups, req) else {
+            let rule = "no group's host, scope and user-agent match this request";
+            let reason = Reason::new(Source::Autoctl, NO_GROUP, rule).with_digest(self.report.digest.clone());
+            return SourceVerdict::with(Opinion::NoOpinion, reason);
+        };
+        let mut denials = Vec::new();
+        let mut allowed_by = None;
+        match &group.methods {
+            None => denials.push(self.reason(NO_ALLOWED_METHODS, Some(&group.first))),
+            Some(methods) => match methods.find_method(req.method) {
+                Some(line) => allowed_by = Some(line),
+                None => denials.push(self.reason(METHOD_NOT_ALLOWED, methods.first_line())),
+            },
+        }
+        if let Some(purposes) = &group.purposes {
+            let cited = purposes.first_line();
+            if req.purposes.is_empty() {
+                denials.push(self.reason(PURPOSE_UNDECLARED, cited));
+            } else if req.purposes.iter().any(|p| purposes.find_purpose(p).is_none()) {
+                denials.push(self.reason(PURPOSE_NOT_ALLOWED, cited));
+            }
+        }
+        if denials.is_empty() {
+            SourceVerdict::with(Opinion::Allow, self.reason(ALLOWED, allowed_by))
+        } else {
+            SourceVerdict { opinion: Opinion::Deny, reasons: denials, limits: Vec::new(), inject_headers: Vec::new() }
+        }
+    }
+
+    /// A reason from this file, citing a line when one decided.
+    fn reason(&self, code: &str, cited: Option<&RuleLine>) -> Reason {
+        let reason = Reason::new(Source::Autoctl, code, cited.map_or("", |c| c.text.as_str()));
+        let reason = match cited {
+            Some(c) => reason.at_line(c.line),
+            None => reason,
+        };
+        reason.with_digest(self.report.digest.clone())
+    }
+}
+
+/// Exactly one group (D10): the greatest (host, scope length, exact user-agent), the later
+/// group on a tie. The request path is normalised once here, not per pattern.
+fn select<'g>(groups: &'g [Group], req: &RequestView<'_>) -> Option<&'g Group> {
+    let path = normalize(req.path_and_query);
+    let mut best: Option<(Specificity, &Group)> = None;
+    for group in groups {
+        if let Some(specificity) = group.specificity(req, &path)
+            && best.as_ref().is_none_or(|(b, _)| specificity >= *b)
+        {
+            best = Some((specificity, group));
+        }
+    }
+    best.map(|(_, group)| group)
+}
+
+/// A 2xx body (D15, D14, D19).
+fn from_body(headers: &Headers, body: &[u8], over_cap: bool) -> AutoctlState {
+    let digest = Some(hex::encode(Sha256::digest(body)));
+    if headers.is_html() || looks_like_html(body) {
+        let why = "served as HTML (a soft-404 page?), not automation preferences: no opinion";
+        return AutoctlState {
+            policy: Policy::Silent,
+            report: PolicyReport {
+                status: PolicyStatus::NotApplicable,
+                digest,
+                diagnostics: vec![Diagnostic::warning(None, "not-applicable", why)],
+            },
+        };
+    }
+    let mut diagnostics = Vec::new();
+    if let Some(media_type) = headers.media_type()
+        && media_type != "text/plain"
+    {
+        let message = format!("served as '{media_type}'; the draft requires text/plain; charset=utf-8 (parsed anyway)");
+        diagnostics.push(Diagnostic::warning(None, "content-type", message));
+    }
+    if over_cap || body.len() > MAX_BYTES {
+        let why = format!("automation-preferences.txt is larger than {} KiB", MAX_BYTES / 1024);
+        diagnostics.push(Diagnostic::error(None, "too-large", format!("{why}: only safe methods are allowed")));
+        return malformed(unavailable_reason(&why).with_digest(digest.clone()), digest, diagnostics);
+    }
+    match parse::parse(body) {
+        Parsed::Rejected(line, found) => {
+            diagnostics.extend(found);
+            let why = format!("automation-preferences.txt is rejected: raw control byte on line {line}");
+            malformed(unavailable_reason(&why).at_line(line).with_digest(digest.clone()), digest, diagnostics)
+        }
+        Parsed::Groups(groups, found) => {
+            diagnostics.extend(found);
+            AutoctlState {
+                policy: Policy::Groups(groups),
+                report: PolicyReport { status: PolicyStatus::Valid, digest, diagnostics },
+            }
+        }
+    }
+}
+
+/// A body that starts like an HTML document (after a BOM and whitespace) is a soft-404
+/// page, whatever its `Content-Type` (D15 "unless the body is HTML"). `<!--` alone is not
+/// HTML: the draft's own examples open with such comments.
+fn looks_like_html(body: &[u8]) -> bool {
+    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+    let start = body.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(body.len());
+    let head = &body[start..body.len().min(start + 14)];
+    [&b"<!doctype html"[..], b"<html"]
+        .iter()
+        .any(|tag| head.len() >= tag.len() && head[..tag.len()].eq_ignore_ascii_case(tag))
+}
+
+/// The reason for "safe methods only" (D15).
+fn unavailable_reason(why: &str) -> Reason {
+    Reason::new(
+        Source::Autoctl,
+        UNAVAILABLE,
+        format!("{why}: only GET, HEAD and OPTIONS are allowed until a good fetch"),
+    )
+}
+
+/// A served file that cannot be used (D14 control bytes, oversize).
+fn malformed(reason: Reason, digest: Option<String>, diagnostics: Vec<Diagnostic>) -> AutoctlState {
+    AutoctlState {
+        policy: Policy::SafeMethodsOnly(reason),
+        report: PolicyReport { status: PolicyStatus::Malformed, digest, diagnostics },
+    }
+}
+
+/// No file could be fetched (5xx, timeout, network error): safe methods only, status absent.
+fn unavailable_fetch(why: String) -> AutoctlState {
+    let reason = unavailable_reason(&why);
+    let diagnostics = vec![Diagnostic::warning(None, "unavailable", reason.rule.clone())];
+    AutoctlState {
+        policy: Policy::SafeMethodsOnly(reason),
+        report: PolicyReport { status: PolicyStatus::Absent, digest: None, diagnostics },
     }
 }
