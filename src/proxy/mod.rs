@@ -1,1 +1,30 @@
-//! Proxy: placeholder.
+//! The proxy edge: the listener, CONNECT with MITM or passthrough, the one request service
+//! shared by plain HTTP and intercepted HTTPS, the pooled upstream client, the responses
+//! agentgate writes itself, and graceful shutdown.
+//!
+//! It never parses policy text, decides allow or deny itself, or formats audit records: the
+//! gate (issue 4) slots in between "request parsed" and "forward" in [`service`]. The life of
+//! a request through the phases is written down in `docs/request-flow.md`.
+//!
+//! Specs: RFC 9110 §7.6 (intermediaries: hop-by-hop fields, `Via`), §9.3.6 (CONNECT), §7.8
+//! (Upgrade); RFC 9112 §3.2 (request target forms); RFC 9113 §8.3 (h2 pseudo-headers).
+
+mod block;
+mod connect;
+mod context;
+mod drain;
+mod error;
+mod headers;
+mod listener;
+mod relay;
+mod resolve;
+mod rewind;
+mod service;
+mod upstream;
+
+pub use error::ProxyError;
+pub use listener::{Proxy, RunningProxy, shutdown_signal};
+
+/// The body of every response the proxy hands to hyper: either the origin's streamed body or
+/// a small body agentgate wrote itself.
+type ProxyBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, hyper::Error>;

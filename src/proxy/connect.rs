@@ -1,0 +1,201 @@
+//! CONNECT (RFC 9110 §9.3.6): the host-level decision before the `200` (`decide_tunnel`),
+//! then either a passthrough splice to the target, or interception: read the tunnel's first
+//! bytes, terminate TLS with a leaf minted for the SNI name (or the CONNECT host), and serve
+//! the inner HTTP/1.1 or h2 with the same request service as the proxy port. A tunnel whose
+//! first byte is not a TLS handshake record is served as plain HTTP (WebSocket included).
+//!
+//! Never routes an inner request anywhere but the CONNECT target; never mints certificates
+//! itself (the TLS module does).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use http::uri::Authority;
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncReadExt;
+use tokio_rustls::LazyConfigAcceptor;
+use tracing::{Instrument, debug, field, info, info_span, warn};
+
+use super::ProxyBody;
+use super::block::tunnel_established;
+use super::context::{Entry, ProxyState};
+use super::drain::Drain;
+use super::error::{ProxyError, error_chain};
+use super::listener::{ServerProtocols, server_builder};
+use super::relay::splice;
+use super::rewind::Rewind;
+use super::service::ProxyService;
+use crate::config::Config;
+
+/// How long a client may take, after the `200`, to send its first bytes and finish the TLS
+/// handshake. A tunnel to a server-speaks-first protocol waits this long and then closes:
+/// such hosts belong in `[mitm] passthrough_hosts`.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The first byte of a TLS record carrying a handshake message (RFC 8446 §5.1).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
+/// What happens to a tunnel once the `200` is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tunnel {
+    /// Terminate TLS with a minted certificate and see every request.
+    Mitm,
+    /// Splice bytes to the target untouched (`[mitm] passthrough_hosts`).
+    Passthrough,
+}
+
+/// The host-level decision for a CONNECT, made before anything is answered: the one place
+/// issue 4 adds host policy (an early deny, or passthrough for the model API).
+pub(crate) fn decide_tunnel(config: &Config, authority: &Authority) -> Tunnel {
+    if config.mitm.is_passthrough(authority.host()) { Tunnel::Passthrough } else { Tunnel::Mitm }
+}
+
+/// Phase `handle_connect`: checks the target, decides, and answers `200`; the tunnel itself
+/// runs in its own task once hyper hands over the connection.
+///
+/// # Errors
+/// [`ProxyError::BadConnectTarget`] for a target that is not `host:port`; for passthrough,
+/// the `Upstream*` variants when the target cannot be reached (answered before the `200`).
+pub(crate) async fn handle_connect(
+    state: &Arc<ProxyState>,
+    client: SocketAddr,
+    drain: Drain,
+    mut request: Request<Incoming>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let authority = connect_target(request.uri())?;
+    tracing::Span::current().record("authority", field::display(&authority));
+    let on_upgrade = hyper::upgrade::on(&mut request);
+    let tunnel = decide_tunnel(&state.config, &authority);
+    let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
+    match tunnel {
+        Tunnel::Passthrough => {
+            let origin = state.upstream.open_tunnel(&authority).await?;
+            tokio::spawn(
+                async move {
+                    match on_upgrade.await {
+                        Ok(upgraded) => splice(TokioIo::new(upgraded), origin, drain, "passthrough tunnel").await,
+                        Err(error) => debug!(error = %error_chain(&error), "client left before the tunnel opened"),
+                    }
+                }
+                .instrument(span),
+            );
+        }
+        Tunnel::Mitm => {
+            let state = Arc::clone(state);
+            tokio::spawn(
+                async move {
+                    if let Err(error) = intercept(state, client, authority, on_upgrade, drain).await {
+                        warn!(error = %error, "tunnel failed");
+                    }
+                }
+                .instrument(span),
+            );
+        }
+    }
+    Ok(tunnel_established())
+}
+
+/// The CONNECT target as `host:port`: authority-form only, a port required.
+fn connect_target(uri: &Uri) -> Result<Authority, ProxyError> {
+    let bad = || ProxyError::BadConnectTarget { target: uri.to_string() };
+    let authority = uri.authority().ok_or_else(bad)?;
+    let authority_form = uri.scheme().is_none() && uri.path_and_query().is_none();
+    let has_user_info = authority.as_str().contains('@');
+    if !authority_form || has_user_info || authority.host().is_empty() || authority.port_u16().is_none() {
+        return Err(bad());
+    }
+    Ok(authority.clone())
+}
+
+/// An intercepted tunnel, from the upgrade to the end of the inner connection.
+async fn intercept(
+    state: Arc<ProxyState>,
+    client: SocketAddr,
+    authority: Authority,
+    on_upgrade: OnUpgrade,
+    drain: Drain,
+) -> Result<(), ProxyError> {
+    let handshake_failed = |cause: String| ProxyError::ClientHandshake { authority: authority.to_string(), cause };
+    let upgraded = on_upgrade.await.map_err(|error| handshake_failed(error_chain(&error)))?;
+    let mut io = TokioIo::new(upgraded);
+    let mut first = BytesMut::with_capacity(4096);
+    let read = tokio::time::timeout(HANDSHAKE_TIMEOUT, io.read_buf(&mut first)).await;
+    match read {
+        Ok(Ok(0)) => return Ok(()),
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => return Err(handshake_failed(error_chain(&error))),
+        Err(_elapsed) => return Err(handshake_failed(format!("the client sent nothing for {HANDSHAKE_TIMEOUT:?}"))),
+    }
+    let is_tls = first.first() == Some(&TLS_HANDSHAKE_RECORD);
+    let io = Rewind::new(first.freeze(), io);
+    if !is_tls {
+        debug!("no TLS ClientHello: serving the tunnel as plain HTTP");
+        let service = ProxyService::for_tunnel(state, client, authority, Entry::PlainTunnel, drain.clone());
+        let builder = server_builder(ServerProtocols::Http1);
+        let served = drain.serve(builder.serve_connection_with_upgrades(TokioIo::new(io), service)).await;
+        log_connection_end(served);
+        return Ok(());
+    }
+
+    let accept = async {
+        let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io)
+            .await
+            .map_err(|error| handshake_failed(error_chain(&error)))?;
+        let sni = start.client_hello().server_name().map(str::to_owned);
+        if let Some(sni) = &sni
+            && !sni.eq_ignore_ascii_case(authority.host())
+        {
+            info!(sni = %sni, "SNI differs from the CONNECT host; routing to the CONNECT host");
+        }
+        // IP targets come without SNI: mint for the CONNECT host (an IP SAN).
+        let name = sni.unwrap_or_else(|| authority.host().to_owned());
+        let config = state
+            .certs
+            .server_config(&name)
+            .await
+            .map_err(|source| ProxyError::LeafCertificate { host: name.clone(), source })?;
+        start.into_stream(config).await.map_err(|error| handshake_failed(error_chain(&error)))
+    };
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
+        Ok(result) => result?,
+        Err(_elapsed) => {
+            return Err(handshake_failed(format!("the TLS handshake did not finish in {HANDSHAKE_TIMEOUT:?}")));
+        }
+    };
+    let service = ProxyService::for_tunnel(state, client, authority, Entry::Mitm, drain.clone());
+    let builder = server_builder(ServerProtocols::Http1AndH2);
+    log_connection_end(drain.serve(builder.serve_connection_with_upgrades(TokioIo::new(tls), service)).await);
+    Ok(())
+}
+
+/// Connection-level errors (a client that hung up mid-request) are routine for a proxy.
+pub(crate) fn log_connection_end(result: Result<(), Box<dyn std::error::Error + Send + Sync>>) {
+    if let Err(error) = result {
+        debug!(error = %error_chain(&*error), "connection closed with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(text: &str) -> Result<String, String> {
+        let uri: Uri = text.parse().map_err(|_| "unparsable".to_owned())?;
+        connect_target(&uri).map(|a| a.to_string()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn rfc9110_9_3_6_connect_target_is_host_and_port() {
+        assert_eq!(target("example.com:443"), Ok("example.com:443".to_owned()));
+        assert_eq!(target("[::1]:8443"), Ok("[::1]:8443".to_owned()));
+        assert!(target("example.com").is_err_and(|e| e.contains("add the port")));
+        assert!(target("/index.html").is_err());
+        assert!(target("http://example.com:80/").is_err());
+        assert!(target("user@example.com:443").is_err());
+    }
+}

@@ -1,0 +1,99 @@
+//! What travels with a request through the phases: the state every connection shares
+//! (`ProxyState`) and the per-request `RequestContext` (who asked, for which origin, how it
+//! came in, since when).
+//!
+//! The context is built once the request is parsed and before anything is forwarded; the
+//! gate (issue 4) reads it to identify the agent and the origin. Nothing here does I/O.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use http::uri::{Authority, Scheme};
+
+use super::upstream::Upstream;
+use crate::config::Config;
+use crate::tls::LeafCertCache;
+
+/// Everything the connections of one proxy share; cheap to reach through an `Arc`.
+pub(crate) struct ProxyState {
+    /// The configuration the proxy was started with.
+    pub(crate) config: Arc<Config>,
+    /// Minted leaf certificates for intercepted hosts.
+    pub(crate) certs: LeafCertCache,
+    /// The pooled clients to origins.
+    pub(crate) upstream: Upstream,
+    next_request_id: AtomicU64,
+}
+
+impl ProxyState {
+    pub(crate) fn new(config: Arc<Config>, certs: LeafCertCache, upstream: Upstream) -> Self {
+        ProxyState { config, certs, upstream, next_request_id: AtomicU64::new(1) }
+    }
+
+    /// A new request id, unique for the life of this proxy.
+    pub(crate) fn next_request_id(&self) -> RequestId {
+        RequestId(self.next_request_id.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// How a request reached the request service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// An absolute-form request on the proxy port (`GET http://host/path`).
+    Forward,
+    /// A request inside a CONNECT tunnel whose TLS agentgate terminated.
+    Mitm,
+    /// A request inside a CONNECT tunnel that carried plain HTTP (no TLS ClientHello).
+    PlainTunnel,
+}
+
+impl Entry {
+    /// The name used in logs and traces.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Entry::Forward => "forward",
+            Entry::Mitm => "mitm",
+            Entry::PlainTunnel => "tunnel",
+        }
+    }
+}
+
+/// The id of one request, for logs now and the audit record later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RequestId(u64);
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The facts about one request that every phase may need, fixed once the request is parsed.
+///
+/// `authority` is where the request is routed: the CONNECT target for tunnelled requests
+/// (never the inner `Host` or SNI), the absolute URI's host and port otherwise.
+///
+/// `id`, `client` and `entry` are in the request's tracing span today; the gate (issue 4)
+/// reads them from here (identity falls back to the client address, DESIGN.md §3; the audit
+/// record carries the id).
+#[derive(Clone, Debug)]
+pub(crate) struct RequestContext {
+    /// Unique per request.
+    #[expect(dead_code, reason = "the seam for the gate and audit record of issue 4")]
+    pub(crate) id: RequestId,
+    /// The agent's TCP peer address.
+    #[expect(dead_code, reason = "the seam for the gate of issue 4: agent identity")]
+    pub(crate) client: SocketAddr,
+    /// How the request came in.
+    #[expect(dead_code, reason = "the seam for the gate and audit record of issue 4")]
+    pub(crate) entry: Entry,
+    /// `http` or `https`: the scheme used towards the origin.
+    pub(crate) scheme: Scheme,
+    /// The origin's host and port as routed (no user info).
+    pub(crate) authority: Authority,
+    /// When the request head was handed to the service.
+    pub(crate) started: Instant,
+}

@@ -1,0 +1,90 @@
+//! Graceful shutdown as one signal every connection and tunnel holds: serving, then draining
+//! (finish what is in flight, take nothing new), then stopped (the grace period is over).
+//!
+//! hyper-util's `GracefulShutdown` hands out one non-`Clone` watcher per connection, but a
+//! CONNECT tunnel is born inside a connection's service and outlives it; a cloneable handle
+//! lets the tunnel carry its own. Never decides when to shut down: the listener does.
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use hyper::rt::{Read, Write};
+use hyper_util::rt::TokioExecutor;
+use hyper_util::server::conn::auto::UpgradeableConnection;
+use tokio::sync::watch;
+
+use super::service::ProxyService;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    Serving,
+    Draining,
+    Stopped,
+}
+
+/// The listener's end: starts draining and waits for every handle to be dropped.
+pub(crate) struct DrainController {
+    tx: watch::Sender<Phase>,
+}
+
+/// Held by every connection and tunnel task; dropping it tells the controller the task is done.
+#[derive(Clone)]
+pub(crate) struct Drain {
+    rx: watch::Receiver<Phase>,
+}
+
+impl DrainController {
+    pub(crate) fn new() -> Self {
+        DrainController { tx: watch::Sender::new(Phase::Serving) }
+    }
+
+    /// A handle for a new connection or tunnel.
+    pub(crate) fn handle(&self) -> Drain {
+        Drain { rx: self.tx.subscribe() }
+    }
+
+    /// Tells every holder to drain, waits up to `grace` for all of them to finish, then tells
+    /// the rest to stop. Returns how many were still running when the grace period ended.
+    pub(crate) async fn drain(self, grace: Duration) -> usize {
+        self.tx.send_replace(Phase::Draining);
+        let remaining = match tokio::time::timeout(grace, self.tx.closed()).await {
+            Ok(()) => 0,
+            Err(_elapsed) => self.tx.receiver_count(),
+        };
+        self.tx.send_replace(Phase::Stopped);
+        remaining
+    }
+}
+
+impl Drain {
+    /// Resolves once draining has started (or the controller is gone).
+    pub(crate) async fn draining(&mut self) {
+        let _ = self.rx.wait_for(|phase| *phase >= Phase::Draining).await;
+    }
+
+    /// Resolves once the grace period is over (or the controller is gone).
+    pub(crate) async fn stopped(&mut self) {
+        let _ = self.rx.wait_for(|phase| *phase == Phase::Stopped).await;
+    }
+
+    /// Drives one HTTP connection to completion: on draining, asks hyper to finish the
+    /// in-flight requests and close (h1: after the current response; h2: GOAWAY); on stop,
+    /// drops it.
+    pub(crate) async fn serve<I>(
+        mut self,
+        conn: UpgradeableConnection<'_, I, ProxyService, TokioExecutor>,
+    ) -> Result<(), Box<dyn StdError + Send + Sync>>
+    where
+        I: Read + Write + Unpin + Send + 'static,
+    {
+        tokio::pin!(conn);
+        tokio::select! {
+            result = conn.as_mut() => return result,
+            () = self.draining() => conn.as_mut().graceful_shutdown(),
+        }
+        tokio::select! {
+            result = conn.as_mut() => result,
+            () = self.stopped() => Ok(()),
+        }
+    }
+}

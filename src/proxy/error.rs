@@ -1,0 +1,187 @@
+//! `ProxyError`: everything that can go wrong at the proxy edge, from start-up (CA, listen
+//! address) to one request (a bad request target, an origin that cannot be reached).
+//!
+//! Request-level variants are turned into a status and a plain body by `block::error_response`,
+//! the only place that does so; this file never writes a response.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::tls::TlsError;
+
+/// An error at the proxy edge. Start-up variants come out of [`Proxy::new`](super::Proxy::new)
+/// and [`Proxy::bind`](super::Proxy::bind); the others become the response of one request.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// The CA could not be loaded from, or created in, `[ca] dir`.
+    #[error("cannot load or create the CA in {}: {source}; check that the directory is writable or point [ca] dir / --ca-dir elsewhere", dir.display())]
+    Ca {
+        /// The CA directory from the config.
+        dir: PathBuf,
+        /// What the TLS module reported.
+        source: TlsError,
+    },
+
+    /// The upstream TLS client could not be built, usually because a file in
+    /// `[upstream] extra_ca_files` is missing or not PEM.
+    #[error("cannot build the upstream TLS client: {source}; check [upstream] extra_ca_files")]
+    UpstreamClient {
+        /// What the TLS module reported.
+        source: TlsError,
+    },
+
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}; choose a free address with `listen` in the config or --listen")]
+    Bind {
+        /// The address from `listen`.
+        addr: SocketAddr,
+        /// The operating system's error.
+        source: io::Error,
+    },
+
+    /// A request in origin-form (`GET /path`) reached the proxy port directly: this port only
+    /// serves proxy requests.
+    #[error(
+        "this is a forward proxy, not a web server: got `{method} {target}`; send absolute-form requests (`GET http://host/path`) or `CONNECT host:port` here, for example by setting HTTP_PROXY/HTTPS_PROXY to this address"
+    )]
+    NotAProxyRequest {
+        /// The request method.
+        method: String,
+        /// The request target as received.
+        target: String,
+    },
+
+    /// An absolute-form request named a scheme other than `http` or `https`.
+    #[error("cannot forward `{uri}`: only http:// and https:// URLs are proxied")]
+    UnsupportedScheme {
+        /// The request target as received.
+        uri: String,
+    },
+
+    /// A CONNECT request's target was not `host:port` (RFC 9110 §9.3.6).
+    #[error("CONNECT needs a `host:port` target, got `{target}`; add the port, e.g. `CONNECT example.com:443`")]
+    BadConnectTarget {
+        /// The request target as received.
+        target: String,
+    },
+
+    /// A request inside a CONNECT tunnel could not be turned into a URL on the tunnel's host,
+    /// e.g. a nested CONNECT or `OPTIONS *`.
+    #[error(
+        "cannot forward `{method} {target}` inside the tunnel to {authority}: only requests for paths on that host are proxied"
+    )]
+    BadTunnelRequest {
+        /// The request method.
+        method: String,
+        /// The request target as received.
+        target: String,
+        /// The CONNECT target of the tunnel.
+        authority: String,
+    },
+
+    /// The client's side of an intercepted tunnel failed before any request: it hung up,
+    /// sent nothing, or rejected agentgate's certificate (most often: it does not trust the CA).
+    #[error(
+        "TLS handshake with the client for {authority} failed: {cause}; if the client does not trust agentgate's CA, install the CA certificate in it, or add the host to [mitm] passthrough_hosts"
+    )]
+    ClientHandshake {
+        /// The CONNECT target of the tunnel.
+        authority: String,
+        /// The whole error chain.
+        cause: String,
+    },
+
+    /// No leaf certificate could be minted for an intercepted host.
+    #[error("cannot present a certificate for {host}: {source}")]
+    LeafCertificate {
+        /// The SNI name or CONNECT host.
+        host: String,
+        /// What the TLS module reported.
+        source: TlsError,
+    },
+
+    /// The origin's TLS certificate did not verify against the configured roots.
+    #[error(
+        "cannot verify the TLS certificate of {host}: {cause}; if the origin uses a private CA, add its PEM file to [upstream] extra_ca_files"
+    )]
+    UpstreamCertificate {
+        /// The origin, `host:port`.
+        host: String,
+        /// The whole error chain.
+        cause: String,
+    },
+
+    /// The origin's host name could not be resolved.
+    #[error("cannot resolve {host}: {cause}")]
+    UpstreamResolve {
+        /// The origin, `host:port`.
+        host: String,
+        /// The whole error chain.
+        cause: String,
+    },
+
+    /// The TCP connection to the origin failed (refused, unreachable, reset during TLS).
+    #[error("cannot connect to {host}: {cause}")]
+    UpstreamConnect {
+        /// The origin, `host:port`.
+        host: String,
+        /// The whole error chain.
+        cause: String,
+    },
+
+    /// Connecting to the origin took longer than `[upstream] connect_timeout`.
+    #[error("timed out connecting to {host}: {cause}; the origin may be down or [upstream] connect_timeout too short")]
+    UpstreamTimeout {
+        /// The origin, `host:port`.
+        host: String,
+        /// The whole error chain.
+        cause: String,
+    },
+
+    /// The origin was reached but the exchange failed (closed early, protocol error).
+    #[error("request to {host} failed: {cause}")]
+    Upstream {
+        /// The origin, `host:port`.
+        host: String,
+        /// The whole error chain.
+        cause: String,
+    },
+}
+
+/// Renders an error and every `source()` below it as `a: b: c`.
+///
+/// hyper's and hyper-util's `Display` show one level only, so a bare `{err}` hides the cause
+/// (`client error (Connect)`); this is what goes into logs and response bodies.
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut next = err.source();
+    while let Some(cause) = next {
+        let part = cause.to_string();
+        // io::Error displays its inner error, which often repeats the level above.
+        if !text.ends_with(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] io::Error);
+
+    #[test]
+    fn error_chain_walks_sources_and_skips_repeats() {
+        let inner = io::Error::new(io::ErrorKind::ConnectionRefused, "connection refused");
+        assert_eq!(error_chain(&Outer(inner)), "outer: connection refused");
+        let wrapped = io::Error::other(io::Error::other("same"));
+        assert_eq!(error_chain(&wrapped), "same");
+    }
+}

@@ -1,0 +1,146 @@
+//! Header rewriting every forwarded message gets, in both directions: hop-by-hop fields out
+//! (RFC 9110 §7.6.1), `Via` in (RFC 9110 §7.6.3), and the exception for protocol upgrades
+//! (RFC 9110 §7.8), whose `Connection: upgrade` and `Upgrade` must reach the other side.
+//!
+//! Never reads or changes end-to-end fields other than those.
+
+use http::header::{CONNECTION, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER};
+use http::header::{TRANSFER_ENCODING, UPGRADE, VIA};
+use http::{HeaderMap, Version};
+
+/// The pseudonym agentgate uses in `Via` (RFC 9110 §7.6.3).
+const VIA_PSEUDONYM: &str = "agentgate";
+
+/// Fields that describe one connection, not the message (RFC 9110 §7.6.1), plus the
+/// pre-standard `Keep-Alive` and `Proxy-Connection` that clients still send.
+const HOP_BY_HOP: [HeaderName; 9] = [
+    CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    PROXY_AUTHENTICATE,
+    PROXY_AUTHORIZATION,
+    TE,
+    TRAILER,
+    TRANSFER_ENCODING,
+    UPGRADE,
+];
+
+/// Whether a message's hop-by-hop `Upgrade` survives the rewrite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Upgrade {
+    /// Ordinary message: every hop-by-hop field goes.
+    Drop,
+    /// An upgrade request or its `101` answer: `Upgrade` is kept and `Connection: upgrade` set,
+    /// so the origin (or the client) can switch protocols through the proxy.
+    Keep,
+}
+
+/// Whether `headers` ask to switch protocols: `Connection` lists `upgrade` and `Upgrade` is
+/// present (RFC 9110 §7.8). Only HTTP/1.1 has this mechanism.
+pub(crate) fn is_upgrade_request(version: Version, headers: &HeaderMap) -> bool {
+    version == Version::HTTP_11 && headers.contains_key(UPGRADE) && connection_tokens(headers).any(|t| t == "upgrade")
+}
+
+/// Removes every hop-by-hop field, including each field named in `Connection`; with
+/// [`Upgrade::Keep`], puts back `Upgrade` and `Connection: upgrade`.
+pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Upgrade) {
+    let named: Vec<HeaderName> =
+        connection_tokens(headers).filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok()).collect();
+    let kept_upgrade: Vec<HeaderValue> = match upgrade {
+        Upgrade::Keep => headers.get_all(UPGRADE).iter().cloned().collect(),
+        Upgrade::Drop => Vec::new(),
+    };
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+    if !kept_upgrade.is_empty() {
+        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        for value in kept_upgrade {
+            headers.append(UPGRADE, value);
+        }
+    }
+}
+
+/// Appends `Via: <received-protocol> agentgate`, where the protocol is the version of the
+/// message as agentgate received it (`1.1`, `2`), after any `Via` already present.
+pub(crate) fn append_via(headers: &mut HeaderMap, received: Version) {
+    let protocol = match received {
+        Version::HTTP_09 => "0.9",
+        Version::HTTP_10 => "1.0",
+        Version::HTTP_2 => "2",
+        Version::HTTP_3 => "3",
+        _ => "1.1",
+    };
+    let value = format!("{protocol} {VIA_PSEUDONYM}");
+    // Built from two fixed ASCII strings, so always a valid header value.
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        headers.append(VIA, value);
+    }
+}
+
+/// The lower-cased tokens of every `Connection` field line.
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
+    headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(|token| token.trim().to_ascii_lowercase())
+        .filter(|token| !token.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(HeaderName::from_static(name), HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn rfc9110_7_6_1_removes_fixed_and_connection_named_fields() {
+        let mut map = headers(&[
+            ("connection", "close, X-Trace"),
+            ("connection", "x-other"),
+            ("x-trace", "1"),
+            ("x-other", "2"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("proxy-authorization", "Basic YTpi"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("accept", "*/*"),
+        ]);
+        remove_hop_by_hop(&mut map, Upgrade::Drop);
+        assert_eq!(map, headers(&[("accept", "*/*")]));
+    }
+
+    #[test]
+    fn rfc9110_7_8_upgrade_keeps_upgrade_and_sets_connection() {
+        let mut map = headers(&[("connection", "keep-alive, Upgrade"), ("upgrade", "websocket"), ("keep-alive", "x")]);
+        assert!(is_upgrade_request(Version::HTTP_11, &map));
+        remove_hop_by_hop(&mut map, Upgrade::Keep);
+        assert_eq!(map, headers(&[("connection", "upgrade"), ("upgrade", "websocket")]));
+    }
+
+    #[test]
+    fn upgrade_needs_both_fields_and_http11() {
+        assert!(!is_upgrade_request(Version::HTTP_11, &headers(&[("upgrade", "websocket")])));
+        assert!(!is_upgrade_request(Version::HTTP_11, &headers(&[("connection", "upgrade")])));
+        let both = headers(&[("connection", "upgrade"), ("upgrade", "websocket")]);
+        assert!(!is_upgrade_request(Version::HTTP_2, &both));
+    }
+
+    #[test]
+    fn rfc9110_7_6_3_via_is_appended_with_the_received_version() {
+        let mut map = headers(&[("via", "1.0 fred")]);
+        append_via(&mut map, Version::HTTP_2);
+        let values: Vec<_> = map.get_all(VIA).iter().map(|v| v.to_str().unwrap_or_default()).collect();
+        assert_eq!(values, ["1.0 fred", "2 agentgate"]);
+    }
+}

@@ -1,0 +1,196 @@
+//! The proxy's public face: [`Proxy`] (built from the config: CA, leaf cache, upstream
+//! clients), [`RunningProxy`] (bound to `listen`, running the accept loop), graceful
+//! shutdown, and [`shutdown_signal`] for SIGTERM/SIGINT.
+//!
+//! Also the one place HTTP server connections are configured (`server_builder`), for the
+//! proxy port and for the inside of tunnels alike. Never handles a request itself.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
+use tracing::{Instrument, debug, debug_span, info, warn};
+
+use super::connect::log_connection_end;
+use super::context::ProxyState;
+use super::drain::{Drain, DrainController};
+use super::error::ProxyError;
+use super::service::ProxyService;
+use super::upstream::Upstream;
+use crate::config::Config;
+use crate::tls::{CertificateAuthority, LeafCertCache};
+
+/// How long a client may take to send a complete request head (HTTP/1.1). hyper's limits on
+/// head size (about 400 KiB of buffer, 100 header fields) stay at their defaults.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long to pause accepting after an accept error (out of file descriptors, say), so the
+/// loop does not spin while the condition lasts.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// The proxy, ready to bind: the CA is loaded (or created), the leaf cache and the upstream
+/// clients are built.
+pub struct Proxy {
+    state: Arc<ProxyState>,
+    ca_cert_path: PathBuf,
+}
+
+/// A proxy bound to its listen address; [`run_until`](Self::run_until) serves it.
+pub struct RunningProxy {
+    proxy: Proxy,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+}
+
+impl Proxy {
+    /// Builds the proxy from `config`: loads the CA from `[ca] dir` (creating it on first
+    /// run), sets up the leaf cache (`[mitm] cert_cache_size`) and the upstream clients
+    /// (`[upstream]`). Call `crate::tls::install_default_provider()` once before, as for any
+    /// rustls use in the process.
+    ///
+    /// # Errors
+    /// [`ProxyError::Ca`] when the CA cannot be loaded or created;
+    /// [`ProxyError::UpstreamClient`] when an `[upstream] extra_ca_files` entry is unusable.
+    pub fn new(config: Arc<Config>) -> Result<Self, ProxyError> {
+        let ca = CertificateAuthority::load_or_create(&config.ca.dir)
+            .map_err(|source| ProxyError::Ca { dir: config.ca.dir.clone(), source })?;
+        let ca_cert_path = ca.cert_path().to_owned();
+        let certs = LeafCertCache::new(Arc::new(ca), config.mitm.cert_cache_size);
+        let upstream = Upstream::new(&config.upstream)?;
+        Ok(Proxy { state: Arc::new(ProxyState::new(config, certs, upstream)), ca_cert_path })
+    }
+
+    /// The PEM file of the CA that agents must trust.
+    pub fn ca_cert_path(&self) -> &Path {
+        &self.ca_cert_path
+    }
+
+    /// Binds `listen` from the config (port 0 picks a free port; see
+    /// [`RunningProxy::local_addr`]).
+    ///
+    /// # Errors
+    /// [`ProxyError::Bind`] when the address is taken or not available.
+    pub async fn bind(self) -> Result<RunningProxy, ProxyError> {
+        let addr = self.state.config.listen;
+        let bind_error = |source| ProxyError::Bind { addr, source };
+        let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+        let local_addr = listener.local_addr().map_err(bind_error)?;
+        debug!(%local_addr, "proxy port bound");
+        Ok(RunningProxy { proxy: self, listener, local_addr })
+    }
+}
+
+impl RunningProxy {
+    /// The address the proxy listens on (the real port when `listen` had port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The PEM file of the CA that agents must trust.
+    pub fn ca_cert_path(&self) -> &Path {
+        self.proxy.ca_cert_path()
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting and lets in-flight requests,
+    /// tunnels and WebSocket relays finish for up to `shutdown_grace`; whatever is still
+    /// running then is closed. Returns when that is done.
+    pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
+        let RunningProxy { proxy, listener, local_addr } = self;
+        let drain = DrainController::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, client)) => accept(&proxy.state, tcp, client, drain.handle()),
+                    Err(error) => {
+                        warn!(%error, %local_addr, "cannot accept a connection; pausing briefly");
+                        tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    }
+                },
+            }
+        }
+        drop(listener);
+        let grace = proxy.state.config.shutdown_grace;
+        info!(?grace, "shutting down: no new connections, waiting for in-flight requests");
+        let remaining = drain.drain(grace).await;
+        if remaining > 0 {
+            warn!(remaining, "shutdown grace period over; closing the connections still open");
+        }
+    }
+}
+
+/// Phase `accept`: one task per client connection, serving HTTP/1.1 with upgrades (CONNECT
+/// and WebSocket hand the connection over when the response is written).
+fn accept(state: &Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain: Drain) {
+    if let Err(error) = tcp.set_nodelay(true) {
+        debug!(%error, %client, "cannot set TCP_NODELAY");
+    }
+    let service = ProxyService::for_proxy_port(Arc::clone(state), client, drain.clone());
+    let span = debug_span!("connection", client = %client);
+    tokio::spawn(
+        async move {
+            debug!("accepted");
+            let builder = server_builder(ServerProtocols::Http1);
+            log_connection_end(drain.serve(builder.serve_connection_with_upgrades(TokioIo::new(tcp), service)).await);
+        }
+        .instrument(span),
+    );
+}
+
+/// Which HTTP versions a server connection speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ServerProtocols {
+    /// The proxy port and plain tunnels: HTTP/1.1 (CONNECT and Upgrade live there).
+    Http1,
+    /// Intercepted TLS: h2 or HTTP/1.1 as negotiated by ALPN (hyper-util sniffs the preface,
+    /// so ALPN and the protocol cannot disagree).
+    Http1AndH2,
+}
+
+/// A server connection builder with agentgate's timeouts.
+pub(crate) fn server_builder(protocols: ServerProtocols) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    builder.http2().timer(TokioTimer::new());
+    match protocols {
+        ServerProtocols::Http1 => builder.http1_only(),
+        ServerProtocols::Http1AndH2 => builder,
+    }
+}
+
+/// Completes on SIGTERM or SIGINT (Ctrl-C): the signal to pass to
+/// [`RunningProxy::run_until`]. If a signal handler cannot be installed, that signal is
+/// logged and ignored rather than taken as a request to stop.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            warn!(%error, "cannot listen for SIGINT; use SIGTERM to stop");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                warn!(%error, "cannot listen for SIGTERM; use SIGINT to stop");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => info!("SIGINT received"),
+        () = terminate => info!("SIGTERM received"),
+    }
+}

@@ -1,0 +1,275 @@
+//! The one request service. Requests on the proxy port (absolute-form or CONNECT) and
+//! requests inside a CONNECT tunnel (intercepted TLS or plain HTTP) all enter here and run
+//! the same phases: `route` (work out where the request goes: a `RequestContext`), then
+//! `forward` (rewrite, send upstream, stream the answer back).
+//!
+//! The gate (issue 4) goes between `route` and `forward`, in `handle`: the request is parsed,
+//! its origin known, nothing has left the proxy yet. See `docs/request-flow.md`.
+//!
+//! Never decides allow or deny, never reads policy, never buffers a body.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::HOST;
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use tracing::{Instrument, debug, field, info, info_span, warn};
+
+use super::ProxyBody;
+use super::block::error_response;
+use super::connect::handle_connect;
+use super::context::{Entry, ProxyState, RequestContext, RequestId};
+use super::drain::Drain;
+use super::error::{ProxyError, error_chain};
+use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
+use super::relay::splice;
+
+/// Where a connection's requests go: the proxy port, or the inside of one CONNECT tunnel.
+#[derive(Clone, Debug)]
+enum Target {
+    ProxyPort,
+    Tunnel { authority: Authority, entry: Entry },
+}
+
+/// The hyper service for one client connection (the proxy port, or the inside of a tunnel).
+#[derive(Clone)]
+pub(crate) struct ProxyService {
+    state: Arc<ProxyState>,
+    client: SocketAddr,
+    target: Target,
+    /// Handed to the tunnels and upgraded connections this connection opens.
+    drain: Drain,
+}
+
+impl ProxyService {
+    /// The service for a connection accepted on the proxy port.
+    pub(crate) fn for_proxy_port(state: Arc<ProxyState>, client: SocketAddr, drain: Drain) -> Self {
+        ProxyService { state, client, target: Target::ProxyPort, drain }
+    }
+
+    /// The service for the inside of a tunnel to `authority`: every request is routed there,
+    /// whatever its `Host`, `:authority` or SNI says.
+    pub(crate) fn for_tunnel(
+        state: Arc<ProxyState>,
+        client: SocketAddr,
+        authority: Authority,
+        entry: Entry,
+        drain: Drain,
+    ) -> Self {
+        ProxyService { state, client, target: Target::Tunnel { authority, entry }, drain }
+    }
+
+    /// One request, start to response head, inside its tracing span.
+    async fn handle(self, request: Request<Incoming>) -> Response<ProxyBody> {
+        let started = Instant::now();
+        let id = self.state.next_request_id();
+        let entry = match &self.target {
+            Target::ProxyPort => Entry::Forward,
+            Target::Tunnel { entry, .. } => *entry,
+        };
+        let span = info_span!(
+            "request",
+            id = %id,
+            client = %self.client,
+            entry = entry.as_str(),
+            method = %request.method(),
+            authority = field::Empty,
+        );
+        let response = async {
+            let result = if request.method() == Method::CONNECT && matches!(self.target, Target::ProxyPort) {
+                handle_connect(&self.state, self.client, self.drain.clone(), request).await
+            } else {
+                match self.route(id, started, request) {
+                    // Issue 4: the gate decides here, on `context` and the parsed request.
+                    Ok((context, request)) => forward(&self.state, &context, request, self.drain.clone()).await,
+                    Err(error) => Err(error),
+                }
+            };
+            let response = result.unwrap_or_else(|error| {
+                warn!(error = %error, "request failed");
+                error_response(&error)
+            });
+            info!(status = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "response");
+            response
+        }
+        .instrument(span)
+        .await;
+        response
+    }
+
+    /// Phase `route`: where the request goes. On the proxy port that is the absolute URI's
+    /// origin; inside a tunnel it is always the CONNECT target.
+    fn route(
+        &self,
+        id: RequestId,
+        started: Instant,
+        request: Request<Incoming>,
+    ) -> Result<(RequestContext, Request<Incoming>), ProxyError> {
+        let uri = request.uri();
+        let (scheme, authority, entry) = match &self.target {
+            Target::ProxyPort => {
+                let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
+                    return Err(ProxyError::NotAProxyRequest {
+                        method: request.method().to_string(),
+                        target: uri.to_string(),
+                    });
+                };
+                if *scheme != Scheme::HTTP && *scheme != Scheme::HTTPS {
+                    return Err(ProxyError::UnsupportedScheme { uri: uri.to_string() });
+                }
+                (scheme.clone(), without_user_info(authority), Entry::Forward)
+            }
+            Target::Tunnel { authority, entry } => {
+                let starts_with_slash = uri.path_and_query().is_some_and(|p| p.as_str().starts_with('/'));
+                if request.method() == Method::CONNECT || !starts_with_slash {
+                    return Err(ProxyError::BadTunnelRequest {
+                        method: request.method().to_string(),
+                        target: uri.to_string(),
+                        authority: authority.to_string(),
+                    });
+                }
+                log_misdirection(authority, &request);
+                let scheme = if *entry == Entry::Mitm { Scheme::HTTPS } else { Scheme::HTTP };
+                (scheme, authority.clone(), *entry)
+            }
+        };
+        tracing::Span::current().record("authority", field::display(&authority));
+        let context = RequestContext { id, client: self.client, entry, scheme, authority, started };
+        Ok((context, request))
+    }
+}
+
+impl hyper::service::Service<Request<Incoming>> for ProxyService {
+    type Response = Response<ProxyBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let service = self.clone();
+        Box::pin(async move { Ok(service.handle(request).await) })
+    }
+}
+
+/// Phase `forward`: rewrite the request for the origin, send it, rewrite the response head
+/// and hand back the origin's body as a stream. For an upgrade that the origin accepts
+/// (`101`), also start relaying bytes once both sides have switched.
+async fn forward(
+    state: &ProxyState,
+    context: &RequestContext,
+    mut request: Request<Incoming>,
+    drain: Drain,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let upgrade = if is_upgrade_request(request.version(), request.headers()) { Upgrade::Keep } else { Upgrade::Drop };
+    let client_upgrade = (upgrade == Upgrade::Keep).then(|| hyper::upgrade::on(&mut request));
+    let request = to_origin(context, request, upgrade)?;
+    let mut response = state.upstream.send(&context.authority, request, upgrade).await?;
+    let waited_ms = context.started.elapsed().as_millis() as u64;
+    debug!(version = ?response.version(), waited_ms, "origin answered");
+    match client_upgrade {
+        Some(client_upgrade) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            let origin_upgrade = hyper::upgrade::on(&mut response);
+            tokio::spawn(relay_upgraded(client_upgrade, origin_upgrade, drain).in_current_span());
+            Ok(to_client(response, Upgrade::Keep))
+        }
+        _ => Ok(to_client(response, Upgrade::Drop)),
+    }
+}
+
+/// The request as the origin gets it: an absolute URI on the routed origin (the pooled client
+/// needs one and derives `Host` or `:authority` from it, so the client's `Host` is dropped),
+/// HTTP/1.1 as the baseline version (the client picks h2 by ALPN), hop-by-hop fields out,
+/// `Via` in. The body is the client's, streamed.
+fn to_origin(
+    context: &RequestContext,
+    request: Request<Incoming>,
+    upgrade: Upgrade,
+) -> Result<Request<Incoming>, ProxyError> {
+    let (mut parts, body) = request.into_parts();
+    let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+    parts.uri = Uri::builder()
+        .scheme(context.scheme.clone())
+        .authority(context.authority.clone())
+        .path_and_query(path)
+        .build()
+        .map_err(|_| ProxyError::UnsupportedScheme { uri: parts.uri.to_string() })?;
+    remove_hop_by_hop(&mut parts.headers, upgrade);
+    parts.headers.remove(HOST);
+    append_via(&mut parts.headers, parts.version);
+    parts.version = Version::HTTP_11;
+    Ok(Request::from_parts(parts, body))
+}
+
+/// The response as the client gets it: hop-by-hop fields out (except an accepted upgrade's),
+/// `Via` in, the origin's body streamed through.
+fn to_client(response: Response<Incoming>, upgrade: Upgrade) -> Response<ProxyBody> {
+    let (mut parts, body) = response.into_parts();
+    remove_hop_by_hop(&mut parts.headers, upgrade);
+    append_via(&mut parts.headers, parts.version);
+    // hyper writes the version of the client's connection; this only avoids a coercion note.
+    parts.version = Version::HTTP_11;
+    Response::from_parts(parts, body.boxed_unsync())
+}
+
+/// After a `101`: waits for both hyper connections to hand over their streams, then relays.
+async fn relay_upgraded(client: OnUpgrade, origin: OnUpgrade, drain: Drain) {
+    match tokio::try_join!(client, origin) {
+        Ok((client, origin)) => splice(TokioIo::new(client), TokioIo::new(origin), drain, "upgraded connection").await,
+        Err(error) => debug!(error = %error_chain(&error), "upgrade did not complete"),
+    }
+}
+
+/// `host:port` without any `user:password@` (RFC 9110 §4.2.4: not sent on).
+fn without_user_info(authority: &Authority) -> Authority {
+    match authority.as_str().rsplit_once('@') {
+        Some((_, host_port)) => host_port.parse().unwrap_or_else(|_| authority.clone()),
+        None => authority.clone(),
+    }
+}
+
+/// Inside a tunnel, the request's own idea of its host (`Host`, or the h2 `:authority`) is
+/// ignored for routing; when it differs from the CONNECT target, say so once.
+fn log_misdirection(tunnel: &Authority, request: &Request<Incoming>) {
+    let named = request
+        .uri()
+        .host()
+        .map(str::to_owned)
+        .or_else(|| request.headers().get(HOST).and_then(|h| h.to_str().ok()).map(host_of));
+    if let Some(named) = named
+        && !named.eq_ignore_ascii_case(tunnel.host())
+    {
+        info!(named = %named, tunnel = %tunnel, "request names another host than its CONNECT target; routing to the CONNECT target");
+    }
+}
+
+/// The host part of a `Host` value (`example.com:8443` → `example.com`, `[::1]:80` → `[::1]`).
+fn host_of(host_header: &str) -> String {
+    host_header.parse::<Authority>().map_or_else(|_| host_header.to_owned(), |a| a.host().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_info_is_not_sent_on() {
+        let authority = Authority::from_static("user:secret@example.test:8080");
+        assert_eq!(without_user_info(&authority).as_str(), "example.test:8080");
+        assert_eq!(without_user_info(&Authority::from_static("example.test")).as_str(), "example.test");
+    }
+
+    #[test]
+    fn host_header_host_part() {
+        assert_eq!(host_of("example.com:8443"), "example.com");
+        assert_eq!(host_of("[::1]:80"), "[::1]");
+        assert_eq!(host_of("Example.com"), "Example.com");
+    }
+}

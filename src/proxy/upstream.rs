@@ -1,0 +1,212 @@
+//! Connections to origins: the pooled HTTP client (HTTP/1.1 or h2 by ALPN, TLS verified
+//! against webpki + system roots + `[upstream] extra_ca_files`), the HTTP/1.1-only client for
+//! protocol upgrades, TCP for passthrough tunnels, and turning their failures into
+//! `ProxyError`s that name the host and the cause.
+//!
+//! Never retries over plain HTTP or without verification, never rewrites headers (see
+//! `headers`), never writes a response.
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::uri::Authority;
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+
+use super::error::{ProxyError, error_chain};
+use super::headers::Upgrade;
+use super::resolve::{ResolveError, Resolver, resolve};
+use crate::config::UpstreamConfig;
+
+type PooledClient = Client<TimeoutConnector, Incoming>;
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// The clients to origins; one per proxy, shared by every connection.
+pub(crate) struct Upstream {
+    /// h2 or HTTP/1.1, whichever the origin picks by ALPN; connections are kept alive.
+    pooled: PooledClient,
+    /// HTTP/1.1 only: an `Upgrade` request has no meaning over h2, so it must not land on a
+    /// pooled h2 connection.
+    upgrades: PooledClient,
+    connect_timeout: Duration,
+}
+
+impl Upstream {
+    /// Builds both clients from `[upstream]`.
+    ///
+    /// # Errors
+    /// [`ProxyError::UpstreamClient`] when an extra CA file cannot be read.
+    pub(crate) fn new(config: &UpstreamConfig) -> Result<Self, ProxyError> {
+        let tls = crate::tls::upstream::client_config(&config.extra_ca_files)
+            .map_err(|source| ProxyError::UpstreamClient { source })?;
+        let connector = |http2: bool| {
+            let mut http = HttpConnector::new_with_resolver(Resolver);
+            // The HTTPS connector below picks TLS from the scheme; this one only opens TCP.
+            http.enforce_http(false);
+            http.set_nodelay(true);
+            let builder = HttpsConnectorBuilder::new().with_tls_config(tls.clone()).https_or_http().enable_http1();
+            let https = if http2 { builder.enable_http2().wrap_connector(http) } else { builder.wrap_connector(http) };
+            TimeoutConnector { inner: https, timeout: config.connect_timeout }
+        };
+        let client = |connector| {
+            Client::builder(TokioExecutor::new())
+                // Without a timer, idle connections are only evicted at checkout.
+                .pool_timer(TokioTimer::new())
+                .timer(TokioTimer::new())
+                .pool_idle_timeout(config.idle_timeout)
+                .build(connector)
+        };
+        Ok(Upstream {
+            pooled: client(connector(true)),
+            upgrades: client(connector(false)),
+            connect_timeout: config.connect_timeout,
+        })
+    }
+
+    /// Sends `request` (absolute URI, hop-by-hop fields already rewritten) to `authority` and
+    /// returns the response head; the body streams afterwards.
+    ///
+    /// # Errors
+    /// The `Upstream*` variants of [`ProxyError`], naming `authority` and the whole cause.
+    pub(crate) async fn send(
+        &self,
+        authority: &Authority,
+        request: Request<Incoming>,
+        upgrade: Upgrade,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        let client = match upgrade {
+            Upgrade::Keep => &self.upgrades,
+            Upgrade::Drop => &self.pooled,
+        };
+        client.request(request).await.map_err(|error| classify(authority, &error))
+    }
+
+    /// Opens a TCP connection to `authority` for a passthrough tunnel.
+    ///
+    /// # Errors
+    /// [`ProxyError::UpstreamResolve`], [`ProxyError::UpstreamConnect`] or
+    /// [`ProxyError::UpstreamTimeout`], naming `authority`.
+    pub(crate) async fn open_tunnel(&self, authority: &Authority) -> Result<TcpStream, ProxyError> {
+        let host = authority.to_string();
+        let port = authority.port_u16().unwrap_or(443);
+        let addrs = resolve(authority.host(), port)
+            .await
+            .map_err(|error| ProxyError::UpstreamResolve { host: host.clone(), cause: error_chain(&error.source) })?;
+        let connect = async {
+            let mut last = io::Error::new(io::ErrorKind::NotFound, "no address to connect to");
+            for addr in addrs {
+                match TcpStream::connect(addr).await {
+                    Ok(stream) => return Ok(stream),
+                    Err(error) => last = error,
+                }
+            }
+            Err(last)
+        };
+        match tokio::time::timeout(self.connect_timeout, connect).await {
+            Ok(Ok(stream)) => Ok(stream),
+            Ok(Err(error)) => Err(ProxyError::UpstreamConnect { host, cause: error_chain(&error) }),
+            Err(_elapsed) => {
+                let cause = format!("no connection after {:?} ([upstream] connect_timeout)", self.connect_timeout);
+                Err(ProxyError::UpstreamTimeout { host, cause })
+            }
+        }
+    }
+}
+
+/// The HTTPS connector with `[upstream] connect_timeout` over TCP and TLS together:
+/// `HttpConnector`'s own timeout stops at TCP, and an origin that accepts but never answers
+/// the handshake would otherwise hold the request forever.
+#[derive(Clone)]
+struct TimeoutConnector {
+    inner: HttpsConnector<HttpConnector<Resolver>>,
+    timeout: Duration,
+}
+
+impl tower_service::Service<Uri> for TimeoutConnector {
+    type Response = MaybeHttpsStream<TokioIo<TcpStream>>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let timeout = self.timeout;
+        let connecting = self.inner.call(uri);
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, connecting).await {
+                Ok(result) => result,
+                Err(_elapsed) => Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no connection after {timeout:?} ([upstream] connect_timeout)"),
+                )
+                .into()),
+            }
+        })
+    }
+}
+
+/// Turns a client failure into the variant that names its cause: certificate, DNS, timeout,
+/// connect, or anything else once connected.
+fn classify(authority: &Authority, error: &hyper_util::client::legacy::Error) -> ProxyError {
+    let host = authority.to_string();
+    // The top level is hyper-util's `client error (Connect)`; the cause is below it.
+    let cause = error.source().map_or_else(|| error.to_string(), error_chain);
+    let causes = causes(error);
+    if let Some(resolve) = causes.iter().find_map(|e| e.downcast_ref::<ResolveError>()) {
+        return ProxyError::UpstreamResolve { host, cause: error_chain(&resolve.source) };
+    }
+    let tls = causes.iter().find_map(|e| e.downcast_ref::<rustls::Error>());
+    if let Some(rustls::Error::InvalidCertificate(_)) = tls {
+        return ProxyError::UpstreamCertificate { host, cause };
+    }
+    let timed_out =
+        causes.iter().filter_map(|e| e.downcast_ref::<io::Error>()).any(|e| e.kind() == io::ErrorKind::TimedOut);
+    if timed_out {
+        return ProxyError::UpstreamTimeout { host, cause };
+    }
+    if error.is_connect() {
+        return ProxyError::UpstreamConnect { host, cause };
+    }
+    ProxyError::Upstream { host, cause }
+}
+
+/// Every error below `error`, looking through both `source()` and the error an `io::Error`
+/// wraps (`io::Error::source` skips the wrapped error itself, and connectors wrap rustls's).
+fn causes<'a>(error: &'a (dyn StdError + 'static)) -> Vec<&'a (dyn StdError + 'static)> {
+    let mut found = Vec::new();
+    let mut pending = vec![error];
+    while let Some(next) = pending.pop() {
+        found.push(next);
+        if let Some(inner) = next.downcast_ref::<io::Error>().and_then(|io| io.get_ref()) {
+            pending.push(inner);
+        }
+        if let Some(source) = next.source() {
+            pending.push(source);
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_look_inside_wrapped_io_errors() {
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let wrapped = io::Error::other(io::Error::new(io::ErrorKind::InvalidData, tls));
+        let found = causes(&wrapped);
+        assert!(found.iter().any(|e| e.downcast_ref::<rustls::Error>().is_some()));
+    }
+}
