@@ -438,6 +438,16 @@ mod tests {
     }
 
     #[test]
+    fn container_config_parses() {
+        // Docker cannot run in CI, so this is the check that the image's config is valid.
+        let text = include_str!("../docker/agentgate.toml");
+        let config = Config::from_toml_str(text, "docker/agentgate.toml").unwrap();
+        assert_eq!(config.listen, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(config.admin.listen, Some("0.0.0.0:9090".parse().unwrap()));
+        assert_eq!(config.ca.dir, PathBuf::from("/var/lib/agentgate/certs"));
+    }
+
+    #[test]
     fn defaults_are_the_documented_ones() {
         let config = Config::default();
         assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
