@@ -17,6 +17,8 @@ mod parse;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
+
 use sha2::{Digest, Sha256};
 
 use self::group::{Group, RuleLine, Specificity};
@@ -162,9 +164,15 @@ impl AutoctlState {
 }
 
 /// Exactly one group (D10): the greatest (host, scope length, exact user-agent), the later
-/// group on a tie. The request path is normalised once here, not per pattern.
+/// group on a tie. The request path is normalised once here, not per pattern, and not at
+/// all in the common case of a path with no `%` and nothing to escape.
 fn select<'g>(groups: &'g [Group], req: &RequestView<'_>) -> Option<&'g Group> {
-    let path = normalize(req.path_and_query);
+    let raw = req.path_and_query;
+    let path = if raw.bytes().all(|b| b.is_ascii_graphic() && b != b'%') {
+        Cow::Borrowed(raw)
+    } else {
+        Cow::Owned(normalize(raw))
+    };
     let mut best: Option<(Specificity, &Group)> = None;
     for group in groups {
         if let Some(specificity) = group.specificity(req, &path)

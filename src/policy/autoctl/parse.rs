@@ -240,16 +240,19 @@ impl Grouping {
             Field::Scope => builder.scope(n, value, group_line, findings),
             Field::Host => builder.host(n, value, findings),
             Field::UserAgent => builder.user_agent(n, value, findings),
-            Field::AllowedMethods => {
+            Field::AllowedMethods | Field::AllowedPurposes => {
                 builder.has_rule = true;
-                let list = builder.group.methods.get_or_insert_with(AllowedList::default);
-                add_list(list, n, text, value, findings);
-                check_methods(n, value, group_line, findings);
-            }
-            Field::AllowedPurposes => {
-                builder.has_rule = true;
-                let list = builder.group.purposes.get_or_insert_with(AllowedList::default);
-                add_list(list, n, text, value, findings);
+                let (tokens, missing_comma) = split_list(value);
+                if missing_comma {
+                    warn_missing_comma(n, findings);
+                }
+                let list = if field == Field::AllowedMethods {
+                    check_methods(n, &tokens, group_line, findings);
+                    &mut builder.group.methods
+                } else {
+                    &mut builder.group.purposes
+                };
+                add_line(list.get_or_insert_with(AllowedList::default), n, text, tokens);
             }
         }
     }
@@ -362,19 +365,14 @@ impl Builder {
 }
 
 /// Adds one `allowed-methods` or `allowed-purposes` line to its list (a union, D12/D13).
-fn add_list(list: &mut AllowedList, n: u32, text: &str, value: &str, findings: &mut Findings) {
-    let (tokens, missing_comma) = split_list(value);
-    if missing_comma {
-        warn_missing_comma(n, findings);
-    }
+fn add_line(list: &mut AllowedList, n: u32, text: &str, tokens: Vec<&str>) {
     let at = list.lines.len();
     list.lines.push(RuleLine { line: n, text: text.to_owned() });
     list.tokens.extend(tokens.into_iter().map(|t| (t.to_owned(), at)));
 }
 
 /// Lint for `allowed-methods` tokens: D5 case warning, RFC 9110 token syntax, empty lists.
-fn check_methods(n: u32, value: &str, group_line: u32, findings: &mut Findings) {
-    let (tokens, _) = split_list(value);
+fn check_methods(n: u32, tokens: &[&str], group_line: u32, findings: &mut Findings) {
     if tokens.is_empty() {
         findings.warn(n, "empty-allowed-methods", || {
             format!("empty allowed-methods: no method is allowed in the group at line {group_line}")
