@@ -5,6 +5,8 @@
 //! Never: decides which groups apply to an agent beyond naming its own user-agent lines
 //! (the state merges groups), or what a match means for the request.
 
+use std::collections::HashMap;
+
 use super::index::PrefixIndex;
 use crate::policy::RequestView;
 use crate::policy::pattern::Pattern;
@@ -63,13 +65,22 @@ impl Rule {
 pub(super) struct Group {
     pub(super) agents: Vec<AgentLine>,
     rules: Vec<Rule>,
-    index: PrefixIndex,
+    /// Rules keyed by their literal prefix (see [`Group::build_index`]).
+    by_prefix: PrefixIndex,
+    /// Rules keyed by the first literal piece after their first wildcard (`.pdf` for
+    /// `/*.pdf$`), which must occur somewhere in a matching path.
+    by_inner_piece: PrefixIndex,
 }
 
 impl Group {
     /// A group with no rules yet.
     pub(super) fn new(first_agent: AgentLine) -> Self {
-        Group { agents: vec![first_agent], rules: Vec::new(), index: PrefixIndex::new() }
+        Group {
+            agents: vec![first_agent],
+            rules: Vec::new(),
+            by_prefix: PrefixIndex::new(),
+            by_inner_piece: PrefixIndex::new(),
+        }
     }
 
     /// True until the group's first rule: another user-agent line still joins this group.
@@ -77,13 +88,43 @@ impl Group {
         self.rules.is_empty()
     }
 
-    /// Adds a rule; rules with an empty pattern are kept for explain but never indexed.
+    /// Adds a rule. Call [`Group::build_index`] after the last one.
     pub(super) fn push_rule(&mut self, rule: Rule) {
-        if let Some(pattern) = &rule.pattern {
-            let id = u32::try_from(self.rules.len()).expect("rule count is bounded by the 500 KiB parse cap");
-            self.index.insert(literal_prefix(pattern).as_bytes(), id);
-        }
         self.rules.push(rule);
+    }
+
+    /// Indexes the rules. A rule is keyed by its literal prefix or, when it has a wildcard
+    /// followed by a literal piece, by that piece: whichever fewer rules share (a prefix of
+    /// one octet, `/`, would make the rule a candidate for every request). Both keys must
+    /// occur in a matching path, so either choice finds every match; the choice only keeps
+    /// `Disallow: /*.pdf$` and `Disallow: /shop/*/item-42` from being tested for every
+    /// request. Rules with an empty pattern match nothing and are not indexed.
+    pub(super) fn build_index(&mut self) {
+        let mut shared: HashMap<&str, u32> = HashMap::new();
+        let keys: Vec<Option<(&str, Option<&str>)>> = self
+            .rules
+            .iter()
+            .map(|rule| {
+                let pattern = rule.pattern.as_ref()?;
+                Some((literal_prefix(pattern), inner_piece(pattern)))
+            })
+            .collect();
+        for (prefix, piece) in keys.iter().flatten() {
+            *shared.entry(prefix).or_default() += 1;
+            if let Some(piece) = piece {
+                *shared.entry(piece).or_default() += 1;
+            }
+        }
+        for (id, key) in keys.iter().enumerate() {
+            let Some((prefix, piece)) = key else { continue };
+            let id = u32::try_from(id).expect("rule count is bounded by the 500 KiB parse cap");
+            match piece {
+                Some(piece) if prefix.len() <= 1 || shared[piece] < shared[prefix] => {
+                    self.by_inner_piece.insert(piece.as_bytes(), id);
+                }
+                _ => self.by_prefix.insert(prefix.as_bytes(), id),
+            }
+        }
     }
 
     /// The first user-agent line that names the agent (RFC 9309 §2.2.1, SEMANTICS X2),
@@ -100,16 +141,37 @@ impl Group {
     /// Updates `best` with this group's best rule for `path` (percent-normalised path and
     /// query), keeping `best` when it outranks every match here.
     pub(super) fn best_match<'g>(&'g self, path: &str, best: &mut Option<(&'g Group, &'g Rule)>) {
-        self.index.for_each_candidate(path.as_bytes(), |id| {
-            let rule = &self.rules[id as usize];
-            let Some(pattern) = &rule.pattern else { return };
-            if best.is_some_and(|(_, b)| !rule.outranks(b)) {
-                return;
+        self.by_prefix.for_each_candidate(path.as_bytes(), |id| self.consider(id, path, best));
+        if self.by_inner_piece.is_empty() {
+            return;
+        }
+        // A piece may occur at many positions: collect the nodes first so each rule is
+        // tested once.
+        let mut nodes = Vec::new();
+        let bytes = path.as_bytes();
+        for (start, &byte) in bytes.iter().enumerate() {
+            if self.by_inner_piece.has_key_starting_with(byte) {
+                self.by_inner_piece.for_each_node(&bytes[start..], |node| nodes.push(node));
             }
-            if pattern.is_literal_prefix() || pattern.matches_normalized(path) {
-                *best = Some((self, rule));
+        }
+        nodes.sort_unstable();
+        nodes.dedup();
+        for node in nodes {
+            for &id in self.by_inner_piece.rules_at(node) {
+                self.consider(id, path, best);
             }
-        });
+        }
+    }
+
+    fn consider<'g>(&'g self, id: u32, path: &str, best: &mut Option<(&'g Group, &'g Rule)>) {
+        let rule = &self.rules[id as usize];
+        let Some(pattern) = &rule.pattern else { return };
+        if best.is_some_and(|(_, b)| !rule.outranks(b)) {
+            return;
+        }
+        if pattern.is_literal_prefix() || pattern.matches_normalized(path) {
+            *best = Some((self, rule));
+        }
     }
 }
 
@@ -123,6 +185,15 @@ fn literal_prefix(pattern: &Pattern) -> &str {
     }
 }
 
+/// The first non-empty literal piece after the first `*`, without a final `$` anchor
+/// (`.pdf` in `/*.pdf$`); `None` when wildcards are all there is after the prefix.
+fn inner_piece(pattern: &Pattern) -> Option<&str> {
+    let text = pattern.as_str();
+    let text = text.strip_suffix('$').unwrap_or(text);
+    let (_, after) = text.split_once('*')?;
+    after.split('*').find(|piece| !piece.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +204,21 @@ mod tests {
             [("/a/b", "/a/b"), ("/a*b", "/a"), ("*.gif$", ""), ("/a$", "/a"), ("/a$b", "/a$b"), ("/ツ*", "/%E3%83%84")];
         for (raw, prefix) in cases {
             assert_eq!(literal_prefix(&Pattern::new(raw)), prefix, "{raw}");
+        }
+    }
+
+    #[test]
+    fn inner_piece_is_the_first_literal_after_a_wildcard() {
+        let cases = [
+            ("/*.pdf$", Some(".pdf")),
+            ("*/tmp/*x", Some("/tmp/")),
+            ("/**a", Some("a")),
+            ("/*", None),
+            ("/a", None),
+            ("*$", None),
+        ];
+        for (raw, piece) in cases {
+            assert_eq!(inner_piece(&Pattern::new(raw)), piece, "{raw}");
         }
     }
 }

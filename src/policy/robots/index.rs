@@ -1,18 +1,21 @@
-//! A radix trie over the literal prefixes of one group's rules, so that evaluation walks the
-//! request path once and tests only the rules whose literal prefix (the pattern up to its
-//! first `*`, or up to a final `$`) is a prefix of the path. A rule whose pattern matches
-//! must have its literal prefix at the start of the path, so no matching rule is missed.
+//! A radix trie over byte strings (rule keys), answering "which keys are a prefix of this
+//! text" in one walk. A group keeps two: one over the literal prefixes of its rules (the
+//! pattern up to its first `*`, or up to a final `$`), walked once from the start of the
+//! path; and one over the first literal piece after a leading wildcard (`/*.pdf$` is keyed
+//! `.pdf`), walked from every position of the path.
 //!
-//! Never: decides whether a candidate matches beyond its prefix (the group does that with
+//! Never: decides whether a candidate matches beyond its key (the group does that with
 //! [`crate::policy::pattern::Pattern`]).
 
-/// Rule ids (indexes into the group's rule list) keyed by literal prefix.
+/// Rule ids (indexes into the group's rule list) keyed by byte strings.
 #[derive(Debug, Clone, Default)]
 pub(super) struct PrefixIndex {
     /// Label bytes of every node, each label a range of this buffer.
     labels: Vec<u8>,
     /// Node 0 is the root, with an empty label.
     nodes: Vec<Node>,
+    /// The first bytes of the root's children, as a bitmap: a cheap test before a walk.
+    first_bytes: [u64; 4],
 }
 
 #[derive(Debug, Clone, Default)]
@@ -30,11 +33,14 @@ struct Node {
 impl PrefixIndex {
     /// An index holding only the root.
     pub(super) fn new() -> Self {
-        PrefixIndex { labels: Vec::new(), nodes: vec![Node::default()] }
+        PrefixIndex { labels: Vec::new(), nodes: vec![Node::default()], first_bytes: [0; 4] }
     }
 
-    /// Adds a rule under its literal prefix.
+    /// Adds a rule under a key.
     pub(super) fn insert(&mut self, prefix: &[u8], rule: u32) {
+        if let Some(&first) = prefix.first() {
+            self.first_bytes[usize::from(first >> 6)] |= 1 << (first & 63);
+        }
         let mut node = 0;
         let mut pos = 0;
         loop {
@@ -62,25 +68,46 @@ impl PrefixIndex {
         }
     }
 
-    /// Calls `visit` with every rule whose literal prefix is a prefix of `path`, shortest
-    /// prefix first. Cost: one step per node on the path, plus the candidates.
-    pub(super) fn for_each_candidate(&self, path: &[u8], mut visit: impl FnMut(u32)) {
+    /// True when no rule was inserted.
+    pub(super) fn is_empty(&self) -> bool {
+        self.nodes.len() == 1 && self.nodes[0].rules.is_empty()
+    }
+
+    /// True when some non-empty key starts with `byte`.
+    pub(super) fn has_key_starting_with(&self, byte: u8) -> bool {
+        self.first_bytes[usize::from(byte >> 6)] & (1 << (byte & 63)) != 0
+    }
+
+    /// Calls `visit` with every rule whose key is a prefix of `text`, shortest key first.
+    /// Cost: one step per node on the path, plus the candidates.
+    pub(super) fn for_each_candidate(&self, text: &[u8], mut visit: impl FnMut(u32)) {
+        self.for_each_node(text, |node| self.rules_at(node).iter().for_each(|&rule| visit(rule)));
+    }
+
+    /// Calls `visit` with every node holding rules whose key is a prefix of `text`,
+    /// shortest key first.
+    pub(super) fn for_each_node(&self, text: &[u8], mut visit: impl FnMut(u32)) {
         let mut node = 0;
         let mut pos = 0;
         loop {
-            for &rule in &self.nodes[node].rules {
-                visit(rule);
+            if !self.nodes[node].rules.is_empty() {
+                visit(to_u32(node));
             }
-            let Some(&next) = path.get(pos) else { return };
+            let Some(&next) = text.get(pos) else { return };
             let Ok(slot) = self.child_slot(node, next) else { return };
             let child = self.nodes[node].children[slot] as usize;
             let label = self.label(child);
-            if !path[pos..].starts_with(label) {
+            if !text[pos..].starts_with(label) {
                 return;
             }
             pos += label.len();
             node = child;
         }
+    }
+
+    /// The rules stored at a node, in insertion order.
+    pub(super) fn rules_at(&self, node: u32) -> &[u32] {
+        &self.nodes[node as usize].rules
     }
 
     fn label(&self, node: usize) -> &[u8] {
@@ -166,5 +193,17 @@ mod tests {
                 (0..prefixes.len() as u32).filter(|&i| path.starts_with(&prefixes[i as usize])).collect();
             assert_eq!(got, want, "{path}");
         }
+    }
+
+    #[test]
+    fn ten_thousand_rules_offer_only_the_prefixes_of_the_path() {
+        let mut index = PrefixIndex::new();
+        for i in 0..10_000u32 {
+            index.insert(format!("/section-{}/page-{i}", i % 100).as_bytes(), i);
+        }
+        index.insert(b"/section-7/", 10_000);
+        assert_eq!(candidates(&index, "/section-7/page-307/x"), vec![10_000, 307]);
+        assert_eq!(candidates(&index, "/section-7/page-3"), vec![10_000]);
+        assert!(index.nodes.len() <= 2 * 10_001 + 1, "a radix trie has at most 2n nodes: {}", index.nodes.len());
     }
 }

@@ -106,6 +106,9 @@ pub(super) fn parse(body: &[u8], over_cap: bool, finding_cap: usize) -> ParsedFi
         let number = u32::try_from(i + 1).expect("line count is bounded by the 500 KiB parse cap");
         parser.line(number, line);
     }
+    for group in &mut parser.file.groups {
+        group.build_index();
+    }
     parser.file
 }
 
