@@ -6,7 +6,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use agentgate::config::{Config, ConfigError};
 use agentgate::explain::{self, ExplainRequest};
+use agentgate::proxy::{Proxy, shutdown_signal};
+use agentgate::tls::{self, CertificateAuthority};
 
 /// A forward HTTP(S) proxy that makes AI agents respect robots.txt, agents.txt, AGENTS.md
 /// and automation-preferences.txt, and logs every decision.
@@ -19,8 +22,66 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the proxy (on the embedded default config unless --config is given).
+    Run(RunArgs),
+    /// Manage agentgate's certificate authority.
+    #[command(subcommand)]
+    Ca(CaCommand),
+    /// Check configuration files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Evaluate one request against policy files in a directory and explain the decision.
     Explain(ExplainArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// TOML config file; without it the embedded default (config/agentgate.toml) is used.
+    #[arg(long, env = "AGENTGATE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Listen address, overriding `listen` in the config.
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// CA directory, overriding `[ca] dir` in the config.
+    #[arg(long)]
+    ca_dir: Option<PathBuf>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Subcommand)]
+enum CaCommand {
+    /// Print the CA certificate (PEM), creating the CA first if there is none.
+    Export {
+        /// CA directory.
+        #[arg(long, default_value = "certs")]
+        ca_dir: PathBuf,
+    },
+    /// Create the CA; refuses to replace an existing one without --force.
+    Init {
+        /// CA directory.
+        #[arg(long, default_value = "certs")]
+        ca_dir: PathBuf,
+        /// Replace an existing CA (agents must trust the new certificate).
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a config file and report every problem with its key and location.
+    Check {
+        /// The TOML file.
+        file: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -68,8 +129,71 @@ fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
         }
     };
-    match cli.command {
-        Command::Explain(args) => run_explain(args),
+    tls::install_default_provider();
+    let result = match cli.command {
+        Command::Run(args) => run_proxy(args),
+        Command::Ca(CaCommand::Export { ca_dir }) => {
+            CertificateAuthority::load_or_create(&ca_dir).map(|ca| print!("{}", ca.cert_pem())).map_err(Into::into)
+        }
+        Command::Ca(CaCommand::Init { ca_dir, force }) => CertificateAuthority::create(&ca_dir, force)
+            .map(|ca| eprintln!("agentgate: CA written to {}", ca.cert_path().display()))
+            .map_err(Into::into),
+        Command::Config(ConfigCommand::Check { file }) => check_config(&file),
+        Command::Explain(args) => return run_explain(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agentgate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_proxy(args: RunArgs) -> anyhow::Result<()> {
+    init_tracing(args.log_format);
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::embedded_default(),
+    };
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if let Some(dir) = args.ca_dir {
+        config.ca.dir = dir;
+    }
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let running = Proxy::new(std::sync::Arc::new(config))?.bind().await?;
+        let addr = running.local_addr();
+        // Absolute, so the printed variables work from any directory or container mount.
+        let ca_path = running.ca_cert_path();
+        let ca = std::fs::canonicalize(ca_path).unwrap_or_else(|_| ca_path.to_path_buf()).display().to_string();
+        println!(
+            "agentgate listening on http://{addr} (CA {ca}); for agents: HTTPS_PROXY=http://{addr} HTTP_PROXY=http://{addr} SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca} NODE_EXTRA_CA_CERTS={ca}"
+        );
+        running.run_until(shutdown_signal()).await;
+        Ok(())
+    })
+}
+
+fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
+    let config = Config::load(file).map_err(|e: ConfigError| anyhow::anyhow!("{e}"))?;
+    tls::upstream::client_config(&config.upstream.extra_ca_files)?;
+    println!("{}: ok (listen {}, mode {:?})", file.display(), config.listen, config.mode);
+    Ok(())
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
     }
 }
 
