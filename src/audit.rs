@@ -1,0 +1,79 @@
+//! The decision log: one JSON line per request the gate decided, allowed or blocked, for the
+//! security team that audits agents (DESIGN §7, §8; STYLE §2 smokescreen's canonical line).
+//!
+//! Owns: the [`DecisionRecord`] and its encoding, the field-name constants ([`field`]), URL
+//! redaction ([`redact_url`]), the writer ([`AuditLog`], a handle on a bounded queue, and
+//! [`AuditWriter`], the thread that owns the file, flushes when idle and fsyncs on shutdown),
+//! and the per-agent [`summarize`] behind `agentgate audit summary`.
+//!
+//! Never: changes a decision (the gate decides, then records; on a write failure it is the
+//! gate that applies `[audit] on_failure`), or drops a record without counting it: every
+//! record handed to [`AuditLog::record`] ends up counted as written or as failed.
+//!
+//! The field reference, redaction rules and durability guarantees are in
+//! `docs/decision-log.md`.
+
+use std::io;
+use std::path::PathBuf;
+
+pub mod field;
+mod record;
+mod redact;
+mod summary;
+mod writer;
+
+pub use record::{DecisionRecord, EventId, Mode, Outcome};
+pub use redact::{LoggedUrl, REDACTED, redact_url};
+pub use summary::{AgentSummary, Count, MalformedLine, Summary, summarize};
+pub use writer::{AuditLog, AuditSettings, AuditStats, AuditWriter, OnFailure, Unrecorded};
+
+/// What can go wrong with the decision log. Each message names the file and what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuditError {
+    /// The log file (or its directory) could not be opened or created at start.
+    #[error(
+        "cannot open the decision log {}: {source}; create the directory and make it writable, or change [audit] path",
+        path.display()
+    )]
+    Open {
+        /// The configured `[audit] path`.
+        path: PathBuf,
+        /// Why the operating system refused.
+        source: io::Error,
+    },
+    /// A write, flush or fsync failed while running; the log refuses records from then on.
+    #[error(
+        "cannot write the decision log {}: {cause}; free disk space or fix the file's permissions, then restart agentgate",
+        path.display()
+    )]
+    Write {
+        /// The configured `[audit] path`.
+        path: PathBuf,
+        /// The first I/O error met (later ones are the same failure).
+        cause: String,
+    },
+    /// A record arrived after [`AuditWriter::shutdown`] closed the log.
+    #[error("the decision log {} is shut down; records are accepted only between start and shutdown", path.display())]
+    Closed {
+        /// The configured `[audit] path`.
+        path: PathBuf,
+    },
+    /// `[audit] queue_capacity` is zero.
+    #[error("[audit] queue_capacity = 0: the queue must hold at least one record (the default is 8192)")]
+    ZeroQueueCapacity,
+    /// The writer thread panicked (a bug); records still queued were counted as failed.
+    #[error("the decision log writer for {} stopped unexpectedly; this is a bug, please report it", path.display())]
+    WriterPanicked {
+        /// The configured `[audit] path`.
+        path: PathBuf,
+    },
+    /// Reading a log for [`summarize`] failed (not a malformed line: those are counted).
+    #[error("cannot read the decision log after line {line}: {source}; check the file is readable")]
+    Read {
+        /// The last line read completely.
+        line: u64,
+        /// Why reading failed.
+        source: io::Error,
+    },
+}

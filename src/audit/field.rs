@@ -1,0 +1,61 @@
+//! The decision log's field names, in one place. They follow OpenTelemetry/ECS where a
+//! convention exists and use the `agentgate.` prefix otherwise. Once released, a name is
+//! never renamed: dashboards, alerts and the security team's queries depend on it. A new
+//! field is added here, to [`ORDER`], and to `docs/decision-log.md` in the same commit.
+
+/// When the decision was made: RFC 3339, UTC, milliseconds (`2026-11-22T10:15:30.123Z`).
+pub const TIMESTAMP: &str = "@timestamp";
+/// Unique id of the record, also sent to the agent in block responses (32 hex digits).
+pub const EVENT_ID: &str = "event.id";
+/// What happened to the request: see [`super::Outcome`].
+pub const EVENT_OUTCOME: &str = "event.outcome";
+/// Time from the request head to the end of the response, in nanoseconds (ECS convention).
+pub const EVENT_DURATION: &str = "event.duration";
+/// The agent's IP address as seen by the proxy.
+pub const CLIENT_ADDRESS: &str = "client.address";
+/// The agent's TCP source port.
+pub const CLIENT_PORT: &str = "client.port";
+/// The agent id the gate identified (config agent, `Proxy-Authorization` user or address).
+pub const AGENT: &str = "agentgate.agent";
+/// `enforce` or `monitor`: see [`super::Mode`].
+pub const MODE: &str = "agentgate.mode";
+/// The request method as sent (`GET`, `POST`, ...).
+pub const HTTP_REQUEST_METHOD: &str = "http.request.method";
+/// The request URL without user info or fragment, query values redacted unless `log_query`.
+pub const URL_FULL: &str = "url.full";
+/// The URL's host (IPv6 literals keep their brackets, as ECS asks).
+pub const URL_DOMAIN: &str = "url.domain";
+/// The request's `User-Agent` header, when it had one.
+pub const USER_AGENT_ORIGINAL: &str = "user_agent.original";
+/// The status the agent received (from the origin, or the proxy's own block or error answer).
+pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
+/// Response body bytes sent to the agent.
+pub const HTTP_RESPONSE_BODY_BYTES: &str = "http.response.body.bytes";
+/// Why: an array of `{source, code, line, rule, digest}` objects, possibly empty.
+pub const REASONS: &str = "agentgate.reasons";
+/// Limits that applied: an array of `{source, kind, ..., scope, line}` objects.
+pub const LIMITS: &str = "agentgate.limits";
+/// What went wrong, when the outcome is `error`.
+pub const ERROR_MESSAGE: &str = "error.message";
+
+/// Every field, in the order a line carries them. Optional fields are left out of a line
+/// when they have no value; the rest keep this order.
+pub const ORDER: [&str; 17] = [
+    TIMESTAMP,
+    EVENT_ID,
+    EVENT_OUTCOME,
+    EVENT_DURATION,
+    CLIENT_ADDRESS,
+    CLIENT_PORT,
+    AGENT,
+    MODE,
+    HTTP_REQUEST_METHOD,
+    URL_FULL,
+    URL_DOMAIN,
+    USER_AGENT_ORIGINAL,
+    HTTP_RESPONSE_STATUS_CODE,
+    HTTP_RESPONSE_BODY_BYTES,
+    REASONS,
+    LIMITS,
+    ERROR_MESSAGE,
+];

@@ -1,0 +1,483 @@
+//! The decision record: one per request, built at the edge by the gate, and its encoding as
+//! one JSON line with the field names from [`super::field`] in a stable order.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
+
+use super::field;
+use super::redact::redact_url;
+use crate::policy::{self, Limit, LimitKind, LimitScope, Reason};
+
+/// What happened to a request, as the log's `event.outcome` says it. Wider than
+/// [`policy::Outcome`]: limits, monitor mode and errors are decided outside the policy core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Outcome {
+    /// Forwarded.
+    Allow,
+    /// Blocked by a policy or operator rule (403).
+    Deny,
+    /// Blocked until a human approves (403).
+    NeedsApproval,
+    /// Blocked by a rate or concurrency limit (429).
+    RateLimited,
+    /// Monitor mode: forwarded, but enforce mode would have blocked it.
+    WouldDeny,
+    /// The proxy could not complete the request (bad request, origin unreachable, bug).
+    Error,
+}
+
+impl Outcome {
+    /// Every outcome, in the order reports list them.
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Allow,
+        Outcome::Deny,
+        Outcome::NeedsApproval,
+        Outcome::RateLimited,
+        Outcome::WouldDeny,
+        Outcome::Error,
+    ];
+
+    /// The value written to `event.outcome`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allow => "allow",
+            Outcome::Deny => "deny",
+            Outcome::NeedsApproval => "needs_approval",
+            Outcome::RateLimited => "rate_limited",
+            Outcome::WouldDeny => "would_deny",
+            Outcome::Error => "error",
+        }
+    }
+
+    /// The outcome written as `value`, if it is one this version knows.
+    pub fn parse(value: &str) -> Option<Outcome> {
+        Outcome::ALL.into_iter().find(|outcome| outcome.as_str() == value)
+    }
+
+    /// True when a policy or rule refused the request, or would have in monitor mode.
+    pub fn is_denial(self) -> bool {
+        matches!(self, Outcome::Deny | Outcome::NeedsApproval | Outcome::WouldDeny)
+    }
+}
+
+impl From<policy::Outcome> for Outcome {
+    fn from(outcome: policy::Outcome) -> Self {
+        match outcome {
+            policy::Outcome::Allow => Outcome::Allow,
+            policy::Outcome::Deny => Outcome::Deny,
+            policy::Outcome::NeedsApproval => Outcome::NeedsApproval,
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether the gate blocks (`enforce`) or only reports (`monitor`), DESIGN §8. Deserializes
+/// from the lower-case names so the config can use the same type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Block what policies forbid.
+    #[default]
+    Enforce,
+    /// Forward everything; log `would_deny` for what enforce mode would block.
+    Monitor,
+}
+
+impl Mode {
+    /// The value written to `agentgate.mode`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Monitor => "monitor",
+        }
+    }
+}
+
+/// The unique id of one record: 48 bits of milliseconds since the Unix epoch, then 80
+/// random bits, shown as 32 lower-case hex digits. Ids sort by time (to the millisecond),
+/// so a log shipper or a person can order them without parsing `@timestamp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EventId(u128);
+
+impl EventId {
+    /// A fresh id for a record made at `at`.
+    pub fn generate(at: SystemTime) -> Self {
+        let millis = unix_millis(at) & ((1 << 48) - 1);
+        let random = rand::random::<u128>() & ((1 << 80) - 1);
+        EventId((u128::from(millis) << 80) | random)
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// One request's decision as the log records it. Built by the gate once the decision is
+/// known (before a block response, so the response can carry [`DecisionRecord::id`]); the
+/// response fields are filled in when the response is done. The URL is kept as the request
+/// had it and redacted only when the line is encoded, so no code path can skip redaction.
+/// There is no header map: `Authorization`, `Cookie` and `Proxy-Authorization` cannot leak.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionRecord {
+    /// When the decision was made (`@timestamp`).
+    pub timestamp: SystemTime,
+    /// Unique id (`event.id`).
+    pub id: EventId,
+    /// What happened (`event.outcome`).
+    pub outcome: Outcome,
+    /// Enforce or monitor (`agentgate.mode`).
+    pub mode: Mode,
+    /// Request head to end of response (`event.duration`, nanoseconds); `None` leaves it out.
+    pub duration: Option<Duration>,
+    /// The agent's address (`client.address`, `client.port`).
+    pub client: SocketAddr,
+    /// The agent id (`agentgate.agent`).
+    pub agent: String,
+    /// The request method (`http.request.method`).
+    pub method: String,
+    /// The absolute request URL as received, secrets included; redacted on encoding
+    /// (`url.full`, `url.domain`).
+    pub url: String,
+    /// The `User-Agent` header (`user_agent.original`).
+    pub user_agent: Option<String>,
+    /// The status the agent got (`http.response.status_code`).
+    pub status: Option<u16>,
+    /// Body bytes sent to the agent (`http.response.body.bytes`).
+    pub response_bytes: Option<u64>,
+    /// Every reason from the decision, blocking ones first (`agentgate.reasons`).
+    pub reasons: Vec<Reason>,
+    /// Limits that applied (`agentgate.limits`).
+    pub limits: Vec<Limit>,
+    /// What went wrong, for outcome `error` (`error.message`). Must not hold header values.
+    pub error: Option<String>,
+}
+
+impl DecisionRecord {
+    /// A record stamped now with a fresh id, and no reasons, limits or response facts yet.
+    pub fn new(
+        outcome: Outcome,
+        mode: Mode,
+        client: SocketAddr,
+        agent: impl Into<String>,
+        method: impl Into<String>,
+        url: impl Into<String>,
+    ) -> Self {
+        let timestamp = SystemTime::now();
+        DecisionRecord {
+            timestamp,
+            id: EventId::generate(timestamp),
+            outcome,
+            mode,
+            duration: None,
+            client,
+            agent: agent.into(),
+            method: method.into(),
+            url: url.into(),
+            user_agent: None,
+            status: None,
+            response_bytes: None,
+            reasons: Vec::new(),
+            limits: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// The record as one JSON line (with its `\n`), fields in [`field::ORDER`], the URL
+    /// redacted unless `log_query`, optional fields left out when empty.
+    pub fn to_json_line(&self, log_query: bool) -> String {
+        let mut line = serde_json::to_string(&Line { record: self, log_query })
+            .expect("a map with string keys and string or number values always serializes to JSON");
+        line.push('\n');
+        line
+    }
+}
+
+/// A record for tests: a fixed client, `GET`, enforce mode.
+#[cfg(test)]
+pub(super) fn sample(agent: &str, outcome: Outcome, url: &str) -> DecisionRecord {
+    let client = SocketAddr::from(([127, 0, 0, 1], 40_000));
+    DecisionRecord::new(outcome, Mode::Enforce, client, agent, "GET", url)
+}
+
+/// The serialized view of a record: serde's derive cannot take constants as key names.
+struct Line<'a> {
+    record: &'a DecisionRecord,
+    log_query: bool,
+}
+
+impl Serialize for Line<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let rec = self.record;
+        let url = redact_url(&rec.url, self.log_query);
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry(field::TIMESTAMP, &rfc3339_millis(rec.timestamp))?;
+        map.serialize_entry(field::EVENT_ID, &rec.id.to_string())?;
+        map.serialize_entry(field::EVENT_OUTCOME, rec.outcome.as_str())?;
+        if let Some(duration) = rec.duration {
+            map.serialize_entry(field::EVENT_DURATION, &u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX))?;
+        }
+        map.serialize_entry(field::CLIENT_ADDRESS, &rec.client.ip().to_string())?;
+        map.serialize_entry(field::CLIENT_PORT, &rec.client.port())?;
+        map.serialize_entry(field::AGENT, &rec.agent)?;
+        map.serialize_entry(field::MODE, rec.mode.as_str())?;
+        map.serialize_entry(field::HTTP_REQUEST_METHOD, &rec.method)?;
+        map.serialize_entry(field::URL_FULL, &url.full)?;
+        if let Some(domain) = &url.domain {
+            map.serialize_entry(field::URL_DOMAIN, domain)?;
+        }
+        if let Some(user_agent) = &rec.user_agent {
+            map.serialize_entry(field::USER_AGENT_ORIGINAL, user_agent)?;
+        }
+        if let Some(status) = rec.status {
+            map.serialize_entry(field::HTTP_RESPONSE_STATUS_CODE, &status)?;
+        }
+        if let Some(bytes) = rec.response_bytes {
+            map.serialize_entry(field::HTTP_RESPONSE_BODY_BYTES, &bytes)?;
+        }
+        let reasons: Vec<ReasonView<'_>> = rec.reasons.iter().map(ReasonView::from).collect();
+        map.serialize_entry(field::REASONS, &reasons)?;
+        if !rec.limits.is_empty() {
+            let limits: Vec<LimitView> = rec.limits.iter().map(LimitView::from).collect();
+            map.serialize_entry(field::LIMITS, &limits)?;
+        }
+        if let Some(message) = &rec.error {
+            map.serialize_entry(field::ERROR_MESSAGE, message)?;
+        }
+        map.end()
+    }
+}
+
+/// One `agentgate.reasons` element; a view so that the policy core stays free of serde.
+#[derive(Serialize)]
+struct ReasonView<'a> {
+    source: &'static str,
+    code: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<u32>,
+    rule: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    digest: Option<&'a str>,
+}
+
+impl<'a> From<&'a Reason> for ReasonView<'a> {
+    fn from(reason: &'a Reason) -> Self {
+        ReasonView {
+            source: reason.source.as_str(),
+            code: &reason.code,
+            line: reason.line,
+            rule: &reason.rule,
+            digest: reason.digest.as_deref(),
+        }
+    }
+}
+
+/// One `agentgate.limits` element: `{"source", "kind": "rate", "requests", "window_s",
+/// "scope", "line"}` or `{"source", "kind": "concurrent", "max", "scope", "line"}`.
+#[derive(Serialize)]
+struct LimitView {
+    source: &'static str,
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    requests: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window_s: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max: Option<u32>,
+    scope: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<u32>,
+}
+
+impl From<&Limit> for LimitView {
+    fn from(limit: &Limit) -> Self {
+        let (kind, requests, window_s, max) = match limit.kind {
+            LimitKind::Rate { requests, window_s } => ("rate", Some(requests), Some(window_s), None),
+            LimitKind::Concurrent { max } => ("concurrent", None, None, Some(max)),
+        };
+        let scope = match limit.scope {
+            LimitScope::Origin => "origin",
+            LimitScope::Host => "host",
+            LimitScope::Rule { .. } => "rule",
+        };
+        LimitView { source: limit.source.as_str(), kind, requests, window_s, max, scope, line: limit.reason.line }
+    }
+}
+
+fn unix_millis(at: SystemTime) -> u64 {
+    // A clock before 1970 is a broken clock; the epoch is the least wrong answer.
+    at.duration_since(UNIX_EPOCH).map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `at` as RFC 3339 in UTC with milliseconds, e.g. `2023-11-14T22:13:20.000Z`.
+fn rfc3339_millis(at: SystemTime) -> String {
+    let millis = unix_millis(at);
+    let secs = millis / 1000;
+    let (year, month, day) = civil_from_days(secs / 86_400);
+    let second_of_day = secs % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        second_of_day / 3600,
+        second_of_day % 3600 / 60,
+        second_of_day % 60,
+        millis % 1000
+    )
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`,
+/// for non-negative day counts).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Source;
+
+    fn at(millis: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(millis)
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc_with_millis() {
+        let cases = [
+            (0, "1970-01-01T00:00:00.000Z"),
+            (951_782_400_000, "2000-02-29T00:00:00.000Z"),
+            (1_700_000_000_007, "2023-11-14T22:13:20.007Z"),
+            (1_709_251_199_999, "2024-02-29T23:59:59.999Z"),
+            (4_107_542_400_000, "2100-03-01T00:00:00.000Z"),
+            (253_402_300_799_000, "9999-12-31T23:59:59.000Z"),
+        ];
+        for (millis, expected) in cases {
+            assert_eq!(rfc3339_millis(at(millis)), expected, "{millis}");
+        }
+    }
+
+    #[test]
+    fn event_ids_sort_by_time_and_differ() {
+        let earlier = EventId::generate(at(1_700_000_000_000));
+        let later = EventId::generate(at(1_700_000_000_001));
+        assert!(earlier < later);
+        assert_eq!(earlier.to_string().len(), 32);
+        assert!(earlier.to_string().starts_with("018bcfe56800"), "{earlier}");
+        let same_ms: std::collections::HashSet<_> = (0..1000).map(|_| EventId::generate(at(5))).collect();
+        assert_eq!(same_ms.len(), 1000);
+    }
+
+    #[test]
+    fn outcomes_round_trip_and_map_from_policy() {
+        for outcome in Outcome::ALL {
+            assert_eq!(Outcome::parse(outcome.as_str()), Some(outcome));
+        }
+        assert_eq!(Outcome::parse("maybe"), None);
+        assert_eq!(Outcome::from(policy::Outcome::NeedsApproval), Outcome::NeedsApproval);
+        assert_eq!(Outcome::from(policy::Outcome::Deny).as_str(), "deny");
+    }
+
+    fn fixed_record() -> DecisionRecord {
+        let mut rec = DecisionRecord::new(
+            Outcome::Deny,
+            Mode::Enforce,
+            "10.0.0.7:51234".parse().expect("a literal socket address"),
+            "bot-1",
+            "GET",
+            "https://user:pw@Example.com/private/x?q=secret",
+        );
+        rec.timestamp = at(1_700_000_000_123);
+        rec.id = EventId(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        rec
+    }
+
+    #[test]
+    fn a_minimal_line_has_exactly_the_required_fields_in_order() {
+        assert_eq!(
+            fixed_record().to_json_line(false),
+            concat!(
+                r#"{"@timestamp":"2023-11-14T22:13:20.123Z","event.id":"0123456789abcdef0123456789abcdef","#,
+                r#""event.outcome":"deny","client.address":"10.0.0.7","client.port":51234,"agentgate.agent":"bot-1","#,
+                r#""agentgate.mode":"enforce","http.request.method":"GET","#,
+                r#""url.full":"https://Example.com/private/x?q=REDACTED","url.domain":"example.com","#,
+                r#""agentgate.reasons":[]}"#,
+                "\n"
+            )
+        );
+    }
+
+    #[test]
+    fn a_full_line_carries_every_field_in_order() {
+        let mut rec = fixed_record();
+        rec.outcome = Outcome::Error;
+        rec.mode = Mode::Monitor;
+        rec.duration = Some(Duration::from_micros(1500));
+        rec.user_agent = Some("ExampleBot/1.0 \"quoted\"\n".to_owned());
+        rec.status = Some(502);
+        rec.response_bytes = Some(0);
+        rec.reasons = vec![
+            Reason::new(Source::Robots, "robots.disallow", "Disallow: /private")
+                .at_line(4)
+                .with_digest(Some("ab".repeat(32))),
+            Reason::new(Source::Operator, "operator.allow", "host = example.com"),
+        ];
+        rec.limits = vec![
+            Limit {
+                source: Source::AgentsTxt,
+                kind: LimitKind::Rate { requests: 10, window_s: 60 },
+                scope: LimitScope::Rule { line: 3 },
+                reason: Reason::new(Source::AgentsTxt, "agents_txt.limit", "/ ALLOW limit=10").at_line(3),
+            },
+            Limit {
+                source: Source::AgentsMd,
+                kind: LimitKind::Concurrent { max: 2 },
+                scope: LimitScope::Host,
+                reason: Reason::new(Source::AgentsMd, "agents_md.concurrent", "concurrent-sessions: 2"),
+            },
+        ];
+        rec.error = Some("origin unreachable: connection refused".to_owned());
+        let line = rec.to_json_line(true);
+        let value: serde_json::Value = serde_json::from_str(&line).expect("the encoder writes JSON");
+        let keys: Vec<&str> = value.as_object().expect("a line is an object").keys().map(String::as_str).collect();
+        let mut sorted_order = field::ORDER.to_vec();
+        sorted_order.sort_unstable();
+        assert_eq!(keys, sorted_order, "every field present");
+        let positions: Vec<usize> =
+            field::ORDER.iter().map(|key| line.find(&format!("\"{key}\":")).expect(key)).collect();
+        assert!(positions.is_sorted(), "keys in field::ORDER: {line}");
+        assert_eq!(
+            line,
+            concat!(
+                r#"{"@timestamp":"2023-11-14T22:13:20.123Z","event.id":"0123456789abcdef0123456789abcdef","#,
+                r#""event.outcome":"error","event.duration":1500000,"client.address":"10.0.0.7","client.port":51234,"#,
+                r#""agentgate.agent":"bot-1","agentgate.mode":"monitor","http.request.method":"GET","#,
+                r#""url.full":"https://Example.com/private/x?q=secret","url.domain":"example.com","#,
+                r#""user_agent.original":"ExampleBot/1.0 \"quoted\"\n","http.response.status_code":502,"#,
+                r#""http.response.body.bytes":0,"agentgate.reasons":[{"source":"robots.txt","code":"robots.disallow","#,
+                r#""line":4,"rule":"Disallow: /private","digest":"abababababababababababababababababababababababababababababababab"},"#,
+                r#"{"source":"operator","code":"operator.allow","rule":"host = example.com"}],"#,
+                r#""agentgate.limits":[{"source":"agents.txt","kind":"rate","requests":10,"window_s":60,"scope":"rule","line":3},"#,
+                r#"{"source":"AGENTS.md","kind":"concurrent","max":2,"scope":"host"}],"#,
+                r#""error.message":"origin unreachable: connection refused"}"#,
+                "\n"
+            )
+        );
+    }
+}

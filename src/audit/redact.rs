@@ -1,0 +1,175 @@
+//! What of a request URL reaches the decision log. The log is read by people who must not
+//! learn agents' secrets from it: user info never appears, fragments never appear (they are
+//! never sent to an origin, and OAuth implicit flows put tokens there), and query values are
+//! replaced by [`REDACTED`] unless the operator sets `[audit] log_query = true`.
+
+/// What a query value is replaced with.
+pub const REDACTED: &str = "REDACTED";
+
+/// A request URL as the decision log shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedUrl {
+    /// The URL for `url.full`: no user info, no fragment, query values redacted unless asked.
+    pub full: String,
+    /// The host for `url.domain`, lower-cased; IPv6 literals keep their brackets (ECS).
+    /// `None` for a URL without an authority (origin-form such as `/path`).
+    pub domain: Option<String>,
+}
+
+/// Redacts `url` for the log. Query keys are kept and every value, even an empty one,
+/// becomes `REDACTED` (`?q=REDACTED&page=REDACTED`); a query component without `=` may
+/// itself be a secret (`?AKIA...`), so it becomes `REDACTED` as a whole. `&` is the only
+/// separator, so an encoded `%26` stays inside its value. With `log_query` the query is
+/// kept as sent. User info and the fragment are removed either way.
+pub fn redact_url(url: &str, log_query: bool) -> LoggedUrl {
+    let url = url.split_once('#').map_or(url, |(before, _)| before);
+    let (prefix, domain, path_and_query) = match split_scheme(url) {
+        Some((scheme, rest)) => {
+            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            let (authority, path_and_query) = rest.split_at(end);
+            let host_port = authority.rsplit_once('@').map_or(authority, |(_, host_port)| host_port);
+            let domain = host_of(host_port).to_ascii_lowercase();
+            (format!("{scheme}://{host_port}"), (!domain.is_empty()).then_some(domain), path_and_query)
+        }
+        None => (String::new(), None, url),
+    };
+    let full = match path_and_query.split_once('?') {
+        Some((path, query)) if !log_query => format!("{prefix}{path}?{}", redact_query(query)),
+        _ => format!("{prefix}{path_and_query}"),
+    };
+    LoggedUrl { full, domain }
+}
+
+/// Splits `scheme://rest` when `url` starts with a valid scheme (RFC 3986 §3.1), so that a
+/// `://` inside an origin-form path or query is not taken for one.
+fn split_scheme(url: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let mut chars = scheme.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some((scheme, rest))
+}
+
+/// The host of `host[:port]`, keeping an IPv6 literal's brackets.
+fn host_of(host_port: &str) -> &str {
+    if host_port.starts_with('[') {
+        host_port.find(']').map_or(host_port, |end| &host_port[..=end])
+    } else {
+        host_port.split_once(':').map_or(host_port, |(host, _)| host)
+    }
+}
+
+fn redact_query(query: &str) -> String {
+    let redacted: Vec<String> = query
+        .split('&')
+        .map(|component| match component.split_once('=') {
+            _ if component.is_empty() => String::new(),
+            Some((key, _)) => format!("{key}={REDACTED}"),
+            None => REDACTED.to_owned(),
+        })
+        .collect();
+    redacted.join("&")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (case, input, expected `url.full` without `log_query`, expected with it).
+    const TABLE: &[(&str, &str, &str, &str)] = &[
+        ("no query", "https://example.com/a/b", "https://example.com/a/b", "https://example.com/a/b"),
+        (
+            "values replaced, keys kept",
+            "https://example.com/search?q=secret&page=2",
+            "https://example.com/search?q=REDACTED&page=REDACTED",
+            "https://example.com/search?q=secret&page=2",
+        ),
+        ("empty query", "https://example.com/?", "https://example.com/?", "https://example.com/?"),
+        ("empty value", "https://example.com/?q=", "https://example.com/?q=REDACTED", "https://example.com/?q="),
+        ("no `=`", "https://example.com/?AKIA123", "https://example.com/?REDACTED", "https://example.com/?AKIA123"),
+        (
+            "no `=` beside pairs",
+            "http://example.com/x?flag&a=1",
+            "http://example.com/x?REDACTED&a=REDACTED",
+            "http://example.com/x?flag&a=1",
+        ),
+        (
+            "encoded & stays in its value",
+            "https://example.com/?q=a%26b%3Dc&n=1",
+            "https://example.com/?q=REDACTED&n=REDACTED",
+            "https://example.com/?q=a%26b%3Dc&n=1",
+        ),
+        (
+            "empty components kept",
+            "https://example.com/?a=1&&b=2&",
+            "https://example.com/?a=REDACTED&&b=REDACTED&",
+            "https://example.com/?a=1&&b=2&",
+        ),
+        (
+            "value holding `=`",
+            "https://example.com/?t=a=b",
+            "https://example.com/?t=REDACTED",
+            "https://example.com/?t=a=b",
+        ),
+        (
+            "fragment removed",
+            "https://example.com/cb?state=x#access_token=tok",
+            "https://example.com/cb?state=REDACTED",
+            "https://example.com/cb?state=x",
+        ),
+        (
+            "fragment without query",
+            "https://example.com/page#top",
+            "https://example.com/page",
+            "https://example.com/page",
+        ),
+        ("`?` inside the fragment", "https://example.com/p#a?b=c", "https://example.com/p", "https://example.com/p"),
+        (
+            "user info removed",
+            "https://user:pa%40ss@example.com:8443/x?k=v",
+            "https://example.com:8443/x?k=REDACTED",
+            "https://example.com:8443/x?k=v",
+        ),
+        ("user info without path", "http://user@example.com", "http://example.com", "http://example.com"),
+        (
+            "query right after the authority",
+            "https://example.com?k=v",
+            "https://example.com?k=REDACTED",
+            "https://example.com?k=v",
+        ),
+        ("ipv6 literal", "http://[::1]:8080/?k=v", "http://[::1]:8080/?k=REDACTED", "http://[::1]:8080/?k=v"),
+        ("origin-form", "/path?k=v", "/path?k=REDACTED", "/path?k=v"),
+        ("`://` inside an origin-form query", "/go?to=http://a@b/", "/go?to=REDACTED", "/go?to=http://a@b/"),
+    ];
+
+    #[test]
+    fn redaction_table() {
+        for (case, input, redacted, kept) in TABLE {
+            assert_eq!(redact_url(input, false).full, *redacted, "{case}: log_query = false");
+            assert_eq!(redact_url(input, true).full, *kept, "{case}: log_query = true");
+        }
+    }
+
+    #[test]
+    fn domain_is_the_lower_cased_host() {
+        let cases = [
+            ("https://u:p@Example.COM:443/x", Some("example.com")),
+            ("http://[2001:db8::1]:80/", Some("[2001:db8::1]")),
+            ("http://example.com?x", Some("example.com")),
+            ("/relative?x=1", None),
+            ("http:///nohost", None),
+        ];
+        for (input, domain) in cases {
+            assert_eq!(redact_url(input, false).domain.as_deref(), domain, "{input}");
+        }
+    }
+
+    #[test]
+    fn secrets_never_survive_either_setting() {
+        for log_query in [false, true] {
+            let logged = redact_url("https://alice:hunter2@example.com/p?x=1#tok=hunter2", log_query);
+            assert!(!logged.full.contains("hunter2"), "{}", logged.full);
+            assert!(!logged.full.contains("alice"), "{}", logged.full);
+        }
+    }
+}

@@ -1,0 +1,525 @@
+//! The writer: [`AuditLog`] handles encode records and push their lines into a bounded
+//! queue; one blocking thread ([`AuditWriter`]) owns the file, writes through a `BufWriter`,
+//! flushes whenever the queue is momentarily empty, and flushes and fsyncs on shutdown.
+//!
+//! Accounting: a line counts as written once a flush that covered it succeeded, and as
+//! failed when it was refused, cancelled, or sat in the buffer when a write or flush failed.
+//! After the first I/O error the log is failed for good: the queue is closed, what is still
+//! queued is counted as failed, and every later [`AuditLog::record`] is refused.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Stdout, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::{AuditError, DecisionRecord};
+
+/// What the gate does with a request whose record cannot be written (DESIGN §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Refuse the request (503 "decision log unavailable"): nothing passes unaudited. The
+    /// default, because the log exists for the people who audit agents.
+    #[default]
+    Block,
+    /// Handle the request anyway; the failure counter records the missing line.
+    Continue,
+}
+
+impl OnFailure {
+    /// The config value: `block` or `continue`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFailure::Block => "block",
+            OnFailure::Continue => "continue",
+        }
+    }
+}
+
+/// The `[audit]` config table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditSettings {
+    /// Where lines go, appended; parent directories are created. `-` means stdout.
+    pub path: PathBuf,
+    /// Records the queue holds before [`AuditLog::record`] waits for the writer.
+    pub queue_capacity: usize,
+    /// What the gate does when a record cannot be written.
+    pub on_failure: OnFailure,
+    /// Keep query values in `url.full` (they are `REDACTED` otherwise).
+    pub log_query: bool,
+}
+
+impl Default for AuditSettings {
+    fn default() -> Self {
+        AuditSettings {
+            path: PathBuf::from("logs/decisions.jsonl"),
+            queue_capacity: 8192,
+            on_failure: OnFailure::Block,
+            log_query: false,
+        }
+    }
+}
+
+/// A record that was not written. The gate applies [`Unrecorded::on_failure`]; the record
+/// is already counted in [`AuditLog::failed_records`].
+#[derive(Debug, thiserror::Error)]
+#[error("decision record not written ([audit] on_failure = \"{}\")", on_failure.as_str())]
+pub struct Unrecorded {
+    /// The configured reaction.
+    pub on_failure: OnFailure,
+    /// Why the record was not written.
+    #[source]
+    pub cause: AuditError,
+}
+
+impl Unrecorded {
+    /// True when the gate must refuse the request (`on_failure = "block"`).
+    pub fn blocks_request(&self) -> bool {
+        self.on_failure == OnFailure::Block
+    }
+}
+
+/// Counts at shutdown.
+#[derive(Debug)]
+pub struct AuditStats {
+    /// Lines written and flushed.
+    pub written: u64,
+    /// Records not written (refused, cancelled, or lost to an I/O error).
+    pub failed: u64,
+    /// The failure, if the log failed at any point, including the final fsync.
+    pub error: Option<AuditError>,
+}
+
+enum Message {
+    Line(String),
+    Shutdown,
+}
+
+/// State shared by the handles and the writer thread.
+struct Shared {
+    path: PathBuf,
+    log_query: bool,
+    on_failure: OnFailure,
+    /// Lines accepted into the queue.
+    queued: AtomicU64,
+    /// Lines flushed to the file.
+    written: AtomicU64,
+    /// Records never queued (refused or cancelled).
+    refused: AtomicU64,
+    /// Queued lines that were not written.
+    lost: AtomicU64,
+    /// The first I/O error; set once, the log is failed from then on.
+    failure: OnceLock<String>,
+}
+
+impl Shared {
+    fn failed_records(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed) + self.lost.load(Ordering::Relaxed)
+    }
+
+    fn write_error(&self) -> Option<AuditError> {
+        let cause = self.failure.get()?;
+        Some(AuditError::Write { path: self.path.clone(), cause: cause.clone() })
+    }
+
+    /// Records the first I/O error (logged once, here) and counts `lines` as lost.
+    fn fail(&self, err: &io::Error, lines: u64) {
+        self.lost.fetch_add(lines, Ordering::Relaxed);
+        if self.failure.set(err.to_string()).is_ok() {
+            tracing::error!(path = %self.path.display(), error = %err, on_failure = self.on_failure.as_str(),
+                "decision log failed; records are refused from now on");
+        }
+    }
+}
+
+/// Counts a record as refused when dropped armed: a `record` future cancelled while it
+/// waits for queue space (the agent hung up) still leaves a trace in the counter.
+struct RefusalGuard<'a>(Option<&'a Shared>);
+
+impl Drop for RefusalGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0 {
+            shared.refused.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A cheap, cloneable handle for recording decisions. Every clone feeds the same writer.
+#[derive(Clone)]
+pub struct AuditLog {
+    tx: mpsc::Sender<Message>,
+    shared: Arc<Shared>,
+}
+
+/// Owns the writer thread; [`AuditWriter::shutdown`] drains, flushes and fsyncs the log.
+/// Dropping it without shutdown still drains once every [`AuditLog`] is gone, and the
+/// tokio runtime waits for that on exit, but nothing then reports the counts.
+pub struct AuditWriter {
+    tx: mpsc::Sender<Message>,
+    thread: JoinHandle<()>,
+    shared: Arc<Shared>,
+}
+
+impl AuditLog {
+    /// Opens the log (append mode, parent directories created) and starts its writer.
+    ///
+    /// # Errors
+    /// [`AuditError::Open`] naming the path when it cannot be opened, so a bad path fails at
+    /// start rather than at the first request; [`AuditError::ZeroQueueCapacity`].
+    ///
+    /// # Panics
+    /// Outside a tokio runtime, as `tokio::task::spawn_blocking` does.
+    pub fn start(settings: AuditSettings) -> Result<(AuditLog, AuditWriter), AuditError> {
+        if settings.queue_capacity == 0 {
+            return Err(AuditError::ZeroQueueCapacity);
+        }
+        let sink =
+            Sink::open(&settings.path).map_err(|source| AuditError::Open { path: settings.path.clone(), source })?;
+        let (tx, rx) = mpsc::channel(settings.queue_capacity);
+        let shared = Arc::new(Shared {
+            path: settings.path,
+            log_query: settings.log_query,
+            on_failure: settings.on_failure,
+            queued: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            failure: OnceLock::new(),
+        });
+        // A blocking thread, not an async task: file writes and fsync block, and must not
+        // stall a runtime worker that is serving agents.
+        let thread = tokio::task::spawn_blocking({
+            let shared = Arc::clone(&shared);
+            move || write_lines(rx, sink, &shared)
+        });
+        let log = AuditLog { tx: tx.clone(), shared: Arc::clone(&shared) };
+        Ok((log, AuditWriter { tx, thread, shared }))
+    }
+
+    /// Queues `record` for writing, waiting while the queue is full (backpressure, never a
+    /// drop). Returns once the line is queued, not written: see `docs/decision-log.md`.
+    ///
+    /// # Errors
+    /// [`Unrecorded`] when the log has failed or is shut down; the record is counted in
+    /// [`AuditLog::failed_records`] and the gate applies [`Unrecorded::on_failure`].
+    pub async fn record(&self, record: &DecisionRecord) -> Result<(), Unrecorded> {
+        let mut guard = RefusalGuard(Some(&self.shared));
+        self.ensure_available()?;
+        let line = record.to_json_line(self.shared.log_query);
+        self.tx.send(Message::Line(line)).await.map_err(|_| self.unavailable())?;
+        guard.0 = None;
+        self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether a record would be accepted now. The gate asks before forwarding when
+    /// `on_failure = "block"`, because the record itself is complete only after the response.
+    ///
+    /// # Errors
+    /// [`Unrecorded`] when the log has failed or is shut down (nothing is counted).
+    pub fn ensure_available(&self) -> Result<(), Unrecorded> {
+        if self.shared.failure.get().is_some() || self.tx.is_closed() { Err(self.unavailable()) } else { Ok(()) }
+    }
+
+    /// The configured reaction to a failed record.
+    pub fn on_failure(&self) -> OnFailure {
+        self.shared.on_failure
+    }
+
+    /// Lines written and flushed so far.
+    pub fn written_records(&self) -> u64 {
+        self.shared.written.load(Ordering::Relaxed)
+    }
+
+    /// Records not written so far (refused, cancelled, or lost to an I/O error): what the
+    /// metric `agentgate_audit_failures_total` reports.
+    pub fn failed_records(&self) -> u64 {
+        self.shared.failed_records()
+    }
+
+    fn unavailable(&self) -> Unrecorded {
+        let cause = self.shared.write_error().unwrap_or_else(|| AuditError::Closed { path: self.shared.path.clone() });
+        Unrecorded { on_failure: self.shared.on_failure, cause }
+    }
+}
+
+impl AuditWriter {
+    /// Closes the queue, writes every record already queued, flushes and fsyncs (stdout is
+    /// only flushed), and returns the counts. Records offered afterwards are refused and
+    /// counted. Call it after the proxy has drained its in-flight requests.
+    pub async fn shutdown(self) -> AuditStats {
+        // Fails only when the writer already closed the queue after an I/O error.
+        let _ = self.tx.send(Message::Shutdown).await;
+        drop(self.tx);
+        let panicked = self.thread.await.is_err();
+        let shared = &self.shared;
+        let error = if panicked {
+            let unaccounted = shared
+                .queued
+                .load(Ordering::Relaxed)
+                .saturating_sub(shared.written.load(Ordering::Relaxed) + shared.lost.load(Ordering::Relaxed));
+            shared.lost.fetch_add(unaccounted, Ordering::Relaxed);
+            Some(AuditError::WriterPanicked { path: shared.path.clone() })
+        } else {
+            shared.write_error()
+        };
+        AuditStats { written: shared.written.load(Ordering::Relaxed), failed: shared.failed_records(), error }
+    }
+}
+
+/// The writer thread's loop; returns when the queue is closed and empty.
+fn write_lines(mut rx: mpsc::Receiver<Message>, mut sink: Sink, shared: &Shared) {
+    // Lines in the BufWriter since the last successful flush.
+    let mut pending = 0;
+    while let Some(message) = rx.blocking_recv() {
+        match message {
+            // Stop accepting; the loop goes on until what is queued is drained.
+            Message::Shutdown => rx.close(),
+            Message::Line(_) if shared.failure.get().is_some() => {
+                shared.lost.fetch_add(1, Ordering::Relaxed);
+            }
+            Message::Line(line) => {
+                pending += 1;
+                // Flush whenever nothing else is waiting, so `tail -f` sees lines promptly
+                // and a burst still goes out in large writes.
+                let idle = rx.is_empty();
+                match sink.out.write_all(line.as_bytes()).and_then(|()| if idle { sink.out.flush() } else { Ok(()) }) {
+                    Err(err) => {
+                        shared.fail(&err, pending);
+                        pending = 0;
+                        rx.close();
+                    }
+                    Ok(()) if idle => {
+                        shared.written.fetch_add(pending, Ordering::Relaxed);
+                        pending = 0;
+                    }
+                    Ok(()) => {}
+                }
+            }
+        }
+    }
+    if shared.failure.get().is_none() {
+        match sink.flush_and_sync() {
+            Ok(()) => shared.written.fetch_add(pending, Ordering::Relaxed),
+            Err(err) => {
+                shared.fail(&err, pending);
+                0
+            }
+        };
+    }
+}
+
+/// Where lines go: a file that can be fsynced, or stdout.
+struct Sink {
+    out: BufWriter<Box<dyn Write + Send>>,
+    /// The file again, for fsync; `None` for stdout.
+    file: Option<File>,
+}
+
+impl Sink {
+    fn open(path: &Path) -> io::Result<Sink> {
+        if path == Path::new("-") {
+            let stdout: Stdout = io::stdout();
+            return Ok(Sink { out: BufWriter::new(Box::new(stdout)), file: None });
+        }
+        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let sync_handle = file.try_clone()?;
+        Ok(Sink { out: BufWriter::new(Box::new(file)), file: Some(sync_handle) })
+    }
+
+    fn flush_and_sync(&mut self) -> io::Result<()> {
+        self.out.flush()?;
+        self.file.as_ref().map_or(Ok(()), File::sync_all)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::audit::record::sample;
+    use crate::audit::{Outcome, field};
+
+    fn settings(path: PathBuf) -> AuditSettings {
+        AuditSettings { path, ..AuditSettings::default() }
+    }
+
+    fn read(path: &Path) -> String {
+        std::fs::read_to_string(path).expect("the test log is readable")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_thousand_records_from_eight_tasks_make_a_thousand_distinct_lines() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("nested/logs/decisions.jsonl");
+        // A small queue, so senders wait for the writer (backpressure) instead of dropping.
+        let (log, writer) =
+            AuditLog::start(AuditSettings { queue_capacity: 16, ..settings(path.clone()) }).expect("the log opens");
+        let tasks: Vec<_> = (0..8)
+            .map(|task| {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    for n in 0..125 {
+                        let rec = sample(&format!("agent-{task}"), Outcome::Allow, &format!("http://h/{n}"));
+                        log.record(&rec).await.expect("the log is healthy");
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("a sender task finishes");
+        }
+        let stats = writer.shutdown().await;
+        assert_eq!((stats.written, stats.failed), (1000, 0));
+        assert!(stats.error.is_none(), "{:?}", stats.error);
+        assert_eq!((log.written_records(), log.failed_records()), (1000, 0));
+        let text = read(&path);
+        let ids: HashSet<String> = text
+            .lines()
+            .map(|line| {
+                let value: serde_json::Value = serde_json::from_str(line).expect("each line is JSON");
+                value[field::EVENT_ID].as_str().expect("each line has an id").to_owned()
+            })
+            .collect();
+        assert_eq!(text.lines().count(), 1000);
+        assert_eq!(ids.len(), 1000, "ids are distinct");
+    }
+
+    #[tokio::test]
+    async fn lines_are_appended_exactly_as_encoded() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("decisions.jsonl");
+        let first = sample("bot-1", Outcome::Deny, "https://a.example/p?token=secret");
+        let second = sample("bot-2", Outcome::Allow, "https://b.example/");
+        let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+        log.record(&first).await.expect("queued");
+        log.record(&second).await.expect("queued");
+        assert_eq!(writer.shutdown().await.written, 2);
+
+        // A restart appends, and `log_query` keeps query values.
+        let third = sample("bot-1", Outcome::WouldDeny, "https://a.example/p?token=secret");
+        let (log, writer) =
+            AuditLog::start(AuditSettings { log_query: true, ..settings(path.clone()) }).expect("the log reopens");
+        log.record(&third).await.expect("queued");
+        assert_eq!(writer.shutdown().await.written, 1);
+
+        let expected = [first.to_json_line(false), second.to_json_line(false), third.to_json_line(true)].concat();
+        assert_eq!(read(&path), expected);
+        assert!(expected.contains(r#""url.full":"https://a.example/p?token=REDACTED""#));
+        assert!(expected.contains(r#""url.full":"https://a.example/p?token=secret""#));
+    }
+
+    #[tokio::test]
+    async fn a_line_is_flushed_while_the_log_runs() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("decisions.jsonl");
+        let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+        let rec = sample("bot-1", Outcome::Allow, "http://h/");
+        log.record(&rec).await.expect("queued");
+        // Waits for the flush-when-idle to show (what `tail -f` sees), not a fixed delay.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while read(&path).is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(read(&path), rec.to_json_line(false));
+        assert_eq!(log.written_records(), 1);
+        writer.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_bad_path_fails_at_start_naming_it() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let not_a_dir = dir.path().join("file");
+        std::fs::write(&not_a_dir, b"").expect("a plain file");
+        let path = not_a_dir.join("decisions.jsonl");
+        let Err(err) = AuditLog::start(settings(path.clone())) else { panic!("opening under a file must fail") };
+        assert!(matches!(err, AuditError::Open { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains("[audit] path"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_zero_queue_is_refused() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let result = AuditLog::start(AuditSettings { queue_capacity: 0, ..settings(dir.path().join("d.jsonl")) });
+        assert!(matches!(result, Err(AuditError::ZeroQueueCapacity)));
+    }
+
+    #[tokio::test]
+    async fn records_after_shutdown_are_refused_and_counted() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let (log, writer) = AuditLog::start(settings(dir.path().join("d.jsonl"))).expect("the log opens");
+        let stats = writer.shutdown().await;
+        assert_eq!((stats.written, stats.failed), (0, 0));
+        assert!(log.ensure_available().is_err());
+        let refused = log.record(&sample("bot-1", Outcome::Allow, "http://h/")).await.expect_err("the log is closed");
+        assert!(matches!(refused.cause, AuditError::Closed { .. }), "{refused:?}");
+        assert!(refused.blocks_request(), "on_failure defaults to block");
+        assert_eq!(log.failed_records(), 1);
+    }
+
+    /// `/dev/full` accepts the open and fails every write with ENOSPC.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn write_failures_are_counted_and_reported_without_panicking() {
+        for on_failure in [OnFailure::Block, OnFailure::Continue] {
+            let path = PathBuf::from("/dev/full");
+            let (log, writer) =
+                AuditLog::start(AuditSettings { on_failure, ..settings(path.clone()) }).expect("/dev/full opens");
+            let rec = sample("bot-1", Outcome::Deny, "http://h/");
+            // The writer fails at its first flush; records queued before it notices are
+            // lost and counted, and from then on `record` refuses.
+            let mut attempts = 0;
+            let refused = loop {
+                attempts += 1;
+                assert!(attempts < 100_000, "the failure never reached the handle");
+                if let Err(refused) = log.record(&rec).await {
+                    break refused;
+                }
+            };
+            assert_eq!(refused.on_failure, on_failure);
+            assert_eq!(refused.blocks_request(), on_failure == OnFailure::Block);
+            let message = refused.cause.to_string();
+            assert!(message.contains("/dev/full") && message.contains("restart agentgate"), "{message}");
+            assert!(log.ensure_available().is_err());
+            assert!(log.record(&rec).await.is_err());
+            attempts += 1;
+
+            let stats = writer.shutdown().await;
+            assert_eq!((stats.written, stats.failed), (0, attempts));
+            assert!(matches!(stats.error, Some(AuditError::Write { .. })), "{:?}", stats.error);
+            assert_eq!(log.failed_records(), attempts);
+        }
+    }
+
+    #[test]
+    fn settings_read_the_audit_table() {
+        let defaults: AuditSettings = toml::from_str("").expect("all keys are optional");
+        assert_eq!(defaults, AuditSettings::default());
+        assert_eq!(defaults.path, Path::new("logs/decisions.jsonl"));
+        assert_eq!((defaults.queue_capacity, defaults.on_failure, defaults.log_query), (8192, OnFailure::Block, false));
+
+        let table = "path = \"-\"\nqueue_capacity = 64\non_failure = \"continue\"\nlog_query = true\n";
+        let set: AuditSettings = toml::from_str(table).expect("a full table");
+        assert_eq!(
+            set,
+            AuditSettings { path: "-".into(), queue_capacity: 64, on_failure: OnFailure::Continue, log_query: true }
+        );
+
+        let unknown = toml::from_str::<AuditSettings>("pth = \"x\"").expect_err("unknown keys are rejected");
+        assert!(unknown.to_string().contains("pth"), "{unknown}");
+        assert!(toml::from_str::<AuditSettings>("on_failure = \"drop\"").is_err());
+    }
+}
