@@ -420,7 +420,9 @@ impl Parser {
         if !typo && !KNOWN_OTHER_KEYS.contains(&lower.as_str()) {
             let hint = match suggest_key(&key) {
                 Some(known) => format!(": did you mean `{known}`?"),
-                None => String::from(" (RFC 9309 §2.2.4 other records have no effect on access)"),
+                None => String::from(
+                    " (other records have no effect on access, RFC 9309 §2.2.4): remove it or fix its name",
+                ),
             };
             self.warn(
                 number,
