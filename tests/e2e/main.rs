@@ -1,0 +1,17 @@
+//! End-to-end tests of agentgate's proxy edge: the real proxy started in-process on
+//! `127.0.0.1:0`, a real hyper origin (HTTP and HTTPS from a test CA), and real clients
+//! (reqwest, curl, raw sockets). Loopback only, no fixed ports, no sleeps.
+//!
+//! One binary with modules so it links once (STYLE.md §4):
+//! - `forward`: absolute-form HTTP through the proxy (bodies, HEAD/204/304, keep-alive, headers);
+//! - `tunnel`: CONNECT, MITM (h1/h2 on both sides, IP targets), passthrough, plain HTTP in a tunnel;
+//! - `websocket`: WebSocket echo through MITM, plain HTTP, and a plain tunnel;
+//! - `errors`: what the proxy answers when the client or the origin is at fault;
+//! - `shutdown`: graceful shutdown lets in-flight requests finish.
+
+mod errors;
+mod forward;
+mod shutdown;
+mod support;
+mod tunnel;
+mod websocket;

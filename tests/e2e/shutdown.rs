@@ -1,0 +1,33 @@
+//! Graceful shutdown: once it starts, no new connections are accepted, and a request already
+//! in flight still gets its full response.
+
+use tokio::net::TcpStream;
+
+use crate::support::origin::Origin;
+use crate::support::pki::TestCa;
+use crate::support::{TestProxy, TestResult, header};
+
+#[tokio::test]
+async fn in_flight_request_completes_during_graceful_shutdown() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http().await?;
+    let mut proxy =
+        TestProxy::start_with(&ca, |config| config.shutdown_grace = std::time::Duration::from_secs(60)).await?;
+    let request = tokio::spawn(proxy.client()?.get(origin.url("/hold")).send());
+    origin.arrived().await;
+
+    let stopped = proxy.shut_down().ok_or("the proxy was already shut down")?;
+    // Draining has begun once the listener is gone.
+    while TcpStream::connect(proxy.addr).await.is_ok() {
+        tokio::task::yield_now().await;
+    }
+    assert!(!stopped.is_finished(), "the in-flight request holds the shutdown open");
+
+    origin.release();
+    let response = request.await??;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "via"), "1.1 agentgate");
+    assert_eq!(response.text().await?, "released");
+    stopped.await?;
+    Ok(())
+}

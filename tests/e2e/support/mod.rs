@@ -1,0 +1,111 @@
+//! What every end-to-end test needs: a real origin (`origin`), test CAs (`pki`), pattern
+//! bodies (`pattern`), the real proxy started in-process on `127.0.0.1:0` (`TestProxy`), and
+//! clients: reqwest through the proxy, the system `curl` (`curl`), and raw sockets (`raw`).
+
+pub mod curl;
+pub mod origin;
+pub mod pattern;
+pub mod pki;
+pub mod raw;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agentgate::config::Config;
+use agentgate::proxy::Proxy;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use self::pki::TestCa;
+
+/// Tests return errors instead of panicking on them.
+pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Logs go to the test output when `RUST_LOG` asks for them (e.g. `RUST_LOG=agentgate=debug`).
+fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// The real proxy, in-process, with a temporary CA directory, trusting `origin_ca` upstream.
+pub struct TestProxy {
+    /// Where the proxy listens.
+    pub addr: SocketAddr,
+    /// agentgate's CA certificate, PEM: what agents trust.
+    pub ca_pem: String,
+    /// The file holding `ca_pem`.
+    pub ca_path: PathBuf,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+    _ca_dir: tempfile::TempDir,
+}
+
+impl Drop for TestProxy {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+impl TestProxy {
+    /// A proxy with the embedded default config, trusting `origin_ca` for origins.
+    pub async fn start(origin_ca: &TestCa) -> TestResult<TestProxy> {
+        TestProxy::start_with(origin_ca, |_| {}).await
+    }
+
+    /// Like [`start`](Self::start), with `edit` applied to the config last.
+    pub async fn start_with(origin_ca: &TestCa, edit: impl FnOnce(&mut Config)) -> TestResult<TestProxy> {
+        init_tracing();
+        agentgate::tls::install_default_provider();
+        let ca_dir = tempfile::tempdir()?;
+        let mut config = Config::embedded_default();
+        config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.ca.dir = ca_dir.path().to_owned();
+        config.upstream.extra_ca_files = vec![origin_ca.pem_path.clone()];
+        edit(&mut config);
+        let running = Proxy::new(Arc::new(config))?.bind().await?;
+        let addr = running.local_addr();
+        let ca_path = running.ca_cert_path().to_owned();
+        let ca_pem = std::fs::read_to_string(&ca_path)?;
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let task = tokio::spawn(running.run_until(async move {
+            let _ = stop.await;
+        }));
+        Ok(TestProxy { addr, ca_pem, ca_path, shutdown: Some(shutdown), task: Some(task), _ca_dir: ca_dir })
+    }
+
+    /// `http://127.0.0.1:<port>`: the proxy URL for clients.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A reqwest client builder using this proxy for every URL and trusting only its CA.
+    pub fn client_builder(&self) -> TestResult<reqwest::ClientBuilder> {
+        Ok(reqwest::Client::builder()
+            .proxy(reqwest::Proxy::all(self.url())?)
+            .tls_certs_only([reqwest::Certificate::from_pem(self.ca_pem.as_bytes())?]))
+    }
+
+    /// A reqwest client through this proxy (h2 or HTTP/1.1 by ALPN for https URLs).
+    pub fn client(&self) -> TestResult<reqwest::Client> {
+        Ok(self.client_builder()?.build()?)
+    }
+
+    /// Starts graceful shutdown; the handle completes when `run_until` has returned.
+    pub fn shut_down(&mut self) -> Option<JoinHandle<()>> {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        self.task.take()
+    }
+}
+
+/// The values of header `name`, joined with `, `.
+pub fn header(response: &reqwest::Response, name: &str) -> String {
+    let values: Vec<&str> = response.headers().get_all(name).iter().filter_map(|v| v.to_str().ok()).collect();
+    values.join(", ")
+}

@@ -1,0 +1,300 @@
+//! A real local origin: a hyper server (HTTP/1.1 and h2, auto-detected) on `127.0.0.1:0`,
+//! over plain TCP or TLS with a certificate from a test CA. It counts the TCP connections it
+//! accepts and reports, in response headers, what it saw of each request.
+//!
+//! Routes: `/echo` (method, version, `Host`, `Via`, hop-by-hop fields seen; the body streamed
+//! back), `/hello` (a fixed body with a length, for HEAD), `/bytes/<n>` (n pattern bytes made
+//! on the fly), `/sink` (checks an uploaded pattern body), `/status/204`, `/etag` (304 on a
+//! matching `If-None-Match`), `/ws` (WebSocket echo), `/hold` (answers only once released),
+//! `/trickle` (one chunk, then the rest once released), `/trickle-upload` (signals after the
+//! first uploaded chunk).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio_rustls::TlsAcceptor;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+use super::TestResult;
+use super::pattern::{PatternBody, PatternCheck};
+use super::pki::TestCa;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type OriginBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Request fields that must never reach an origin through the proxy (hop-by-hop,
+/// RFC 9110 §7.6.1). `Transfer-Encoding` is left out: the proxy may frame a body as chunked.
+const HOP_BY_HOP: [&str; 7] =
+    ["connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "x-named-in-connection"];
+
+#[derive(Default)]
+struct OriginState {
+    connections: AtomicUsize,
+    arrived: Notify,
+    release: Notify,
+}
+
+/// A running origin; stops accepting when dropped.
+pub struct Origin {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    tls: bool,
+    state: Arc<OriginState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Origin {
+    /// An origin over plain HTTP (HTTP/1.1; h2 only with prior knowledge).
+    pub async fn http() -> TestResult<Origin> {
+        Origin::start(None).await
+    }
+
+    /// An origin over TLS with a certificate signed by `ca` (ALPN h2 and http/1.1).
+    pub async fn https(ca: &TestCa) -> TestResult<Origin> {
+        Origin::start(Some(TlsAcceptor::from(ca.origin_server_config()?))).await
+    }
+
+    async fn start(tls: Option<TlsAcceptor>) -> TestResult<Origin> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(OriginState::default());
+        let task = tokio::spawn(accept_loop(listener, tls.clone(), Arc::clone(&state)));
+        Ok(Origin { addr, tls: tls.is_some(), state, task })
+    }
+
+    /// `http://127.0.0.1:<port><path>` or `https://localhost:<port><path>` (a name, so the
+    /// client sends SNI).
+    pub fn url(&self, path: &str) -> String {
+        let port = self.addr.port();
+        if self.tls { format!("https://localhost:{port}{path}") } else { format!("http://127.0.0.1:{port}{path}") }
+    }
+
+    /// `https://127.0.0.1:<port><path>`: an IP target, for which clients send no SNI.
+    pub fn ip_url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.addr.port())
+    }
+
+    /// `host:port` as a CONNECT target or `Host` value.
+    pub fn authority(&self) -> String {
+        let port = self.addr.port();
+        if self.tls { format!("localhost:{port}") } else { format!("127.0.0.1:{port}") }
+    }
+
+    /// How many TCP connections the origin has accepted.
+    pub fn connections(&self) -> usize {
+        self.state.connections.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `/hold`, `/trickle` or `/trickle-upload` reached its waiting point.
+    pub async fn arrived(&self) {
+        self.state.arrived.notified().await;
+    }
+
+    /// Lets a waiting `/hold` or `/trickle` go on.
+    pub fn release(&self) {
+        self.state.release.notify_one();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, state: Arc<OriginState>) {
+    while let Ok((tcp, _)) = listener.accept().await {
+        state.connections.fetch_add(1, Ordering::SeqCst);
+        let (tls, state) = (tls.clone(), Arc::clone(&state));
+        tokio::spawn(async move {
+            match tls {
+                Some(acceptor) => {
+                    if let Ok(stream) = acceptor.accept(tcp).await {
+                        serve(stream, state).await;
+                    }
+                }
+                None => serve(tcp, state).await,
+            }
+        });
+    }
+}
+
+async fn serve<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: I, state: Arc<OriginState>) {
+    let service = service_fn(move |request| route(Arc::clone(&state), request));
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let _ = builder.serve_connection_with_upgrades(TokioIo::new(io), service).await;
+}
+
+fn full(text: impl Into<Bytes>) -> OriginBody {
+    Full::new(text.into()).map_err(|never| match never {}).boxed_unsync()
+}
+
+fn respond(status: StatusCode, body: OriginBody) -> Response<OriginBody> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    response
+}
+
+async fn route(state: Arc<OriginState>, request: Request<Incoming>) -> Result<Response<OriginBody>, Infallible> {
+    let path = request.uri().path().to_owned();
+    let mut response = match path.as_str() {
+        "/echo" => echo(request),
+        "/hello" => hello(&request),
+        "/sink" => sink(request).await,
+        "/status/204" => respond(StatusCode::NO_CONTENT, Empty::new().map_err(|never| match never {}).boxed_unsync()),
+        "/etag" => etag(&request),
+        "/ws" => websocket(request),
+        "/hold" => {
+            state.arrived.notify_one();
+            state.release.notified().await;
+            respond(StatusCode::OK, full("released"))
+        }
+        "/trickle" => trickle(state),
+        "/trickle-upload" => trickle_upload(state, request).await,
+        other => match other.strip_prefix("/bytes/").and_then(|n| n.parse::<u64>().ok()) {
+            Some(len) => respond(StatusCode::OK, PatternBody::new(len).map_err(|never| match never {}).boxed_unsync()),
+            None => respond(StatusCode::NOT_FOUND, full("no such route")),
+        },
+    };
+    response.headers_mut().insert("x-origin", HeaderValue::from_static("test-origin"));
+    Ok(response)
+}
+
+/// Reports what arrived in response headers and streams the body back.
+fn echo(request: Request<Incoming>) -> Response<OriginBody> {
+    let (parts, body) = request.into_parts();
+    let host = parts
+        .headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| parts.uri.authority().map(|a| a.to_string()))
+        .unwrap_or_default();
+    let via: Vec<&str> = parts.headers.get_all(http::header::VIA).iter().filter_map(|v| v.to_str().ok()).collect();
+    let hop: Vec<&str> = HOP_BY_HOP.iter().copied().filter(|name| parts.headers.contains_key(*name)).collect();
+    let mut response = respond(StatusCode::OK, body.map_err(BoxError::from).boxed_unsync());
+    let headers = response.headers_mut();
+    let pairs = [
+        ("x-method", parts.method.to_string()),
+        ("x-version", format!("{:?}", parts.version)),
+        ("x-host", host),
+        ("x-via", via.join(", ")),
+        ("x-hop-by-hop", hop.join(",")),
+    ];
+    for (name, value) in pairs {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
+    response
+}
+
+/// `hello` with its length; for HEAD the length alone (hyper's h2 server would otherwise send
+/// the body on a HEAD response).
+fn hello(request: &Request<Incoming>) -> Response<OriginBody> {
+    let body = if request.method() == http::Method::HEAD { "" } else { "hello" };
+    let mut response = respond(StatusCode::OK, full(body));
+    response.headers_mut().insert(http::header::CONTENT_LENGTH, HeaderValue::from_static("5"));
+    response
+}
+
+async fn sink(request: Request<Incoming>) -> Response<OriginBody> {
+    let mut body = request.into_body();
+    let mut check = PatternCheck::new();
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Some(data) = frame.data_ref() {
+                    check.feed(data);
+                }
+            }
+            Err(error) => return respond(StatusCode::BAD_REQUEST, full(format!("body failed: {error}"))),
+        }
+    }
+    respond(StatusCode::OK, full(format!("received {} bytes, intact={}", check.len, check.intact)))
+}
+
+fn etag(request: &Request<Incoming>) -> Response<OriginBody> {
+    let matches = request.headers().get(http::header::IF_NONE_MATCH).is_some_and(|v| v.as_bytes() == b"\"v1\"");
+    let mut response =
+        if matches { respond(StatusCode::NOT_MODIFIED, full("")) } else { respond(StatusCode::OK, full("versioned")) };
+    response.headers_mut().insert(http::header::ETAG, HeaderValue::from_static("\"v1\""));
+    response
+}
+
+fn websocket(mut request: Request<Incoming>) -> Response<OriginBody> {
+    let Some(key) = request.headers().get("sec-websocket-key").map(|k| derive_accept_key(k.as_bytes())) else {
+        return respond(StatusCode::BAD_REQUEST, full("not a websocket handshake"));
+    };
+    let on_upgrade = hyper::upgrade::on(&mut request);
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else { return };
+        let mut ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+        while let Some(Ok(message)) = ws.next().await {
+            if message.is_close() || ((message.is_text() || message.is_binary()) && ws.send(message).await.is_err()) {
+                break;
+            }
+        }
+    });
+    let mut response = respond(StatusCode::SWITCHING_PROTOCOLS, full(""));
+    let headers = response.headers_mut();
+    headers.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(http::header::CONNECTION, HeaderValue::from_static("upgrade"));
+    if let Ok(accept) = HeaderValue::from_str(&key) {
+        headers.insert("sec-websocket-accept", accept);
+    }
+    response
+}
+
+/// Sends `first;`, then waits for `release` before sending `rest` and ending the body.
+fn trickle(state: Arc<OriginState>) -> Response<OriginBody> {
+    let chunks = futures_util::stream::unfold(0u8, move |step| {
+        let state = Arc::clone(&state);
+        async move {
+            match step {
+                0 => Some((Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"first;"))), 1)),
+                1 => {
+                    state.arrived.notify_one();
+                    state.release.notified().await;
+                    Some((Ok(Frame::data(Bytes::from_static(b"rest"))), 2))
+                }
+                _ => None,
+            }
+        }
+    });
+    respond(StatusCode::OK, StreamBody::new(chunks).boxed_unsync())
+}
+
+/// Reads the first chunk of the upload, signals `arrived`, then reads the rest.
+async fn trickle_upload(state: Arc<OriginState>, request: Request<Incoming>) -> Response<OriginBody> {
+    let mut body = request.into_body();
+    let mut received = Vec::new();
+    let mut signalled = false;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { return respond(StatusCode::BAD_REQUEST, full("body failed")) };
+        if let Some(data) = frame.data_ref() {
+            received.extend_from_slice(data);
+            if !signalled {
+                state.arrived.notify_one();
+                signalled = true;
+            }
+        }
+    }
+    respond(StatusCode::OK, full(received))
+}
