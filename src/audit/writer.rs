@@ -8,7 +8,7 @@
 //! queued is counted as failed, and every later [`AuditLog::record`] is refused.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter, Stdout, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -306,12 +306,11 @@ fn write_lines(mut rx: mpsc::Receiver<Message>, mut sink: Sink, shared: &Shared)
     }
     if shared.failure.get().is_none() {
         match sink.flush_and_sync() {
-            Ok(()) => shared.written.fetch_add(pending, Ordering::Relaxed),
-            Err(err) => {
-                shared.fail(&err, pending);
-                0
+            Ok(()) => {
+                shared.written.fetch_add(pending, Ordering::Relaxed);
             }
-        };
+            Err(err) => shared.fail(&err, pending),
+        }
     }
 }
 
@@ -325,8 +324,7 @@ struct Sink {
 impl Sink {
     fn open(path: &Path) -> io::Result<Sink> {
         if path == Path::new("-") {
-            let stdout: Stdout = io::stdout();
-            return Ok(Sink { out: BufWriter::new(Box::new(stdout)), file: None });
+            return Ok(Sink { out: BufWriter::new(Box::new(io::stdout())), file: None });
         }
         if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
