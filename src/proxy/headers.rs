@@ -42,16 +42,22 @@ pub(crate) fn is_upgrade_request(version: Version, headers: &HeaderMap) -> bool 
 }
 
 /// Removes every hop-by-hop field, including each field named in `Connection`; with
-/// [`Upgrade::Keep`], puts back `Upgrade` and `Connection: upgrade`.
+/// [`Upgrade::Keep`], puts back `Upgrade` and `Connection: upgrade`. A `TE` that lists
+/// `trailers` is kept as `TE: trailers`: the one value h2 allows (RFC 9113 §8.2.2), which
+/// gRPC origins require.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Upgrade) {
     let named: Vec<HeaderName> =
         connection_tokens(headers).filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok()).collect();
+    let accepts_trailers = tokens(headers, &TE).any(|t| t == "trailers");
     let kept_upgrade: Vec<HeaderValue> = match upgrade {
         Upgrade::Keep => headers.get_all(UPGRADE).iter().cloned().collect(),
         Upgrade::Drop => Vec::new(),
     };
     for name in named.iter().chain(HOP_BY_HOP.iter()) {
         headers.remove(name);
+    }
+    if accepts_trailers {
+        headers.insert(TE, HeaderValue::from_static("trailers"));
     }
     if !kept_upgrade.is_empty() {
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
@@ -80,12 +86,17 @@ pub(crate) fn append_via(headers: &mut HeaderMap, received: Version) {
 
 /// The lower-cased tokens of every `Connection` field line.
 fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
+    tokens(headers, &CONNECTION)
+}
+
+/// The lower-cased tokens (parameters cut off) of every `name` field line.
+fn tokens<'a>(headers: &'a HeaderMap, name: &HeaderName) -> impl Iterator<Item = String> + 'a {
     headers
-        .get_all(CONNECTION)
+        .get_all(name)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
-        .map(|token| token.trim().to_ascii_lowercase())
+        .map(|token| token.split(';').next().unwrap_or_default().trim().to_ascii_lowercase())
         .filter(|token| !token.is_empty())
 }
 
@@ -111,13 +122,20 @@ mod tests {
             ("keep-alive", "timeout=5"),
             ("proxy-connection", "keep-alive"),
             ("proxy-authorization", "Basic YTpi"),
-            ("te", "trailers"),
+            ("te", "gzip"),
             ("transfer-encoding", "chunked"),
             ("upgrade", "websocket"),
             ("accept", "*/*"),
         ]);
         remove_hop_by_hop(&mut map, Upgrade::Drop);
         assert_eq!(map, headers(&[("accept", "*/*")]));
+    }
+
+    #[test]
+    fn rfc9113_8_2_2_te_trailers_survives_alone() {
+        let mut map = headers(&[("te", "gzip;q=0.5, Trailers"), ("connection", "te")]);
+        remove_hop_by_hop(&mut map, Upgrade::Drop);
+        assert_eq!(map, headers(&[("te", "trailers")]));
     }
 
     #[test]

@@ -50,13 +50,14 @@ async fn hop_by_hop_fields_do_not_reach_the_origin() -> TestResult {
     let request = format!(
         "GET {url} HTTP/1.1\r\nHost: {}\r\nConnection: close, X-Named-In-Connection\r\n\
          X-Named-In-Connection: 1\r\nKeep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\n\
-         Proxy-Authorization: Basic YWdlbnQ6c2VjcmV0\r\nTE: trailers\r\nVia: 1.0 upstream-proxy\r\n\r\n",
+         Proxy-Authorization: Basic YWdlbnQ6c2VjcmV0\r\nTE: gzip, trailers\r\nVia: 1.0 upstream-proxy\r\n\r\n",
         origin.authority()
     );
     let answer = exchange(proxy.addr, request.as_bytes()).await?;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("x-hop-by-hop: \r\n"), "no hop-by-hop field arrived: {answer}");
     assert!(answer.contains("x-via: 1.0 upstream-proxy, 1.1 agentgate\r\n"), "Via appended: {answer}");
+    assert!(answer.contains("x-te: trailers\r\n"), "TE reduced to trailers: {answer}");
     Ok(())
 }
 

@@ -39,9 +39,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type OriginBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// Request fields that must never reach an origin through the proxy (hop-by-hop,
-/// RFC 9110 §7.6.1). `Transfer-Encoding` is left out: the proxy may frame a body as chunked.
-const HOP_BY_HOP: [&str; 7] =
-    ["connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "x-named-in-connection"];
+/// RFC 9110 §7.6.1). `Transfer-Encoding` is left out: the proxy may frame a body as chunked;
+/// so is `TE`, which may arrive as `trailers` (reported in `x-te`).
+const HOP_BY_HOP: [&str; 6] =
+    ["connection", "keep-alive", "proxy-connection", "proxy-authorization", "trailer", "x-named-in-connection"];
 
 #[derive(Default)]
 struct OriginState {
@@ -186,7 +187,6 @@ fn echo(request: Request<Incoming>) -> Response<OriginBody> {
         .map(str::to_owned)
         .or_else(|| parts.uri.authority().map(|a| a.to_string()))
         .unwrap_or_default();
-    let via: Vec<&str> = parts.headers.get_all(http::header::VIA).iter().filter_map(|v| v.to_str().ok()).collect();
     let hop: Vec<&str> = HOP_BY_HOP.iter().copied().filter(|name| parts.headers.contains_key(*name)).collect();
     let mut response = respond(StatusCode::OK, body.map_err(BoxError::from).boxed_unsync());
     let headers = response.headers_mut();
@@ -194,8 +194,9 @@ fn echo(request: Request<Incoming>) -> Response<OriginBody> {
         ("x-method", parts.method.to_string()),
         ("x-version", format!("{:?}", parts.version)),
         ("x-host", host),
-        ("x-via", via.join(", ")),
+        ("x-via", header_text(&parts.headers, http::header::VIA)),
         ("x-hop-by-hop", hop.join(",")),
+        ("x-te", header_text(&parts.headers, http::header::TE)),
     ];
     for (name, value) in pairs {
         if let Ok(value) = HeaderValue::from_str(&value) {
@@ -212,6 +213,12 @@ fn hello(request: &Request<Incoming>) -> Response<OriginBody> {
     let mut response = respond(StatusCode::OK, full(body));
     response.headers_mut().insert(http::header::CONTENT_LENGTH, HeaderValue::from_static("5"));
     response
+}
+
+/// Every value of `name`, joined with `, `.
+fn header_text(headers: &http::HeaderMap, name: http::header::HeaderName) -> String {
+    let values: Vec<&str> = headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).collect();
+    values.join(", ")
 }
 
 async fn sink(request: Request<Incoming>) -> Response<OriginBody> {
