@@ -131,6 +131,10 @@ pub fn discover(root: AgentsMdState, well_known: Option<AgentsMdState>) -> Agent
         if root.status == PolicyStatus::NotApplicable {
             chosen.status = PolicyStatus::NotApplicable;
         }
+    } else {
+        for d in root.diagnostics.iter_mut().filter(|d| d.line.is_none()) {
+            d.message.push_str("; /.well-known/agents.md applies");
+        }
     }
     root.diagnostics.append(&mut chosen.diagnostics);
     chosen.diagnostics = root.diagnostics;
@@ -325,8 +329,10 @@ impl AgentsMdState {
         {
             return (Opinion::Deny, Some(self.reason("agents_md.trust_level", min.line, &min.text)));
         }
-        let path = normalized_path(req.path());
-        let segments = glob::segments(&path);
+        let has_paths =
+            !(policy.disallowed.is_empty() && policy.require_approval.is_empty() && policy.read_only.is_empty());
+        let path = if has_paths { normalized_path(req.path()) } else { std::borrow::Cow::Borrowed("") };
+        let segments = if has_paths { glob::segments(&path) } else { Vec::new() };
         if let Some(rule) = most_specific(&policy.disallowed, &segments) {
             return (Opinion::Deny, Some(self.reason("agents_md.disallowed_path", rule.line, &rule.text)));
         }

@@ -240,6 +240,7 @@ fn semantics_c1_discovery_over_both_locations() {
     let d = &s.report().diagnostics[0];
     assert_eq!(d.code, "not-a-policy:no-identity-section");
     assert!(d.message.starts_with("/AGENTS.md has no `## Identity`"), "{}", d.message);
+    assert!(d.message.ends_with("; /.well-known/agents.md applies"), "{}", d.message);
     assert_eq!(eval(&s, "GET", "/x/1", 0, &[]).reasons[0].line, Some(4));
 
     let s = discover(from_fetch(&html), Some(from_fetch(&FetchOutcome::not_found())));
