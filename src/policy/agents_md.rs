@@ -352,7 +352,8 @@ impl AgentsMdState {
                 }
                 (false, None) => {
                     let rule = format!("{action} defaults to false when an AGENTS.md exists (§5.3)");
-                    return (Opinion::Deny, Some(Reason::new(Source::AgentsMd, "agents_md.action_denied", rule)));
+                    let reason = Reason::new(Source::AgentsMd, "agents_md.action_denied", rule);
+                    return (Opinion::Deny, Some(reason.with_digest(self.digest.clone())));
                 }
                 (true, setting) => allowed_by = allowed_by.or(setting),
             }
@@ -378,7 +379,8 @@ impl AgentsMdState {
                         Source::AgentsMd,
                         "agents_md.action_denied",
                         "download-files defaults to false when an AGENTS.md exists (§5.3)",
-                    ),
+                    )
+                    .with_digest(self.digest.clone()),
                 };
                 SourceVerdict::with(Opinion::Deny, reason)
             }

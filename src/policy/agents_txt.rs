@@ -180,7 +180,7 @@ pub fn fix_hash(body: &[u8]) -> Vec<u8> {
         out.extend_from_slice(default_eol);
         return out;
     };
-    let start = offset_in(text, first.bytes);
+    let start = first.start;
     out.extend_from_slice(&text[..start]);
     out.extend_from_slice(hash_line.as_bytes());
     if replaces_first {
@@ -190,11 +190,6 @@ pub fn fix_hash(body: &[u8]) -> Vec<u8> {
         out.extend_from_slice(&text[start..]);
     }
     out
-}
-
-/// Where a sub-slice starts inside `whole`.
-fn offset_in(whole: &[u8], part: &[u8]) -> usize {
-    (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize)
 }
 
 impl AgentsTxtState {

@@ -30,6 +30,8 @@ pub(crate) fn split_bom(body: &[u8]) -> (&[u8], &[u8]) {
 pub(crate) struct Line<'a> {
     /// 1-based line number (saturates at `u32::MAX`).
     pub number: u32,
+    /// Offset of the line's first byte in the text.
+    pub start: usize,
     /// The line's bytes, without its end of line.
     pub bytes: &'a [u8],
     /// `\n`, `\r\n`, `\r` or empty.
@@ -39,7 +41,7 @@ pub(crate) struct Line<'a> {
 /// The lines of `text`: CR, LF and CRLF all end a line; a final end of line does not start
 /// another (empty) line.
 pub(crate) fn lines(text: &[u8]) -> Lines<'_> {
-    Lines { rest: text, number: 0 }
+    Lines { rest: text, number: 0, offset: 0 }
 }
 
 /// Iterator returned by [`lines`].
@@ -47,6 +49,7 @@ pub(crate) fn lines(text: &[u8]) -> Lines<'_> {
 pub(crate) struct Lines<'a> {
     rest: &'a [u8],
     number: u32,
+    offset: usize,
 }
 
 impl<'a> Iterator for Lines<'a> {
@@ -66,7 +69,9 @@ impl<'a> Iterator for Lines<'a> {
         let (bytes, tail) = self.rest.split_at(end);
         let (eol, rest) = tail.split_at(eol_len);
         self.rest = rest;
-        Some(Line { number: self.number, bytes, eol })
+        let start = self.offset;
+        self.offset += bytes.len() + eol.len();
+        Some(Line { number: self.number, start, bytes, eol })
     }
 }
 
@@ -191,6 +196,7 @@ mod tests {
         assert_eq!(split(b"a\n"), vec![(1, &b"a"[..], &b"\n"[..])]);
         assert_eq!(split(b"\n\n"), vec![(1, &b""[..], &b"\n"[..]), (2, b"", b"\n")]);
         assert!(split(b"").is_empty());
+        assert_eq!(lines(b"ab\r\ncd").map(|l| l.start).collect::<Vec<_>>(), vec![0, 4]);
         assert_eq!(split(b"\r\r\n"), vec![(1, &b""[..], &b"\r"[..]), (2, b"", b"\r\n")]);
     }
 
