@@ -84,7 +84,7 @@ impl ProxyService {
             method = %request.method(),
             authority = field::Empty,
         );
-        let response = async {
+        async {
             let result = if request.method() == Method::CONNECT && matches!(self.target, Target::ProxyPort) {
                 handle_connect(&self.state, self.client, self.drain.clone(), request).await
             } else {
@@ -95,15 +95,20 @@ impl ProxyService {
                 }
             };
             let response = result.unwrap_or_else(|error| {
-                warn!(error = %error, "request failed");
-                error_response(&error)
+                let response = error_response(&error);
+                // A client's mistake is routine; an origin or proxy failure deserves attention.
+                if response.status().is_client_error() {
+                    info!(error = %error, "request refused");
+                } else {
+                    warn!(error = %error, "request failed");
+                }
+                response
             });
             info!(status = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "response");
             response
         }
         .instrument(span)
-        .await;
-        response
+        .await
     }
 
     /// Phase `route`: where the request goes. On the proxy port that is the absolute URI's
