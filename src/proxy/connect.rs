@@ -26,7 +26,7 @@ use super::block::tunnel_established;
 use super::context::{Entry, ProxyState};
 use super::drain::Drain;
 use super::error::{ProxyError, error_chain};
-use super::listener::{ServerProtocols, server_builder};
+use super::listener::{ServerProtocols, serve_connection};
 use super::relay::splice;
 use super::rewind::Rewind;
 use super::service::ProxyService;
@@ -136,9 +136,7 @@ async fn intercept(
     if !is_tls {
         debug!("no TLS ClientHello: serving the tunnel as plain HTTP");
         let service = ProxyService::for_tunnel(state, client, authority, Entry::PlainTunnel, drain.clone());
-        let builder = server_builder(ServerProtocols::Http1);
-        let served = drain.serve(builder.serve_connection_with_upgrades(TokioIo::new(io), service)).await;
-        log_connection_end(served);
+        serve_connection(TokioIo::new(io), service, ServerProtocols::Http1, drain).await;
         return Ok(());
     }
 
@@ -168,16 +166,8 @@ async fn intercept(
         }
     };
     let service = ProxyService::for_tunnel(state, client, authority, Entry::Mitm, drain.clone());
-    let builder = server_builder(ServerProtocols::Http1AndH2);
-    log_connection_end(drain.serve(builder.serve_connection_with_upgrades(TokioIo::new(tls), service)).await);
+    serve_connection(TokioIo::new(tls), service, ServerProtocols::Http1AndH2, drain).await;
     Ok(())
-}
-
-/// Connection-level errors (a client that hung up mid-request) are routine for a proxy.
-pub(crate) fn log_connection_end(result: Result<(), Box<dyn std::error::Error + Send + Sync>>) {
-    if let Err(error) = result {
-        debug!(error = %error_chain(&*error), "connection closed with an error");
-    }
 }
 
 #[cfg(test)]

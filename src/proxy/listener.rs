@@ -2,8 +2,8 @@
 //! clients), [`RunningProxy`] (bound to `listen`, running the accept loop), graceful
 //! shutdown, and [`shutdown_signal`] for SIGTERM/SIGINT.
 //!
-//! Also the one place HTTP server connections are configured (`server_builder`), for the
-//! proxy port and for the inside of tunnels alike. Never handles a request itself.
+//! Also the one place HTTP server connections are configured and driven
+//! (`serve_connection`), for the proxy port and for the inside of tunnels alike. Never handles a request itself.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -16,10 +16,9 @@ use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{Instrument, debug, debug_span, info, warn};
 
-use super::connect::log_connection_end;
 use super::context::ProxyState;
 use super::drain::{Drain, DrainController};
-use super::error::ProxyError;
+use super::error::{ProxyError, error_chain};
 use super::service::ProxyService;
 use super::upstream::Upstream;
 use crate::config::Config;
@@ -136,8 +135,7 @@ fn accept(state: &Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain: Dr
     tokio::spawn(
         async move {
             debug!("accepted");
-            let builder = server_builder(ServerProtocols::Http1);
-            log_connection_end(drain.serve(builder.serve_connection_with_upgrades(TokioIo::new(tcp), service)).await);
+            serve_connection(TokioIo::new(tcp), service, ServerProtocols::Http1, drain).await;
         }
         .instrument(span),
     );
@@ -153,14 +151,21 @@ pub(crate) enum ServerProtocols {
     Http1AndH2,
 }
 
-/// A server connection builder with agentgate's timeouts.
-pub(crate) fn server_builder(protocols: ServerProtocols) -> auto::Builder<TokioExecutor> {
+/// Serves one client connection (the proxy port, or the inside of a tunnel) with `service`
+/// until it closes or shutdown ends it. Connection-level errors (a client hanging up
+/// mid-request) are routine for a proxy and logged at debug.
+pub(crate) async fn serve_connection<I>(io: I, service: ProxyService, protocols: ServerProtocols, drain: Drain)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
     builder.http2().timer(TokioTimer::new());
-    match protocols {
-        ServerProtocols::Http1 => builder.http1_only(),
-        ServerProtocols::Http1AndH2 => builder,
+    if protocols == ServerProtocols::Http1 {
+        builder = builder.http1_only();
+    }
+    if let Err(error) = drain.serve(builder.serve_connection_with_upgrades(io, service)).await {
+        debug!(error = %error_chain(&*error), "connection closed with an error");
     }
 }
 
