@@ -1,6 +1,6 @@
 //! What the proxy answers when something is at fault: the origin's certificate does not
-//! verify (502 naming the cause), the origin is down (502), the client sent garbage or a
-//! request that is not for a proxy (400).
+//! verify (502 naming the cause), the origin is down (502) or silent (504), the client sent
+//! garbage or a request that is not for a proxy (400).
 
 use tokio::net::TcpListener;
 
@@ -94,5 +94,24 @@ async fn bad_targets_are_400() -> TestResult {
     let answer = ftp.await?;
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(answer.contains("only http:// and https:// URLs are proxied"), "{answer}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn origin_that_never_answers_the_handshake_is_504() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    // The kernel completes the TCP handshake from the backlog; nobody ever answers TLS.
+    let silent = TcpListener::bind("127.0.0.1:0").await?;
+    let port = silent.local_addr()?.port();
+    let proxy = TestProxy::start_with(&ca, |config| {
+        config.upstream.connect_timeout = std::time::Duration::from_millis(300);
+    })
+    .await?;
+    let response = proxy.client()?.get(format!("https://127.0.0.1:{port}/")).send().await?;
+    assert_eq!(response.status(), 504);
+    assert_eq!(header(&response, "content-type"), "text/plain; charset=utf-8");
+    let body = response.text().await?;
+    assert!(body.starts_with(&format!("agentgate: timed out connecting to 127.0.0.1:{port}: ")), "{body}");
+    drop(silent);
     Ok(())
 }
