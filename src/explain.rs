@@ -97,8 +97,8 @@ const AUTOCTL: &str = "automation-preferences.txt";
 /// # Errors
 /// When the directory, a file, a sidecar, a `--header` or the URL cannot be used.
 pub fn explain(req: &ExplainRequest) -> Result<Explanation, ExplainError> {
-    let policies = load_policies(&req.policy_dir)?;
     let target = Target::parse(&req.url)?;
+    let policies = load_policies(&req.policy_dir, &target.host)?;
     let mut headers = Headers::default();
     for raw in &req.headers {
         let (name, value) = split_header(raw).ok_or_else(|| ExplainError::HeaderArg(raw.clone()))?;
@@ -122,18 +122,21 @@ pub fn explain(req: &ExplainRequest) -> Result<Explanation, ExplainError> {
 }
 
 /// Reads the policy files of one origin from a directory, with the same fetch-outcome
-/// semantics as the live fetcher: a missing file is a 404.
+/// semantics as the live fetcher: a missing file is a 404, and `/.well-known/agents.md` is
+/// read only when `/AGENTS.md` is not a policy (SEMANTICS C1). `host` is the host the files
+/// stand for (AGENTS.md `site` is checked against it, C13).
 ///
 /// # Errors
 /// When the directory or a file in it cannot be read.
-pub fn load_policies(dir: &Path) -> Result<Policies, ExplainError> {
+pub fn load_policies(dir: &Path, host: &str) -> Result<Policies, ExplainError> {
     std::fs::read_dir(dir).map_err(|source| ExplainError::PolicyDir { path: dir.to_path_buf(), source })?;
-    let agents_md = agents_md::from_fetch(&read_outcome(dir, AGENTS_MD)?);
-    let _ = AGENTS_MD_WELL_KNOWN;
+    let root = agents_md::from_fetch(&read_outcome(dir, AGENTS_MD)?);
+    let well_known =
+        if root.falls_through() { Some(agents_md::from_fetch(&read_outcome(dir, AGENTS_MD_WELL_KNOWN)?)) } else { None };
     Ok(Policies {
         robots: robots::from_fetch(&read_outcome(dir, ROBOTS)?),
         agents_txt: agents_txt::from_fetch(&read_outcome(dir, AGENTS_TXT)?),
-        agents_md,
+        agents_md: agents_md::discover(root, well_known).with_fetched_host(host),
         autoctl: autoctl::from_fetch(&read_outcome(dir, AUTOCTL)?),
     })
 }

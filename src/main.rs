@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use agentgate::config::{Config, ConfigError};
 use agentgate::explain::{self, ExplainRequest};
+use agentgate::{audit, lint};
 use agentgate::proxy::{Proxy, shutdown_signal};
 use agentgate::tls::{self, CertificateAuthority};
 
@@ -32,6 +33,44 @@ enum Command {
     Config(ConfigCommand),
     /// Evaluate one request against policy files in a directory and explain the decision.
     Explain(ExplainArgs),
+    /// Check policy files like a compiler: `file:line: severity: message [code]`.
+    Lint(LintArgs),
+    /// Read a decision log.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PolicyFormat {
+    Robots,
+    AgentsTxt,
+    AgentsMd,
+    Autoctl,
+}
+
+#[derive(Args)]
+struct LintArgs {
+    /// The format of every FILE; by default it comes from each file name.
+    #[arg(long, value_enum)]
+    format: Option<PolicyFormat>,
+    /// Rewrite the hash line of agents.txt files so they verify.
+    #[arg(long)]
+    fix_hash: bool,
+    /// Policy files.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Per-agent counts of outcomes, denied hosts and reasons in a decision log.
+    Summary {
+        /// The decision log (JSON lines).
+        file: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+        format: OutputFormat,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -140,6 +179,8 @@ fn main() -> ExitCode {
             .map_err(Into::into),
         Command::Config(ConfigCommand::Check { file }) => check_config(&file),
         Command::Explain(args) => return run_explain(args),
+        Command::Lint(args) => return run_lint(args),
+        Command::Audit(AuditCommand::Summary { file, format }) => audit_summary(&file, format),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -175,6 +216,42 @@ fn run_proxy(args: RunArgs) -> anyhow::Result<()> {
         running.run_until(shutdown_signal()).await;
         Ok(())
     })
+}
+
+/// Exit 0 when no file has errors, 1 when one has, 2 when a file cannot be read.
+fn run_lint(args: LintArgs) -> ExitCode {
+    let format = args.format.map(|f| match f {
+        PolicyFormat::Robots => lint::Format::Robots,
+        PolicyFormat::AgentsTxt => lint::Format::AgentsTxt,
+        PolicyFormat::AgentsMd => lint::Format::AgentsMd,
+        PolicyFormat::Autoctl => lint::Format::Autoctl,
+    });
+    let mut code = ExitCode::SUCCESS;
+    for file in &args.files {
+        match lint::lint_file(file, format, args.fix_hash) {
+            Ok(report) => {
+                print!("{}", report.render());
+                if report.has_errors() {
+                    code = ExitCode::from(1);
+                }
+            }
+            Err(e) => {
+                eprintln!("agentgate lint: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    code
+}
+
+fn audit_summary(file: &std::path::Path, format: OutputFormat) -> anyhow::Result<()> {
+    let reader = std::fs::File::open(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let summary = audit::summarize(std::io::BufReader::new(reader))?;
+    match format {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
+        OutputFormat::Text => print!("{}", summary.render_text()),
+    }
+    Ok(())
 }
 
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {

@@ -263,8 +263,8 @@ impl AgentsMdState {
             site.filter(|s| !s.value.trim_end_matches('.').eq_ignore_ascii_case(host.trim_end_matches('.')))
         {
             let message = format!(
-                "line {}: site `{}` is not the host the file was fetched from ({host}); the policy applies to {host} only",
-                site.line, site.value
+                "site `{}` is not the host the file was fetched from ({host}); the policy applies to {host} only",
+                site.value
             );
             self.diagnostics.push(Diagnostic::warning(Some(site.line), "identity-site-mismatch", message));
             self.diagnostics.sort_by_key(|d| d.line);

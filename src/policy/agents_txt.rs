@@ -333,9 +333,8 @@ fn parse(body: &[u8], over_cap: bool) -> AgentsTxtState {
                 Some(first.number),
                 "foreign-format",
                 format!(
-                    "line {}: `{shown}` is neither a hash line (`*<sha256>`) nor a directive (`/path ALLOW`): \
-                     not this format, no opinion",
-                    first.number
+                    "`{shown}` is neither a hash line (`*<sha256>`) nor a directive (`/path ALLOW`): \
+                     not this format, no opinion"
                 ),
             ),
         );
@@ -384,7 +383,7 @@ impl Parser {
                 self.error(
                     Some(line.number),
                     "invalid-utf8",
-                    format!("line {}: not valid UTF-8; save the file as UTF-8", line.number),
+                    "not valid UTF-8; save the file as UTF-8".to_owned(),
                     String::from_utf8_lossy(line.bytes).trim().to_owned(),
                 );
                 if is_significant(line.bytes) && !(line.number == first.number && line.bytes.starts_with(b"*")) {
@@ -401,11 +400,9 @@ impl Parser {
                     self.error(
                         Some(line.number),
                         "hash-missing",
-                        format!(
-                            "line {}: the first directive must follow a hash line `*<sha256 of the directives>`; \
-                             run `agentgate lint --fix-hash`",
-                            line.number
-                        ),
+                        "the first directive must follow a hash line `*<sha256 of the directives>`; \
+                             run `agentgate lint --fix-hash`"
+                            .to_string(),
                         content.trim().to_owned(),
                     );
                 }
@@ -423,7 +420,7 @@ impl Parser {
                 Some(line),
                 "hash-mismatch",
                 format!(
-                    "line {line}: hash mismatch: expected {declared}, found {computed} (SHA-256 of the {count} \
+                    "hash mismatch: expected {declared}, found {computed} (SHA-256 of the {count} \
                      directive lines joined by \\n, no trailing newline); write `*{computed}` or run \
                      `agentgate lint --fix-hash`"
                 ),
@@ -494,7 +491,7 @@ impl Parser {
                 Some(number),
                 "hash-line-syntax",
                 format!(
-                    "line {number}: the hash line {what}; it must be `*` followed by the 64 hex digits of the \
+                    "the hash line {what}; it must be `*` followed by the 64 hex digits of the \
                      SHA-256, nothing else (run `agentgate lint --fix-hash`)"
                 ),
                 text.clone(),
@@ -502,7 +499,7 @@ impl Parser {
             return HashLine { line: number, text, declared: None };
         }
         if hex.bytes().any(|b| b.is_ascii_uppercase()) {
-            self.warning(number, "hash-not-lowercase", format!("line {number}: write the hash in lower-case hex"));
+            self.warning(number, "hash-not-lowercase", "write the hash in lower-case hex".to_string());
         }
         HashLine { line: number, text, declared: Some(hex.to_ascii_lowercase()) }
     }
@@ -513,7 +510,7 @@ impl Parser {
         match parse_directive(content) {
             Ok(parsed) => {
                 for (code, message) in parsed.warnings {
-                    self.warning(number, code, format!("line {number}: {message}"));
+                    self.warning(number, code, message.to_string());
                 }
                 let code = match parsed.action {
                     Action::Allow => "agents_txt.allow",
@@ -527,7 +524,7 @@ impl Parser {
                 });
             }
             Err(message) => {
-                self.error(Some(number), "directive-syntax", format!("line {number}: {message}"), rule_text);
+                self.error(Some(number), "directive-syntax", message.to_string(), rule_text);
             }
         }
     }

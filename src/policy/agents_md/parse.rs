@@ -141,7 +141,7 @@ pub(crate) fn parse(text: &str, advice: bool) -> Parsed {
             p.findings.push(Diagnostic::error(
                 Some(identity_line),
                 "identity-site-missing",
-                format!("line {identity_line}: `## Identity` has no `- site: <domain>`; add the site's domain"),
+                "`## Identity` has no `- site: <domain>`; add the site's domain".to_string(),
             ));
         }
         p.policy
@@ -167,7 +167,7 @@ struct Parser {
 
 impl Parser {
     fn warn(&mut self, line: u32, code: impl Into<String>, message: String) {
-        self.findings.push(Diagnostic::warning(Some(line), code, format!("line {line}: {message}")));
+        self.findings.push(Diagnostic::warning(Some(line), code, message.to_string()));
     }
 
     fn line(&mut self, number: u32, content: &str) {

@@ -282,7 +282,7 @@ impl Parser {
                 number,
                 "long-line",
                 format!(
-                    "line {number} is {} bytes long; Google's parser cuts lines after {GOOGLE_MAX_LINE} bytes, so \
+                    "the line is {} bytes long; Google's parser cuts lines after {GOOGLE_MAX_LINE} bytes, so \
                      Google may read this rule differently: shorten it",
                     raw.len()
                 ),
@@ -292,11 +292,7 @@ impl Parser {
         // holds a NUL, so this only drops junk (seen in the wild after a rule).
         let raw = match raw.iter().position(|&b| b == 0) {
             Some(nul) => {
-                self.warn(
-                    number,
-                    "nul-byte",
-                    format!("line {number} contains a NUL byte; the rest of the line is ignored: remove it"),
-                );
+                self.warn(number, "nul-byte", "a NUL byte; the rest of the line is ignored: remove it".to_string());
                 &raw[..nul]
             }
             None => raw,
@@ -305,10 +301,9 @@ impl Parser {
             self.warn(
                 number,
                 "invalid-utf8",
-                format!(
-                    "line {number} is not valid UTF-8; shown with U+FFFD and matched with its bytes %-encoded: save \
+                "not valid UTF-8; shown with U+FFFD and matched with its bytes %-encoded: save \
                      the file as UTF-8"
-                ),
+                    .to_string(),
             );
         }
         let content = trim_ws(raw.split(|&b| b == b'#').next().unwrap_or(raw));
@@ -316,11 +311,7 @@ impl Parser {
             return;
         }
         let Some((key, value, missing_colon)) = split_directive(content) else {
-            self.warn(
-                number,
-                "not-a-directive",
-                format!("line {number} `{}` is not `key: value` and is ignored", display(content)),
-            );
+            self.warn(number, "not-a-directive", format!("`{}` is not `key: value` and is ignored", display(content)));
             return;
         };
         let text: Box<str> = display(content).into();
@@ -329,7 +320,7 @@ impl Parser {
                 number,
                 "missing-colon",
                 format!(
-                    "line {number} `{text}` has no `:`; read as `{}: {}` (as Google does): add the colon",
+                    "`{text}` has no `:`; read as `{}: {}` (as Google does): add the colon",
                     display(key),
                     display(value)
                 ),
@@ -340,10 +331,7 @@ impl Parser {
             self.warn(
                 number,
                 "directive-typo",
-                format!(
-                    "line {number}: `{}` is read as `{correct}` (as Google does): spell it `{correct}`",
-                    display(key)
-                ),
+                format!("`{}` is read as `{correct}` (as Google does): spell it `{correct}`", display(key)),
             );
         }
         match kind {
@@ -361,17 +349,13 @@ impl Parser {
                 number,
                 "user-agent-not-token",
                 format!(
-                    "line {number}: `User-agent: {value}` is read as the product token `{token}` (a product token is \
+                    "`User-agent: {value}` is read as the product token `{token}` (a product token is \
                      one word of letters, `-` and `_`, RFC 9309 §2.2.1): write `User-agent: {token}`"
                 ),
             );
         }
         if token.is_empty() {
-            self.warn(
-                number,
-                "empty-user-agent",
-                format!("line {number}: `User-agent:` has no value, so it names no agent"),
-            );
+            self.warn(number, "empty-user-agent", "`User-agent:` has no value, so it names no agent".to_string());
         }
         let agent = AgentLine { token: token.into(), line: number, text };
         // Consecutive user-agent lines share a group; only a rule ends the run. Lines the
@@ -385,17 +369,13 @@ impl Parser {
     fn rule(&mut self, number: u32, allow: bool, value: &[u8], text: Box<str>) {
         let pattern = pattern_text(value);
         if pattern.is_empty() && allow {
-            self.warn(
-                number,
-                "empty-allow",
-                format!("line {number}: `{text}` has no path, so it matches nothing: remove it"),
-            );
+            self.warn(number, "empty-allow", format!("`{text}` has no path, so it matches nothing: remove it"));
         } else if !pattern.is_empty() && !pattern.starts_with('/') && !pattern.starts_with('*') {
             self.warn(
                 number,
                 "pattern-not-absolute",
                 format!(
-                    "line {number}: pattern `{pattern}` does not start with `/` or `*`, so it matches no path \
+                    "pattern `{pattern}` does not start with `/` or `*`, so it matches no path \
                      (RFC 9309 §2.2.2): did you mean `/{pattern}`?"
                 ),
             );
@@ -405,7 +385,7 @@ impl Parser {
                 number,
                 "rule-outside-group",
                 format!(
-                    "line {number}: `{text}` comes before any `User-agent` line and is ignored: add `User-agent: *` \
+                    "`{text}` comes before any `User-agent` line and is ignored: add `User-agent: *` \
                      above it"
                 ),
             );
@@ -424,11 +404,7 @@ impl Parser {
                     " (other records have no effect on access, RFC 9309 §2.2.4): remove it or fix its name",
                 ),
             };
-            self.warn(
-                number,
-                "unknown-directive",
-                format!("line {number}: unknown directive `{key}` is ignored{hint}"),
-            );
+            self.warn(number, "unknown-directive", format!("unknown directive `{key}` is ignored{hint}"));
         }
         self.file.other_lines.push(OtherLine { line: number, key, value: display(value) });
     }
