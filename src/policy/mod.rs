@@ -17,6 +17,7 @@ mod diagnostic;
 mod evaluate;
 mod outcome;
 pub mod pattern;
+pub mod refresh;
 mod request;
 pub mod robots;
 
