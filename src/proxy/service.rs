@@ -3,7 +3,7 @@
 //! the same phases: `route` (work out where the request goes: a `RequestContext`), then
 //! `forward` (rewrite, send upstream, stream the answer back).
 //!
-//! The gate (issue 4) goes between `route` and `forward`, in `handle`: the request is parsed,
+//! The gate (issue 4) goes between `route` and `forward`, in `run_phases`: the request is parsed,
 //! its origin known, nothing has left the proxy yet. See `docs/request-flow.md`.
 //!
 //! Never decides allow or deny, never reads policy, never buffers a body.
@@ -85,15 +85,7 @@ impl ProxyService {
             authority = field::Empty,
         );
         async {
-            let result = if request.method() == Method::CONNECT && matches!(self.target, Target::ProxyPort) {
-                handle_connect(&self.state, self.client, self.drain.clone(), request).await
-            } else {
-                match self.route(id, started, request) {
-                    // Issue 4: the gate decides here, on `context` and the parsed request.
-                    Ok((context, request)) => forward(&self.state, &context, request, self.drain.clone()).await,
-                    Err(error) => Err(error),
-                }
-            };
+            let result = self.run_phases(id, started, request).await;
             let response = result.unwrap_or_else(|error| {
                 let response = error_response(&error);
                 // A client's mistake is routine; an origin or proxy failure deserves attention.
@@ -109,6 +101,22 @@ impl ProxyService {
         }
         .instrument(span)
         .await
+    }
+
+    /// The phases in order. A CONNECT on the proxy port goes to `handle_connect`; every other
+    /// request is routed, then forwarded.
+    async fn run_phases(
+        &self,
+        id: RequestId,
+        started: Instant,
+        request: Request<Incoming>,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        if request.method() == Method::CONNECT && matches!(self.target, Target::ProxyPort) {
+            return handle_connect(&self.state, self.client, self.drain.clone(), request).await;
+        }
+        let (context, request) = self.route(id, started, request)?;
+        // Issue 4: the gate decides here, on `context` and the request as the agent sent it.
+        forward(&self.state, &context, request, self.drain.clone()).await
     }
 
     /// Phase `route`: where the request goes. On the proxy port that is the absolute URI's
