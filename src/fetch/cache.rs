@@ -1,0 +1,284 @@
+//! The per-origin policy cache: the four files of an origin fetched in parallel on first
+//! use (concurrent first requests share that one fetch and wait for it), each file kept
+//! for its own freshness lifetime, only stale files fetched again (one refresh at a time
+//! per origin), the stale rules of [`crate::policy::refresh`] applied to each re-fetch, and
+//! at most `max_origins` origins in memory (moka: LRU with frequency-based admission).
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Origin;
+use super::file::PolicyFile;
+use super::freshness::TtlBounds;
+use super::get::Fetcher;
+use super::transport::PolicyTransport;
+use crate::policy::agents_md::{AgentsMdState, Location};
+use crate::policy::refresh::{self, Previous, Refreshed};
+use crate::policy::{FetchOutcome, Policies, agents_md, agents_txt, autoctl, robots};
+
+/// Limits of the policy cache and its fetches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheSettings {
+    /// Origins kept in memory; the least useful are evicted first (default 100,000).
+    pub max_origins: u64,
+    /// No file is used longer than this without a fetch, whatever its `Cache-Control`;
+    /// also the lifetime of a response without one (default 24 h, B22, C5, D16; values
+    /// above 24 h are cut to 24 h).
+    pub max_ttl: Duration,
+    /// No file is fetched again sooner than this, even with `no-store` or after a failure
+    /// (default 60 s, C5).
+    pub min_ttl: Duration,
+    /// Time for fetching one file, every redirect and the body included (default 10 s, C4).
+    /// AGENTS.md may take two of these: `/AGENTS.md`, then `/.well-known/agents.md`.
+    pub fetch_timeout: Duration,
+    /// How long a restricted agents.txt verdict is kept before the file is fetched again
+    /// (default 5 min, B20).
+    pub agents_txt_negative_ttl: Duration,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        CacheSettings {
+            max_origins: 100_000,
+            max_ttl: refresh::MAX_TTL,
+            min_ttl: Duration::from_secs(60),
+            fetch_timeout: Duration::from_secs(10),
+            agents_txt_negative_ttl: Duration::from_secs(agents_txt::RESTRICTED_TTL_S),
+        }
+    }
+}
+
+/// The policies of every origin agents visit, fetched on first use and kept fresh. Cheap to
+/// clone: clones share one cache.
+#[derive(Clone)]
+pub struct PolicyCache {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    fetcher: Fetcher,
+    agents_txt_negative_ttl: Duration,
+    entries: moka::future::Cache<Origin, Arc<Entry>>,
+}
+
+/// One origin: the snapshot in force, and the lock that lets one refresh run at a time.
+struct Entry {
+    current: Mutex<Arc<Snapshot>>,
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+/// The four states of an origin and when each goes stale.
+struct Snapshot {
+    policies: Arc<Policies>,
+    robots: Freshness,
+    agents_txt: Freshness,
+    agents_md: Freshness,
+    autoctl: Freshness,
+    /// The earliest `fresh_until` of the four.
+    fresh_until: Instant,
+}
+
+/// When one file's state goes stale.
+#[derive(Debug, Clone, Copy)]
+struct Freshness {
+    fresh_until: Instant,
+    /// When the content in force first went stale; later than now while it is fresh. A copy
+    /// kept by a stale rule keeps this, so its grace counts from the first expiry.
+    stale_since: Instant,
+    /// The lifetime the content in force was fetched with.
+    lifetime: Duration,
+}
+
+impl Freshness {
+    fn new(now: Instant, ttl: Duration) -> Self {
+        Freshness { fresh_until: now + ttl, stale_since: now + ttl, lifetime: ttl }
+    }
+}
+
+impl PolicyCache {
+    /// An empty cache fetching through `transport`.
+    pub fn new(transport: Arc<dyn PolicyTransport>, settings: CacheSettings) -> Self {
+        let max_ttl = settings.max_ttl.min(refresh::MAX_TTL);
+        let fetcher = Fetcher {
+            transport,
+            timeout: settings.fetch_timeout,
+            ttl: TtlBounds { min: settings.min_ttl.min(max_ttl), max: max_ttl },
+        };
+        let entries = moka::future::Cache::builder().max_capacity(settings.max_origins).build();
+        PolicyCache {
+            inner: Arc::new(Inner { fetcher, agents_txt_negative_ttl: settings.agents_txt_negative_ttl, entries }),
+        }
+    }
+
+    /// The policies of `origin`, fetched when they are not cached or some file is stale.
+    ///
+    /// The first request to an origin waits for its four files (fetched in parallel, each
+    /// bounded by `fetch_timeout`); concurrent requests for the same origin share that fetch,
+    /// and later refreshes, one at a time per origin, fetch only the stale files. Never
+    /// fails: a failed fetch is a state with the spec's meaning (robots.txt unreachable, ...).
+    pub async fn policies(&self, origin: &Origin) -> Arc<Policies> {
+        let inner = &*self.inner;
+        let entry = inner
+            .entries
+            .get_with_by_ref(origin, async {
+                let snapshot = inner.load(origin, None).await;
+                Arc::new(Entry { current: Mutex::new(Arc::new(snapshot)), refreshing: tokio::sync::Mutex::new(()) })
+            })
+            .await;
+        let current = entry.snapshot();
+        if current.fresh_until > Instant::now() {
+            return Arc::clone(&current.policies);
+        }
+        let _refreshing = entry.refreshing.lock().await;
+        // Whoever held the lock before may have refreshed already.
+        let current = entry.snapshot();
+        if current.fresh_until > Instant::now() {
+            return Arc::clone(&current.policies);
+        }
+        let next = Arc::new(inner.load(origin, Some(&current)).await);
+        *entry.current.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&next);
+        Arc::clone(&next.policies)
+    }
+
+    /// Forgets `origin`: its next request fetches every file again (admin API).
+    pub async fn purge(&self, origin: &Origin) {
+        self.inner.entries.invalidate(origin).await;
+    }
+
+    /// How many origins are cached. Approximate: evictions and insertions are counted
+    /// by the cache's housekeeping, which may lag a little behind.
+    pub fn len(&self) -> u64 {
+        self.inner.entries.entry_count()
+    }
+
+    /// True when no origin is cached (as approximate as [`PolicyCache::len`]).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Entry {
+    fn snapshot(&self) -> Arc<Snapshot> {
+        Arc::clone(&self.current.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl Inner {
+    /// A snapshot with every file that is missing or stale in `previous` fetched (in
+    /// parallel) and passed through its stale rule; fresh files are carried over.
+    async fn load(&self, origin: &Origin, previous: Option<&Snapshot>) -> Snapshot {
+        let started = Instant::now();
+        let (robots_file, agents_txt_file, agents_md_file, autoctl_file) = tokio::join!(
+            refresh_file(
+                (origin, PolicyFile::Robots),
+                previous.map(|p| (&p.policies.robots, p.robots)),
+                started,
+                || self.fetch_state(origin, PolicyFile::Robots, robots::from_fetch),
+                refresh::robots,
+            ),
+            refresh_file(
+                (origin, PolicyFile::AgentsTxt),
+                previous.map(|p| (&p.policies.agents_txt, p.agents_txt)),
+                started,
+                || self.fetch_state(origin, PolicyFile::AgentsTxt, agents_txt::from_fetch),
+                |previous, fetched, ttl| refresh::agents_txt(previous, fetched, ttl, self.agents_txt_negative_ttl),
+            ),
+            refresh_file(
+                (origin, PolicyFile::AgentsMd(Location::Root)),
+                previous.map(|p| (&p.policies.agents_md, p.agents_md)),
+                started,
+                || self.fetch_agents_md(origin),
+                refresh::agents_md,
+            ),
+            refresh_file(
+                (origin, PolicyFile::Autoctl),
+                previous.map(|p| (&p.policies.autoctl, p.autoctl)),
+                started,
+                || self.fetch_state(origin, PolicyFile::Autoctl, autoctl::from_fetch),
+                |_, fetched, ttl| refresh::autoctl(fetched, ttl),
+            ),
+        );
+        let fresh_until = [robots_file.1, agents_txt_file.1, agents_md_file.1, autoctl_file.1]
+            .iter()
+            .map(|f| f.fresh_until)
+            .min()
+            .unwrap_or(started);
+        Snapshot {
+            policies: Arc::new(Policies {
+                robots: robots_file.0,
+                agents_txt: agents_txt_file.0,
+                agents_md: agents_md_file.0,
+                autoctl: autoctl_file.0,
+            }),
+            robots: robots_file.1,
+            agents_txt: agents_txt_file.1,
+            agents_md: agents_md_file.1,
+            autoctl: autoctl_file.1,
+            fresh_until,
+        }
+    }
+
+    /// Fetches one file and hands the outcome to its format's `from_fetch`.
+    async fn fetch_state<S>(&self, origin: &Origin, file: PolicyFile, parse: fn(&FetchOutcome) -> S) -> (S, Duration) {
+        let fetched = self.fetcher.fetch(origin, file).await;
+        (parse(&fetched.outcome), fetched.ttl)
+    }
+
+    /// AGENTS.md discovery (C1): `/AGENTS.md`, then `/.well-known/agents.md` only when the
+    /// root gave no policy. Fresh for the shorter lifetime of the two, so a change at
+    /// either location is seen.
+    async fn fetch_agents_md(&self, origin: &Origin) -> (AgentsMdState, Duration) {
+        let (root, root_ttl) =
+            self.fetch_state(origin, PolicyFile::AgentsMd(Location::Root), agents_md::from_fetch).await;
+        let (well_known, ttl) = if root.falls_through() {
+            let (well_known, ttl) =
+                self.fetch_state(origin, PolicyFile::AgentsMd(Location::WellKnown), agents_md::from_fetch).await;
+            (Some(well_known), root_ttl.min(ttl))
+        } else {
+            (None, root_ttl)
+        };
+        (agents_md::discover(root, well_known).with_fetched_host(origin.host()), ttl)
+    }
+}
+
+/// One file of a load: carried over while fresh, else fetched and passed through `rule`
+/// with the previous copy and how long it has been stale.
+async fn refresh_file<S: Clone, F: Future<Output = (S, Duration)>>(
+    (origin, file): (&Origin, PolicyFile),
+    previous: Option<(&S, Freshness)>,
+    started: Instant,
+    fetch: impl FnOnce() -> F,
+    rule: impl FnOnce(Option<Previous<S>>, S, Duration) -> Refreshed<S>,
+) -> (S, Freshness) {
+    if let Some((state, freshness)) = previous
+        && freshness.fresh_until > started
+    {
+        return (state.clone(), freshness);
+    }
+    let (fetched, ttl) = fetch().await;
+    let now = Instant::now();
+    let before = previous.map(|(state, freshness)| {
+        let previous = Previous {
+            state: state.clone(),
+            stale_for: now.saturating_duration_since(freshness.stale_since),
+            lifetime: freshness.lifetime,
+        };
+        (previous, freshness)
+    });
+    let kept_since = before.as_ref().map(|(previous, freshness)| (previous.stale_for, *freshness));
+    let refreshed = rule(before.map(|(previous, _)| previous), fetched, ttl);
+    let freshness = match kept_since {
+        Some((stale_for, freshness)) if refreshed.kept_stale => {
+            tracing::info!(
+                origin = %origin, file = file.path(), stale_s = stale_for.as_secs(), retry_s = refreshed.ttl.as_secs(),
+                "re-fetch failed; the cached copy stays in use (stale rule)"
+            );
+            Freshness { fresh_until: now + refreshed.ttl, ..freshness }
+        }
+        _ => Freshness::new(now, refreshed.ttl),
+    };
+    (refreshed.state, freshness)
+}

@@ -1,0 +1,185 @@
+//! The origin a policy cache entry belongs to: scheme, host and port (RFC 6454, SEMANTICS
+//! X5), and the URLs of its policy files.
+
+use std::fmt;
+
+use http::Uri;
+use http::uri::{Authority, PathAndQuery};
+
+use crate::policy::FetchError;
+
+/// `http` or `https`: the only schemes an origin of the proxy can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    /// Plain HTTP (default port 80).
+    Http,
+    /// HTTP over TLS (default port 443).
+    Https,
+}
+
+impl Scheme {
+    /// `http` or `https`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+
+    /// 80 or 443.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Scheme::Http => 80,
+            Scheme::Https => 443,
+        }
+    }
+}
+
+/// Why a request target does not name an origin.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OriginError {
+    /// The scheme is neither `http` nor `https`.
+    #[error("`{uri}`: scheme `{scheme}` is not http or https, so it has no policy files")]
+    UnsupportedScheme {
+        /// The request target.
+        uri: String,
+        /// Its scheme.
+        scheme: String,
+    },
+    /// The URI has no scheme or no host (origin-form `/path`, or `host:port` alone).
+    #[error("`{uri}` has no scheme and host; policies need an absolute URI such as https://example.com/")]
+    NotAbsolute {
+        /// The request target.
+        uri: String,
+    },
+}
+
+/// One origin: scheme, host (lower case, IPv6 in brackets) and port (explicit or the
+/// scheme's default). robots.txt, agents.txt and automation-preferences.txt are per origin
+/// (RFC 9309 §2.3); AGENTS.md is fetched over HTTPS for the host (SEMANTICS C2). Displays
+/// as `https://example.com:443`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Origin {
+    scheme: Scheme,
+    host: String,
+    port: u16,
+}
+
+impl Origin {
+    /// The origin of a request's scheme and authority (the proxy has both for absolute-form
+    /// requests and for MITM'd requests once it rebuilt their URI). User info is dropped.
+    ///
+    /// # Errors
+    /// [`OriginError::UnsupportedScheme`] for anything but `http` and `https`.
+    pub fn from_parts(scheme: &http::uri::Scheme, authority: &Authority) -> Result<Self, OriginError> {
+        let scheme = match scheme.as_str().to_ascii_lowercase().as_str() {
+            "http" => Scheme::Http,
+            "https" => Scheme::Https,
+            other => {
+                return Err(OriginError::UnsupportedScheme {
+                    uri: format!("{scheme}://{authority}"),
+                    scheme: other.to_owned(),
+                });
+            }
+        };
+        Ok(Origin {
+            scheme,
+            host: authority.host().to_ascii_lowercase(),
+            port: authority.port_u16().unwrap_or(scheme.default_port()),
+        })
+    }
+
+    /// The origin of an absolute URI (`https://example.com/path`).
+    ///
+    /// # Errors
+    /// [`OriginError::NotAbsolute`] without scheme or host; [`OriginError::UnsupportedScheme`]
+    /// for schemes other than `http` and `https`.
+    pub fn from_uri(uri: &Uri) -> Result<Self, OriginError> {
+        match (uri.scheme(), uri.authority()) {
+            (Some(scheme), Some(authority)) => Origin::from_parts(scheme, authority),
+            _ => Err(OriginError::NotAbsolute { uri: uri.to_string() }),
+        }
+    }
+
+    /// `http` or `https`.
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    /// The host, lower case; an IPv6 address keeps its brackets (`[::1]`).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The port, explicit or the scheme's default.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `path` on this origin: `scheme://host:port/path`.
+    pub(crate) fn url(&self, path: &'static str) -> Result<Uri, FetchError> {
+        build_url(self.scheme, &self.host, self.port, path)
+    }
+
+    /// `path` over HTTPS for this host (SEMANTICS C2): the origin's own port when it is an
+    /// https origin, else 443; never plain http.
+    pub(crate) fn https_url(&self, path: &'static str) -> Result<Uri, FetchError> {
+        let port = match self.scheme {
+            Scheme::Https => self.port,
+            Scheme::Http => Scheme::Https.default_port(),
+        };
+        build_url(Scheme::Https, &self.host, port, path)
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}:{}", self.scheme.as_str(), self.host, self.port)
+    }
+}
+
+fn build_url(scheme: Scheme, host: &str, port: u16, path: &'static str) -> Result<Uri, FetchError> {
+    let authority = Authority::try_from(format!("{host}:{port}"))
+        .map_err(|e| FetchError::Network(format!("{host}:{port} is not a valid authority: {e}")))?;
+    Uri::builder()
+        .scheme(scheme.as_str())
+        .authority(authority)
+        .path_and_query(PathAndQuery::from_static(path))
+        .build()
+        .map_err(|e| FetchError::Network(format!("cannot build the URL of {path} on {host}:{port}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin(uri: &str) -> Origin {
+        Origin::from_uri(&uri.parse().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn default_ports_case_and_display() {
+        assert_eq!(origin("https://Example.COM/x").to_string(), "https://example.com:443");
+        assert_eq!(origin("http://example.com/").to_string(), "http://example.com:80");
+        assert_eq!(origin("http://user@example.com:8080/").to_string(), "http://example.com:8080");
+        assert_eq!(origin("https://[::1]:9443/").host(), "[::1]");
+        assert_eq!(origin("https://example.com"), origin("https://example.com:443/other"));
+    }
+
+    #[test]
+    fn non_origins_are_errors_naming_the_uri() {
+        let err = Origin::from_uri(&"/robots.txt".parse().unwrap()).unwrap_err();
+        assert!(err.to_string().contains("/robots.txt"), "{err}");
+        let err = Origin::from_uri(&"ftp://example.com/".parse().unwrap()).unwrap_err();
+        assert!(matches!(err, OriginError::UnsupportedScheme { .. }), "{err}");
+    }
+
+    #[test]
+    fn c2_agents_md_url_is_https_on_443_for_an_http_origin() {
+        let http = origin("http://example.com:8080/");
+        assert_eq!(http.url("/robots.txt").unwrap().to_string(), "http://example.com:8080/robots.txt");
+        assert_eq!(http.https_url("/AGENTS.md").unwrap().to_string(), "https://example.com:443/AGENTS.md");
+        let https = origin("https://example.com:8443/");
+        assert_eq!(https.https_url("/AGENTS.md").unwrap().to_string(), "https://example.com:8443/AGENTS.md");
+    }
+}

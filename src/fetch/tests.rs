@@ -1,0 +1,596 @@
+//! The fetcher and cache against real hyper origins on 127.0.0.1:0 (plain HTTP, and HTTPS
+//! with a test CA made here and trusted through `[upstream] extra_ca_files`), serving the
+//! policy files each test chooses and counting requests per path. Expiry is driven by
+//! tokio's clock (`pause`, `advance`, `resume` between requests), never by sleeping.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::Barrier;
+use tokio_rustls::TlsAcceptor;
+
+use super::file::PolicyFile;
+use super::freshness::TtlBounds;
+use super::get::Fetcher;
+use super::*;
+use crate::config::UpstreamConfig;
+use crate::policy::agents_md::Location;
+use crate::policy::{FetchError, FetchOutcome, Headers, Outcome, Policies, PolicyStatus, RequestView, agents_txt};
+
+type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
+const AGENTS_MD: &str =
+    "# AGENTS.md\n\n## Identity\n- site: 127.0.0.1\n\n## Restrictions\n- disallowed-paths: /md-only\n";
+const CODING_AGENTS_MD: &str = "# Notes for coding agents\n\nRun `cargo test` before committing.\n";
+const AUTOCTL: &str = "scope: /\nuser-agent: *\nallowed-methods: GET, HEAD\n";
+
+fn agents_txt_body() -> String {
+    String::from_utf8_lossy(&agents_txt::fix_hash(b"/txt-only DISALLOW\n")).into_owned()
+}
+
+// ---------------------------------------------------------------------------------------
+// A test origin.
+
+/// What the origin sends for one path.
+#[derive(Clone)]
+struct Reply {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: ReplyBody,
+    /// Wait at the shared barrier before answering (proves requests overlap).
+    gated: bool,
+}
+
+#[derive(Clone)]
+enum ReplyBody {
+    Text(String),
+    /// 64 KiB chunks of `#`, forever.
+    Endless,
+    /// Never answer at all.
+    Hang,
+}
+
+impl Reply {
+    fn ok(text: impl Into<String>) -> Self {
+        Reply { status: 200, headers: Vec::new(), body: ReplyBody::Text(text.into()), gated: false }
+    }
+
+    fn status(status: u16) -> Self {
+        Reply { status, ..Reply::ok("") }
+    }
+
+    fn redirect(status: u16, location: impl Into<String>) -> Self {
+        Reply::status(status).with("location", location)
+    }
+
+    fn with(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    fn max_age(self, seconds: u64) -> Self {
+        self.with("cache-control", format!("max-age={seconds}"))
+    }
+
+    fn gated(self) -> Self {
+        Reply { gated: true, ..self }
+    }
+}
+
+#[derive(Default)]
+struct OriginState {
+    routes: Mutex<HashMap<String, Reply>>,
+    hits: Mutex<HashMap<String, usize>>,
+    user_agents: Mutex<Vec<String>>,
+    gate: Option<Barrier>,
+}
+
+struct TestOrigin {
+    addr: SocketAddr,
+    tls: bool,
+    state: Arc<OriginState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TestOrigin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TestOrigin {
+    async fn http() -> TestResult<Self> {
+        TestOrigin::start(None, None).await
+    }
+
+    async fn https(ca: &TestCa) -> TestResult<Self> {
+        TestOrigin::start(Some(ca.acceptor()?), None).await
+    }
+
+    /// An HTTPS origin whose gated replies wait until `parties` requests are in.
+    async fn https_gated(ca: &TestCa, parties: usize) -> TestResult<Self> {
+        TestOrigin::start(Some(ca.acceptor()?), Some(Barrier::new(parties))).await
+    }
+
+    async fn start(tls: Option<TlsAcceptor>, gate: Option<Barrier>) -> TestResult<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(OriginState { gate, ..OriginState::default() });
+        let task = tokio::spawn(accept_loop(listener, tls.clone(), Arc::clone(&state)));
+        Ok(TestOrigin { addr, tls: tls.is_some(), state, task })
+    }
+
+    fn serve(&self, path: &str, reply: Reply) -> &Self {
+        self.state.routes.lock().unwrap().insert(path.to_owned(), reply);
+        self
+    }
+
+    /// All four files, valid, with no cache directives.
+    fn serve_all(&self) -> &Self {
+        self.serve("/robots.txt", Reply::ok(ROBOTS))
+            .serve("/agents.txt", Reply::ok(agents_txt_body()))
+            .serve("/AGENTS.md", Reply::ok(AGENTS_MD).with("content-type", "text/markdown"))
+            .serve("/automation-preferences.txt", Reply::ok(AUTOCTL))
+    }
+
+    fn hits(&self, path: &str) -> usize {
+        self.state.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+
+    fn origin(&self) -> Origin {
+        let scheme = if self.tls { "https" } else { "http" };
+        Origin::from_uri(&format!("{scheme}://127.0.0.1:{}/", self.addr.port()).parse().unwrap()).unwrap()
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.addr.port())
+    }
+}
+
+async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, state: Arc<OriginState>) {
+    while let Ok((tcp, _)) = listener.accept().await {
+        let (tls, state) = (tls.clone(), Arc::clone(&state));
+        tokio::spawn(async move {
+            match tls {
+                Some(acceptor) => {
+                    if let Ok(stream) = acceptor.accept(tcp).await {
+                        serve_connection(stream, state).await;
+                    }
+                }
+                None => serve_connection(tcp, state).await,
+            }
+        });
+    }
+}
+
+async fn serve_connection<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: I, state: Arc<OriginState>) {
+    let service = service_fn(move |request| route(Arc::clone(&state), request));
+    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), service).await;
+}
+
+type OriginBody = BoxBody<Bytes, Infallible>;
+
+async fn route(state: Arc<OriginState>, request: Request<Incoming>) -> Result<Response<OriginBody>, Infallible> {
+    let path = request.uri().path().to_owned();
+    *state.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+    let user_agent = request.headers().get("user-agent").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    state.user_agents.lock().unwrap().push(user_agent.unwrap_or_default());
+    let reply = state.routes.lock().unwrap().get(&path).cloned().unwrap_or_else(|| Reply::status(404));
+    if let (true, Some(gate)) = (reply.gated, &state.gate) {
+        gate.wait().await;
+    }
+    let body = match reply.body {
+        ReplyBody::Text(text) => Full::new(Bytes::from(text)).boxed(),
+        ReplyBody::Endless => {
+            let chunk = Bytes::from(vec![b'#'; 64 * 1024]);
+            let frames = std::iter::repeat_with(move || Ok::<_, Infallible>(Frame::data(chunk.clone())));
+            StreamBody::new(futures_util::stream::iter(frames)).boxed()
+        }
+        ReplyBody::Hang => std::future::pending().await,
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in reply.headers {
+        if let Ok(value) = value.parse() {
+            response.headers_mut().append(name, value);
+        }
+    }
+    Ok(response)
+}
+
+/// A CA made for the test, its PEM in a temporary file for `extra_ca_files`.
+struct TestCa {
+    issuer: Issuer<'static, KeyPair>,
+    pem_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TestCa {
+    fn new() -> TestResult<Self> {
+        crate::tls::install_default_provider();
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::default();
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+        let cert = params.self_signed(&key)?;
+        let dir = tempfile::tempdir()?;
+        let pem_path = dir.path().join("fetch-test-ca.pem");
+        std::fs::write(&pem_path, cert.pem())?;
+        Ok(TestCa { issuer: Issuer::new(params, key), pem_path, _dir: dir })
+    }
+
+    /// TLS for an origin at 127.0.0.1, HTTP/1.1.
+    fn acceptor(&self) -> TestResult<TlsAcceptor> {
+        let key = KeyPair::generate()?;
+        let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()])?.signed_by(&key, &self.issuer)?;
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let config = rustls::ServerConfig::builder_with_provider(crate::tls::crypto_provider())
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf.der().clone()], key)?;
+        Ok(TlsAcceptor::from(Arc::new(config)))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Helpers.
+
+fn transport(ca: &TestCa) -> TestResult<Arc<dyn PolicyTransport>> {
+    let config = UpstreamConfig { extra_ca_files: vec![ca.pem_path.clone()], ..UpstreamConfig::default() };
+    Ok(Arc::new(HttpsTransport::new(&config)?))
+}
+
+fn cache(ca: &TestCa) -> TestResult<PolicyCache> {
+    Ok(PolicyCache::new(transport(ca)?, CacheSettings::default()))
+}
+
+fn fetcher(ca: &TestCa, timeout: Duration) -> TestResult<Fetcher> {
+    let ttl = TtlBounds { min: Duration::from_secs(60), max: Duration::from_secs(24 * 3600) };
+    Ok(Fetcher { transport: transport(ca)?, timeout, ttl })
+}
+
+/// What the policies decide for `GET path`.
+fn decide(policies: &Policies, path: &str) -> Outcome {
+    let headers = Headers::default();
+    let view = RequestView {
+        method: "GET",
+        scheme: "https",
+        host: "127.0.0.1",
+        port: 443,
+        path_and_query: path,
+        product_token: None,
+        user_agent: Some("ExampleBot/1.0"),
+        agent_id: "test",
+        trust_level: 0,
+        purposes: &[],
+        headers: &headers,
+    };
+    crate::policy::evaluate(policies, &view).outcome
+}
+
+/// Moves tokio's clock forward by `by` while no request is in flight, then lets it run on.
+async fn advance(by: Duration) {
+    tokio::time::pause();
+    tokio::time::advance(by).await;
+    tokio::time::resume();
+}
+
+const FOUR: [&str; 4] = ["/robots.txt", "/agents.txt", "/AGENTS.md", "/automation-preferences.txt"];
+
+// ---------------------------------------------------------------------------------------
+// The cache.
+
+#[tokio::test]
+async fn four_files_are_fetched_in_parallel_with_agentgates_user_agent() -> TestResult {
+    let ca = TestCa::new()?;
+    // Each reply waits until all four requests are in: a sequential fetcher would time out.
+    let origin = TestOrigin::https_gated(&ca, 4).await?;
+    origin
+        .serve("/robots.txt", Reply::ok(ROBOTS).gated())
+        .serve("/agents.txt", Reply::ok(agents_txt_body()).gated())
+        .serve("/AGENTS.md", Reply::ok(AGENTS_MD).gated())
+        .serve("/automation-preferences.txt", Reply::ok(AUTOCTL).gated());
+    let settings = CacheSettings { fetch_timeout: Duration::from_secs(10), ..CacheSettings::default() };
+    let policies = PolicyCache::new(transport(&ca)?, settings).policies(&origin.origin()).await;
+
+    assert_eq!(policies.robots.report().status, PolicyStatus::Valid);
+    assert_eq!(policies.agents_txt.status(), PolicyStatus::Valid);
+    assert!(!policies.agents_md.falls_through());
+    assert_eq!(policies.agents_md.location(), Location::Root);
+    assert_eq!(policies.autoctl.report().status, PolicyStatus::Valid);
+    assert_eq!(origin.hits("/.well-known/agents.md"), 0, "the root AGENTS.md is a policy");
+    for path in ["/private", "/txt-only", "/md-only"] {
+        assert_eq!(decide(&policies, path), Outcome::Deny, "{path}");
+    }
+    assert_eq!(decide(&policies, "/public"), Outcome::Allow);
+    let agents = origin.state.user_agents.lock().unwrap().clone();
+    assert_eq!(agents.len(), 4);
+    assert!(agents.iter().all(|ua| ua == USER_AGENT && ua.starts_with("agentgate/")), "{agents:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn fifty_concurrent_first_requests_share_one_fetch_per_file() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::https(&ca).await?;
+    origin.serve_all();
+    let cache = cache(&ca)?;
+    let key = origin.origin();
+    let all = futures_util::future::join_all((0..50).map(|_| cache.policies(&key))).await;
+    for path in FOUR {
+        assert_eq!(origin.hits(path), 1, "{path}");
+    }
+    assert!(all.iter().all(|p| Arc::ptr_eq(p, &all[0])), "every caller got the one snapshot");
+    Ok(())
+}
+
+#[tokio::test]
+async fn fresh_files_are_served_from_cache_and_only_stale_ones_refetched() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::https(&ca).await?;
+    origin.serve_all().serve("/robots.txt", Reply::ok(ROBOTS).max_age(120));
+    let cache = cache(&ca)?;
+    let key = origin.origin();
+    cache.policies(&key).await;
+    advance(Duration::from_secs(100)).await;
+    for _ in 0..10 {
+        cache.policies(&key).await;
+    }
+    assert_eq!(origin.hits("/robots.txt"), 1, "within max-age");
+
+    advance(Duration::from_secs(30)).await;
+    let policies = cache.policies(&key).await;
+    assert_eq!(origin.hits("/robots.txt"), 2, "after max-age");
+    for path in ["/agents.txt", "/AGENTS.md", "/automation-preferences.txt"] {
+        assert_eq!(origin.hits(path), 1, "{path} is still fresh");
+    }
+    assert_eq!(decide(&policies, "/md-only"), Outcome::Deny, "fresh states carried over");
+    Ok(())
+}
+
+#[tokio::test]
+async fn max_age_above_a_day_is_capped_at_24_hours() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::https(&ca).await?;
+    origin.serve_all().serve("/robots.txt", Reply::ok(ROBOTS).max_age(7 * 24 * 3600));
+    let cache = cache(&ca)?;
+    let key = origin.origin();
+    cache.policies(&key).await;
+    advance(Duration::from_secs(23 * 3600)).await;
+    cache.policies(&key).await;
+    assert_eq!(origin.hits("/robots.txt"), 1);
+    advance(Duration::from_secs(3600 + 1)).await;
+    cache.policies(&key).await;
+    assert_eq!(origin.hits("/robots.txt"), 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn c5_no_store_is_refetched_after_the_60_second_floor_not_per_request() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::https(&ca).await?;
+    origin.serve_all().serve("/agents.txt", Reply::ok(agents_txt_body()).with("cache-control", "no-store"));
+    let cache = cache(&ca)?;
+    let key = origin.origin();
+    cache.policies(&key).await;
+    advance(Duration::from_secs(59)).await;
+    cache.policies(&key).await;
+    assert_eq!(origin.hits("/agents.txt"), 1);
+    advance(Duration::from_secs(2)).await;
+    cache.policies(&key).await;
+    assert_eq!(origin.hits("/agents.txt"), 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn robots_404_allows_everything() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::https(&ca).await?;
+    origin.serve_all().serve("/robots.txt", Reply::status(404));
+    let policies = cache(&ca)?.policies(&origin.origin()).await;
+    assert!(!policies.robots.is_unreachable());
+    assert_eq!(policies.robots.report().status, PolicyStatus::Absent);
+    assert_eq!(decide(&policies, "/private"), Outcome::Allow);
+    Ok(())
+}
+
+#[tokio::test]
+async fn robots_503_keeps_the_good_copy_and_without_one_disallows() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::https(&ca).await?;
+    origin.serve_all().serve("/robots.txt", Reply::ok(ROBOTS).max_age(60));
+    let cache = cache(&ca)?;
+    let key = origin.origin();
+    cache.policies(&key).await;
+    origin.serve("/robots.txt", Reply::status(503));
+    advance(Duration::from_secs(61)).await;
+    let policies = cache.policies(&key).await;
+    assert_eq!(origin.hits("/robots.txt"), 2);
+    assert!(!policies.robots.is_unreachable(), "the parsed copy is kept");
+    assert_eq!(decide(&policies, "/public"), Outcome::Allow);
+    assert_eq!(decide(&policies, "/private"), Outcome::Deny);
+
+    cache.purge(&key).await;
+    let policies = cache.policies(&key).await;
+    assert!(policies.robots.is_unreachable(), "no copy: unreachable disallows all");
+    assert_eq!(decide(&policies, "/public"), Outcome::Deny);
+    Ok(())
+}
+
+#[tokio::test]
+async fn b20_malformed_agents_txt_drops_the_good_copy_and_is_refetched_after_5_minutes() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::https(&ca).await?;
+    origin.serve_all().serve("/agents.txt", Reply::ok(agents_txt_body()).max_age(60));
+    let cache = cache(&ca)?;
+    let key = origin.origin();
+    assert_eq!(decide(&*cache.policies(&key).await, "/public"), Outcome::Allow);
+
+    origin.serve("/agents.txt", Reply::ok(format!("*{}\n/a ALLOW\n", "0".repeat(64))).max_age(86_400));
+    advance(Duration::from_secs(61)).await;
+    let policies = cache.policies(&key).await;
+    assert_eq!(origin.hits("/agents.txt"), 2);
+    assert!(policies.agents_txt.is_restricted(), "the good copy is dropped");
+    assert_eq!(decide(&policies, "/public"), Outcome::Deny);
+
+    advance(Duration::from_secs(240)).await;
+    cache.policies(&key).await;
+    assert_eq!(origin.hits("/agents.txt"), 2, "the restricted verdict is cached");
+    advance(Duration::from_secs(61)).await;
+    cache.policies(&key).await;
+    assert_eq!(origin.hits("/agents.txt"), 3, "and fetched again after 5 minutes, not after max-age");
+    Ok(())
+}
+
+#[tokio::test]
+async fn c4_agents_md_policy_survives_a_failed_refetch_for_an_hour() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::https(&ca).await?;
+    origin.serve_all().serve("/AGENTS.md", Reply::ok(AGENTS_MD).max_age(600));
+    let cache = cache(&ca)?;
+    let key = origin.origin();
+    cache.policies(&key).await;
+    origin.serve("/AGENTS.md", Reply::status(500));
+    advance(Duration::from_secs(601)).await;
+    let policies = cache.policies(&key).await;
+    assert_eq!(origin.hits("/AGENTS.md"), 2);
+    assert_eq!(decide(&policies, "/md-only"), Outcome::Deny, "the stale policy is kept");
+    // Retried each minute (the floor) for up to an hour past expiry, then dropped.
+    advance(Duration::from_secs(3600)).await;
+    let policies = cache.policies(&key).await;
+    assert!(policies.agents_md.falls_through());
+    assert_eq!(decide(&policies, "/md-only"), Outcome::Allow);
+    Ok(())
+}
+
+#[tokio::test]
+async fn c1_coding_agent_agents_md_falls_through_to_the_well_known_policy() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::https(&ca).await?;
+    origin
+        .serve_all()
+        .serve("/AGENTS.md", Reply::ok(CODING_AGENTS_MD))
+        .serve("/.well-known/agents.md", Reply::ok(AGENTS_MD));
+    let policies = cache(&ca)?.policies(&origin.origin()).await;
+    assert_eq!(origin.hits("/.well-known/agents.md"), 1);
+    assert_eq!(policies.agents_md.location(), Location::WellKnown);
+    assert_eq!(decide(&policies, "/md-only"), Outcome::Deny);
+    Ok(())
+}
+
+#[tokio::test]
+async fn purge_forces_a_refetch() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::https(&ca).await?;
+    origin.serve_all();
+    let cache = cache(&ca)?;
+    let key = origin.origin();
+    cache.policies(&key).await;
+    cache.policies(&key).await;
+    cache.purge(&key).await;
+    cache.policies(&key).await;
+    for path in FOUR {
+        assert_eq!(origin.hits(path), 2, "{path}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn c2_agents_md_of_an_http_origin_is_never_fetched_over_http() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::http().await?;
+    origin.serve_all().serve("/.well-known/agents.md", Reply::ok(AGENTS_MD));
+    // AGENTS.md goes to https://127.0.0.1:443, where the test origin is not; bound the wait
+    // in case something else listens there.
+    let settings = CacheSettings { fetch_timeout: Duration::from_secs(2), ..CacheSettings::default() };
+    let policies = PolicyCache::new(transport(&ca)?, settings).policies(&origin.origin()).await;
+    assert_eq!(origin.hits("/AGENTS.md"), 0);
+    assert_eq!(origin.hits("/.well-known/agents.md"), 0);
+    assert!(policies.agents_md.falls_through(), "no policy from plain http");
+    assert_eq!(origin.hits("/robots.txt"), 1, "the other files use the origin's scheme");
+    assert_eq!(decide(&policies, "/private"), Outcome::Deny);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// One file: redirects, cap, timeout.
+
+#[tokio::test]
+async fn c3_https_to_http_redirect_is_refused() -> TestResult {
+    let ca = TestCa::new()?;
+    let plain = TestOrigin::http().await?;
+    plain.serve("/AGENTS.md", Reply::ok(AGENTS_MD));
+    let origin = TestOrigin::https(&ca).await?;
+    origin.serve("/AGENTS.md", Reply::redirect(302, plain.url("/AGENTS.md")));
+    let fetched =
+        fetcher(&ca, Duration::from_secs(10))?.fetch(&origin.origin(), PolicyFile::AgentsMd(Location::Root)).await;
+    assert_eq!(fetched.outcome, FetchOutcome::Failed(FetchError::InsecureRedirect));
+    assert_eq!(plain.hits("/AGENTS.md"), 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn five_redirects_are_followed_and_a_sixth_is_too_many() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::http().await?;
+    // /robots.txt -> /hop/1 -> ... -> /hop/6, mixing relative and absolute Locations.
+    origin.serve("/robots.txt", Reply::redirect(301, "/hop/1"));
+    for n in 1..6 {
+        let location = if n % 2 == 0 { origin.url(&format!("/hop/{}", n + 1)) } else { format!("{}", n + 1) };
+        origin.serve(&format!("/hop/{n}"), Reply::redirect([301, 302, 303, 307, 308][n % 5], location));
+    }
+    origin.serve("/hop/6", Reply::ok(ROBOTS));
+    let fetcher = fetcher(&ca, Duration::from_secs(10))?;
+    let fetched = fetcher.fetch(&origin.origin(), PolicyFile::Robots).await;
+    assert_eq!(fetched.outcome, FetchOutcome::Failed(FetchError::TooManyRedirects));
+    assert_eq!(origin.hits("/hop/6"), 0);
+
+    origin.serve("/hop/5", Reply::ok(ROBOTS));
+    let fetched = fetcher.fetch(&origin.origin(), PolicyFile::Robots).await;
+    let FetchOutcome::Response { status, body, .. } = fetched.outcome else { panic!("{:?}", fetched.outcome) };
+    assert_eq!((status, body.as_slice()), (200, ROBOTS.as_bytes()));
+    Ok(())
+}
+
+#[tokio::test]
+async fn body_over_the_cap_is_cut_at_cap_plus_one_without_reading_on() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::http().await?;
+    origin.serve("/robots.txt", Reply { body: ReplyBody::Endless, ..Reply::ok("") });
+    // The body never ends: the fetch only returns because it stops reading at the cap.
+    let fetched = fetcher(&ca, Duration::from_secs(30))?.fetch(&origin.origin(), PolicyFile::Robots).await;
+    let FetchOutcome::Response { status, body, over_cap, .. } = fetched.outcome else {
+        panic!("{:?}", fetched.outcome)
+    };
+    assert_eq!(status, 200);
+    assert!(over_cap);
+    assert_eq!(body.len(), crate::policy::robots::MAX_BYTES + 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn origin_that_never_answers_times_out() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::http().await?;
+    origin.serve("/agents.txt", Reply { body: ReplyBody::Hang, ..Reply::ok("") });
+    let fetched = fetcher(&ca, Duration::from_millis(300))?.fetch(&origin.origin(), PolicyFile::AgentsTxt).await;
+    assert_eq!(fetched.outcome, FetchOutcome::Failed(FetchError::Timeout));
+    assert_eq!(fetched.ttl, Duration::from_secs(60), "a failure is retried after the floor");
+    Ok(())
+}
