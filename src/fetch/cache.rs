@@ -160,6 +160,12 @@ impl PolicyCache {
     }
 }
 
+impl std::fmt::Debug for PolicyCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyCache").field("origins", &self.len()).finish_non_exhaustive()
+    }
+}
+
 impl Entry {
     fn snapshot(&self) -> Arc<Snapshot> {
         Arc::clone(&self.current.lock().unwrap_or_else(PoisonError::into_inner))

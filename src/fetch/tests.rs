@@ -594,3 +594,14 @@ async fn origin_that_never_answers_times_out() -> TestResult {
     assert_eq!(fetched.ttl, Duration::from_secs(60), "a failure is retried after the floor");
     Ok(())
 }
+
+#[test]
+fn policies_future_is_send_so_the_proxy_can_await_it_in_spawned_tasks() -> TestResult {
+    fn assert_send<T: Send>(_: &T) {}
+    let ca = TestCa::new()?;
+    let cache = cache(&ca)?;
+    let origin = Origin::from_uri(&"https://example.com/".parse()?)?;
+    assert_send(&cache.policies(&origin));
+    assert_send(&cache.purge(&origin));
+    Ok(())
+}
