@@ -22,6 +22,10 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
+pub use crate::audit::{AuditSettings, Mode};
+pub use crate::policy::operator::RuleAction;
+use crate::policy::operator::host_matches;
+
 /// The documented default config file, exactly as shipped in `config/agentgate.toml`.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../config/agentgate.toml");
 
@@ -40,6 +44,15 @@ pub struct Config {
     /// How long shutdown waits for in-flight requests before closing them (`shutdown_grace`, default `10s`).
     #[serde(deserialize_with = "duration")]
     pub shutdown_grace: Duration,
+    /// Hosts that skip site policies (e.g. the model API the agent talks to); their requests
+    /// are still logged (`bypass_hosts`, same patterns as `[mitm] passthrough_hosts`, plus `*`).
+    pub bypass_hosts: Vec<String>,
+    /// The operator's own rules, applied before any site policy; the first match wins (`[[rules]]`).
+    pub rules: Vec<RuleConfig>,
+    /// Who the agent behind this proxy is (`[agent]`).
+    pub agent: AgentConfig,
+    /// The per-origin policy cache (`[cache]`).
+    pub cache: CacheConfig,
     /// The proxy's own CA (`[ca]`).
     pub ca: CaConfig,
     /// Connections from the proxy to origins (`[upstream]`).
@@ -49,20 +62,9 @@ pub struct Config {
     /// Which destinations may be reached (`[network]`).
     pub network: NetworkConfig,
     /// The decision log (`[audit]`).
-    pub audit: AuditConfig,
+    pub audit: AuditSettings,
     /// The admin API (`[admin]`).
     pub admin: AdminConfig,
-}
-
-/// Whether a deny blocks the request (DESIGN.md §8).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Deny and over-limit decisions block the request (`"enforce"`).
-    #[default]
-    Enforce,
-    /// Everything is forwarded; what would have been blocked is logged as `would_deny` (`"monitor"`).
-    Monitor,
 }
 
 /// `[ca]`: where the proxy's CA lives.
@@ -108,12 +110,58 @@ pub struct NetworkConfig {
     pub allow_cidrs: Vec<IpNet>,
 }
 
-/// `[audit]`: the decision log.
+/// `[[rules]]`: one operator rule. Applied before site policies, in file order; the first
+/// rule whose host, path and method all match decides.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// Host pattern: `example.com`, `*.example.com` (subdomains), or `*` (every host).
+    pub host: String,
+    /// Path pattern in robots.txt syntax: a prefix, `*` for any run of characters, `$` to
+    /// anchor the end (default `/`, every path).
+    #[serde(default = "every_path")]
+    pub path: String,
+    /// Methods the rule applies to, e.g. `["POST", "DELETE"]` (default: every method).
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// `allow` (forward without consulting site policies) or `deny` (block).
+    pub action: RuleAction,
+    /// Why, shown to the agent and in the log (default: the rule itself).
+    #[serde(default)]
+    pub reason: String,
+}
+
+fn every_path() -> String {
+    "/".to_owned()
+}
+
+/// `[agent]`: the agent behind this proxy (per-agent identities come with authentication).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// The agent id in the log; unset means the client's IP address.
+    pub id: Option<String>,
+    /// The product token matched against robots.txt and automation-preferences user-agent
+    /// groups; unset means it is derived from each request's `User-Agent` header.
+    pub product_token: Option<String>,
+    /// The AGENTS.md trust level, 0 to 5 (default 0).
+    pub trust_level: u8,
+    /// Purposes the agent declares for automation-preferences `allowed-purposes`, e.g. `["search"]`.
+    pub purposes: Vec<String>,
+}
+
+/// `[cache]`: the per-origin policy cache.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct AuditConfig {
-    /// JSON-lines file for decision records; `-` means standard output (default `logs/decisions.jsonl`).
-    pub path: PathBuf,
+pub struct CacheConfig {
+    /// Most origins whose policies are kept; the least recently used go first (default 100000).
+    pub max_origins: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self { max_origins: 100_000 }
+    }
 }
 
 /// `[admin]`: the admin API.
@@ -131,11 +179,15 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             mode: Mode::Enforce,
             shutdown_grace: Duration::from_secs(10),
+            bypass_hosts: Vec::new(),
+            rules: Vec::new(),
+            agent: AgentConfig::default(),
+            cache: CacheConfig::default(),
             ca: CaConfig::default(),
             upstream: UpstreamConfig::default(),
             mitm: MitmConfig::default(),
             network: NetworkConfig::default(),
-            audit: AuditConfig::default(),
+            audit: AuditSettings::default(),
             admin: AdminConfig::default(),
         }
     }
@@ -163,12 +215,6 @@ impl Default for MitmConfig {
     }
 }
 
-impl Default for AuditConfig {
-    fn default() -> Self {
-        Self { path: PathBuf::from("logs/decisions.jsonl") }
-    }
-}
-
 impl Default for AdminConfig {
     fn default() -> Self {
         Self { listen: Some(SocketAddr::from(([127, 0, 0, 1], 9090))) }
@@ -182,16 +228,7 @@ impl MitmConfig {
     /// matches that host only, `*.example.com` matches `a.example.com` and `a.b.example.com`
     /// but not `example.com` itself.
     pub fn is_passthrough(&self, host: &str) -> bool {
-        let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-        let host = host.strip_suffix('.').unwrap_or(host);
-        self.passthrough_hosts.iter().any(|pattern| match pattern.strip_prefix('*') {
-            // `suffix` keeps its leading dot, so `*.example.com` never matches `badexample.com`.
-            Some(suffix) => {
-                host.len() > suffix.len()
-                    && host.as_bytes()[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
-            }
-            None => host.eq_ignore_ascii_case(pattern.strip_suffix('.').unwrap_or(pattern)),
-        })
+        self.passthrough_hosts.iter().any(|p| host_matches(p, host))
     }
 }
 
@@ -253,6 +290,49 @@ impl Config {
                     "[mitm] passthrough_hosts entry {pattern:?}: not a host name or `*.suffix`; write e.g. \"bank.example\" or \"*.bank.example\" (no scheme, port or path)"
                 ));
             }
+        }
+        for pattern in &self.bypass_hosts {
+            if pattern != "*" && !is_host_pattern(pattern) {
+                problems.push(format!(
+                    "bypass_hosts entry {pattern:?}: not a host name, `*.suffix` or `*`; write e.g. \"api.openai.com\""
+                ));
+            }
+        }
+        for (i, rule) in self.rules.iter().enumerate() {
+            if rule.host != "*" && !is_host_pattern(&rule.host) {
+                problems.push(format!(
+                    "[[rules]] #{} host = {:?}: not a host name, `*.suffix` or `*`; write e.g. \"*.example.com\"",
+                    i + 1,
+                    rule.host
+                ));
+            }
+            if !rule.path.starts_with('/') && !rule.path.starts_with('*') {
+                problems.push(format!(
+                    "[[rules]] #{} path = {:?}: must start with `/` (robots.txt pattern syntax, e.g. \"/admin/\" or \"/*.pdf$\")",
+                    i + 1,
+                    rule.path
+                ));
+            }
+            for method in &rule.methods {
+                if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
+                    problems.push(format!(
+                        "[[rules]] #{} methods entry {method:?}: not an HTTP method; write e.g. \"POST\"",
+                        i + 1
+                    ));
+                }
+            }
+        }
+        if self.agent.trust_level > 5 {
+            problems.push(format!(
+                "[agent] trust_level = {}: must be 0 to 5 (AGENTS.md trust levels)",
+                self.agent.trust_level
+            ));
+        }
+        if self.cache.max_origins == 0 {
+            problems.push("[cache] max_origins = 0: must be at least 1; the default is 100000".to_owned());
+        }
+        if self.audit.queue_capacity == 0 {
+            problems.push("[audit] queue_capacity = 0: must be at least 1; the default is 8192".to_owned());
         }
         for (key, path) in [("[ca] dir", &self.ca.dir), ("[audit] path", &self.audit.path)] {
             if path.as_os_str().is_empty() {

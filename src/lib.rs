@@ -10,6 +10,7 @@ pub mod audit;
 pub mod config;
 pub mod explain;
 pub mod fetch;
+pub mod gate;
 pub mod lint;
 pub mod policy;
 pub mod proxy;

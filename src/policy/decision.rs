@@ -204,6 +204,8 @@ pub struct Decision {
     pub outcome: Outcome,
     /// Reasons: for a block, the ones that blocked first; then the rest.
     pub reasons: Vec<Reason>,
+    /// How many of the leading `reasons` decided a block (0 when allowed).
+    pub blocking: usize,
     /// All limits that apply (each must pass).
     pub limits: Vec<Limit>,
     /// Headers to add to the forwarded request.
@@ -214,5 +216,10 @@ impl Decision {
     /// True when the request may be forwarded (before limits).
     pub fn is_allowed(&self) -> bool {
         self.outcome == Outcome::Allow
+    }
+
+    /// The reasons that decided a block (empty when allowed).
+    pub fn blocking_reasons(&self) -> &[Reason] {
+        &self.reasons[..self.blocking.min(self.reasons.len())]
     }
 }

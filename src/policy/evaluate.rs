@@ -31,6 +31,7 @@ pub fn evaluate(policies: &Policies, req: &RequestView<'_>) -> Decision {
         return Decision {
             outcome: Outcome::Allow,
             reasons: vec![Reason::new(Source::Operator, "policy_file", "requests for policy files are always allowed")],
+            blocking: 0,
             limits: Vec::new(),
             inject_headers: Vec::new(),
         };
@@ -65,6 +66,7 @@ pub(crate) fn combine(verdicts: impl IntoIterator<Item = SourceVerdict>) -> Deci
         limits.extend(v.limits);
         inject_headers.extend(v.inject_headers);
     }
+    let blocking = deciding.len();
     deciding.extend(others);
-    Decision { outcome, reasons: deciding, limits, inject_headers }
+    Decision { outcome, reasons: deciding, blocking, limits, inject_headers }
 }

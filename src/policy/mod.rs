@@ -12,10 +12,12 @@
 pub mod agents_md;
 pub mod agents_txt;
 pub mod autoctl;
+pub mod advice;
 mod decision;
 mod diagnostic;
 mod evaluate;
 mod outcome;
+pub mod operator;
 pub mod pattern;
 pub mod refresh;
 mod request;

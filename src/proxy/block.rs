@@ -5,13 +5,23 @@
 //!
 //! Never forwards anything; never decides whether a request is allowed.
 
+use std::fmt::Write as _;
+
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue};
-use http::{Response, StatusCode};
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue};
+use http::{HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
+use serde_json::json;
 
 use super::ProxyBody;
 use super::error::ProxyError;
+use crate::gate::Blocked;
+use crate::policy::Outcome;
+use crate::policy::advice::advice;
+
+/// The header that carries a block's verdict and first reason, e.g.
+/// `agentgate-decision: deny; source=robots.txt; line=4; record=0193…`.
+pub(crate) const DECISION_HEADER: HeaderName = HeaderName::from_static("agentgate-decision");
 
 /// The status an error is answered with.
 pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
@@ -29,6 +39,8 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         // would be our bug.
         ProxyError::Ca { .. }
         | ProxyError::UpstreamClient { .. }
+        | ProxyError::PolicyClient { .. }
+        | ProxyError::Audit { .. }
         | ProxyError::Bind { .. }
         | ProxyError::ClientHandshake { .. }
         | ProxyError::LeafCertificate { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -38,10 +50,109 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
 /// The response for `error`: its status and `agentgate: <message>` as the body, so an agent
 /// (often an LLM) reading it learns what failed, on which host, and why.
 pub(crate) fn error_response(error: &ProxyError) -> Response<ProxyBody> {
-    let body = Full::new(Bytes::from(format!("agentgate: {error}\n"))).map_err(|never| match never {}).boxed_unsync();
-    let mut response = Response::new(body);
+    let mut response = body_response(format!("agentgate: {error}\n"), "text/plain; charset=utf-8");
     *response.status_mut() = status_for(error);
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+/// The answer to a request the gate blocked (DESIGN §6): 403, the verdict and first reason
+/// in `agentgate-decision`, and a body naming the file, line and rule of every blocking
+/// reason and what the agent may do instead — JSON when the client accepts JSON, plain text
+/// otherwise. Both carry the decision record id, so the agent's report and the log meet.
+pub(crate) fn blocked_response(
+    blocked: &Blocked,
+    method: &str,
+    url: &str,
+    request_headers: &HeaderMap,
+) -> Response<ProxyBody> {
+    let decision = &blocked.decision;
+    let record = blocked.record.id.to_string();
+    let blocking = decision.blocking_reasons();
+    let verdict = decision.outcome.as_str();
+    let mut header = verdict.to_owned();
+    if let Some(first) = blocking.first() {
+        let _ = write!(header, "; source={}", first.source);
+        if let Some(line) = first.line {
+            let _ = write!(header, "; line={line}");
+        }
+        let _ = write!(header, "; code={}", first.code);
+    }
+    let _ = write!(header, "; record={record}");
+    let mut response = if accepts_json(request_headers) {
+        let reasons: Vec<_> = blocking
+            .iter()
+            .map(|r| {
+                json!({"source": r.source.as_str(), "code": r.code, "line": r.line, "rule": r.rule,
+                       "digest": r.digest, "advice": advice(r)})
+            })
+            .collect();
+        let body = json!({
+            "error": "blocked by agentgate",
+            "decision": verdict,
+            "record_id": record,
+            "method": method,
+            "url": url,
+            "message": summary(decision.outcome, method, url),
+            "reasons": reasons,
+        });
+        body_response(format!("{body}\n"), "application/json")
+    } else {
+        let mut text = format!(
+            "{}\nDecision: {verdict} (decision record {record})\n\nWhy:\n",
+            summary(decision.outcome, method, url)
+        );
+        for r in blocking {
+            let line = r.line.map(|l| format!(" line {l}")).unwrap_or_default();
+            let _ = writeln!(text, "- {}{line}: \"{}\" [{}]", r.source, r.rule, r.code);
+        }
+        text.push_str("\nWhat you can do instead:\n");
+        let mut seen = Vec::new();
+        for r in blocking {
+            let advice = advice(r);
+            if !seen.contains(&advice) {
+                seen.push(advice);
+                let _ = writeln!(text, "- {advice}");
+            }
+        }
+        body_response(text, "text/plain; charset=utf-8")
+    };
+    *response.status_mut() = StatusCode::FORBIDDEN;
+    if let Ok(value) = HeaderValue::from_str(&header) {
+        response.headers_mut().insert(DECISION_HEADER, value);
+    }
+    response
+}
+
+/// The answer when the decision log cannot be written and `[audit] on_failure = "block"`.
+pub(crate) fn audit_unavailable() -> Response<ProxyBody> {
+    let mut response = body_response(
+        "agentgate: the decision log cannot be written, and [audit] on_failure = \"block\" forbids forwarding unaudited requests; the operator must fix the log (see agentgate's error log) and restart\n".to_owned(),
+        "text/plain; charset=utf-8",
+    );
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    response
+}
+
+fn summary(outcome: Outcome, method: &str, url: &str) -> String {
+    match outcome {
+        Outcome::NeedsApproval => format!("agentgate held this request for human approval: {method} {url}"),
+        Outcome::Deny | Outcome::Allow => format!("agentgate blocked this request: {method} {url}"),
+    }
+}
+
+fn accepts_json(headers: &HeaderMap) -> bool {
+    headers.get_all(ACCEPT).iter().filter_map(|v| v.to_str().ok()).any(|v| {
+        v.split(',').any(|item| {
+            let media = item.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+            media == "application/json" || media.ends_with("+json")
+        })
+    })
+}
+
+fn body_response(text: String, content_type: &'static str) -> Response<ProxyBody> {
+    let body = Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed_unsync();
+    let mut response = Response::new(body);
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }
 

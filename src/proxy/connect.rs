@@ -9,11 +9,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use http::uri::Authority;
-use http::{Request, Response, Uri};
+use http::uri::{Authority, Scheme};
+use http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
@@ -22,15 +22,17 @@ use tokio_rustls::LazyConfigAcceptor;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
 use super::ProxyBody;
-use super::block::tunnel_established;
+use super::block::{blocked_response, error_response, status_for, tunnel_established};
 use super::context::{Entry, ProxyState};
 use super::drain::Drain;
 use super::error::{ProxyError, error_chain};
 use super::listener::{ServerProtocols, serve_connection};
 use super::relay::splice;
 use super::rewind::Rewind;
-use super::service::ProxyService;
+use super::service::{ProxyService, record};
 use crate::config::Config;
+use crate::fetch::Origin;
+use crate::gate::{GateRequest, Permitted, Verdict};
 
 /// How long a client may take, after the `200`, to send its first bytes and finish the TLS
 /// handshake. A tunnel to a server-speaks-first protocol waits this long and then closes:
@@ -74,7 +76,15 @@ pub(crate) async fn handle_connect(
     let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
     match tunnel {
         Tunnel::Passthrough => {
-            let origin = state.upstream.open_tunnel(&authority).await?;
+            let permit = match decide_passthrough(state, client, &authority, request.headers()).await {
+                Ok(permit) => permit,
+                Err(blocked) => return Ok(blocked),
+            };
+            let started = Instant::now();
+            let opened = state.upstream.open_tunnel(&authority).await;
+            let status = opened.as_ref().map(|_| StatusCode::OK).map_err(|e| (status_for(e), e.to_string()));
+            record(state, permit.into_record(), started, status).await;
+            let origin = opened?;
             tokio::spawn(
                 async move {
                     match on_upgrade.await {
@@ -98,6 +108,34 @@ pub(crate) async fn handle_connect(
         }
     }
     Ok(tunnel_established())
+}
+
+/// The host-level decision for a passthrough tunnel (issue 4): the gate decides on `GET /`
+/// over https, since nothing inside the tunnel will be seen; the record says `CONNECT`.
+/// A block is answered (and recorded) here, before any `200`.
+async fn decide_passthrough(
+    state: &ProxyState,
+    client: SocketAddr,
+    authority: &Authority,
+    headers: &http::HeaderMap,
+) -> Result<Permitted, Response<ProxyBody>> {
+    let started = Instant::now();
+    let url = format!("https://{authority}/");
+    let origin = Origin::from_parts(&Scheme::HTTPS, authority)
+        .map_err(|_| error_response(&ProxyError::BadConnectTarget { target: authority.to_string() }))?;
+    let request = GateRequest { client, origin: &origin, url: &url, method: "GET", path_and_query: "/", headers };
+    match state.gate.decide(request).await {
+        Verdict::Forward(mut permit) => {
+            permit.set_method("CONNECT");
+            Ok(permit)
+        }
+        Verdict::Block(mut blocked) => {
+            blocked.record.method = "CONNECT".to_owned();
+            let response = blocked_response(&blocked, "CONNECT", &url, headers);
+            record(state, blocked.record, started, Ok(response.status())).await;
+            Err(response)
+        }
+    }
 }
 
 /// The CONNECT target as `host:port`: authority-form only, a port required.

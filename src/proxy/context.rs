@@ -14,7 +14,9 @@ use std::time::Instant;
 use http::uri::{Authority, Scheme};
 
 use super::upstream::Upstream;
+use crate::audit::AuditLog;
 use crate::config::Config;
+use crate::gate::Gate;
 use crate::tls::LeafCertCache;
 
 /// Everything the connections of one proxy share; cheap to reach through an `Arc`.
@@ -25,12 +27,22 @@ pub(crate) struct ProxyState {
     pub(crate) certs: LeafCertCache,
     /// The pooled clients to origins.
     pub(crate) upstream: Upstream,
+    /// The one place requests are decided.
+    pub(crate) gate: Gate,
+    /// Where every decision is recorded.
+    pub(crate) audit: AuditLog,
     next_request_id: AtomicU64,
 }
 
 impl ProxyState {
-    pub(crate) fn new(config: Arc<Config>, certs: LeafCertCache, upstream: Upstream) -> Self {
-        ProxyState { config, certs, upstream, next_request_id: AtomicU64::new(1) }
+    pub(crate) fn new(
+        config: Arc<Config>,
+        certs: LeafCertCache,
+        upstream: Upstream,
+        gate: Gate,
+        audit: AuditLog,
+    ) -> Self {
+        ProxyState { config, certs, upstream, gate, audit, next_request_id: AtomicU64::new(1) }
     }
 
     /// A new request id, unique for the life of this proxy.
@@ -85,7 +97,6 @@ pub(crate) struct RequestContext {
     #[expect(dead_code, reason = "the seam for the gate and audit record of issue 4")]
     pub(crate) id: RequestId,
     /// The agent's TCP peer address.
-    #[expect(dead_code, reason = "the seam for the gate of issue 4: agent identity")]
     pub(crate) client: SocketAddr,
     /// How the request came in.
     #[expect(dead_code, reason = "the seam for the gate and audit record of issue 4")]

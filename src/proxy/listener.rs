@@ -21,7 +21,10 @@ use super::drain::{Drain, DrainController};
 use super::error::{ProxyError, error_chain};
 use super::service::ProxyService;
 use super::upstream::Upstream;
+use crate::audit::{AuditLog, AuditWriter};
 use crate::config::Config;
+use crate::fetch::{CacheSettings, HttpsTransport, PolicyCache};
+use crate::gate::Gate;
 use crate::tls::{CertificateAuthority, LeafCertCache};
 
 /// How long a client may take to send a complete request head (HTTP/1.1). hyper's limits on
@@ -35,13 +38,18 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 /// The proxy, ready to bind: the CA is loaded (or created), the leaf cache and the upstream
 /// clients are built.
 pub struct Proxy {
-    state: Arc<ProxyState>,
+    config: Arc<Config>,
+    certs: LeafCertCache,
+    upstream: Upstream,
+    gate: Gate,
     ca_cert_path: PathBuf,
 }
 
 /// A proxy bound to its listen address; [`run_until`](Self::run_until) serves it.
 pub struct RunningProxy {
-    proxy: Proxy,
+    state: Arc<ProxyState>,
+    audit_writer: AuditWriter,
+    ca_cert_path: PathBuf,
     listener: TcpListener,
     local_addr: SocketAddr,
 }
@@ -61,7 +69,10 @@ impl Proxy {
         let ca_cert_path = ca.cert_path().to_owned();
         let certs = LeafCertCache::new(Arc::new(ca), config.mitm.cert_cache_size);
         let upstream = Upstream::new(&config.upstream)?;
-        Ok(Proxy { state: Arc::new(ProxyState::new(config, certs, upstream)), ca_cert_path })
+        let transport = HttpsTransport::new(&config.upstream).map_err(|source| ProxyError::PolicyClient { source })?;
+        let settings = CacheSettings { max_origins: config.cache.max_origins, ..CacheSettings::default() };
+        let gate = Gate::new(&config, PolicyCache::new(Arc::new(transport), settings));
+        Ok(Proxy { config, certs, upstream, gate, ca_cert_path })
     }
 
     /// The PEM file of the CA that agents must trust.
@@ -75,12 +86,18 @@ impl Proxy {
     /// # Errors
     /// [`ProxyError::Bind`] when the address is taken or not available.
     pub async fn bind(self) -> Result<RunningProxy, ProxyError> {
-        let addr = self.state.config.listen;
+        let Proxy { config, certs, upstream, gate, ca_cert_path } = self;
+        let addr = config.listen;
         let bind_error = |source| ProxyError::Bind { addr, source };
         let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
         let local_addr = listener.local_addr().map_err(bind_error)?;
         debug!(%local_addr, "proxy port bound");
-        Ok(RunningProxy { proxy: self, listener, local_addr })
+        // Opened last, so a failure above leaves no writer behind; opened before the first
+        // accept, so a bad log path stops start-up instead of the first request.
+        let (audit, audit_writer) =
+            AuditLog::start(config.audit.clone()).map_err(|source| ProxyError::Audit { source })?;
+        let state = Arc::new(ProxyState::new(config, certs, upstream, gate, audit));
+        Ok(RunningProxy { state, audit_writer, ca_cert_path, listener, local_addr })
     }
 }
 
@@ -92,21 +109,21 @@ impl RunningProxy {
 
     /// The PEM file of the CA that agents must trust.
     pub fn ca_cert_path(&self) -> &Path {
-        self.proxy.ca_cert_path()
+        &self.ca_cert_path
     }
 
     /// Serves until `shutdown` completes, then stops accepting and lets in-flight requests,
     /// tunnels and WebSocket relays finish for up to `shutdown_grace`; whatever is still
     /// running then is closed. Returns when that is done.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
-        let RunningProxy { proxy, listener, local_addr } = self;
+        let RunningProxy { state, audit_writer, listener, local_addr, .. } = self;
         let drain = DrainController::new();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((tcp, client)) => accept(&proxy.state, tcp, client, drain.handle()),
+                    Ok((tcp, client)) => accept(&state, tcp, client, drain.handle()),
                     Err(error) => {
                         warn!(%error, %local_addr, "cannot accept a connection; pausing briefly");
                         tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
@@ -115,12 +132,16 @@ impl RunningProxy {
             }
         }
         drop(listener);
-        let grace = proxy.state.config.shutdown_grace;
+        let grace = state.config.shutdown_grace;
         info!(?grace, "shutting down: no new connections, waiting for in-flight requests");
         let remaining = drain.drain(grace).await;
         if remaining > 0 {
             warn!(remaining, "shutdown grace period over; closing the connections still open");
         }
+        // Every request has recorded its decision by now (or was cut off by the grace
+        // period): drain the queue to disk.
+        let stats = audit_writer.shutdown().await;
+        info!(written = stats.written, failed = stats.failed, "decision log closed");
     }
 }
 

@@ -16,8 +16,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::header::HOST;
+use http::header::{HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
@@ -25,13 +26,16 @@ use hyper_util::rt::TokioIo;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
 use super::ProxyBody;
-use super::block::error_response;
+use super::block::{audit_unavailable, blocked_response, error_response, status_for};
 use super::connect::handle_connect;
 use super::context::{Entry, ProxyState, RequestContext, RequestId};
 use super::drain::Drain;
 use super::error::{ProxyError, error_chain};
 use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
 use super::relay::splice;
+use crate::audit::{DecisionRecord, Outcome as LogOutcome};
+use crate::fetch::Origin;
+use crate::gate::{GateRequest, Permitted, Verdict};
 
 /// Where a connection's requests go: the proxy port, or the inside of one CONNECT tunnel.
 #[derive(Clone, Debug)]
@@ -115,8 +119,41 @@ impl ProxyService {
             return handle_connect(&self.state, self.client, self.drain.clone(), request).await;
         }
         let (context, request) = self.route(id, started, request)?;
-        // Issue 4: the gate decides here, on `context` and the request as the agent sent it.
-        forward(&self.state, &context, request, self.drain.clone()).await
+        let origin = Origin::from_parts(&context.scheme, &context.authority)
+            .map_err(|_| ProxyError::UnsupportedScheme { uri: request.uri().to_string() })?;
+        let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
+        let url = format!("{}://{}{path}", context.scheme, context.authority);
+        let method = request.method().as_str().to_owned();
+        let verdict = self
+            .state
+            .gate
+            .decide(GateRequest {
+                client: context.client,
+                origin: &origin,
+                url: &url,
+                method: &method,
+                path_and_query: &path,
+                headers: request.headers(),
+            })
+            .await;
+        let permit = match verdict {
+            Verdict::Block(blocked) => {
+                let response = blocked_response(&blocked, &method, &url, request.headers());
+                record(&self.state, blocked.record, started, Ok(response.status())).await;
+                return Ok(response);
+            }
+            Verdict::Forward(permit) => permit,
+        };
+        if let Err(unrecorded) = self.state.audit.ensure_available()
+            && unrecorded.blocks_request()
+        {
+            warn!(error = %unrecorded.cause, "decision log unavailable; refusing to forward unaudited");
+            return Ok(audit_unavailable());
+        }
+        let result = forward(&self.state, &context, &permit, request, self.drain.clone()).await;
+        let status = result.as_ref().map(Response::status).map_err(|e| (status_for(e), e.to_string()));
+        record(&self.state, permit.into_record(), started, status).await;
+        result
     }
 
     /// Phase `route`: where the request goes. On the proxy port that is the absolute URI's
@@ -178,12 +215,14 @@ impl hyper::service::Service<Request<Incoming>> for ProxyService {
 async fn forward(
     state: &ProxyState,
     context: &RequestContext,
+    permit: &Permitted,
     mut request: Request<Incoming>,
     drain: Drain,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let upgrade = if is_upgrade_request(request.version(), request.headers()) { Upgrade::Keep } else { Upgrade::Drop };
     let client_upgrade = (upgrade == Upgrade::Keep).then(|| hyper::upgrade::on(&mut request));
-    let request = to_origin(context, request, upgrade)?;
+    let mut request = to_origin(context, request, upgrade)?;
+    inject_headers(request.headers_mut(), permit.inject_headers());
     let mut response = state.upstream.send(&context.authority, request, upgrade).await?;
     let waited_ms = context.started.elapsed().as_millis() as u64;
     debug!(version = ?response.version(), waited_ms, "origin answered");
@@ -194,6 +233,46 @@ async fn forward(
             Ok(to_client(response, Upgrade::Keep))
         }
         _ => Ok(to_client(response, Upgrade::Drop)),
+    }
+}
+
+/// Adds the headers a policy requires (AGENTS.md agent identification, SEMANTICS C24); a
+/// header the agent already sent is kept as it is.
+fn inject_headers(headers: &mut HeaderMap, inject: &[(String, String)]) {
+    for (name, value) in inject {
+        match (HeaderName::try_from(name.as_str()), HeaderValue::try_from(value.as_str())) {
+            (Ok(name), Ok(value)) => {
+                if !headers.contains_key(&name) {
+                    headers.insert(name, value);
+                } else {
+                    debug!(header = %name, "agent already sent the identification header; kept");
+                }
+            }
+            _ => warn!(header = %name, "cannot inject a header the policy asks for: invalid name or value"),
+        }
+    }
+}
+
+/// Phase `record`: completes the decision record with the answer and queues it. A record
+/// that cannot be written is counted by the audit log and logged here; the answer already
+/// went out.
+pub(crate) async fn record(
+    state: &ProxyState,
+    mut record: DecisionRecord,
+    started: Instant,
+    status: Result<StatusCode, (StatusCode, String)>,
+) {
+    record.duration = Some(started.elapsed());
+    match status {
+        Ok(status) => record.status = Some(status.as_u16()),
+        Err((status, error)) => {
+            record.status = Some(status.as_u16());
+            record.outcome = LogOutcome::Error;
+            record.error = Some(error);
+        }
+    }
+    if let Err(unrecorded) = state.audit.record(&record).await {
+        warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
     }
 }
 

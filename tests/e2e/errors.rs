@@ -7,7 +7,7 @@ use tokio::net::TcpListener;
 use crate::support::origin::Origin;
 use crate::support::pki::TestCa;
 use crate::support::raw::{connect_tunnel, exchange};
-use crate::support::{TestProxy, TestResult, header};
+use crate::support::{TestProxy, TestResult, bypass_all, header};
 
 /// A loopback port with nothing listening on it.
 async fn closed_port() -> TestResult<u16> {
@@ -20,7 +20,7 @@ async fn untrusted_origin_certificate_is_502_naming_the_cause() -> TestResult {
     let trusted = TestCa::new("trusted origin CA")?;
     let untrusted = TestCa::new("some other CA")?;
     let origin = Origin::https(&untrusted).await?;
-    let proxy = TestProxy::start(&trusted).await?;
+    let proxy = TestProxy::start_edge(&trusted).await?;
     let response = proxy.client()?.get(origin.url("/echo")).send().await?;
     assert_eq!(response.status(), 502);
     assert_eq!(header(&response, "content-type"), "text/plain; charset=utf-8");
@@ -35,7 +35,7 @@ async fn untrusted_origin_certificate_is_502_naming_the_cause() -> TestResult {
 #[tokio::test]
 async fn origin_down_is_502_over_http_and_https() -> TestResult {
     let ca = TestCa::new("origin CA")?;
-    let proxy = TestProxy::start(&ca).await?;
+    let proxy = TestProxy::start_edge(&ca).await?;
     let port = closed_port().await?;
     let client = proxy.client()?;
     for url in [format!("http://127.0.0.1:{port}/"), format!("https://127.0.0.1:{port}/")] {
@@ -51,7 +51,11 @@ async fn origin_down_is_502_over_http_and_https() -> TestResult {
 #[tokio::test]
 async fn passthrough_to_a_down_origin_is_502_before_the_tunnel_opens() -> TestResult {
     let ca = TestCa::new("origin CA")?;
-    let proxy = TestProxy::start_with(&ca, |config| config.mitm.passthrough_hosts = vec!["127.0.0.1".into()]).await?;
+    let proxy = TestProxy::start_with(&ca, |config| {
+        bypass_all(config);
+        config.mitm.passthrough_hosts = vec!["127.0.0.1".into()];
+    })
+    .await?;
     let port = closed_port().await?;
     let (_stream, head) = connect_tunnel(proxy.addr, &format!("127.0.0.1:{port}")).await?;
     assert!(head.starts_with("HTTP/1.1 502"), "{head}");
@@ -104,6 +108,7 @@ async fn origin_that_never_answers_the_handshake_is_504() -> TestResult {
     let silent = TcpListener::bind("127.0.0.1:0").await?;
     let port = silent.local_addr()?.port();
     let proxy = TestProxy::start_with(&ca, |config| {
+        bypass_all(config);
         config.upstream.connect_timeout = std::time::Duration::from_millis(300);
     })
     .await?;

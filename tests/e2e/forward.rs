@@ -167,7 +167,7 @@ async fn head_204_and_304() -> TestResult {
 async fn keep_alive_is_reused_on_both_sides() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http().await?;
-    let proxy = TestProxy::start(&ca).await?;
+    let proxy = TestProxy::start_edge(&ca).await?;
 
     // Client side: three requests on one TCP connection to the proxy.
     let tcp = TcpStream::connect(proxy.addr).await?;

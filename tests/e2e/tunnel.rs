@@ -87,7 +87,7 @@ async fn mitm_large_body_streams_both_directions() -> TestResult {
 async fn upstream_connections_are_pooled_across_tunnels() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::https(&ca).await?;
-    let proxy = TestProxy::start(&ca).await?;
+    let proxy = TestProxy::start_edge(&ca).await?;
     // Two clients, so two CONNECT tunnels; h1 and h2 towards the proxy.
     let clients = [proxy.client()?, proxy.client_builder()?.http1_only().build()?];
     for client in &clients {

@@ -38,6 +38,8 @@ pub struct TestProxy {
     pub ca_pem: String,
     /// The file holding `ca_pem`.
     pub ca_path: PathBuf,
+    /// The decision log (in the temporary directory).
+    pub log_path: PathBuf,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
     _ca_dir: tempfile::TempDir,
@@ -57,6 +59,14 @@ impl TestProxy {
         TestProxy::start_with(origin_ca, |_| {}).await
     }
 
+    /// The proxy edge on its own: every host is in `bypass_hosts`, so requests are still
+    /// gated and logged but no policy file is fetched. For tests that count what the origin
+    /// sees (connections) or need the origin's own failure (down, untrusted) to surface as
+    /// the edge reports it rather than as a robots.txt-unreachable block.
+    pub async fn start_edge(origin_ca: &TestCa) -> TestResult<TestProxy> {
+        TestProxy::start_with(origin_ca, bypass_all).await
+    }
+
     /// Like [`start`](Self::start), with `edit` applied to the config last.
     pub async fn start_with(origin_ca: &TestCa, edit: impl FnOnce(&mut Config)) -> TestResult<TestProxy> {
         init_tracing();
@@ -66,7 +76,9 @@ impl TestProxy {
         config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
         config.ca.dir = ca_dir.path().to_owned();
         config.upstream.extra_ca_files = vec![origin_ca.pem_path.clone()];
+        config.audit.path = ca_dir.path().join("decisions.jsonl");
         edit(&mut config);
+        let log_path = config.audit.path.clone();
         let running = Proxy::new(Arc::new(config))?.bind().await?;
         let addr = running.local_addr();
         let ca_path = running.ca_cert_path().to_owned();
@@ -75,7 +87,7 @@ impl TestProxy {
         let task = tokio::spawn(running.run_until(async move {
             let _ = stop.await;
         }));
-        Ok(TestProxy { addr, ca_pem, ca_path, shutdown: Some(shutdown), task: Some(task), _ca_dir: ca_dir })
+        Ok(TestProxy { addr, ca_pem, ca_path, log_path, shutdown: Some(shutdown), task: Some(task), _ca_dir: ca_dir })
     }
 
     /// `http://127.0.0.1:<port>`: the proxy URL for clients.
@@ -102,6 +114,11 @@ impl TestProxy {
         }
         self.task.take()
     }
+}
+
+/// Config edit: every host skips site policies.
+pub fn bypass_all(config: &mut Config) {
+    config.bypass_hosts = vec!["*".to_owned()];
 }
 
 /// The values of header `name`, joined with `, `.

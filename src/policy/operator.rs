@@ -1,0 +1,179 @@
+//! The operator's own rules from the agentgate config: `bypass_hosts` (skip site policies,
+//! e.g. for the agent's model API) and `[[rules]]` (allow or deny by host, path and method),
+//! applied before any site policy file. Pure, like the rest of `policy/`: compiled once per
+//! config, evaluated per request.
+//!
+//! Never: reads the config file (the gate hands the values over), fetches, logs.
+
+use super::pattern::Pattern;
+use super::{Decision, Outcome, Reason, RequestView, Source};
+
+/// What an operator rule does when it matches (`action = "allow" | "deny"` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuleAction {
+    /// Forward without consulting the site's policy files.
+    Allow,
+    /// Block.
+    Deny,
+}
+
+/// One `[[rules]]` entry, compiled.
+#[derive(Debug, Clone)]
+pub struct OperatorRule {
+    host: String,
+    path: Pattern,
+    methods: Vec<String>,
+    action: RuleAction,
+    /// How the rule reads in reasons: `[[rules]] #2 host=*.internal path=/ deny: <reason>`.
+    described: String,
+}
+
+impl OperatorRule {
+    /// Compiles a rule; `number` is its 1-based position among `[[rules]]`.
+    pub fn new(number: usize, host: &str, path: &str, methods: &[String], action: RuleAction, reason: &str) -> Self {
+        let verb = match action {
+            RuleAction::Allow => "allow",
+            RuleAction::Deny => "deny",
+        };
+        let methods_text = if methods.is_empty() { String::new() } else { format!(" methods={}", methods.join(",")) };
+        let why = if reason.is_empty() { String::new() } else { format!(": {reason}") };
+        OperatorRule {
+            host: host.to_owned(),
+            path: Pattern::new(path),
+            methods: methods.to_vec(),
+            action,
+            described: format!("[[rules]] #{number} host={host} path={path}{methods_text} {verb}{why}"),
+        }
+    }
+
+    fn matches(&self, req: &RequestView<'_>, path: &str) -> bool {
+        host_matches(&self.host, req.host)
+            && (self.methods.is_empty() || self.methods.iter().any(|m| m.eq_ignore_ascii_case(req.method)))
+            && self.path.matches_normalized(path)
+    }
+}
+
+/// All operator rules of one config.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorRules {
+    bypass_hosts: Vec<String>,
+    rules: Vec<OperatorRule>,
+}
+
+impl OperatorRules {
+    /// The rules of one config, in file order.
+    pub fn new(bypass_hosts: Vec<String>, rules: Vec<OperatorRule>) -> Self {
+        OperatorRules { bypass_hosts, rules }
+    }
+
+    /// Whether requests to `host` skip site policies (they are still logged).
+    pub fn is_bypassed(&self, host: &str) -> bool {
+        self.bypass_hosts.iter().any(|p| host_matches(p, host))
+    }
+
+    /// The operator's decision, when a bypass host or a rule decides; `None` leaves the
+    /// request to the site policies. The first matching rule wins; a bypass host is checked
+    /// after the rules, so a deny rule still applies to a bypassed host.
+    pub fn evaluate(&self, req: &RequestView<'_>) -> Option<Decision> {
+        let path = super::pattern::normalize(req.path_and_query);
+        if let Some(rule) = self.rules.iter().find(|r| r.matches(req, &path)) {
+            let (outcome, code) = match rule.action {
+                RuleAction::Allow => (Outcome::Allow, "operator.allow"),
+                RuleAction::Deny => (Outcome::Deny, "operator.deny"),
+            };
+            return Some(decision(outcome, Reason::new(Source::Operator, code, rule.described.clone())));
+        }
+        if self.is_bypassed(req.host) {
+            let reason = Reason::new(
+                Source::Operator,
+                "operator.bypass",
+                format!("bypass_hosts: {} skips site policies", req.host),
+            );
+            return Some(decision(Outcome::Allow, reason));
+        }
+        None
+    }
+}
+
+fn decision(outcome: Outcome, reason: Reason) -> Decision {
+    let blocking = usize::from(outcome != Outcome::Allow);
+    Decision { outcome, reasons: vec![reason], blocking, limits: Vec::new(), inject_headers: Vec::new() }
+}
+
+/// Whether `host` matches `pattern`, case-insensitively, ignoring a trailing dot and IPv6
+/// brackets: `example.com` matches that host only, `*.example.com` matches `a.example.com`
+/// and `a.b.example.com` but not `example.com` itself, and `*` matches every host.
+pub fn host_matches(pattern: &str, host: &str) -> bool {
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let host = host.strip_suffix('.').unwrap_or(host);
+    match pattern.strip_prefix('*') {
+        Some("") => true,
+        // `suffix` keeps its leading dot, so `*.example.com` never matches `badexample.com`.
+        Some(suffix) => {
+            host.len() > suffix.len()
+                && host.as_bytes()[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+        }
+        None => host.eq_ignore_ascii_case(pattern.strip_suffix('.').unwrap_or(pattern)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Headers;
+
+    fn view<'a>(method: &'a str, host: &'a str, path: &'a str, headers: &'a Headers) -> RequestView<'a> {
+        RequestView {
+            method,
+            scheme: "https",
+            host,
+            port: 443,
+            path_and_query: path,
+            product_token: None,
+            user_agent: None,
+            agent_id: "a",
+            trust_level: 0,
+            purposes: &[],
+            headers,
+        }
+    }
+
+    #[test]
+    fn host_patterns() {
+        assert!(host_matches("example.com", "EXAMPLE.com."));
+        assert!(!host_matches("example.com", "a.example.com"));
+        assert!(host_matches("*.example.com", "a.b.example.com"));
+        assert!(!host_matches("*.example.com", "example.com"));
+        assert!(!host_matches("*.example.com", "badexample.com"));
+        assert!(host_matches("*", "anything"));
+        assert!(host_matches("::1", "[::1]"));
+    }
+
+    #[test]
+    fn first_matching_rule_decides_with_its_reason() {
+        let h = Headers::default();
+        let rules = OperatorRules::new(
+            vec!["api.model.example".into()],
+            vec![
+                OperatorRule::new(1, "*.internal", "/", &[], RuleAction::Deny, "no internal services"),
+                OperatorRule::new(2, "docs.example", "/public/", &[], RuleAction::Allow, ""),
+                OperatorRule::new(3, "*", "/", &["DELETE".into()], RuleAction::Deny, ""),
+                OperatorRule::new(4, "api.model.example", "/admin", &[], RuleAction::Deny, ""),
+            ],
+        );
+        let d = rules.evaluate(&view("GET", "db.internal", "/x", &h)).expect("rule 1");
+        assert_eq!(d.outcome, Outcome::Deny);
+        assert_eq!(d.reasons[0].code, "operator.deny");
+        assert_eq!(d.reasons[0].rule, "[[rules]] #1 host=*.internal path=/ deny: no internal services");
+        let d = rules.evaluate(&view("POST", "docs.example", "/public/a", &h)).expect("rule 2");
+        assert_eq!((d.outcome, d.reasons[0].code.as_str()), (Outcome::Allow, "operator.allow"));
+        assert!(rules.evaluate(&view("GET", "docs.example", "/private", &h)).is_none());
+        let d = rules.evaluate(&view("delete", "site.example", "/x", &h)).expect("rule 3");
+        assert_eq!(d.outcome, Outcome::Deny);
+        let d = rules.evaluate(&view("GET", "api.model.example", "/v1/chat", &h)).expect("bypass");
+        assert_eq!((d.outcome, d.reasons[0].code.as_str()), (Outcome::Allow, "operator.bypass"));
+        let d = rules.evaluate(&view("GET", "api.model.example", "/admin/keys", &h)).expect("deny beats bypass");
+        assert_eq!(d.outcome, Outcome::Deny);
+    }
+}
