@@ -131,35 +131,36 @@ impl AutoctlState {
         let mut denials = Vec::new();
         let mut allowed_by = None;
         match &group.methods {
-            None => denials.push(self.reason(NO_ALLOWED_METHODS, Some(&group.first))),
+            None => denials.push(self.reason(NO_ALLOWED_METHODS, &group.first)),
             Some(methods) => match methods.find_method(req.method) {
                 Some(line) => allowed_by = Some(line),
-                None => denials.push(self.reason(METHOD_NOT_ALLOWED, methods.first_line())),
+                None => denials.push(self.reason(METHOD_NOT_ALLOWED, methods.first_line().unwrap_or(&group.first))),
             },
         }
         if let Some(purposes) = &group.purposes {
-            let cited = purposes.first_line();
+            let cited = purposes.first_line().unwrap_or(&group.first);
             if req.purposes.is_empty() {
                 denials.push(self.reason(PURPOSE_UNDECLARED, cited));
             } else if req.purposes.iter().any(|p| purposes.find_purpose(p).is_none()) {
                 denials.push(self.reason(PURPOSE_NOT_ALLOWED, cited));
             }
         }
-        if denials.is_empty() {
-            SourceVerdict::with(Opinion::Allow, self.reason(ALLOWED, allowed_by))
-        } else {
-            SourceVerdict { opinion: Opinion::Deny, reasons: denials, limits: Vec::new(), inject_headers: Vec::new() }
+        match allowed_by {
+            Some(line) if denials.is_empty() => SourceVerdict::with(Opinion::Allow, self.reason(ALLOWED, line)),
+            _ => SourceVerdict {
+                opinion: Opinion::Deny,
+                reasons: denials,
+                limits: Vec::new(),
+                inject_headers: Vec::new(),
+            },
         }
     }
 
-    /// A reason from this file, citing a line when one decided.
-    fn reason(&self, code: &str, cited: Option<&RuleLine>) -> Reason {
-        let reason = Reason::new(Source::Autoctl, code, cited.map_or("", |c| c.text.as_str()));
-        let reason = match cited {
-            Some(c) => reason.at_line(c.line),
-            None => reason,
-        };
-        reason.with_digest(self.report.digest.clone())
+    /// A reason from this file, citing the line that decided.
+    fn reason(&self, code: &str, cited: &RuleLine) -> Reason {
+        Reason::new(Source::Autoctl, code, cited.text.as_str())
+            .at_line(cited.line)
+            .with_digest(self.report.digest.clone())
     }
 }
 
