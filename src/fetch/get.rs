@@ -15,9 +15,10 @@ use tokio::time::Instant;
 
 use super::file::{MAX_REDIRECTS, PolicyFile};
 use super::freshness::TtlBounds;
-use super::transport::{PolicyTransport, error_chain};
+use super::transport::PolicyTransport;
 use super::{Origin, USER_AGENT};
 use crate::policy::{FetchError, FetchOutcome, Headers};
+use crate::proxy::error_chain;
 
 /// One fetched file: what the format's `from_fetch` takes, and how long it is fresh.
 #[derive(Debug)]

@@ -23,7 +23,7 @@ mod tests;
 
 pub use cache::{CacheSettings, PolicyCache};
 pub use origin::{Origin, OriginError, Scheme};
-pub use transport::{HttpsTransport, PolicyResponse, PolicyTransport, TransportError, TransportFuture};
+pub use transport::{PolicyResponse, PolicyTransport, TransportFuture};
 
 /// The `User-Agent` of every policy fetch (SEMANTICS X3).
 pub const USER_AGENT: &str = concat!("agentgate/", env!("CARGO_PKG_VERSION"), " (+https://github.com/agentgate)");

@@ -253,7 +253,7 @@ impl TestCa {
 
 fn transport(ca: &TestCa) -> TestResult<Arc<dyn PolicyTransport>> {
     let config = UpstreamConfig { extra_ca_files: vec![ca.pem_path.clone()], ..UpstreamConfig::default() };
-    Ok(Arc::new(HttpsTransport::new(&config)?))
+    Ok(crate::proxy::policy_transport(&config)?)
 }
 
 fn cache(ca: &TestCa) -> TestResult<PolicyCache> {

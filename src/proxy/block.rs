@@ -39,7 +39,6 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         // would be our bug.
         ProxyError::Ca { .. }
         | ProxyError::UpstreamClient { .. }
-        | ProxyError::PolicyClient { .. }
         | ProxyError::Audit { .. }
         | ProxyError::Bind { .. }
         | ProxyError::ClientHandshake { .. }

@@ -26,7 +26,7 @@ pub(crate) struct ProxyState {
     /// Minted leaf certificates for intercepted hosts.
     pub(crate) certs: LeafCertCache,
     /// The pooled clients to origins.
-    pub(crate) upstream: Upstream,
+    pub(crate) upstream: Arc<Upstream>,
     /// The one place requests are decided.
     pub(crate) gate: Gate,
     /// Where every decision is recorded.
@@ -38,7 +38,7 @@ impl ProxyState {
     pub(crate) fn new(
         config: Arc<Config>,
         certs: LeafCertCache,
-        upstream: Upstream,
+        upstream: Arc<Upstream>,
         gate: Gate,
         audit: AuditLog,
     ) -> Self {

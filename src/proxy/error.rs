@@ -32,13 +32,6 @@ pub enum ProxyError {
         source: TlsError,
     },
 
-    /// The client for policy fetches could not be built (same trust as `[upstream]`).
-    #[error("cannot build the policy fetch client: {source}; check [upstream] extra_ca_files")]
-    PolicyClient {
-        /// What the fetch module reported.
-        source: crate::fetch::TransportError,
-    },
-
     /// The decision log could not be opened.
     #[error("cannot start the decision log: {source}")]
     Audit {

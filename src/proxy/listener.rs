@@ -23,7 +23,7 @@ use super::service::ProxyService;
 use super::upstream::Upstream;
 use crate::audit::{AuditLog, AuditWriter};
 use crate::config::Config;
-use crate::fetch::{CacheSettings, HttpsTransport, PolicyCache};
+use crate::fetch::{CacheSettings, PolicyCache, PolicyTransport};
 use crate::gate::Gate;
 use crate::tls::{CertificateAuthority, LeafCertCache};
 
@@ -40,7 +40,7 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 pub struct Proxy {
     config: Arc<Config>,
     certs: LeafCertCache,
-    upstream: Upstream,
+    upstream: Arc<Upstream>,
     gate: Gate,
     ca_cert_path: PathBuf,
 }
@@ -68,10 +68,10 @@ impl Proxy {
             .map_err(|source| ProxyError::Ca { dir: config.ca.dir.clone(), source })?;
         let ca_cert_path = ca.cert_path().to_owned();
         let certs = LeafCertCache::new(Arc::new(ca), config.mitm.cert_cache_size);
-        let upstream = Upstream::new(&config.upstream)?;
-        let transport = HttpsTransport::new(&config.upstream).map_err(|source| ProxyError::PolicyClient { source })?;
+        // One client for proxied requests and policy fetches: one pool, resolver and trust store.
+        let upstream = Arc::new(Upstream::new(&config.upstream)?);
         let settings = CacheSettings { max_origins: config.cache.max_origins, ..CacheSettings::default() };
-        let gate = Gate::new(&config, PolicyCache::new(Arc::new(transport), settings));
+        let gate = Gate::new(&config, PolicyCache::new(upstream.clone(), settings));
         Ok(Proxy { config, certs, upstream, gate, ca_cert_path })
     }
 
@@ -219,4 +219,13 @@ pub async fn shutdown_signal() {
         () = interrupt => info!("SIGINT received"),
         () = terminate => info!("SIGTERM received"),
     }
+}
+
+/// The client the proxy forwards with, as a policy-file transport: for tools and tests that
+/// fetch policies the way the running proxy does.
+///
+/// # Errors
+/// [`ProxyError::UpstreamClient`] when an `[upstream] extra_ca_files` entry cannot be used.
+pub fn policy_transport(config: &crate::config::UpstreamConfig) -> Result<Arc<dyn PolicyTransport>, ProxyError> {
+    Ok(Arc::new(Upstream::new(config)?))
 }

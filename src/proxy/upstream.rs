@@ -14,7 +14,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::uri::Authority;
-use http::{Request, Response, Uri};
+use http::{HeaderMap, Request, Response, Uri};
+use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream};
 use hyper_util::client::legacy::Client;
@@ -22,12 +23,15 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
+use super::ProxyBody;
 use super::error::{ProxyError, error_chain};
 use super::headers::Upgrade;
 use super::resolve::{ResolveError, Resolver, resolve};
 use crate::config::UpstreamConfig;
+use crate::fetch::{PolicyTransport, TransportFuture};
+use crate::policy::FetchError;
 
-type PooledClient = Client<TimeoutConnector, Incoming>;
+type PooledClient = Client<TimeoutConnector, ProxyBody>;
 type BoxError = Box<dyn StdError + Send + Sync>;
 
 /// The clients to origins; one per proxy, shared by every connection.
@@ -87,6 +91,7 @@ impl Upstream {
             Upgrade::Keep => &self.upgrades,
             Upgrade::Drop => &self.pooled,
         };
+        let request = request.map(BodyExt::boxed_unsync);
         client.request(request).await.map_err(|error| classify(authority, &error))
     }
 
@@ -119,6 +124,25 @@ impl Upstream {
                 Err(ProxyError::UpstreamTimeout { host, cause })
             }
         }
+    }
+}
+
+/// Policy files are fetched through the same pooled client as proxied traffic: one pool, one
+/// resolver (where the SSRF guard will sit) and one trust store (issue 4).
+impl PolicyTransport for Upstream {
+    fn get(&self, url: Uri, headers: HeaderMap) -> TransportFuture<'_> {
+        Box::pin(async move {
+            let mut request = Request::new(Empty::new().map_err(|never| match never {}).boxed_unsync());
+            *request.uri_mut() = url.clone();
+            *request.headers_mut() = headers;
+            self.pooled.request(request).await.map_err(|error| {
+                let cause = match url.authority() {
+                    Some(authority) => classify(authority, &error).to_string(),
+                    None => error_chain(&error),
+                };
+                FetchError::Network(format!("{url}: {cause}"))
+            })
+        })
     }
 }
 
