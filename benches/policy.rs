@@ -9,7 +9,9 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 
-use agentgate::policy::{FetchOutcome, Headers, Policies, RequestView, agents_md, agents_txt, autoctl, evaluate, robots};
+use agentgate::policy::{
+    FetchOutcome, Headers, Policies, RequestView, agents_md, agents_txt, autoctl, evaluate, robots,
+};
 
 const TYPICAL_ROBOTS: &str = "\
 User-agent: Googlebot

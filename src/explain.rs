@@ -22,7 +22,9 @@ use crate::policy::{
 #[derive(Debug, thiserror::Error)]
 pub enum ExplainError {
     /// `--policy-dir` is not a readable directory.
-    #[error("--policy-dir {path}: {source}; pass a directory holding robots.txt, agents.txt, AGENTS.md or automation-preferences.txt")]
+    #[error(
+        "--policy-dir {path}: {source}; pass a directory holding robots.txt, agents.txt, AGENTS.md or automation-preferences.txt"
+    )]
     PolicyDir {
         /// The directory given.
         path: PathBuf,
@@ -131,8 +133,11 @@ pub fn explain(req: &ExplainRequest) -> Result<Explanation, ExplainError> {
 pub fn load_policies(dir: &Path, host: &str) -> Result<Policies, ExplainError> {
     std::fs::read_dir(dir).map_err(|source| ExplainError::PolicyDir { path: dir.to_path_buf(), source })?;
     let root = agents_md::from_fetch(&read_outcome(dir, AGENTS_MD)?);
-    let well_known =
-        if root.falls_through() { Some(agents_md::from_fetch(&read_outcome(dir, AGENTS_MD_WELL_KNOWN)?)) } else { None };
+    let well_known = if root.falls_through() {
+        Some(agents_md::from_fetch(&read_outcome(dir, AGENTS_MD_WELL_KNOWN)?))
+    } else {
+        None
+    };
     Ok(Policies {
         robots: robots::from_fetch(&read_outcome(dir, ROBOTS)?),
         agents_txt: agents_txt::from_fetch(&read_outcome(dir, AGENTS_TXT)?),
@@ -304,8 +309,7 @@ impl Explanation {
             let _ = writeln!(out, "{source}: {}{digest}", report.status.as_str());
             for diag in &report.diagnostics {
                 let line = diag.line.map(|l| format!(":{l}")).unwrap_or_default();
-                let _ =
-                    writeln!(out, "  {source}{line}: {}: {} [{}]", diag.severity.as_str(), diag.message, diag.code);
+                let _ = writeln!(out, "  {source}{line}: {}: {} [{}]", diag.severity.as_str(), diag.message, diag.code);
             }
         }
         out
@@ -372,7 +376,15 @@ mod tests {
     #[test]
     fn url_parts() {
         let t = target("https://Example.COM:8443/a/b?x=1#frag");
-        assert_eq!(t, Target { scheme: "https".into(), host: "example.com".into(), port: 8443, path_and_query: "/a/b?x=1".into() });
+        assert_eq!(
+            t,
+            Target {
+                scheme: "https".into(),
+                host: "example.com".into(),
+                port: 8443,
+                path_and_query: "/a/b?x=1".into()
+            }
+        );
         assert_eq!(target("http://foo.bar").path_and_query, "/");
         assert_eq!(target("http://foo.bar?x").path_and_query, "/?x");
         assert_eq!(target("http://foo.bar//folder/a.php").path_and_query, "//folder/a.php");

@@ -110,7 +110,8 @@ impl FileReport {
 /// When the format is unknown, the file cannot be read or written, or `fix_hash` is asked
 /// of a file that is not agents.txt.
 pub fn lint_file(path: &Path, format: Option<Format>, fix_hash: bool) -> Result<FileReport, LintError> {
-    let format = format.or_else(|| Format::from_file_name(path)).ok_or_else(|| LintError::UnknownFormat(path.into()))?;
+    let format =
+        format.or_else(|| Format::from_file_name(path)).ok_or_else(|| LintError::UnknownFormat(path.into()))?;
     let io = |source| LintError::Io { path: path.into(), source };
     let mut body = std::fs::read(path).map_err(io)?;
     let mut fixed = false;

@@ -8,9 +8,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use agentgate::config::{Config, ConfigError};
 use agentgate::explain::{self, ExplainRequest};
-use agentgate::{audit, lint};
 use agentgate::proxy::{Proxy, shutdown_signal};
 use agentgate::tls::{self, CertificateAuthority};
+use agentgate::{audit, lint};
 
 /// A forward HTTP(S) proxy that makes AI agents respect robots.txt, agents.txt, AGENTS.md
 /// and automation-preferences.txt, and logs every decision.

@@ -76,7 +76,12 @@ fn known_differences() -> BTreeMap<String, String> {
             .split_once('\t')
             .unwrap_or_else(|| panic!("{}:{}: expected `<case id><TAB><reason>`", path.display(), i + 1));
         assert!(!reason.trim().is_empty(), "{}:{}: {id} has no reason", path.display(), i + 1);
-        assert!(known.insert(id.to_owned(), reason.to_owned()).is_none(), "{}:{}: {id} listed twice", path.display(), i + 1);
+        assert!(
+            known.insert(id.to_owned(), reason.to_owned()).is_none(),
+            "{}:{}: {id} listed twice",
+            path.display(),
+            i + 1
+        );
     }
     known
 }
@@ -148,7 +153,8 @@ fn agents_txt_agents_md_and_autoctl_corpora() {
         .map(|f| require_file(dir.join(f).join("proposed/cases.json")))
         .collect();
     let cmd = explain_cmd();
-    let mut args = vec![check.to_str().expect("path is UTF-8").to_owned(), "--cmd".into(), cmd, "--jobs".into(), "2".into()];
+    let mut args =
+        vec![check.to_str().expect("path is UTF-8").to_owned(), "--cmd".into(), cmd, "--jobs".into(), "2".into()];
     for c in &cases {
         args.push("--cases".into());
         args.push(c.to_str().expect("path is UTF-8").to_owned());

@@ -9,15 +9,15 @@
 //! when it matters, is passed in. A malformed file is data (diagnostics with line numbers),
 //! never an `Err`; what it means for access is decided here, per `SEMANTICS.md`.
 
+pub mod advice;
 pub mod agents_md;
 pub mod agents_txt;
 pub mod autoctl;
-pub mod advice;
 mod decision;
 mod diagnostic;
 mod evaluate;
-mod outcome;
 pub mod operator;
+mod outcome;
 pub mod pattern;
 pub mod refresh;
 mod request;
