@@ -7,10 +7,15 @@
 //! - `tunnel`: CONNECT, MITM (h1/h2 on both sides, IP targets), passthrough, plain HTTP in a tunnel;
 //! - `websocket`: WebSocket echo through MITM, plain HTTP, and a plain tunnel;
 //! - `errors`: what the proxy answers when the client or the origin is at fault;
-//! - `shutdown`: graceful shutdown lets in-flight requests finish.
+//! - `shutdown`: graceful shutdown lets in-flight requests finish;
+//! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
+//! - `gate_cache`: one fetch per policy file within max-age and for concurrent first requests;
+//! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
+//!   passthrough CONNECT decisions, shutdown with requests in flight.
 
 mod errors;
 mod forward;
+mod gate;
 mod shutdown;
 mod support;
 mod tunnel;

@@ -2,7 +2,9 @@
 //! bodies (`pattern`), the real proxy started in-process on `127.0.0.1:0` (`TestProxy`), and
 //! clients: reqwest through the proxy, the system `curl` (`curl`), and raw sockets (`raw`).
 
+pub mod block;
 pub mod curl;
+pub mod log;
 pub mod origin;
 pub mod pattern;
 pub mod pki;
@@ -105,6 +107,20 @@ impl TestProxy {
     /// A reqwest client through this proxy (h2 or HTTP/1.1 by ALPN for https URLs).
     pub fn client(&self) -> TestResult<reqwest::Client> {
         Ok(self.client_builder()?.build()?)
+    }
+
+    /// Waits (bounded) until the decision log holds at least `count` lines; returns them all.
+    pub async fn log_lines(&self, count: usize) -> TestResult<Vec<serde_json::Value>> {
+        log::wait_for(&self.log_path, count).await
+    }
+
+    /// Shuts the proxy down (which drains requests, then flushes and fsyncs the log), waits
+    /// for it, and returns every line of the log: the exact set of records.
+    pub async fn finish(mut self) -> TestResult<Vec<serde_json::Value>> {
+        if let Some(task) = self.shut_down() {
+            task.await?;
+        }
+        log::read(&self.log_path)
     }
 
     /// Starts graceful shutdown; the handle completes when `run_until` has returned.

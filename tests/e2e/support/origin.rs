@@ -8,11 +8,18 @@
 //! matching `If-None-Match`), `/ws` (WebSocket echo), `/hold` (answers only once released),
 //! `/trickle` (one chunk, then the rest once released), `/trickle-upload` (signals after the
 //! first uploaded chunk).
+//!
+//! An origin started with a [`Site`] also serves the site's policy files (chosen status,
+//! headers and body per path), answers `/hold-all` (every request waits until
+//! [`Origin::release_all`]), and answers any other unknown path with a `200` page that
+//! lists the request headers it saw. It counts the requests for every path, so a test can
+//! tell how often the proxy fetched each policy file.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -25,7 +32,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -44,11 +51,72 @@ type OriginBody = UnsyncBoxBody<Bytes, BoxError>;
 const HOP_BY_HOP: [&str; 6] =
     ["connection", "keep-alive", "proxy-connection", "proxy-authorization", "trailer", "x-named-in-connection"];
 
-#[derive(Default)]
+/// One file a [`Site`] serves: status, extra headers, body.
+#[derive(Clone, Debug)]
+pub struct Served {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// What an origin serves besides its fixed routes: files at chosen paths (policy files,
+/// mostly), and a `200` page for every other unknown path.
+#[derive(Clone, Debug, Default)]
+pub struct Site {
+    files: HashMap<String, Served>,
+}
+
+/// The policy files the proxy fetches, as [`Origin::policy_fetches`] counts them.
+pub const POLICY_PATHS: [&str; 5] =
+    ["/robots.txt", "/agents.txt", "/AGENTS.md", "/.well-known/agents.md", "/automation-preferences.txt"];
+
+impl Site {
+    /// A site with no files: every policy file is a 404.
+    pub fn new() -> Self {
+        Site::default()
+    }
+
+    /// Serves `body` at `path` with 200 and `Content-Type: text/plain`.
+    pub fn file(self, path: &str, body: impl Into<Vec<u8>>) -> Self {
+        self.serve(path, 200, &[("content-type", "text/plain; charset=utf-8")], body)
+    }
+
+    /// Serves `body` at `path` with `status` and `headers`.
+    pub fn serve(mut self, path: &str, status: u16, headers: &[(&str, &str)], body: impl Into<Vec<u8>>) -> Self {
+        let headers = headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect();
+        self.files.insert(path.to_owned(), Served { status, headers, body: body.into() });
+        self
+    }
+}
+
 struct OriginState {
     connections: AtomicUsize,
     arrived: Notify,
     release: Notify,
+    /// `Some` for an origin with a site.
+    site: Option<Site>,
+    /// Requests per path (query left out).
+    hits: Mutex<HashMap<String, usize>>,
+    /// `/hold-all` requests waiting, and a signal on every arrival.
+    held: AtomicUsize,
+    held_changed: Notify,
+    /// Closed by `release_all`: every `/hold-all` request then goes on.
+    hold_gate: Semaphore,
+}
+
+impl OriginState {
+    fn new(site: Option<Site>) -> Self {
+        OriginState {
+            connections: AtomicUsize::new(0),
+            arrived: Notify::new(),
+            release: Notify::new(),
+            site,
+            hits: Mutex::default(),
+            held: AtomicUsize::new(0),
+            held_changed: Notify::new(),
+            hold_gate: Semaphore::new(0),
+        }
+    }
 }
 
 /// A running origin; stops accepting when dropped.
@@ -77,10 +145,24 @@ impl Origin {
         Origin::start(Some(TlsAcceptor::from(ca.origin_server_config()?))).await
     }
 
+    /// An origin over plain HTTP serving `site`.
+    pub async fn http_site(site: Site) -> TestResult<Origin> {
+        Origin::start_site(None, Some(site)).await
+    }
+
+    /// An origin over TLS (certificate from `ca`) serving `site`.
+    pub async fn https_site(ca: &TestCa, site: Site) -> TestResult<Origin> {
+        Origin::start_site(Some(TlsAcceptor::from(ca.origin_server_config()?)), Some(site)).await
+    }
+
     async fn start(tls: Option<TlsAcceptor>) -> TestResult<Origin> {
+        Origin::start_site(tls, None).await
+    }
+
+    async fn start_site(tls: Option<TlsAcceptor>, site: Option<Site>) -> TestResult<Origin> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(OriginState::default());
+        let state = Arc::new(OriginState::new(site));
         let task = tokio::spawn(accept_loop(listener, tls.clone(), Arc::clone(&state)));
         Ok(Origin { addr, tls: tls.is_some(), state, task })
     }
@@ -116,6 +198,34 @@ impl Origin {
     /// Lets a waiting `/hold` or `/trickle` go on.
     pub fn release(&self) {
         self.state.release.notify_one();
+    }
+
+    /// How many requests for `path` (query left out) arrived, whatever their method.
+    pub fn hits(&self, path: &str) -> usize {
+        self.state.hits.lock().unwrap_or_else(PoisonError::into_inner).get(path).copied().unwrap_or(0)
+    }
+
+    /// Requests for each policy file, in [`POLICY_PATHS`] order.
+    pub fn policy_fetches(&self) -> Vec<(&'static str, usize)> {
+        POLICY_PATHS.iter().map(|path| (*path, self.hits(path))).collect()
+    }
+
+    /// Waits until `n` `/hold-all` requests are waiting.
+    pub async fn held(&self, n: usize) {
+        loop {
+            let changed = self.state.held_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.state.held.load(Ordering::SeqCst) >= n {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    /// Lets every `/hold-all` request, waiting or still to come, go on.
+    pub fn release_all(&self) {
+        self.state.hold_gate.close();
     }
 }
 
@@ -154,6 +264,19 @@ fn respond(status: StatusCode, body: OriginBody) -> Response<OriginBody> {
 
 async fn route(state: Arc<OriginState>, request: Request<Incoming>) -> Result<Response<OriginBody>, Infallible> {
     let path = request.uri().path().to_owned();
+    *state.hits.lock().unwrap_or_else(PoisonError::into_inner).entry(path.clone()).or_default() += 1;
+    if let Some(site) = &state.site {
+        if let Some(served) = site.files.get(&path) {
+            return Ok(serve_file(served));
+        }
+        if path == "/hold-all" {
+            state.held.fetch_add(1, Ordering::SeqCst);
+            state.held_changed.notify_waiters();
+            // Closed by `release_all`; the error is the signal to go on.
+            let _ = state.hold_gate.acquire().await;
+            return Ok(respond(StatusCode::OK, full("released")));
+        }
+    }
     let mut response = match path.as_str() {
         "/echo" => echo(request),
         "/hello" => hello(&request),
@@ -170,11 +293,38 @@ async fn route(state: Arc<OriginState>, request: Request<Incoming>) -> Result<Re
         "/trickle-upload" => trickle_upload(state, request).await,
         other => match other.strip_prefix("/bytes/").and_then(|n| n.parse::<u64>().ok()) {
             Some(len) => respond(StatusCode::OK, PatternBody::new(len).map_err(|never| match never {}).boxed_unsync()),
+            None if state.site.is_some() => page(&request),
             None => respond(StatusCode::NOT_FOUND, full("no such route")),
         },
     };
     response.headers_mut().insert("x-origin", HeaderValue::from_static("test-origin"));
     Ok(response)
+}
+
+/// A file of a site, as configured.
+fn serve_file(served: &Served) -> Response<OriginBody> {
+    let mut response = respond(
+        StatusCode::from_u16(served.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        full(served.body.clone()),
+    );
+    for (name, value) in &served.headers {
+        if let (Ok(name), Ok(value)) =
+            (http::HeaderName::try_from(name.as_str()), HeaderValue::try_from(value.as_str()))
+        {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response
+}
+
+/// Any other page of a site: `page <METHOD> <path>`, then one `name: value` line per request
+/// header the origin saw (names lower case).
+fn page(request: &Request<Incoming>) -> Response<OriginBody> {
+    let mut text = format!("page {} {}\n", request.method(), request.uri().path());
+    for (name, value) in request.headers() {
+        text.push_str(&format!("{name}: {}\n", String::from_utf8_lossy(value.as_bytes())));
+    }
+    respond(StatusCode::OK, full(text))
 }
 
 /// Reports what arrived in response headers and streams the body back.

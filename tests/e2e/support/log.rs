@@ -1,0 +1,71 @@
+//! Reading the proxy's decision log: one JSON object per line. The writer flushes when its
+//! queue is momentarily empty, so a line may land shortly after the response; [`wait_for`]
+//! polls the file (a bounded wait for a condition, not a sleep for readiness).
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::TestResult;
+
+/// How long [`wait_for`] waits for lines before it fails.
+const WAIT_LIMIT: Duration = Duration::from_secs(5);
+
+/// Every line of the log at `path`, parsed; a missing file is an empty log, a line that is not
+/// a JSON object is an error naming it.
+pub fn read(path: &Path) -> TestResult<Vec<Value>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error.into()),
+    };
+    let mut records = Vec::new();
+    // Only complete lines: the writer may be half-way through the last one.
+    for line in text.split_inclusive('\n').filter(|line| line.ends_with('\n')) {
+        let record: Value = serde_json::from_str(line).map_err(|e| format!("log line {line:?}: {e}"))?;
+        if !record.is_object() {
+            return Err(format!("log line {line:?} is not a JSON object").into());
+        }
+        records.push(record);
+    }
+    Ok(records)
+}
+
+/// Waits (up to 5 s) until the log holds at least `count` lines, then returns them all.
+pub async fn wait_for(path: &Path, count: usize) -> TestResult<Vec<Value>> {
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    loop {
+        let records = read(path)?;
+        if records.len() >= count {
+            return Ok(records);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "the decision log has {} lines after {WAIT_LIMIT:?}, expected {count}: {records:#?}",
+                records.len()
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The record whose `event.id` is `id`; an error when there is not exactly one.
+pub fn by_id<'a>(records: &'a [Value], id: &str) -> TestResult<&'a Value> {
+    let found: Vec<&Value> = records.iter().filter(|r| r["event.id"] == id).collect();
+    match found.as_slice() {
+        [one] => Ok(one),
+        _ => Err(format!("{} records with event.id {id} in {records:#?}", found.len()).into()),
+    }
+}
+
+/// The records for `method` on a URL ending in `url_suffix` (after redaction).
+pub fn for_request<'a>(records: &'a [Value], method: &str, url_suffix: &str) -> Vec<&'a Value> {
+    records
+        .iter()
+        .filter(|r| {
+            r["http.request.method"] == method && r["url.full"].as_str().is_some_and(|u| u.ends_with(url_suffix))
+        })
+        .collect()
+}
