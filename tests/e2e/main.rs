@@ -16,6 +16,8 @@
 mod errors;
 mod forward;
 mod gate;
+mod gate_cache;
+mod gate_log;
 mod shutdown;
 mod support;
 mod tunnel;

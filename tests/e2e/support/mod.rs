@@ -116,11 +116,18 @@ impl TestProxy {
 
     /// Shuts the proxy down (which drains requests, then flushes and fsyncs the log), waits
     /// for it, and returns every line of the log: the exact set of records.
-    pub async fn finish(mut self) -> TestResult<Vec<serde_json::Value>> {
+    pub async fn finish(self) -> TestResult<Vec<serde_json::Value>> {
+        Ok(self.finish_with_text().await?.0)
+    }
+
+    /// Like [`finish`](Self::finish), also returning the log file's text (the temporary
+    /// directory goes away with the proxy).
+    pub async fn finish_with_text(mut self) -> TestResult<(Vec<serde_json::Value>, String)> {
         if let Some(task) = self.shut_down() {
             task.await?;
         }
-        log::read(&self.log_path)
+        let text = std::fs::read_to_string(&self.log_path)?;
+        Ok((log::read(&self.log_path)?, text))
     }
 
     /// Starts graceful shutdown; the handle completes when `run_until` has returned.

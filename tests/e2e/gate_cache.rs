@@ -1,0 +1,81 @@
+//! The policy cache seen from the origin: within a file's freshness lifetime the proxy fetches
+//! it once, however many requests follow (RFC 9111, SEMANTICS B22, C5, D16), and concurrent
+//! first requests to a fresh origin share one fetch of each file (single flight).
+
+use futures_util::future::join_all;
+
+use crate::support::origin::{Origin, POLICY_PATHS, Site};
+use crate::support::pki::TestCa;
+use crate::support::{TestProxy, TestResult};
+
+const MAX_AGE: &[(&str, &str)] = &[("cache-control", "max-age=3600"), ("content-type", "text/plain")];
+
+/// A site with a robots.txt fresh for an hour that disallows `/private`; the other files
+/// are 404s (no `Cache-Control`: the default lifetime).
+fn cached_site() -> Site {
+    Site::new().serve("/robots.txt", 200, MAX_AGE, "User-agent: *\nDisallow: /private\n")
+}
+
+/// Every policy file the origin serves was fetched exactly once. An http origin's AGENTS.md
+/// is fetched from port 443 of its host, never from the origin (SEMANTICS C2).
+fn assert_one_fetch_each(origin: &Origin, https: bool) {
+    for (path, fetches) in origin.policy_fetches() {
+        let expected = match path {
+            "/AGENTS.md" | "/.well-known/agents.md" if !https => 0,
+            _ => 1,
+        };
+        assert_eq!(fetches, expected, "{path} fetched {fetches} times: {:?}", origin.policy_fetches());
+    }
+}
+
+#[tokio::test]
+async fn twenty_requests_within_max_age_fetch_each_file_once() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    for https in [false, true] {
+        let site = cached_site();
+        let origin = if https { Origin::https_site(&ca, site).await? } else { Origin::http_site(site).await? };
+        let proxy = TestProxy::start(&ca).await?;
+        let client = proxy.client()?;
+        for i in 0..20 {
+            let path = if i % 2 == 0 { format!("/page/{i}") } else { format!("/private/{i}") };
+            let response = client.get(origin.url(&path)).send().await?;
+            let expected = if i % 2 == 0 { 200 } else { 403 };
+            assert_eq!(response.status(), expected, "{path}: every request decided from the cached robots.txt");
+        }
+        assert_one_fetch_each(&origin, https);
+        let records = proxy.finish().await?;
+        assert_eq!(records.len(), 20, "one line per request, none for the fetches");
+        assert!(
+            records.iter().all(|r| !POLICY_PATHS.iter().any(|p| r["url.full"].as_str().unwrap_or("").ends_with(p))),
+            "policy fetches are not in the decision log"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn fifty_concurrent_first_requests_share_one_fetch_per_file() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let http = Origin::http_site(cached_site()).await?;
+    let https = Origin::https_site(&ca, cached_site()).await?;
+    let proxy = TestProxy::start(&ca).await?;
+    // One client per request, so each has its own connection (and, for https, its own
+    // tunnel): fifty requests reach the gate at once, not one after another.
+    let mut requests = Vec::new();
+    for origin in [&http, &https] {
+        for i in 0..50 {
+            let client = proxy.client()?;
+            let url = origin.url(&format!("/page/{i}"));
+            requests.push(async move { client.get(url).send().await });
+        }
+    }
+    for response in join_all(requests).await {
+        assert_eq!(response?.status(), 200);
+    }
+    assert_one_fetch_each(&http, false);
+    assert_one_fetch_each(&https, true);
+    let records = proxy.finish().await?;
+    assert_eq!(records.len(), 100, "one line per request");
+    assert!(records.iter().all(|r| r["event.outcome"] == "allow"));
+    Ok(())
+}
