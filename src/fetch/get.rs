@@ -197,8 +197,9 @@ fn has_scheme(reference: &str) -> bool {
         && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
-/// RFC 3986 §5.2.4 on an absolute path.
-fn remove_dot_segments(path: &str) -> String {
+/// RFC 3986 §5.2.4 on an absolute path (also used by the gate to decide a request by the
+/// path it names).
+pub(crate) fn remove_dot_segments(path: &str) -> String {
     let mut out: Vec<&str> = Vec::new();
     let segments: Vec<&str> = path.split('/').skip(1).collect();
     for (i, segment) in segments.iter().enumerate() {

@@ -374,3 +374,54 @@ async fn agents_md_agent_header_and_human_approval() -> TestResult {
     }
     Ok(())
 }
+
+/// A path that names a forbidden resource in another spelling (`%70` for `p`, `..` and `.`
+/// segments, RFC 3986 §6.2.2) is decided like the resource it names, for site files and
+/// operator rules alike; the log keeps the URL as sent. Raw requests, since clients remove
+/// dot segments themselves.
+#[tokio::test]
+async fn equivalent_spellings_of_a_forbidden_path_are_blocked() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let site = Site::new().file("/robots.txt", ROBOTS).file("/agents.txt", fix_hash(b"/secret DISALLOW\n"));
+    let origin = Origin::http_site(site).await?;
+    let proxy = TestProxy::start_with(&ca, |config| {
+        config.rules = vec![agentgate::config::RuleConfig {
+            host: "127.0.0.1".to_owned(),
+            path: "/admin".to_owned(),
+            methods: Vec::new(),
+            action: agentgate::config::RuleAction::Deny,
+            reason: String::new(),
+        }];
+    })
+    .await?;
+    let cases = [
+        ("/%70rivate/page", "source=robots.txt"),
+        ("/public/../private/page", "source=robots.txt"),
+        ("/public/%2e%2E/private/page", "source=robots.txt"),
+        ("/./private/page", "source=robots.txt"),
+        ("/%73ecret/plans", "source=agents.txt"),
+        ("/public/../secret/plans", "source=agents.txt"),
+        ("/%61dmin/users", "source=operator"),
+        ("/public/page", ""),
+    ];
+    for (path, source) in cases {
+        let request =
+            format!("GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", origin.url(path), origin.authority());
+        let answer = crate::support::raw::exchange(proxy.addr, request.as_bytes()).await?;
+        if source.is_empty() {
+            assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
+        } else {
+            assert!(answer.starts_with("HTTP/1.1 403"), "{path} is blocked: {answer}");
+            assert!(answer.contains(&format!("agentgate-decision: deny; {source};")), "{path}: {answer}");
+        }
+    }
+    let records = proxy.finish().await?;
+    assert_eq!(records.len(), cases.len());
+    for (path, source) in cases {
+        let logged = for_request(&records, "GET", path);
+        assert_eq!(logged.len(), 1, "{path} logged as sent: {records:#?}");
+        let outcome = if source.is_empty() { "allow" } else { "deny" };
+        assert_eq!(logged[0]["event.outcome"], outcome, "{path}");
+    }
+    Ok(())
+}
