@@ -425,3 +425,50 @@ async fn equivalent_spellings_of_a_forbidden_path_are_blocked() -> TestResult {
     }
     Ok(())
 }
+
+/// SEMANTICS C24: an identification header the agent sent itself is kept, not doubled.
+#[tokio::test]
+async fn agents_md_agent_header_sent_by_the_agent_is_kept() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let policy = agents_md("## Agent Identification\n- require-agent-header: true\n");
+    let origin = Origin::https_site(&ca, markdown(Site::new(), "/AGENTS.md", policy)).await?;
+    let proxy = TestProxy::start_with(&ca, |config| config.agent.id = Some("research-agent-7".to_owned())).await?;
+    let page = proxy.client()?.get(origin.url("/catalog")).header("X-Agent-Identity", "self-named").send().await?;
+    assert_eq!(page.status(), 200);
+    let seen = page.text().await?;
+    assert_eq!(seen.matches("x-agent-identity:").count(), 1, "{seen}");
+    assert!(seen.contains("\nx-agent-identity: self-named\n"), "{seen}");
+    assert_eq!(proxy.finish().await?.len(), 1);
+    Ok(())
+}
+
+/// SEMANTICS C3 and RFC 9309 §2.3.1.2: robots.txt follows a redirect on its origin;
+/// AGENTS.md never follows one from HTTPS to plain HTTP (the copy behind it is ignored).
+#[tokio::test]
+async fn redirects_robots_followed_agents_md_never_downgraded() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let policy = agents_md("## Restrictions\n- disallowed-paths: /private/*\n");
+    let plain = Origin::http_site(markdown(
+        markdown(Site::new(), "/AGENTS.md", policy.clone()),
+        "/.well-known/agents.md",
+        policy,
+    ))
+    .await?;
+    let to_plain = |path: &str| plain.url(path);
+    let site = Site::new()
+        .serve("/robots.txt", 301, &[("location", "/moved/robots.txt")], "")
+        .file("/moved/robots.txt", "User-agent: *\nDisallow: /robots-private\n")
+        .serve("/AGENTS.md", 302, &[("location", &to_plain("/AGENTS.md"))], "")
+        .serve("/.well-known/agents.md", 301, &[("location", &to_plain("/.well-known/agents.md"))], "");
+    let origin = Origin::https_site(&ca, site).await?;
+    let proxy = TestProxy::start(&ca).await?;
+    let client = proxy.client()?;
+    let robots = client.get(origin.url("/robots-private/x")).send().await?;
+    assert_eq!(robots.status(), 403, "the redirected robots.txt applies");
+    let agents_md = client.get(origin.url("/private/x")).send().await?;
+    assert_eq!(agents_md.status(), 200, "an AGENTS.md behind an https-to-http redirect does not apply");
+    assert_eq!(plain.hits("/AGENTS.md") + plain.hits("/.well-known/agents.md"), 0, "never fetched over http");
+    assert_eq!(origin.hits("/moved/robots.txt"), 1);
+    assert_eq!(proxy.finish().await?.len(), 2);
+    Ok(())
+}
