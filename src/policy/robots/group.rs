@@ -145,17 +145,27 @@ impl Group {
         if self.by_inner_piece.is_empty() {
             return;
         }
-        // A piece may occur at many positions: collect the nodes first so each rule is
-        // tested once.
+        // A piece may occur at many positions (`a` in a 16 KiB run of `a`s): collect each
+        // node once, marking it in a bitset, so each rule is tested once and the work stays
+        // linear in the path rather than in the number of occurrences.
         let mut nodes = Vec::new();
+        let mut seen: Vec<u64> = Vec::new();
         let bytes = path.as_bytes();
         for (start, &byte) in bytes.iter().enumerate() {
             if self.by_inner_piece.has_key_starting_with(byte) {
-                self.by_inner_piece.for_each_node(&bytes[start..], |node| nodes.push(node));
+                self.by_inner_piece.for_each_node(&bytes[start..], |node| {
+                    if seen.is_empty() {
+                        seen = vec![0; self.by_inner_piece.node_count().div_ceil(64)];
+                    }
+                    let (word, bit) = (node as usize / 64, node % 64);
+                    if seen[word] & (1 << bit) == 0 {
+                        seen[word] |= 1 << bit;
+                        nodes.push(node);
+                    }
+                });
             }
         }
         nodes.sort_unstable();
-        nodes.dedup();
         for node in nodes {
             for &id in self.by_inner_piece.rules_at(node) {
                 self.consider(id, path, best);

@@ -68,6 +68,11 @@ impl PrefixIndex {
         }
     }
 
+    /// How many nodes the trie has (node ids are below this).
+    pub(super) fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// True when no rule was inserted.
     pub(super) fn is_empty(&self) -> bool {
         self.nodes.len() == 1 && self.nodes[0].rules.is_empty()
