@@ -124,10 +124,12 @@ fn bench(c: &mut Criterion) {
         b.iter(|| evaluate(black_box(&typical), black_box(&view("GET", path, &headers, &purposes))))
     });
 
-    let typical_robots = robots::from_fetch(&response(TYPICAL_ROBOTS.as_bytes(), "text/plain"));
-    c.bench_function("robots/typical", |b| {
-        b.iter(|| typical_robots.evaluate(black_box(&view("GET", path, &headers, &purposes))))
-    });
+    // Each source of the typical set on its own, to see where the time goes.
+    let req = view("GET", path, &headers, &purposes);
+    c.bench_function("robots/typical", |b| b.iter(|| typical.robots.evaluate(black_box(&req))));
+    c.bench_function("agents_txt/typical", |b| b.iter(|| typical.agents_txt.evaluate(black_box(&req))));
+    c.bench_function("agents_md/typical", |b| b.iter(|| typical.agents_md.evaluate(black_box(&req))));
+    c.bench_function("autoctl/typical", |b| b.iter(|| typical.autoctl.evaluate(black_box(&req))));
     let big = robots::from_fetch(&response(&big_robots(), "text/plain"));
     c.bench_function("robots/500KiB_10000_rules", |b| {
         b.iter(|| big.evaluate(black_box(&view("GET", path, &headers, &purposes))))

@@ -435,7 +435,7 @@ mod tests {
         rec.reasons = vec![
             Reason::new(Source::Robots, "robots.disallow", "Disallow: /private")
                 .at_line(4)
-                .with_digest(Some("ab".repeat(32))),
+                .with_digest(Some(std::sync::Arc::<str>::from("ab".repeat(32)))),
             Reason::new(Source::Operator, "operator.allow", "host = example.com"),
         ];
         rec.limits = vec![

@@ -8,7 +8,7 @@ use super::{Reason, Source};
 
 /// Advice for one blocking reason.
 pub fn advice(reason: &Reason) -> &'static str {
-    let code = reason.code.as_str();
+    let code: &str = &reason.code;
     match reason.source {
         Source::Robots if code == "robots.unreachable" => {
             "The site's robots.txt could not be fetched (server error or network failure); under RFC 9309 the whole \

@@ -17,6 +17,8 @@ mod parse;
 mod tests;
 
 pub use self::parse::Entry;
+use std::sync::Arc;
+
 use self::parse::{DEFAULT_AGENT_HEADER, PathRule, Policy, Setting};
 use super::agents_txt::text::{normalized_path, sha256_hex, split_bom};
 use super::{
@@ -60,7 +62,7 @@ pub struct AgentsMdState {
     failed: bool,
     location: Location,
     /// Hex SHA-256 of the bytes served, for the policy in force.
-    digest: Option<String>,
+    digest: Option<Arc<str>>,
     diagnostics: Vec<Diagnostic>,
     /// Limits, built once at parse time (C21).
     limits: Vec<Limit>,
@@ -187,7 +189,7 @@ fn from_body(body: &[u8], advice: bool) -> AgentsMdState {
         return AgentsMdState { diagnostics, ..AgentsMdState::none(PolicyStatus::NotApplicable, None, String::new()) };
     };
     let status = if parsed.findings.has_errors() { PolicyStatus::Malformed } else { PolicyStatus::Valid };
-    let digest = Some(digest);
+    let digest = Some(Arc::<str>::from(digest));
     let limits = limits(&policy, &digest);
     AgentsMdState {
         policy: Some(Box::new(policy)),
@@ -201,7 +203,7 @@ fn from_body(body: &[u8], advice: bool) -> AgentsMdState {
 }
 
 /// The limits a policy sets (C21): per (agent, host), 0 or absent means none.
-fn limits(policy: &Policy, digest: &Option<String>) -> Vec<Limit> {
+fn limits(policy: &Policy, digest: &Option<Arc<str>>) -> Vec<Limit> {
     let rates = [(&policy.requests_per_minute, 60), (&policy.requests_per_hour, 3600)];
     let mut limits: Vec<Limit> = rates
         .into_iter()
@@ -217,7 +219,7 @@ fn limits(policy: &Policy, digest: &Option<String>) -> Vec<Limit> {
     limits
 }
 
-fn limit(kind: LimitKind, code: &str, setting: &Setting<u32>, digest: &Option<String>) -> Limit {
+fn limit(kind: LimitKind, code: &'static str, setting: &Setting<u32>, digest: &Option<Arc<str>>) -> Limit {
     Limit {
         source: Source::AgentsMd,
         kind,
@@ -226,8 +228,8 @@ fn limit(kind: LimitKind, code: &str, setting: &Setting<u32>, digest: &Option<St
     }
 }
 
-fn reason(code: &str, line: u32, text: &str, digest: &Option<String>) -> Reason {
-    Reason::new(Source::AgentsMd, code, text).at_line(line).with_digest(digest.clone())
+fn reason(code: &'static str, line: u32, text: &Arc<str>, digest: &Option<Arc<str>>) -> Reason {
+    Reason::new(Source::AgentsMd, code, Arc::clone(text)).at_line(line).with_digest(digest.clone())
 }
 
 impl AgentsMdState {
@@ -388,7 +390,7 @@ impl AgentsMdState {
         }
     }
 
-    fn reason(&self, code: &str, line: u32, text: &str) -> Reason {
+    fn reason(&self, code: &'static str, line: u32, text: &Arc<str>) -> Reason {
         reason(code, line, text, &self.digest)
     }
 }

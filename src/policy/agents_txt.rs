@@ -17,6 +17,8 @@ pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
+
 use self::text::{Findings, JoinedDigest, Line, is_blank_byte, lines, normalized_path, split_bom, trim_blanks};
 use super::pattern::Pattern;
 use super::{
@@ -41,7 +43,7 @@ pub const LIMIT_WINDOW_S: u32 = 60;
 pub struct AgentsTxtState {
     kind: Kind,
     /// The draft's content digest (B3), when the file was recognised as this format.
-    digest: Option<String>,
+    digest: Option<Arc<str>>,
     diagnostics: Vec<Diagnostic>,
     metadata: Vec<Metadata>,
 }
@@ -411,9 +413,9 @@ impl Parser {
             }
         }
         let count = digest.count();
-        let computed = digest.finish();
+        let computed: Arc<str> = Arc::from(digest.finish());
         if let Some(HashLine { line, text, declared: Some(declared) }) = hash_line
-            && declared != computed
+            && *declared != *computed
             && !over_cap
         {
             self.error(

@@ -17,6 +17,8 @@ mod parse;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
+
 use std::borrow::Cow;
 
 use sha2::{Digest, Sha256};
@@ -157,8 +159,8 @@ impl AutoctlState {
     }
 
     /// A reason from this file, citing the line that decided.
-    fn reason(&self, code: &str, cited: &RuleLine) -> Reason {
-        Reason::new(Source::Autoctl, code, cited.text.as_str())
+    fn reason(&self, code: &'static str, cited: &RuleLine) -> Reason {
+        Reason::new(Source::Autoctl, code, Arc::clone(&cited.text))
             .at_line(cited.line)
             .with_digest(self.report.digest.clone())
     }
@@ -187,7 +189,7 @@ fn select<'g>(groups: &'g [Group], req: &RequestView<'_>) -> Option<&'g Group> {
 
 /// A 2xx body (D15, D14, D19).
 fn from_body(headers: &Headers, body: &[u8], over_cap: bool) -> AutoctlState {
-    let digest = Some(hex::encode(Sha256::digest(body)));
+    let digest = Some(Arc::<str>::from(hex::encode(Sha256::digest(body))));
     if headers.is_html() || looks_like_html(body) {
         let why = "served as HTML (a soft-404 page?), not automation preferences: no opinion";
         return AutoctlState {
@@ -249,7 +251,7 @@ fn unavailable_reason(why: &str) -> Reason {
 }
 
 /// A served file that cannot be used (D14 control bytes, oversize).
-fn malformed(reason: Reason, digest: Option<String>, diagnostics: Vec<Diagnostic>) -> AutoctlState {
+fn malformed(reason: Reason, digest: Option<Arc<str>>, diagnostics: Vec<Diagnostic>) -> AutoctlState {
     AutoctlState {
         policy: Policy::SafeMethodsOnly(reason),
         report: PolicyReport { status: PolicyStatus::Malformed, digest, diagnostics },
@@ -259,7 +261,7 @@ fn malformed(reason: Reason, digest: Option<String>, diagnostics: Vec<Diagnostic
 /// No file could be fetched (5xx, timeout, network error): safe methods only, status absent.
 fn unavailable_fetch(why: String) -> AutoctlState {
     let reason = unavailable_reason(&why);
-    let diagnostics = vec![Diagnostic::warning(None, "unavailable", reason.rule.clone())];
+    let diagnostics = vec![Diagnostic::warning(None, "unavailable", reason.rule.to_string())];
     AutoctlState {
         policy: Policy::SafeMethodsOnly(reason),
         report: PolicyReport { status: PolicyStatus::Absent, digest: None, diagnostics },

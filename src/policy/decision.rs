@@ -1,7 +1,9 @@
 //! The values a policy evaluation produces: per-source verdicts, reasons, limits, and the
 //! combined [`Decision`]. Plain data; nothing here evaluates anything.
 
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 /// Where a reason or a limit comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,19 +49,20 @@ pub struct Reason {
     /// The file (or the operator config) this reason comes from.
     pub source: Source,
     /// A stable, dotted reason code, e.g. `robots.disallow`, `agents_txt.hash_mismatch`.
-    pub code: String,
+    pub code: Cow<'static, str>,
     /// 1-based line in the source file, when one line decided.
     pub line: Option<u32>,
     /// The rule as written in the file (trimmed), or a short description when no single
-    /// line decided (e.g. `robots.txt answered 503`).
-    pub rule: String,
-    /// Hex SHA-256 of the file's bytes as served, when a file was involved.
-    pub digest: Option<String>,
+    /// line decided (e.g. `robots.txt answered 503`). Shared with the parsed file, so a
+    /// reason costs no copy of it on the request path.
+    pub rule: Arc<str>,
+    /// Hex SHA-256 of the file's bytes as served, when a file was involved (shared likewise).
+    pub digest: Option<Arc<str>>,
 }
 
 impl Reason {
     /// A reason with no line and no digest.
-    pub fn new(source: Source, code: impl Into<String>, rule: impl Into<String>) -> Self {
+    pub fn new(source: Source, code: impl Into<Cow<'static, str>>, rule: impl Into<Arc<str>>) -> Self {
         Reason { source, code: code.into(), line: None, rule: rule.into(), digest: None }
     }
 
@@ -70,7 +73,7 @@ impl Reason {
     }
 
     /// The same reason, with the digest of the file it comes from.
-    pub fn with_digest(mut self, digest: Option<String>) -> Self {
+    pub fn with_digest(mut self, digest: Option<Arc<str>>) -> Self {
         self.digest = digest;
         self
     }

@@ -77,7 +77,7 @@ pub struct PolicyReport {
     pub status: PolicyStatus,
     /// For agents.txt the draft's content digest (SHA-256 of the directive lines); for the
     /// other files the SHA-256 of the bytes served. `None` when there is no file.
-    pub digest: Option<String>,
+    pub digest: Option<std::sync::Arc<str>>,
     /// Every finding, warnings and errors, in line order.
     pub diagnostics: Vec<Diagnostic>,
 }

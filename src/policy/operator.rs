@@ -165,14 +165,14 @@ mod tests {
         let d = rules.evaluate(&view("GET", "db.internal", "/x", &h)).expect("rule 1");
         assert_eq!(d.outcome, Outcome::Deny);
         assert_eq!(d.reasons[0].code, "operator.deny");
-        assert_eq!(d.reasons[0].rule, "[[rules]] #1 host=*.internal path=/ deny: no internal services");
+        assert_eq!(&*d.reasons[0].rule, "[[rules]] #1 host=*.internal path=/ deny: no internal services");
         let d = rules.evaluate(&view("POST", "docs.example", "/public/a", &h)).expect("rule 2");
-        assert_eq!((d.outcome, d.reasons[0].code.as_str()), (Outcome::Allow, "operator.allow"));
+        assert_eq!((d.outcome, d.reasons[0].code.as_ref()), (Outcome::Allow, "operator.allow"));
         assert!(rules.evaluate(&view("GET", "docs.example", "/private", &h)).is_none());
         let d = rules.evaluate(&view("delete", "site.example", "/x", &h)).expect("rule 3");
         assert_eq!(d.outcome, Outcome::Deny);
         let d = rules.evaluate(&view("GET", "api.model.example", "/v1/chat", &h)).expect("bypass");
-        assert_eq!((d.outcome, d.reasons[0].code.as_str()), (Outcome::Allow, "operator.bypass"));
+        assert_eq!((d.outcome, d.reasons[0].code.as_ref()), (Outcome::Allow, "operator.bypass"));
         let d = rules.evaluate(&view("GET", "api.model.example", "/admin/keys", &h)).expect("deny beats bypass");
         assert_eq!(d.outcome, Outcome::Deny);
     }

@@ -71,7 +71,7 @@ struct RobotsFile {
     groups: Vec<Group>,
     other_lines: Vec<OtherLine>,
     /// Hex SHA-256 of the bytes served.
-    digest: String,
+    digest: Arc<str>,
     diagnostics: Vec<Diagnostic>,
 }
 
@@ -198,7 +198,7 @@ impl RobotsFile {
         RobotsFile {
             groups: parsed.groups,
             other_lines: parsed.other_lines,
-            digest: hex::encode(Sha256::digest(body)),
+            digest: Arc::from(hex::encode(Sha256::digest(body))),
             diagnostics: parsed.findings.into_vec(),
         }
     }
@@ -229,8 +229,8 @@ impl RobotsFile {
         verdict
     }
 
-    fn reason(&self, code: &str, line: u32, text: &str) -> Reason {
-        Reason::new(Source::Robots, code, text).at_line(line).with_digest(Some(self.digest.clone()))
+    fn reason(&self, code: &'static str, line: u32, text: &Arc<str>) -> Reason {
+        Reason::new(Source::Robots, code, Arc::clone(text)).at_line(line).with_digest(Some(self.digest.clone()))
     }
 }
 

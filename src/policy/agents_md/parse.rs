@@ -4,6 +4,8 @@
 //!
 //! Never: evaluates a request or decides whether a fetched response is a policy.
 
+use std::sync::Arc;
+
 use super::glob::{Glob, Reading};
 use crate::policy::Diagnostic;
 use crate::policy::agents_txt::text::{Findings, lines};
@@ -20,12 +22,12 @@ pub(crate) struct Setting<T> {
     pub value: T,
     pub line: u32,
     /// The directive line as written, trimmed.
-    pub text: String,
+    pub text: Arc<str>,
 }
 
 impl<T> Setting<T> {
     fn new(line: u32, text: &str, value: T) -> Self {
-        Setting { value, line, text: text.to_owned() }
+        Setting { value, line, text: Arc::from(text) }
     }
 }
 
@@ -44,7 +46,7 @@ pub(crate) struct PathRule {
     pub line: u32,
     /// The key and this one pattern as written (`disallowed-paths: /admin/*`): the
     /// pattern that matched, and memory linear in the file even for long lists.
-    pub text: String,
+    pub text: Arc<str>,
 }
 
 /// One `- key: value` line, kept for `explain` (C25, C27).
@@ -418,7 +420,7 @@ impl Parser {
                 ),
                 _ => {}
             }
-            rules.push(PathRule { glob, line: number, text: format!("{key}: {pattern}") });
+            rules.push(PathRule { glob, line: number, text: Arc::from(format!("{key}: {pattern}")) });
         }
         rules
     }

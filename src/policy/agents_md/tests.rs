@@ -42,7 +42,10 @@ fn agents_md_spec_examples_are_valid_policies_without_errors() {
         let report = s.report();
         assert_eq!(report.status, PolicyStatus::Valid, "{name}: {:?}", report.diagnostics);
         assert!(report.diagnostics.is_empty(), "{name}: {:?}", report.diagnostics);
-        assert_eq!(report.digest, Some(sha256_hex(&read(&corpus("agents-md/examples").join(name)))));
+        assert_eq!(
+            report.digest,
+            Some(std::sync::Arc::<str>::from(sha256_hex(&read(&corpus("agents-md/examples").join(name)))))
+        );
         assert!(!s.falls_through() && s.location() == Location::Root);
     }
 }
@@ -62,26 +65,26 @@ fn agents_md_example_blog() {
         ]
     );
     assert!(v.limits.iter().all(|l| l.scope == LimitScope::Host && l.source == Source::AgentsMd));
-    assert_eq!((v.limits[0].reason.line, v.limits[0].reason.rule.as_str()), (Some(28), "- requests-per-minute: 20"));
+    assert_eq!((v.limits[0].reason.line, v.limits[0].reason.rule.as_ref()), (Some(28), "- requests-per-minute: 20"));
     assert!(v.inject_headers.is_empty(), "require-agent-header: false");
 
     let v = eval(&s, "GET", "/author/jane/edit", 0, &[]);
     assert_eq!(v.opinion, Opinion::Deny);
     let r = &v.reasons[0];
     assert_eq!(
-        (r.code.as_str(), r.line, r.rule.as_str()),
+        (r.code.as_ref(), r.line, r.rule.as_ref()),
         ("agents_md.disallowed_path", Some(39), "disallowed-paths: /author/*/edit")
     );
     assert_eq!(r.digest, s.report().digest);
 
     let v = eval(&s, "POST", "/posts/hello", 0, &[("Content-Type", "application/x-www-form-urlencoded")]);
     assert_eq!(
-        (v.opinion, v.reasons[0].code.as_str(), v.reasons[0].line),
+        (v.opinion, v.reasons[0].code.as_ref(), v.reasons[0].line),
         (Opinion::Deny, "agents_md.read_only_path", Some(40))
     );
     let v = eval(&s, "POST", "/comments", 0, &[("Content-Type", "application/x-www-form-urlencoded")]);
     assert_eq!(
-        (v.opinion, v.reasons[0].code.as_str(), v.reasons[0].line),
+        (v.opinion, v.reasons[0].code.as_ref(), v.reasons[0].line),
         (Opinion::Deny, "agents_md.action_denied", Some(20))
     );
 }
@@ -92,17 +95,17 @@ fn agents_md_example_e_commerce() {
     let form = [("Content-Type", "application/x-www-form-urlencoded")];
     let v = eval(&s, "GET", "/products/1", 1, &[]);
     assert_eq!(
-        (v.opinion, v.reasons[0].code.as_str(), v.reasons[0].line),
+        (v.opinion, v.reasons[0].code.as_ref(), v.reasons[0].line),
         (Opinion::Deny, "agents_md.trust_level", Some(14))
     );
     let v = eval(&s, "POST", "/checkout/confirm", 2, &form);
     assert_eq!(
-        (v.opinion, v.reasons[0].code.as_str(), v.reasons[0].line),
+        (v.opinion, v.reasons[0].code.as_ref(), v.reasons[0].line),
         (Opinion::NeedsApproval, "agents_md.requires_human_approval", Some(43))
     );
     let v = eval(&s, "POST", "/cart/add", 2, &form);
     assert_eq!(
-        (v.opinion, v.reasons[0].code.as_str(), v.reasons[0].line),
+        (v.opinion, v.reasons[0].code.as_ref(), v.reasons[0].line),
         (Opinion::Allow, "agents_md.action_allowed", Some(20))
     );
     assert_eq!(v.inject_headers, vec![("X-Agent-Identity".to_owned(), "bot-1".to_owned())]);
@@ -132,7 +135,7 @@ fn semantics_c16_precedence_table() {
         let v = eval(&s, method, path, 0, &[]);
         assert_eq!(v.opinion, *opinion, "{method} {path}");
         if !code.is_empty() {
-            assert_eq!((v.reasons[0].code.as_str(), v.reasons[0].line), (*code, Some(*line)), "{method} {path}");
+            assert_eq!((v.reasons[0].code.as_ref(), v.reasons[0].line), (*code, Some(*line)), "{method} {path}");
         }
     }
 }
@@ -172,7 +175,7 @@ fn semantics_c17_download_is_checked_at_response_time() {
     let mut attachment = Headers::default();
     attachment.push("Content-Disposition", "Attachment; filename=\"x.pdf\"");
     let v = s.evaluate_response(&attachment);
-    assert_eq!((v.opinion, v.reasons[0].code.as_str()), (Opinion::Deny, "agents_md.action_denied"));
+    assert_eq!((v.opinion, v.reasons[0].code.as_ref()), (Opinion::Deny, "agents_md.action_denied"));
     assert_eq!(s.evaluate_response(&Headers::default()).opinion, Opinion::NoOpinion);
     let allowed = policy("## Identity\n- site: a\n## Allowed Actions\n- download-files: true\n");
     assert_eq!(allowed.evaluate_response(&attachment).opinion, Opinion::NoOpinion);
@@ -212,7 +215,7 @@ fn semantics_c12_identity_without_site_is_enforced_and_malformed() {
     assert_eq!(report.status, PolicyStatus::Malformed);
     let d = &report.diagnostics[0];
     assert_eq!(
-        (d.code.as_str(), d.line, d.severity),
+        (d.code.as_ref(), d.line, d.severity),
         ("identity-site-missing", Some(1), crate::policy::Severity::Error)
     );
     assert_eq!(eval(&s, "GET", "/private/a", 0, &[]).opinion, Opinion::Deny);
@@ -312,7 +315,7 @@ fn semantics_c26_encodings_and_line_endings() {
 #[test]
 fn lint_adds_advice_for_authors() {
     let diags = lint(b"## Identity\n- site: a\n## Rate Limit\n## Restrictions\n- disallowed-paths: /a/*, /, *.zip\n");
-    let got: Vec<(Option<u32>, &str)> = diags.iter().map(|d| (d.line, d.code.as_str())).collect();
+    let got: Vec<(Option<u32>, &str)> = diags.iter().map(|d| (d.line, d.code.as_ref())).collect();
     assert_eq!(
         got,
         vec![
@@ -379,7 +382,7 @@ fn conformance_agents_md_proposed_cases() {
         if !want_status.contains(&report.status) {
             failures.push(fail(format!("status {:?}, want {want_status:?}; {:?}", report.status, report.diagnostics)));
         }
-        let mut pool: Vec<&str> = report.diagnostics.iter().map(|d| d.code.as_str()).collect();
+        let mut pool: Vec<&str> = report.diagnostics.iter().map(|d| d.code.as_ref()).collect();
         for w in strings(expect, "warnings").into_iter().chain(errors) {
             match pool.iter().position(|c| c.contains(&w)) {
                 Some(i) => {
@@ -388,7 +391,7 @@ fn conformance_agents_md_proposed_cases() {
                 None => failures.push(fail(format!("no warning {w} left in {pool:?}"))),
             }
         }
-        let all_codes: Vec<&str> = report.diagnostics.iter().map(|d| d.code.as_str()).collect();
+        let all_codes: Vec<&str> = report.diagnostics.iter().map(|d| d.code.as_ref()).collect();
         if let Some(reason) = expect["reason"].as_str()
             && !all_codes.iter().any(|c| c.contains(reason))
         {

@@ -4,6 +4,8 @@
 //!
 //! Never: parses text (see `parse.rs`) or decides allow/deny (see `autoctl.rs`).
 
+use std::sync::Arc;
+
 use crate::policy::RequestView;
 use crate::policy::pattern::Pattern;
 
@@ -105,7 +107,7 @@ pub(super) struct RuleLine {
     /// 1-based line number.
     pub(super) line: u32,
     /// The directive text.
-    pub(super) text: String,
+    pub(super) text: Arc<str>,
 }
 
 /// The union of a group's `allowed-methods` (or `allowed-purposes`) lines (D12, D13).

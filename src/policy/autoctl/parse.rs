@@ -6,6 +6,8 @@
 //! Never: decides what the groups mean for a request, or what a rejected file means for
 //! access (both in `autoctl.rs`).
 
+use std::sync::Arc;
+
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
@@ -287,7 +289,7 @@ impl Builder {
     fn new(n: u32, text: &str) -> Self {
         Builder {
             group: Group {
-                first: RuleLine { line: n, text: text.to_owned() },
+                first: RuleLine { line: n, text: Arc::from(text) },
                 scopes: Vec::new(),
                 hosts: Vec::new(),
                 agents: Vec::new(),
@@ -367,7 +369,7 @@ impl Builder {
 /// Adds one `allowed-methods` or `allowed-purposes` line to its list (a union, D12/D13).
 fn add_line(list: &mut AllowedList, n: u32, text: &str, tokens: Vec<&str>) {
     let at = list.lines.len();
-    list.lines.push(RuleLine { line: n, text: text.to_owned() });
+    list.lines.push(RuleLine { line: n, text: Arc::from(text) });
     list.tokens.extend(tokens.into_iter().map(|t| (t.to_owned(), at)));
 }
 

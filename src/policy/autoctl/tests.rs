@@ -80,7 +80,7 @@ type Expected<'a> = (Opinion, &'a [(&'a str, Option<u32>, &'a str)]);
 fn assert_verdict(state: &AutoctlState, probe: Probe<'_>, (opinion, reasons): Expected<'_>, case: &str) {
     let verdict = probe.ask(state);
     let got: Vec<(&str, Option<u32>, &str)> =
-        verdict.reasons.iter().map(|r| (r.code.as_str(), r.line, r.rule.as_str())).collect();
+        verdict.reasons.iter().map(|r| (r.code.as_ref(), r.line, r.rule.as_ref())).collect();
     assert_eq!((verdict.opinion, got.as_slice()), (opinion, reasons), "{case}: {} {}", probe.method, probe.path);
     for reason in &verdict.reasons {
         assert_eq!(reason.source, Source::Autoctl, "{case}");
@@ -471,7 +471,7 @@ fn semantics_d14_control_bytes_reject_the_file() {
         let state = from_fetch(&served(body));
         let report = state.report();
         assert_eq!(report.status, PolicyStatus::Malformed, "{body:?}");
-        assert_eq!(report.digest, Some(sha256_hex(body)));
+        assert_eq!(report.digest, Some(std::sync::Arc::<str>::from(sha256_hex(body))));
         assert_eq!(codes(&state), vec![(Some(line), "control-byte".to_owned())], "{body:?}");
         assert_eq!(report.diagnostics[0].severity, Severity::Error);
         let rule = format!(
@@ -577,7 +577,7 @@ fn semantics_d15_fetch_outcomes() {
         assert_eq!(Probe::new("GET", "/").ask(&state).opinion, get, "{case}");
         let verdict = Probe::new("POST", "/").ask(&state);
         assert_eq!(verdict.opinion, post, "{case}");
-        let got = verdict.reasons.first().map(|r| (r.code.as_str(), r.rule.clone()));
+        let got = verdict.reasons.first().map(|r| (r.code.as_ref(), r.rule.to_string()));
         assert_eq!(got, post_reason, "{case}");
     }
 }
@@ -608,11 +608,15 @@ fn semantics_d19_line_endings_and_bom_give_the_same_verdicts() {
     let variants = [lf.to_owned(), lf.replace('\n', "\r\n"), lf.replace('\n', "\r"), format!("\u{feff}{lf}")];
     for text in &variants {
         let state = parse(text);
-        assert_eq!(state.report().digest, Some(sha256_hex(text.as_bytes())), "the digest covers the bytes served");
+        assert_eq!(
+            state.report().digest,
+            Some(std::sync::Arc::<str>::from(sha256_hex(text.as_bytes()))),
+            "the digest covers the bytes served"
+        );
         assert_eq!(codes(&state), vec![], "{text:?}");
         let want = Reason::new(Source::Autoctl, "autoctl.method_not_allowed", "allowed-methods: GET")
             .at_line(3)
-            .with_digest(Some(sha256_hex(text.as_bytes())));
+            .with_digest(Some(std::sync::Arc::<str>::from(sha256_hex(text.as_bytes()))));
         assert_eq!(Probe::new("PUT", "/").ask(&state), SourceVerdict::with(DENY, want), "{text:?}");
     }
 }
@@ -638,12 +642,12 @@ fn hostile_input_is_bounded() {
         let state = from_fetch(&served(body));
         let report = state.report();
         assert!(report.diagnostics.len() <= 1001, "{} findings", report.diagnostics.len());
-        assert_eq!(report.digest, Some(sha256_hex(body)));
+        assert_eq!(report.digest, Some(std::sync::Arc::<str>::from(sha256_hex(body))));
         let _ = Probe::new("DELETE", "/a?b").agent("bot").ask(&state);
         assert_eq!(lint(body), report.diagnostics);
     }
     let capped = lint(&bodies[8]);
-    assert_eq!(capped.last().map(|d| d.code.as_str()), Some("too-many-diagnostics"));
+    assert_eq!(capped.last().map(|d| d.code.as_ref()), Some("too-many-diagnostics"));
     let invalid = parse_bytes(b"scope: /a\xFF\nallowed-methods: GET\n");
     assert_eq!(codes(&invalid), vec![(Some(1), "invalid-utf8".to_owned())]);
     assert_verdict(
@@ -760,7 +764,7 @@ proptest! {
     fn arbitrary_bytes_never_panic(body in prop::collection::vec(any::<u8>(), 0..2048), method in "[A-Za-z]{0,7}", path in "/[ -~]{0,24}") {
         let state = from_fetch(&served(&body));
         let report = state.report();
-        prop_assert_eq!(report.digest, Some(sha256_hex(&body)));
+        prop_assert_eq!(report.digest, Some(std::sync::Arc::<str>::from(sha256_hex(&body))));
         let _ = Probe::new(&method, &path).agent("bot").ask(&state);
         prop_assert_eq!(lint(&body), report.diagnostics);
     }

@@ -5,6 +5,8 @@
 //! Never: decides which groups apply to an agent beyond naming its own user-agent lines
 //! (the state merges groups), or what a match means for the request.
 
+use std::sync::Arc;
+
 use std::collections::HashMap;
 
 use super::index::PrefixIndex;
@@ -22,7 +24,7 @@ pub(super) struct AgentLine {
     /// 1-based line.
     pub(super) line: u32,
     /// The line as written, without its comment.
-    pub(super) text: Box<str>,
+    pub(super) text: Arc<str>,
 }
 
 /// An `allow` or `disallow` line.
@@ -35,12 +37,12 @@ pub(super) struct Rule {
     /// 1-based line.
     pub(super) line: u32,
     /// The line as written, without its comment.
-    pub(super) text: Box<str>,
+    pub(super) text: Arc<str>,
 }
 
 impl Rule {
     /// A rule from its value (`raw_pattern`, already free of invalid UTF-8).
-    pub(super) fn new(allow: bool, raw_pattern: &str, line: u32, text: Box<str>) -> Self {
+    pub(super) fn new(allow: bool, raw_pattern: &str, line: u32, text: Arc<str>) -> Self {
         let pattern = (!raw_pattern.is_empty()).then(|| Pattern::new(raw_pattern));
         Rule { allow, pattern, line, text }
     }

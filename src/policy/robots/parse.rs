@@ -357,7 +357,7 @@ impl Parser {
         if token.is_empty() {
             self.warn(number, "empty-user-agent", "`User-agent:` has no value, so it names no agent".to_string());
         }
-        let agent = AgentLine { token: token.into(), line: number, text };
+        let agent = AgentLine { token: token.into(), line: number, text: text.into() };
         // Consecutive user-agent lines share a group; only a rule ends the run. Lines the
         // matcher does not use (Sitemap, Crawl-delay, ...) never end a group.
         match self.file.groups.last_mut() {
@@ -391,7 +391,7 @@ impl Parser {
             );
             return;
         };
-        group.push_rule(Rule::new(allow, &pattern, number, text));
+        group.push_rule(Rule::new(allow, &pattern, number, text.into()));
     }
 
     fn other(&mut self, number: u32, key: &[u8], value: &[u8], typo: bool) {

@@ -42,7 +42,7 @@ type Expected = (&'static str, u32, &'static str);
 /// Opinion, then (code, line, rule) of each reason.
 fn summary(v: &SourceVerdict) -> (Opinion, Vec<ReasonParts>) {
     assert!(v.reasons.iter().all(|r| r.source == Source::Robots), "{v:?}");
-    (v.opinion, v.reasons.iter().map(|r| (r.code.clone(), r.line, r.rule.clone())).collect())
+    (v.opinion, v.reasons.iter().map(|r| (r.code.to_string(), r.line, r.rule.to_string())).collect())
 }
 
 fn reasons(list: &[Expected]) -> Vec<ReasonParts> {
@@ -272,7 +272,7 @@ fn semantics_x1_a_disallow_denies_every_method() {
         let mut req = view(&headers, None, "/api/x");
         req.method = method;
         let v = state.evaluate(&req);
-        assert_eq!((v.opinion, v.reasons[0].code.as_str()), (Opinion::Deny, "robots.disallow"), "{method}");
+        assert_eq!((v.opinion, v.reasons[0].code.as_ref()), (Opinion::Deny, "robots.disallow"), "{method}");
         req.path_and_query = "/api/public/1";
         assert_eq!(state.evaluate(&req).opinion, Opinion::Allow, "{method}");
     }
@@ -295,7 +295,7 @@ fn semantics_x2_product_name_from_the_user_agent_header() {
     );
     // A configured product token wins over the header.
     req.product_token = Some("OtherBot");
-    assert_eq!(state.evaluate(&req).reasons[1].rule, "User-agent: *");
+    assert_eq!(&*state.evaluate(&req).reasons[1].rule, "User-agent: *");
     // No token and no header: the `*` group.
     req.product_token = None;
     req.user_agent = None;
@@ -311,7 +311,14 @@ fn reasons_carry_the_digest_of_the_bytes_served() {
     let v = state.evaluate(&view(&headers, Some("a"), "/x"));
     assert_eq!(v.reasons.len(), 2);
     assert!(v.reasons.iter().all(|r| r.digest.as_deref() == Some(digest.as_str())));
-    assert_eq!(state.report(), PolicyReport { status: PolicyStatus::Valid, digest: Some(digest), diagnostics: vec![] });
+    assert_eq!(
+        state.report(),
+        PolicyReport {
+            status: PolicyStatus::Valid,
+            digest: Some(std::sync::Arc::<str>::from(digest)),
+            diagnostics: vec![]
+        }
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -360,7 +367,7 @@ fn rfc9309_fetch_outcomes() {
         let state = from_fetch(outcome);
         let v = state.evaluate(&req);
         assert_eq!(v.opinion, *opinion, "{outcome:?}");
-        assert_eq!(v.reasons.first().map(|r| r.code.as_str()), *code, "{outcome:?}");
+        assert_eq!(v.reasons.first().map(|r| r.code.as_ref()), *code, "{outcome:?}");
         if let Some(reason) = v.reasons.first() {
             assert!(reason.rule.contains(rule_part), "{outcome:?}: {}", reason.rule);
             assert_eq!(reason.source, Source::Robots);
@@ -375,7 +382,7 @@ fn rfc9309_reports_per_fetch_outcome() {
     let report = from_fetch(&response(503, b"")).report();
     assert_eq!((report.status, report.digest), (PolicyStatus::Absent, None));
     assert_eq!(
-        report.diagnostics.iter().map(|d| (d.severity, d.code.as_str())).collect::<Vec<_>>(),
+        report.diagnostics.iter().map(|d| (d.severity, d.code.as_ref())).collect::<Vec<_>>(),
         [(Severity::Error, "unreachable")]
     );
     assert!(report.diagnostics[0].message.contains("answered 503"));
@@ -420,7 +427,7 @@ fn rfc9309_parse_cap_ignores_the_rest_and_the_cut_line() {
         assert_eq!(state.evaluate(&view(&headers, None, "/b")), SourceVerdict::no_opinion());
         let report = state.report();
         assert_eq!(report.diagnostics.iter().map(|d| d.code.as_str()).collect::<Vec<_>>(), ["over-cap"]);
-        assert_eq!(report.digest, Some(hex::encode(Sha256::digest(&body))));
+        assert_eq!(report.digest, Some(std::sync::Arc::<str>::from(hex::encode(Sha256::digest(&body)))));
     }
 }
 
@@ -462,7 +469,7 @@ fn rfc9309_line_ends_and_comments() {
             (Opinion::Deny, reasons(&[("robots.disallow", 4, "Disallow: /b"), ("robots.group", 1, "User-agent: *")])),
             "{body:?}"
         );
-        assert_eq!(verdict(body, "x", "/a").reasons[0].rule, "Disallow: /a", "{body:?}");
+        assert_eq!(&*verdict(body, "x", "/a").reasons[0].rule, "Disallow: /a", "{body:?}");
     }
 }
 
@@ -512,7 +519,7 @@ fn real_world_sgppto_nul_bytes_end_the_line() {
     let headers = Headers::default();
     let state = RobotsState::parse(body);
     let v = state.evaluate(&view(&headers, None, "/cal/action~week/"));
-    assert_eq!((v.opinion, v.reasons[0].rule.as_str()), (Opinion::Deny, "Disallow: /*/action~*/"));
+    assert_eq!((v.opinion, v.reasons[0].rule.as_ref()), (Opinion::Deny, "Disallow: /*/action~*/"));
     assert_eq!(state.evaluate(&view(&headers, None, "/voe/1")).reasons[0].line, Some(3));
 }
 
@@ -522,7 +529,7 @@ fn invalid_utf8_octets_match_their_percent_encoding() {
     let state = RobotsState::parse(b"User-agent: *\nDisallow: /caf\xE9\n");
     for path in ["/caf%E9", "/caf%e9/menu"] {
         let v = state.evaluate(&view(&headers, None, path));
-        assert_eq!((v.opinion, v.reasons[0].rule.as_str()), (Opinion::Deny, "Disallow: /caf\u{FFFD}"), "{path}");
+        assert_eq!((v.opinion, v.reasons[0].rule.as_ref()), (Opinion::Deny, "Disallow: /caf\u{FFFD}"), "{path}");
     }
     assert_eq!(state.evaluate(&view(&headers, None, "/caf")), SourceVerdict::no_opinion());
     assert_eq!(state.report().diagnostics[0].code, "invalid-utf8");
@@ -588,7 +595,7 @@ Disallow: /caf\xE9\n\
 Disallow: /nul\0junk\n\
 Sitemap: https://example.com/s.xml\n";
     let owned = lint(body);
-    let found: Vec<(Option<u32>, &str)> = owned.iter().map(|d| (d.line, d.code.as_str())).collect();
+    let found: Vec<(Option<u32>, &str)> = owned.iter().map(|d| (d.line, d.code.as_ref())).collect();
     assert_eq!(
         found,
         [
@@ -622,7 +629,7 @@ fn lint_warns_about_size_and_long_lines() {
     assert_eq!(found, [(Some(2), "long-line".to_string())]);
     let big = "Disallow: /x\n".repeat(MAX_BYTES / 10);
     let found = lint(big.as_bytes());
-    assert_eq!((found[0].line, found[0].code.as_str()), (None, "over-cap"));
+    assert_eq!((found[0].line, found[0].code.as_ref()), (None, "over-cap"));
     assert_eq!(found.len(), 1 + MAX_BYTES / "Disallow: /x\n".len(), "lint keeps every finding");
 }
 
