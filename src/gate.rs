@@ -130,17 +130,6 @@ impl Gate {
             headers: &headers,
         };
         let decision = self.evaluate(&view, req.origin).await;
-        // A path written with `%70` for `p` or with `..` segments names the same resource as
-        // its normal form (RFC 3986 §6.2.2), and origins serve it as such; the patterns of
-        // every format compare escapes literally (RFC 9309 §2.2.2), so decide on both forms
-        // and keep the stricter answer. The request is forwarded as sent (RFC 9110 §7.7).
-        let decision = match equivalent_path(req.path_and_query) {
-            Some(normal) if decision.outcome != Outcome::Deny => {
-                let other = self.evaluate(&RequestView { path_and_query: &normal, ..view }, req.origin).await;
-                if strictness(other.outcome) > strictness(decision.outcome) { other } else { decision }
-            }
-            _ => decision,
-        };
         self.verdict(decision, &req, agent_id, user_agent)
     }
 
@@ -180,57 +169,6 @@ impl Gate {
     }
 }
 
-/// How much an outcome restricts: allow < needs approval < deny.
-fn strictness(outcome: Outcome) -> u8 {
-    match outcome {
-        Outcome::Allow => 0,
-        Outcome::NeedsApproval => 1,
-        Outcome::Deny => 2,
-    }
-}
-
-/// The normal form of a request's path and query when it differs from the one sent: escapes
-/// of unreserved characters decoded (`%70` → `p`, `%2E` → `.`) and dot segments removed
-/// (RFC 3986 §6.2.2.2, §6.2.2.3). Reserved escapes (`%2F`) stay: they are data.
-fn equivalent_path(path_and_query: &str) -> Option<String> {
-    if !path_and_query.contains('%') && !path_and_query.split(['/', '?']).any(|s| s == "." || s == "..") {
-        return None;
-    }
-    let decoded = decode_unreserved(path_and_query);
-    let (path, query) = match decoded.split_once('?') {
-        Some((path, query)) => (path, Some(query)),
-        None => (decoded.as_str(), None),
-    };
-    let mut normal = if path.starts_with('/') { crate::fetch::remove_dot_segments(path) } else { path.to_owned() };
-    if let Some(query) = query {
-        normal.push('?');
-        normal.push_str(query);
-    }
-    (normal != path_and_query).then_some(normal)
-}
-
-/// `%XX` escapes of ALPHA, DIGIT, `-`, `.`, `_` and `~` decoded; everything else as it was.
-fn decode_unreserved(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(hex) = text.get(i + 1..i + 3)
-            && let Ok(byte) = u8::from_str_radix(hex, 16)
-            && (byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~'))
-        {
-            out.push(byte as char);
-            i += 3;
-            continue;
-        }
-        let c = text[i..].chars().next().unwrap_or_default();
-        out.push(c);
-        i += c.len_utf8();
-    }
-    out
-}
-
 /// The request headers as the policy core sees them (values that are not visible ASCII are
 /// left out: no policy rule reads them).
 fn policy_headers(headers: &HeaderMap) -> Headers {
@@ -241,21 +179,4 @@ fn policy_headers(headers: &HeaderMap) -> Headers {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rfc3986_6_2_2_equivalent_paths() {
-        assert_eq!(equivalent_path("/private/x"), None);
-        assert_eq!(equivalent_path("/%70rivate/x").as_deref(), Some("/private/x"));
-        assert_eq!(equivalent_path("/public/../private/x?a=..").as_deref(), Some("/private/x?a=.."));
-        assert_eq!(equivalent_path("/public/%2e%2E/private").as_deref(), Some("/private"));
-        assert_eq!(equivalent_path("/./a/.").as_deref(), Some("/a/"));
-        assert_eq!(equivalent_path("/a%2Fb?q=%7e"), Some("/a%2Fb?q=~".to_owned()));
-        assert_eq!(equivalent_path("/a%2Fb%"), None, "reserved and broken escapes stay");
-        assert_eq!(equivalent_path("/caf%C3%A9/ツ"), None);
-    }
 }

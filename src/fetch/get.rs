@@ -176,7 +176,7 @@ pub(crate) fn resolve_location(base: &Uri, location: &HeaderValue) -> Result<Uri
             None if path.is_empty() => base.query(),
             None => None,
         };
-        let mut target = remove_dot_segments(&merged);
+        let mut target = crate::policy::path::remove_dot_segments(&merged);
         if let Some(query) = query {
             target.push('?');
             target.push_str(query);
@@ -195,31 +195,6 @@ fn has_scheme(reference: &str) -> bool {
     let Some((scheme, _)) = reference.split_once(':') else { return false };
     scheme.starts_with(|c: char| c.is_ascii_alphabetic())
         && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-}
-
-/// RFC 3986 §5.2.4 on an absolute path (also used by the gate to decide a request by the
-/// path it names).
-pub(crate) fn remove_dot_segments(path: &str) -> String {
-    let mut out: Vec<&str> = Vec::new();
-    let segments: Vec<&str> = path.split('/').skip(1).collect();
-    for (i, segment) in segments.iter().enumerate() {
-        let last = i + 1 == segments.len();
-        match *segment {
-            "." => {
-                if last {
-                    out.push("");
-                }
-            }
-            ".." => {
-                out.pop();
-                if last {
-                    out.push("");
-                }
-            }
-            other => out.push(other),
-        }
-    }
-    format!("/{}", out.join("/"))
 }
 
 #[cfg(test)]

@@ -22,7 +22,6 @@ mod transport;
 mod tests;
 
 pub use cache::{CacheSettings, PolicyCache};
-pub(crate) use get::remove_dot_segments;
 pub use origin::{Origin, OriginError, Scheme};
 pub use transport::{PolicyResponse, PolicyTransport, TransportFuture};
 

@@ -25,7 +25,8 @@ pub struct Policies {
 const POLICY_FILE_PATHS: [&str; 5] =
     ["/robots.txt", "/agents.txt", "/AGENTS.md", "/.well-known/agents.md", "/automation-preferences.txt"];
 
-/// Evaluates one request against an origin's policies.
+/// Evaluates one request against an origin's policies, on every spelling of its path
+/// ([`super::path`]).
 pub fn evaluate(policies: &Policies, req: &RequestView<'_>) -> Decision {
     if req.is_safe_method() && POLICY_FILE_PATHS.contains(&req.path()) {
         return Decision {
@@ -36,12 +37,14 @@ pub fn evaluate(policies: &Policies, req: &RequestView<'_>) -> Decision {
             inject_headers: Vec::new(),
         };
     }
-    combine([
-        policies.robots.evaluate(req),
-        policies.agents_txt.evaluate(req),
-        policies.agents_md.evaluate(req),
-        policies.autoctl.evaluate(req),
-    ])
+    super::path::decide_all_spellings(req, |req| {
+        combine([
+            policies.robots.evaluate(req),
+            policies.agents_txt.evaluate(req),
+            policies.agents_md.evaluate(req),
+            policies.autoctl.evaluate(req),
+        ])
+    })
 }
 
 /// Folds per-source verdicts into a decision. Reasons of the deciding opinion come first.

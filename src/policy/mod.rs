@@ -18,6 +18,7 @@ mod diagnostic;
 mod evaluate;
 pub mod operator;
 mod outcome;
+pub mod path;
 pub mod pattern;
 pub mod refresh;
 mod request;

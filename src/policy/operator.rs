@@ -75,7 +75,24 @@ impl OperatorRules {
     /// The operator's decision, when a bypass host or a rule decides; `None` leaves the
     /// request to the site policies. The first matching rule wins; a bypass host is checked
     /// after the rules, so a deny rule still applies to a bypassed host.
+    ///
+    /// A deny on an equivalent spelling of the path (`/%61dmin` for `/admin`, see
+    /// [`super::path`]) denies too.
     pub fn evaluate(&self, req: &RequestView<'_>) -> Option<Decision> {
+        let as_sent = self.evaluate_as_sent(req);
+        let denied = |d: &Option<Decision>| d.as_ref().is_some_and(|d| d.outcome == Outcome::Deny);
+        if !denied(&as_sent)
+            && let Some(normal) = super::path::equivalent(req.path_and_query)
+        {
+            let other = self.evaluate_as_sent(&RequestView { path_and_query: &normal, ..*req });
+            if denied(&other) {
+                return other;
+            }
+        }
+        as_sent
+    }
+
+    fn evaluate_as_sent(&self, req: &RequestView<'_>) -> Option<Decision> {
         let path = super::pattern::normalize(req.path_and_query);
         if let Some(rule) = self.rules.iter().find(|r| r.matches(req, &path)) {
             let (outcome, code) = match rule.action {
