@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::policy::{
-    self, Decision, FetchOutcome, Headers, LimitKind, Policies, PolicyReport, Reason, RequestView, Severity, Source,
-    agents_md, agents_txt, autoctl, robots,
+    self, Decision, FetchOutcome, Headers, LimitKind, Policies, PolicyReport, PolicyStatus, Reason, RequestView,
+    Severity, Source, agents_md, agents_txt, autoctl, robots,
 };
 
 /// Why `explain` could not run (usage errors: exit status 2).
@@ -85,6 +85,10 @@ pub struct Explanation {
     pub decision: Decision,
     /// The four policy states it was made from.
     pub policies: Policies,
+    /// The agent id, origin and host the request was evaluated for (limit keys).
+    agent: String,
+    origin: String,
+    host: String,
 }
 
 /// The served name of each file in `--policy-dir`, with the path the fetcher uses.
@@ -120,7 +124,13 @@ pub fn explain(req: &ExplainRequest) -> Result<Explanation, ExplainError> {
         headers: &headers,
     };
     let decision = policy::evaluate(&policies, &view);
-    Ok(Explanation { decision, policies })
+    Ok(Explanation {
+        decision,
+        policies,
+        agent: view.agent_id.to_owned(),
+        origin: view.origin(),
+        host: target.host.clone(),
+    })
 }
 
 /// Reads the policy files of one origin from a directory, with the same fetch-outcome
@@ -255,6 +265,7 @@ impl Explanation {
                     "requests": requests,
                     "window_s": window_s,
                     "scope": scope_name(limit),
+                    "key": limit.key(&self.agent, &self.origin, &self.host),
                     "line": limit.reason.line,
                     "rule": limit.reason.rule,
                 })),
@@ -262,6 +273,7 @@ impl Explanation {
                     "source": limit.source.as_str(),
                     "max_in_flight": max,
                     "scope": scope_name(limit),
+                    "key": limit.key(&self.agent, &self.origin, &self.host),
                     "line": limit.reason.line,
                     "rule": limit.reason.rule,
                 })),
@@ -269,7 +281,11 @@ impl Explanation {
         }
         let mut policies = serde_json::Map::new();
         for (source, report) in self.reports() {
-            policies.insert(source.as_str().to_owned(), report_json(&report));
+            let mut entry = report_json(&report);
+            if let Some(fields) = entry.as_object_mut() {
+                fields.extend(self.informational(source));
+            }
+            policies.insert(source.as_str().to_owned(), entry);
         }
         let inject: Vec<Value> = d.inject_headers.iter().map(|(n, v)| json!({"name": n, "value": v})).collect();
         json!({
@@ -313,6 +329,36 @@ impl Explanation {
             }
         }
         out
+    }
+
+    /// What a file says that decides nothing but an operator wants to see: robots.txt's
+    /// other records (Sitemap, Crawl-delay, ...), agents.txt metadata comments (B6), the
+    /// AGENTS.md location that applied and its entries (C25, C27).
+    fn informational(&self, source: Source) -> Vec<(String, Value)> {
+        let p = &self.policies;
+        match source {
+            Source::Robots => {
+                let other =
+                    p.robots.other_lines().iter().map(|o| json!({"line": o.line, "key": o.key, "value": o.value}));
+                vec![("other_records".to_owned(), Value::Array(other.collect()))]
+            }
+            Source::AgentsTxt => {
+                let meta =
+                    p.agents_txt.metadata().iter().map(|m| json!({"line": m.line, "key": m.key, "value": m.value}));
+                vec![("metadata".to_owned(), Value::Array(meta.collect()))]
+            }
+            Source::AgentsMd => {
+                let entries = p
+                    .agents_md
+                    .entries()
+                    .iter()
+                    .map(|e| json!({"line": e.line, "section": e.section, "key": e.key, "value": e.value}));
+                let applies = matches!(p.agents_md.report().status, PolicyStatus::Valid | PolicyStatus::Malformed);
+                let location = applies.then(|| p.agents_md.location().path());
+                vec![("location".to_owned(), json!(location)), ("entries".to_owned(), Value::Array(entries.collect()))]
+            }
+            Source::Autoctl | Source::Operator => Vec::new(),
+        }
     }
 
     fn reports(&self) -> [(Source, PolicyReport); 4] {
@@ -406,5 +452,29 @@ mod tests {
         assert_eq!(split_header("Content-Type: text/html"), Some(("Content-Type".into(), "text/html".into())));
         assert_eq!(split_header("nocolon"), None);
         assert_eq!(split_header(": x"), None);
+    }
+
+    #[test]
+    fn json_names_limit_keys_and_informational_records() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let agents = crate::policy::agents_txt::fix_hash(b"/dashboard ALLOW limit=50\n");
+        std::fs::write(dir.path().join("agents.txt"), agents).expect("write agents.txt");
+        std::fs::write(dir.path().join("robots.txt"), "User-agent: *\nDisallow: /x\nSitemap: https://e.test/s.xml\n")
+            .expect("write robots.txt");
+        let request = ExplainRequest {
+            policy_dir: dir.path().to_owned(),
+            agent: Some("bot-1".into()),
+            method: "GET".into(),
+            url: "https://example.com/dashboard".into(),
+            ..ExplainRequest::default()
+        };
+        let json = explain(&request).expect("explain").to_json();
+        let limit = &json["limits"][0];
+        assert_eq!(limit["key"], "agents.txt|bot-1|https://example.com:443|line=2");
+        assert_eq!((limit["requests"].as_u64(), limit["window_s"].as_u64()), (Some(50), Some(60)));
+        let robots = &json["policies"]["robots.txt"];
+        assert_eq!(robots["other_records"][0]["key"], "Sitemap");
+        assert_eq!(robots["other_records"][0]["line"], 3);
+        assert!(json["policies"]["AGENTS.md"]["location"].is_null(), "no AGENTS.md, so no location");
     }
 }

@@ -104,11 +104,6 @@ impl Gate {
         }
     }
 
-    /// The policy cache (for the admin API's purge).
-    pub fn cache(&self) -> &PolicyCache {
-        &self.cache
-    }
-
     /// Phases `identify_agent`, `load_policies`, `evaluate`: decides one request.
     pub async fn decide(&self, req: GateRequest<'_>) -> Verdict {
         let agent_id = self.identify_agent(req.client);

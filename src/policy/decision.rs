@@ -31,9 +31,6 @@ impl Source {
             Source::Operator => "operator",
         }
     }
-
-    /// The four site policy files, in the order they are reported.
-    pub const SITE_FILES: [Source; 4] = [Source::Robots, Source::AgentsTxt, Source::AgentsMd, Source::Autoctl];
 }
 
 impl fmt::Display for Source {

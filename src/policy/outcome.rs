@@ -33,11 +33,6 @@ impl Headers {
     pub fn is_html(&self) -> bool {
         matches!(self.media_type().as_deref(), Some("text/html" | "application/xhtml+xml"))
     }
-
-    /// All pairs, in order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(n, v)| (n.as_str(), v.as_str()))
-    }
 }
 
 /// Why a fetch produced no response.

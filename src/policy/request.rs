@@ -72,12 +72,6 @@ impl<'a> RequestView<'a> {
             None => self.user_agent.is_some_and(|ua| product_names(ua).any(|p| p.eq_ignore_ascii_case(group_token))),
         }
     }
-
-    /// The token that selected a group, for reasons: the configured product token, else
-    /// the User-Agent header, else `*`.
-    pub fn agent_token_for_reason(&self) -> &'a str {
-        self.product_token.or(self.user_agent).unwrap_or("*")
-    }
 }
 
 /// The product names in a User-Agent header: each `name/version` product and each such

@@ -1,7 +1,7 @@
 //! Every response agentgate writes itself instead of the origin: the CONNECT `200`, and the
 //! one mapping from a [`ProxyError`] to a status and a plain-text body (pingora's blame rule:
-//! the client's fault is 400, an unreachable origin 502, a slow one 504). The gate's 403/429
-//! block responses (issue 4, DESIGN.md §6) belong here too.
+//! the client's fault is 400, an unreachable origin 502, a slow one 504), and the 403 answer
+//! built from a gate's `Blocked` (DESIGN.md §6).
 //!
 //! Never forwards anything; never decides whether a request is allowed.
 
@@ -58,13 +58,9 @@ pub(crate) fn error_response(error: &ProxyError) -> Response<ProxyBody> {
 /// in `agentgate-decision`, and a body naming the file, line and rule of every blocking
 /// reason and what the agent may do instead — JSON when the client accepts JSON, plain text
 /// otherwise. Both carry the decision record id, so the agent's report and the log meet.
-pub(crate) fn blocked_response(
-    blocked: &Blocked,
-    method: &str,
-    url: &str,
-    request_headers: &HeaderMap,
-) -> Response<ProxyBody> {
+pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -> Response<ProxyBody> {
     let decision = &blocked.decision;
+    let (method, url) = (blocked.record.method.as_str(), blocked.record.url.as_str());
     let record = blocked.record.id.to_string();
     let blocking = decision.blocking_reasons();
     let verdict = decision.outcome.as_str();

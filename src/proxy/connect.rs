@@ -51,8 +51,9 @@ pub(crate) enum Tunnel {
     Passthrough,
 }
 
-/// The host-level decision for a CONNECT, made before anything is answered: the one place
-/// issue 4 adds host policy (an early deny, or passthrough for the model API).
+/// How a CONNECT is served, chosen before anything is answered: passthrough for
+/// `[mitm] passthrough_hosts` (then decided by the gate at host level, `decide_passthrough`),
+/// interception otherwise (every inner request decided by the gate).
 pub(crate) fn decide_tunnel(config: &Config, authority: &Authority) -> Tunnel {
     if config.mitm.is_passthrough(authority.host()) { Tunnel::Passthrough } else { Tunnel::Mitm }
 }
@@ -110,7 +111,7 @@ pub(crate) async fn handle_connect(
     Ok(tunnel_established())
 }
 
-/// The host-level decision for a passthrough tunnel (issue 4): the gate decides on `GET /`
+/// The host-level decision for a passthrough tunnel: the gate decides on `GET /`
 /// over https, since nothing inside the tunnel will be seen; the record says `CONNECT`.
 /// A block is answered (and recorded) here, before any `200`.
 async fn decide_passthrough(
@@ -131,7 +132,7 @@ async fn decide_passthrough(
         }
         Verdict::Block(mut blocked) => {
             blocked.record.method = "CONNECT".to_owned();
-            let response = blocked_response(&blocked, "CONNECT", &url, headers);
+            let response = blocked_response(&blocked, headers);
             record(state, blocked.record, started, Ok(response.status())).await;
             Err(response)
         }

@@ -3,7 +3,7 @@
 //! came in, since when).
 //!
 //! The context is built once the request is parsed and before anything is forwarded; the
-//! gate (issue 4) reads it to identify the agent and the origin. Nothing here does I/O.
+//! gate reads it to identify the agent and the origin. Nothing here does I/O.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -88,19 +88,12 @@ impl fmt::Display for RequestId {
 /// `authority` is where the request is routed: the CONNECT target for tunnelled requests
 /// (never the inner `Host` or SNI), the absolute URI's host and port otherwise.
 ///
-/// `id`, `client` and `entry` are in the request's tracing span today; the gate (issue 4)
-/// reads them from here (identity falls back to the client address, DESIGN.md §3; the audit
-/// record carries the id).
+/// The request id and how the request came in are in its tracing span; the gate reads the
+/// client address (the agent's identity falls back to it, DESIGN.md §3) and the origin.
 #[derive(Clone, Debug)]
 pub(crate) struct RequestContext {
-    /// Unique per request.
-    #[expect(dead_code, reason = "the seam for the gate and audit record of issue 4")]
-    pub(crate) id: RequestId,
     /// The agent's TCP peer address.
     pub(crate) client: SocketAddr,
-    /// How the request came in.
-    #[expect(dead_code, reason = "the seam for the gate and audit record of issue 4")]
-    pub(crate) entry: Entry,
     /// `http` or `https`: the scheme used towards the origin.
     pub(crate) scheme: Scheme,
     /// The origin's host and port as routed (no user info).

@@ -3,7 +3,7 @@
 //! agentgate writes itself, and graceful shutdown.
 //!
 //! It never parses policy text, decides allow or deny itself, or formats audit records: the
-//! gate (issue 4) slots in between "request parsed" and "forward" in [`service`]. The life of
+//! gate (`crate::gate`) decides between "request parsed" and "forward" in [`service`]. The life of
 //! a request through the phases is written down in `docs/request-flow.md`.
 //!
 //! Specs: RFC 9110 §7.6 (intermediaries: hop-by-hop fields, `Via`), §9.3.6 (CONNECT), §7.8

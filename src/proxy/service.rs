@@ -1,12 +1,11 @@
 //! The one request service. Requests on the proxy port (absolute-form or CONNECT) and
 //! requests inside a CONNECT tunnel (intercepted TLS or plain HTTP) all enter here and run
-//! the same phases: `route` (work out where the request goes: a `RequestContext`), then
-//! `forward` (rewrite, send upstream, stream the answer back).
+//! the same phases: `route` (work out where the request goes: a `RequestContext`), the gate
+//! (`crate::gate::Gate::decide`: block, or a `Permitted`), `forward` (rewrite, send upstream,
+//! stream the answer back), then `record` (the decision record, once the status is known).
+//! See `docs/request-flow.md`.
 //!
-//! The gate (issue 4) goes between `route` and `forward`, in `run_phases`: the request is parsed,
-//! its origin known, nothing has left the proxy yet. See `docs/request-flow.md`.
-//!
-//! Never decides allow or deny, never reads policy, never buffers a body.
+//! Never decides allow or deny itself, never reads policy, never buffers a body.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -28,7 +27,7 @@ use tracing::{Instrument, debug, field, info, info_span, warn};
 use super::ProxyBody;
 use super::block::{audit_unavailable, blocked_response, error_response, status_for};
 use super::connect::handle_connect;
-use super::context::{Entry, ProxyState, RequestContext, RequestId};
+use super::context::{Entry, ProxyState, RequestContext};
 use super::drain::Drain;
 use super::error::{ProxyError, error_chain};
 use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
@@ -89,7 +88,7 @@ impl ProxyService {
             authority = field::Empty,
         );
         async {
-            let result = self.run_phases(id, started, request).await;
+            let result = self.run_phases(started, request).await;
             let response = result.unwrap_or_else(|error| {
                 let response = error_response(&error);
                 // A client's mistake is routine; an origin or proxy failure deserves attention.
@@ -111,14 +110,13 @@ impl ProxyService {
     /// request is routed, then forwarded.
     async fn run_phases(
         &self,
-        id: RequestId,
         started: Instant,
         request: Request<Incoming>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         if request.method() == Method::CONNECT && matches!(self.target, Target::ProxyPort) {
             return handle_connect(&self.state, self.client, self.drain.clone(), request).await;
         }
-        let (context, request) = self.route(id, started, request)?;
+        let (context, request) = self.route(started, request)?;
         let origin = Origin::from_parts(&context.scheme, &context.authority)
             .map_err(|_| ProxyError::UnsupportedScheme { uri: request.uri().to_string() })?;
         let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
@@ -138,7 +136,7 @@ impl ProxyService {
             .await;
         let permit = match verdict {
             Verdict::Block(blocked) => {
-                let response = blocked_response(&blocked, &method, &url, request.headers());
+                let response = blocked_response(&blocked, request.headers());
                 record(&self.state, blocked.record, started, Ok(response.status())).await;
                 return Ok(response);
             }
@@ -160,12 +158,11 @@ impl ProxyService {
     /// origin; inside a tunnel it is always the CONNECT target.
     fn route(
         &self,
-        id: RequestId,
         started: Instant,
         request: Request<Incoming>,
     ) -> Result<(RequestContext, Request<Incoming>), ProxyError> {
         let uri = request.uri();
-        let (scheme, authority, entry) = match &self.target {
+        let (scheme, authority) = match &self.target {
             Target::ProxyPort => {
                 let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
                     return Err(ProxyError::NotAProxyRequest {
@@ -176,7 +173,7 @@ impl ProxyService {
                 if *scheme != Scheme::HTTP && *scheme != Scheme::HTTPS {
                     return Err(ProxyError::UnsupportedScheme { uri: uri.to_string() });
                 }
-                (scheme.clone(), without_user_info(authority), Entry::Forward)
+                (scheme.clone(), without_user_info(authority))
             }
             Target::Tunnel { authority, entry } => {
                 let starts_with_slash = uri.path_and_query().is_some_and(|p| p.as_str().starts_with('/'));
@@ -189,11 +186,11 @@ impl ProxyService {
                 }
                 log_misdirection(authority, &request);
                 let scheme = if *entry == Entry::Mitm { Scheme::HTTPS } else { Scheme::HTTP };
-                (scheme, authority.clone(), *entry)
+                (scheme, authority.clone())
             }
         };
         tracing::Span::current().record("authority", field::display(&authority));
-        let context = RequestContext { id, client: self.client, entry, scheme, authority, started };
+        let context = RequestContext { client: self.client, scheme, authority, started };
         Ok((context, request))
     }
 }

@@ -128,7 +128,7 @@ impl Upstream {
 }
 
 /// Policy files are fetched through the same pooled client as proxied traffic: one pool, one
-/// resolver (where the SSRF guard will sit) and one trust store (issue 4).
+/// resolver (where the SSRF guard will sit) and one trust store.
 impl PolicyTransport for Upstream {
     fn get(&self, url: Uri, headers: HeaderMap) -> TransportFuture<'_> {
         Box::pin(async move {
