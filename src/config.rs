@@ -61,6 +61,8 @@ pub struct Config {
     pub mitm: MitmConfig,
     /// Which destinations may be reached (`[network]`).
     pub network: NetworkConfig,
+    /// Timeouts and caps for agents' connections to the proxy (`[connections]`).
+    pub connections: ConnectionsConfig,
     /// The decision log (`[audit]`).
     pub audit: AuditSettings,
     /// The admin API (`[admin]`).
@@ -98,6 +100,39 @@ pub struct MitmConfig {
     pub passthrough_hosts: Vec<String>,
     /// How many per-host leaf certificates are kept (default 10000).
     pub cert_cache_size: u64,
+}
+
+/// `[connections]`: how long agents' connections may stay silent, and how many may be open.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionsConfig {
+    /// How long a new connection (on the proxy port, or inside a tunnel once it is set up) may
+    /// stay silent before its first byte (default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub first_byte_timeout: Duration,
+    /// How long an HTTP/1.1 client may take to send a complete request head, counted from
+    /// the end of the previous response: also the keep-alive idle timeout (default `30s`).
+    #[serde(deserialize_with = "duration")]
+    pub header_read_timeout: Duration,
+    /// How long the TLS handshake inside an intercepted CONNECT tunnel may take (default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub tls_handshake_timeout: Duration,
+    /// Connections open at once on the proxy port; past it new ones are closed (default 10000).
+    pub max_connections: usize,
+    /// Connections open at once from one client address (default 1000).
+    pub max_connections_per_client: usize,
+}
+
+impl Default for ConnectionsConfig {
+    fn default() -> Self {
+        Self {
+            first_byte_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(30),
+            tls_handshake_timeout: Duration::from_secs(10),
+            max_connections: 10_000,
+            max_connections_per_client: 1_000,
+        }
+    }
 }
 
 /// `[network]`: destinations the SSRF guard lets through.
@@ -187,6 +222,7 @@ impl Default for Config {
             upstream: UpstreamConfig::default(),
             mitm: MitmConfig::default(),
             network: NetworkConfig::default(),
+            connections: ConnectionsConfig::default(),
             audit: AuditSettings::default(),
             admin: AdminConfig::default(),
         }
@@ -276,9 +312,20 @@ impl Config {
         for (key, value) in [
             ("[upstream] connect_timeout", self.upstream.connect_timeout),
             ("[upstream] idle_timeout", self.upstream.idle_timeout),
+            ("[connections] first_byte_timeout", self.connections.first_byte_timeout),
+            ("[connections] header_read_timeout", self.connections.header_read_timeout),
+            ("[connections] tls_handshake_timeout", self.connections.tls_handshake_timeout),
         ] {
             if value.is_zero() {
                 problems.push(format!("{key} = \"0s\": must be more than 0s, e.g. \"10s\""));
+            }
+        }
+        for (key, value, default) in [
+            ("[connections] max_connections", self.connections.max_connections, 10_000),
+            ("[connections] max_connections_per_client", self.connections.max_connections_per_client, 1_000),
+        ] {
+            if value == 0 {
+                problems.push(format!("{key} = 0: must be at least 1; the default is {default}"));
             }
         }
         if self.mitm.cert_cache_size == 0 {

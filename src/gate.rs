@@ -55,6 +55,12 @@ impl Permitted {
         self.record.method = method.to_owned();
     }
 
+    /// The decision record as decided, before any response: what is committed to the log
+    /// before forwarding under `[audit] on_failure = "block"`.
+    pub fn record(&self) -> &DecisionRecord {
+        &self.record
+    }
+
     /// The decision record, to be completed with the response and written.
     pub fn into_record(self) -> DecisionRecord {
         self.record

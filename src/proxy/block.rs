@@ -29,7 +29,8 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         ProxyError::NotAProxyRequest { .. }
         | ProxyError::UnsupportedScheme { .. }
         | ProxyError::BadConnectTarget { .. }
-        | ProxyError::BadTunnelRequest { .. } => StatusCode::BAD_REQUEST,
+        | ProxyError::BadTunnelRequest { .. }
+        | ProxyError::ClientBody { .. } => StatusCode::BAD_REQUEST,
         ProxyError::UpstreamCertificate { .. }
         | ProxyError::UpstreamResolve { .. }
         | ProxyError::UpstreamConnect { .. }

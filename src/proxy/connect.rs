@@ -9,7 +9,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::BytesMut;
 use http::uri::{Authority, Scheme};
@@ -22,22 +22,18 @@ use tokio_rustls::LazyConfigAcceptor;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
 use super::ProxyBody;
-use super::block::{blocked_response, error_response, status_for, tunnel_established};
+use super::block::{audit_unavailable, blocked_response, error_response, status_for, tunnel_established};
 use super::context::{Entry, ProxyState};
 use super::drain::Drain;
-use super::error::{ProxyError, error_chain};
+use super::error::{ProxyError, error_chain, shown_target};
 use super::listener::{ServerProtocols, serve_connection};
 use super::relay::splice;
 use super::rewind::Rewind;
-use super::service::{ProxyService, record};
+use super::service::{ProxyService, completed, record};
+use crate::audit::OnFailure;
 use crate::config::Config;
 use crate::fetch::Origin;
 use crate::gate::{GateRequest, Permitted, Verdict};
-
-/// How long a client may take, after the `200`, to send its first bytes and finish the TLS
-/// handshake. A tunnel to a server-speaks-first protocol waits this long and then closes:
-/// such hosts belong in `[mitm] passthrough_hosts`.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The first byte of a TLS record carrying a handshake message (RFC 8446 §5.1).
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
@@ -84,7 +80,17 @@ pub(crate) async fn handle_connect(
             let started = Instant::now();
             let opened = state.upstream.open_tunnel(&authority).await;
             let status = opened.as_ref().map(|_| StatusCode::OK).map_err(|e| (status_for(e), e.to_string()));
-            record(state, permit.into_record(), started, status).await;
+            let decided = completed(permit.into_record(), started, status);
+            // The audit promise: under `on_failure = "block"` no byte is spliced before the
+            // record is on disk.
+            if opened.is_ok() && state.audit.on_failure() == OnFailure::Block {
+                if let Err(unrecorded) = state.audit.commit(&decided).await {
+                    warn!(error = %unrecorded.cause, "decision log unavailable; refusing to open the tunnel unaudited");
+                    return Ok(audit_unavailable());
+                }
+            } else if let Err(unrecorded) = state.audit.record(&decided).await {
+                warn!(error = %unrecorded.cause, event_id = %decided.id, "decision record not written");
+            }
             let origin = opened?;
             tokio::spawn(
                 async move {
@@ -141,7 +147,7 @@ async fn decide_passthrough(
 
 /// The CONNECT target as `host:port`: authority-form only, a port required.
 fn connect_target(uri: &Uri) -> Result<Authority, ProxyError> {
-    let bad = || ProxyError::BadConnectTarget { target: uri.to_string() };
+    let bad = || ProxyError::BadConnectTarget { target: shown_target(uri) };
     let authority = uri.authority().ok_or_else(bad)?;
     let authority_form = uri.scheme().is_none() && uri.path_and_query().is_none();
     let has_user_info = authority.as_str().contains('@');
@@ -151,7 +157,11 @@ fn connect_target(uri: &Uri) -> Result<Authority, ProxyError> {
     Ok(authority.clone())
 }
 
-/// An intercepted tunnel, from the upgrade to the end of the inner connection.
+/// An intercepted tunnel, from the upgrade to the end of the inner connection. The client
+/// sends its first bytes within `[connections] first_byte_timeout` after the `200` and
+/// finishes the TLS handshake within `tls_handshake_timeout`: a tunnel to a
+/// server-speaks-first protocol waits that long and then closes (such hosts belong in
+/// `[mitm] passthrough_hosts`).
 async fn intercept(
     state: Arc<ProxyState>,
     client: SocketAddr,
@@ -163,19 +173,22 @@ async fn intercept(
     let upgraded = on_upgrade.await.map_err(|error| handshake_failed(error_chain(&error)))?;
     let mut io = TokioIo::new(upgraded);
     let mut first = BytesMut::with_capacity(4096);
-    let read = tokio::time::timeout(HANDSHAKE_TIMEOUT, io.read_buf(&mut first)).await;
+    let settings = &state.config.connections;
+    let (first_byte_timeout, handshake_timeout) = (settings.first_byte_timeout, settings.tls_handshake_timeout);
+    let read = tokio::time::timeout(first_byte_timeout, io.read_buf(&mut first)).await;
     match read {
         Ok(Ok(0)) => return Ok(()),
         Ok(Ok(_)) => {}
         Ok(Err(error)) => return Err(handshake_failed(error_chain(&error))),
-        Err(_elapsed) => return Err(handshake_failed(format!("the client sent nothing for {HANDSHAKE_TIMEOUT:?}"))),
+        Err(_elapsed) => return Err(handshake_failed(format!("the client sent nothing for {first_byte_timeout:?}"))),
     }
     let is_tls = first.first() == Some(&TLS_HANDSHAKE_RECORD);
     let io = Rewind::new(first.freeze(), io);
     if !is_tls {
         debug!("no TLS ClientHello: serving the tunnel as plain HTTP");
+        let settings = state.config.connections.clone();
         let service = ProxyService::for_tunnel(state, client, authority, Entry::PlainTunnel, drain.clone());
-        serve_connection(TokioIo::new(io), service, ServerProtocols::Http1, drain).await;
+        serve_connection(io, service, ServerProtocols::Http1, drain, &settings).await;
         return Ok(());
     }
 
@@ -198,14 +211,15 @@ async fn intercept(
             .map_err(|source| ProxyError::LeafCertificate { host: name.clone(), source })?;
         start.into_stream(config).await.map_err(|error| handshake_failed(error_chain(&error)))
     };
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
+    let tls = match tokio::time::timeout(handshake_timeout, accept).await {
         Ok(result) => result?,
         Err(_elapsed) => {
-            return Err(handshake_failed(format!("the TLS handshake did not finish in {HANDSHAKE_TIMEOUT:?}")));
+            return Err(handshake_failed(format!("the TLS handshake did not finish in {handshake_timeout:?}")));
         }
     };
+    let settings = state.config.connections.clone();
     let service = ProxyService::for_tunnel(state, client, authority, Entry::Mitm, drain.clone());
-    serve_connection(TokioIo::new(tls), service, ServerProtocols::Http1AndH2, drain).await;
+    serve_connection(tls, service, ServerProtocols::Http1AndH2, drain, &settings).await;
     Ok(())
 }
 

@@ -13,23 +13,22 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{Instrument, debug, debug_span, info, warn};
 
+use super::admission::Admission;
 use super::context::ProxyState;
 use super::drain::{Drain, DrainController};
 use super::error::{ProxyError, error_chain};
+use super::first_byte::FirstByte;
 use super::service::ProxyService;
 use super::upstream::Upstream;
 use crate::audit::{AuditLog, AuditWriter};
-use crate::config::Config;
+use crate::config::{Config, ConnectionsConfig};
 use crate::fetch::{CacheSettings, PolicyCache, PolicyTransport};
 use crate::gate::Gate;
 use crate::tls::{CertificateAuthority, LeafCertCache};
-
-/// How long a client may take to send a complete request head (HTTP/1.1). hyper's limits on
-/// head size (about 400 KiB of buffer, 100 header fields) stay at their defaults.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long to pause accepting after an accept error (out of file descriptors, say), so the
 /// loop does not spin while the condition lasts.
@@ -118,12 +117,13 @@ impl RunningProxy {
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
         let RunningProxy { state, audit_writer, listener, local_addr, .. } = self;
         let drain = DrainController::new();
+        let admission = Admission::new(&state.config.connections);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((tcp, client)) => accept(&state, tcp, client, drain.handle()),
+                    Ok((tcp, client)) => accept(&state, &admission, tcp, client, drain.handle()),
                     Err(error) => {
                         warn!(%error, %local_addr, "cannot accept a connection; pausing briefly");
                         tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
@@ -146,17 +146,21 @@ impl RunningProxy {
 }
 
 /// Phase `accept`: one task per client connection, serving HTTP/1.1 with upgrades (CONNECT
-/// and WebSocket hand the connection over when the response is written).
-fn accept(state: &Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain: Drain) {
+/// and WebSocket hand the connection over when the response is written). A connection over
+/// a `[connections]` cap is closed at once (dropped: the client sees the close).
+fn accept(state: &Arc<ProxyState>, admission: &Arc<Admission>, tcp: TcpStream, client: SocketAddr, drain: Drain) {
+    let Ok(admitted) = admission.admit(client.ip()) else { return };
     if let Err(error) = tcp.set_nodelay(true) {
         debug!(%error, %client, "cannot set TCP_NODELAY");
     }
     let service = ProxyService::for_proxy_port(Arc::clone(state), client, drain.clone());
+    let state = Arc::clone(state);
     let span = debug_span!("connection", client = %client);
     tokio::spawn(
         async move {
             debug!("accepted");
-            serve_connection(TokioIo::new(tcp), service, ServerProtocols::Http1, drain).await;
+            serve_connection(tcp, service, ServerProtocols::Http1, drain, &state.config.connections).await;
+            drop(admitted);
         }
         .instrument(span),
     );
@@ -173,14 +177,23 @@ pub(crate) enum ServerProtocols {
 }
 
 /// Serves one client connection (the proxy port, or the inside of a tunnel) with `service`
-/// until it closes or shutdown ends it. Connection-level errors (a client hanging up
-/// mid-request) are routine for a proxy and logged at debug.
-pub(crate) async fn serve_connection<I>(io: I, service: ProxyService, protocols: ServerProtocols, drain: Drain)
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+/// until it closes or shutdown ends it, under the `[connections]` timeouts: the first byte
+/// within `first_byte_timeout`, then each HTTP/1.1 head within `header_read_timeout` (hyper's
+/// limits on head size, about 400 KiB of buffer and 100 header fields, stay at their
+/// defaults). Connection-level errors (a client hanging up mid-request) are routine for a
+/// proxy and logged at debug.
+pub(crate) async fn serve_connection<I>(
+    io: I,
+    service: ProxyService,
+    protocols: ServerProtocols,
+    drain: Drain,
+    settings: &ConnectionsConfig,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let io = TokioIo::new(FirstByte::new(io, settings.first_byte_timeout));
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
     builder.http2().timer(TokioTimer::new());
     if protocols == ServerProtocols::Http1 {
         builder = builder.http1_only();

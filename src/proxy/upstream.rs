@@ -194,6 +194,11 @@ fn classify(authority: &Authority, error: &hyper_util::client::legacy::Error) ->
     if let Some(rustls::Error::InvalidCertificate(_)) = tls {
         return ProxyError::UpstreamCertificate { host, cause };
     }
+    // hyper reports a failing request body as a user error ("error from user's Body stream")
+    // whose cause is the server side's read error: the client sent a bad or short body.
+    if causes.iter().filter_map(|e| e.downcast_ref::<hyper::Error>()).any(hyper::Error::is_user) {
+        return ProxyError::ClientBody { host, cause };
+    }
     let timed_out =
         causes.iter().filter_map(|e| e.downcast_ref::<io::Error>()).any(|e| e.kind() == io::ErrorKind::TimedOut);
     if timed_out {

@@ -6,6 +6,7 @@
 //! - `forward`: absolute-form HTTP through the proxy (bodies, HEAD/204/304, keep-alive, headers);
 //! - `tunnel`: CONNECT, MITM (h1/h2 on both sides, IP targets), passthrough, plain HTTP in a tunnel;
 //! - `websocket`: WebSocket echo through MITM, plain HTTP, and a plain tunnel;
+//! - `connections`: silent connections closed after the first-byte timeout, per-client caps;
 //! - `errors`: what the proxy answers when the client or the origin is at fault;
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
@@ -13,6 +14,7 @@
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
 //!   passthrough CONNECT decisions, shutdown with requests in flight.
 
+mod connections;
 mod errors;
 mod forward;
 mod gate;
