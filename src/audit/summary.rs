@@ -374,17 +374,17 @@ crawler-b  robots.txt robots.disallow               1
 
 malformed lines (first 5 of 5)
 line  error
-   9  not JSON: expected ident at line 1 column 2
-  11  no string \"agentgate.agent\"
-  12  not a JSON object
-  14  not JSON: expected value at line 1 column 1
-  15  not JSON: EOF while parsing a string at line 1 column 37
+  10  not JSON: expected ident at line 1 column 2
+  12  no string \"agentgate.agent\"
+  13  not a JSON object
+  15  not JSON: expected value at line 1 column 1
+  16  not JSON: EOF while parsing a string at line 1 column 37
 "
         );
 
         let json = serde_json::to_value(&summary).expect("serializes");
         assert_eq!(json["agents"][0]["outcomes"]["deny"], 3);
-        assert_eq!(json["malformed"][0]["line"], 9);
+        assert_eq!(json["malformed"][0]["line"], 10);
     }
 
     #[test]

@@ -122,7 +122,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
 /// The answer when the decision log cannot be written and `[audit] on_failure = "block"`.
 pub(crate) fn audit_unavailable() -> Response<ProxyBody> {
     let mut response = body_response(
-        "agentgate: the decision log cannot be written, and [audit] on_failure = \"block\" forbids forwarding unaudited requests; the operator must fix the log (see agentgate's error log) and restart\n".to_owned(),
+        "agentgate: the decision log cannot be written, and [audit] on_failure = \"block\" forbids forwarding unaudited requests; it resumes by itself once the operator frees space or fixes the file (see agentgate's error log); retry later\n".to_owned(),
         "text/plain; charset=utf-8",
     );
     *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;

@@ -11,15 +11,19 @@
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
 //! - `gate_cache`: one fetch per policy file within max-age and for concurrent first requests;
+//! - `redaction`: no request secret on the real binary's stderr or in its decision log;
+//! - `audit`: the audit promise, nothing forwarded before its record is on disk;
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
 //!   passthrough CONNECT decisions, shutdown with requests in flight.
 
+mod audit;
 mod connections;
 mod errors;
 mod forward;
 mod gate;
 mod gate_cache;
 mod gate_log;
+mod redaction;
 mod shutdown;
 mod support;
 mod tunnel;
