@@ -15,6 +15,7 @@ use serde_json::json;
 
 use super::ProxyBody;
 use super::error::ProxyError;
+use crate::audit::ErrorType;
 use crate::gate::Blocked;
 use crate::policy::Outcome;
 use crate::policy::advice::advice;
@@ -44,6 +45,18 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         | ProxyError::Bind { .. }
         | ProxyError::ClientHandshake { .. }
         | ProxyError::LeafCertificate { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// Who is at fault for `error`, for `error.type`: the side its status blames.
+pub(crate) fn error_type_for(error: &ProxyError) -> ErrorType {
+    let status = status_for(error);
+    if status.is_client_error() {
+        ErrorType::Client
+    } else if status == StatusCode::INTERNAL_SERVER_ERROR {
+        ErrorType::Proxy
+    } else {
+        ErrorType::Origin
     }
 }
 

@@ -22,7 +22,7 @@ use tokio_rustls::LazyConfigAcceptor;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
 use super::ProxyBody;
-use super::block::{audit_unavailable, blocked_response, error_response, status_for, tunnel_established};
+use super::block::{audit_unavailable, blocked_response, error_response, tunnel_established};
 use super::context::{Entry, ProxyState};
 use super::drain::Drain;
 use super::error::{ProxyError, error_chain, shown_target};
@@ -79,8 +79,7 @@ pub(crate) async fn handle_connect(
             };
             let started = Instant::now();
             let opened = state.upstream.open_tunnel(&authority).await;
-            let status = opened.as_ref().map(|_| StatusCode::OK).map_err(|e| (status_for(e), e.to_string()));
-            let decided = completed(permit.into_record(), started, status);
+            let decided = completed(permit.into_record(), started, opened.as_ref().map(|_| StatusCode::OK));
             // The audit promise: under `on_failure = "block"` no byte is spliced before the
             // record is on disk.
             if opened.is_ok() && state.audit.on_failure() == OnFailure::Block {

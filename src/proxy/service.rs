@@ -25,7 +25,7 @@ use hyper_util::rt::TokioIo;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
 use super::ProxyBody;
-use super::block::{audit_unavailable, blocked_response, error_response, status_for};
+use super::block::{audit_unavailable, blocked_response, error_response, error_type_for, status_for};
 use super::connect::handle_connect;
 use super::context::{Entry, ProxyState, RequestContext};
 use super::drain::Drain;
@@ -151,7 +151,7 @@ impl ProxyService {
             return Ok(audit_unavailable());
         }
         let result = forward(&self.state, &context, &permit, request, self.drain.clone()).await;
-        let status = result.as_ref().map(Response::status).map_err(|e| (status_for(e), e.to_string()));
+        let status = result.as_ref().map(Response::status);
         record(&self.state, permit.into_record(), started, status).await;
         result
     }
@@ -259,7 +259,7 @@ pub(crate) async fn record(
     state: &ProxyState,
     record: DecisionRecord,
     started: Instant,
-    status: Result<StatusCode, (StatusCode, String)>,
+    status: Result<StatusCode, &ProxyError>,
 ) {
     let record = completed(record, started, status);
     if let Err(unrecorded) = state.audit.record(&record).await {
@@ -267,19 +267,21 @@ pub(crate) async fn record(
     }
 }
 
-/// `record` with the answer: its status, duration, and for a failure the error.
+/// `record` with the answer: its status, duration, and for a failure the error and who is
+/// at fault.
 pub(crate) fn completed(
     mut record: DecisionRecord,
     started: Instant,
-    status: Result<StatusCode, (StatusCode, String)>,
+    status: Result<StatusCode, &ProxyError>,
 ) -> DecisionRecord {
     record.duration = Some(started.elapsed());
     match status {
         Ok(status) => record.status = Some(status.as_u16()),
-        Err((status, error)) => {
-            record.status = Some(status.as_u16());
+        Err(error) => {
+            record.status = Some(status_for(error).as_u16());
             record.outcome = LogOutcome::Error;
-            record.error = Some(error);
+            record.error = Some(error.to_string());
+            record.error_type = Some(error_type_for(error));
         }
     }
     record

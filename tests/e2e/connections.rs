@@ -1,7 +1,8 @@
 //! Connection bounds on the proxy port: silent connections are closed after
 //! `[connections] first_byte_timeout` (on the proxy port and inside a CONNECT tunnel), and a
 //! client over `max_connections_per_client` has its new connection closed while another
-//! client is served.
+//! client is served. Idle keep-alive connections and intercepted tunnels idle after the TLS
+//! handshake (h1 and h2) are closed too.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -11,7 +12,7 @@ use tokio::net::{TcpSocket, TcpStream};
 
 use crate::support::origin::Origin;
 use crate::support::pki::TestCa;
-use crate::support::raw::connect_tunnel;
+use crate::support::raw::{connect_tunnel, read_head, tls_client};
 use crate::support::{TestProxy, TestResult, bypass_all, log};
 
 /// A bound on how long a test waits for the proxy to close a connection: a guard against a
@@ -91,7 +92,7 @@ async fn the_connection_over_the_per_client_cap_is_closed_while_another_client_i
     // One of the 50 is still served.
     let first = &mut held[0];
     first.write_all(format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/echo")).as_bytes()).await?;
-    let head = crate::support::raw::read_head(first).await?;
+    let head = read_head(first).await?;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 
     // Another client address is not affected by 127.0.0.1's cap.
@@ -105,5 +106,45 @@ async fn the_connection_over_the_per_client_cap_is_closed_while_another_client_i
     assert!(served.iter().all(|r| r["http.response.status_code"] == 200), "{records:#?}");
     assert!(served.iter().any(|r| r["client.address"] == "127.0.0.2"), "{records:#?}");
     assert_eq!(log::for_request(&records, "GET", "/refused").len(), 0, "the refused connection made no request");
+    Ok(())
+}
+
+#[tokio::test]
+async fn idle_keep_alive_and_idle_intercepted_tunnels_are_closed() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http().await?;
+    let proxy = TestProxy::start_with(&ca, |config| {
+        bypass_all(config);
+        config.connections.first_byte_timeout = Duration::from_millis(500);
+        config.connections.header_read_timeout = Duration::from_millis(500);
+    })
+    .await?;
+    // A keep-alive connection, idle after its first response.
+    let mut keep_alive = TcpStream::connect(proxy.addr).await?;
+    keep_alive.write_all(format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/hello")).as_bytes()).await?;
+    let head = read_head(&mut keep_alive).await?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut body = [0u8; 64];
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(str::to_owned))
+        .ok_or("a content-length")?
+        .trim()
+        .parse()?;
+    keep_alive.read_exact(&mut body[..length]).await?;
+    closed_by_proxy(&mut keep_alive).await?;
+
+    // Intercepted tunnels that finish the TLS handshake, then say nothing, over h1 and h2.
+    for alpn in [&b"http/1.1"[..], &b"h2"[..]] {
+        let (stream, head) = connect_tunnel(proxy.addr, "localhost:443").await?;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let mut tls = tls_client(stream, "localhost", &proxy.ca_pem, &[alpn]).await?;
+        let mut buf = [0u8; 64];
+        match tokio::time::timeout(CLOSE_GUARD, tls.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {}
+            Ok(Ok(n)) => return Err(format!("the proxy sent {n} bytes instead of closing").into()),
+            Err(_) => return Err(format!("the idle tunnel ({alpn:?}) was still open after {CLOSE_GUARD:?}").into()),
+        }
+    }
     Ok(())
 }
