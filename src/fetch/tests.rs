@@ -251,8 +251,12 @@ impl TestCa {
 // ---------------------------------------------------------------------------------------
 // Helpers.
 
+/// The proxy's transport, trusting `ca`; the test origins are on loopback, which the network
+/// guard denies by default, so these tests opt in (`docs/security.md`).
 fn transport(ca: &TestCa) -> TestResult<Arc<dyn PolicyTransport>> {
-    let config = UpstreamConfig { extra_ca_files: vec![ca.pem_path.clone()], ..UpstreamConfig::default() };
+    let mut config = crate::config::Config::default();
+    config.upstream = UpstreamConfig { extra_ca_files: vec![ca.pem_path.clone()], ..UpstreamConfig::default() };
+    config.network.allow_cidrs = vec!["127.0.0.0/8".parse()?, "::1/128".parse()?];
     Ok(crate::proxy::policy_transport(&config)?)
 }
 

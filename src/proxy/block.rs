@@ -30,6 +30,7 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         | ProxyError::UnsupportedScheme { .. }
         | ProxyError::BadConnectTarget { .. }
         | ProxyError::BadTunnelRequest { .. } => StatusCode::BAD_REQUEST,
+        ProxyError::DestinationRefused { .. } => StatusCode::FORBIDDEN,
         ProxyError::UpstreamCertificate { .. }
         | ProxyError::UpstreamResolve { .. }
         | ProxyError::UpstreamConnect { .. }

@@ -12,6 +12,7 @@
 mod block;
 mod connect;
 mod context;
+mod destination;
 mod drain;
 mod error;
 mod headers;

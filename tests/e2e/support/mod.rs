@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentgate::config::Config;
+use agentgate::config::{Config, PortRange};
 use agentgate::proxy::Proxy;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -79,6 +79,10 @@ impl TestProxy {
         config.ca.dir = ca_dir.path().to_owned();
         config.upstream.extra_ca_files = vec![origin_ca.pem_path.clone()];
         config.audit.path = ca_dir.path().join("decisions.jsonl");
+        // The test origins live on loopback, which the network guard denies by default
+        // (docs/security.md): tests opt in, and CONNECT may reach their ephemeral ports.
+        config.network.allow_cidrs = vec!["127.0.0.0/8".parse()?, "::1/128".parse()?];
+        config.connect.allowed_ports = vec![PortRange { first: 1, last: u16::MAX }];
         edit(&mut config);
         let log_path = config.audit.path.clone();
         let running = Proxy::new(Arc::new(config))?.bind().await?;
