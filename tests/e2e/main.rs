@@ -11,13 +11,16 @@
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
 //! - `gate_cache`: one fetch per policy file within max-age and for concurrent first requests;
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
-//!   passthrough CONNECT decisions, shutdown with requests in flight.
+//!   passthrough CONNECT decisions, shutdown with requests in flight;
+//! - `network`: the network guard (loopback spellings, internal ranges never dialled,
+//!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c).
 
 mod errors;
 mod forward;
 mod gate;
 mod gate_cache;
 mod gate_log;
+mod network;
 mod shutdown;
 mod support;
 mod tunnel;
