@@ -716,6 +716,47 @@ listen = "0.0.0.0:8080"
     }
 
     #[test]
+    fn issue_8_network_and_connect_keys() {
+        let text = "[network]\ndeny_cidrs = [\"10.9.0.0/16\", \"192.0.2.1\"]\n[connect]\nallowed_ports = [443, \"8000-8999\"]\n";
+        let config = Config::from_toml_str(text, "t.toml").unwrap();
+        assert_eq!(
+            config.network.deny_cidrs,
+            vec!["10.9.0.0/16".parse::<IpNet>().unwrap(), "192.0.2.1/32".parse().unwrap()]
+        );
+        assert!(config.connect.allows(443) && config.connect.allows(8500) && !config.connect.allows(80));
+        assert!(Config::default().connect.allows(80) && !Config::default().connect.allows(22));
+
+        for (value, shown) in
+            [("[0]", "0: invalid port"), ("[70000]", "70000: invalid port"), ("[\"9-1\"]", "\"9-1\": invalid port")]
+        {
+            let message = syntax(&format!("[connect]\nallowed_ports = {value}\n"));
+            assert!(message.contains(shown) && message.contains("8000-8999"), "{message}");
+        }
+        let problems = problems("[connect]\nallowed_ports = []\n");
+        assert!(
+            problems[0].contains("[connect] allowed_ports = []") && problems[0].contains("[443, 80]"),
+            "{problems:?}"
+        );
+        let message = syntax("[network]\ndeny_cidrs = [\"10.0.0.0/33\"]\n");
+        assert!(message.contains("[network] deny_cidrs") && message.contains("CIDR"), "{message}");
+    }
+
+    #[test]
+    fn issue_8_rule_hosts_may_be_cidrs_and_idns() {
+        let rule = |host: &str| format!("[[rules]]\nhost = \"{host}\"\naction = \"deny\"\n");
+        for host in ["10.0.0.0/8", "fd00::/8", "127.1", "bücher.example", "*.bücher.example"] {
+            assert!(Config::from_toml_str(&rule(host), "t.toml").is_ok(), "{host}");
+        }
+        let problems = problems(&rule("10.0.0.0/33"));
+        assert!(problems[0].contains("or a CIDR"), "{problems:?}");
+        let mitm = MitmConfig {
+            passthrough_hosts: vec!["127.0.0.1".into(), "*.Bücher.example".into()],
+            ..MitmConfig::default()
+        };
+        assert!(mitm.is_passthrough("0x7f.1") && mitm.is_passthrough("a.xn--bcher-kva.example"));
+    }
+
+    #[test]
     fn listeners_on_port_zero_never_collide() {
         let text = "listen = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n";
         assert!(Config::from_toml_str(text, "test.toml").is_ok());

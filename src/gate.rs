@@ -142,11 +142,22 @@ impl Gate {
             limits: Vec::new(),
             inject_headers: Vec::new(),
         };
-        let agent = self.identify_agent(req.client);
-        let mut record = DecisionRecord::new(LogOutcome::Deny, self.mode, req.client, agent, req.method, req.url);
-        record.user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let mut record = self.record_for(LogOutcome::Deny, req);
         record.reasons = decision.reasons.clone();
         Blocked { decision, record }
+    }
+
+    /// The record of a request that failed before it could be decided (its host does not
+    /// resolve, so the network guard has nothing to vet); the caller adds the error.
+    pub fn undecided(&self, req: &GateRequest<'_>) -> DecisionRecord {
+        self.record_for(LogOutcome::Error, req)
+    }
+
+    fn record_for(&self, outcome: LogOutcome, req: &GateRequest<'_>) -> DecisionRecord {
+        let agent = self.identify_agent(req.client);
+        let mut record = DecisionRecord::new(outcome, self.mode, req.client, agent, req.method, req.url);
+        record.user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        record
     }
 
     /// Operator rules first, then the origin's policies.

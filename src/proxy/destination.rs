@@ -15,7 +15,7 @@ use http::Response;
 use tracing::info;
 
 use super::ProxyBody;
-use super::block::blocked_response;
+use super::block::{blocked_response, status_for};
 use super::context::ProxyState;
 use super::error::{ProxyError, error_chain};
 use super::service::record;
@@ -37,8 +37,9 @@ pub(crate) enum Ask {
 /// (already recorded) for a refused destination.
 ///
 /// # Errors
-/// [`ProxyError::UpstreamResolve`] when the host does not resolve: nothing can be vetted, so
-/// nothing is fetched or forwarded (a later lookup must not decide what the first could not).
+/// [`ProxyError::UpstreamResolve`] (recorded) when the host does not resolve: nothing can be
+/// vetted, so nothing is fetched or forwarded (a later lookup must not decide what the
+/// first could not).
 pub(crate) async fn check_destination(
     state: &ProxyState,
     started: Instant,
@@ -51,10 +52,12 @@ pub(crate) async fn check_destination(
         Ok(vetted) => return Ok(Ok(vetted)),
         Err(GuardError::Refused(refusal)) => refusal,
         Err(GuardError::Resolve { source, .. }) => {
-            return Err(ProxyError::UpstreamResolve { host: format!("{host}:{port}"), cause: error_chain(&source) });
+            let error = ProxyError::UpstreamResolve { host: format!("{host}:{port}"), cause: error_chain(&source) };
+            return Err(undecided(state, started, &request, error).await);
         }
         Err(GuardError::BadHost(bad)) => {
-            return Err(ProxyError::UpstreamResolve { host: format!("{host}:{port}"), cause: bad.to_string() });
+            let error = ProxyError::UpstreamResolve { host: format!("{host}:{port}"), cause: bad.to_string() };
+            return Err(undecided(state, started, &request, error).await);
         }
     };
     info!(code = refusal.code(), refusal = ?refusal, "destination refused by the network guard");
@@ -62,4 +65,11 @@ pub(crate) async fn check_destination(
     let response = blocked_response(&blocked, request.headers);
     record(state, blocked.record, started, Ok(response.status())).await;
     Ok(Err(response))
+}
+
+/// Records a request that failed before any decision, and hands its error back.
+async fn undecided(state: &ProxyState, started: Instant, request: &GateRequest<'_>, error: ProxyError) -> ProxyError {
+    let status = (status_for(&error), error.to_string());
+    record(state, state.gate.undecided(request), started, Err(status)).await;
+    error
 }

@@ -14,6 +14,7 @@ use agentgate::net::{Dial, NetFuture, Resolve, SystemResolver, TcpDialer};
 use tokio::net::TcpStream;
 
 use crate::support::block::{self, Expected};
+use crate::support::log::for_request;
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
 use crate::support::raw::{connect_tunnel, exchange};
@@ -162,6 +163,7 @@ async fn issue_8_internal_ranges_and_names_are_never_dialled() -> TestResult {
         ("metadata.test", &["169.254.169.254"]),
         // Every address is vetted: a public answer first does not smuggle the second in.
         ("mixed.test", &["203.0.113.7", "127.0.0.2"]),
+        ("empty.test", &[]),
     ]);
     let dialer = Arc::new(Recorder::default());
     let only_origin = |config: &mut Config| {
@@ -196,6 +198,16 @@ async fn issue_8_internal_ranges_and_names_are_never_dialled() -> TestResult {
         refused(answer, "network.private_address", &records, host)?;
     }
     assert_eq!(dialer.dialed(), Vec::<SocketAddr>::new(), "no connect was attempted");
+
+    // A name with no address is an unreachable origin, recorded, and nothing is fetched.
+    let answer = get(&proxy, "http://empty.test/x").await?;
+    assert_eq!(answer.status, 502, "{}", answer.text);
+    assert!(answer.text.contains("cannot resolve empty.test:80"), "{}", answer.text);
+    let records = proxy.log_lines(answers.len() + 4).await?;
+    let line = for_request(&records, "GET", "empty.test/x");
+    assert_eq!(line.len(), 1, "{records:#?}");
+    assert_eq!((&line[0]["event.outcome"], &line[0]["http.response.status_code"]), (&"error".into(), &502.into()));
+    assert_eq!(dialer.dialed(), Vec::<SocketAddr>::new());
 
     // After all that, a normal request works, and dials the origin's host only (its port,
     // and 443 for AGENTS.md, SEMANTICS C2).
@@ -349,5 +361,22 @@ async fn issue_8_h2c_upgrade_never_reaches_the_origin() -> TestResult {
 
     let response = proxy.client()?.get(format!("{base}/hello")).send().await?;
     assert_eq!(response.status(), 200);
+    Ok(())
+}
+
+#[tokio::test]
+async fn issue_8_monitor_mode_does_not_open_the_network() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http().await?;
+    let monitor = |config: &mut Config| {
+        shipped_network(config);
+        config.mode = agentgate::config::Mode::Monitor;
+    };
+    let proxy = TestProxy::start_with(&ca, monitor).await?;
+    let answer = get(&proxy, &format!("http://127.1:{}/hello", origin.addr.port())).await?;
+    let records = proxy.log_lines(1).await?;
+    refused(&answer, "network.private_address", &records, "monitor mode")?;
+    assert_eq!(records[0]["agentgate.mode"], "monitor", "{records:#?}");
+    assert_eq!(origin.connections(), 0);
     Ok(())
 }
