@@ -26,7 +26,8 @@ pub struct GateRequest<'a> {
     pub client: SocketAddr,
     /// Where the request goes.
     pub origin: &'a Origin,
-    /// The absolute URL as the agent asked for it (for the log; redacted there).
+    /// The absolute URL as the agent asked for it, with the canonical host (for the log;
+    /// redacted there).
     pub url: &'a str,
     /// The method as sent.
     pub method: &'a str,
