@@ -14,7 +14,7 @@ use agentgate::net::{Dial, NetFuture, Resolve, SystemResolver, TcpDialer};
 use tokio::net::TcpStream;
 
 use crate::support::block::{self, Expected};
-use crate::support::log::for_request;
+use crate::support::log::{by_id, for_request};
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
 use crate::support::raw::{connect_tunnel, exchange};
@@ -320,6 +320,12 @@ async fn issue_8_operator_rules_match_every_spelling_and_cidrs() -> TestResult {
         block::logged(&records, answer.record(), "GET", &network("operator.deny"))?;
     }
     assert_eq!(origin.hits("/private/x") + origin.hits("/secret"), 0);
+    // The log names the canonical host, whatever spelling the agent used.
+    for (host, answer) in answers.iter().filter(|(host, _)| *host != "intranet.test") {
+        let line = by_id(&records, answer.record())?;
+        assert_eq!(line["url.domain"], "127.0.0.1", "{host}: {line:#}");
+        assert!(line["url.full"].as_str().unwrap_or_default().starts_with("http://127.0.0.1:"), "{host}: {line:#}");
+    }
     let answer = get(&proxy, &format!("http://127.1:{port}/hello")).await?;
     assert_eq!(answer.status, 200, "{}", answer.text);
     Ok(())
