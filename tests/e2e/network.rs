@@ -299,6 +299,7 @@ async fn issue_8_operator_rules_match_every_spelling_and_cidrs() -> TestResult {
             reason: String::new(),
         };
         config.rules = vec![rule("127.0.0.1", "/private"), rule("127.0.0.0/8", "/secret")];
+        config.bypass_hosts = vec!["2130706433".to_owned()];
     };
     let proxy = TestProxy::start_with_network(&ca, names, Arc::new(TcpDialer), rules).await?;
     let port = origin.addr.port();
@@ -326,8 +327,14 @@ async fn issue_8_operator_rules_match_every_spelling_and_cidrs() -> TestResult {
         assert_eq!(line["url.domain"], "127.0.0.1", "{host}: {line:#}");
         assert!(line["url.full"].as_str().unwrap_or_default().starts_with("http://127.0.0.1:"), "{host}: {line:#}");
     }
+    // `bypass_hosts = ["2130706433"]` is 127.0.0.1 too: no policy file is fetched.
     let answer = get(&proxy, &format!("http://127.1:{port}/hello")).await?;
     assert_eq!(answer.status, 200, "{}", answer.text);
+    let records = proxy.log_lines(answers.len() + 1).await?;
+    let hello = for_request(&records, "GET", "/hello");
+    assert_eq!(hello.len(), 1, "{records:#?}");
+    assert_eq!(hello[0]["agentgate.reasons"][0]["code"], "operator.bypass", "{:#}", hello[0]);
+    assert!(origin.policy_fetches().iter().all(|(_, n)| *n == 0), "{:?}", origin.policy_fetches());
     Ok(())
 }
 
