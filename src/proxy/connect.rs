@@ -1,4 +1,6 @@
-//! CONNECT (RFC 9110 §9.3.6): the host-level decision before the `200` (`decide_tunnel`),
+//! CONNECT (RFC 9110 §9.3.6): the network guard and `[connect] allowed_ports` first
+//! (`check_connect`: agentgate's own address, internal ranges and other ports are a 403
+//! before the `200`), then the host-level decision before the `200` (`decide_tunnel`),
 //! then either a passthrough splice to the target, or interception: read the tunnel's first
 //! bytes, terminate TLS with a leaf minted for the SNI name (or the CONNECT host), and serve
 //! the inner HTTP/1.1 or h2 with the same request service as the proxy port. A tunnel whose
@@ -84,11 +86,12 @@ async fn check_connect(
     check_destination(state, started, request, Ask::Connect).await
 }
 
-/// Phase `handle_connect`: checks the target, decides, and answers `200`; the tunnel itself
-/// runs in its own task once hyper hands over the connection.
+/// Phase `handle_connect`: checks the target (form, destination, port), decides, and
+/// answers `200`; the tunnel itself runs in its own task once hyper hands over the connection.
 ///
 /// # Errors
-/// [`ProxyError::BadConnectTarget`] for a target that is not `host:port`; for passthrough,
+/// [`ProxyError::BadConnectTarget`] for a target that is not `host:port`;
+/// [`ProxyError::UpstreamResolve`] when its host does not resolve; for passthrough,
 /// the `Upstream*` variants when the target cannot be reached (answered before the `200`).
 pub(crate) async fn handle_connect(
     state: &Arc<ProxyState>,
