@@ -47,6 +47,20 @@ impl Resolve for Names {
     }
 }
 
+/// A rebinding DNS server: the first answer is the allowed origin, every later one is
+/// another loopback address the allow list does not open.
+#[derive(Default)]
+struct Rebinding(Mutex<usize>);
+
+impl Resolve for Rebinding {
+    fn resolve<'a>(&'a self, _name: &'a str) -> NetFuture<'a, Vec<IpAddr>> {
+        let mut lookups = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *lookups += 1;
+        let answer = if *lookups == 1 { [127, 0, 0, 1] } else { [127, 0, 0, 2] };
+        Box::pin(async move { Ok(vec![IpAddr::from(answer)]) })
+    }
+}
+
 /// Records every address it is asked to dial; connects to loopback only.
 #[derive(Default)]
 struct Recorder(Mutex<Vec<SocketAddr>>);
@@ -391,5 +405,27 @@ async fn issue_8_monitor_mode_does_not_open_the_network() -> TestResult {
     refused(&answer, "network.private_address", &records, "monitor mode")?;
     assert_eq!(records[0]["agentgate.mode"], "monitor", "{records:#?}");
     assert_eq!(origin.connections(), 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn issue_8_one_lookup_per_request_no_rebinding() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http_site(Site::new()).await?;
+    let resolver = Arc::new(Rebinding::default());
+    let dialer = Arc::new(Recorder::default());
+    let only_origin = |config: &mut Config| {
+        shipped_network(config);
+        config.network.allow_cidrs = vec!["127.0.0.1/32".parse().expect("CIDR")];
+    };
+    let proxy = TestProxy::start_with_network(&ca, resolver.clone(), dialer.clone(), only_origin).await?;
+    // The guard, the four policy fetches and the forward all use the first answer.
+    let answer = get(&proxy, &format!("http://rebind.test:{}/hello", origin.addr.port())).await?;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(*resolver.0.lock().unwrap_or_else(PoisonError::into_inner), 1, "one lookup");
+    let dialed = dialer.dialed();
+    assert!(dialed.contains(&origin.addr), "{dialed:?}");
+    assert!(dialed.iter().all(|a| a.ip() == origin.addr.ip()), "only the vetted address: {dialed:?}");
+    assert!(origin.policy_fetches().iter().any(|(_, n)| *n > 0), "the policy files came from the vetted address");
     Ok(())
 }
