@@ -7,7 +7,7 @@
 //! Never: writes responses (the proxy builds block answers from a [`Blocked`]), writes the
 //! decision log (the proxy records once the status is known), parses policy text.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use http::HeaderMap;
 use http::header::USER_AGENT;
@@ -15,8 +15,9 @@ use http::header::USER_AGENT;
 use crate::audit::{DecisionRecord, Mode, Outcome as LogOutcome};
 use crate::config::{AgentConfig, Config};
 use crate::fetch::{Origin, PolicyCache};
+use crate::net::{Refusal, canonical_pattern};
 use crate::policy::operator::{OperatorRule, OperatorRules};
-use crate::policy::{self, Decision, Headers, Outcome, RequestView};
+use crate::policy::{self, Decision, Headers, Outcome, Reason, RequestView, Source};
 
 /// The request facts the gate needs, borrowed from the proxy's parsed request.
 #[derive(Debug, Clone, Copy)]
@@ -25,7 +26,8 @@ pub struct GateRequest<'a> {
     pub client: SocketAddr,
     /// Where the request goes.
     pub origin: &'a Origin,
-    /// The absolute URL as the agent asked for it (for the log; redacted there).
+    /// The absolute URL as the agent asked for it, with the canonical host (for the log;
+    /// redacted there).
     pub url: &'a str,
     /// The method as sent.
     pub method: &'a str,
@@ -33,6 +35,9 @@ pub struct GateRequest<'a> {
     pub path_and_query: &'a str,
     /// The request headers as the agent sent them.
     pub headers: &'a HeaderMap,
+    /// The addresses the network guard vetted for the origin's host (`crate::net::Guard`),
+    /// for operator rules that name an address or a CIDR.
+    pub addresses: &'a [IpAddr],
 }
 
 /// A request the gate let through. Only the gate can make one, so a forward without a
@@ -100,14 +105,12 @@ impl Gate {
             .rules
             .iter()
             .enumerate()
-            .map(|(i, r)| OperatorRule::new(i + 1, &r.host, &r.path, &r.methods, r.action, &r.reason))
+            .map(|(i, r)| {
+                OperatorRule::new(i + 1, &canonical_pattern(&r.host), &r.path, &r.methods, r.action, &r.reason)
+            })
             .collect();
-        Gate {
-            mode: config.mode,
-            agent: config.agent.clone(),
-            rules: OperatorRules::new(config.bypass_hosts.clone(), rules),
-            cache,
-        }
+        let bypass_hosts = config.bypass_hosts.iter().map(|p| canonical_pattern(p)).collect();
+        Gate { mode: config.mode, agent: config.agent.clone(), rules: OperatorRules::new(bypass_hosts, rules), cache }
     }
 
     /// Phases `identify_agent`, `load_policies`, `evaluate`: decides one request.
@@ -130,13 +133,43 @@ impl Gate {
             purposes: &self.agent.purposes,
             headers: &headers,
         };
-        let decision = self.evaluate(&view, req.origin).await;
+        let decision = self.evaluate(&view, req.origin, req.addresses).await;
         self.verdict(decision, &req, agent_id, user_agent)
     }
 
+    /// The block for a destination the network guard refused (`crate::net`), decided before
+    /// any policy is loaded. It blocks in monitor mode too: the guard is not a site policy,
+    /// and the connector would refuse the connection anyway.
+    pub fn refuse(&self, refusal: &Refusal, req: &GateRequest<'_>) -> Blocked {
+        let reason = Reason::new(Source::Operator, refusal.code(), refusal.to_string());
+        let decision = Decision {
+            outcome: Outcome::Deny,
+            reasons: vec![reason],
+            blocking: 1,
+            limits: Vec::new(),
+            inject_headers: Vec::new(),
+        };
+        let mut record = self.record_for(LogOutcome::Deny, req);
+        record.reasons = decision.reasons.clone();
+        Blocked { decision, record }
+    }
+
+    /// The record of a request that failed before it could be decided (its host does not
+    /// resolve, so the network guard has nothing to vet); the caller adds the error.
+    pub fn undecided(&self, req: &GateRequest<'_>) -> DecisionRecord {
+        self.record_for(LogOutcome::Error, req)
+    }
+
+    fn record_for(&self, outcome: LogOutcome, req: &GateRequest<'_>) -> DecisionRecord {
+        let agent = self.identify_agent(req.client);
+        let mut record = DecisionRecord::new(outcome, self.mode, req.client, agent, req.method, req.url);
+        record.user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        record
+    }
+
     /// Operator rules first, then the origin's policies.
-    async fn evaluate(&self, view: &RequestView<'_>, origin: &Origin) -> Decision {
-        match self.rules.evaluate(view) {
+    async fn evaluate(&self, view: &RequestView<'_>, origin: &Origin, addresses: &[IpAddr]) -> Decision {
+        match self.rules.evaluate(view, addresses) {
             Some(decision) => decision,
             None => {
                 let policies = self.cache.policies(origin).await;

@@ -12,6 +12,7 @@ pub mod explain;
 pub mod fetch;
 pub mod gate;
 pub mod lint;
+pub mod net;
 pub mod policy;
 pub mod proxy;
 pub mod tls;

@@ -32,6 +32,7 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         | ProxyError::BadConnectTarget { .. }
         | ProxyError::BadTunnelRequest { .. }
         | ProxyError::ClientBody { .. } => StatusCode::BAD_REQUEST,
+        ProxyError::DestinationRefused { .. } => StatusCode::FORBIDDEN,
         ProxyError::UpstreamCertificate { .. }
         | ProxyError::UpstreamResolve { .. }
         | ProxyError::UpstreamConnect { .. }

@@ -1,4 +1,6 @@
-//! CONNECT (RFC 9110 §9.3.6): the host-level decision before the `200` (`decide_tunnel`),
+//! CONNECT (RFC 9110 §9.3.6): the network guard and `[connect] allowed_ports` first
+//! (`check_connect`: agentgate's own address, internal ranges and other ports are a 403
+//! before the `200`), then the host-level decision before the `200` (`decide_tunnel`),
 //! then either a passthrough splice to the target, or interception: read the tunnel's first
 //! bytes, terminate TLS with a leaf minted for the SNI name (or the CONNECT host), and serve
 //! the inner HTTP/1.1 or h2 with the same request service as the proxy port. A tunnel whose
@@ -24,6 +26,7 @@ use tracing::{Instrument, debug, field, info, info_span, warn};
 use super::ProxyBody;
 use super::block::{audit_unavailable, blocked_response, error_response, tunnel_established};
 use super::context::{Entry, ProxyState};
+use super::destination::{Ask, check_destination};
 use super::drain::Drain;
 use super::error::{ProxyError, error_chain, shown_target};
 use super::listener::{ServerProtocols, serve_connection};
@@ -54,11 +57,37 @@ pub(crate) fn decide_tunnel(config: &Config, authority: &Authority) -> Tunnel {
     if config.mitm.is_passthrough(authority.host()) { Tunnel::Passthrough } else { Tunnel::Mitm }
 }
 
-/// Phase `handle_connect`: checks the target, decides, and answers `200`; the tunnel itself
-/// runs in its own task once hyper hands over the connection.
+/// Phase `check_destination` for a CONNECT, before the `200`: the network guard vets the
+/// target (agentgate's own addresses included) and the port must be in
+/// `[connect] allowed_ports`. A refusal is a recorded 403 block.
+async fn check_connect(
+    state: &ProxyState,
+    client: SocketAddr,
+    authority: &Authority,
+    headers: &http::HeaderMap,
+) -> Result<Result<Arc<crate::net::Vetted>, Response<ProxyBody>>, ProxyError> {
+    let started = Instant::now();
+    let origin = Origin::from_parts(&Scheme::HTTPS, authority)
+        .map_err(|_| ProxyError::BadConnectTarget { target: authority.to_string() })?;
+    let url = format!("https://{}:{}/", origin.host(), origin.port());
+    let request = GateRequest {
+        client,
+        origin: &origin,
+        url: &url,
+        method: "CONNECT",
+        path_and_query: "/",
+        headers,
+        addresses: &[],
+    };
+    check_destination(state, started, request, Ask::Connect).await
+}
+
+/// Phase `handle_connect`: checks the target (form, destination, port), decides, and
+/// answers `200`; the tunnel itself runs in its own task once hyper hands over the connection.
 ///
 /// # Errors
-/// [`ProxyError::BadConnectTarget`] for a target that is not `host:port`; for passthrough,
+/// [`ProxyError::BadConnectTarget`] for a target that is not `host:port`;
+/// [`ProxyError::UpstreamResolve`] when its host does not resolve; for passthrough,
 /// the `Upstream*` variants when the target cannot be reached (answered before the `200`).
 pub(crate) async fn handle_connect(
     state: &Arc<ProxyState>,
@@ -68,15 +97,21 @@ pub(crate) async fn handle_connect(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let authority = connect_target(request.uri())?;
     tracing::Span::current().record("authority", field::display(&authority));
+    // Held until the passthrough tunnel is open: it dials these addresses.
+    let vetted = match check_connect(state, client, &authority, request.headers()).await? {
+        Ok(vetted) => vetted,
+        Err(blocked) => return Ok(blocked),
+    };
     let on_upgrade = hyper::upgrade::on(&mut request);
     let tunnel = decide_tunnel(&state.config, &authority);
     let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
     match tunnel {
         Tunnel::Passthrough => {
-            let permit = match decide_passthrough(state, client, &authority, request.headers()).await {
-                Ok(permit) => permit,
-                Err(blocked) => return Ok(blocked),
-            };
+            let permit =
+                match decide_passthrough(state, client, &authority, request.headers(), vetted.addresses()).await {
+                    Ok(permit) => permit,
+                    Err(blocked) => return Ok(blocked),
+                };
             let started = Instant::now();
             let opened = state.upstream.open_tunnel(&authority).await;
             let decided = completed(permit.into_record(), started, opened.as_ref().map(|_| StatusCode::OK));
@@ -124,12 +159,14 @@ async fn decide_passthrough(
     client: SocketAddr,
     authority: &Authority,
     headers: &http::HeaderMap,
+    addresses: &[std::net::IpAddr],
 ) -> Result<Permitted, Response<ProxyBody>> {
     let started = Instant::now();
-    let url = format!("https://{authority}/");
     let origin = Origin::from_parts(&Scheme::HTTPS, authority)
         .map_err(|_| error_response(&ProxyError::BadConnectTarget { target: authority.to_string() }))?;
-    let request = GateRequest { client, origin: &origin, url: &url, method: "GET", path_and_query: "/", headers };
+    let url = format!("https://{}:{}/", origin.host(), origin.port());
+    let request =
+        GateRequest { client, origin: &origin, url: &url, method: "GET", path_and_query: "/", headers, addresses };
     match state.gate.decide(request).await {
         Verdict::Forward(mut permit) => {
             permit.set_method("CONNECT");

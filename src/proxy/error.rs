@@ -120,6 +120,16 @@ pub enum ProxyError {
         cause: String,
     },
 
+    /// The network guard refused the destination at connect time (`crate::net`); nothing
+    /// was dialled. Requests are normally refused earlier, with a 403 block answer.
+    #[error("agentgate does not connect to {host}: {cause}")]
+    DestinationRefused {
+        /// The origin, `host:port`.
+        host: String,
+        /// The guard's reason.
+        cause: String,
+    },
+
     /// The origin's host name could not be resolved.
     #[error("cannot resolve {host}: {cause}")]
     UpstreamResolve {

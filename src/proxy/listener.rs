@@ -22,12 +22,14 @@ use super::context::ProxyState;
 use super::drain::{Drain, DrainController};
 use super::error::{ProxyError, error_chain};
 use super::first_byte::FirstByte;
+use super::resolve::GuardedConnector;
 use super::service::ProxyService;
 use super::upstream::Upstream;
 use crate::audit::{AuditLog, AuditWriter};
 use crate::config::{Config, ConnectionsConfig};
 use crate::fetch::{CacheSettings, PolicyCache, PolicyTransport};
 use crate::gate::Gate;
+use crate::net::{AddressPolicy, Dial, Guard, Resolve, SystemResolver, TcpDialer};
 use crate::tls::{CertificateAuthority, LeafCertCache};
 
 /// How long to pause accepting after an accept error (out of file descriptors, say), so the
@@ -40,6 +42,7 @@ pub struct Proxy {
     config: Arc<Config>,
     certs: LeafCertCache,
     upstream: Arc<Upstream>,
+    guard: Arc<Guard>,
     gate: Gate,
     ca_cert_path: PathBuf,
 }
@@ -63,15 +66,31 @@ impl Proxy {
     /// [`ProxyError::Ca`] when the CA cannot be loaded or created;
     /// [`ProxyError::UpstreamClient`] when an `[upstream] extra_ca_files` entry is unusable.
     pub fn new(config: Arc<Config>) -> Result<Self, ProxyError> {
+        Proxy::with_network(config, Arc::new(SystemResolver), Arc::new(TcpDialer))
+    }
+
+    /// Like [`new`](Self::new), resolving names with `resolver` and opening every TCP
+    /// connection to an origin with `dialer`: the seams through which tests prove that a
+    /// refused destination is never dialled.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_network(
+        config: Arc<Config>,
+        resolver: Arc<dyn Resolve>,
+        dialer: Arc<dyn Dial>,
+    ) -> Result<Self, ProxyError> {
         let ca = CertificateAuthority::load_or_create(&config.ca.dir)
             .map_err(|source| ProxyError::Ca { dir: config.ca.dir.clone(), source })?;
         let ca_cert_path = ca.cert_path().to_owned();
         let certs = LeafCertCache::new(Arc::new(ca), config.mitm.cert_cache_size);
-        // One client for proxied requests and policy fetches: one pool, resolver and trust store.
-        let upstream = Arc::new(Upstream::new(&config.upstream)?);
+        let guard = Arc::new(guard(&config, resolver));
+        // One client for proxied requests and policy fetches: one pool, guard and trust store.
+        let tcp = GuardedConnector { guard: Arc::clone(&guard), dialer };
+        let upstream = Arc::new(Upstream::new(&config.upstream, tcp)?);
         let settings = CacheSettings { max_origins: config.cache.max_origins, ..CacheSettings::default() };
         let gate = Gate::new(&config, PolicyCache::new(upstream.clone(), settings));
-        Ok(Proxy { config, certs, upstream, gate, ca_cert_path })
+        Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path })
     }
 
     /// The PEM file of the CA that agents must trust.
@@ -85,17 +104,19 @@ impl Proxy {
     /// # Errors
     /// [`ProxyError::Bind`] when the address is taken or not available.
     pub async fn bind(self) -> Result<RunningProxy, ProxyError> {
-        let Proxy { config, certs, upstream, gate, ca_cert_path } = self;
+        let Proxy { config, certs, upstream, guard, gate, ca_cert_path } = self;
         let addr = config.listen;
         let bind_error = |source| ProxyError::Bind { addr, source };
         let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
         let local_addr = listener.local_addr().map_err(bind_error)?;
+        // The real port (when `listen` said 0) is only known now.
+        guard.policy().add_own(local_addr);
         debug!(%local_addr, "proxy port bound");
         // Opened last, so a failure above leaves no writer behind; opened before the first
         // accept, so a bad log path stops start-up instead of the first request.
         let (audit, audit_writer) =
             AuditLog::start(config.audit.clone()).map_err(|source| ProxyError::Audit { source })?;
-        let state = Arc::new(ProxyState::new(config, certs, upstream, gate, audit));
+        let state = Arc::new(ProxyState::new(config, certs, upstream, guard, gate, audit));
         Ok(RunningProxy { state, audit_writer, ca_cert_path, listener, local_addr })
     }
 }
@@ -235,10 +256,20 @@ pub async fn shutdown_signal() {
 }
 
 /// The client the proxy forwards with, as a policy-file transport: for tools and tests that
-/// fetch policies the way the running proxy does.
+/// fetch policies the way the running proxy does, behind the same network guard
+/// (`[network]`, `[upstream]` and `[admin] listen` of `config`).
 ///
 /// # Errors
 /// [`ProxyError::UpstreamClient`] when an `[upstream] extra_ca_files` entry cannot be used.
-pub fn policy_transport(config: &crate::config::UpstreamConfig) -> Result<Arc<dyn PolicyTransport>, ProxyError> {
-    Ok(Arc::new(Upstream::new(config)?))
+pub fn policy_transport(config: &Config) -> Result<Arc<dyn PolicyTransport>, ProxyError> {
+    let tcp =
+        GuardedConnector { guard: Arc::new(guard(config, Arc::new(SystemResolver))), dialer: Arc::new(TcpDialer) };
+    Ok(Arc::new(Upstream::new(&config.upstream, tcp)?))
+}
+
+/// The network guard for `config`: `[network]`, with the admin address as one of
+/// agentgate's own, pinning answers as long as `[upstream] idle_timeout` keeps connections.
+fn guard(config: &Config, resolver: Arc<dyn Resolve>) -> Guard {
+    let policy = AddressPolicy::new(&config.network, config.admin.listen);
+    Guard::new(policy, resolver, config.upstream.idle_timeout)
 }

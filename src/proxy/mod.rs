@@ -13,6 +13,7 @@ mod admission;
 mod block;
 mod connect;
 mod context;
+mod destination;
 mod drain;
 mod error;
 mod first_byte;

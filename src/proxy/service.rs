@@ -28,6 +28,7 @@ use super::ProxyBody;
 use super::block::{audit_unavailable, blocked_response, error_response, error_type_for, status_for};
 use super::connect::handle_connect;
 use super::context::{Entry, ProxyState, RequestContext};
+use super::destination::{Ask, check_destination};
 use super::drain::Drain;
 use super::error::{ProxyError, error_chain, shown_target};
 use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
@@ -120,20 +121,25 @@ impl ProxyService {
         let origin = Origin::from_parts(&context.scheme, &context.authority)
             .map_err(|_| ProxyError::UnsupportedScheme { uri: shown_target(request.uri()) })?;
         let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
-        let url = format!("{}://{}{path}", context.scheme, context.authority);
+        // The log names the canonical host (`crate::net::host`), with the port as sent.
+        let port = context.authority.port().map(|p| format!(":{p}")).unwrap_or_default();
+        let url = format!("{}://{}{port}{path}", context.scheme, origin.host());
         let method = request.method().as_str().to_owned();
-        let verdict = self
-            .state
-            .gate
-            .decide(GateRequest {
-                client: context.client,
-                origin: &origin,
-                url: &url,
-                method: &method,
-                path_and_query: &path,
-                headers: request.headers(),
-            })
-            .await;
+        let gate_request = GateRequest {
+            client: context.client,
+            origin: &origin,
+            url: &url,
+            method: &method,
+            path_and_query: &path,
+            headers: request.headers(),
+            addresses: &[],
+        };
+        // Held until the request is forwarded: the connector dials these addresses.
+        let vetted = match check_destination(&self.state, started, gate_request, Ask::Request).await? {
+            Ok(vetted) => vetted,
+            Err(blocked) => return Ok(blocked),
+        };
+        let verdict = self.state.gate.decide(GateRequest { addresses: vetted.addresses(), ..gate_request }).await;
         let permit = match verdict {
             Verdict::Block(blocked) => {
                 let response = blocked_response(&blocked, request.headers());

@@ -14,7 +14,9 @@
 //! - `redaction`: no request secret on the real binary's stderr or in its decision log;
 //! - `audit`: the audit promise, nothing forwarded before its record is on disk;
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
-//!   passthrough CONNECT decisions, shutdown with requests in flight.
+//!   passthrough CONNECT decisions, shutdown with requests in flight;
+//! - `network`: the network guard (loopback spellings, internal ranges never dialled,
+//!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c).
 
 mod audit;
 mod connections;
@@ -23,6 +25,7 @@ mod forward;
 mod gate;
 mod gate_cache;
 mod gate_log;
+mod network;
 mod redaction;
 mod shutdown;
 mod support;

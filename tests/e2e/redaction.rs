@@ -24,6 +24,8 @@ const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
 
 #[tokio::test]
 async fn no_secret_reaches_stderr_or_the_decision_log() -> TestResult {
+    // This test's clients do not go through `TestProxy`, which installs it otherwise.
+    agentgate::tls::install_default_provider();
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new().file("/robots.txt", ROBOTS)).await?;
     let tls_origin = Origin::https_site(&ca, Site::new().file("/robots.txt", ROBOTS)).await?;
@@ -32,7 +34,7 @@ async fn no_secret_reaches_stderr_or_the_decision_log() -> TestResult {
     let log_path = dir.path().join("decisions.jsonl");
     let config = format!(
         "listen = \"127.0.0.1:0\"\n[ca]\ndir = {ca_dir:?}\n[upstream]\nextra_ca_files = [{origin_ca:?}]\n\
-         [network]\nallow_cidrs = [\"127.0.0.0/8\"]\n[audit]\npath = {log:?}\n[admin]\nlisten = \"off\"\n\
+         [network]\nallow_cidrs = [\"127.0.0.0/8\"]\n[connect]\nallowed_ports = [\"1-65535\"]\n[audit]\npath = {log:?}\n[admin]\nlisten = \"off\"\n\
          [[rules]]\nhost = \"*\"\npath = \"/x\"\naction = \"allow\"\n",
         ca_dir = dir.path().join("ca"),
         origin_ca = ca.pem_path,
