@@ -7,6 +7,7 @@
 //!
 //! Never: decides what a match means (allow or deny is the caller's), reads files.
 
+use crate::policy::Weigh;
 use std::fmt::Write as _;
 
 /// A compiled path pattern.
@@ -114,6 +115,12 @@ pub fn normalize(raw: &str) -> String {
         i += 1;
     }
     out
+}
+
+impl Weigh for Pattern {
+    fn heap_bytes(&self) -> usize {
+        self.normalized.heap_bytes() + self.pieces.heap_bytes()
+    }
 }
 
 #[cfg(test)]

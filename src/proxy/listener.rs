@@ -70,7 +70,11 @@ impl Proxy {
         let certs = LeafCertCache::new(Arc::new(ca), config.mitm.cert_cache_size);
         // One client for proxied requests and policy fetches: one pool, resolver and trust store.
         let upstream = Arc::new(Upstream::new(&config.upstream)?);
-        let settings = CacheSettings { max_origins: config.cache.max_origins, ..CacheSettings::default() };
+        let settings = CacheSettings {
+            max_origins: config.cache.max_origins,
+            max_bytes: config.cache.max_bytes,
+            ..CacheSettings::default()
+        };
         let gate = Gate::new(&config, PolicyCache::new(upstream.clone(), settings));
         Ok(Proxy { config, certs, upstream, gate, ca_cert_path })
     }

@@ -5,6 +5,7 @@
 //! Never: decides which groups apply to an agent beyond naming its own user-agent lines
 //! (the state merges groups), or what a match means for the request.
 
+use crate::policy::Weigh;
 use std::sync::Arc;
 
 use std::collections::HashMap;
@@ -204,6 +205,27 @@ fn inner_piece(pattern: &Pattern) -> Option<&str> {
     let text = text.strip_suffix('$').unwrap_or(text);
     let (_, after) = text.split_once('*')?;
     after.split('*').find(|piece| !piece.is_empty())
+}
+
+impl Weigh for AgentLine {
+    fn heap_bytes(&self) -> usize {
+        self.token.heap_bytes() + self.text.heap_bytes()
+    }
+}
+
+impl Weigh for Rule {
+    fn heap_bytes(&self) -> usize {
+        self.pattern.heap_bytes() + self.text.heap_bytes()
+    }
+}
+
+impl Weigh for Group {
+    fn heap_bytes(&self) -> usize {
+        self.agents.heap_bytes()
+            + self.rules.heap_bytes()
+            + self.by_prefix.heap_bytes()
+            + self.by_inner_piece.heap_bytes()
+    }
 }
 
 #[cfg(test)]

@@ -159,6 +159,19 @@ fn to_u32(n: usize) -> u32 {
     u32::try_from(n).expect("robots.txt index sizes are bounded by the 500 KiB parse cap")
 }
 
+impl Weigh for PrefixIndex {
+    fn heap_bytes(&self) -> usize {
+        self.labels.heap_bytes() + self.nodes.heap_bytes()
+    }
+}
+
+impl Weigh for Node {
+    fn heap_bytes(&self) -> usize {
+        self.children.heap_bytes() + self.rules.heap_bytes()
+    }
+}
+
+use crate::policy::Weigh;
 #[cfg(test)]
 mod tests {
     use super::*;
