@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
-use super::index::PrefixIndex;
+use super::index::{PrefixIndex, PrefixIndexBuilder};
 use crate::policy::RequestView;
 use crate::policy::pattern::Pattern;
 
@@ -81,8 +81,8 @@ impl Group {
         Group {
             agents: vec![first_agent],
             rules: Vec::new(),
-            by_prefix: PrefixIndex::new(),
-            by_inner_piece: PrefixIndex::new(),
+            by_prefix: PrefixIndex::default(),
+            by_inner_piece: PrefixIndex::default(),
         }
     }
 
@@ -118,16 +118,21 @@ impl Group {
                 *shared.entry(piece).or_default() += 1;
             }
         }
+        let (mut by_prefix, mut by_inner_piece) = (PrefixIndexBuilder::new(), PrefixIndexBuilder::new());
         for (id, key) in keys.iter().enumerate() {
             let Some((prefix, piece)) = key else { continue };
             let id = u32::try_from(id).expect("rule count is bounded by the 500 KiB parse cap");
             match piece {
                 Some(piece) if prefix.len() <= 1 || shared[piece] < shared[prefix] => {
-                    self.by_inner_piece.insert(piece.as_bytes(), id);
+                    by_inner_piece.insert(piece.as_bytes(), id);
                 }
-                _ => self.by_prefix.insert(prefix.as_bytes(), id),
+                _ => by_prefix.insert(prefix.as_bytes(), id),
             }
         }
+        self.by_prefix = by_prefix.finish();
+        self.by_inner_piece = by_inner_piece.finish();
+        self.rules.shrink_to_fit();
+        self.agents.shrink_to_fit();
     }
 
     /// The first user-agent line that names the agent (RFC 9309 §2.2.1, SEMANTICS X2),
