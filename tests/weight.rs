@@ -1,37 +1,51 @@
 //! What parsed policies cost in memory, measured (issue 9): a counting global allocator
 //! gives the bytes a parsed file really holds, and the test checks that the weight each
 //! format reports (the policy cache bounds the sum, `[cache] max_bytes`) is never below
-//! it. Run with `--nocapture` to see the figures: file size, live heap bytes, reported
-//! weight and their ratio to the file, and the growth of the process's RSS.
+//! it. Run with `--nocapture --test-threads=1` to see the figures: file size, live heap
+//! bytes, reported weight and their ratio to the file, and the growth of the process's RSS
+//! (one thread, so the RSS growth is this parse alone).
 //!
 //! Its own test binary, because the allocator is global.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::cell::Cell;
 
 use agentgate::policy::{FetchOutcome, Headers, Weigh, agents_md, agents_txt, autoctl, robots};
 
 struct Counting;
 
-static LIVE: AtomicIsize = AtomicIsize::new(0);
+thread_local! {
+    /// Bytes allocated minus bytes freed by this thread: tests run in parallel, and parsing
+    /// happens on the measuring thread. Const-initialised, so reading it never allocates.
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+}
+
+fn count(delta: isize) {
+    // `try_with`: the allocator also runs while a thread's locals are being torn down.
+    let _ = LIVE.try_with(|live| live.set(live.get() + delta));
+}
+
+fn live() -> isize {
+    LIVE.with(Cell::get)
+}
 
 // SAFETY: forwards to the system allocator and only counts; `forbid(unsafe_code)` is a lib
 // attribute, and a global allocator cannot be written without `unsafe impl`.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        count(layout.size() as isize);
         // SAFETY: same layout, passed through.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        count(-(layout.size() as isize));
         // SAFETY: `ptr` came from `alloc` with this layout.
         unsafe { System.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size as isize - layout.size() as isize, Ordering::Relaxed);
+        count(new_size as isize - layout.size() as isize);
         // SAFETY: as for `alloc` and `dealloc`.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -59,9 +73,9 @@ fn rss() -> usize {
 /// reported weight, RSS growth).
 fn measure<S: Weigh>(body: &[u8], parse: impl Fn(&FetchOutcome) -> S) -> (usize, usize, usize) {
     let outcome = served(body, "text/plain");
-    let (rss_before, live_before) = (rss(), LIVE.load(Ordering::Relaxed));
+    let (rss_before, live_before) = (rss(), live());
     let state = parse(&outcome);
-    let live = (LIVE.load(Ordering::Relaxed) - live_before).max(0) as usize + std::mem::size_of::<S>();
+    let live = (live() - live_before).max(0) as usize + std::mem::size_of::<S>();
     let grown = rss().saturating_sub(rss_before);
     let weight = state.heap_bytes() + std::mem::size_of::<S>();
     drop(state);
