@@ -174,12 +174,15 @@ impl PolicyCache {
     /// unreachable, ...).
     pub async fn policies(&self, origin: &Origin) -> Arc<Policies> {
         let inner = &self.inner;
-        let entry = inner
+        let loaded = inner
             .entries
-            .get_with_by_ref(origin, async {
-                Entry::new(inner.load(origin, None).await, Arc::new(tokio::sync::Mutex::new(())))
-            })
+            .entry_by_ref(origin)
+            .or_insert_with(async { Entry::new(inner.load(origin, None).await, Arc::new(tokio::sync::Mutex::new(()))) })
             .await;
+        if loaded.is_fresh() {
+            inner.evict_over_bounds().await;
+        }
+        let entry = loaded.into_value();
         let now = Instant::now();
         if entry.snapshot.fresh_until > now {
             return Arc::clone(&entry.snapshot.policies);
@@ -256,7 +259,15 @@ impl Inner {
         let next = Entry::new(self.load(origin, Some(&entry.snapshot)).await, Arc::clone(&entry.refreshing));
         let policies = Arc::clone(&next.snapshot.policies);
         self.entries.insert(origin.clone(), next).await;
+        self.evict_over_bounds().await;
         policies
+    }
+
+    /// Evicts what the new or re-weighed entry pushed over `max_bytes` now, rather than at
+    /// moka's next housekeeping, so the bound holds after every load, not only eventually.
+    /// Loads are rare (each is a fetch), so the housekeeping they pay for is cheap.
+    async fn evict_over_bounds(&self) {
+        self.entries.run_pending_tasks().await;
     }
 
     /// A snapshot with every file that is missing or stale in `previous` fetched (in
