@@ -30,6 +30,8 @@ use crate::policy::operator::host_matches;
 /// The documented default config file, exactly as shipped in `config/agentgate.toml`.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../config/agentgate.toml");
 
+/// The smallest `[cache] max_bytes`: below it one large origin would not fit.
+const MIN_CACHE_BYTES: u64 = 1024 * 1024;
 /// The longest `shutdown_grace` accepted: past that, a stuck connection only delays restarts.
 const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(60 * 60);
 
@@ -269,11 +271,14 @@ pub struct AgentConfig {
 pub struct CacheConfig {
     /// Most origins whose policies are kept; the least recently used go first (default 100000).
     pub max_origins: u64,
+    /// Most bytes of parsed policies kept, all origins together; the least recently used
+    /// origins go first (default 268435456, 256 MiB). Both bounds hold.
+    pub max_bytes: u64,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        Self { max_origins: 100_000 }
+        Self { max_origins: 100_000, max_bytes: 256 * 1024 * 1024 }
     }
 }
 
@@ -464,6 +469,13 @@ impl Config {
         }
         if self.cache.max_origins == 0 {
             problems.push("[cache] max_origins = 0: must be at least 1; the default is 100000".to_owned());
+        }
+        if self.cache.max_bytes < MIN_CACHE_BYTES {
+            problems.push(format!(
+                "[cache] max_bytes = {}: must be at least {MIN_CACHE_BYTES} (1 MiB: one origin's parsed policies \
+                 can weigh that much); the default is 268435456 (256 MiB)",
+                self.cache.max_bytes
+            ));
         }
         if self.audit.queue_capacity == 0 {
             problems.push("[audit] queue_capacity = 0: must be at least 1; the default is 8192".to_owned());

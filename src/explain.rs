@@ -3,7 +3,8 @@
 //! reasons (JSON for machines and the conformance checkers, text for people).
 //!
 //! Owns: reading `--policy-dir` (each file and its `<file>.headers` sidecar) into the same
-//! [`FetchOutcome`]s the fetcher produces, parsing the target URL into a [`RequestView`],
+//! [`FetchOutcome`]s the fetcher produces (each file read up to its format's cap plus one
+//! byte, as a fetch reads it, so the oversize rules apply: X6, B23, C4, D15), parsing the target URL into a [`RequestView`],
 //! and rendering the result. Never: policy semantics (all of that is `policy::`), network.
 //!
 //! The interface is fixed by `../shared/conformance/README.md`.
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use crate::lint::Format;
 use crate::policy::{
     self, Decision, FetchOutcome, Headers, LimitKind, Policies, PolicyReport, PolicyStatus, Reason, RequestView,
     Severity, Source, agents_md, agents_txt, autoctl, robots,
@@ -91,12 +93,13 @@ pub struct Explanation {
     host: String,
 }
 
-/// The served name of each file in `--policy-dir`, with the path the fetcher uses.
-const ROBOTS: &str = "robots.txt";
-const AGENTS_TXT: &str = "agents.txt";
-const AGENTS_MD: &str = "AGENTS.md";
-const AGENTS_MD_WELL_KNOWN: &str = ".well-known/agents.md";
-const AUTOCTL: &str = "automation-preferences.txt";
+/// The served name of each file in `--policy-dir`, with the path the fetcher uses, and its
+/// format (which gives its size cap).
+const ROBOTS: (&str, Format) = ("robots.txt", Format::Robots);
+const AGENTS_TXT: (&str, Format) = ("agents.txt", Format::AgentsTxt);
+const AGENTS_MD: (&str, Format) = ("AGENTS.md", Format::AgentsMd);
+const AGENTS_MD_WELL_KNOWN: (&str, Format) = (".well-known/agents.md", Format::AgentsMd);
+const AUTOCTL: (&str, Format) = ("automation-preferences.txt", Format::Autoctl);
 
 /// Evaluates one request against the files in `policy_dir`.
 ///
@@ -156,11 +159,12 @@ pub fn load_policies(dir: &Path, host: &str) -> Result<Policies, ExplainError> {
     })
 }
 
-/// A file in the directory as a 200 with its sidecar headers, or a 404 when absent.
-fn read_outcome(dir: &Path, name: &str) -> Result<FetchOutcome, ExplainError> {
+/// A file in the directory as a 200 with its sidecar headers, or a 404 when absent; read up
+/// to its format's cap plus one byte, as the fetcher reads a body.
+fn read_outcome(dir: &Path, (name, format): (&str, Format)) -> Result<FetchOutcome, ExplainError> {
     let path = dir.join(name);
-    let body = match std::fs::read(&path) {
-        Ok(body) => body,
+    let (body, over_cap) = match format.read_capped(&path) {
+        Ok(read) => read,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FetchOutcome::not_found()),
         Err(source) => return Err(ExplainError::ReadFile { path, source }),
     };
@@ -170,7 +174,7 @@ fn read_outcome(dir: &Path, name: &str) -> Result<FetchOutcome, ExplainError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Headers::default(),
         Err(source) => return Err(ExplainError::ReadFile { path: sidecar, source }),
     };
-    Ok(FetchOutcome::Response { status: 200, headers, body, over_cap: false })
+    Ok(FetchOutcome::Response { status: 200, headers, body, over_cap })
 }
 
 fn parse_sidecar(path: &Path, text: &str) -> Result<Headers, ExplainError> {
@@ -452,6 +456,53 @@ mod tests {
         assert_eq!(split_header("Content-Type: text/html"), Some(("Content-Type".into(), "text/html".into())));
         assert_eq!(split_header("nocolon"), None);
         assert_eq!(split_header(": x"), None);
+    }
+
+    fn explain_get(dir: &Path, path: &str) -> Value {
+        let request = ExplainRequest {
+            policy_dir: dir.to_owned(),
+            method: "GET".into(),
+            url: format!("https://example.com{path}"),
+            ..ExplainRequest::default()
+        };
+        explain(&request).expect("explain").to_json()
+    }
+
+    /// SEMANTICS B23 (issue 9: explain called a 600 KiB agents.txt valid while the fetcher
+    /// caps it): over the cap, the file is malformed / too-large and restricts the site.
+    #[test]
+    fn semantics_b23_agents_txt_over_the_cap_is_too_large_and_restricts() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut body = crate::policy::agents_txt::fix_hash(b"/ ALLOW\n");
+        body.resize(600 * 1024, b'\n');
+        std::fs::write(dir.path().join("agents.txt"), body).expect("write agents.txt");
+        let json = explain_get(dir.path(), "/");
+        let report = &json["policies"]["agents.txt"];
+        assert_eq!(report["status"], "malformed", "{json:#}");
+        assert_eq!(report["diagnostics"][0]["code"], "too-large", "{json:#}");
+        assert_eq!(json["decision"], "deny", "{json:#}");
+        assert_eq!(json["reasons"][0]["code"], "agents_txt.too_large", "{json:#}");
+    }
+
+    /// SEMANTICS C1, C4: an AGENTS.md over 1 MiB is no policy, so `/.well-known/agents.md`
+    /// applies instead, as when the fetcher caps it.
+    #[test]
+    fn semantics_c4_agents_md_over_the_cap_falls_through_to_well_known() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let policy =
+            "# AGENTS.md\n\n## Identity\n- site: example.com\n\n## Restrictions\n- disallowed-paths: /private/*\n";
+        let mut root = policy.as_bytes().to_vec();
+        root.resize(1100 * 1024, b'\n');
+        std::fs::write(dir.path().join("AGENTS.md"), root).expect("write AGENTS.md");
+        std::fs::create_dir(dir.path().join(".well-known")).expect("mkdir");
+        let well_known = policy.replace("/private/*", "/secret/*");
+        std::fs::write(dir.path().join(".well-known/agents.md"), well_known).expect("write agents.md");
+        let json = explain_get(dir.path(), "/secret/x");
+        let report = &json["policies"]["AGENTS.md"];
+        assert_eq!(report["location"], "/.well-known/agents.md", "{json:#}");
+        assert_eq!(json["decision"], "deny", "{json:#}");
+        assert_eq!(json["reasons"][0]["code"], "agents_md.disallowed_path", "{json:#}");
+        assert_eq!(explain_get(dir.path(), "/private/x")["decision"], "allow", "the oversized root is ignored");
     }
 
     #[test]

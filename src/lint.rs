@@ -40,6 +40,32 @@ impl Format {
         .map(|(_, format)| format)
     }
 
+    /// The format's size cap, the one the fetcher applies (SEMANTICS X6, B23, C4, D15):
+    /// a file is read up to this many bytes plus one, as a fetch reads it.
+    pub fn max_bytes(self) -> usize {
+        match self {
+            Format::Robots => robots::MAX_BYTES,
+            Format::AgentsTxt => agents_txt::MAX_BYTES,
+            Format::AgentsMd => agents_md::MAX_BYTES,
+            Format::Autoctl => autoctl::MAX_BYTES,
+        }
+    }
+
+    /// Reads at most [`Format::max_bytes`] plus one bytes of `path`, as the fetcher reads a
+    /// body: the bytes, and whether the file is over the cap (the format's oversize rule
+    /// then applies). Bounded whatever the file's size.
+    ///
+    /// # Errors
+    /// When the file cannot be opened or read.
+    pub fn read_capped(self, path: &Path) -> std::io::Result<(Vec<u8>, bool)> {
+        use std::io::Read as _;
+        let cap = self.max_bytes();
+        let mut body = Vec::new();
+        std::fs::File::open(path)?.take(cap as u64 + 1).read_to_end(&mut body)?;
+        let over_cap = body.len() > cap;
+        Ok((body, over_cap))
+    }
+
     fn diagnostics(self, body: &[u8]) -> Vec<Diagnostic> {
         match self {
             Format::Robots => robots::lint(body),
@@ -69,6 +95,12 @@ pub enum LintError {
     /// `--fix-hash` on something other than agents.txt.
     #[error("{0}: --fix-hash only applies to agents.txt files")]
     FixHashFormat(PathBuf),
+    /// `--fix-hash` on an agents.txt over the cap: agents never verify its hash (B23).
+    #[error(
+        "{0}: --fix-hash: the file is larger than {max} KiB, so agents never verify its hash; shorten it first",
+        max = agents_txt::MAX_BYTES / 1024
+    )]
+    FixHashTooLarge(PathBuf),
 }
 
 /// The result of linting one file.
@@ -104,7 +136,8 @@ impl FileReport {
 }
 
 /// Lints one file; with `fix_hash`, first rewrites an agents.txt hash line so the file
-/// verifies, then lints the result.
+/// verifies, then lints the result. The file is read as the fetcher reads it: up to the
+/// format's cap plus one byte, so a file over the cap gets the format's oversize finding.
 ///
 /// # Errors
 /// When the format is unknown, the file cannot be read or written, or `fix_hash` is asked
@@ -113,11 +146,14 @@ pub fn lint_file(path: &Path, format: Option<Format>, fix_hash: bool) -> Result<
     let format =
         format.or_else(|| Format::from_file_name(path)).ok_or_else(|| LintError::UnknownFormat(path.into()))?;
     let io = |source| LintError::Io { path: path.into(), source };
-    let mut body = std::fs::read(path).map_err(io)?;
+    let (mut body, over_cap) = format.read_capped(path).map_err(io)?;
     let mut fixed = false;
     if fix_hash {
         if format != Format::AgentsTxt {
             return Err(LintError::FixHashFormat(path.into()));
+        }
+        if over_cap {
+            return Err(LintError::FixHashTooLarge(path.into()));
         }
         let rewritten = agents_txt::fix_hash(&body);
         if rewritten != body {
@@ -161,6 +197,27 @@ mod tests {
         assert!(!after.has_errors(), "{}", after.render());
         let again = lint_file(&path, None, false).expect("lint");
         assert!(!again.has_errors(), "{}", again.render());
+    }
+
+    /// SEMANTICS X6, B23, C4, D15: lint reads a file as the fetcher does, so a file over the
+    /// cap gets the format's oversize finding (issue 9).
+    #[test]
+    fn files_over_the_fetch_cap_are_reported_as_too_large() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cases = [
+            ("agents.txt", Format::AgentsTxt, "/a ALLOW\n", "too-large"),
+            ("AGENTS.md", Format::AgentsMd, "# x\n", "too-large"),
+            ("robots.txt", Format::Robots, "Disallow: /a\n", "over-cap"),
+            ("automation-preferences.txt", Format::Autoctl, "# x\n", "too-large"),
+        ];
+        for (name, format, line, code) in cases {
+            let path = dir.path().join(name);
+            std::fs::write(&path, line.repeat(format.max_bytes() / line.len() + 1)).expect("write");
+            let report = lint_file(&path, None, false).expect("lint");
+            assert!(report.diagnostics.iter().any(|d| d.code == code), "{name}: {}", report.render());
+        }
+        let agents = dir.path().join("agents.txt");
+        assert!(matches!(lint_file(&agents, None, true), Err(LintError::FixHashTooLarge(_))));
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! The per-origin policy cache: the four files of an origin fetched in parallel on first
 //! use (concurrent first requests share that one fetch and wait for it), each file kept
 //! for its own freshness lifetime, only stale files fetched again (one refresh at a time
-//! per origin), the stale rules of [`crate::policy::refresh`] applied to each re-fetch, and
-//! at most `max_origins` origins in memory (moka: LRU with frequency-based admission).
+//! per origin, in the background while the stale copy may still be served:
+//! stale-while-revalidate), the stale rules of [`crate::policy::refresh`] applied to each
+//! re-fetch, and memory bounded in bytes (`max_bytes`, each origin weighed by its parsed
+//! policies) and in origins (`max_origins`); moka evicts by LRU with frequency-based
+//! admission.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -24,6 +27,10 @@ use crate::policy::{FetchOutcome, Policies, agents_md, agents_txt, autoctl, robo
 pub struct CacheSettings {
     /// Origins kept in memory; the least useful are evicted first (default 100,000).
     pub max_origins: u64,
+    /// Bytes of parsed policies kept in memory, all origins together ([`Policies::weight`]
+    /// plus a fixed cost per origin); the least useful origins are evicted first (default
+    /// 256 MiB). Both bounds hold.
+    pub max_bytes: u64,
     /// No file is used longer than this without a fetch, whatever its `Cache-Control`;
     /// also the lifetime of a response without one (default 24 h, B22, C5, D16; values
     /// above 24 h are cut to 24 h).
@@ -43,6 +50,7 @@ impl Default for CacheSettings {
     fn default() -> Self {
         CacheSettings {
             max_origins: 100_000,
+            max_bytes: 256 * 1024 * 1024,
             max_ttl: refresh::MAX_TTL,
             min_ttl: Duration::from_secs(60),
             fetch_timeout: Duration::from_secs(10),
@@ -65,9 +73,20 @@ struct Inner {
 }
 
 /// One origin: the snapshot in force, and the lock that lets one refresh run at a time.
+/// Immutable: a refresh inserts a new entry with the same lock, so moka weighs it again.
 struct Entry {
-    current: Mutex<Arc<Snapshot>>,
-    refreshing: tokio::sync::Mutex<()>,
+    snapshot: Snapshot,
+    /// Held by the one refresh of this origin that runs, inline or in the background.
+    refreshing: Arc<tokio::sync::Mutex<()>>,
+    /// [`Snapshot::weight`] when the entry was made, in bytes (saturating at `u32::MAX`).
+    weight: u32,
+}
+
+impl Entry {
+    fn new(snapshot: Snapshot, refreshing: Arc<tokio::sync::Mutex<()>>) -> Arc<Entry> {
+        let weight = u32::try_from(snapshot.weight()).unwrap_or(u32::MAX);
+        Arc::new(Entry { snapshot, refreshing, weight })
+    }
 }
 
 /// The four states of an origin and when each goes stale.
@@ -96,7 +115,30 @@ impl Freshness {
     fn new(now: Instant, ttl: Duration) -> Self {
         Freshness { fresh_until: now + ttl, stale_since: now + ttl, lifetime: ttl }
     }
+
+    /// True when the file is fresh at `now`, or stale but still fit to serve while its
+    /// refresh runs ([`refresh::serves_while_refreshing`]).
+    fn serves_at(&self, now: Instant) -> bool {
+        self.fresh_until > now
+            || refresh::serves_while_refreshing(now.saturating_duration_since(self.stale_since), self.lifetime)
+    }
 }
+
+impl Snapshot {
+    /// True when every file may be served at `now` without waiting for a refresh.
+    fn serves_at(&self, now: Instant) -> bool {
+        [self.robots, self.agents_txt, self.agents_md, self.autoctl].iter().all(|f| f.serves_at(now))
+    }
+
+    /// What the origin costs in memory: its parsed policies, the entry and its key.
+    fn weight(&self) -> usize {
+        self.policies.weight() + ENTRY_OVERHEAD
+    }
+}
+
+/// The fixed cost of one cached origin beyond its policies: the entry, the snapshot, the
+/// key and moka's own bookkeeping (a generous round figure).
+const ENTRY_OVERHEAD: usize = 1024;
 
 impl PolicyCache {
     /// An empty cache fetching through `transport`.
@@ -107,7 +149,15 @@ impl PolicyCache {
             timeout: settings.fetch_timeout,
             ttl: TtlBounds { min: settings.min_ttl.min(max_ttl), max: max_ttl },
         };
-        let entries = moka::future::Cache::builder().max_capacity(settings.max_origins).build();
+        // moka bounds one weighted capacity; the origin count is a second bound on top of the
+        // bytes: every entry weighs at least `floor`, so `max_origins` entries fill it.
+        let floor = settings.max_bytes.div_ceil(settings.max_origins.max(1)).max(1);
+        let entries = moka::future::Cache::builder()
+            .max_capacity(settings.max_bytes)
+            .weigher(move |_: &Origin, entry: &Arc<Entry>| {
+                u32::try_from(u64::from(entry.weight).max(floor)).unwrap_or(u32::MAX)
+            })
+            .build();
         PolicyCache {
             inner: Arc::new(Inner { fetcher, agents_txt_negative_ttl: settings.agents_txt_negative_ttl, entries }),
         }
@@ -116,31 +166,67 @@ impl PolicyCache {
     /// The policies of `origin`, fetched when they are not cached or some file is stale.
     ///
     /// The first request to an origin waits for its four files (fetched in parallel, each
-    /// bounded by `fetch_timeout`); concurrent requests for the same origin share that fetch,
-    /// and later refreshes, one at a time per origin, fetch only the stale files. Never
-    /// fails: a failed fetch is a state with the spec's meaning (robots.txt unreachable, ...).
+    /// bounded by `fetch_timeout`); concurrent requests for the same origin share that fetch.
+    /// Later refreshes, one at a time per origin, fetch only the stale files. While the
+    /// stale copy may still be served ([`refresh::serves_while_refreshing`]), the refresh
+    /// runs in the background and no request waits for it; past that, requests wait for it.
+    /// Never fails: a failed fetch is a state with the spec's meaning (robots.txt
+    /// unreachable, ...).
     pub async fn policies(&self, origin: &Origin) -> Arc<Policies> {
-        let inner = &*self.inner;
-        let entry = inner
+        let inner = &self.inner;
+        let loaded = inner
             .entries
-            .get_with_by_ref(origin, async {
-                let snapshot = inner.load(origin, None).await;
-                Arc::new(Entry { current: Mutex::new(Arc::new(snapshot)), refreshing: tokio::sync::Mutex::new(()) })
-            })
+            .entry_by_ref(origin)
+            .or_insert_with(async { Entry::new(inner.load(origin, None).await, Arc::new(tokio::sync::Mutex::new(()))) })
             .await;
-        let current = entry.snapshot();
-        if current.fresh_until > Instant::now() {
-            return Arc::clone(&current.policies);
+        if loaded.is_fresh() {
+            inner.evict_over_bounds().await;
         }
-        let _refreshing = entry.refreshing.lock().await;
+        let entry = loaded.into_value();
+        let now = Instant::now();
+        if entry.snapshot.fresh_until > now {
+            return Arc::clone(&entry.snapshot.policies);
+        }
+        if entry.snapshot.serves_at(now) {
+            // Whoever takes the lock starts the one background refresh; the others find it
+            // taken and serve the stale copy too.
+            if let Ok(refreshing) = Arc::clone(&entry.refreshing).try_lock_owned() {
+                let (inner, origin, entry) = (Arc::clone(inner), origin.clone(), Arc::clone(&entry));
+                tokio::spawn(async move {
+                    inner.refresh(&origin, &entry).await;
+                    drop(refreshing);
+                });
+            }
+            return Arc::clone(&entry.snapshot.policies);
+        }
+        let refreshing = Arc::clone(&entry.refreshing);
+        let _refreshing = refreshing.lock().await;
         // Whoever held the lock before may have refreshed already.
-        let current = entry.snapshot();
-        if current.fresh_until > Instant::now() {
-            return Arc::clone(&current.policies);
+        let latest = inner.entries.get(origin).await.unwrap_or(entry);
+        if latest.snapshot.fresh_until > Instant::now() {
+            return Arc::clone(&latest.snapshot.policies);
         }
-        let next = Arc::new(inner.load(origin, Some(&current)).await);
-        *entry.current.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&next);
-        Arc::clone(&next.policies)
+        inner.refresh(origin, &latest).await
+    }
+
+    /// Waits until no refresh of `origin` is running (tests: a background refresh is done).
+    #[cfg(test)]
+    pub(super) async fn refreshed(&self, origin: &Origin) {
+        if let Some(entry) = self.inner.entries.get(origin).await {
+            drop(entry.refreshing.lock().await);
+        }
+    }
+
+    /// The bytes of parsed policies held (moka's weighted size; approximate like
+    /// [`PolicyCache::len`]). At most `max_bytes` once the cache's housekeeping has run.
+    pub fn weighted_size(&self) -> u64 {
+        self.inner.entries.weighted_size()
+    }
+
+    /// Runs the cache's pending housekeeping (evictions, counts), so that [`PolicyCache::len`]
+    /// and [`PolicyCache::weighted_size`] are exact (admin status, tests).
+    pub async fn run_pending_tasks(&self) {
+        self.inner.entries.run_pending_tasks().await;
     }
 
     /// Forgets `origin`: its next request fetches every file again (admin API).
@@ -166,13 +252,24 @@ impl std::fmt::Debug for PolicyCache {
     }
 }
 
-impl Entry {
-    fn snapshot(&self) -> Arc<Snapshot> {
-        Arc::clone(&self.current.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-}
-
 impl Inner {
+    /// Refreshes the stale files of `entry` (the caller holds its `refreshing` lock) and
+    /// puts the result in the cache, where moka weighs it again.
+    async fn refresh(&self, origin: &Origin, entry: &Entry) -> Arc<Policies> {
+        let next = Entry::new(self.load(origin, Some(&entry.snapshot)).await, Arc::clone(&entry.refreshing));
+        let policies = Arc::clone(&next.snapshot.policies);
+        self.entries.insert(origin.clone(), next).await;
+        self.evict_over_bounds().await;
+        policies
+    }
+
+    /// Evicts what the new or re-weighed entry pushed over `max_bytes` now, rather than at
+    /// moka's next housekeeping, so the bound holds after every load, not only eventually.
+    /// Loads are rare (each is a fetch), so the housekeeping they pay for is cheap.
+    async fn evict_over_bounds(&self) {
+        self.entries.run_pending_tasks().await;
+    }
+
     /// A snapshot with every file that is missing or stale in `previous` fetched (in
     /// parallel) and passed through its stale rule; fresh files are carried over.
     async fn load(&self, origin: &Origin, previous: Option<&Snapshot>) -> Snapshot {

@@ -4,7 +4,8 @@
 //! (HTTPS only), and `/automation-preferences.txt` through a [`PolicyTransport`] with
 //! agentgate's own `User-Agent` (SEMANTICS X3); redirects, size caps and the timeout; the
 //! [`crate::policy::FetchOutcome`] each fetch produces; the per-origin cache with RFC 9111
-//! freshness, one in-flight fetch per origin, and a bound on the number of origins.
+//! freshness, one in-flight fetch per origin, stale-while-revalidate, and bounds on the
+//! bytes of parsed policies held and on the number of origins.
 //!
 //! Never: reads policy text or decides what a status means for access. Outcomes go to each
 //! format's `from_fetch`, and which copy to keep after a failed re-fetch is asked of

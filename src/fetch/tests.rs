@@ -300,6 +300,15 @@ async fn advance(by: Duration) {
     tokio::time::resume();
 }
 
+/// The policies once any refresh this request started is done. A stale origin is served
+/// its stale copy while one refresh runs in the background (stale-while-revalidate), so a
+/// test that wants the refreshed state asks once more after the refresh.
+async fn policies_refreshed(cache: &PolicyCache, key: &Origin) -> Arc<Policies> {
+    cache.policies(key).await;
+    cache.refreshed(key).await;
+    cache.policies(key).await
+}
+
 const FOUR: [&str; 4] = ["/robots.txt", "/agents.txt", "/AGENTS.md", "/automation-preferences.txt"];
 
 // ---------------------------------------------------------------------------------------
@@ -356,20 +365,108 @@ async fn fresh_files_are_served_from_cache_and_only_stale_ones_refetched() -> Te
     origin.serve_all().serve("/robots.txt", Reply::ok(ROBOTS).max_age(120));
     let cache = cache(&ca)?;
     let key = origin.origin();
-    cache.policies(&key).await;
+    policies_refreshed(&cache, &key).await;
     advance(Duration::from_secs(100)).await;
     for _ in 0..10 {
-        cache.policies(&key).await;
+        policies_refreshed(&cache, &key).await;
     }
     assert_eq!(origin.hits("/robots.txt"), 1, "within max-age");
 
     advance(Duration::from_secs(30)).await;
-    let policies = cache.policies(&key).await;
+    let policies = policies_refreshed(&cache, &key).await;
     assert_eq!(origin.hits("/robots.txt"), 2, "after max-age");
     for path in ["/agents.txt", "/AGENTS.md", "/automation-preferences.txt"] {
         assert_eq!(origin.hits(path), 1, "{path} is still fresh");
     }
     assert_eq!(decide(&policies, "/md-only"), Outcome::Deny, "fresh states carried over");
+    Ok(())
+}
+
+/// Issue 9: a stale origin's refresh made every request wait for the re-fetch. Now the
+/// stale copy is served while exactly one refresh runs in the background: the refetch of
+/// robots.txt is held at the origin until the test lets it go, and twenty requests made
+/// meanwhile all get the old copy without waiting.
+#[tokio::test]
+async fn stale_copy_is_served_while_one_background_refresh_runs() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::https_gated(&ca, 2).await?;
+    origin.serve_all().serve("/robots.txt", Reply::ok(ROBOTS).max_age(60));
+    let cache = cache(&ca)?;
+    let key = origin.origin();
+    assert_eq!(decide(&*cache.policies(&key).await, "/private"), Outcome::Deny);
+    origin.serve("/robots.txt", Reply::ok("User-agent: *\nDisallow: /other\n").max_age(60).gated());
+    advance(Duration::from_secs(61)).await;
+    for _ in 0..20 {
+        let stale = cache.policies(&key).await;
+        assert_eq!(decide(&stale, "/private"), Outcome::Deny, "the stale copy, without waiting");
+    }
+    // The one refresh is at the origin, held at the barrier; let it answer.
+    origin.state.gate.as_ref().expect("a gated origin").wait().await;
+    cache.refreshed(&key).await;
+    let fresh = cache.policies(&key).await;
+    assert_eq!(decide(&fresh, "/private"), Outcome::Allow);
+    assert_eq!(decide(&fresh, "/other"), Outcome::Deny);
+    assert_eq!(origin.hits("/robots.txt"), 2, "one refresh for twenty stale requests");
+    Ok(())
+}
+
+/// A copy stale for longer than the stale-while-revalidate window is not served: the
+/// request waits for the refresh, as on the first fetch.
+#[tokio::test]
+async fn copy_past_the_stale_window_waits_for_the_refresh() -> TestResult {
+    let ca = TestCa::new()?;
+    let origin = TestOrigin::https(&ca).await?;
+    origin.serve_all().serve("/robots.txt", Reply::ok(ROBOTS).max_age(60));
+    let cache = cache(&ca)?;
+    let key = origin.origin();
+    cache.policies(&key).await;
+    origin.serve("/robots.txt", Reply::ok("User-agent: *\nDisallow: /other\n").max_age(60));
+    advance(Duration::from_secs(121)).await;
+    let policies = cache.policies(&key).await;
+    assert_eq!(decide(&policies, "/private"), Outcome::Allow, "the refreshed copy, at once");
+    assert_eq!(origin.hits("/robots.txt"), 2);
+    Ok(())
+}
+
+/// Issue 9: the cache is bounded in bytes. Origins serving a 400 KiB robots.txt each weigh
+/// megabytes; with `max_bytes` room for about three of them, ten origins leave at most that
+/// weight cached, the oldest are evicted, and a request to an evicted origin fetches again.
+#[tokio::test]
+async fn weight_stays_under_max_bytes_and_evicted_origins_are_fetched_again() -> TestResult {
+    let ca = TestCa::new()?;
+    let robots: String = (0..16_000).map(|i| format!("Disallow: /p/{i:05}/x\n")).collect();
+    let robots = format!("User-agent: *\n{robots}");
+    let mut origins = Vec::new();
+    for _ in 0..10 {
+        let origin = TestOrigin::http().await?;
+        origin.serve_all().serve("/robots.txt", Reply::ok(robots.clone()));
+        origins.push(origin);
+    }
+    let one = cache(&ca)?;
+    let weight = one.policies(&origins[0].origin()).await.weight() as u64;
+    assert!(weight > robots.len() as u64, "a parsed robots.txt weighs at least its text: {weight}");
+    let max_bytes = 3 * weight + weight / 2;
+    let settings = CacheSettings { max_bytes, ..CacheSettings::default() };
+    let cache = PolicyCache::new(transport(&ca)?, settings);
+    for origin in &origins {
+        let policies = cache.policies(&origin.origin()).await;
+        assert_eq!(decide(&policies, "/p/00007/x"), Outcome::Deny);
+        cache.run_pending_tasks().await;
+        assert!(cache.weighted_size() <= max_bytes, "{} > {max_bytes}", cache.weighted_size());
+    }
+    assert!(cache.len() <= 3, "{} origins cached", cache.len());
+    let fetches = |origins: &[TestOrigin]| origins.iter().map(|o| o.hits("/robots.txt")).sum::<usize>();
+    let before = fetches(&origins);
+    for origin in &origins {
+        assert_eq!(decide(&*cache.policies(&origin.origin()).await, "/p/00007/x"), Outcome::Deny);
+    }
+    assert!(
+        fetches(&origins) >= before + 7,
+        "the evicted origins are fetched again: {before} then {}",
+        fetches(&origins)
+    );
+    cache.run_pending_tasks().await;
+    assert!(cache.weighted_size() <= max_bytes);
     Ok(())
 }
 
@@ -380,12 +477,12 @@ async fn max_age_above_a_day_is_capped_at_24_hours() -> TestResult {
     origin.serve_all().serve("/robots.txt", Reply::ok(ROBOTS).max_age(7 * 24 * 3600));
     let cache = cache(&ca)?;
     let key = origin.origin();
-    cache.policies(&key).await;
+    policies_refreshed(&cache, &key).await;
     advance(Duration::from_secs(23 * 3600)).await;
-    cache.policies(&key).await;
+    policies_refreshed(&cache, &key).await;
     assert_eq!(origin.hits("/robots.txt"), 1);
     advance(Duration::from_secs(3600 + 1)).await;
-    cache.policies(&key).await;
+    policies_refreshed(&cache, &key).await;
     assert_eq!(origin.hits("/robots.txt"), 2);
     Ok(())
 }
@@ -397,12 +494,12 @@ async fn c5_no_store_is_refetched_after_the_60_second_floor_not_per_request() ->
     origin.serve_all().serve("/agents.txt", Reply::ok(agents_txt_body()).with("cache-control", "no-store"));
     let cache = cache(&ca)?;
     let key = origin.origin();
-    cache.policies(&key).await;
+    policies_refreshed(&cache, &key).await;
     advance(Duration::from_secs(59)).await;
-    cache.policies(&key).await;
+    policies_refreshed(&cache, &key).await;
     assert_eq!(origin.hits("/agents.txt"), 1);
     advance(Duration::from_secs(2)).await;
-    cache.policies(&key).await;
+    policies_refreshed(&cache, &key).await;
     assert_eq!(origin.hits("/agents.txt"), 2);
     Ok(())
 }
@@ -426,17 +523,17 @@ async fn robots_503_keeps_the_good_copy_and_without_one_disallows() -> TestResul
     origin.serve_all().serve("/robots.txt", Reply::ok(ROBOTS).max_age(60));
     let cache = cache(&ca)?;
     let key = origin.origin();
-    cache.policies(&key).await;
+    policies_refreshed(&cache, &key).await;
     origin.serve("/robots.txt", Reply::status(503));
     advance(Duration::from_secs(61)).await;
-    let policies = cache.policies(&key).await;
+    let policies = policies_refreshed(&cache, &key).await;
     assert_eq!(origin.hits("/robots.txt"), 2);
     assert!(!policies.robots.is_unreachable(), "the parsed copy is kept");
     assert_eq!(decide(&policies, "/public"), Outcome::Allow);
     assert_eq!(decide(&policies, "/private"), Outcome::Deny);
 
     cache.purge(&key).await;
-    let policies = cache.policies(&key).await;
+    let policies = policies_refreshed(&cache, &key).await;
     assert!(policies.robots.is_unreachable(), "no copy: unreachable disallows all");
     assert_eq!(decide(&policies, "/public"), Outcome::Deny);
     Ok(())
@@ -449,20 +546,20 @@ async fn b20_malformed_agents_txt_drops_the_good_copy_and_is_refetched_after_5_m
     origin.serve_all().serve("/agents.txt", Reply::ok(agents_txt_body()).max_age(60));
     let cache = cache(&ca)?;
     let key = origin.origin();
-    assert_eq!(decide(&*cache.policies(&key).await, "/public"), Outcome::Allow);
+    assert_eq!(decide(&*policies_refreshed(&cache, &key).await, "/public"), Outcome::Allow);
 
     origin.serve("/agents.txt", Reply::ok(format!("*{}\n/a ALLOW\n", "0".repeat(64))).max_age(86_400));
     advance(Duration::from_secs(61)).await;
-    let policies = cache.policies(&key).await;
+    let policies = policies_refreshed(&cache, &key).await;
     assert_eq!(origin.hits("/agents.txt"), 2);
     assert!(policies.agents_txt.is_restricted(), "the good copy is dropped");
     assert_eq!(decide(&policies, "/public"), Outcome::Deny);
 
     advance(Duration::from_secs(240)).await;
-    cache.policies(&key).await;
+    policies_refreshed(&cache, &key).await;
     assert_eq!(origin.hits("/agents.txt"), 2, "the restricted verdict is cached");
     advance(Duration::from_secs(61)).await;
-    cache.policies(&key).await;
+    policies_refreshed(&cache, &key).await;
     assert_eq!(origin.hits("/agents.txt"), 3, "and fetched again after 5 minutes, not after max-age");
     Ok(())
 }
@@ -474,15 +571,15 @@ async fn c4_agents_md_policy_survives_a_failed_refetch_for_an_hour() -> TestResu
     origin.serve_all().serve("/AGENTS.md", Reply::ok(AGENTS_MD).max_age(600));
     let cache = cache(&ca)?;
     let key = origin.origin();
-    cache.policies(&key).await;
+    policies_refreshed(&cache, &key).await;
     origin.serve("/AGENTS.md", Reply::status(500));
     advance(Duration::from_secs(601)).await;
-    let policies = cache.policies(&key).await;
+    let policies = policies_refreshed(&cache, &key).await;
     assert_eq!(origin.hits("/AGENTS.md"), 2);
     assert_eq!(decide(&policies, "/md-only"), Outcome::Deny, "the stale policy is kept");
     // Retried each minute (the floor) for up to an hour past expiry, then dropped.
     advance(Duration::from_secs(3600)).await;
-    let policies = cache.policies(&key).await;
+    let policies = policies_refreshed(&cache, &key).await;
     assert!(policies.agents_md.falls_through());
     assert_eq!(decide(&policies, "/md-only"), Outcome::Allow);
     Ok(())
@@ -510,10 +607,10 @@ async fn purge_forces_a_refetch() -> TestResult {
     origin.serve_all();
     let cache = cache(&ca)?;
     let key = origin.origin();
-    cache.policies(&key).await;
-    cache.policies(&key).await;
+    policies_refreshed(&cache, &key).await;
+    policies_refreshed(&cache, &key).await;
     cache.purge(&key).await;
-    cache.policies(&key).await;
+    policies_refreshed(&cache, &key).await;
     for path in FOUR {
         assert_eq!(origin.hits(path), 2, "{path}");
     }

@@ -17,6 +17,7 @@ mod parse;
 mod tests;
 
 pub use self::parse::Entry;
+use crate::policy::Weigh;
 use std::sync::Arc;
 
 use self::parse::{DEFAULT_AGENT_HEADER, PathRule, Policy, Setting};
@@ -415,5 +416,11 @@ fn request_actions(req: &RequestView<'_>) -> &'static [&'static str] {
         Some("application/x-www-form-urlencoded") if form_method => &["submit-forms"],
         Some("multipart/form-data") if form_method => &["submit-forms", "upload-files"],
         _ => &["access-api"],
+    }
+}
+
+impl Weigh for AgentsMdState {
+    fn heap_bytes(&self) -> usize {
+        self.policy.heap_bytes() + self.digest.heap_bytes() + self.diagnostics.heap_bytes() + self.limits.heap_bytes()
     }
 }

@@ -17,6 +17,7 @@ pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
 
+use crate::policy::Weigh;
 use std::sync::Arc;
 
 use self::text::{Findings, JoinedDigest, Line, is_blank_byte, lines, normalized_path, split_bom, trim_blanks};
@@ -637,5 +638,28 @@ fn quote(s: &str) -> &str {
     match s.char_indices().nth(60) {
         Some((i, _)) => &s[..i],
         None => s,
+    }
+}
+
+impl Weigh for AgentsTxtState {
+    fn heap_bytes(&self) -> usize {
+        let kind = match &self.kind {
+            Kind::Absent | Kind::Unreachable | Kind::NotApplicable => 0,
+            Kind::Restricted(reason) => reason.heap_bytes(),
+            Kind::Valid(rules) => rules.heap_bytes(),
+        };
+        kind + self.digest.heap_bytes() + self.diagnostics.heap_bytes() + self.metadata.heap_bytes()
+    }
+}
+
+impl Weigh for Rule {
+    fn heap_bytes(&self) -> usize {
+        self.pattern.heap_bytes() + self.reason.heap_bytes()
+    }
+}
+
+impl Weigh for Metadata {
+    fn heap_bytes(&self) -> usize {
+        self.key.heap_bytes() + self.value.heap_bytes()
     }
 }

@@ -17,6 +17,7 @@ mod parse;
 #[cfg(test)]
 mod tests;
 
+use crate::policy::Weigh;
 use std::sync::Arc;
 
 use std::borrow::Cow;
@@ -265,5 +266,16 @@ fn unavailable_fetch(why: String) -> AutoctlState {
     AutoctlState {
         policy: Policy::SafeMethodsOnly(reason),
         report: PolicyReport { status: PolicyStatus::Absent, digest: None, diagnostics },
+    }
+}
+
+impl Weigh for AutoctlState {
+    fn heap_bytes(&self) -> usize {
+        let policy = match &self.policy {
+            Policy::Silent => 0,
+            Policy::SafeMethodsOnly(reason) => reason.heap_bytes(),
+            Policy::Groups(groups) => groups.heap_bytes(),
+        };
+        policy + self.report.heap_bytes()
     }
 }

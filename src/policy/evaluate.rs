@@ -21,6 +21,19 @@ pub struct Policies {
     pub autoctl: AutoctlState,
 }
 
+impl Policies {
+    /// The memory these states hold, in bytes: their own size plus what each parsed file
+    /// holds on the heap (see [`super::Weigh`]). The policy cache bounds its total.
+    pub fn weight(&self) -> usize {
+        use super::Weigh as _;
+        std::mem::size_of::<Policies>()
+            + self.robots.heap_bytes()
+            + self.agents_txt.heap_bytes()
+            + self.agents_md.heap_bytes()
+            + self.autoctl.heap_bytes()
+    }
+}
+
 /// The paths of the policy files: an agent may always read them (SEMANTICS X3).
 const POLICY_FILE_PATHS: [&str; 5] =
     ["/robots.txt", "/agents.txt", "/AGENTS.md", "/.well-known/agents.md", "/automation-preferences.txt"];

@@ -23,9 +23,11 @@ pub mod pattern;
 pub mod refresh;
 mod request;
 pub mod robots;
+mod weight;
 
 pub use decision::{Decision, Limit, LimitKind, LimitScope, Opinion, Outcome, Reason, Source, SourceVerdict};
 pub use diagnostic::{Diagnostic, PolicyReport, PolicyStatus, Severity};
 pub use evaluate::{Policies, evaluate};
 pub use outcome::{FetchError, FetchOutcome, Headers};
 pub use request::RequestView;
+pub use weight::{ALLOCATION_OVERHEAD, Weigh};

@@ -125,12 +125,12 @@ impl OperatorRules {
     pub fn evaluate(&self, req: &RequestView<'_>, addresses: &[IpAddr]) -> Option<Decision> {
         let as_sent = self.evaluate_as_sent(req, addresses);
         let denied = |d: &Option<Decision>| d.as_ref().is_some_and(|d| d.outcome == Outcome::Deny);
-        if !denied(&as_sent)
-            && let Some(normal) = super::path::equivalent(req.path_and_query)
-        {
-            let other = self.evaluate_as_sent(&RequestView { path_and_query: &normal, ..*req }, addresses);
-            if denied(&other) {
-                return other;
+        if !denied(&as_sent) {
+            for normal in super::path::equivalents(req.path_and_query) {
+                let other = self.evaluate_as_sent(&RequestView { path_and_query: &normal, ..*req }, addresses);
+                if denied(&other) {
+                    return other;
+                }
             }
         }
         as_sent

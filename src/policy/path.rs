@@ -4,21 +4,30 @@
 //! when its path has a plainer equivalent, as that too, and the stricter decision wins
 //! (SEMANTICS P2). Reserved escapes (`%2F`) are data and stay.
 //!
+//! Repeated slashes (`//private`) are a plainer spelling too (SEMANTICS R7): RFC 3986 keeps
+//! empty segments, but slash-merging servers such as nginx serve `/private` for it. Such a
+//! server merges before it resolves dot segments (`/a//../b` is `/b` there, `/a/b` by
+//! RFC 3986), so a path with repeated slashes has up to two plainer spellings, and each is
+//! decided.
+//!
 //! Never: changes what is forwarded or logged (the request goes on as sent, RFC 9110 §7.7).
 
 use super::{Decision, Outcome, RequestView};
 
-/// Decides `req` as sent and, when its path has an equivalent plainer spelling, as that
-/// spelling too; returns the stricter decision (as sent on a tie).
+/// Decides `req` as sent and, when its path has equivalent plainer spellings, as each of
+/// them too; returns the strictest decision (the earliest on a tie, so as sent first).
 pub fn decide_all_spellings(req: &RequestView<'_>, mut decide: impl FnMut(&RequestView<'_>) -> Decision) -> Decision {
-    let as_sent = decide(req);
-    match equivalent(req.path_and_query) {
-        Some(normal) if as_sent.outcome != Outcome::Deny => {
-            let other = decide(&RequestView { path_and_query: &normal, ..*req });
-            if strictness(other.outcome) > strictness(as_sent.outcome) { other } else { as_sent }
+    let mut strictest = decide(req);
+    for normal in equivalents(req.path_and_query) {
+        if strictest.outcome == Outcome::Deny {
+            break;
         }
-        _ => as_sent,
+        let other = decide(&RequestView { path_and_query: &normal, ..*req });
+        if strictness(other.outcome) > strictness(strictest.outcome) {
+            strictest = other;
+        }
     }
+    strictest
 }
 
 /// How much an outcome restricts: allow < needs approval < deny.
@@ -30,24 +39,57 @@ fn strictness(outcome: Outcome) -> u8 {
     }
 }
 
-/// The normal form of a request's path and query when it differs from the one sent: escapes
-/// of unreserved characters decoded (`%70` → `p`, `%2E` → `.`) and dot segments removed
-/// (RFC 3986 §6.2.2.2, §6.2.2.3). Reserved escapes (`%2F`) stay: they are data.
-pub fn equivalent(path_and_query: &str) -> Option<String> {
-    if !path_and_query.contains('%') && !path_and_query.split(['/', '?']).any(|s| s == "." || s == "..") {
-        return None;
+/// The plainer spellings of a request's path and query that differ from the one sent, at
+/// most two, distinct: the RFC 3986 normal form (escapes of unreserved characters decoded,
+/// `%70` → `p`, `%2E` → `.`, and dot segments removed, §6.2.2.2, §6.2.2.3) with repeated
+/// slashes merged afterwards; and, when the path has repeated slashes, the form of a server
+/// that merges them first (SEMANTICS R7). Reserved escapes (`%2F`) stay: they are data. The
+/// query is never changed.
+pub fn equivalents(path_and_query: &str) -> Vec<String> {
+    let sent_path = path_and_query.split('?').next().unwrap_or_default();
+    let repeated_slashes = sent_path.contains("//");
+    if !repeated_slashes
+        && !path_and_query.contains('%')
+        && !path_and_query.split(['/', '?']).any(|s| s == "." || s == "..")
+    {
+        return Vec::new();
     }
     let decoded = decode_unreserved(path_and_query);
     let (path, query) = match decoded.split_once('?') {
         Some((path, query)) => (path, Some(query)),
         None => (decoded.as_str(), None),
     };
-    let mut normal = if path.starts_with('/') { remove_dot_segments(path) } else { path.to_owned() };
-    if let Some(query) = query {
-        normal.push('?');
-        normal.push_str(query);
+    let mut paths = Vec::new();
+    if path.starts_with('/') {
+        paths.push(merge_slashes(&remove_dot_segments(path)));
+        if repeated_slashes {
+            paths.push(remove_dot_segments(&merge_slashes(path)));
+        }
+    } else {
+        paths.push(path.to_owned());
     }
-    (normal != path_and_query).then_some(normal)
+    let mut out: Vec<String> = Vec::new();
+    for mut normal in paths {
+        if let Some(query) = query {
+            normal.push('?');
+            normal.push_str(query);
+        }
+        if normal != path_and_query && !out.contains(&normal) {
+            out.push(normal);
+        }
+    }
+    out
+}
+
+/// Runs of `/` collapsed into one (SEMANTICS R7).
+fn merge_slashes(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if c != '/' || !out.ends_with('/') {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// `%XX` escapes of ALPHA, DIGIT, `-`, `.`, `_` and `~` decoded; everything else as it was.
@@ -101,6 +143,12 @@ pub fn remove_dot_segments(path: &str) -> String {
 mod tests {
     use super::*;
 
+    fn equivalent(path_and_query: &str) -> Option<String> {
+        let mut all = equivalents(path_and_query);
+        assert!(all.len() <= 1, "{path_and_query}: {all:?}");
+        all.pop()
+    }
+
     #[test]
     fn rfc3986_6_2_2_equivalent_paths() {
         assert_eq!(equivalent("/private/x"), None);
@@ -111,6 +159,16 @@ mod tests {
         assert_eq!(equivalent("/a%2Fb?q=%7e"), Some("/a%2Fb?q=~".to_owned()));
         assert_eq!(equivalent("/a%2Fb%"), None, "reserved and broken escapes stay");
         assert_eq!(equivalent("/caf%C3%A9/ツ"), None);
+    }
+
+    #[test]
+    fn semantics_r7_repeated_slashes_merged() {
+        assert_eq!(equivalent("//private/x").as_deref(), Some("/private/x"));
+        assert_eq!(equivalent("/a///b//?q=//x").as_deref(), Some("/a/b/?q=//x"), "the query stays as sent");
+        assert_eq!(equivalent("/a/b?q=//x"), None, "slashes in the query alone are no other spelling");
+        assert_eq!(equivalent("//%70rivate").as_deref(), Some("/private"));
+        assert_eq!(equivalent("/"), None);
+        assert_eq!(equivalents("/a//../b"), vec!["/a/b".to_owned(), "/b".to_owned()], "RFC 3986, then nginx");
     }
 
     #[test]

@@ -1,36 +1,36 @@
 //! RFC 9309 path patterns, shared by robots.txt, agents.txt (B11) and
 //! automation-preferences.txt scopes (D6): a prefix match on the percent-normalised path
 //! and query, `*` for any run of characters (including none), and `$` at the very end as an
-//! end anchor. Matching is linear in the path length: the pattern is split once at its `*`s
-//! and each literal piece is found leftmost with a substring search, which is exact for
-//! `*`-only globs (no backtracking, so `/*a*a*a*b` against 16 KiB costs one pass per piece).
+//! end anchor. Matching is linear in the path length: the pattern is split at its `*`s as it
+//! is matched and each literal piece is found leftmost with a substring search, which is
+//! exact for `*`-only globs (no backtracking, so `/*a*a*a*b` against 16 KiB costs one pass
+//! per piece). A compiled pattern is its normalised text and two flags, one allocation: the
+//! pieces are not stored, since files with tens of thousands of rules are kept per origin.
 //!
 //! Never: decides what a match means (allow or deny is the caller's), reads files.
 
+use crate::policy::Weigh;
 use std::fmt::Write as _;
 
 /// A compiled path pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pattern {
     /// The pattern percent-normalised (see [`normalize`]), as its specificity is measured.
-    normalized: String,
-    /// Literal pieces between `*`s; the first must be a prefix of the path.
-    pieces: Vec<String>,
+    normalized: Box<str>,
     /// True when the pattern ended in `$`.
     anchored: bool,
+    /// True when it has no `*` and no anchor: a plain prefix.
+    literal_prefix: bool,
 }
 
 impl Pattern {
     /// Compiles a pattern as written in a file. An empty pattern matches every path; the
     /// formats that give an empty value another meaning (robots `Disallow:`) skip it first.
     pub fn new(raw: &str) -> Self {
-        let normalized = normalize(raw);
-        let (body, anchored) = match normalized.strip_suffix('$') {
-            Some(body) => (body, true),
-            None => (normalized.as_str(), false),
-        };
-        let pieces = body.split('*').map(str::to_owned).collect();
-        Pattern { normalized, pieces, anchored }
+        let normalized = normalize(raw).into_boxed_str();
+        let anchored = normalized.ends_with('$');
+        let literal_prefix = !anchored && !normalized.contains('*');
+        Pattern { normalized, anchored, literal_prefix }
     }
 
     /// The pattern's length in octets after normalisation: RFC 9309's "most octets", used
@@ -46,35 +46,38 @@ impl Pattern {
 
     /// True when the pattern has no wildcard and no anchor, so it is a plain prefix.
     pub fn is_literal_prefix(&self) -> bool {
-        self.pieces.len() == 1 && !self.anchored
+        self.literal_prefix
     }
 
     /// Whether the pattern matches a path (with query), given already normalised by
     /// [`normalize`]. Callers matching many patterns normalise the path once.
     pub fn matches_normalized(&self, path: &str) -> bool {
         let text = path.as_bytes();
-        let (first, rest) = match self.pieces.split_first() {
-            Some(split) => split,
-            None => return true,
-        };
+        let body = if self.anchored { &self.normalized[..self.normalized.len() - 1] } else { &self.normalized };
+        // Literal pieces between `*`s; the first must be a prefix of the path.
+        let mut pieces = body.split('*').peekable();
+        let first = pieces.next().unwrap_or_default();
         if !text.starts_with(first.as_bytes()) {
             return false;
         }
         let mut pos = first.len();
-        let Some((last, middle)) = rest.split_last() else {
+        if pieces.peek().is_none() {
             return !self.anchored || pos == text.len();
-        };
-        for piece in middle {
+        }
+        while let Some(piece) = pieces.next() {
+            if pieces.peek().is_none() {
+                return if self.anchored {
+                    text.len() >= pos + piece.len() && text.ends_with(piece.as_bytes())
+                } else {
+                    find(&path[pos..], piece).is_some()
+                };
+            }
             match find(&path[pos..], piece) {
                 Some(at) => pos += at + piece.len(),
                 None => return false,
             }
         }
-        if self.anchored {
-            text.len() >= pos + last.len() && text.ends_with(last.as_bytes())
-        } else {
-            find(&path[pos..], last).is_some()
-        }
+        true
     }
 
     /// Whether the pattern matches a raw path (normalised here).
@@ -114,6 +117,12 @@ pub fn normalize(raw: &str) -> String {
         i += 1;
     }
     out
+}
+
+impl Weigh for Pattern {
+    fn heap_bytes(&self) -> usize {
+        self.normalized.heap_bytes()
+    }
 }
 
 #[cfg(test)]

@@ -118,6 +118,16 @@ pub fn agents_md(
     }
 }
 
+/// Whether a file stale for `stale_for`, fetched with `lifetime`, may still be served while
+/// its refresh runs in the background (stale-while-revalidate), so that requests need not
+/// wait for the re-fetch. Yes while it has been stale for less than its own lifetime and
+/// less than [`STALE_GRACE_S`] (one hour): the shorter of the windows in which the rules
+/// above keep a copy after a failed re-fetch (B21's one more lifetime, C4's hour). An older
+/// copy is not served: the request waits for the refresh, as on the first fetch.
+pub fn serves_while_refreshing(stale_for: Duration, lifetime: Duration) -> bool {
+    stale_for < lifetime.min(Duration::from_secs(STALE_GRACE_S))
+}
+
 /// automation-preferences.txt: every fetch replaces the cached state. A 5xx, timeout or
 /// rejected file means "safe methods only until a good fetch" (D15), which is the state
 /// the fetch produced, so no earlier copy is ever kept; the next fetch comes after `ttl`.
@@ -238,5 +248,16 @@ mod tests {
         let failed = autoctl(autoctl::from_fetch(&status(503)), 48 * HOUR);
         assert!(!failed.kept_stale);
         assert_eq!(failed.ttl, MAX_TTL);
+    }
+
+    #[test]
+    fn stale_while_revalidate_within_the_shorter_of_lifetime_and_an_hour() {
+        let s = Duration::from_secs;
+        assert!(serves_while_refreshing(s(0), s(60)));
+        assert!(serves_while_refreshing(s(59), s(60)));
+        assert!(!serves_while_refreshing(s(60), s(60)), "one lifetime past expiry is too old");
+        assert!(serves_while_refreshing(s(3599), s(86_400)));
+        assert!(!serves_while_refreshing(s(3600), s(86_400)), "never more than an hour stale");
+        assert!(!serves_while_refreshing(s(0), s(0)), "a copy with no lifetime is never served stale");
     }
 }

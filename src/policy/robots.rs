@@ -17,6 +17,7 @@ mod parse;
 #[cfg(test)]
 mod tests;
 
+use crate::policy::Weigh;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -241,5 +242,30 @@ fn normalized(path_and_query: &str) -> Cow<'_, str> {
         Cow::Borrowed(path_and_query)
     } else {
         Cow::Owned(normalize(path_and_query))
+    }
+}
+
+impl Weigh for RobotsState {
+    fn heap_bytes(&self) -> usize {
+        match &self.kind {
+            Kind::Parsed(file) => file.heap_bytes(),
+            Kind::Unavailable { .. } => 0,
+            Kind::Unreachable { why } => why.heap_bytes(),
+        }
+    }
+}
+
+impl Weigh for RobotsFile {
+    fn heap_bytes(&self) -> usize {
+        self.groups.heap_bytes()
+            + self.other_lines.heap_bytes()
+            + self.digest.heap_bytes()
+            + self.diagnostics.heap_bytes()
+    }
+}
+
+impl Weigh for OtherLine {
+    fn heap_bytes(&self) -> usize {
+        self.key.heap_bytes() + self.value.heap_bytes()
     }
 }

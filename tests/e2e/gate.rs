@@ -376,7 +376,8 @@ async fn agents_md_agent_header_and_human_approval() -> TestResult {
 }
 
 /// A path that names a forbidden resource in another spelling (`%70` for `p`, `..` and `.`
-/// segments, RFC 3986 §6.2.2) is decided like the resource it names, for site files and
+/// segments, RFC 3986 §6.2.2; repeated slashes, which nginx merges, SEMANTICS R7; issue 9:
+/// `//private/x` passed `Disallow: /private`) is decided like the resource it names, for site files and
 /// operator rules alike; the log keeps the URL as sent. Raw requests, since clients remove
 /// dot segments themselves.
 #[tokio::test]
@@ -399,6 +400,8 @@ async fn equivalent_spellings_of_a_forbidden_path_are_blocked() -> TestResult {
         ("/public/../private/page", "source=robots.txt"),
         ("/public/%2e%2E/private/page", "source=robots.txt"),
         ("/./private/page", "source=robots.txt"),
+        ("//private/page", "source=robots.txt"),
+        ("/public//../private/page", "source=robots.txt"),
         ("/%73ecret/plans", "source=agents.txt"),
         ("/public/../secret/plans", "source=agents.txt"),
         ("/%61dmin/users", "source=operator"),

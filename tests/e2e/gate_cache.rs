@@ -1,9 +1,11 @@
 //! The policy cache seen from the origin: within a file's freshness lifetime the proxy fetches
-//! it once, however many requests follow (RFC 9111, SEMANTICS B22, C5, D16), and concurrent
-//! first requests to a fresh origin share one fetch of each file (single flight).
+//! it once, however many requests follow (RFC 9111, SEMANTICS B22, C5, D16), concurrent
+//! first requests to a fresh origin share one fetch of each file (single flight), and the
+//! cache is bounded in bytes (`[cache] max_bytes`): origins it cannot keep are fetched again.
 
 use futures_util::future::join_all;
 
+use crate::support::block::{self, Expected};
 use crate::support::origin::{Origin, POLICY_PATHS, Site};
 use crate::support::pki::TestCa;
 use crate::support::{TestProxy, TestResult};
@@ -77,5 +79,49 @@ async fn fifty_concurrent_first_requests_share_one_fetch_per_file() -> TestResul
     let records = proxy.finish().await?;
     assert_eq!(records.len(), 100, "one line per request");
     assert!(records.iter().all(|r| r["event.outcome"] == "allow"));
+    Ok(())
+}
+
+/// Issue 9: memory per origin is bounded in bytes. Twelve origins on their own loopback
+/// ports each serve a robots.txt of 2,000 rules (about 46 KiB, weighing a few hundred KiB
+/// parsed); `[cache] max_bytes = 1 MiB` keeps only a few of them. Every request is still
+/// decided by its origin's file, and on a second round the origins the cache let go are
+/// fetched again. (The accounted weight itself is checked against `max_bytes` in
+/// `fetch::tests::weight_stays_under_max_bytes_and_evicted_origins_are_fetched_again`.)
+#[tokio::test]
+async fn large_policies_on_many_origins_stay_under_max_bytes() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let rules: String = (0..2_000).map(|i| format!("Disallow: /d{:02}/p-{i:05}\n", i % 97)).collect();
+    let robots = format!("User-agent: *\n{rules}");
+    let mut origins = Vec::new();
+    for _ in 0..12 {
+        origins.push(Origin::http_site(Site::new().serve("/robots.txt", 200, MAX_AGE, robots.clone())).await?);
+    }
+    let proxy = TestProxy::start_with(&ca, |config| config.cache.max_bytes = 1024 * 1024).await?;
+    let client = proxy.client()?;
+    let expected = Expected {
+        decision: "deny",
+        source: "robots.txt",
+        code: "robots.disallow",
+        line: Some(9),
+        rule: "Disallow: /d07/p-00007",
+        advice: "robots.txt disallows this path",
+    };
+    let mut blocked = Vec::new();
+    for round in 0..2 {
+        for origin in &origins {
+            let response = client.get(origin.url("/d07/p-00007/page")).send().await?;
+            blocked.push(block::plain(response, &expected).await?);
+            let allowed = client.get(origin.url(&format!("/free/{round}"))).send().await?;
+            assert_eq!(allowed.status(), 200);
+        }
+    }
+    let fetches: usize = origins.iter().map(|o| o.hits("/robots.txt")).sum();
+    assert!(fetches >= 12 + 8, "at most four origins fit in 1 MiB, so most are fetched again: {fetches} fetches");
+    let records = proxy.finish().await?;
+    assert_eq!(records.len(), 48, "one line per request, none for the fetches");
+    for record in &blocked {
+        block::logged(&records, record, "GET", &expected)?;
+    }
     Ok(())
 }

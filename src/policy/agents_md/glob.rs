@@ -14,6 +14,7 @@
 //! Never: decides what a match means (that is the caller's list: disallowed, read-only,
 //! approval).
 
+use crate::policy::Weigh;
 use crate::policy::pattern::normalize;
 
 /// A compiled AGENTS.md path pattern.
@@ -183,6 +184,21 @@ impl Segment {
             }
         }
         seg.len() >= pos + 1 + last.len() && seg.ends_with(last.as_str())
+    }
+}
+
+impl Weigh for Glob {
+    fn heap_bytes(&self) -> usize {
+        match &self.kind {
+            Kind::Path { blocks, .. } => blocks.heap_bytes(),
+            Kind::LastSegment(segment) => segment.heap_bytes(),
+        }
+    }
+}
+
+impl Weigh for Segment {
+    fn heap_bytes(&self) -> usize {
+        self.pieces.heap_bytes()
     }
 }
 

@@ -4,6 +4,7 @@
 //!
 //! Never: evaluates a request or decides whether a fetched response is a policy.
 
+use crate::policy::Weigh;
 use std::sync::Arc;
 
 use super::glob::{Glob, Reading};
@@ -515,6 +516,49 @@ fn edit_distance(a: &str, b: &str) -> Option<usize> {
         prev = cur;
     }
     prev.last().copied()
+}
+
+impl<T: Weigh> Weigh for Setting<T> {
+    fn heap_bytes(&self) -> usize {
+        self.value.heap_bytes() + self.text.heap_bytes()
+    }
+}
+
+impl Weigh for Authentication {
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
+impl Weigh for PathRule {
+    fn heap_bytes(&self) -> usize {
+        self.glob.heap_bytes() + self.text.heap_bytes()
+    }
+}
+
+impl Weigh for Entry {
+    fn heap_bytes(&self) -> usize {
+        self.section.heap_bytes() + self.key.heap_bytes() + self.value.heap_bytes()
+    }
+}
+
+impl Weigh for Policy {
+    fn heap_bytes(&self) -> usize {
+        self.site.heap_bytes()
+            + self.minimum_trust_level.heap_bytes()
+            + self.authentication.heap_bytes()
+            + self.actions.heap_bytes()
+            + self.requests_per_minute.heap_bytes()
+            + self.requests_per_hour.heap_bytes()
+            + self.concurrent_sessions.heap_bytes()
+            + self.disallowed.heap_bytes()
+            + self.require_approval.heap_bytes()
+            + self.read_only.heap_bytes()
+            + self.require_agent_header.heap_bytes()
+            + self.agent_header_name.heap_bytes()
+            + self.require_disclosure.heap_bytes()
+            + self.entries.heap_bytes()
+    }
 }
 
 #[cfg(test)]

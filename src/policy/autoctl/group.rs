@@ -4,6 +4,7 @@
 //!
 //! Never: parses text (see `parse.rs`) or decides allow/deny (see `autoctl.rs`).
 
+use crate::policy::Weigh;
 use std::sync::Arc;
 
 use crate::policy::RequestView;
@@ -175,6 +176,38 @@ impl Group {
             return None;
         }
         Some((host, scope, named))
+    }
+}
+
+impl Weigh for HostPattern {
+    fn heap_bytes(&self) -> usize {
+        match &self.name {
+            HostName::Any => 0,
+            HostName::Suffix(name) | HostName::Exact(name) => name.heap_bytes(),
+        }
+    }
+}
+
+impl Weigh for RuleLine {
+    fn heap_bytes(&self) -> usize {
+        self.text.heap_bytes()
+    }
+}
+
+impl Weigh for AllowedList {
+    fn heap_bytes(&self) -> usize {
+        self.lines.heap_bytes() + self.tokens.heap_bytes()
+    }
+}
+
+impl Weigh for Group {
+    fn heap_bytes(&self) -> usize {
+        self.first.heap_bytes()
+            + self.scopes.heap_bytes()
+            + self.hosts.heap_bytes()
+            + self.agents.heap_bytes()
+            + self.methods.heap_bytes()
+            + self.purposes.heap_bytes()
     }
 }
 

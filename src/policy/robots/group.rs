@@ -5,11 +5,12 @@
 //! Never: decides which groups apply to an agent beyond naming its own user-agent lines
 //! (the state merges groups), or what a match means for the request.
 
+use crate::policy::Weigh;
 use std::sync::Arc;
 
 use std::collections::HashMap;
 
-use super::index::PrefixIndex;
+use super::index::{PrefixIndex, PrefixIndexBuilder};
 use crate::policy::RequestView;
 use crate::policy::pattern::Pattern;
 
@@ -80,8 +81,8 @@ impl Group {
         Group {
             agents: vec![first_agent],
             rules: Vec::new(),
-            by_prefix: PrefixIndex::new(),
-            by_inner_piece: PrefixIndex::new(),
+            by_prefix: PrefixIndex::default(),
+            by_inner_piece: PrefixIndex::default(),
         }
     }
 
@@ -117,16 +118,21 @@ impl Group {
                 *shared.entry(piece).or_default() += 1;
             }
         }
+        let (mut by_prefix, mut by_inner_piece) = (PrefixIndexBuilder::new(), PrefixIndexBuilder::new());
         for (id, key) in keys.iter().enumerate() {
             let Some((prefix, piece)) = key else { continue };
             let id = u32::try_from(id).expect("rule count is bounded by the 500 KiB parse cap");
             match piece {
                 Some(piece) if prefix.len() <= 1 || shared[piece] < shared[prefix] => {
-                    self.by_inner_piece.insert(piece.as_bytes(), id);
+                    by_inner_piece.insert(piece.as_bytes(), id);
                 }
-                _ => self.by_prefix.insert(prefix.as_bytes(), id),
+                _ => by_prefix.insert(prefix.as_bytes(), id),
             }
         }
+        self.by_prefix = by_prefix.finish();
+        self.by_inner_piece = by_inner_piece.finish();
+        self.rules.shrink_to_fit();
+        self.agents.shrink_to_fit();
     }
 
     /// The first user-agent line that names the agent (RFC 9309 §2.2.1, SEMANTICS X2),
@@ -204,6 +210,27 @@ fn inner_piece(pattern: &Pattern) -> Option<&str> {
     let text = text.strip_suffix('$').unwrap_or(text);
     let (_, after) = text.split_once('*')?;
     after.split('*').find(|piece| !piece.is_empty())
+}
+
+impl Weigh for AgentLine {
+    fn heap_bytes(&self) -> usize {
+        self.token.heap_bytes() + self.text.heap_bytes()
+    }
+}
+
+impl Weigh for Rule {
+    fn heap_bytes(&self) -> usize {
+        self.pattern.heap_bytes() + self.text.heap_bytes()
+    }
+}
+
+impl Weigh for Group {
+    fn heap_bytes(&self) -> usize {
+        self.agents.heap_bytes()
+            + self.rules.heap_bytes()
+            + self.by_prefix.heap_bytes()
+            + self.by_inner_piece.heap_bytes()
+    }
 }
 
 #[cfg(test)]
