@@ -306,6 +306,7 @@ impl From<&Limit> for LimitView {
             LimitKind::Concurrent { max } => ("concurrent", None, None, Some(max)),
         };
         let scope = match limit.scope {
+            LimitScope::Agent => "agent",
             LimitScope::Origin => "origin",
             LimitScope::Host => "host",
             LimitScope::Rule { .. } => "rule",

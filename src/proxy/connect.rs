@@ -22,14 +22,15 @@ use tokio_rustls::LazyConfigAcceptor;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
 use super::ProxyBody;
-use super::block::{blocked_response, error_response, status_for, tunnel_established};
+use super::block::{error_response, status_for, tunnel_established};
 use super::context::{Entry, ProxyState};
 use super::drain::Drain;
 use super::error::{ProxyError, error_chain};
 use super::listener::{ServerProtocols, serve_connection};
 use super::relay::splice;
 use super::rewind::Rewind;
-use super::service::{ProxyService, record};
+use super::service::{ProxyService, answer_blocked, record};
+use crate::agents::Identity;
 use crate::config::Config;
 use crate::fetch::Origin;
 use crate::gate::{GateRequest, Permitted, Verdict};
@@ -72,12 +73,19 @@ pub(crate) async fn handle_connect(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let authority = connect_target(request.uri())?;
     tracing::Span::current().record("authority", field::display(&authority));
+    // The identity established here holds for every request inside the tunnel; an unknown
+    // agent gets its 407 before any 200.
+    let url = format!("https://{authority}/");
+    let agent = match state.gate.identify_agent(client, "CONNECT", &url, request.headers()) {
+        Ok(agent) => agent,
+        Err(blocked) => return Ok(answer_blocked(state, *blocked, request.headers(), Instant::now()).await),
+    };
     let on_upgrade = hyper::upgrade::on(&mut request);
     let tunnel = decide_tunnel(&state.config, &authority);
     let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
     match tunnel {
         Tunnel::Passthrough => {
-            let permit = match decide_passthrough(state, client, &authority, request.headers()).await {
+            let permit = match decide_passthrough(state, client, &agent, &authority, request.headers()).await {
                 Ok(permit) => permit,
                 Err(blocked) => return Ok(blocked),
             };
@@ -100,7 +108,7 @@ pub(crate) async fn handle_connect(
             let state = Arc::clone(state);
             tokio::spawn(
                 async move {
-                    if let Err(error) = intercept(state, client, authority, on_upgrade, drain).await {
+                    if let Err(error) = intercept(state, client, agent, authority, on_upgrade, drain).await {
                         warn!(error = %error, "tunnel failed");
                     }
                 }
@@ -117,6 +125,7 @@ pub(crate) async fn handle_connect(
 async fn decide_passthrough(
     state: &ProxyState,
     client: SocketAddr,
+    agent: &Identity,
     authority: &Authority,
     headers: &http::HeaderMap,
 ) -> Result<Permitted, Response<ProxyBody>> {
@@ -124,7 +133,8 @@ async fn decide_passthrough(
     let url = format!("https://{authority}/");
     let origin = Origin::from_parts(&Scheme::HTTPS, authority)
         .map_err(|_| error_response(&ProxyError::BadConnectTarget { target: authority.to_string() }))?;
-    let request = GateRequest { client, origin: &origin, url: &url, method: "GET", path_and_query: "/", headers };
+    let request =
+        GateRequest { client, agent, origin: &origin, url: &url, method: "GET", path_and_query: "/", headers };
     match state.gate.decide(request).await {
         Verdict::Forward(mut permit) => {
             permit.set_method("CONNECT");
@@ -132,9 +142,7 @@ async fn decide_passthrough(
         }
         Verdict::Block(mut blocked) => {
             blocked.record.method = "CONNECT".to_owned();
-            let response = blocked_response(&blocked, headers);
-            record(state, blocked.record, started, Ok(response.status())).await;
-            Err(response)
+            Err(answer_blocked(state, *blocked, headers, started).await)
         }
     }
 }
@@ -155,6 +163,7 @@ fn connect_target(uri: &Uri) -> Result<Authority, ProxyError> {
 async fn intercept(
     state: Arc<ProxyState>,
     client: SocketAddr,
+    agent: Identity,
     authority: Authority,
     on_upgrade: OnUpgrade,
     drain: Drain,
@@ -174,7 +183,7 @@ async fn intercept(
     let io = Rewind::new(first.freeze(), io);
     if !is_tls {
         debug!("no TLS ClientHello: serving the tunnel as plain HTTP");
-        let service = ProxyService::for_tunnel(state, client, authority, Entry::PlainTunnel, drain.clone());
+        let service = ProxyService::for_tunnel(state, client, authority, Entry::PlainTunnel, agent, drain.clone());
         serve_connection(TokioIo::new(io), service, ServerProtocols::Http1, drain).await;
         return Ok(());
     }
@@ -204,7 +213,7 @@ async fn intercept(
             return Err(handshake_failed(format!("the TLS handshake did not finish in {HANDSHAKE_TIMEOUT:?}")));
         }
     };
-    let service = ProxyService::for_tunnel(state, client, authority, Entry::Mitm, drain.clone());
+    let service = ProxyService::for_tunnel(state, client, authority, Entry::Mitm, agent, drain.clone());
     serve_connection(TokioIo::new(tls), service, ServerProtocols::Http1AndH2, drain).await;
     Ok(())
 }
