@@ -10,14 +10,19 @@
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
 //! - `gate_cache`: one fetch per policy file within max-age and for concurrent first requests;
+//! - `agents`: proxy authentication (407, then credentials), agents by client address, trust
+//!   levels, purposes, per-agent monitor mode, HEAD of a blocked path on h1 and h2;
+//! - `limits`: AGENTS.md and agents.txt rate limits (429), concurrent sessions, withheld downloads;
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
 //!   passthrough CONNECT decisions, shutdown with requests in flight.
 
+mod agents;
 mod errors;
 mod forward;
 mod gate;
 mod gate_cache;
 mod gate_log;
+mod limits;
 mod shutdown;
 mod support;
 mod tunnel;
