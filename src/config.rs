@@ -737,6 +737,74 @@ listen = "0.0.0.0:8080"
     }
 
     #[test]
+    fn agents_parse_with_every_key() {
+        let text = r#"
+[agent]
+mode = "monitor"
+limits = { requests_per_hour = 100 }
+[[agents]]
+id = "research-agent"
+token_sha256 = "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08"
+clients = ["10.1.2.0/24", "127.0.0.2"]
+product_token = "ResearchBot"
+trust_level = 2
+purposes = ["search"]
+mode = "enforce"
+identity = "research-agent (+https://example.com)"
+limits = { requests_per_minute = 60, per_origin_requests_per_minute = 10 }
+[auth]
+required = true
+"#;
+        let config = Config::from_toml_str(text, "agents.toml").unwrap();
+        assert_eq!(config.agent.mode, Some(Mode::Monitor));
+        assert_eq!(config.agent.limits.requests_per_hour, 100);
+        let agent = &config.agents[0];
+        assert_eq!(agent.id.as_deref(), Some("research-agent"));
+        assert_eq!(agent.clients.len(), 2);
+        assert_eq!(agent.limits.per_origin_requests_per_minute, 10);
+        assert!(config.auth.required);
+        assert!(syntax("[[agents]]\nid = \"a\"\ntoken = \"t\"\npasword = \"x\"\n").contains("unknown field `pasword`"));
+        assert!(syntax("[agent.limits]\nrequests_per_day = 1\n").contains("unknown field `requests_per_day`"));
+    }
+
+    #[test]
+    fn agent_problems_name_the_entry_and_the_fix() {
+        let text = r#"
+[agent]
+token = "x"
+[[agents]]
+token = "t"
+[[agents]]
+id = "a:b"
+token = "t"
+token_sha256 = "abc"
+trust_level = 9
+[[agents]]
+id = "lonely"
+[[agents]]
+id = "lonely"
+clients = ["127.0.0.2"]
+identity = "bad\u0001value"
+"#;
+        let problems = problems(text);
+        let joined = problems.join("\n");
+        for expected in [
+            "[agent] token: the default agent",
+            "[[agents]] #1: id is missing",
+            "[[agents]] #2 id = \"a:b\": must not contain `:`",
+            "[[agents]] #2: both token and token_sha256",
+            "[[agents]] #2 token_sha256 = \"abc\": must be 64 hex digits",
+            "[[agents]] #2 trust_level = 9",
+            "[[agents]] #3: no token, token_sha256 or clients",
+            "[[agents]] #4 id = \"lonely\": used by another entry",
+            "[[agents]] #4 identity",
+        ] {
+            assert!(joined.contains(expected), "{expected:?} missing from:\n{joined}");
+        }
+        assert_eq!(problems.len(), 9, "{joined}");
+    }
+
+    #[test]
     fn listeners_on_port_zero_never_collide() {
         let text = "listen = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n";
         assert!(Config::from_toml_str(text, "test.toml").is_ok());
