@@ -144,7 +144,7 @@ pub enum Verdict {
     /// Forward it (in monitor mode, possibly with a `would_deny` record).
     Forward(Permitted),
     /// Answer with a block response.
-    Block(Box<Blocked>),
+    Block(Blocked),
 }
 
 /// The gate of one running proxy.
@@ -242,7 +242,7 @@ impl Gate {
         record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
         if decision.outcome != Outcome::Allow {
             return match mode {
-                Mode::Enforce => Verdict::Block(Box::new(Blocked { decision, record, kind: BlockKind::Policy })),
+                Mode::Enforce => Verdict::Block(Blocked { decision, record, kind: BlockKind::Policy }),
                 Mode::Monitor => {
                     record.outcome = LogOutcome::WouldDeny;
                     Verdict::Forward(Permitted {
@@ -272,7 +272,7 @@ impl Gate {
                     Mode::Enforce => {
                         record.outcome = LogOutcome::RateLimited;
                         let kind = BlockKind::RateLimited { retry_after_s: exceeded.retry_after_secs() };
-                        Verdict::Block(Box::new(Blocked { decision, record, kind }))
+                        Verdict::Block(Blocked { decision, record, kind })
                     }
                     Mode::Monitor => {
                         record.outcome = LogOutcome::WouldDeny;

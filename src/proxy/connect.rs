@@ -142,7 +142,7 @@ async fn decide_passthrough(
         }
         Verdict::Block(mut blocked) => {
             blocked.record.method = "CONNECT".to_owned();
-            Err(answer_blocked(state, *blocked, headers, started).await)
+            Err(answer_blocked(state, blocked, headers, started).await)
         }
     }
 }

@@ -154,7 +154,7 @@ impl ProxyService {
             .await;
         let permit = match verdict {
             Verdict::Block(blocked) => {
-                return Ok(answer_blocked(&self.state, *blocked, request.headers(), started).await);
+                return Ok(answer_blocked(&self.state, blocked, request.headers(), started).await);
             }
             Verdict::Forward(permit) => permit,
         };
