@@ -158,16 +158,20 @@ impl Agents {
     /// Phase `identify_agent`: the agent behind a request (or a CONNECT) from `client`.
     ///
     /// # Errors
-    /// [`AuthFailure::Invalid`] when `Proxy-Authorization` is present but names no agent or
-    /// carries a wrong token (whether or not authentication is required: a client that claims
-    /// an identity must prove it); [`AuthFailure::Missing`] when `[auth] required` and the
-    /// client neither sent credentials nor is in an agent's `clients`.
+    /// Only with `[auth] required`: [`AuthFailure::Invalid`] when `Proxy-Authorization` names
+    /// no agent or carries a wrong token, [`AuthFailure::Missing`] when the client sent no
+    /// credentials and is in no agent's `clients`. Without `required`, credentials that prove
+    /// nothing are ignored (a client may carry proxy credentials meant for another proxy), and
+    /// the client is matched by address, else it is the default agent.
     pub fn identify(&self, client: IpAddr, proxy_authorization: Option<&HeaderValue>) -> Result<Identity, AuthFailure> {
-        if let Some(value) = proxy_authorization {
-            let agent = self.by_credentials(value).ok_or(AuthFailure::Invalid)?;
-            return Ok(self.identity(agent, client));
-        }
         let client = client.to_canonical();
+        if let Some(value) = proxy_authorization {
+            match self.by_credentials(value) {
+                Some(agent) => return Ok(self.identity(agent, client)),
+                None if self.required => return Err(AuthFailure::Invalid),
+                None => {}
+            }
+        }
         if let Some(agent) = self.entries.iter().find(|a| a.clients.iter().any(|net| net.contains(&client))) {
             return Ok(self.identity(agent, client));
         }
@@ -240,7 +244,7 @@ clients = ["127.0.0.3/32"]
 
     #[test]
     fn basic_names_the_agent_and_the_token_proves_it() {
-        let agents = agents(TWO_AGENTS);
+        let agents = agents(&format!("{TWO_AGENTS}\n[auth]\nrequired = true\n"));
         let found = agents.identify(LOCAL, Some(&basic("alpha", "alpha-secret"))).expect("right token");
         assert_eq!(&*found.id, "alpha");
         assert_eq!(agents.identify(LOCAL, Some(&basic("alpha", "alpha-secreT"))).unwrap_err(), AuthFailure::Invalid);
@@ -252,7 +256,7 @@ clients = ["127.0.0.3/32"]
 
     #[test]
     fn token_sha256_and_bearer() {
-        let agents = agents(TWO_AGENTS);
+        let agents = agents(&format!("{TWO_AGENTS}\n[auth]\nrequired = true\n"));
         assert_eq!(&*agents.identify(LOCAL, Some(&basic("beta", "beta-secret"))).expect("hashed token").id, "beta");
         let bearer = HeaderValue::from_static("Bearer alpha-secret");
         assert_eq!(&*agents.identify(LOCAL, Some(&bearer)).expect("bearer").id, "alpha");
@@ -267,6 +271,8 @@ clients = ["127.0.0.3/32"]
         assert_eq!(&*by_network.id, "beta");
         let default = agents.identify("127.0.0.2".parse().expect("an address"), None).expect("not required");
         assert_eq!(&*default.id, "127.0.0.2", "the default agent without an id is its address");
+        let foreign = agents.identify(LOCAL, Some(&basic("alpha", "wrong"))).expect("not required: ignored");
+        assert_eq!(&*foreign.id, "127.0.0.1", "credentials that prove nothing are ignored");
         let required = self::agents(&format!("{TWO_AGENTS}\n[auth]\nrequired = true\n"));
         assert_eq!(
             required.identify("127.0.0.2".parse().expect("an address"), None).unwrap_err(),

@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
 use crate::limits::{Exceeded, Limiter, Permit, Usage};
 use crate::policy::operator::{OperatorRule, OperatorRules};
-use crate::policy::{self, Decision, Headers, Opinion, Outcome, Policies, Reason, RequestView, Source};
+use crate::policy::{self, Decision, Headers, Opinion, Outcome, Policies, PolicyStatus, Reason, RequestView, Source};
 
 /// The request header in which an agent declares its purposes for this request
 /// (comma-separated; SEMANTICS D13). It replaces the configured purposes and is stripped
@@ -68,10 +68,15 @@ impl Permitted {
         &self.inject_headers
     }
 
-    /// Records the request under another method than the one decided on (a passthrough
-    /// tunnel is decided as `GET /` and logged as `CONNECT`).
-    pub fn set_method(&mut self, method: &str) {
-        self.record.method = method.to_owned();
+    /// Records a passthrough tunnel, decided as `GET /`, as the `CONNECT` it is; when the
+    /// origin has an automation-preferences file, says that its method rules cannot be
+    /// enforced inside the tunnel (SEMANTICS D12: `autoctl.unenforceable`).
+    pub fn mark_passthrough(&mut self) {
+        self.record.method = "CONNECT".to_owned();
+        if self.policies.as_ref().is_some_and(|p| p.autoctl.report().status == PolicyStatus::Valid) {
+            let rule = "passthrough tunnel: methods inside it cannot be seen, so allowed-methods is not enforced";
+            self.record.reasons.push(Reason::new(Source::Autoctl, "autoctl.unenforceable", rule));
+        }
     }
 
     /// The response-time check of SEMANTICS C17: a `Content-Disposition: attachment` answer
@@ -178,9 +183,9 @@ impl Gate {
     /// `Proxy-Authorization` or its address (DESIGN §3). The credential is never recorded.
     ///
     /// # Errors
-    /// A [`Blocked`] of kind [`BlockKind::Unauthenticated`] (answered 407) when the client
-    /// sent wrong credentials, or none while `[auth] required`; it is blocked in monitor
-    /// mode too, since there is no agent to score.
+    /// A [`Blocked`] of kind [`BlockKind::Unauthenticated`] (answered 407) when `[auth]
+    /// required` and the client proved no agent's identity; it is blocked in monitor mode too,
+    /// since there is no agent to score.
     pub fn identify_agent(
         &self,
         client: SocketAddr,

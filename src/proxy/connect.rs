@@ -137,7 +137,7 @@ async fn decide_passthrough(
         GateRequest { client, agent, origin: &origin, url: &url, method: "GET", path_and_query: "/", headers };
     match state.gate.decide(request).await {
         Verdict::Forward(mut permit) => {
-            permit.set_method("CONNECT");
+            permit.mark_passthrough();
             Ok(permit)
         }
         Verdict::Block(mut blocked) => {

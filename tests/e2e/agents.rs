@@ -255,3 +255,31 @@ async fn head_of_a_blocked_path_has_no_body_over_http1_and_h2() -> TestResult {
     assert!(for_request(&records, "HEAD", "/private/x").iter().all(|r| r["http.response.status_code"] == 403));
     Ok(())
 }
+
+/// SEMANTICS D12: inside a passthrough tunnel the methods cannot be seen, so a host's
+/// automation-preferences `allowed-methods` cannot be enforced; the CONNECT's record says so.
+#[tokio::test]
+async fn passthrough_tunnel_to_a_host_with_automation_preferences_logs_unenforceable() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let autoctl = "user-agent: *\nscope: /\nallowed-methods: GET\n";
+    let origin = Origin::https_site(&ca, Site::new().file("/automation-preferences.txt", autoctl)).await?;
+    let proxy =
+        TestProxy::start_with(&ca, |config| config.mitm.passthrough_hosts = vec!["localhost".to_owned()]).await?;
+    // Not intercepted: the client trusts the origin's own CA.
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(proxy.url())?)
+        .tls_certs_only([reqwest::Certificate::from_pem(ca.pem.as_bytes())?])
+        .build()?;
+    let response = client.post(origin.url("/form")).send().await?;
+    assert_eq!(response.status(), 200, "a POST inside the tunnel is not seen");
+    // An opaque tunnel holds shutdown open; closing the client's connection ends it.
+    drop(response);
+    drop(client);
+    let records = proxy.finish().await?;
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0]["http.request.method"], "CONNECT");
+    assert_eq!(records[0]["event.outcome"], "allow");
+    let reasons = records[0]["agentgate.reasons"].as_array().cloned().unwrap_or_default();
+    assert!(reasons.iter().any(|r| r["code"] == "autoctl.unenforceable"), "{reasons:#?}");
+    Ok(())
+}
