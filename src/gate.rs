@@ -243,6 +243,7 @@ impl Gate {
             req.url,
         );
         record.user_agent = user_agent.map(str::to_owned);
+        record.purposes = view.purposes.to_vec();
         record.reasons = decision.reasons.clone();
         record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
         if decision.outcome != Outcome::Allow {

@@ -189,6 +189,7 @@ async fn purposes_declared_per_request_are_checked_and_stripped() -> TestResult 
     let denied = for_request(&records, "GET", "/training");
     assert_eq!(denied.len(), 1);
     assert_eq!(denied[0]["agentgate.reasons"][0]["line"], 4);
+    assert_eq!(denied[0]["agentgate.purposes"], serde_json::json!(["search", "train-ai"]), "the declared purposes");
     Ok(())
 }
 
