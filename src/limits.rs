@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
+use dashmap::mapref::one::Ref;
 use governor::clock::{Clock, DefaultClock, Reference};
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DashMapStateStore;
@@ -120,7 +121,7 @@ pub struct LocalLimiter<C: Clock = DefaultClock> {
     clock: C,
     start: C::Instant,
     /// One keyed limiter per (requests, window in seconds).
-    rates: DashMap<(u32, u32), Arc<KeyedRate<C>>>,
+    rates: DashMap<(u32, u32), KeyedRate<C>>,
     in_flight: Arc<DashMap<String, u32>>,
     /// Nanoseconds after `start` of the last eviction.
     last_eviction: AtomicU64,
@@ -175,9 +176,9 @@ impl<C: Clock + Clone> LocalLimiter<C> {
 
     /// The keyed limiter for `requests` per `window_s` seconds, burst = `requests`;
     /// `None` for zero requests.
-    fn rate(&self, requests: u32, window_s: u32) -> Option<Arc<KeyedRate<C>>> {
+    fn rate(&self, requests: u32, window_s: u32) -> Option<Ref<'_, (u32, u32), KeyedRate<C>>> {
         if let Some(rate) = self.rates.get(&(requests, window_s)) {
-            return Some(Arc::clone(&rate));
+            return Some(rate);
         }
         let burst = NonZeroU32::new(requests)?;
         let window = Duration::from_secs(u64::from(window_s.max(1)));
@@ -185,8 +186,8 @@ impl<C: Clock + Clone> LocalLimiter<C> {
         let entry = self
             .rates
             .entry((requests, window_s))
-            .or_insert_with(|| Arc::new(RateLimiter::dashmap_with_clock(quota, self.clock.clone())));
-        Some(Arc::clone(&entry))
+            .or_insert_with(|| RateLimiter::dashmap_with_clock(quota, self.clock.clone()));
+        Some(entry.downgrade())
     }
 
     fn take_slot(&self, key: String, max: u32) -> Option<Slot> {
