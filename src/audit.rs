@@ -22,7 +22,7 @@ mod redact;
 mod summary;
 mod writer;
 
-pub use record::{DecisionRecord, EventId, Mode, Outcome};
+pub use record::{DecisionRecord, ErrorType, EventId, Mode, Outcome};
 pub use redact::{LoggedUrl, REDACTED, redact_url};
 pub use summary::{AgentSummary, Count, MalformedLine, Summary, summarize};
 pub use writer::{AuditLog, AuditSettings, AuditStats, AuditWriter, OnFailure, Unrecorded};
@@ -44,13 +44,13 @@ pub enum AuditError {
     },
     /// A write, flush or fsync failed while running; the log refuses records from then on.
     #[error(
-        "cannot write the decision log {}: {cause}; free disk space or fix the file's permissions, then restart agentgate",
+        "cannot write the decision log {}: {cause}; free disk space or fix the file's permissions (the log resumes by itself once a write succeeds)",
         path.display()
     )]
     Write {
         /// The configured `[audit] path`.
         path: PathBuf,
-        /// The first I/O error met (later ones are the same failure).
+        /// The I/O error of the last failed write.
         cause: String,
     },
     /// A record arrived after [`AuditWriter::shutdown`] closed the log.

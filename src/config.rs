@@ -23,6 +23,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
 pub use crate::audit::{AuditSettings, Mode};
+use crate::net::{canonical_host, canonical_pattern};
 pub use crate::policy::operator::RuleAction;
 use crate::policy::operator::host_matches;
 
@@ -65,6 +66,10 @@ pub struct Config {
     pub mitm: MitmConfig,
     /// Which destinations may be reached (`[network]`).
     pub network: NetworkConfig,
+    /// Which ports CONNECT tunnels may open (`[connect]`).
+    pub connect: ConnectConfig,
+    /// Timeouts and caps for agents' connections to the proxy (`[connections]`).
+    pub connections: ConnectionsConfig,
     /// The decision log (`[audit]`).
     pub audit: AuditSettings,
     /// The admin API (`[admin]`).
@@ -104,7 +109,40 @@ pub struct MitmConfig {
     pub cert_cache_size: u64,
 }
 
-/// `[network]`: destinations the SSRF guard lets through.
+/// `[connections]`: how long agents' connections may stay silent, and how many may be open.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionsConfig {
+    /// How long a new connection (on the proxy port, or inside a tunnel once it is set up) may
+    /// stay silent before its first byte (default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub first_byte_timeout: Duration,
+    /// How long an HTTP/1.1 client may take to send a complete request head, counted from
+    /// the end of the previous response: also the keep-alive idle timeout (default `30s`).
+    #[serde(deserialize_with = "duration")]
+    pub header_read_timeout: Duration,
+    /// How long the TLS handshake inside an intercepted CONNECT tunnel may take (default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub tls_handshake_timeout: Duration,
+    /// Connections open at once on the proxy port; past it new ones are closed (default 10000).
+    pub max_connections: usize,
+    /// Connections open at once from one client address (default 1000).
+    pub max_connections_per_client: usize,
+}
+
+impl Default for ConnectionsConfig {
+    fn default() -> Self {
+        Self {
+            first_byte_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(30),
+            tls_handshake_timeout: Duration::from_secs(10),
+            max_connections: 10_000,
+            max_connections_per_client: 1_000,
+        }
+    }
+}
+
+/// `[network]`: destinations the network guard lets through (`crate::net`, `docs/security.md`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NetworkConfig {
@@ -112,6 +150,81 @@ pub struct NetworkConfig {
     /// (CIDR like `10.0.0.0/8`, or a single address). Default none.
     #[serde(deserialize_with = "networks")]
     pub allow_cidrs: Vec<IpNet>,
+    /// Networks that are never reached, whatever `allow_cidrs` says (e.g. a public range
+    /// the agent has no business in). Default none.
+    #[serde(deserialize_with = "networks")]
+    pub deny_cidrs: Vec<IpNet>,
+}
+
+/// `[connect]`: what CONNECT tunnels may reach.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectConfig {
+    /// Ports a CONNECT may name: numbers or `"low-high"` ranges (default `[443, 80]`);
+    /// anything else is refused with `network.port_not_allowed`.
+    pub allowed_ports: Vec<PortRange>,
+}
+
+impl Default for ConnectConfig {
+    fn default() -> Self {
+        Self { allowed_ports: vec![PortRange::single(443), PortRange::single(80)] }
+    }
+}
+
+impl ConnectConfig {
+    /// Whether a CONNECT to `port` may open a tunnel.
+    pub fn allows(&self, port: u16) -> bool {
+        self.allowed_ports.iter().any(|range| range.contains(port))
+    }
+}
+
+/// One `[connect] allowed_ports` entry: a port (`443`) or an inclusive range (`"8000-8999"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    /// The first port.
+    pub first: u16,
+    /// The last port (equal to `first` for a single port).
+    pub last: u16,
+}
+
+impl PortRange {
+    /// Just `port`.
+    pub const fn single(port: u16) -> Self {
+        PortRange { first: port, last: port }
+    }
+
+    /// Whether `port` is in the range.
+    pub fn contains(self, port: u16) -> bool {
+        (self.first..=self.last).contains(&port)
+    }
+}
+
+impl<'de> Deserialize<'de> for PortRange {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Port(i64),
+            Range(String),
+        }
+        let bad = |shown: String| {
+            serde::de::Error::custom(format!(
+                "{shown}: invalid port; expected a port 1-65535 such as 443, or a range such as \"8000-8999\""
+            ))
+        };
+        let port = |n: i64| u16::try_from(n).ok().filter(|p| *p != 0);
+        match Written::deserialize(deserializer)? {
+            Written::Port(n) => port(n).map(PortRange::single).ok_or_else(|| bad(n.to_string())),
+            Written::Range(text) => {
+                let (first, last) = text.split_once('-').unwrap_or((&text, &text));
+                let parse = |s: &str| s.trim().parse::<i64>().ok().and_then(port);
+                match (parse(first), parse(last)) {
+                    (Some(first), Some(last)) if first <= last => Ok(PortRange { first, last }),
+                    _ => Err(bad(format!("{text:?}"))),
+                }
+            }
+        }
+    }
 }
 
 /// `[[rules]]`: one operator rule. Applied before site policies, in file order; the first
@@ -236,6 +349,8 @@ impl Default for Config {
             upstream: UpstreamConfig::default(),
             mitm: MitmConfig::default(),
             network: NetworkConfig::default(),
+            connect: ConnectConfig::default(),
+            connections: ConnectionsConfig::default(),
             audit: AuditSettings::default(),
             admin: AdminConfig::default(),
         }
@@ -276,8 +391,11 @@ impl MitmConfig {
     /// Matches case-insensitively, ignoring a trailing dot and IPv6 brackets: `example.com`
     /// matches that host only, `*.example.com` matches `a.example.com` and `a.b.example.com`
     /// but not `example.com` itself.
+    /// Both sides are compared in canonical form (`crate::net::host`), so `0x7f.1` matches
+    /// a `127.0.0.1` entry and `bücher.example` its A-label.
     pub fn is_passthrough(&self, host: &str) -> bool {
-        self.passthrough_hosts.iter().any(|p| host_matches(p, host))
+        let host = canonical_host(host).unwrap_or_else(|_| host.to_ascii_lowercase());
+        self.passthrough_hosts.iter().any(|p| host_matches(&canonical_pattern(p), &host))
     }
 }
 
@@ -325,9 +443,20 @@ impl Config {
         for (key, value) in [
             ("[upstream] connect_timeout", self.upstream.connect_timeout),
             ("[upstream] idle_timeout", self.upstream.idle_timeout),
+            ("[connections] first_byte_timeout", self.connections.first_byte_timeout),
+            ("[connections] header_read_timeout", self.connections.header_read_timeout),
+            ("[connections] tls_handshake_timeout", self.connections.tls_handshake_timeout),
         ] {
             if value.is_zero() {
                 problems.push(format!("{key} = \"0s\": must be more than 0s, e.g. \"10s\""));
+            }
+        }
+        for (key, value, default) in [
+            ("[connections] max_connections", self.connections.max_connections, 10_000),
+            ("[connections] max_connections_per_client", self.connections.max_connections_per_client, 1_000),
+        ] {
+            if value == 0 {
+                problems.push(format!("{key} = 0: must be at least 1; the default is {default}"));
             }
         }
         if self.mitm.cert_cache_size == 0 {
@@ -348,9 +477,9 @@ impl Config {
             }
         }
         for (i, rule) in self.rules.iter().enumerate() {
-            if rule.host != "*" && !is_host_pattern(&rule.host) {
+            if rule.host != "*" && !is_host_pattern(&rule.host) && IpNet::from_str(&rule.host).is_err() {
                 problems.push(format!(
-                    "[[rules]] #{} host = {:?}: not a host name, `*.suffix` or `*`; write e.g. \"*.example.com\"",
+                    "[[rules]] #{} host = {:?}: not a host name, `*.suffix`, `*` or a CIDR; write e.g. \"*.example.com\" or \"10.0.0.0/8\"",
                     i + 1,
                     rule.host
                 ));
@@ -372,6 +501,11 @@ impl Config {
             }
         }
         self.agent_problems(&mut problems);
+        if self.connect.allowed_ports.is_empty() {
+            problems.push(
+                "[connect] allowed_ports = []: no CONNECT could open a tunnel; the default is [443, 80]".to_owned(),
+            );
+        }
         if self.cache.max_origins == 0 {
             problems.push("[cache] max_origins = 0: must be at least 1; the default is 100000".to_owned());
         }
@@ -466,13 +600,14 @@ fn same_socket(a: SocketAddr, b: SocketAddr) -> bool {
     a.port() != 0 && a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
-/// `example.com`, `*.example.com`, or an IP address: what `[mitm] passthrough_hosts` accepts.
+/// `example.com` (an IDN too), `*.example.com`, or an IP address in any spelling the
+/// canonical host accepts: what `[mitm] passthrough_hosts` accepts.
 fn is_host_pattern(pattern: &str) -> bool {
-    let name = pattern.strip_prefix("*.").unwrap_or(pattern);
-    if pattern == name && name.parse::<IpAddr>().is_ok() {
-        return true;
+    let wildcard = pattern.starts_with("*.");
+    let Ok(name) = canonical_host(pattern.strip_prefix("*.").unwrap_or(pattern)) else { return false };
+    if name.parse::<IpAddr>().is_ok() {
+        return !wildcard;
     }
-    let name = name.strip_suffix('.').unwrap_or(name);
     !name.is_empty()
         && name.len() <= 253
         && name.split('.').all(|label| {
@@ -802,6 +937,47 @@ identity = "bad\u0001value"
             assert!(joined.contains(expected), "{expected:?} missing from:\n{joined}");
         }
         assert_eq!(problems.len(), 9, "{joined}");
+    }
+
+    #[test]
+    fn issue_8_network_and_connect_keys() {
+        let text = "[network]\ndeny_cidrs = [\"10.9.0.0/16\", \"192.0.2.1\"]\n[connect]\nallowed_ports = [443, \"8000-8999\"]\n";
+        let config = Config::from_toml_str(text, "t.toml").unwrap();
+        assert_eq!(
+            config.network.deny_cidrs,
+            vec!["10.9.0.0/16".parse::<IpNet>().unwrap(), "192.0.2.1/32".parse().unwrap()]
+        );
+        assert!(config.connect.allows(443) && config.connect.allows(8500) && !config.connect.allows(80));
+        assert!(Config::default().connect.allows(80) && !Config::default().connect.allows(22));
+
+        for (value, shown) in
+            [("[0]", "0: invalid port"), ("[70000]", "70000: invalid port"), ("[\"9-1\"]", "\"9-1\": invalid port")]
+        {
+            let message = syntax(&format!("[connect]\nallowed_ports = {value}\n"));
+            assert!(message.contains(shown) && message.contains("8000-8999"), "{message}");
+        }
+        let problems = problems("[connect]\nallowed_ports = []\n");
+        assert!(
+            problems[0].contains("[connect] allowed_ports = []") && problems[0].contains("[443, 80]"),
+            "{problems:?}"
+        );
+        let message = syntax("[network]\ndeny_cidrs = [\"10.0.0.0/33\"]\n");
+        assert!(message.contains("[network] deny_cidrs") && message.contains("CIDR"), "{message}");
+    }
+
+    #[test]
+    fn issue_8_rule_hosts_may_be_cidrs_and_idns() {
+        let rule = |host: &str| format!("[[rules]]\nhost = \"{host}\"\naction = \"deny\"\n");
+        for host in ["10.0.0.0/8", "fd00::/8", "127.1", "bücher.example", "*.bücher.example"] {
+            assert!(Config::from_toml_str(&rule(host), "t.toml").is_ok(), "{host}");
+        }
+        let problems = problems(&rule("10.0.0.0/33"));
+        assert!(problems[0].contains("or a CIDR"), "{problems:?}");
+        let mitm = MitmConfig {
+            passthrough_hosts: vec!["127.0.0.1".into(), "*.Bücher.example".into()],
+            ..MitmConfig::default()
+        };
+        assert!(mitm.is_passthrough("0x7f.1") && mitm.is_passthrough("a.xn--bcher-kva.example"));
     }
 
     #[test]

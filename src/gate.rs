@@ -11,7 +11,7 @@
 //! decision log (the proxy records once the status is known), parses policy text, keeps a
 //! counter itself (`crate::limits` does).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::HeaderMap;
@@ -22,6 +22,7 @@ use crate::audit::{DecisionRecord, Mode, Outcome as LogOutcome};
 use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
 use crate::limits::{Exceeded, Limiter, Permit, Usage};
+use crate::net::{Refusal, canonical_pattern};
 use crate::policy::operator::{OperatorRule, OperatorRules};
 use crate::policy::{self, Decision, Headers, Opinion, Outcome, Policies, PolicyStatus, Reason, RequestView, Source};
 
@@ -39,7 +40,8 @@ pub struct GateRequest<'a> {
     pub agent: &'a Identity,
     /// Where the request goes.
     pub origin: &'a Origin,
-    /// The absolute URL as the agent asked for it (for the log; redacted there).
+    /// The absolute URL as the agent asked for it, with the canonical host (for the log;
+    /// redacted there).
     pub url: &'a str,
     /// The method as sent.
     pub method: &'a str,
@@ -47,6 +49,9 @@ pub struct GateRequest<'a> {
     pub path_and_query: &'a str,
     /// The request headers as the agent sent them.
     pub headers: &'a HeaderMap,
+    /// The addresses the network guard vetted for the origin's host (`crate::net::Guard`),
+    /// for operator rules that name an address or a CIDR.
+    pub addresses: &'a [IpAddr],
 }
 
 /// A request the gate let through. Only the gate can make one, so a forward without a
@@ -77,6 +82,12 @@ impl Permitted {
             let rule = "passthrough tunnel: methods inside it cannot be seen, so allowed-methods is not enforced";
             self.record.reasons.push(Reason::new(Source::Autoctl, "autoctl.unenforceable", rule));
         }
+    }
+
+    /// The decision record as decided, before any response: what is committed to the log
+    /// before forwarding under `[audit] on_failure = "block"`.
+    pub fn record(&self) -> &DecisionRecord {
+        &self.record
     }
 
     /// The response-time check of SEMANTICS C17: a `Content-Disposition: attachment` answer
@@ -168,12 +179,15 @@ impl Gate {
             .rules
             .iter()
             .enumerate()
-            .map(|(i, r)| OperatorRule::new(i + 1, &r.host, &r.path, &r.methods, r.action, &r.reason))
+            .map(|(i, r)| {
+                OperatorRule::new(i + 1, &canonical_pattern(&r.host), &r.path, &r.methods, r.action, &r.reason)
+            })
             .collect();
+        let bypass_hosts = config.bypass_hosts.iter().map(|p| canonical_pattern(p)).collect();
         Gate {
             mode: config.mode,
             agents: Agents::new(config),
-            rules: OperatorRules::new(config.bypass_hosts.clone(), rules),
+            rules: OperatorRules::new(bypass_hosts, rules),
             cache,
             limiter: Limiter::in_process(),
         }
@@ -232,7 +246,7 @@ impl Gate {
             purposes: declared.as_deref().unwrap_or(&agent.agent.purposes),
             headers: &headers,
         };
-        let (decision, policies) = self.evaluate(&view, req.origin).await;
+        let (decision, policies) = self.evaluate(&view, req.origin, req.addresses).await;
         let mode = agent.mode(self.mode);
         let mut record = DecisionRecord::new(
             LogOutcome::from(decision.outcome),
@@ -295,9 +309,44 @@ impl Gate {
         }
     }
 
+    /// The block for a destination the network guard refused (`crate::net`), decided before
+    /// any policy is loaded. It blocks in monitor mode too: the guard is not a site policy,
+    /// and the connector would refuse the connection anyway.
+    pub fn refuse(&self, refusal: &Refusal, req: &GateRequest<'_>) -> Blocked {
+        let reason = Reason::new(Source::Operator, refusal.code(), refusal.to_string());
+        let decision = Decision {
+            outcome: Outcome::Deny,
+            reasons: vec![reason],
+            blocking: 1,
+            limits: Vec::new(),
+            inject_headers: Vec::new(),
+        };
+        let mut record = self.record_for(LogOutcome::Deny, req);
+        record.reasons = decision.reasons.clone();
+        Blocked { decision, record, kind: BlockKind::Policy }
+    }
+
+    /// The record of a request that failed before it could be decided (its host does not
+    /// resolve, so the network guard has nothing to vet); the caller adds the error.
+    pub fn undecided(&self, req: &GateRequest<'_>) -> DecisionRecord {
+        self.record_for(LogOutcome::Error, req)
+    }
+
+    fn record_for(&self, outcome: LogOutcome, req: &GateRequest<'_>) -> DecisionRecord {
+        let mode = req.agent.mode(self.mode);
+        let mut record = DecisionRecord::new(outcome, mode, req.client, req.agent.id.to_string(), req.method, req.url);
+        record.user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        record
+    }
+
     /// Operator rules first, then the origin's policies (kept for the response-time check).
-    async fn evaluate(&self, view: &RequestView<'_>, origin: &Origin) -> (Decision, Option<Arc<Policies>>) {
-        match self.rules.evaluate(view) {
+    async fn evaluate(
+        &self,
+        view: &RequestView<'_>,
+        origin: &Origin,
+        addresses: &[IpAddr],
+    ) -> (Decision, Option<Arc<Policies>>) {
+        match self.rules.evaluate(view, addresses) {
             Some(decision) => (decision, None),
             None => {
                 let policies = self.cache.policies(origin).await;

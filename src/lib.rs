@@ -14,6 +14,7 @@ pub mod fetch;
 pub mod gate;
 pub mod limits;
 pub mod lint;
+pub mod net;
 pub mod policy;
 pub mod proxy;
 pub mod tls;

@@ -203,6 +203,12 @@ fn run_proxy(args: RunArgs) -> anyhow::Result<()> {
     if let Some(dir) = args.ca_dir {
         config.ca.dir = dir;
     }
+    // Every agent connection, tunnel and origin connection is a file descriptor: use all the
+    // hard limit allows ([connections] max_connections is the cap that should bite first).
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::debug!(limit, "open-file limit"),
+        Err(error) => tracing::warn!(%error, "cannot raise the open-file limit; keeping the current one"),
+    }
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let running = Proxy::new(std::sync::Arc::new(config))?.bind().await?;

@@ -40,10 +40,12 @@ pub const REASONS: &str = "agentgate.reasons";
 pub const LIMITS: &str = "agentgate.limits";
 /// What went wrong, when the outcome is `error`.
 pub const ERROR_MESSAGE: &str = "error.message";
+/// Who is at fault, when the outcome is `error`: `client`, `origin` or `proxy`.
+pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line
 /// when they have no value; the rest keep this order.
-pub const ORDER: [&str; 18] = [
+pub const ORDER: [&str; 19] = [
     TIMESTAMP,
     EVENT_ID,
     EVENT_OUTCOME,
@@ -62,4 +64,5 @@ pub const ORDER: [&str; 18] = [
     REASONS,
     LIMITS,
     ERROR_MESSAGE,
+    ERROR_TYPE,
 ];

@@ -163,6 +163,30 @@ pub struct DecisionRecord {
     pub limits: Vec<Limit>,
     /// What went wrong, for outcome `error` (`error.message`). Must not hold header values.
     pub error: Option<String>,
+    /// Who is at fault, for outcome `error` (`error.type`).
+    pub error_type: Option<ErrorType>,
+}
+
+/// Who caused an `error` outcome: what `error.type` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorType {
+    /// The agent sent something unusable: a bad target, a malformed or cut-short body (4xx).
+    Client,
+    /// The origin could not be reached or failed the exchange (502, 504).
+    Origin,
+    /// agentgate itself failed (500).
+    Proxy,
+}
+
+impl ErrorType {
+    /// The `error.type` value: `client`, `origin` or `proxy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::Client => "client",
+            ErrorType::Origin => "origin",
+            ErrorType::Proxy => "proxy",
+        }
+    }
 }
 
 impl DecisionRecord {
@@ -193,6 +217,7 @@ impl DecisionRecord {
             reasons: Vec::new(),
             limits: Vec::new(),
             error: None,
+            error_type: None,
         }
     }
 
@@ -259,6 +284,9 @@ impl Serialize for Line<'_> {
         }
         if let Some(message) = &rec.error {
             map.serialize_entry(field::ERROR_MESSAGE, message)?;
+        }
+        if let Some(error_type) = rec.error_type {
+            map.serialize_entry(field::ERROR_TYPE, error_type.as_str())?;
         }
         map.end()
     }
@@ -461,6 +489,7 @@ mod tests {
             },
         ];
         rec.error = Some("origin unreachable: connection refused".to_owned());
+        rec.error_type = Some(ErrorType::Origin);
         let line = rec.to_json_line(true);
         let value: serde_json::Value = serde_json::from_str(&line).expect("the encoder writes JSON");
         let keys: Vec<&str> = value.as_object().expect("a line is an object").keys().map(String::as_str).collect();
@@ -484,7 +513,7 @@ mod tests {
                 r#"{"source":"operator","code":"operator.allow","rule":"host = example.com"}],"#,
                 r#""agentgate.limits":[{"source":"agents.txt","kind":"rate","requests":10,"window_s":60,"scope":"rule","line":3},"#,
                 r#"{"source":"AGENTS.md","kind":"concurrent","max":2,"scope":"host"}],"#,
-                r#""error.message":"origin unreachable: connection refused"}"#,
+                r#""error.message":"origin unreachable: connection refused","error.type":"origin"}"#,
                 "\n"
             )
         );

@@ -69,8 +69,12 @@ struct AgentCounts {
     reasons: HashMap<String, u64>,
 }
 
-/// Reads a decision log and counts per agent. Blank lines are skipped; lines that are not
-/// records (bad JSON or UTF-8, no `agentgate.agent` or `event.outcome`) are counted.
+/// Reads a decision log and counts per agent, one request per `event.id`: a forwarded
+/// request may have a decision line without `http.response.status_code` (written before
+/// forwarding, `docs/decision-log.md`) and a completed line with the same id; the completed
+/// one counts, and a decision line never completed (the response was cut off) counts on its
+/// own. Blank lines are skipped; lines that are not records (bad JSON or UTF-8, no
+/// `agentgate.agent` or `event.outcome`) are counted.
 ///
 /// # Errors
 /// [`AuditError::Read`] when reading itself fails; malformed content is never an error.
@@ -79,6 +83,9 @@ pub fn summarize(mut reader: impl BufRead) -> Result<Summary, AuditError> {
     let mut agents: BTreeMap<String, AgentCounts> = BTreeMap::new();
     let mut buf = Vec::new();
     let mut line_no = 0;
+    // Decision lines waiting for their completed line, by `event.id`: as many as requests
+    // were in flight together.
+    let mut awaiting: HashMap<String, (String, Map<String, Value>)> = HashMap::new();
     loop {
         buf.clear();
         match reader.read_until(b'\n', &mut buf) {
@@ -91,8 +98,19 @@ pub fn summarize(mut reader: impl BufRead) -> Result<Summary, AuditError> {
         }
         match parse(&buf) {
             Ok((agent, record)) => {
-                summary.records += 1;
-                count(agents.entry(agent.to_owned()).or_default(), &record);
+                let id = record.get(field::EVENT_ID).and_then(Value::as_str).map(str::to_owned);
+                match id {
+                    Some(id) if !record.contains_key(field::HTTP_RESPONSE_STATUS_CODE) => {
+                        awaiting.insert(id, (agent, record));
+                    }
+                    _ => {
+                        if let Some(id) = &id {
+                            awaiting.remove(id);
+                        }
+                        summary.records += 1;
+                        count(agents.entry(agent).or_default(), &record);
+                    }
+                }
             }
             Err(error) => {
                 summary.malformed_lines += 1;
@@ -101,6 +119,10 @@ pub fn summarize(mut reader: impl BufRead) -> Result<Summary, AuditError> {
                 }
             }
         }
+    }
+    for (agent, record) in awaiting.into_values() {
+        summary.records += 1;
+        count(agents.entry(agent).or_default(), &record);
     }
     summary.agents = agents
         .into_iter()
@@ -254,12 +276,17 @@ mod tests {
             ("crawler-b", Outcome::WouldDeny, "https://news.example/a", vec![hash, robots]),
             ("crawler-b", Outcome::Error, "http://down.example/", vec![]),
         ];
-        for (agent, outcome, url, reasons) in records {
+        for (n, (agent, outcome, url, reasons)) in records.into_iter().enumerate() {
             let mut rec = sample(agent, outcome, url);
             rec.reasons = reasons;
             log.record(&rec).await.expect("queued");
+            if n == 0 {
+                // A forwarded request: its decision line, then the completed line, one request.
+                rec.status = Some(200);
+                log.record(&rec).await.expect("queued");
+            }
         }
-        assert_eq!(writer.shutdown().await.written, 8);
+        assert_eq!(writer.shutdown().await.written, 9);
         let mut file = std::fs::OpenOptions::new().append(true).open(path).expect("reopens");
         let damage: &[&[u8]] = &[
             b"not json\n",
@@ -315,11 +342,11 @@ mod tests {
             ],
             malformed_lines: 5,
             malformed: vec![
-                malformed(9, "not JSON: expected ident at line 1 column 2"),
-                malformed(11, "no string \"agentgate.agent\""),
-                malformed(12, "not a JSON object"),
-                malformed(14, "not JSON: expected value at line 1 column 1"),
-                malformed(15, "not JSON: EOF while parsing a string at line 1 column 37"),
+                malformed(10, "not JSON: expected ident at line 1 column 2"),
+                malformed(12, "no string \"agentgate.agent\""),
+                malformed(13, "not a JSON object"),
+                malformed(15, "not JSON: expected value at line 1 column 1"),
+                malformed(16, "not JSON: EOF while parsing a string at line 1 column 37"),
             ],
         };
         assert_eq!(summary, expected);
@@ -347,17 +374,17 @@ crawler-b  robots.txt robots.disallow               1
 
 malformed lines (first 5 of 5)
 line  error
-   9  not JSON: expected ident at line 1 column 2
-  11  no string \"agentgate.agent\"
-  12  not a JSON object
-  14  not JSON: expected value at line 1 column 1
-  15  not JSON: EOF while parsing a string at line 1 column 37
+  10  not JSON: expected ident at line 1 column 2
+  12  no string \"agentgate.agent\"
+  13  not a JSON object
+  15  not JSON: expected value at line 1 column 1
+  16  not JSON: EOF while parsing a string at line 1 column 37
 "
         );
 
         let json = serde_json::to_value(&summary).expect("serializes");
         assert_eq!(json["agents"][0]["outcomes"]["deny"], 3);
-        assert_eq!(json["malformed"][0]["line"], 9);
+        assert_eq!(json["malformed"][0]["line"], 10);
     }
 
     #[test]

@@ -1,20 +1,26 @@
 //! The writer: [`AuditLog`] handles encode records and push their lines into a bounded
-//! queue; one blocking thread ([`AuditWriter`]) owns the file, writes through a `BufWriter`,
-//! flushes whenever the queue is momentarily empty, and flushes and fsyncs on shutdown.
+//! queue; one blocking thread ([`AuditWriter`]) owns the file, gathers what is queued into a
+//! batch, appends and flushes it whenever the queue is momentarily empty, and flushes and
+//! fsyncs on shutdown.
 //!
-//! Accounting: a line counts as written once a flush that covered it succeeded, and as
-//! failed when it was refused, cancelled, or sat in the buffer when a write or flush failed.
-//! After the first I/O error the log is failed for good: the queue is closed, what is still
-//! queued is counted as failed, and every later [`AuditLog::record`] is refused.
+//! Accounting: a line counts as written once the append and flush of its batch succeeded,
+//! and as failed when it was refused or cancelled, or its batch failed. A failed batch
+//! leaves no partial line: the file is truncated back to its length before the batch. The
+//! log is never failed for good: every batch is a fresh attempt, so once space is freed the
+//! next write succeeds, and the recovery is logged with the number of records lost meanwhile.
+//!
+//! [`AuditLog::commit`] is the audit promise for `on_failure = "block"`: it returns only once
+//! the line is on disk (appended and flushed), so the caller forwards only what is recorded.
+//! See `docs/decision-log.md`.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Deserialize;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{AuditError, DecisionRecord};
@@ -92,12 +98,13 @@ pub struct AuditStats {
     pub written: u64,
     /// Records not written (refused, cancelled, or lost to an I/O error).
     pub failed: u64,
-    /// The failure, if the log failed at any point, including the final fsync.
+    /// The failure, if the last write (or the final fsync) failed.
     pub error: Option<AuditError>,
 }
 
 enum Message {
-    Line(String),
+    /// A line, and where to say whether it reached the disk ([`AuditLog::commit`]).
+    Line(String, Option<oneshot::Sender<bool>>),
     Shutdown,
 }
 
@@ -114,8 +121,9 @@ struct Shared {
     refused: AtomicU64,
     /// Queued lines that were not written.
     lost: AtomicU64,
-    /// The first I/O error; set once, the log is failed from then on.
-    failure: OnceLock<String>,
+    /// The error of the last failed write while the log is failing; `None` once a write
+    /// succeeds again.
+    failure: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -124,16 +132,28 @@ impl Shared {
     }
 
     fn write_error(&self) -> Option<AuditError> {
-        let cause = self.failure.get()?;
-        Some(AuditError::Write { path: self.path.clone(), cause: cause.clone() })
+        let cause = self.failure.lock().unwrap_or_else(PoisonError::into_inner).clone()?;
+        Some(AuditError::Write { path: self.path.clone(), cause })
     }
 
-    /// Records the first I/O error (logged once, here) and counts `lines` as lost.
+    /// Counts `lines` as lost to `err`; the first failure of a run is logged here.
     fn fail(&self, err: &io::Error, lines: u64) {
         self.lost.fetch_add(lines, Ordering::Relaxed);
-        if self.failure.set(err.to_string()).is_ok() {
+        let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        if failure.is_none() {
             tracing::error!(path = %self.path.display(), error = %err, on_failure = self.on_failure.as_str(),
-                "decision log failed; records are refused from now on");
+                "decision log write failed; records are lost until a write succeeds again");
+        }
+        *failure = Some(err.to_string());
+    }
+
+    /// Counts `lines` as written; the end of a failing run is logged with what it lost.
+    fn succeed(&self, lines: u64) {
+        self.written.fetch_add(lines, Ordering::Relaxed);
+        let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        if failure.take().is_some() {
+            tracing::warn!(path = %self.path.display(), failed_records_total = self.failed_records(),
+                "decision log writable again; records resume");
         }
     }
 }
@@ -176,11 +196,15 @@ impl AuditLog {
     /// # Panics
     /// Outside a tokio runtime, as `tokio::task::spawn_blocking` does.
     pub fn start(settings: AuditSettings) -> Result<(AuditLog, AuditWriter), AuditError> {
+        let sink =
+            Sink::open(&settings.path).map_err(|source| AuditError::Open { path: settings.path.clone(), source })?;
+        Self::start_with(settings, sink)
+    }
+
+    fn start_with(settings: AuditSettings, sink: Sink) -> Result<(AuditLog, AuditWriter), AuditError> {
         if settings.queue_capacity == 0 {
             return Err(AuditError::ZeroQueueCapacity);
         }
-        let sink =
-            Sink::open(&settings.path).map_err(|source| AuditError::Open { path: settings.path.clone(), source })?;
         let (tx, rx) = mpsc::channel(settings.queue_capacity);
         let shared = Arc::new(Shared {
             path: settings.path,
@@ -190,7 +214,7 @@ impl AuditLog {
             written: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             lost: AtomicU64::new(0),
-            failure: OnceLock::new(),
+            failure: Mutex::new(None),
         });
         // A blocking thread, not an async task: file writes and fsync block, and must not
         // stall a runtime worker that is serving agents.
@@ -203,28 +227,39 @@ impl AuditLog {
     }
 
     /// Queues `record` for writing, waiting while the queue is full (backpressure, never a
-    /// drop). Returns once the line is queued, not written: see `docs/decision-log.md`.
+    /// drop). Returns once the line is queued, not written: a write that fails later is
+    /// counted in [`AuditLog::failed_records`].
     ///
     /// # Errors
-    /// [`Unrecorded`] when the log has failed or is shut down; the record is counted in
+    /// [`Unrecorded`] when the log is shut down; the record is counted in
     /// [`AuditLog::failed_records`] and the gate applies [`Unrecorded::on_failure`].
     pub async fn record(&self, record: &DecisionRecord) -> Result<(), Unrecorded> {
+        self.send(record, None).await
+    }
+
+    /// Writes `record` and returns once it is appended and flushed: what the gate waits for
+    /// before it forwards a request under `on_failure = "block"`.
+    ///
+    /// # Errors
+    /// [`Unrecorded`] when the write failed (the file is left without a partial line) or the
+    /// log is shut down; the record is counted in [`AuditLog::failed_records`].
+    pub async fn commit(&self, record: &DecisionRecord) -> Result<(), Unrecorded> {
+        let (ack, written) = oneshot::channel();
+        self.send(record, Some(ack)).await?;
+        match written.await {
+            Ok(true) => Ok(()),
+            // `false`, or the writer gone: either way the line was counted as lost there.
+            Ok(false) | Err(_) => Err(self.unavailable()),
+        }
+    }
+
+    async fn send(&self, record: &DecisionRecord, ack: Option<oneshot::Sender<bool>>) -> Result<(), Unrecorded> {
         let mut guard = RefusalGuard(Some(&self.shared));
-        self.ensure_available()?;
         let line = record.to_json_line(self.shared.log_query);
-        self.tx.send(Message::Line(line)).await.map_err(|_| self.unavailable())?;
+        self.tx.send(Message::Line(line, ack)).await.map_err(|_| self.unavailable())?;
         guard.0 = None;
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// Whether a record would be accepted now. The gate asks before forwarding when
-    /// `on_failure = "block"`, because the record itself is complete only after the response.
-    ///
-    /// # Errors
-    /// [`Unrecorded`] when the log has failed or is shut down (nothing is counted).
-    pub fn ensure_available(&self) -> Result<(), Unrecorded> {
-        if self.shared.failure.get().is_some() || self.tx.is_closed() { Err(self.unavailable()) } else { Ok(()) }
     }
 
     /// The configured reaction to a failed record.
@@ -254,7 +289,7 @@ impl AuditWriter {
     /// only flushed), and returns the counts. Records offered afterwards are refused and
     /// counted. Call it after the proxy has drained its in-flight requests.
     pub async fn shutdown(self) -> AuditStats {
-        // Fails only when the writer already closed the queue after an I/O error.
+        // Fails only when the writer thread is already gone.
         let _ = self.tx.send(Message::Shutdown).await;
         drop(self.tx);
         let panicked = self.thread.await.is_err();
@@ -273,70 +308,147 @@ impl AuditWriter {
     }
 }
 
+/// A batch is written once it holds this much, even while more lines wait.
+const MAX_BATCH_BYTES: usize = 1 << 20;
+
+/// The lines gathered for one append.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    lines: u64,
+    acks: Vec<oneshot::Sender<bool>>,
+}
+
 /// The writer thread's loop; returns when the queue is closed and empty.
 fn write_lines(mut rx: mpsc::Receiver<Message>, mut sink: Sink, shared: &Shared) {
-    // Lines in the BufWriter since the last successful flush.
-    let mut pending = 0;
+    let mut batch = Batch::default();
     while let Some(message) = rx.blocking_recv() {
         match message {
             // Stop accepting; the loop goes on until what is queued is drained.
             Message::Shutdown => rx.close(),
-            Message::Line(_) if shared.failure.get().is_some() => {
-                shared.lost.fetch_add(1, Ordering::Relaxed);
+            Message::Line(line, ack) => {
+                batch.bytes.extend_from_slice(line.as_bytes());
+                batch.lines += 1;
+                batch.acks.extend(ack);
             }
-            Message::Line(line) => {
-                pending += 1;
-                // Flush whenever nothing else is waiting, so `tail -f` sees lines promptly
-                // and a burst still goes out in large writes.
-                let idle = rx.is_empty();
-                match sink.out.write_all(line.as_bytes()).and_then(|()| if idle { sink.out.flush() } else { Ok(()) }) {
-                    Err(err) => {
-                        shared.fail(&err, pending);
-                        pending = 0;
-                        rx.close();
-                    }
-                    Ok(()) if idle => {
-                        shared.written.fetch_add(pending, Ordering::Relaxed);
-                        pending = 0;
-                    }
-                    Ok(()) => {}
-                }
-            }
+        }
+        // Write whenever nothing else is waiting, so `tail -f` sees lines promptly and a
+        // burst still goes out in large writes.
+        if rx.is_empty() || batch.bytes.len() >= MAX_BATCH_BYTES {
+            write_batch(&mut sink, std::mem::take(&mut batch), shared);
         }
     }
-    if shared.failure.get().is_none() {
-        match sink.flush_and_sync() {
-            Ok(()) => {
-                shared.written.fetch_add(pending, Ordering::Relaxed);
-            }
-            Err(err) => shared.fail(&err, pending),
-        }
+    write_batch(&mut sink, batch, shared);
+    if let Err(err) = sink.sync() {
+        shared.fail(&err, 0);
     }
 }
 
-/// Where lines go: a file that can be fsynced, or stdout.
+/// Appends one batch, or, on failure, truncates the file back so no partial line stays.
+fn write_batch(sink: &mut Sink, batch: Batch, shared: &Shared) {
+    if batch.lines == 0 {
+        return;
+    }
+    let ok = match sink.append(&batch.bytes) {
+        Ok(()) => {
+            shared.succeed(batch.lines);
+            true
+        }
+        Err(err) => {
+            shared.fail(&err, batch.lines);
+            false
+        }
+    };
+    for ack in batch.acks {
+        // The waiting request may be gone (the agent hung up); nothing to tell then.
+        let _ = ack.send(ok);
+    }
+}
+
+/// Where lines go: a file, stdout, or (in tests) a disk that fills up.
 struct Sink {
-    out: BufWriter<Box<dyn Write + Send>>,
-    /// The file again, for fsync; `None` for stdout.
-    file: Option<File>,
+    out: Box<dyn LogFile>,
+}
+
+/// What the writer needs of its file: append, and undo a failed append.
+trait LogFile: Send {
+    /// Appends `bytes` and flushes them to the operating system.
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// The length to truncate back to after a failed append; `None` when the sink cannot
+    /// be truncated (stdout).
+    fn len(&self) -> Option<u64>;
+    fn truncate(&mut self, len: u64) -> io::Result<()>;
+    fn sync(&mut self) -> io::Result<()>;
+}
+
+impl LogFile for File {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write_all(bytes)?;
+        self.flush()
+    }
+
+    fn len(&self) -> Option<u64> {
+        // A device such as /dev/full has no length to go back to.
+        self.metadata().ok().filter(std::fs::Metadata::is_file).map(|meta| meta.len())
+    }
+
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.set_len(len)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_all()
+    }
+}
+
+impl LogFile for io::Stdout {
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let mut out = self.lock();
+        out.write_all(bytes)?;
+        out.flush()
+    }
+
+    fn len(&self) -> Option<u64> {
+        None
+    }
+
+    fn truncate(&mut self, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.flush()
+    }
 }
 
 impl Sink {
     fn open(path: &Path) -> io::Result<Sink> {
         if path == Path::new("-") {
-            return Ok(Sink { out: BufWriter::new(Box::new(io::stdout())), file: None });
+            return Ok(Sink { out: Box::new(io::stdout()) });
         }
         if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
         let file = OpenOptions::new().create(true).append(true).open(path)?;
-        let sync_handle = file.try_clone()?;
-        Ok(Sink { out: BufWriter::new(Box::new(file)), file: Some(sync_handle) })
+        Ok(Sink { out: Box::new(file) })
     }
 
-    fn flush_and_sync(&mut self) -> io::Result<()> {
-        self.out.flush()?;
-        self.file.as_ref().map_or(Ok(()), File::sync_all)
+    /// Appends `bytes` whole, or not at all: after a failed write (a full disk may take part
+    /// of it) the file is truncated back to its length before.
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let before = self.out.len();
+        let result = self.out.append(bytes);
+        if result.is_err()
+            && let Some(before) = before
+            && let Err(err) = self.out.truncate(before)
+        {
+            tracing::error!(error = %err, "cannot truncate the decision log back after a failed write; a partial line may remain");
+        }
+        result
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.out.sync()
     }
 }
 
@@ -461,7 +573,6 @@ mod tests {
         let (log, writer) = AuditLog::start(settings(dir.path().join("d.jsonl"))).expect("the log opens");
         let stats = writer.shutdown().await;
         assert_eq!((stats.written, stats.failed), (0, 0));
-        assert!(log.ensure_available().is_err());
         let refused = log.record(&sample("bot-1", Outcome::Allow, "http://h/")).await.expect_err("the log is closed");
         assert!(matches!(refused.cause, AuditError::Closed { .. }), "{refused:?}");
         assert!(refused.blocks_request(), "on_failure defaults to block");
@@ -477,29 +588,87 @@ mod tests {
             let (log, writer) =
                 AuditLog::start(AuditSettings { on_failure, ..settings(path.clone()) }).expect("/dev/full opens");
             let rec = sample("bot-1", Outcome::Deny, "http://h/");
-            // The writer fails at its first flush; records queued before it notices are
-            // lost and counted, and from then on `record` refuses.
-            let mut attempts = 0;
-            let refused = loop {
-                attempts += 1;
-                assert!(attempts < 100_000, "the failure never reached the handle");
-                if let Err(refused) = log.record(&rec).await {
-                    break refused;
-                }
-            };
+            log.record(&rec).await.expect("queued; the write fails later");
+            let refused = log.commit(&rec).await.expect_err("nothing reaches /dev/full");
             assert_eq!(refused.on_failure, on_failure);
             assert_eq!(refused.blocks_request(), on_failure == OnFailure::Block);
             let message = refused.cause.to_string();
-            assert!(message.contains("/dev/full") && message.contains("restart agentgate"), "{message}");
-            assert!(log.ensure_available().is_err());
-            assert!(log.record(&rec).await.is_err());
-            attempts += 1;
-
+            assert!(message.contains("/dev/full") && message.contains("free disk space"), "{message}");
             let stats = writer.shutdown().await;
-            assert_eq!((stats.written, stats.failed), (0, attempts));
+            assert_eq!((stats.written, stats.failed), (0, 2));
             assert!(matches!(stats.error, Some(AuditError::Write { .. })), "{:?}", stats.error);
-            assert_eq!(log.failed_records(), attempts);
         }
+    }
+
+    /// A disk of `capacity` bytes that takes what fits of a write, then fails with ENOSPC,
+    /// as a full filesystem does; `capacity` can be raised (space freed) while it runs.
+    #[derive(Clone, Default)]
+    struct FillingDisk(Arc<Mutex<(Vec<u8>, usize)>>);
+
+    impl LogFile for FillingDisk {
+        fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+            let mut disk = self.0.lock().expect("the test disk lock is not poisoned");
+            let room = disk.1.saturating_sub(disk.0.len());
+            let taken = room.min(bytes.len());
+            disk.0.extend_from_slice(&bytes[..taken]);
+            if taken < bytes.len() { Err(io::Error::from(io::ErrorKind::StorageFull)) } else { Ok(()) }
+        }
+
+        fn len(&self) -> Option<u64> {
+            Some(self.0.lock().expect("the test disk lock is not poisoned").0.len() as u64)
+        }
+
+        fn truncate(&mut self, len: u64) -> io::Result<()> {
+            self.0.lock().expect("the test disk lock is not poisoned").0.truncate(len as usize);
+            Ok(())
+        }
+
+        fn sync(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl FillingDisk {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().expect("the test disk lock is not poisoned").0.clone()).expect("UTF-8")
+        }
+
+        fn set_capacity(&self, capacity: usize) {
+            self.0.lock().expect("the test disk lock is not poisoned").1 = capacity;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_disk_keeps_only_whole_lines_and_the_log_recovers_when_space_returns() {
+        let disk = FillingDisk::default();
+        let line_len = sample("bot-1", Outcome::Allow, "http://h/0").to_json_line(false).len();
+        // Room for three lines and a half.
+        disk.set_capacity(line_len * 7 / 2);
+        let sink = Sink { out: Box::new(disk.clone()) };
+        let (log, writer) = AuditLog::start_with(settings(PathBuf::from("test-disk")), sink).expect("the log starts");
+        let mut committed = 0;
+        for n in 0..10 {
+            let rec = sample("bot-1", Outcome::Allow, &format!("http://h/{n}"));
+            if log.commit(&rec).await.is_ok() {
+                committed += 1;
+            }
+        }
+        let text = disk.text();
+        assert_eq!(committed, 3, "{text}");
+        assert!(text.ends_with('\n'), "no partial line: {text:?}");
+        assert_eq!(text.lines().count(), committed, "every committed record, and only those: {text}");
+        for line in text.lines() {
+            serde_json::from_str::<serde_json::Value>(line).expect("each line is whole JSON");
+        }
+        assert_eq!(log.failed_records(), 7);
+
+        // Space returns: the next record is written without a restart.
+        disk.set_capacity(usize::MAX);
+        log.commit(&sample("bot-1", Outcome::Allow, "http://h/after")).await.expect("the log recovered");
+        let stats = writer.shutdown().await;
+        assert_eq!((stats.written, stats.failed), (4, 7));
+        assert!(stats.error.is_none(), "{:?}", stats.error);
+        assert_eq!(disk.text().lines().count(), 4);
     }
 
     #[test]

@@ -1,11 +1,13 @@
-//! The origin a policy cache entry belongs to: scheme, host and port (RFC 6454, SEMANTICS
-//! X5), and the URLs of its policy files.
+//! The origin a policy cache entry belongs to: scheme, canonical host and port (RFC 6454,
+//! SEMANTICS X5), and the URLs of its policy files. The host is the canonical host
+//! (`crate::net::host`), so `127.1` and `0x7f.1` share one cache entry with `127.0.0.1`.
 
 use std::fmt;
 
 use http::Uri;
 use http::uri::{Authority, PathAndQuery};
 
+use crate::net::{HostError, canonical_host};
 use crate::policy::FetchError;
 
 /// `http` or `https`: the only schemes an origin of the proxy can have.
@@ -46,6 +48,14 @@ pub enum OriginError {
         /// Its scheme.
         scheme: String,
     },
+    /// The host is not a host name or an IP address.
+    #[error("`{uri}`: {source}")]
+    InvalidHost {
+        /// The request target.
+        uri: String,
+        /// What is wrong with the host.
+        source: HostError,
+    },
     /// The URI has no scheme or no host (origin-form `/path`, or `host:port` alone).
     #[error("`{uri}` has no scheme and host; policies need an absolute URI such as https://example.com/")]
     NotAbsolute {
@@ -54,7 +64,7 @@ pub enum OriginError {
     },
 }
 
-/// One origin: scheme, host (lower case, IPv6 in brackets) and port (explicit or the
+/// One origin: scheme, canonical host (IPv6 in brackets) and port (explicit or the
 /// scheme's default). robots.txt, agents.txt and automation-preferences.txt are per origin
 /// (RFC 9309 §2.3); AGENTS.md is fetched over HTTPS for the host (SEMANTICS C2). Displays
 /// as `https://example.com:443`.
@@ -70,7 +80,8 @@ impl Origin {
     /// requests and for MITM'd requests once it rebuilt their URI). User info is dropped.
     ///
     /// # Errors
-    /// [`OriginError::UnsupportedScheme`] for anything but `http` and `https`.
+    /// [`OriginError::UnsupportedScheme`] for anything but `http` and `https`;
+    /// [`OriginError::InvalidHost`] when the host has no canonical form.
     pub fn from_parts(scheme: &http::uri::Scheme, authority: &Authority) -> Result<Self, OriginError> {
         let scheme = match scheme.as_str().to_ascii_lowercase().as_str() {
             "http" => Scheme::Http,
@@ -82,11 +93,10 @@ impl Origin {
                 });
             }
         };
-        Ok(Origin {
-            scheme,
-            host: authority.host().to_ascii_lowercase(),
-            port: authority.port_u16().unwrap_or(scheme.default_port()),
-        })
+        let host = canonical_host(authority.host())
+            .map_err(|source| OriginError::InvalidHost { uri: format!("{}://{authority}", scheme.as_str()), source })?;
+        let host = if host.contains(':') { format!("[{host}]") } else { host };
+        Ok(Origin { scheme, host, port: authority.port_u16().unwrap_or(scheme.default_port()) })
     }
 
     /// The origin of an absolute URI (`https://example.com/path`).
@@ -106,7 +116,7 @@ impl Origin {
         self.scheme
     }
 
-    /// The host, lower case; an IPv6 address keeps its brackets (`[::1]`).
+    /// The canonical host; an IPv6 address keeps its brackets (`[::1]`).
     pub fn host(&self) -> &str {
         &self.host
     }
@@ -164,6 +174,15 @@ mod tests {
         assert_eq!(origin("http://user@example.com:8080/").to_string(), "http://example.com:8080");
         assert_eq!(origin("https://[::1]:9443/").host(), "[::1]");
         assert_eq!(origin("https://example.com"), origin("https://example.com:443/other"));
+    }
+
+    #[test]
+    fn issue_8_one_cache_key_for_every_spelling() {
+        for spelling in ["http://127.1/", "http://0x7f.1/", "http://2130706433/", "http://[::ffff:127.0.0.1]/"] {
+            assert_eq!(origin(spelling).to_string(), "http://127.0.0.1:80", "{spelling}");
+        }
+        assert_eq!(origin("https://[0:0::1]/").host(), "[::1]");
+        assert_eq!(origin("https://Example.com./").host(), "example.com");
     }
 
     #[test]

@@ -28,7 +28,7 @@ use super::file::PolicyFile;
 use super::freshness::TtlBounds;
 use super::get::Fetcher;
 use super::*;
-use crate::config::UpstreamConfig;
+use crate::config::{NetworkConfig, UpstreamConfig};
 use crate::policy::agents_md::Location;
 use crate::policy::{FetchError, FetchOutcome, Headers, Outcome, Policies, PolicyStatus, RequestView, agents_txt};
 
@@ -251,8 +251,17 @@ impl TestCa {
 // ---------------------------------------------------------------------------------------
 // Helpers.
 
+/// The proxy's transport, trusting `ca`; the test origins are on loopback, which the network
+/// guard denies by default, so these tests opt in (`docs/security.md`).
 fn transport(ca: &TestCa) -> TestResult<Arc<dyn PolicyTransport>> {
-    let config = UpstreamConfig { extra_ca_files: vec![ca.pem_path.clone()], ..UpstreamConfig::default() };
+    let config = crate::config::Config {
+        upstream: UpstreamConfig { extra_ca_files: vec![ca.pem_path.clone()], ..UpstreamConfig::default() },
+        network: NetworkConfig {
+            allow_cidrs: vec!["127.0.0.0/8".parse()?, "::1/128".parse()?],
+            ..NetworkConfig::default()
+        },
+        ..crate::config::Config::default()
+    };
     Ok(crate::proxy::policy_transport(&config)?)
 }
 

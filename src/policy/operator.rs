@@ -3,7 +3,17 @@
 //! applied before any site policy file. Pure, like the rest of `policy/`: compiled once per
 //! config, evaluated per request.
 //!
-//! Never: reads the config file (the gate hands the values over), fetches, logs.
+//! Hosts are compared in canonical form: the gate hands over canonical patterns and the
+//! request's canonical host (`crate::net::host`), so every spelling of an address matches.
+//! A rule whose host is an address or a CIDR (`host = "10.0.0.0/8"`) is matched against the
+//! addresses the network guard vetted for the request, which the gate passes in: a deny
+//! matches when any of them is inside, an allow only when all of them are.
+//!
+//! Never: reads the config file (the gate hands the values over), resolves names, fetches, logs.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
 
 use super::pattern::Pattern;
 use super::{Decision, Outcome, Reason, RequestView, Source};
@@ -21,7 +31,7 @@ pub enum RuleAction {
 /// One `[[rules]]` entry, compiled.
 #[derive(Debug, Clone)]
 pub struct OperatorRule {
-    host: String,
+    host: HostRule,
     path: Pattern,
     methods: Vec<String>,
     action: RuleAction,
@@ -29,8 +39,18 @@ pub struct OperatorRule {
     described: String,
 }
 
+/// What a rule's `host` names.
+#[derive(Debug, Clone)]
+enum HostRule {
+    /// A host pattern (`example.com`, `*.example.com`, `*`), canonical.
+    Pattern(String),
+    /// An address or a CIDR, matched against the request's addresses.
+    Network(IpNet),
+}
+
 impl OperatorRule {
-    /// Compiles a rule; `number` is its 1-based position among `[[rules]]`.
+    /// Compiles a rule; `number` is its 1-based position among `[[rules]]`; `host` is the
+    /// canonical pattern, an IP address or a CIDR.
     pub fn new(number: usize, host: &str, path: &str, methods: &[String], action: RuleAction, reason: &str) -> Self {
         let verb = match action {
             RuleAction::Allow => "allow",
@@ -39,7 +59,11 @@ impl OperatorRule {
         let methods_text = if methods.is_empty() { String::new() } else { format!(" methods={}", methods.join(",")) };
         let why = if reason.is_empty() { String::new() } else { format!(": {reason}") };
         OperatorRule {
-            host: host.to_owned(),
+            host: match (host.parse::<IpNet>(), host.parse::<IpAddr>()) {
+                (Ok(net), _) => HostRule::Network(net),
+                (_, Ok(ip)) => HostRule::Network(IpNet::from(ip)),
+                _ => HostRule::Pattern(host.to_owned()),
+            },
             path: Pattern::new(path),
             methods: methods.to_vec(),
             action,
@@ -47,10 +71,29 @@ impl OperatorRule {
         }
     }
 
-    fn matches(&self, req: &RequestView<'_>, path: &str) -> bool {
-        host_matches(&self.host, req.host)
+    fn matches(&self, req: &RequestView<'_>, addresses: &[IpAddr], path: &str) -> bool {
+        self.matches_host(req.host, addresses)
             && (self.methods.is_empty() || self.methods.iter().any(|m| m.eq_ignore_ascii_case(req.method)))
             && self.path.matches_normalized(path)
+    }
+
+    fn matches_host(&self, host: &str, addresses: &[IpAddr]) -> bool {
+        match &self.host {
+            HostRule::Pattern(pattern) => host_matches(pattern, host),
+            HostRule::Network(net) => {
+                let literal = host.parse::<IpAddr>().ok();
+                let inside = |ip: &IpAddr| net.contains(ip);
+                match self.action {
+                    // A deny must catch the request whichever address it would reach.
+                    RuleAction::Deny => literal.iter().chain(addresses).any(inside),
+                    // An allow must not open a name that also resolves outside the network.
+                    RuleAction::Allow => match literal {
+                        Some(ip) => inside(&ip),
+                        None => !addresses.is_empty() && addresses.iter().all(inside),
+                    },
+                }
+            }
+        }
     }
 }
 
@@ -77,14 +120,15 @@ impl OperatorRules {
     /// after the rules, so a deny rule still applies to a bypassed host.
     ///
     /// A deny on an equivalent spelling of the path (`/%61dmin` for `/admin`, see
-    /// [`super::path`]) denies too.
-    pub fn evaluate(&self, req: &RequestView<'_>) -> Option<Decision> {
-        let as_sent = self.evaluate_as_sent(req);
+    /// [`super::path`]) denies too. `addresses` are the vetted addresses of the request's
+    /// host, for rules naming an address or a CIDR (empty when none are known, as in `explain`).
+    pub fn evaluate(&self, req: &RequestView<'_>, addresses: &[IpAddr]) -> Option<Decision> {
+        let as_sent = self.evaluate_as_sent(req, addresses);
         let denied = |d: &Option<Decision>| d.as_ref().is_some_and(|d| d.outcome == Outcome::Deny);
         if !denied(&as_sent)
             && let Some(normal) = super::path::equivalent(req.path_and_query)
         {
-            let other = self.evaluate_as_sent(&RequestView { path_and_query: &normal, ..*req });
+            let other = self.evaluate_as_sent(&RequestView { path_and_query: &normal, ..*req }, addresses);
             if denied(&other) {
                 return other;
             }
@@ -92,9 +136,9 @@ impl OperatorRules {
         as_sent
     }
 
-    fn evaluate_as_sent(&self, req: &RequestView<'_>) -> Option<Decision> {
+    fn evaluate_as_sent(&self, req: &RequestView<'_>, addresses: &[IpAddr]) -> Option<Decision> {
         let path = super::pattern::normalize(req.path_and_query);
-        if let Some(rule) = self.rules.iter().find(|r| r.matches(req, &path)) {
+        if let Some(rule) = self.rules.iter().find(|r| r.matches(req, addresses, &path)) {
             let (outcome, code) = match rule.action {
                 RuleAction::Allow => (Outcome::Allow, "operator.allow"),
                 RuleAction::Deny => (Outcome::Deny, "operator.deny"),
@@ -168,6 +212,29 @@ mod tests {
     }
 
     #[test]
+    fn issue_8_address_and_cidr_rules_match_the_vetted_addresses() {
+        let h = Headers::default();
+        let rules = OperatorRules::new(
+            Vec::new(),
+            vec![
+                OperatorRule::new(1, "127.0.0.1", "/", &[], RuleAction::Deny, ""),
+                OperatorRule::new(2, "10.0.0.0/8", "/", &[], RuleAction::Deny, ""),
+                OperatorRule::new(3, "192.0.2.0/24", "/", &[], RuleAction::Allow, ""),
+            ],
+        );
+        let code = |host: &str, addresses: &[IpAddr]| {
+            rules.evaluate(&view("GET", host, "/", &h), addresses).map(|d| d.reasons[0].code.to_string())
+        };
+        assert_eq!(code("127.0.0.1", &[]).as_deref(), Some("operator.deny"));
+        assert_eq!(code("intranet.test", &[[127, 0, 0, 1].into()]).as_deref(), Some("operator.deny"));
+        assert_eq!(code("db.test", &[[203, 0, 113, 1].into(), [10, 1, 2, 3].into()]).as_deref(), Some("operator.deny"));
+        assert_eq!(code("db.test", &[[203, 0, 113, 1].into()]), None);
+        assert_eq!(code("app.test", &[[192, 0, 2, 5].into()]).as_deref(), Some("operator.allow"));
+        assert_eq!(code("app.test", &[[192, 0, 2, 5].into(), [203, 0, 113, 1].into()]), None, "allow needs all");
+        assert_eq!(code("app.test", &[]), None);
+    }
+
+    #[test]
     fn first_matching_rule_decides_with_its_reason() {
         let h = Headers::default();
         let rules = OperatorRules::new(
@@ -179,18 +246,18 @@ mod tests {
                 OperatorRule::new(4, "api.model.example", "/admin", &[], RuleAction::Deny, ""),
             ],
         );
-        let d = rules.evaluate(&view("GET", "db.internal", "/x", &h)).expect("rule 1");
+        let d = rules.evaluate(&view("GET", "db.internal", "/x", &h), &[]).expect("rule 1");
         assert_eq!(d.outcome, Outcome::Deny);
         assert_eq!(d.reasons[0].code, "operator.deny");
         assert_eq!(&*d.reasons[0].rule, "[[rules]] #1 host=*.internal path=/ deny: no internal services");
-        let d = rules.evaluate(&view("POST", "docs.example", "/public/a", &h)).expect("rule 2");
+        let d = rules.evaluate(&view("POST", "docs.example", "/public/a", &h), &[]).expect("rule 2");
         assert_eq!((d.outcome, d.reasons[0].code.as_ref()), (Outcome::Allow, "operator.allow"));
-        assert!(rules.evaluate(&view("GET", "docs.example", "/private", &h)).is_none());
-        let d = rules.evaluate(&view("delete", "site.example", "/x", &h)).expect("rule 3");
+        assert!(rules.evaluate(&view("GET", "docs.example", "/private", &h), &[]).is_none());
+        let d = rules.evaluate(&view("delete", "site.example", "/x", &h), &[]).expect("rule 3");
         assert_eq!(d.outcome, Outcome::Deny);
-        let d = rules.evaluate(&view("GET", "api.model.example", "/v1/chat", &h)).expect("bypass");
+        let d = rules.evaluate(&view("GET", "api.model.example", "/v1/chat", &h), &[]).expect("bypass");
         assert_eq!((d.outcome, d.reasons[0].code.as_ref()), (Outcome::Allow, "operator.bypass"));
-        let d = rules.evaluate(&view("GET", "api.model.example", "/admin/keys", &h)).expect("deny beats bypass");
+        let d = rules.evaluate(&view("GET", "api.model.example", "/admin/keys", &h), &[]).expect("deny beats bypass");
         assert_eq!(d.outcome, Outcome::Deny);
     }
 }

@@ -17,6 +17,7 @@ use serde_json::json;
 
 use super::ProxyBody;
 use super::error::ProxyError;
+use crate::audit::ErrorType;
 use crate::gate::{BlockKind, Blocked};
 use crate::policy::advice::advice;
 use crate::policy::{LimitKind, Outcome};
@@ -31,7 +32,9 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         ProxyError::NotAProxyRequest { .. }
         | ProxyError::UnsupportedScheme { .. }
         | ProxyError::BadConnectTarget { .. }
-        | ProxyError::BadTunnelRequest { .. } => StatusCode::BAD_REQUEST,
+        | ProxyError::BadTunnelRequest { .. }
+        | ProxyError::ClientBody { .. } => StatusCode::BAD_REQUEST,
+        ProxyError::DestinationRefused { .. } => StatusCode::FORBIDDEN,
         ProxyError::UpstreamCertificate { .. }
         | ProxyError::UpstreamResolve { .. }
         | ProxyError::UpstreamConnect { .. }
@@ -45,6 +48,18 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         | ProxyError::Bind { .. }
         | ProxyError::ClientHandshake { .. }
         | ProxyError::LeafCertificate { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// Who is at fault for `error`, for `error.type`: the side its status blames.
+pub(crate) fn error_type_for(error: &ProxyError) -> ErrorType {
+    let status = status_for(error);
+    if status.is_client_error() {
+        ErrorType::Client
+    } else if status == StatusCode::INTERNAL_SERVER_ERROR {
+        ErrorType::Proxy
+    } else {
+        ErrorType::Origin
     }
 }
 
@@ -152,7 +167,7 @@ fn limit_window(blocked: &Blocked) -> Option<u32> {
 /// The answer when the decision log cannot be written and `[audit] on_failure = "block"`.
 pub(crate) fn audit_unavailable() -> Response<ProxyBody> {
     let mut response = body_response(
-        "agentgate: the decision log cannot be written, and [audit] on_failure = \"block\" forbids forwarding unaudited requests; the operator must fix the log (see agentgate's error log) and restart\n".to_owned(),
+        "agentgate: the decision log cannot be written, and [audit] on_failure = \"block\" forbids forwarding unaudited requests; it resumes by itself once the operator frees space or fixes the file (see agentgate's error log); retry later\n".to_owned(),
         "text/plain; charset=utf-8",
     );
     *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;

@@ -1,4 +1,6 @@
-//! CONNECT (RFC 9110 §9.3.6): the host-level decision before the `200` (`decide_tunnel`),
+//! CONNECT (RFC 9110 §9.3.6): the network guard and `[connect] allowed_ports` first
+//! (`check_connect`: agentgate's own address, internal ranges and other ports are a 403
+//! before the `200`), then the host-level decision before the `200` (`decide_tunnel`),
 //! then either a passthrough splice to the target, or interception: read the tunnel's first
 //! bytes, terminate TLS with a leaf minted for the SNI name (or the CONNECT host), and serve
 //! the inner HTTP/1.1 or h2 with the same request service as the proxy port. A tunnel whose
@@ -9,7 +11,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::BytesMut;
 use http::uri::{Authority, Scheme};
@@ -22,23 +24,20 @@ use tokio_rustls::LazyConfigAcceptor;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
 use super::ProxyBody;
-use super::block::{error_response, status_for, tunnel_established};
+use super::block::{audit_unavailable, tunnel_established};
 use super::context::{Entry, ProxyState};
+use super::destination::{Ask, check_destination};
 use super::drain::Drain;
-use super::error::{ProxyError, error_chain};
+use super::error::{ProxyError, error_chain, shown_target};
 use super::listener::{ServerProtocols, serve_connection};
 use super::relay::splice;
 use super::rewind::Rewind;
-use super::service::{ProxyService, answer_blocked, record};
+use super::service::{ProxyService, answer_blocked, completed};
 use crate::agents::Identity;
+use crate::audit::OnFailure;
 use crate::config::Config;
 use crate::fetch::Origin;
 use crate::gate::{GateRequest, Permitted, Verdict};
-
-/// How long a client may take, after the `200`, to send its first bytes and finish the TLS
-/// handshake. A tunnel to a server-speaks-first protocol waits this long and then closes:
-/// such hosts belong in `[mitm] passthrough_hosts`.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The first byte of a TLS record carrying a handshake message (RFC 8446 §5.1).
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
@@ -59,11 +58,12 @@ pub(crate) fn decide_tunnel(config: &Config, authority: &Authority) -> Tunnel {
     if config.mitm.is_passthrough(authority.host()) { Tunnel::Passthrough } else { Tunnel::Mitm }
 }
 
-/// Phase `handle_connect`: checks the target, decides, and answers `200`; the tunnel itself
-/// runs in its own task once hyper hands over the connection.
+/// Phase `handle_connect`: checks the target (form, destination, port), decides, and
+/// answers `200`; the tunnel itself runs in its own task once hyper hands over the connection.
 ///
 /// # Errors
-/// [`ProxyError::BadConnectTarget`] for a target that is not `host:port`; for passthrough,
+/// [`ProxyError::BadConnectTarget`] for a target that is not `host:port`;
+/// [`ProxyError::UpstreamResolve`] when its host does not resolve; for passthrough,
 /// the `Upstream*` variants when the target cannot be reached (answered before the `200`).
 pub(crate) async fn handle_connect(
     state: &Arc<ProxyState>,
@@ -73,26 +73,56 @@ pub(crate) async fn handle_connect(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let authority = connect_target(request.uri())?;
     tracing::Span::current().record("authority", field::display(&authority));
+    let origin = Origin::from_parts(&Scheme::HTTPS, &authority)
+        .map_err(|_| ProxyError::BadConnectTarget { target: authority.to_string() })?;
+    // The log names the canonical host (`crate::net::host`).
+    let url = format!("https://{}:{}/", origin.host(), origin.port());
     // The identity established here holds for every request inside the tunnel; an unknown
-    // agent gets its 407 before any 200.
-    let url = format!("https://{authority}/");
-    let agent = match state.gate.identify_agent(client, "CONNECT", &url, request.headers()) {
+    // agent gets its 407 before any 200, and before any lookup of the target. The head is
+    // kept apart: the upgrade below needs the request itself.
+    let headers = request.headers().clone();
+    let agent = match state.gate.identify_agent(client, "CONNECT", &url, &headers) {
         Ok(agent) => agent,
-        Err(blocked) => return Ok(answer_blocked(state, *blocked, request.headers(), Instant::now()).await),
+        Err(blocked) => return Ok(answer_blocked(state, *blocked, &headers, Instant::now()).await),
+    };
+    let connect = GateRequest {
+        client,
+        agent: &agent,
+        origin: &origin,
+        url: &url,
+        method: "CONNECT",
+        path_and_query: "/",
+        headers: &headers,
+        addresses: &[],
+    };
+    // Held until the passthrough tunnel is open: it dials these addresses.
+    let vetted = match check_destination(state, Instant::now(), connect, Ask::Connect).await? {
+        Ok(vetted) => vetted,
+        Err(blocked) => return Ok(blocked),
     };
     let on_upgrade = hyper::upgrade::on(&mut request);
     let tunnel = decide_tunnel(&state.config, &authority);
     let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
     match tunnel {
         Tunnel::Passthrough => {
-            let permit = match decide_passthrough(state, client, &agent, &authority, request.headers()).await {
+            let passthrough = GateRequest { method: "GET", addresses: vetted.addresses(), ..connect };
+            let permit = match decide_passthrough(state, passthrough).await {
                 Ok(permit) => permit,
                 Err(blocked) => return Ok(blocked),
             };
             let started = Instant::now();
             let opened = state.upstream.open_tunnel(&authority).await;
-            let status = opened.as_ref().map(|_| StatusCode::OK).map_err(|e| (status_for(e), e.to_string()));
-            record(state, permit.into_record(), started, status).await;
+            let decided = completed(permit.into_record(), started, opened.as_ref().map(|_| StatusCode::OK));
+            // The audit promise: under `on_failure = "block"` no byte is spliced before the
+            // record is on disk.
+            if opened.is_ok() && state.audit.on_failure() == OnFailure::Block {
+                if let Err(unrecorded) = state.audit.commit(&decided).await {
+                    warn!(error = %unrecorded.cause, "decision log unavailable; refusing to open the tunnel unaudited");
+                    return Ok(audit_unavailable());
+                }
+            } else if let Err(unrecorded) = state.audit.record(&decided).await {
+                warn!(error = %unrecorded.cause, event_id = %decided.id, "decision record not written");
+            }
             let origin = opened?;
             tokio::spawn(
                 async move {
@@ -122,19 +152,8 @@ pub(crate) async fn handle_connect(
 /// The host-level decision for a passthrough tunnel: the gate decides on `GET /`
 /// over https, since nothing inside the tunnel will be seen; the record says `CONNECT`.
 /// A block is answered (and recorded) here, before any `200`.
-async fn decide_passthrough(
-    state: &ProxyState,
-    client: SocketAddr,
-    agent: &Identity,
-    authority: &Authority,
-    headers: &http::HeaderMap,
-) -> Result<Permitted, Response<ProxyBody>> {
+async fn decide_passthrough(state: &ProxyState, request: GateRequest<'_>) -> Result<Permitted, Response<ProxyBody>> {
     let started = Instant::now();
-    let url = format!("https://{authority}/");
-    let origin = Origin::from_parts(&Scheme::HTTPS, authority)
-        .map_err(|_| error_response(&ProxyError::BadConnectTarget { target: authority.to_string() }))?;
-    let request =
-        GateRequest { client, agent, origin: &origin, url: &url, method: "GET", path_and_query: "/", headers };
     match state.gate.decide(request).await {
         Verdict::Forward(mut permit) => {
             permit.mark_passthrough();
@@ -142,14 +161,14 @@ async fn decide_passthrough(
         }
         Verdict::Block(mut blocked) => {
             blocked.record.method = "CONNECT".to_owned();
-            Err(answer_blocked(state, blocked, headers, started).await)
+            Err(answer_blocked(state, blocked, request.headers, started).await)
         }
     }
 }
 
 /// The CONNECT target as `host:port`: authority-form only, a port required.
 fn connect_target(uri: &Uri) -> Result<Authority, ProxyError> {
-    let bad = || ProxyError::BadConnectTarget { target: uri.to_string() };
+    let bad = || ProxyError::BadConnectTarget { target: shown_target(uri) };
     let authority = uri.authority().ok_or_else(bad)?;
     let authority_form = uri.scheme().is_none() && uri.path_and_query().is_none();
     let has_user_info = authority.as_str().contains('@');
@@ -159,7 +178,11 @@ fn connect_target(uri: &Uri) -> Result<Authority, ProxyError> {
     Ok(authority.clone())
 }
 
-/// An intercepted tunnel, from the upgrade to the end of the inner connection.
+/// An intercepted tunnel, from the upgrade to the end of the inner connection. The client
+/// sends its first bytes within `[connections] first_byte_timeout` after the `200` and
+/// finishes the TLS handshake within `tls_handshake_timeout`: a tunnel to a
+/// server-speaks-first protocol waits that long and then closes (such hosts belong in
+/// `[mitm] passthrough_hosts`).
 async fn intercept(
     state: Arc<ProxyState>,
     client: SocketAddr,
@@ -172,19 +195,22 @@ async fn intercept(
     let upgraded = on_upgrade.await.map_err(|error| handshake_failed(error_chain(&error)))?;
     let mut io = TokioIo::new(upgraded);
     let mut first = BytesMut::with_capacity(4096);
-    let read = tokio::time::timeout(HANDSHAKE_TIMEOUT, io.read_buf(&mut first)).await;
+    let settings = &state.config.connections;
+    let (first_byte_timeout, handshake_timeout) = (settings.first_byte_timeout, settings.tls_handshake_timeout);
+    let read = tokio::time::timeout(first_byte_timeout, io.read_buf(&mut first)).await;
     match read {
         Ok(Ok(0)) => return Ok(()),
         Ok(Ok(_)) => {}
         Ok(Err(error)) => return Err(handshake_failed(error_chain(&error))),
-        Err(_elapsed) => return Err(handshake_failed(format!("the client sent nothing for {HANDSHAKE_TIMEOUT:?}"))),
+        Err(_elapsed) => return Err(handshake_failed(format!("the client sent nothing for {first_byte_timeout:?}"))),
     }
     let is_tls = first.first() == Some(&TLS_HANDSHAKE_RECORD);
     let io = Rewind::new(first.freeze(), io);
     if !is_tls {
         debug!("no TLS ClientHello: serving the tunnel as plain HTTP");
+        let settings = state.config.connections.clone();
         let service = ProxyService::for_tunnel(state, client, authority, Entry::PlainTunnel, agent, drain.clone());
-        serve_connection(TokioIo::new(io), service, ServerProtocols::Http1, drain).await;
+        serve_connection(io, service, ServerProtocols::Http1, drain, &settings).await;
         return Ok(());
     }
 
@@ -207,14 +233,15 @@ async fn intercept(
             .map_err(|source| ProxyError::LeafCertificate { host: name.clone(), source })?;
         start.into_stream(config).await.map_err(|error| handshake_failed(error_chain(&error)))
     };
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
+    let tls = match tokio::time::timeout(handshake_timeout, accept).await {
         Ok(result) => result?,
         Err(_elapsed) => {
-            return Err(handshake_failed(format!("the TLS handshake did not finish in {HANDSHAKE_TIMEOUT:?}")));
+            return Err(handshake_failed(format!("the TLS handshake did not finish in {handshake_timeout:?}")));
         }
     };
+    let settings = state.config.connections.clone();
     let service = ProxyService::for_tunnel(state, client, authority, Entry::Mitm, agent, drain.clone());
-    serve_connection(TokioIo::new(tls), service, ServerProtocols::Http1AndH2, drain).await;
+    serve_connection(tls, service, ServerProtocols::Http1AndH2, drain, &settings).await;
     Ok(())
 }
 

@@ -17,6 +17,7 @@ use super::upstream::Upstream;
 use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::gate::Gate;
+use crate::net::Guard;
 use crate::tls::LeafCertCache;
 
 /// Everything the connections of one proxy share; cheap to reach through an `Arc`.
@@ -27,6 +28,8 @@ pub(crate) struct ProxyState {
     pub(crate) certs: LeafCertCache,
     /// The pooled clients to origins.
     pub(crate) upstream: Arc<Upstream>,
+    /// The network guard: vets every destination before the gate and at connect time.
+    pub(crate) guard: Arc<Guard>,
     /// The one place requests are decided.
     pub(crate) gate: Gate,
     /// Where every decision is recorded.
@@ -39,10 +42,11 @@ impl ProxyState {
         config: Arc<Config>,
         certs: LeafCertCache,
         upstream: Arc<Upstream>,
+        guard: Arc<Guard>,
         gate: Gate,
         audit: AuditLog,
     ) -> Self {
-        ProxyState { config, certs, upstream, gate, audit, next_request_id: AtomicU64::new(1) }
+        ProxyState { config, certs, upstream, guard, gate, audit, next_request_id: AtomicU64::new(1) }
     }
 
     /// A new request id, unique for the life of this proxy.

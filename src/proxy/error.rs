@@ -120,6 +120,16 @@ pub enum ProxyError {
         cause: String,
     },
 
+    /// The network guard refused the destination at connect time (`crate::net`); nothing
+    /// was dialled. Requests are normally refused earlier, with a 403 block answer.
+    #[error("agentgate does not connect to {host}: {cause}")]
+    DestinationRefused {
+        /// The origin, `host:port`.
+        host: String,
+        /// The guard's reason.
+        cause: String,
+    },
+
     /// The origin's host name could not be resolved.
     #[error("cannot resolve {host}: {cause}")]
     UpstreamResolve {
@@ -147,6 +157,19 @@ pub enum ProxyError {
         cause: String,
     },
 
+    /// The client's request body failed while it was being forwarded: bad chunked framing,
+    /// or the client hung up before sending all it announced. The client's fault, not the
+    /// origin's.
+    #[error(
+        "the request body for {host} could not be read from the client: {cause}; send a complete, well-formed body (check Content-Length and chunked framing)"
+    )]
+    ClientBody {
+        /// The origin, `host:port`.
+        host: String,
+        /// The whole error chain.
+        cause: String,
+    },
+
     /// The origin was reached but the exchange failed (closed early, protocol error).
     #[error("request to {host} failed: {cause}")]
     Upstream {
@@ -155,6 +178,13 @@ pub enum ProxyError {
         /// The whole error chain.
         cause: String,
     },
+}
+
+/// A request target as errors show it: redacted like `url.full` in the decision log (no user
+/// info, no fragment, query values `REDACTED`), because errors are printed on stderr and
+/// answered in 4xx bodies. Proven by e2e `redaction::no_secret_reaches_stderr_or_the_decision_log`.
+pub(crate) fn shown_target(target: &impl std::fmt::Display) -> String {
+    crate::audit::redact_url(&target.to_string(), false).full
 }
 
 /// Renders an error and every `source()` below it as `a: b: c`.

@@ -1,6 +1,9 @@
 //! Header rewriting every forwarded message gets, in both directions: hop-by-hop fields out
 //! (RFC 9110 §7.6.1), `Via` in (RFC 9110 §7.6.3), and the exception for protocol upgrades
 //! (RFC 9110 §7.8), whose `Connection: upgrade` and `Upgrade` must reach the other side.
+//! Only the `websocket` upgrade is ever forwarded: any other token (`h2c`, `TLS/1.2`, ...)
+//! is removed with the other hop-by-hop fields, `HTTP2-Settings` with it, so an origin can
+//! never switch protocols under the gate and carry later requests undecided (issue 8).
 //!
 //! Never reads or changes end-to-end fields other than those.
 
@@ -12,11 +15,13 @@ use http::{HeaderMap, Version};
 const VIA_PSEUDONYM: &str = "agentgate";
 
 /// Fields that describe one connection, not the message (RFC 9110 §7.6.1), plus the
-/// pre-standard `Keep-Alive` and `Proxy-Connection` that clients still send.
-const HOP_BY_HOP: [HeaderName; 9] = [
+/// pre-standard `Keep-Alive` and `Proxy-Connection` that clients still send, and h2c's
+/// `HTTP2-Settings` (RFC 7540 §3.2.1: connection-specific).
+const HOP_BY_HOP: [HeaderName; 10] = [
     CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
+    HeaderName::from_static("http2-settings"),
     PROXY_AUTHENTICATE,
     PROXY_AUTHORIZATION,
     TE,
@@ -25,45 +30,46 @@ const HOP_BY_HOP: [HeaderName; 9] = [
     UPGRADE,
 ];
 
+/// The one upgrade token agentgate forwards (RFC 6455 §4.1).
+const WEBSOCKET: &str = "websocket";
+
 /// Whether a message's hop-by-hop `Upgrade` survives the rewrite.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Upgrade {
     /// Ordinary message: every hop-by-hop field goes.
     Drop,
-    /// An upgrade request or its `101` answer: `Upgrade` is kept and `Connection: upgrade` set,
-    /// so the origin (or the client) can switch protocols through the proxy.
+    /// A WebSocket upgrade request or its `101` answer: `Upgrade: websocket` is kept and
+    /// `Connection: upgrade` set, so both sides can switch to WebSocket through the proxy.
     Keep,
 }
 
-/// Whether `headers` ask to switch protocols: `Connection` lists `upgrade` and `Upgrade` is
-/// present (RFC 9110 §7.8). Only HTTP/1.1 has this mechanism.
+/// Whether `headers` ask to switch to WebSocket: `Connection` lists `upgrade` and `Upgrade`
+/// lists `websocket` (RFC 9110 §7.8). Only HTTP/1.1 has this mechanism. Any other upgrade
+/// is an ordinary request: its `Upgrade` goes with the hop-by-hop fields.
 pub(crate) fn is_upgrade_request(version: Version, headers: &HeaderMap) -> bool {
-    version == Version::HTTP_11 && headers.contains_key(UPGRADE) && connection_tokens(headers).any(|t| t == "upgrade")
+    version == Version::HTTP_11
+        && tokens(headers, &UPGRADE).any(|t| t == WEBSOCKET)
+        && connection_tokens(headers).any(|t| t == "upgrade")
 }
 
 /// Removes every hop-by-hop field, including each field named in `Connection`; with
-/// [`Upgrade::Keep`], puts back `Upgrade` and `Connection: upgrade`. A `TE` that lists
+/// [`Upgrade::Keep`], puts back `Upgrade: websocket` (no other token) and `Connection: upgrade`. A `TE` that lists
 /// `trailers` is kept as `TE: trailers`: the one value h2 allows (RFC 9113 §8.2.2), which
 /// gRPC origins require.
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Upgrade) {
     let named: Vec<HeaderName> =
         connection_tokens(headers).filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok()).collect();
     let accepts_trailers = tokens(headers, &TE).any(|t| t == "trailers");
-    let kept_upgrade: Vec<HeaderValue> = match upgrade {
-        Upgrade::Keep => headers.get_all(UPGRADE).iter().cloned().collect(),
-        Upgrade::Drop => Vec::new(),
-    };
+    let keep_websocket = upgrade == Upgrade::Keep && tokens(headers, &UPGRADE).any(|t| t == WEBSOCKET);
     for name in named.iter().chain(HOP_BY_HOP.iter()) {
         headers.remove(name);
     }
     if accepts_trailers {
         headers.insert(TE, HeaderValue::from_static("trailers"));
     }
-    if !kept_upgrade.is_empty() {
+    if keep_websocket {
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-        for value in kept_upgrade {
-            headers.append(UPGRADE, value);
-        }
+        headers.insert(UPGRADE, HeaderValue::from_static(WEBSOCKET));
     }
 }
 
@@ -144,6 +150,27 @@ mod tests {
         assert!(is_upgrade_request(Version::HTTP_11, &map));
         remove_hop_by_hop(&mut map, Upgrade::Keep);
         assert_eq!(map, headers(&[("connection", "upgrade"), ("upgrade", "websocket")]));
+    }
+
+    #[test]
+    fn issue_8_only_websocket_is_forwarded() {
+        let h2c = headers(&[
+            ("connection", "Upgrade, HTTP2-Settings"),
+            ("upgrade", "h2c"),
+            ("http2-settings", "AAMAAABkAAQCAAAAAAIAAAAA"),
+        ]);
+        assert!(!is_upgrade_request(Version::HTTP_11, &h2c));
+        let mut map = h2c.clone();
+        remove_hop_by_hop(&mut map, Upgrade::Drop);
+        assert!(map.is_empty(), "{map:?}");
+        let mut map = headers(&[("connection", "upgrade"), ("upgrade", "h2c, WebSocket")]);
+        assert!(is_upgrade_request(Version::HTTP_11, &map));
+        remove_hop_by_hop(&mut map, Upgrade::Keep);
+        assert_eq!(map, headers(&[("connection", "upgrade"), ("upgrade", "websocket")]));
+        let mut tls = headers(&[("connection", "upgrade"), ("upgrade", "TLS/1.2")]);
+        assert!(!is_upgrade_request(Version::HTTP_11, &tls));
+        remove_hop_by_hop(&mut tls, Upgrade::Keep);
+        assert!(tls.is_empty(), "{tls:?}");
     }
 
     #[test]

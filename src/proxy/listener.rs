@@ -13,23 +13,24 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{Instrument, debug, debug_span, info, warn};
 
+use super::admission::Admission;
 use super::context::ProxyState;
 use super::drain::{Drain, DrainController};
 use super::error::{ProxyError, error_chain};
+use super::first_byte::FirstByte;
+use super::resolve::GuardedConnector;
 use super::service::ProxyService;
 use super::upstream::Upstream;
 use crate::audit::{AuditLog, AuditWriter};
-use crate::config::Config;
+use crate::config::{Config, ConnectionsConfig};
 use crate::fetch::{CacheSettings, PolicyCache, PolicyTransport};
 use crate::gate::Gate;
+use crate::net::{AddressPolicy, Dial, Guard, Resolve, SystemResolver, TcpDialer};
 use crate::tls::{CertificateAuthority, LeafCertCache};
-
-/// How long a client may take to send a complete request head (HTTP/1.1). hyper's limits on
-/// head size (about 400 KiB of buffer, 100 header fields) stay at their defaults.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long to pause accepting after an accept error (out of file descriptors, say), so the
 /// loop does not spin while the condition lasts.
@@ -41,6 +42,7 @@ pub struct Proxy {
     config: Arc<Config>,
     certs: LeafCertCache,
     upstream: Arc<Upstream>,
+    guard: Arc<Guard>,
     gate: Gate,
     ca_cert_path: PathBuf,
 }
@@ -64,15 +66,31 @@ impl Proxy {
     /// [`ProxyError::Ca`] when the CA cannot be loaded or created;
     /// [`ProxyError::UpstreamClient`] when an `[upstream] extra_ca_files` entry is unusable.
     pub fn new(config: Arc<Config>) -> Result<Self, ProxyError> {
+        Proxy::with_network(config, Arc::new(SystemResolver), Arc::new(TcpDialer))
+    }
+
+    /// Like [`new`](Self::new), resolving names with `resolver` and opening every TCP
+    /// connection to an origin with `dialer`: the seams through which tests prove that a
+    /// refused destination is never dialled.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_network(
+        config: Arc<Config>,
+        resolver: Arc<dyn Resolve>,
+        dialer: Arc<dyn Dial>,
+    ) -> Result<Self, ProxyError> {
         let ca = CertificateAuthority::load_or_create(&config.ca.dir)
             .map_err(|source| ProxyError::Ca { dir: config.ca.dir.clone(), source })?;
         let ca_cert_path = ca.cert_path().to_owned();
         let certs = LeafCertCache::new(Arc::new(ca), config.mitm.cert_cache_size);
-        // One client for proxied requests and policy fetches: one pool, resolver and trust store.
-        let upstream = Arc::new(Upstream::new(&config.upstream)?);
+        let guard = Arc::new(guard(&config, resolver));
+        // One client for proxied requests and policy fetches: one pool, guard and trust store.
+        let tcp = GuardedConnector { guard: Arc::clone(&guard), dialer };
+        let upstream = Arc::new(Upstream::new(&config.upstream, tcp)?);
         let settings = CacheSettings { max_origins: config.cache.max_origins, ..CacheSettings::default() };
         let gate = Gate::new(&config, PolicyCache::new(upstream.clone(), settings));
-        Ok(Proxy { config, certs, upstream, gate, ca_cert_path })
+        Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path })
     }
 
     /// The PEM file of the CA that agents must trust.
@@ -86,17 +104,19 @@ impl Proxy {
     /// # Errors
     /// [`ProxyError::Bind`] when the address is taken or not available.
     pub async fn bind(self) -> Result<RunningProxy, ProxyError> {
-        let Proxy { config, certs, upstream, gate, ca_cert_path } = self;
+        let Proxy { config, certs, upstream, guard, gate, ca_cert_path } = self;
         let addr = config.listen;
         let bind_error = |source| ProxyError::Bind { addr, source };
         let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
         let local_addr = listener.local_addr().map_err(bind_error)?;
+        // The real port (when `listen` said 0) is only known now.
+        guard.policy().add_own(local_addr);
         debug!(%local_addr, "proxy port bound");
         // Opened last, so a failure above leaves no writer behind; opened before the first
         // accept, so a bad log path stops start-up instead of the first request.
         let (audit, audit_writer) =
             AuditLog::start(config.audit.clone()).map_err(|source| ProxyError::Audit { source })?;
-        let state = Arc::new(ProxyState::new(config, certs, upstream, gate, audit));
+        let state = Arc::new(ProxyState::new(config, certs, upstream, guard, gate, audit));
         Ok(RunningProxy { state, audit_writer, ca_cert_path, listener, local_addr })
     }
 }
@@ -118,12 +138,13 @@ impl RunningProxy {
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
         let RunningProxy { state, audit_writer, listener, local_addr, .. } = self;
         let drain = DrainController::new();
+        let admission = Admission::new(&state.config.connections);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((tcp, client)) => accept(&state, tcp, client, drain.handle()),
+                    Ok((tcp, client)) => accept(&state, &admission, tcp, client, drain.handle()),
                     Err(error) => {
                         warn!(%error, %local_addr, "cannot accept a connection; pausing briefly");
                         tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
@@ -146,17 +167,21 @@ impl RunningProxy {
 }
 
 /// Phase `accept`: one task per client connection, serving HTTP/1.1 with upgrades (CONNECT
-/// and WebSocket hand the connection over when the response is written).
-fn accept(state: &Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain: Drain) {
+/// and WebSocket hand the connection over when the response is written). A connection over
+/// a `[connections]` cap is closed at once (dropped: the client sees the close).
+fn accept(state: &Arc<ProxyState>, admission: &Arc<Admission>, tcp: TcpStream, client: SocketAddr, drain: Drain) {
+    let Ok(admitted) = admission.admit(client.ip()) else { return };
     if let Err(error) = tcp.set_nodelay(true) {
         debug!(%error, %client, "cannot set TCP_NODELAY");
     }
     let service = ProxyService::for_proxy_port(Arc::clone(state), client, drain.clone());
+    let state = Arc::clone(state);
     let span = debug_span!("connection", client = %client);
     tokio::spawn(
         async move {
             debug!("accepted");
-            serve_connection(TokioIo::new(tcp), service, ServerProtocols::Http1, drain).await;
+            serve_connection(tcp, service, ServerProtocols::Http1, drain, &state.config.connections).await;
+            drop(admitted);
         }
         .instrument(span),
     );
@@ -173,14 +198,23 @@ pub(crate) enum ServerProtocols {
 }
 
 /// Serves one client connection (the proxy port, or the inside of a tunnel) with `service`
-/// until it closes or shutdown ends it. Connection-level errors (a client hanging up
-/// mid-request) are routine for a proxy and logged at debug.
-pub(crate) async fn serve_connection<I>(io: I, service: ProxyService, protocols: ServerProtocols, drain: Drain)
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+/// until it closes or shutdown ends it, under the `[connections]` timeouts: the first byte
+/// within `first_byte_timeout`, then each HTTP/1.1 head within `header_read_timeout` (hyper's
+/// limits on head size, about 400 KiB of buffer and 100 header fields, stay at their
+/// defaults). Connection-level errors (a client hanging up mid-request) are routine for a
+/// proxy and logged at debug.
+pub(crate) async fn serve_connection<I>(
+    io: I,
+    service: ProxyService,
+    protocols: ServerProtocols,
+    drain: Drain,
+    settings: &ConnectionsConfig,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let io = TokioIo::new(FirstByte::new(io, settings.first_byte_timeout));
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
     builder.http2().timer(TokioTimer::new());
     if protocols == ServerProtocols::Http1 {
         builder = builder.http1_only();
@@ -222,10 +256,20 @@ pub async fn shutdown_signal() {
 }
 
 /// The client the proxy forwards with, as a policy-file transport: for tools and tests that
-/// fetch policies the way the running proxy does.
+/// fetch policies the way the running proxy does, behind the same network guard
+/// (`[network]`, `[upstream]` and `[admin] listen` of `config`).
 ///
 /// # Errors
 /// [`ProxyError::UpstreamClient`] when an `[upstream] extra_ca_files` entry cannot be used.
-pub fn policy_transport(config: &crate::config::UpstreamConfig) -> Result<Arc<dyn PolicyTransport>, ProxyError> {
-    Ok(Arc::new(Upstream::new(config)?))
+pub fn policy_transport(config: &Config) -> Result<Arc<dyn PolicyTransport>, ProxyError> {
+    let tcp =
+        GuardedConnector { guard: Arc::new(guard(config, Arc::new(SystemResolver))), dialer: Arc::new(TcpDialer) };
+    Ok(Arc::new(Upstream::new(&config.upstream, tcp)?))
+}
+
+/// The network guard for `config`: `[network]`, with the admin address as one of
+/// agentgate's own, pinning answers as long as `[upstream] idle_timeout` keeps connections.
+fn guard(config: &Config, resolver: Arc<dyn Resolve>) -> Guard {
+    let policy = AddressPolicy::new(&config.network, config.admin.listen);
+    Guard::new(policy, resolver, config.upstream.idle_timeout)
 }

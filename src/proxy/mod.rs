@@ -9,11 +9,14 @@
 //! Specs: RFC 9110 §7.6 (intermediaries: hop-by-hop fields, `Via`), §9.3.6 (CONNECT), §7.8
 //! (Upgrade); RFC 9112 §3.2 (request target forms); RFC 9113 §8.3 (h2 pseudo-headers).
 
+mod admission;
 mod block;
 mod connect;
 mod context;
+mod destination;
 mod drain;
 mod error;
+mod first_byte;
 mod headers;
 mod listener;
 mod relay;

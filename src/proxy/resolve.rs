@@ -1,69 +1,77 @@
-//! Name resolution for every connection to an origin: the pooled client's `HttpConnector`
-//! and passthrough tunnels both resolve here, so a DNS failure has one recognisable error
-//! type, and the SSRF guard (DESIGN.md §9: vet the resolved address, connect to exactly
-//! that) has one place to go.
+//! The one way agentgate opens a TCP connection to an origin: the guarded connector. The
+//! pooled client's HTTPS connector (proxied HTTP, MITM'd requests, WebSocket, and the policy
+//! fetches with every redirect hop) and passthrough tunnels all dial through [`connect`],
+//! which asks the network guard (`crate::net::Guard`) for the vetted addresses of the host
+//! and dials only those. A refused destination fails before any dial.
 //!
-//! Never connects; never caches (the system resolver does).
+//! Never resolves on its own (the guard does, once, and pins the answer); never retries
+//! another address than the guard handed out.
 
 use std::future::Future;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use hyper_util::client::legacy::connect::dns::Name;
+use http::Uri;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
-/// A host name that did not resolve to any address.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot resolve {host}")]
-pub(crate) struct ResolveError {
-    host: String,
-    #[source]
-    pub(crate) source: io::Error,
+use crate::net::{Dial, Guard, GuardError};
+
+/// The guard and the dialer, shared by every connection of one proxy.
+#[derive(Clone)]
+pub(crate) struct GuardedConnector {
+    pub(crate) guard: Arc<Guard>,
+    pub(crate) dialer: Arc<dyn Dial>,
 }
 
-/// The resolver plugged into the upstream `HttpConnector` (a `tower_service::Service<Name>`).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Resolver;
+impl GuardedConnector {
+    /// Connects to `host:port`: the vetted addresses, in the resolver's order, first success wins.
+    ///
+    /// # Errors
+    /// [`GuardError`] (refused, unresolvable, bad host) before any dial; the last
+    /// [`io::Error`] when every vetted address failed.
+    pub(crate) async fn connect(&self, host: &str, port: u16) -> Result<TcpStream, ConnectError> {
+        let addrs = self.guard.addresses_to_dial(host, port).await?;
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "no address to connect to");
+        for addr in addrs {
+            match self.dialer.dial(addr).await {
+                Ok(stream) => return Ok(stream),
+                Err(error) => last = error,
+            }
+        }
+        Err(ConnectError::Io(last))
+    }
+}
 
-impl tower_service::Service<Name> for Resolver {
-    type Response = std::vec::IntoIter<SocketAddr>;
-    type Error = ResolveError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, ResolveError>> + Send>>;
+/// Why a connection to an origin was not opened.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectError {
+    /// The guard gave no address: refused, unresolvable or not a host.
+    #[error(transparent)]
+    Guard(#[from] GuardError),
+    /// Every vetted address failed to connect.
+    #[error(transparent)]
+    Io(io::Error),
+}
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ResolveError>> {
+impl tower_service::Service<Uri> for GuardedConnector {
+    type Response = TokioIo<TcpStream>;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, ConnectError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, name: Name) -> Self::Future {
-        // Port 0: HttpConnector fills in the port of the URI.
-        Box::pin(async move { resolve(name.as_str(), 0).await.map(Vec::into_iter) })
-    }
-}
-
-/// The addresses of `host` (a name or an IP literal, brackets allowed) with `port`.
-pub(crate) async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, ResolveError> {
-    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-    if let Ok(ip) = bare.parse::<IpAddr>() {
-        return Ok(vec![SocketAddr::new(ip, port)]);
-    }
-    let error = |source| ResolveError { host: host.to_owned(), source };
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((bare, port)).await.map_err(error)?.collect();
-    if addrs.is_empty() {
-        return Err(error(io::Error::new(io::ErrorKind::NotFound, "the name has no addresses")));
-    }
-    Ok(addrs)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn ip_literals_skip_the_resolver() {
-        let v6 = resolve("[::1]", 443).await.map_err(|e| e.to_string());
-        assert_eq!(v6, Ok(vec![SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 443))]));
-        let v4 = resolve("127.0.0.1", 80).await.map_err(|e| e.to_string());
-        assert_eq!(v4, Ok(vec![SocketAddr::from(([127, 0, 0, 1], 80))]));
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connector = self.clone();
+        Box::pin(async move {
+            let host = uri.host().unwrap_or_default();
+            let default_port = if uri.scheme() == Some(&http::uri::Scheme::HTTPS) { 443 } else { 80 };
+            let port = uri.port_u16().unwrap_or(default_port);
+            connector.connect(host, port).await.map(TokioIo::new)
+        })
     }
 }

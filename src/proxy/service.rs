@@ -25,15 +25,16 @@ use hyper_util::rt::TokioIo;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
 use super::ProxyBody;
-use super::block::{audit_unavailable, blocked_response, error_response, status_for};
+use super::block::{audit_unavailable, blocked_response, error_response, error_type_for, status_for};
 use super::connect::handle_connect;
 use super::context::{Entry, ProxyState, RequestContext};
+use super::destination::{Ask, check_destination};
 use super::drain::Drain;
-use super::error::{ProxyError, error_chain};
+use super::error::{ProxyError, error_chain, shown_target};
 use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
 use super::relay::splice;
 use crate::agents::Identity;
-use crate::audit::{DecisionRecord, Outcome as LogOutcome};
+use crate::audit::{DecisionRecord, OnFailure, Outcome as LogOutcome};
 use crate::fetch::Origin;
 use crate::gate::{Blocked, GateRequest, PURPOSE_HEADER, Permitted, Verdict};
 use crate::limits::Permit;
@@ -126,9 +127,11 @@ impl ProxyService {
         }
         let (context, request) = self.route(started, request)?;
         let origin = Origin::from_parts(&context.scheme, &context.authority)
-            .map_err(|_| ProxyError::UnsupportedScheme { uri: request.uri().to_string() })?;
+            .map_err(|_| ProxyError::UnsupportedScheme { uri: shown_target(request.uri()) })?;
         let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
-        let url = format!("{}://{}{path}", context.scheme, context.authority);
+        // The log names the canonical host (`crate::net::host`), with the port as sent.
+        let port = context.authority.port().map(|p| format!(":{p}")).unwrap_or_default();
+        let url = format!("{}://{}{port}{path}", context.scheme, origin.host());
         let method = request.method().as_str().to_owned();
         let agent = match &self.target {
             Target::Tunnel { agent, .. } => agent.clone(),
@@ -139,27 +142,32 @@ impl ProxyService {
                 }
             }
         };
-        let verdict = self
-            .state
-            .gate
-            .decide(GateRequest {
-                client: context.client,
-                agent: &agent,
-                origin: &origin,
-                url: &url,
-                method: &method,
-                path_and_query: &path,
-                headers: request.headers(),
-            })
-            .await;
+        let gate_request = GateRequest {
+            client: context.client,
+            agent: &agent,
+            origin: &origin,
+            url: &url,
+            method: &method,
+            path_and_query: &path,
+            headers: request.headers(),
+            addresses: &[],
+        };
+        // Held until the request is forwarded: the connector dials these addresses.
+        let vetted = match check_destination(&self.state, started, gate_request, Ask::Request).await? {
+            Ok(vetted) => vetted,
+            Err(blocked) => return Ok(blocked),
+        };
+        let verdict = self.state.gate.decide(GateRequest { addresses: vetted.addresses(), ..gate_request }).await;
         let permit = match verdict {
             Verdict::Block(blocked) => {
                 return Ok(answer_blocked(&self.state, blocked, request.headers(), started).await);
             }
             Verdict::Forward(permit) => permit,
         };
-        if let Err(unrecorded) = self.state.audit.ensure_available()
-            && unrecorded.blocks_request()
+        // The audit promise (docs/decision-log.md): under `on_failure = "block"` the decision
+        // is on disk before anything is forwarded; the response facts follow in a second line.
+        if self.state.audit.on_failure() == OnFailure::Block
+            && let Err(unrecorded) = self.state.audit.commit(permit.record()).await
         {
             warn!(error = %unrecorded.cause, "decision log unavailable; refusing to forward unaudited");
             return Ok(audit_unavailable());
@@ -172,8 +180,7 @@ impl ProxyService {
         let response = match forward(&self.state, &context, &permit, request, self.drain.clone()).await {
             Ok(response) => response,
             Err(error) => {
-                let status = Err((status_for(&error), error.to_string()));
-                record(&self.state, permit.into_record(), started, status).await;
+                record(&self.state, permit.into_record(), started, Err(&error)).await;
                 return Err(error);
             }
         };
@@ -201,11 +208,11 @@ impl ProxyService {
                 let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
                     return Err(ProxyError::NotAProxyRequest {
                         method: request.method().to_string(),
-                        target: uri.to_string(),
+                        target: shown_target(uri),
                     });
                 };
                 if *scheme != Scheme::HTTP && *scheme != Scheme::HTTPS {
-                    return Err(ProxyError::UnsupportedScheme { uri: uri.to_string() });
+                    return Err(ProxyError::UnsupportedScheme { uri: shown_target(uri) });
                 }
                 (scheme.clone(), without_user_info(authority))
             }
@@ -214,7 +221,7 @@ impl ProxyService {
                 if request.method() == Method::CONNECT || !starts_with_slash {
                     return Err(ProxyError::BadTunnelRequest {
                         method: request.method().to_string(),
-                        target: uri.to_string(),
+                        target: shown_target(uri),
                         authority: authority.to_string(),
                     });
                 }
@@ -316,22 +323,34 @@ fn inject_headers(headers: &mut HeaderMap, inject: &[(String, String)]) {
 /// went out.
 pub(crate) async fn record(
     state: &ProxyState,
-    mut record: DecisionRecord,
+    record: DecisionRecord,
     started: Instant,
-    status: Result<StatusCode, (StatusCode, String)>,
+    status: Result<StatusCode, &ProxyError>,
 ) {
-    record.duration = Some(started.elapsed());
-    match status {
-        Ok(status) => record.status = Some(status.as_u16()),
-        Err((status, error)) => {
-            record.status = Some(status.as_u16());
-            record.outcome = LogOutcome::Error;
-            record.error = Some(error);
-        }
-    }
+    let record = completed(record, started, status);
     if let Err(unrecorded) = state.audit.record(&record).await {
         warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
     }
+}
+
+/// `record` with the answer: its status, duration, and for a failure the error and who is
+/// at fault.
+pub(crate) fn completed(
+    mut record: DecisionRecord,
+    started: Instant,
+    status: Result<StatusCode, &ProxyError>,
+) -> DecisionRecord {
+    record.duration = Some(started.elapsed());
+    match status {
+        Ok(status) => record.status = Some(status.as_u16()),
+        Err(error) => {
+            record.status = Some(status_for(error).as_u16());
+            record.outcome = LogOutcome::Error;
+            record.error = Some(error.to_string());
+            record.error_type = Some(error_type_for(error));
+        }
+    }
+    record
 }
 
 /// The request as the origin gets it: an absolute URI on the routed origin (the pooled client
@@ -352,7 +371,7 @@ fn to_origin(
         .build()
         // Cannot fail today: all three parts were parsed already. Kept as a 400 naming the
         // target rather than an `expect`, since the target came from the network.
-        .map_err(|_| ProxyError::UnsupportedScheme { uri: parts.uri.to_string() })?;
+        .map_err(|_| ProxyError::UnsupportedScheme { uri: shown_target(&parts.uri) })?;
     remove_hop_by_hop(&mut parts.headers, upgrade);
     parts.headers.remove(HOST);
     // Declared to agentgate only (SEMANTICS D13); the origin never sees it.

@@ -1,7 +1,9 @@
 //! Connections to origins: the pooled HTTP client (HTTP/1.1 or h2 by ALPN, TLS verified
 //! against webpki + system roots + `[upstream] extra_ca_files`), the HTTP/1.1-only client for
 //! protocol upgrades, TCP for passthrough tunnels, and turning their failures into
-//! `ProxyError`s that name the host and the cause.
+//! `ProxyError`s that name the host and the cause. Every TCP connection goes through the
+//! guarded connector (`resolve`), so nothing here can reach an address the network guard
+//! refused.
 //!
 //! Never retries over plain HTTP or without verification, never rewrites headers (see
 //! `headers`), never writes a response.
@@ -19,16 +21,16 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
 use super::ProxyBody;
 use super::error::{ProxyError, error_chain};
 use super::headers::Upgrade;
-use super::resolve::{ResolveError, Resolver, resolve};
+use super::resolve::{ConnectError, GuardedConnector};
 use crate::config::UpstreamConfig;
 use crate::fetch::{PolicyTransport, TransportFuture};
+use crate::net::GuardError;
 use crate::policy::FetchError;
 
 type PooledClient = Client<TimeoutConnector, ProxyBody>;
@@ -42,21 +44,20 @@ pub(crate) struct Upstream {
     /// pooled h2 connection.
     upgrades: PooledClient,
     connect_timeout: Duration,
+    tcp: GuardedConnector,
 }
 
 impl Upstream {
-    /// Builds both clients from `[upstream]`.
+    /// Builds both clients from `[upstream]`, opening every TCP connection through `tcp`.
     ///
     /// # Errors
     /// [`ProxyError::UpstreamClient`] when an extra CA file cannot be read.
-    pub(crate) fn new(config: &UpstreamConfig) -> Result<Self, ProxyError> {
+    pub(crate) fn new(config: &UpstreamConfig, tcp: GuardedConnector) -> Result<Self, ProxyError> {
         let tls = crate::tls::upstream::client_config(&config.extra_ca_files)
             .map_err(|source| ProxyError::UpstreamClient { source })?;
         let connector = |http2: bool| {
-            let mut http = HttpConnector::new_with_resolver(Resolver);
-            // The HTTPS connector below picks TLS from the scheme; this one only opens TCP.
-            http.enforce_http(false);
-            http.set_nodelay(true);
+            // The HTTPS connector picks TLS from the scheme; the guarded one only opens TCP.
+            let http = tcp.clone();
             let builder = HttpsConnectorBuilder::new().with_tls_config(tls.clone()).https_or_http().enable_http1();
             let https = if http2 { builder.enable_http2().wrap_connector(http) } else { builder.wrap_connector(http) };
             TimeoutConnector { inner: https, timeout: config.connect_timeout }
@@ -73,6 +74,7 @@ impl Upstream {
             pooled: client(connector(true)),
             upgrades: client(connector(false)),
             connect_timeout: config.connect_timeout,
+            tcp,
         })
     }
 
@@ -98,27 +100,16 @@ impl Upstream {
     /// Opens a TCP connection to `authority` for a passthrough tunnel.
     ///
     /// # Errors
-    /// [`ProxyError::UpstreamResolve`], [`ProxyError::UpstreamConnect`] or
-    /// [`ProxyError::UpstreamTimeout`], naming `authority`.
+    /// [`ProxyError::DestinationRefused`], [`ProxyError::UpstreamResolve`],
+    /// [`ProxyError::UpstreamConnect`] or [`ProxyError::UpstreamTimeout`], naming `authority`.
     pub(crate) async fn open_tunnel(&self, authority: &Authority) -> Result<TcpStream, ProxyError> {
         let host = authority.to_string();
         let port = authority.port_u16().unwrap_or(443);
-        let addrs = resolve(authority.host(), port)
-            .await
-            .map_err(|error| ProxyError::UpstreamResolve { host: host.clone(), cause: error_chain(&error.source) })?;
-        let connect = async {
-            let mut last = io::Error::new(io::ErrorKind::NotFound, "no address to connect to");
-            for addr in addrs {
-                match TcpStream::connect(addr).await {
-                    Ok(stream) => return Ok(stream),
-                    Err(error) => last = error,
-                }
-            }
-            Err(last)
-        };
+        let connect = self.tcp.connect(authority.host(), port);
         match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(Ok(stream)) => Ok(stream),
-            Ok(Err(error)) => Err(ProxyError::UpstreamConnect { host, cause: error_chain(&error) }),
+            Ok(Err(ConnectError::Guard(error))) => Err(guard_error(host, &error)),
+            Ok(Err(ConnectError::Io(error))) => Err(ProxyError::UpstreamConnect { host, cause: error_chain(&error) }),
             Err(_elapsed) => {
                 let cause = format!("no connection after {:?} ([upstream] connect_timeout)", self.connect_timeout);
                 Err(ProxyError::UpstreamTimeout { host, cause })
@@ -151,7 +142,7 @@ impl PolicyTransport for Upstream {
 /// the handshake would otherwise hold the request forever.
 #[derive(Clone)]
 struct TimeoutConnector {
-    inner: HttpsConnector<HttpConnector<Resolver>>,
+    inner: HttpsConnector<GuardedConnector>,
     timeout: Duration,
 }
 
@@ -187,12 +178,17 @@ fn classify(authority: &Authority, error: &hyper_util::client::legacy::Error) ->
     // The top level is hyper-util's `client error (Connect)`; the cause is below it.
     let cause = error.source().map_or_else(|| error.to_string(), error_chain);
     let causes = causes(error);
-    if let Some(resolve) = causes.iter().find_map(|e| e.downcast_ref::<ResolveError>()) {
-        return ProxyError::UpstreamResolve { host, cause: error_chain(&resolve.source) };
+    if let Some(guard) = causes.iter().find_map(|e| e.downcast_ref::<GuardError>()) {
+        return guard_error(host, guard);
     }
     let tls = causes.iter().find_map(|e| e.downcast_ref::<rustls::Error>());
     if let Some(rustls::Error::InvalidCertificate(_)) = tls {
         return ProxyError::UpstreamCertificate { host, cause };
+    }
+    // hyper reports a failing request body as a user error ("error from user's Body stream")
+    // whose cause is the server side's read error: the client sent a bad or short body.
+    if causes.iter().filter_map(|e| e.downcast_ref::<hyper::Error>()).any(hyper::Error::is_user) {
+        return ProxyError::ClientBody { host, cause };
     }
     let timed_out =
         causes.iter().filter_map(|e| e.downcast_ref::<io::Error>()).any(|e| e.kind() == io::ErrorKind::TimedOut);
@@ -203,6 +199,15 @@ fn classify(authority: &Authority, error: &hyper_util::client::legacy::Error) ->
         return ProxyError::UpstreamConnect { host, cause };
     }
     ProxyError::Upstream { host, cause }
+}
+
+/// The error for a connection the guard gave no address for.
+fn guard_error(host: String, error: &GuardError) -> ProxyError {
+    match error {
+        GuardError::Refused(refusal) => ProxyError::DestinationRefused { host, cause: refusal.to_string() },
+        GuardError::Resolve { source, .. } => ProxyError::UpstreamResolve { host, cause: error_chain(source) },
+        GuardError::BadHost(bad) => ProxyError::UpstreamResolve { host, cause: bad.to_string() },
+    }
 }
 
 /// Every error below `error`, looking through both `source()` and the error an `io::Error`

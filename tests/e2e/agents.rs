@@ -56,6 +56,11 @@ async fn auth_required_challenges_then_accepts_credentials_over_http_and_connect
     let answer = exchange(proxy.addr, connect.as_bytes()).await?;
     assert!(answer.starts_with("HTTP/1.1 407"), "{answer}");
     assert!(answer.to_ascii_lowercase().contains("proxy-authenticate: basic realm=\"agentgate\""), "{answer}");
+    // Identity comes before the network guard: an unknown client learns nothing about a
+    // denied destination, and nothing is looked up for it.
+    let metadata = b"CONNECT 169.254.169.254:443 HTTP/1.1\r\nHost: 169.254.169.254:443\r\nConnection: close\r\n\r\n";
+    let answer = exchange(proxy.addr, metadata).await?;
+    assert!(answer.starts_with("HTTP/1.1 407"), "{answer}");
 
     // A wrong token is a 407 too, on both.
     let wrong = client_as(&proxy, "alpha", "guess")?.get(http.url("/page")).send().await?;
@@ -98,7 +103,7 @@ async fn auth_required_challenges_then_accepts_credentials_over_http_and_connect
     assert!(!text.contains("alpha-secret") && !text.contains("YWxwaGE6"), "no credential in the log: {text}");
     assert!(!text.contains("guess"), "no rejected credential in the log either");
     let refused: Vec<&Value> = records.iter().filter(|r| r["http.response.status_code"] == 407).collect();
-    assert_eq!(refused.len(), 4 + usize::from(curl_ran), "{records:#?}");
+    assert_eq!(refused.len(), 5 + usize::from(curl_ran), "{records:#?}");
     assert!(refused.iter().all(|r| r["event.outcome"] == "deny"));
     let passed = of_agent(&records, "alpha");
     assert_eq!(passed.len(), 2 + if curl_ran { 2 } else { 0 }, "{records:#?}");

@@ -120,3 +120,27 @@ async fn origin_that_never_answers_the_handshake_is_504() -> TestResult {
     drop(silent);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_bad_chunked_request_body_is_400_blamed_on_the_client() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http().await?;
+    let proxy = TestProxy::start_edge(&ca).await?;
+    let request = format!(
+        "POST {} HTTP/1.1\r\nHost: {}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\nzz\r\n",
+        origin.url("/sink"),
+        origin.authority()
+    );
+    // `/sink` reads the whole body before answering, so the body fails before any answer.
+    let head = exchange(proxy.addr, request.as_bytes()).await?;
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    let records = proxy.finish().await?;
+    let logged = crate::support::log::for_request(&records, "POST", "/sink");
+    assert_eq!(logged.len(), 1, "{records:#?}");
+    assert_eq!(logged[0]["http.response.status_code"], 400);
+    assert_eq!(logged[0]["event.outcome"], "error");
+    assert_eq!(logged[0]["error.type"], "client");
+    let message = logged[0]["error.message"].as_str().unwrap_or_default();
+    assert!(message.contains("could not be read from the client"), "{message}");
+    Ok(())
+}

@@ -6,6 +6,7 @@
 //! - `forward`: absolute-form HTTP through the proxy (bodies, HEAD/204/304, keep-alive, headers);
 //! - `tunnel`: CONNECT, MITM (h1/h2 on both sides, IP targets), passthrough, plain HTTP in a tunnel;
 //! - `websocket`: WebSocket echo through MITM, plain HTTP, and a plain tunnel;
+//! - `connections`: silent connections closed after the first-byte timeout, per-client caps;
 //! - `errors`: what the proxy answers when the client or the origin is at fault;
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
@@ -13,16 +14,24 @@
 //! - `agents`: proxy authentication (407, then credentials), agents by client address, trust
 //!   levels, purposes, per-agent monitor mode, HEAD of a blocked path on h1 and h2;
 //! - `limits`: AGENTS.md and agents.txt rate limits (429), concurrent sessions, withheld downloads;
+//! - `redaction`: no request secret on the real binary's stderr or in its decision log;
+//! - `audit`: the audit promise, nothing forwarded before its record is on disk;
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
-//!   passthrough CONNECT decisions, shutdown with requests in flight.
+//!   passthrough CONNECT decisions, shutdown with requests in flight;
+//! - `network`: the network guard (loopback spellings, internal ranges never dialled,
+//!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c).
 
 mod agents;
+mod audit;
+mod connections;
 mod errors;
 mod forward;
 mod gate;
 mod gate_cache;
 mod gate_log;
 mod limits;
+mod network;
+mod redaction;
 mod shutdown;
 mod support;
 mod tunnel;

@@ -12,9 +12,24 @@ use super::TestResult;
 /// How long [`wait_for`] waits for lines before it fails.
 const WAIT_LIMIT: Duration = Duration::from_secs(5);
 
-/// Every line of the log at `path`, parsed; a missing file is an empty log, a line that is not
-/// a JSON object is an error naming it.
+/// Every request in the log at `path`, one record per `event.id`: under
+/// `[audit] on_failure = "block"` a forwarded request has a decision line written before
+/// forwarding and a completed line (with the status) after it; the later line stands, in the
+/// place of the first. A missing file is an empty log; a line that is not a JSON object is an
+/// error naming it.
 pub fn read(path: &Path) -> TestResult<Vec<Value>> {
+    let mut records: Vec<Value> = Vec::new();
+    for record in lines(path)? {
+        match records.iter_mut().find(|seen| record["event.id"].is_string() && seen["event.id"] == record["event.id"]) {
+            Some(seen) => *seen = record,
+            None => records.push(record),
+        }
+    }
+    Ok(records)
+}
+
+/// Every complete line of the log at `path`, parsed, as written.
+pub fn lines(path: &Path) -> TestResult<Vec<Value>> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -32,17 +47,18 @@ pub fn read(path: &Path) -> TestResult<Vec<Value>> {
     Ok(records)
 }
 
-/// Waits (up to 5 s) until the log holds at least `count` lines, then returns them all.
+/// Waits (up to 5 s) until the log holds at least `count` completed requests (records with
+/// a status), then returns every record.
 pub async fn wait_for(path: &Path, count: usize) -> TestResult<Vec<Value>> {
     let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
     loop {
         let records = read(path)?;
-        if records.len() >= count {
+        if records.iter().filter(|r| !r["http.response.status_code"].is_null()).count() >= count {
             return Ok(records);
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(format!(
-                "the decision log has {} lines after {WAIT_LIMIT:?}, expected {count}: {records:#?}",
+                "the decision log has {} records after {WAIT_LIMIT:?}, expected {count} completed: {records:#?}",
                 records.len()
             )
             .into());

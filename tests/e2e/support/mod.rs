@@ -14,7 +14,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentgate::config::Config;
+use agentgate::config::{Config, PortRange};
+use agentgate::net::{Dial, Resolve, SystemResolver, TcpDialer};
 use agentgate::proxy::Proxy;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -71,6 +72,17 @@ impl TestProxy {
 
     /// Like [`start`](Self::start), with `edit` applied to the config last.
     pub async fn start_with(origin_ca: &TestCa, edit: impl FnOnce(&mut Config)) -> TestResult<TestProxy> {
+        TestProxy::start_with_network(origin_ca, Arc::new(SystemResolver), Arc::new(TcpDialer), edit).await
+    }
+
+    /// Like [`start_with`](Self::start_with), resolving names with `resolver` and opening
+    /// every connection to an origin with `dialer` (the network guard's seams).
+    pub async fn start_with_network(
+        origin_ca: &TestCa,
+        resolver: Arc<dyn Resolve>,
+        dialer: Arc<dyn Dial>,
+        edit: impl FnOnce(&mut Config),
+    ) -> TestResult<TestProxy> {
         init_tracing();
         agentgate::tls::install_default_provider();
         let ca_dir = tempfile::tempdir()?;
@@ -79,9 +91,13 @@ impl TestProxy {
         config.ca.dir = ca_dir.path().to_owned();
         config.upstream.extra_ca_files = vec![origin_ca.pem_path.clone()];
         config.audit.path = ca_dir.path().join("decisions.jsonl");
+        // The test origins live on loopback, which the network guard denies by default
+        // (docs/security.md): tests opt in, and CONNECT may reach their ephemeral ports.
+        config.network.allow_cidrs = vec!["127.0.0.0/8".parse()?, "::1/128".parse()?];
+        config.connect.allowed_ports = vec![PortRange { first: 1, last: u16::MAX }];
         edit(&mut config);
         let log_path = config.audit.path.clone();
-        let running = Proxy::new(Arc::new(config))?.bind().await?;
+        let running = Proxy::with_network(Arc::new(config), resolver, dialer)?.bind().await?;
         let addr = running.local_addr();
         let ca_path = running.ca_cert_path().to_owned();
         let ca_pem = std::fs::read_to_string(&ca_path)?;

@@ -284,6 +284,7 @@ async fn route(state: Arc<OriginState>, request: Request<Incoming>) -> Result<Re
         "/status/204" => respond(StatusCode::NO_CONTENT, Empty::new().map_err(|never| match never {}).boxed_unsync()),
         "/etag" => etag(&request),
         "/ws" => websocket(request),
+        "/h2c" => h2c(&request),
         "/hold" => {
             state.arrived.notify_one();
             state.release.notified().await;
@@ -325,6 +326,18 @@ fn page(request: &Request<Incoming>) -> Response<OriginBody> {
         text.push_str(&format!("{name}: {}\n", String::from_utf8_lossy(value.as_bytes())));
     }
     respond(StatusCode::OK, full(text))
+}
+
+/// An origin that switches to h2c whenever it is asked (RFC 7540 §3.2): `101` when the
+/// request carries `Upgrade`, else `page`'s list of the headers it saw.
+fn h2c(request: &Request<Incoming>) -> Response<OriginBody> {
+    if !request.headers().contains_key(http::header::UPGRADE) {
+        return page(request);
+    }
+    let mut response = respond(StatusCode::SWITCHING_PROTOCOLS, full(""));
+    response.headers_mut().insert(http::header::UPGRADE, HeaderValue::from_static("h2c"));
+    response.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("upgrade"));
+    response
 }
 
 /// Reports what arrived in response headers and streams the body back.

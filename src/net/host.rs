@@ -1,0 +1,129 @@
+//! The canonical host: the one spelling of a host that everything matching hosts uses
+//! (operator rules, `bypass_hosts`, `[mitm] passthrough_hosts`, the policy cache key and the
+//! decision log). IPv4 in any legal spelling (`127.1`, `0177.0.0.1`, `0x7f.1`,
+//! `2130706433`) becomes a dotted quad, an IPv4-mapped IPv6 address becomes IPv4, IPv6 is
+//! compressed, names are lower case without a trailing dot, and IDNs become their A-label.
+//!
+//! The parsing is the WHATWG URL host parser (`url::Host::parse`): the same rules browsers
+//! and most HTTP clients use, so agentgate reads a host the way the agent's client does.
+//!
+//! Never: resolves names (the guard does), matches patterns (`policy::operator` does).
+
+use std::net::IpAddr;
+
+use url::Host;
+
+/// A host that is not a valid host name or IP address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "host {host:?} is not a valid host name or IP address ({cause}); write e.g. example.com, 192.0.2.1 or [2001:db8::1]"
+)]
+pub struct HostError {
+    host: String,
+    cause: String,
+}
+
+/// The canonical spelling of `host` (a name, an IPv4 address in any legal spelling, or an
+/// IPv6 address with or without brackets). IPv6 comes back without brackets.
+///
+/// # Errors
+/// [`HostError`] for an empty host, forbidden characters or an invalid IDN.
+pub fn canonical_host(host: &str) -> Result<String, HostError> {
+    let error = |cause: String| HostError { host: host.to_owned(), cause };
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Ok(canonical_ip(ip).to_string());
+    }
+    // A trailing dot names the same host (RFC 1034 §3.1); WHATWG keeps it, we do not.
+    let trimmed = host.strip_suffix('.').unwrap_or(host);
+    if trimmed.is_empty() || trimmed.ends_with('.') {
+        return Err(error("empty label".to_owned()));
+    }
+    match Host::parse(trimmed).map_err(|e| error(e.to_string()))? {
+        Host::Domain(name) => Ok(name),
+        Host::Ipv4(ip) => Ok(ip.to_string()),
+        Host::Ipv6(ip) => Ok(canonical_ip(IpAddr::V6(ip)).to_string()),
+    }
+}
+
+/// An address as agentgate reasons about it: an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`)
+/// is the IPv4 address it carries, since that is where a connect to it goes.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    }
+}
+
+/// The canonical host as an IP address, when it is one.
+pub fn as_ip(canonical: &str) -> Option<IpAddr> {
+    canonical.parse().ok()
+}
+
+/// A host pattern from the config in canonical form: `*` stays, `*.suffix` keeps its
+/// wildcard and canonicalizes the suffix, anything else is a host. A pattern that is not a
+/// host (a CIDR, or something config validation reports) is returned lower-cased as written.
+pub fn canonical_pattern(pattern: &str) -> String {
+    if pattern == "*" {
+        return pattern.to_owned();
+    }
+    if let Some(suffix) = pattern.strip_prefix("*.") {
+        return match canonical_host(suffix) {
+            Ok(host) => format!("*.{host}"),
+            Err(_) => pattern.to_ascii_lowercase(),
+        };
+    }
+    canonical_host(pattern).unwrap_or_else(|_| pattern.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canonical(host: &str) -> String {
+        canonical_host(host).unwrap_or_else(|e| format!("error: {e}"))
+    }
+
+    #[test]
+    fn every_spelling_of_loopback_is_one_dotted_quad() {
+        for spelling in ["127.0.0.1", "127.1", "0177.0.0.1", "0x7f.1", "2130706433", "0x7F000001", "127.0.0.1."] {
+            assert_eq!(canonical(spelling), "127.0.0.1", "{spelling}");
+        }
+        assert_eq!(canonical("[::ffff:127.0.0.1]"), "127.0.0.1");
+        assert_eq!(canonical("::ffff:7f00:1"), "127.0.0.1");
+        assert_eq!(canonical("127.0.0.2"), "127.0.0.2");
+    }
+
+    #[test]
+    fn ipv6_is_compressed_without_brackets() {
+        assert_eq!(canonical("[0:0:0:0:0:0:0:1]"), "::1");
+        assert_eq!(canonical("[FD00::1]"), "fd00::1");
+        assert_eq!(canonical("[64:ff9b::10.0.0.1]"), "64:ff9b::a00:1");
+    }
+
+    #[test]
+    fn names_are_lower_case_a_labels_without_the_trailing_dot() {
+        assert_eq!(canonical("Example.COM."), "example.com");
+        assert_eq!(canonical("LOCALHOST"), "localhost");
+        assert_eq!(canonical("bücher.example"), "xn--bcher-kva.example");
+        assert_eq!(canonical("XN--BCHER-KVA.example"), "xn--bcher-kva.example");
+    }
+
+    #[test]
+    fn hostile_hosts_are_errors_naming_the_host() {
+        for bad in ["", ".", "a..", "exa mple.com", "a/b", "[::1", "xn--a.example"] {
+            let err = canonical_host(bad).expect_err(bad);
+            assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+        }
+        // One enormous label: an answer, not a panic.
+        let _ = canonical_host(&"a".repeat(100_000));
+    }
+
+    #[test]
+    fn patterns_keep_their_wildcard() {
+        assert_eq!(canonical_pattern("*"), "*");
+        assert_eq!(canonical_pattern("*.Bücher.example."), "*.xn--bcher-kva.example");
+        assert_eq!(canonical_pattern("0x7f.1"), "127.0.0.1");
+        assert_eq!(canonical_pattern("10.0.0.0/8"), "10.0.0.0/8");
+    }
+}

@@ -1,0 +1,138 @@
+//! Connection caps on the proxy port: [`Admission`] counts the connections open in all and
+//! per client address, and hands out an [`Admitted`] ticket that gives its place back when
+//! the connection ends. Over a cap the caller closes the new connection at once; refusals are
+//! counted and logged at most once a second, so a flood cannot flood the log too.
+//!
+//! Never accepts, reads or closes sockets itself.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tracing::warn;
+
+use crate::config::ConnectionsConfig;
+
+/// The least time between two "connections refused" log lines.
+const LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The counts behind the connection caps.
+pub(crate) struct Admission {
+    max_total: usize,
+    max_per_client: usize,
+    open: Mutex<Open>,
+    /// Connections refused since start.
+    refused: AtomicU64,
+    /// When refusals were last logged, and the refused count then.
+    last_log: Mutex<Option<(Instant, u64)>>,
+}
+
+#[derive(Default)]
+struct Open {
+    total: usize,
+    per_client: HashMap<IpAddr, usize>,
+}
+
+/// Which cap a refused connection hit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cap {
+    Total,
+    PerClient,
+}
+
+/// A connection's place under the caps; dropping it frees the place.
+pub(crate) struct Admitted {
+    admission: Arc<Admission>,
+    client: IpAddr,
+}
+
+impl Admission {
+    pub(crate) fn new(config: &ConnectionsConfig) -> Arc<Self> {
+        Arc::new(Admission {
+            max_total: config.max_connections,
+            max_per_client: config.max_connections_per_client,
+            open: Mutex::new(Open::default()),
+            refused: AtomicU64::new(0),
+            last_log: Mutex::new(None),
+        })
+    }
+
+    /// Takes a place for a connection from `client`, or says which cap is full (the refusal
+    /// is counted and, at most once a second, logged).
+    pub(crate) fn admit(self: &Arc<Self>, client: IpAddr) -> Result<Admitted, Cap> {
+        let cap = {
+            let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+            let from_client = open.per_client.get(&client).copied().unwrap_or(0);
+            if open.total >= self.max_total {
+                Cap::Total
+            } else if from_client >= self.max_per_client {
+                Cap::PerClient
+            } else {
+                open.total += 1;
+                open.per_client.insert(client, from_client + 1);
+                return Ok(Admitted { admission: Arc::clone(self), client });
+            }
+        };
+        self.note_refusal(client, cap);
+        Err(cap)
+    }
+
+    fn note_refusal(&self, client: IpAddr, cap: Cap) {
+        let refused = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut last = self.last_log.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if last.is_some_and(|(at, _)| now.duration_since(at) < LOG_INTERVAL) {
+            return;
+        }
+        let since_last = refused - last.map_or(0, |(_, count)| count);
+        *last = Some((now, refused));
+        let (key, limit) = match cap {
+            Cap::Total => ("[connections] max_connections", self.max_total),
+            Cap::PerClient => ("[connections] max_connections_per_client", self.max_per_client),
+        };
+        warn!(%client, cap = key, limit, refused_since_last_log = since_last, refused_total = refused,
+            "connection cap reached; closing new connections");
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut open = self.admission.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.total = open.total.saturating_sub(1);
+        if let Some(count) = open.per_client.get_mut(&self.client) {
+            *count -= 1;
+            if *count == 0 {
+                open.per_client.remove(&self.client);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admission(total: usize, per_client: usize) -> Arc<Admission> {
+        Admission::new(&ConnectionsConfig {
+            max_connections: total,
+            max_connections_per_client: per_client,
+            ..ConnectionsConfig::default()
+        })
+    }
+
+    #[test]
+    fn each_cap_refuses_past_its_limit_and_a_closed_connection_frees_its_place() {
+        let caps = admission(3, 2);
+        let (a, b) = (IpAddr::from([127, 0, 0, 1]), IpAddr::from([127, 0, 0, 2]));
+        let first = caps.admit(a).expect("1 of 2 for a");
+        let _second = caps.admit(a).expect("2 of 2 for a");
+        assert_eq!(caps.admit(a).err(), Some(Cap::PerClient));
+        let _third = caps.admit(b).expect("3 of 3 in all");
+        assert_eq!(caps.admit(b).err(), Some(Cap::Total));
+        assert_eq!(caps.refused.load(Ordering::Relaxed), 2);
+        drop(first);
+        caps.admit(a).expect("a place came free");
+    }
+}

@@ -1,0 +1,119 @@
+//! No secret from a request reaches the diagnostic log (stderr) or the decision log: the real
+//! `agentgate run` binary, logging at debug, is driven over every request path (plain HTTP,
+//! MITM, blocked, malformed, origin error) with credentials in `Authorization`,
+//! `Proxy-Authorization`, `Cookie` and query values, and both outputs are grepped.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::net::TcpListener;
+use tokio::process::Command;
+
+use crate::support::log;
+use crate::support::origin::{Origin, Site};
+use crate::support::pki::TestCa;
+use crate::support::raw::exchange;
+use crate::support::{TestResult, header};
+
+/// Every secret the requests carry; none may appear in either log.
+const SECRETS: [&str; 5] =
+    ["authz-9b-secret", "proxyauth-9b-secret", "cookie-9b-secret", "query-9b-secret", "userinfo-9b-secret"];
+
+const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
+
+#[tokio::test]
+async fn no_secret_reaches_stderr_or_the_decision_log() -> TestResult {
+    // This test's clients do not go through `TestProxy`, which installs it otherwise.
+    agentgate::tls::install_default_provider();
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http_site(Site::new().file("/robots.txt", ROBOTS)).await?;
+    let tls_origin = Origin::https_site(&ca, Site::new().file("/robots.txt", ROBOTS)).await?;
+    let closed_port = TcpListener::bind("127.0.0.1:0").await?.local_addr()?.port();
+    let dir = tempfile::tempdir()?;
+    let log_path = dir.path().join("decisions.jsonl");
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\n[ca]\ndir = {ca_dir:?}\n[upstream]\nextra_ca_files = [{origin_ca:?}]\n\
+         [network]\nallow_cidrs = [\"127.0.0.0/8\"]\n[connect]\nallowed_ports = [\"1-65535\"]\n[audit]\npath = {log:?}\n[admin]\nlisten = \"off\"\n\
+         [[rules]]\nhost = \"*\"\npath = \"/x\"\naction = \"allow\"\n",
+        ca_dir = dir.path().join("ca"),
+        origin_ca = ca.pem_path,
+        log = log_path,
+    );
+    let config_path = dir.path().join("agentgate.toml");
+    std::fs::write(&config_path, config)?;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentgate"))
+        .args(["run", "--config"])
+        .arg(&config_path)
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+    let mut stderr = child.stderr.take().ok_or("no stderr")?;
+    let stderr_text = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text).await;
+        text
+    });
+    // Readiness: the line agentgate prints once it listens.
+    let banner = stdout.next_line().await?.ok_or("agentgate exited before listening")?;
+    let addr = banner
+        .strip_prefix("agentgate listening on http://")
+        .and_then(|rest| rest.split_whitespace().next())
+        .ok_or_else(|| format!("unexpected banner: {banner}"))?
+        .to_owned();
+    let ca_pem = std::fs::read(dir.path().join("ca/agentgate-ca.pem"))?;
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!("http://{addr}"))?.basic_auth("agent", "proxyauth-9b-secret"))
+        .tls_certs_only([reqwest::Certificate::from_pem(&ca_pem)?])
+        .build()?;
+    let with_secrets = |builder: reqwest::RequestBuilder| {
+        builder.header("authorization", "Bearer authz-9b-secret").header("cookie", "session=cookie-9b-secret")
+    };
+
+    // Plain HTTP, allowed.
+    let response = with_secrets(client.get(origin.url("/echo?token=query-9b-secret"))).send().await?;
+    assert_eq!(response.status(), 200);
+    // MITM, allowed.
+    let response = with_secrets(client.get(tls_origin.url("/echo?token=query-9b-secret"))).send().await?;
+    assert_eq!(response.status(), 200);
+    // Blocked by robots.txt.
+    let response = with_secrets(client.get(origin.url("/private?token=query-9b-secret"))).send().await?;
+    assert_eq!(response.status(), 403);
+    assert!(header(&response, "agentgate-decision").starts_with("deny;"));
+    // Origin error: nothing listens there (an operator rule allows `/x` without a robots.txt).
+    let response =
+        with_secrets(client.get(format!("http://127.0.0.1:{closed_port}/x?token=query-9b-secret"))).send().await?;
+    assert_eq!(response.status(), 502);
+    // Refused: origin-form on the proxy port, with credentials in the target and headers.
+    let head = exchange(
+        addr.parse()?,
+        b"GET /x?token=query-9b-secret HTTP/1.1\r\nHost: h\r\nAuthorization: Basic authz-9b-secret\r\n\
+          Proxy-Authorization: Basic proxyauth-9b-secret\r\nCookie: c=cookie-9b-secret\r\nConnection: close\r\n\r\n",
+    )
+    .await?;
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    // Refused: a scheme that is not proxied, with user info.
+    let head = exchange(
+        addr.parse()?,
+        b"GET ftp://user:userinfo-9b-secret@h/x?token=query-9b-secret HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+    )
+    .await?;
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+
+    let records = log::wait_for(&log_path, 4).await?;
+    assert_eq!(records.len(), 4, "{records:#?}");
+    child.start_kill()?;
+    child.wait().await?;
+    let stderr = tokio::time::timeout(Duration::from_secs(30), stderr_text).await??;
+    let decisions = std::fs::read_to_string(&log_path)?;
+    assert!(stderr.contains("request refused"), "the refusals were logged: {stderr}");
+    assert!(stderr.contains("token=REDACTED"), "the refused target is shown redacted: {stderr}");
+    for secret in SECRETS {
+        assert!(!stderr.contains(secret), "{secret} on stderr:\n{stderr}");
+        assert!(!decisions.contains(secret), "{secret} in the decision log:\n{decisions}");
+    }
+    Ok(())
+}
