@@ -52,8 +52,12 @@ pub struct Config {
     pub bypass_hosts: Vec<String>,
     /// The operator's own rules, applied before any site policy; the first match wins (`[[rules]]`).
     pub rules: Vec<RuleConfig>,
-    /// Who the agent behind this proxy is (`[agent]`).
+    /// The default agent: clients that match no `[[agents]]` entry (`[agent]`).
     pub agent: AgentConfig,
+    /// The agents this proxy knows, each with its credential or client networks (`[[agents]]`).
+    pub agents: Vec<AgentConfig>,
+    /// Proxy authentication (`[auth]`).
+    pub auth: AuthConfig,
     /// The per-origin policy cache (`[cache]`).
     pub cache: CacheConfig,
     /// The proxy's own CA (`[ca]`).
@@ -250,12 +254,24 @@ fn every_path() -> String {
     "/".to_owned()
 }
 
-/// `[agent]`: the agent behind this proxy (per-agent identities come with authentication).
+/// `[agent]` (the default agent, for clients that match no entry) and each `[[agents]]`
+/// entry: who an agent is, what it may claim, and the operator's limits for it.
+/// `token`, `token_sha256` and `clients` only make sense in `[[agents]]`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgentConfig {
-    /// The agent id in the log; unset means the client's IP address.
+    /// The agent id in the log and in `Proxy-Authorization: Basic id:token`; required in
+    /// `[[agents]]`. Unset in `[agent]`: the client's IP address is the agent id.
     pub id: Option<String>,
+    /// The agent's secret, sent as the password of `Proxy-Authorization: Basic` or as a
+    /// `Bearer` token (`[[agents]]` only; prefer `token_sha256`).
+    pub token: Option<String>,
+    /// Hex SHA-256 of the token, so the config file holds no secret (`[[agents]]` only).
+    pub token_sha256: Option<String>,
+    /// Client networks that identify this agent without credentials, e.g. its containers'
+    /// addresses (`[[agents]]` only; CIDR or single addresses).
+    #[serde(deserialize_with = "networks")]
+    pub clients: Vec<IpNet>,
     /// The product token matched against robots.txt and automation-preferences user-agent
     /// groups; unset means it is derived from each request's `User-Agent` header.
     pub product_token: Option<String>,
@@ -263,6 +279,37 @@ pub struct AgentConfig {
     pub trust_level: u8,
     /// Purposes the agent declares for automation-preferences `allowed-purposes`, e.g. `["search"]`.
     pub purposes: Vec<String>,
+    /// `enforce` or `monitor` for this agent only; unset follows the global `mode`.
+    pub mode: Option<Mode>,
+    /// The value of the AGENTS.md identification header injected for this agent (C24);
+    /// unset means the agent id.
+    pub identity: Option<String>,
+    /// The operator's rate limits for this agent (`limits`); 0 means none.
+    pub limits: AgentLimits,
+}
+
+/// `limits` of an agent: the operator's own rate limits, on top of every site's (all apply).
+/// 0 means no limit.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentLimits {
+    /// Requests per minute over every origin together.
+    pub requests_per_minute: u32,
+    /// Requests per hour over every origin together.
+    pub requests_per_hour: u32,
+    /// Requests per minute to any one origin.
+    pub per_origin_requests_per_minute: u32,
+    /// Requests per hour to any one origin.
+    pub per_origin_requests_per_hour: u32,
+}
+
+/// `[auth]`: proxy authentication (`Proxy-Authorization`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Whether every client must be a known agent, by credentials or by `clients` network;
+    /// others get `407 Proxy Authentication Required` (default false).
+    pub required: bool,
 }
 
 /// `[cache]`: the per-origin policy cache.
@@ -300,6 +347,8 @@ impl Default for Config {
             bypass_hosts: Vec::new(),
             rules: Vec::new(),
             agent: AgentConfig::default(),
+            agents: Vec::new(),
+            auth: AuthConfig::default(),
             cache: CacheConfig::default(),
             ca: CaConfig::default(),
             upstream: UpstreamConfig::default(),
@@ -456,12 +505,7 @@ impl Config {
                 }
             }
         }
-        if self.agent.trust_level > 5 {
-            problems.push(format!(
-                "[agent] trust_level = {}: must be 0 to 5 (AGENTS.md trust levels)",
-                self.agent.trust_level
-            ));
-        }
+        self.agent_problems(&mut problems);
         if self.connect.allowed_ports.is_empty() {
             problems.push(
                 "[connect] allowed_ports = []: no CONNECT could open a tunnel; the default is [443, 80]".to_owned(),
@@ -494,6 +538,71 @@ impl Config {
             ));
         }
         problems
+    }
+}
+
+impl Config {
+    /// Problems in `[agent]` and `[[agents]]`: ids, credentials, trust levels, identities.
+    fn agent_problems(&self, problems: &mut Vec<String>) {
+        let default = &self.agent;
+        for (key, set) in [
+            ("token", default.token.is_some()),
+            ("token_sha256", default.token_sha256.is_some()),
+            ("clients", !default.clients.is_empty()),
+        ] {
+            if set {
+                problems.push(format!(
+                    "[agent] {key}: the default agent is whoever matches no entry, so it has no credential or networks; put it in an [[agents]] entry"
+                ));
+            }
+        }
+        let tables = std::iter::once(("[agent]".to_owned(), default))
+            .chain(self.agents.iter().enumerate().map(|(i, a)| (format!("[[agents]] #{}", i + 1), a)));
+        for (table, agent) in tables {
+            if agent.trust_level > 5 {
+                problems.push(format!(
+                    "{table} trust_level = {}: must be 0 to 5 (AGENTS.md trust levels)",
+                    agent.trust_level
+                ));
+            }
+            if let Some(identity) = &agent.identity
+                && http::HeaderValue::from_str(identity).is_err()
+            {
+                problems.push(format!("{table} identity = {identity:?}: not a valid header value; use visible ASCII"));
+            }
+        }
+        let mut seen = Vec::new();
+        for (i, agent) in self.agents.iter().enumerate() {
+            let table = format!("[[agents]] #{}", i + 1);
+            match agent.id.as_deref() {
+                None | Some("") => problems.push(format!("{table}: id is missing; write e.g. id = \"research-agent\"")),
+                Some(id) if id.contains(':') || id.chars().any(char::is_control) => problems.push(format!(
+                    "{table} id = {id:?}: must not contain `:` or control characters (it is the Basic user name)"
+                )),
+                Some(id) if seen.contains(&id) => {
+                    problems.push(format!("{table} id = {id:?}: used by another entry; ids must be unique"));
+                }
+                Some(id) => seen.push(id),
+            }
+            if agent.token.is_some() && agent.token_sha256.is_some() {
+                problems.push(format!("{table}: both token and token_sha256 are set; keep only token_sha256"));
+            }
+            if agent.token.as_deref() == Some("") {
+                problems.push(format!("{table} token = \"\": must not be empty"));
+            }
+            if let Some(hash) = &agent.token_sha256
+                && (hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                problems.push(format!(
+                    "{table} token_sha256 = {hash:?}: must be 64 hex digits, e.g. the output of `printf %s TOKEN | sha256sum`"
+                ));
+            }
+            if agent.token.is_none() && agent.token_sha256.is_none() && agent.clients.is_empty() {
+                problems.push(format!(
+                    "{table}: no token, token_sha256 or clients, so no client can ever be this agent; add one"
+                ));
+            }
+        }
     }
 }
 
@@ -772,6 +881,74 @@ listen = "0.0.0.0:8080"
 
         let err = Config::from_toml_str(text, "agentgate.toml").unwrap_err().to_string();
         assert!(err.starts_with("agentgate.toml: 7 invalid setting(s):\n  - "), "{err}");
+    }
+
+    #[test]
+    fn agents_parse_with_every_key() {
+        let text = r#"
+[agent]
+mode = "monitor"
+limits = { requests_per_hour = 100 }
+[[agents]]
+id = "research-agent"
+token_sha256 = "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08"
+clients = ["10.1.2.0/24", "127.0.0.2"]
+product_token = "ResearchBot"
+trust_level = 2
+purposes = ["search"]
+mode = "enforce"
+identity = "research-agent (+https://example.com)"
+limits = { requests_per_minute = 60, per_origin_requests_per_minute = 10 }
+[auth]
+required = true
+"#;
+        let config = Config::from_toml_str(text, "agents.toml").unwrap();
+        assert_eq!(config.agent.mode, Some(Mode::Monitor));
+        assert_eq!(config.agent.limits.requests_per_hour, 100);
+        let agent = &config.agents[0];
+        assert_eq!(agent.id.as_deref(), Some("research-agent"));
+        assert_eq!(agent.clients.len(), 2);
+        assert_eq!(agent.limits.per_origin_requests_per_minute, 10);
+        assert!(config.auth.required);
+        assert!(syntax("[[agents]]\nid = \"a\"\ntoken = \"t\"\npasword = \"x\"\n").contains("unknown field `pasword`"));
+        assert!(syntax("[agent.limits]\nrequests_per_day = 1\n").contains("unknown field `requests_per_day`"));
+    }
+
+    #[test]
+    fn agent_problems_name_the_entry_and_the_fix() {
+        let text = r#"
+[agent]
+token = "x"
+[[agents]]
+token = "t"
+[[agents]]
+id = "a:b"
+token = "t"
+token_sha256 = "abc"
+trust_level = 9
+[[agents]]
+id = "lonely"
+[[agents]]
+id = "lonely"
+clients = ["127.0.0.2"]
+identity = "bad\u0001value"
+"#;
+        let problems = problems(text);
+        let joined = problems.join("\n");
+        for expected in [
+            "[agent] token: the default agent",
+            "[[agents]] #1: id is missing",
+            "[[agents]] #2 id = \"a:b\": must not contain `:`",
+            "[[agents]] #2: both token and token_sha256",
+            "[[agents]] #2 token_sha256 = \"abc\": must be 64 hex digits",
+            "[[agents]] #2 trust_level = 9",
+            "[[agents]] #3: no token, token_sha256 or clients",
+            "[[agents]] #4 id = \"lonely\": used by another entry",
+            "[[agents]] #4 identity",
+        ] {
+            assert!(joined.contains(expected), "{expected:?} missing from:\n{joined}");
+        }
+        assert_eq!(problems.len(), 9, "{joined}");
     }
 
     #[test]

@@ -378,6 +378,7 @@ impl Explanation {
 
 fn scope_name(limit: &policy::Limit) -> &'static str {
     match limit.scope {
+        policy::LimitScope::Agent => "agent",
         policy::LimitScope::Origin => "agent+origin",
         policy::LimitScope::Host => "agent+host",
         policy::LimitScope::Rule { .. } => "agent+origin+rule",

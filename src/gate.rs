@@ -1,29 +1,43 @@
 //! The gate: the one place a request is decided. For every request — plain HTTP, MITM'd
-//! HTTPS, and the host-level check of a passthrough tunnel — it identifies the agent, applies
-//! the operator's rules, loads the origin's policies (waiting for the first fetch), evaluates
-//! them with the pure policy core, applies the mode, and hands back either a [`Permitted`]
-//! (the only way to reach `forward`) or a [`Blocked`] with the decision and its audit record.
+//! HTTPS, and the host-level check of a passthrough tunnel — it identifies the agent
+//! (`identify_agent`, proxy authentication), applies the operator's rules, loads the origin's
+//! policies (waiting for the first fetch), evaluates them with the pure policy core, checks
+//! and spends the limits that apply (`check_limits`), applies the agent's mode, and hands back
+//! either a [`Permitted`] (the only way to reach `forward`) or a [`Blocked`] with the decision,
+//! the kind of block (403, 407 or 429) and its audit record. After the origin answered,
+//! [`Permitted::check_response`] applies the response-time AGENTS.md check (C17).
 //!
 //! Never: writes responses (the proxy builds block answers from a [`Blocked`]), writes the
-//! decision log (the proxy records once the status is known), parses policy text.
+//! decision log (the proxy records once the status is known), parses policy text, keeps a
+//! counter itself (`crate::limits` does).
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use http::HeaderMap;
-use http::header::USER_AGENT;
+use http::header::{PROXY_AUTHORIZATION, USER_AGENT};
 
+use crate::agents::{Agents, AuthFailure, Identity};
 use crate::audit::{DecisionRecord, Mode, Outcome as LogOutcome};
-use crate::config::{AgentConfig, Config};
+use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
+use crate::limits::{Exceeded, Limiter, Permit, Usage};
 use crate::net::{Refusal, canonical_pattern};
 use crate::policy::operator::{OperatorRule, OperatorRules};
-use crate::policy::{self, Decision, Headers, Outcome, Reason, RequestView, Source};
+use crate::policy::{self, Decision, Headers, Opinion, Outcome, Policies, PolicyStatus, Reason, RequestView, Source};
+
+/// The request header in which an agent declares its purposes for this request
+/// (comma-separated; SEMANTICS D13). It replaces the configured purposes and is stripped
+/// before forwarding.
+pub const PURPOSE_HEADER: &str = "agentgate-purpose";
 
 /// The request facts the gate needs, borrowed from the proxy's parsed request.
 #[derive(Debug, Clone, Copy)]
 pub struct GateRequest<'a> {
     /// The agent's address.
     pub client: SocketAddr,
+    /// Who the agent is ([`Gate::identify_agent`]).
+    pub agent: &'a Identity,
     /// Where the request goes.
     pub origin: &'a Origin,
     /// The absolute URL as the agent asked for it, with the canonical host (for the log;
@@ -45,7 +59,12 @@ pub struct GateRequest<'a> {
 #[derive(Debug)]
 pub struct Permitted {
     record: DecisionRecord,
+    mode: Mode,
     inject_headers: Vec<(String, String)>,
+    /// The concurrency slots this request holds until its response body ends.
+    permit: Permit,
+    /// The policies the request was decided on, for the response-time check (C17).
+    policies: Option<Arc<Policies>>,
 }
 
 impl Permitted {
@@ -54,10 +73,15 @@ impl Permitted {
         &self.inject_headers
     }
 
-    /// Records the request under another method than the one decided on (a passthrough
-    /// tunnel is decided as `GET /` and logged as `CONNECT`).
-    pub fn set_method(&mut self, method: &str) {
-        self.record.method = method.to_owned();
+    /// Records a passthrough tunnel, decided as `GET /`, as the `CONNECT` it is; when the
+    /// origin has an automation-preferences file, says that its method rules cannot be
+    /// enforced inside the tunnel (SEMANTICS D12: `autoctl.unenforceable`).
+    pub fn mark_passthrough(&mut self) {
+        self.record.method = "CONNECT".to_owned();
+        if self.policies.as_ref().is_some_and(|p| p.autoctl.report().status == PolicyStatus::Valid) {
+            let rule = "passthrough tunnel: methods inside it cannot be seen, so allowed-methods is not enforced";
+            self.record.reasons.push(Reason::new(Source::Autoctl, "autoctl.unenforceable", rule));
+        }
     }
 
     /// The decision record as decided, before any response: what is committed to the log
@@ -66,10 +90,57 @@ impl Permitted {
         &self.record
     }
 
-    /// The decision record, to be completed with the response and written.
+    /// The response-time check of SEMANTICS C17: a `Content-Disposition: attachment` answer
+    /// from a host whose AGENTS.md does not allow `download-files` is withheld. In monitor
+    /// mode the request stays permitted and its record says `would_deny`.
+    ///
+    /// # Errors
+    /// A [`Blocked`] (403, the AGENTS.md reason first) when the body must be withheld.
+    pub fn check_response(mut self, response_headers: &HeaderMap) -> Result<Permitted, Box<Blocked>> {
+        let Some(policies) = &self.policies else { return Ok(self) };
+        let verdict = policies.agents_md.evaluate_response(&policy_headers(response_headers));
+        if verdict.opinion != Opinion::Deny {
+            return Ok(self);
+        }
+        let mut reasons = verdict.reasons;
+        let blocking = reasons.len();
+        reasons.append(&mut self.record.reasons);
+        self.record.reasons = reasons.clone();
+        if self.mode == Mode::Monitor {
+            self.record.outcome = LogOutcome::WouldDeny;
+            return Ok(self);
+        }
+        self.record.outcome = LogOutcome::Deny;
+        let decision =
+            Decision { outcome: Outcome::Deny, reasons, blocking, limits: Vec::new(), inject_headers: Vec::new() };
+        Err(Box::new(Blocked { decision, record: self.record, kind: BlockKind::Policy }))
+    }
+
+    /// The decision record, to be completed with the response and written, and the
+    /// concurrency slots, to be held until the response body ends or is dropped.
+    pub fn into_parts(self) -> (DecisionRecord, Permit) {
+        (self.record, self.permit)
+    }
+
+    /// The decision record, to be completed with the response and written (the slots are
+    /// given back now).
     pub fn into_record(self) -> DecisionRecord {
         self.record
     }
+}
+
+/// Which answer a block gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockKind {
+    /// A policy or operator rule refused it: 403.
+    Policy,
+    /// The client is not a known agent: 407 with a `Proxy-Authenticate` challenge.
+    Unauthenticated,
+    /// A rate or concurrency limit refused it: 429 with `Retry-After` (whole seconds).
+    RateLimited {
+        /// Seconds until the limit lets a request through again.
+        retry_after_s: u64,
+    },
 }
 
 /// A request the gate refused.
@@ -79,6 +150,8 @@ pub struct Blocked {
     pub decision: Decision,
     /// The decision record; its id goes into the block answer.
     pub record: DecisionRecord,
+    /// Which answer it gets.
+    pub kind: BlockKind,
 }
 
 /// What the gate says about one request.
@@ -93,13 +166,14 @@ pub enum Verdict {
 /// The gate of one running proxy.
 pub struct Gate {
     mode: Mode,
-    agent: AgentConfig,
+    agents: Agents,
     rules: OperatorRules,
     cache: PolicyCache,
+    limiter: Limiter,
 }
 
 impl Gate {
-    /// A gate for `config`, loading policies through `cache`.
+    /// A gate for `config`, loading policies through `cache`, counting limits in process.
     pub fn new(config: &Config, cache: PolicyCache) -> Self {
         let rules = config
             .rules
@@ -110,14 +184,52 @@ impl Gate {
             })
             .collect();
         let bypass_hosts = config.bypass_hosts.iter().map(|p| canonical_pattern(p)).collect();
-        Gate { mode: config.mode, agent: config.agent.clone(), rules: OperatorRules::new(bypass_hosts, rules), cache }
+        Gate {
+            mode: config.mode,
+            agents: Agents::new(config),
+            rules: OperatorRules::new(bypass_hosts, rules),
+            cache,
+            limiter: Limiter::in_process(),
+        }
     }
 
-    /// Phases `identify_agent`, `load_policies`, `evaluate`: decides one request.
+    /// Phase `identify_agent`: who sent a request on the proxy port, or a CONNECT, from its
+    /// `Proxy-Authorization` or its address (DESIGN §3). The credential is never recorded.
+    ///
+    /// # Errors
+    /// A [`Blocked`] of kind [`BlockKind::Unauthenticated`] (answered 407) when `[auth]
+    /// required` and the client proved no agent's identity; it is blocked in monitor mode too,
+    /// since there is no agent to score.
+    pub fn identify_agent(
+        &self,
+        client: SocketAddr,
+        method: &str,
+        url: &str,
+        headers: &HeaderMap,
+    ) -> Result<Identity, Box<Blocked>> {
+        self.agents.identify(client.ip(), headers.get(PROXY_AUTHORIZATION)).map_err(|failure| {
+            let reason = Reason::new(Source::Operator, failure.code(), auth_rule(failure));
+            let mut record =
+                DecisionRecord::new(LogOutcome::Deny, self.mode, client, client.ip().to_string(), method, url);
+            record.user_agent = headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            record.reasons = vec![reason.clone()];
+            let decision = Decision {
+                outcome: Outcome::Deny,
+                reasons: vec![reason],
+                blocking: 1,
+                limits: Vec::new(),
+                inject_headers: Vec::new(),
+            };
+            Box::new(Blocked { decision, record, kind: BlockKind::Unauthenticated })
+        })
+    }
+
+    /// Phases `load_policies`, `evaluate`, `check_limits`: decides one request.
     pub async fn decide(&self, req: GateRequest<'_>) -> Verdict {
-        let agent_id = self.identify_agent(req.client);
+        let agent = req.agent;
         let user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok());
         let headers = policy_headers(req.headers);
+        let declared = declared_purposes(req.headers);
         let host = req.origin.host();
         let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
         let view = RequestView {
@@ -126,15 +238,75 @@ impl Gate {
             host,
             port: req.origin.port(),
             path_and_query: req.path_and_query,
-            product_token: self.agent.product_token.as_deref(),
+            product_token: agent.agent.product_token.as_deref(),
             user_agent,
-            agent_id: &agent_id,
-            trust_level: self.agent.trust_level,
-            purposes: &self.agent.purposes,
+            // The AGENTS.md identification header carries this value (C24).
+            agent_id: agent.header_value(),
+            trust_level: agent.agent.trust_level,
+            purposes: declared.as_deref().unwrap_or(&agent.agent.purposes),
             headers: &headers,
         };
-        let decision = self.evaluate(&view, req.origin, req.addresses).await;
-        self.verdict(decision, &req, agent_id, user_agent)
+        let (decision, policies) = self.evaluate(&view, req.origin, req.addresses).await;
+        let mode = agent.mode(self.mode);
+        let mut record = DecisionRecord::new(
+            LogOutcome::from(decision.outcome),
+            mode,
+            req.client,
+            agent.id.to_string(),
+            req.method,
+            req.url,
+        );
+        record.user_agent = user_agent.map(str::to_owned);
+        record.purposes = view.purposes.to_vec();
+        record.reasons = decision.reasons.clone();
+        record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
+        if decision.outcome != Outcome::Allow {
+            return match mode {
+                Mode::Enforce => Verdict::Block(Blocked { decision, record, kind: BlockKind::Policy }),
+                Mode::Monitor => {
+                    record.outcome = LogOutcome::WouldDeny;
+                    Verdict::Forward(Permitted {
+                        record,
+                        mode,
+                        inject_headers: decision.inject_headers,
+                        permit: Permit::default(),
+                        policies,
+                    })
+                }
+            };
+        }
+        let inject_headers = decision.inject_headers;
+        let usage = Usage { agent: &agent.id, origin: &view.origin(), host };
+        match self.check_limits(usage, &record.limits).await {
+            Ok(permit) => Verdict::Forward(Permitted { record, mode, inject_headers, permit, policies }),
+            Err(exceeded) => {
+                record.reasons.insert(0, exceeded.limit.reason.clone());
+                let decision = Decision {
+                    outcome: Outcome::Deny,
+                    reasons: record.reasons.clone(),
+                    blocking: 1,
+                    limits: record.limits.clone(),
+                    inject_headers: Vec::new(),
+                };
+                match mode {
+                    Mode::Enforce => {
+                        record.outcome = LogOutcome::RateLimited;
+                        let kind = BlockKind::RateLimited { retry_after_s: exceeded.retry_after_secs() };
+                        Verdict::Block(Blocked { decision, record, kind })
+                    }
+                    Mode::Monitor => {
+                        record.outcome = LogOutcome::WouldDeny;
+                        Verdict::Forward(Permitted {
+                            record,
+                            mode,
+                            inject_headers,
+                            permit: Permit::default(),
+                            policies,
+                        })
+                    }
+                }
+            }
+        }
     }
 
     /// The block for a destination the network guard refused (`crate::net`), decided before
@@ -151,7 +323,7 @@ impl Gate {
         };
         let mut record = self.record_for(LogOutcome::Deny, req);
         record.reasons = decision.reasons.clone();
-        Blocked { decision, record }
+        Blocked { decision, record, kind: BlockKind::Policy }
     }
 
     /// The record of a request that failed before it could be decided (its host does not
@@ -161,46 +333,55 @@ impl Gate {
     }
 
     fn record_for(&self, outcome: LogOutcome, req: &GateRequest<'_>) -> DecisionRecord {
-        let agent = self.identify_agent(req.client);
-        let mut record = DecisionRecord::new(outcome, self.mode, req.client, agent, req.method, req.url);
+        let mode = req.agent.mode(self.mode);
+        let mut record = DecisionRecord::new(outcome, mode, req.client, req.agent.id.to_string(), req.method, req.url);
         record.user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
         record
     }
 
-    /// Operator rules first, then the origin's policies.
-    async fn evaluate(&self, view: &RequestView<'_>, origin: &Origin, addresses: &[IpAddr]) -> Decision {
+    /// Operator rules first, then the origin's policies (kept for the response-time check).
+    async fn evaluate(
+        &self,
+        view: &RequestView<'_>,
+        origin: &Origin,
+        addresses: &[IpAddr],
+    ) -> (Decision, Option<Arc<Policies>>) {
         match self.rules.evaluate(view, addresses) {
-            Some(decision) => decision,
+            Some(decision) => (decision, None),
             None => {
                 let policies = self.cache.policies(origin).await;
-                policy::evaluate(&policies, view)
+                (policy::evaluate(&policies, view), Some(policies))
             }
         }
     }
 
-    /// The agent id: the configured one, else the client's IP address (DESIGN §3; the
-    /// Proxy-Authorization user name comes with authentication).
-    fn identify_agent(&self, client: SocketAddr) -> String {
-        self.agent.id.clone().unwrap_or_else(|| client.ip().to_string())
-    }
-
-    /// Applies the mode and builds the record.
-    fn verdict(&self, decision: Decision, req: &GateRequest<'_>, agent: String, user_agent: Option<&str>) -> Verdict {
-        let blocked = decision.outcome != Outcome::Allow;
-        let outcome = match (blocked, self.mode) {
-            (true, Mode::Monitor) => LogOutcome::WouldDeny,
-            _ => LogOutcome::from(decision.outcome),
-        };
-        let mut record = DecisionRecord::new(outcome, self.mode, req.client, agent, req.method, req.url);
-        record.user_agent = user_agent.map(str::to_owned);
-        record.reasons = decision.reasons.clone();
-        record.limits = decision.limits.clone();
-        if blocked && self.mode == Mode::Enforce {
-            Verdict::Block(Blocked { decision, record })
-        } else {
-            Verdict::Forward(Permitted { record, inject_headers: decision.inject_headers })
+    /// Phase `check_limits`: every limit that applies must pass (X1); only a request that is
+    /// otherwise allowed is counted, so a denied request spends no budget.
+    async fn check_limits(&self, usage: Usage<'_>, limits: &[policy::Limit]) -> Result<Permit, Exceeded> {
+        if limits.is_empty() {
+            return Ok(Permit::default());
         }
+        self.limiter.check_and_spend(usage, limits).await
     }
+}
+
+/// What the 407's reason says: the failure without the credential.
+fn auth_rule(failure: AuthFailure) -> String {
+    match failure {
+        AuthFailure::Missing => {
+            "[auth] required = true: no Proxy-Authorization and no [[agents]] clients match".to_owned()
+        }
+        AuthFailure::Invalid => "Proxy-Authorization names no [[agents]] entry or carries a wrong token".to_owned(),
+    }
+}
+
+/// The purposes declared in `agentgate-purpose` (comma-separated, blanks dropped), if sent.
+fn declared_purposes(headers: &HeaderMap) -> Option<Vec<String>> {
+    let values: Vec<&str> = headers.get_all(PURPOSE_HEADER).iter().filter_map(|v| v.to_str().ok()).collect();
+    if values.is_empty() {
+        return None;
+    }
+    Some(values.iter().flat_map(|v| v.split(',')).map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect())
 }
 
 /// The request headers as the policy core sees them (values that are not visible ASCII are

@@ -6,11 +6,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod agents;
 pub mod audit;
 pub mod config;
 pub mod explain;
 pub mod fetch;
 pub mod gate;
+pub mod limits;
 pub mod lint;
 pub mod net;
 pub mod policy;

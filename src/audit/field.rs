@@ -27,6 +27,9 @@ pub const URL_FULL: &str = "url.full";
 pub const URL_DOMAIN: &str = "url.domain";
 /// The request's `User-Agent` header, when it had one.
 pub const USER_AGENT_ORIGINAL: &str = "user_agent.original";
+/// The purposes the agent declared for this request (config, or its `agentgate-purpose`
+/// header), when it declared any.
+pub const PURPOSES: &str = "agentgate.purposes";
 /// The status the agent received (from the origin, or the proxy's own block or error answer).
 pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
 /// Response body bytes sent to the agent.
@@ -42,7 +45,7 @@ pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line
 /// when they have no value; the rest keep this order.
-pub const ORDER: [&str; 18] = [
+pub const ORDER: [&str; 19] = [
     TIMESTAMP,
     EVENT_ID,
     EVENT_OUTCOME,
@@ -55,6 +58,7 @@ pub const ORDER: [&str; 18] = [
     URL_FULL,
     URL_DOMAIN,
     USER_AGENT_ORIGINAL,
+    PURPOSES,
     HTTP_RESPONSE_STATUS_CODE,
     HTTP_RESPONSE_BODY_BYTES,
     REASONS,

@@ -151,6 +151,8 @@ pub struct DecisionRecord {
     pub url: String,
     /// The `User-Agent` header (`user_agent.original`).
     pub user_agent: Option<String>,
+    /// The purposes in effect for the request (`agentgate.purposes`; left out when none).
+    pub purposes: Vec<String>,
     /// The status the agent got (`http.response.status_code`).
     pub status: Option<u16>,
     /// Body bytes sent to the agent (`http.response.body.bytes`).
@@ -209,6 +211,7 @@ impl DecisionRecord {
             method: method.into(),
             url: url.into(),
             user_agent: None,
+            purposes: Vec::new(),
             status: None,
             response_bytes: None,
             reasons: Vec::new(),
@@ -263,6 +266,9 @@ impl Serialize for Line<'_> {
         }
         if let Some(user_agent) = &rec.user_agent {
             map.serialize_entry(field::USER_AGENT_ORIGINAL, user_agent)?;
+        }
+        if !rec.purposes.is_empty() {
+            map.serialize_entry(field::PURPOSES, &rec.purposes)?;
         }
         if let Some(status) = rec.status {
             map.serialize_entry(field::HTTP_RESPONSE_STATUS_CODE, &status)?;
@@ -334,6 +340,7 @@ impl From<&Limit> for LimitView {
             LimitKind::Concurrent { max } => ("concurrent", None, None, Some(max)),
         };
         let scope = match limit.scope {
+            LimitScope::Agent => "agent",
             LimitScope::Origin => "origin",
             LimitScope::Host => "host",
             LimitScope::Rule { .. } => "rule",
@@ -458,6 +465,7 @@ mod tests {
         rec.mode = Mode::Monitor;
         rec.duration = Some(Duration::from_micros(1500));
         rec.user_agent = Some("ExampleBot/1.0 \"quoted\"\n".to_owned());
+        rec.purposes = vec!["search".to_owned()];
         rec.status = Some(502);
         rec.response_bytes = Some(0);
         rec.reasons = vec![
@@ -498,7 +506,8 @@ mod tests {
                 r#""event.outcome":"error","event.duration":1500000,"client.address":"10.0.0.7","client.port":51234,"#,
                 r#""agentgate.agent":"bot-1","agentgate.mode":"monitor","http.request.method":"GET","#,
                 r#""url.full":"https://Example.com/private/x?q=secret","url.domain":"example.com","#,
-                r#""user_agent.original":"ExampleBot/1.0 \"quoted\"\n","http.response.status_code":502,"#,
+                r#""user_agent.original":"ExampleBot/1.0 \"quoted\"\n","agentgate.purposes":["search"],"#,
+                r#""http.response.status_code":502,"#,
                 r#""http.response.body.bytes":0,"agentgate.reasons":[{"source":"robots.txt","code":"robots.disallow","#,
                 r#""line":4,"rule":"Disallow: /private","digest":"abababababababababababababababababababababababababababababababab"},"#,
                 r#"{"source":"operator","code":"operator.allow","rule":"host = example.com"}],"#,

@@ -9,6 +9,14 @@ use super::{Reason, Source};
 /// Advice for one blocking reason.
 pub fn advice(reason: &Reason) -> &'static str {
     let code: &str = &reason.code;
+    if matches!(code, "agents_md.rate_limit" | "agents_txt.limit" | "operator.rate_limit") {
+        return "You are over a rate limit (the cited rule sets how many requests per window). Wait for the \
+                Retry-After seconds before the next request to this site, and space out the ones after it.";
+    }
+    if code == "agents_md.concurrent_sessions" {
+        return "You already have as many requests in flight to this site as its AGENTS.md allows. Wait for one to \
+                finish, then retry; send requests one after another instead of in parallel.";
+    }
     match reason.source {
         Source::Robots if code == "robots.unreachable" => {
             "The site's robots.txt could not be fetched (server error or network failure); under RFC 9309 the whole \
@@ -61,6 +69,11 @@ pub fn advice(reason: &Reason) -> &'static str {
             "The site's automation-preferences.txt does not allow this HTTP method here. Use one of the methods the \
              cited rule lists (often GET and HEAD), or do not retry."
         }
+        Source::Operator if code.starts_with("auth.") => {
+            "agentgate needs to know which agent you are. Use the proxy credentials your operator gave you \
+             (HTTPS_PROXY=http://id:token@proxy:port, or Proxy-Authorization: Bearer token); without them, ask your \
+             operator."
+        }
         Source::Operator => {
             "Your operator's agentgate configuration forbids this request. Do not retry it; ask your operator if \
              you need it."
@@ -81,6 +94,10 @@ mod tests {
             (Source::AgentsMd, "agents_md.requires_human_approval", "human to approve"),
             (Source::Autoctl, "autoctl.method_not_allowed", "does not allow this HTTP method"),
             (Source::Operator, "operator.deny", "operator"),
+            (Source::AgentsMd, "agents_md.rate_limit", "Retry-After"),
+            (Source::AgentsTxt, "agents_txt.limit", "Retry-After"),
+            (Source::AgentsMd, "agents_md.concurrent_sessions", "in flight"),
+            (Source::Operator, "auth.invalid", "proxy credentials"),
         ];
         for (source, code, expected) in cases {
             let text = advice(&Reason::new(source, code, "rule"));

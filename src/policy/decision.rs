@@ -109,6 +109,8 @@ pub enum LimitKind {
 /// What a limit is counted per, beyond the agent itself.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum LimitScope {
+    /// Per agent, over every origin (the operator's per-agent limits).
+    Agent,
     /// Per (agent, origin).
     Origin,
     /// Per (agent, host): AGENTS.md limits (SEMANTICS C21).
@@ -138,6 +140,7 @@ impl Limit {
     /// `agents.txt|bot-1|https://example.com:443|line=4`. Stable across requests.
     pub fn key(&self, agent_id: &str, origin: &str, host: &str) -> String {
         match &self.scope {
+            LimitScope::Agent => format!("{}|{agent_id}", self.source),
             LimitScope::Origin => format!("{}|{agent_id}|{origin}", self.source),
             LimitScope::Host => format!("{}|{agent_id}|{host}", self.source),
             LimitScope::Rule { line } => format!("{}|{agent_id}|{origin}|line={line}", self.source),

@@ -1,14 +1,16 @@
 //! Every response agentgate writes itself instead of the origin: the CONNECT `200`, and the
 //! one mapping from a [`ProxyError`] to a status and a plain-text body (pingora's blame rule:
-//! the client's fault is 400, an unreachable origin 502, a slow one 504), and the 403 answer
-//! built from a gate's `Blocked` (DESIGN.md §6).
+//! the client's fault is 400, an unreachable origin 502, a slow one 504), and the block answer
+//! built from a gate's `Blocked` (DESIGN.md §6): 403 for a policy, 407 with a
+//! `Proxy-Authenticate` challenge for an unknown agent, 429 with `Retry-After` for a limit.
+//! A block answer to HEAD has no body (its headers stay), on HTTP/1.1 and h2 alike.
 //!
 //! Never forwards anything; never decides whether a request is allowed.
 
 use std::fmt::Write as _;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue};
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderName, HeaderValue, PROXY_AUTHENTICATE, RETRY_AFTER};
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use serde_json::json;
@@ -16,9 +18,9 @@ use serde_json::json;
 use super::ProxyBody;
 use super::error::ProxyError;
 use crate::audit::ErrorType;
-use crate::gate::Blocked;
-use crate::policy::Outcome;
+use crate::gate::{BlockKind, Blocked};
 use crate::policy::advice::advice;
+use crate::policy::{LimitKind, Outcome};
 
 /// The header that carries a block's verdict and first reason, e.g.
 /// `agentgate-decision: deny; source=robots.txt; line=4; record=0193…`.
@@ -69,16 +71,20 @@ pub(crate) fn error_response(error: &ProxyError) -> Response<ProxyBody> {
     response
 }
 
-/// The answer to a request the gate blocked (DESIGN §6): 403, the verdict and first reason
-/// in `agentgate-decision`, and a body naming the file, line and rule of every blocking
-/// reason and what the agent may do instead — JSON when the client accepts JSON, plain text
-/// otherwise. Both carry the decision record id, so the agent's report and the log meet.
+/// The answer to a request the gate blocked (DESIGN §6): 403, 407 or 429 by the block's
+/// kind, the verdict and first reason in `agentgate-decision` (plus `window=` for a rate
+/// limit), and a body naming the file, line and rule of every blocking reason and what the
+/// agent may do instead — JSON when the client accepts JSON, plain text otherwise. Both carry
+/// the decision record id, so the agent's report and the log meet. HEAD gets the headers only.
 pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -> Response<ProxyBody> {
     let decision = &blocked.decision;
     let (method, url) = (blocked.record.method.as_str(), blocked.record.url.as_str());
     let record = blocked.record.id.to_string();
     let blocking = decision.blocking_reasons();
-    let verdict = decision.outcome.as_str();
+    let verdict = match blocked.kind {
+        BlockKind::RateLimited { .. } => "rate_limited",
+        BlockKind::Policy | BlockKind::Unauthenticated => decision.outcome.as_str(),
+    };
     let mut header = verdict.to_owned();
     if let Some(first) = blocking.first() {
         let _ = write!(header, "; source={}", first.source);
@@ -87,7 +93,11 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
         }
         let _ = write!(header, "; code={}", first.code);
     }
+    if let (BlockKind::RateLimited { .. }, Some(window)) = (blocked.kind, limit_window(blocked)) {
+        let _ = write!(header, "; window={window}s");
+    }
     let _ = write!(header, "; record={record}");
+    let summary = summary(blocked, method, url);
     let mut response = if accepts_json(request_headers) {
         let reasons: Vec<_> = blocking
             .iter()
@@ -102,15 +112,12 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
             "record_id": record,
             "method": method,
             "url": url,
-            "message": summary(decision.outcome, method, url),
+            "message": summary,
             "reasons": reasons,
         });
         body_response(format!("{body}\n"), "application/json")
     } else {
-        let mut text = format!(
-            "{}\nDecision: {verdict} (decision record {record})\n\nWhy:\n",
-            summary(decision.outcome, method, url)
-        );
+        let mut text = format!("{summary}\nDecision: {verdict} (decision record {record})\n\nWhy:\n");
         for r in blocking {
             let line = r.line.map(|l| format!(" line {l}")).unwrap_or_default();
             let _ = writeln!(text, "- {}{line}: \"{}\" [{}]", r.source, r.rule, r.code);
@@ -126,11 +133,35 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
         }
         body_response(text, "text/plain; charset=utf-8")
     };
-    *response.status_mut() = StatusCode::FORBIDDEN;
-    if let Ok(value) = HeaderValue::from_str(&header) {
-        response.headers_mut().insert(DECISION_HEADER, value);
+    if blocked.record.method.eq_ignore_ascii_case("HEAD") {
+        // RFC 9110 §9.3.2: no content in a HEAD answer. hyper's h2 server would send it.
+        *response.body_mut() = Empty::new().map_err(|never| match never {}).boxed_unsync();
     }
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&header) {
+        headers.insert(DECISION_HEADER, value);
+    }
+    *response.status_mut() = match blocked.kind {
+        BlockKind::Policy => StatusCode::FORBIDDEN,
+        BlockKind::Unauthenticated => {
+            headers.insert(PROXY_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"agentgate\""));
+            StatusCode::PROXY_AUTHENTICATION_REQUIRED
+        }
+        BlockKind::RateLimited { retry_after_s } => {
+            headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_s));
+            StatusCode::TOO_MANY_REQUESTS
+        }
+    };
     response
+}
+
+/// The window, in seconds, of the rate limit that refused a request.
+fn limit_window(blocked: &Blocked) -> Option<u32> {
+    let first = blocked.decision.blocking_reasons().first()?;
+    blocked.decision.limits.iter().find(|l| l.reason == *first).and_then(|l| match l.kind {
+        LimitKind::Rate { window_s, .. } => Some(window_s),
+        LimitKind::Concurrent { .. } => None,
+    })
 }
 
 /// The answer when the decision log cannot be written and `[audit] on_failure = "block"`.
@@ -143,10 +174,20 @@ pub(crate) fn audit_unavailable() -> Response<ProxyBody> {
     response
 }
 
-fn summary(outcome: Outcome, method: &str, url: &str) -> String {
-    match outcome {
-        Outcome::NeedsApproval => format!("agentgate held this request for human approval: {method} {url}"),
-        Outcome::Deny | Outcome::Allow => format!("agentgate blocked this request: {method} {url}"),
+fn summary(blocked: &Blocked, method: &str, url: &str) -> String {
+    match (blocked.kind, blocked.decision.outcome) {
+        (BlockKind::RateLimited { retry_after_s }, _) => format!(
+            "agentgate held back this request because it is over a rate or concurrency limit: {method} {url}. Retry after {retry_after_s} s."
+        ),
+        (BlockKind::Unauthenticated, _) => format!(
+            "agentgate does not know this agent: {method} {url}. Send the id and token your operator gave you as proxy credentials (Proxy-Authorization: Basic, e.g. HTTPS_PROXY=http://id:token@proxy:port)."
+        ),
+        (BlockKind::Policy, Outcome::NeedsApproval) => {
+            format!("agentgate held this request for human approval: {method} {url}")
+        }
+        (BlockKind::Policy, Outcome::Deny | Outcome::Allow) => {
+            format!("agentgate blocked this request: {method} {url}")
+        }
     }
 }
 

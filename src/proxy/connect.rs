@@ -24,7 +24,7 @@ use tokio_rustls::LazyConfigAcceptor;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
 use super::ProxyBody;
-use super::block::{audit_unavailable, blocked_response, error_response, tunnel_established};
+use super::block::{audit_unavailable, tunnel_established};
 use super::context::{Entry, ProxyState};
 use super::destination::{Ask, check_destination};
 use super::drain::Drain;
@@ -32,7 +32,8 @@ use super::error::{ProxyError, error_chain, shown_target};
 use super::listener::{ServerProtocols, serve_connection};
 use super::relay::splice;
 use super::rewind::Rewind;
-use super::service::{ProxyService, completed, record};
+use super::service::{ProxyService, answer_blocked, completed};
+use crate::agents::Identity;
 use crate::audit::OnFailure;
 use crate::config::Config;
 use crate::fetch::Origin;
@@ -57,31 +58,6 @@ pub(crate) fn decide_tunnel(config: &Config, authority: &Authority) -> Tunnel {
     if config.mitm.is_passthrough(authority.host()) { Tunnel::Passthrough } else { Tunnel::Mitm }
 }
 
-/// Phase `check_destination` for a CONNECT, before the `200`: the network guard vets the
-/// target (agentgate's own addresses included) and the port must be in
-/// `[connect] allowed_ports`. A refusal is a recorded 403 block.
-async fn check_connect(
-    state: &ProxyState,
-    client: SocketAddr,
-    authority: &Authority,
-    headers: &http::HeaderMap,
-) -> Result<Result<Arc<crate::net::Vetted>, Response<ProxyBody>>, ProxyError> {
-    let started = Instant::now();
-    let origin = Origin::from_parts(&Scheme::HTTPS, authority)
-        .map_err(|_| ProxyError::BadConnectTarget { target: authority.to_string() })?;
-    let url = format!("https://{}:{}/", origin.host(), origin.port());
-    let request = GateRequest {
-        client,
-        origin: &origin,
-        url: &url,
-        method: "CONNECT",
-        path_and_query: "/",
-        headers,
-        addresses: &[],
-    };
-    check_destination(state, started, request, Ask::Connect).await
-}
-
 /// Phase `handle_connect`: checks the target (form, destination, port), decides, and
 /// answers `200`; the tunnel itself runs in its own task once hyper hands over the connection.
 ///
@@ -97,8 +73,30 @@ pub(crate) async fn handle_connect(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let authority = connect_target(request.uri())?;
     tracing::Span::current().record("authority", field::display(&authority));
+    let origin = Origin::from_parts(&Scheme::HTTPS, &authority)
+        .map_err(|_| ProxyError::BadConnectTarget { target: authority.to_string() })?;
+    // The log names the canonical host (`crate::net::host`).
+    let url = format!("https://{}:{}/", origin.host(), origin.port());
+    // The identity established here holds for every request inside the tunnel; an unknown
+    // agent gets its 407 before any 200, and before any lookup of the target. The head is
+    // kept apart: the upgrade below needs the request itself.
+    let headers = request.headers().clone();
+    let agent = match state.gate.identify_agent(client, "CONNECT", &url, &headers) {
+        Ok(agent) => agent,
+        Err(blocked) => return Ok(answer_blocked(state, *blocked, &headers, Instant::now()).await),
+    };
+    let connect = GateRequest {
+        client,
+        agent: &agent,
+        origin: &origin,
+        url: &url,
+        method: "CONNECT",
+        path_and_query: "/",
+        headers: &headers,
+        addresses: &[],
+    };
     // Held until the passthrough tunnel is open: it dials these addresses.
-    let vetted = match check_connect(state, client, &authority, request.headers()).await? {
+    let vetted = match check_destination(state, Instant::now(), connect, Ask::Connect).await? {
         Ok(vetted) => vetted,
         Err(blocked) => return Ok(blocked),
     };
@@ -107,11 +105,11 @@ pub(crate) async fn handle_connect(
     let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
     match tunnel {
         Tunnel::Passthrough => {
-            let permit =
-                match decide_passthrough(state, client, &authority, request.headers(), vetted.addresses()).await {
-                    Ok(permit) => permit,
-                    Err(blocked) => return Ok(blocked),
-                };
+            let passthrough = GateRequest { method: "GET", addresses: vetted.addresses(), ..connect };
+            let permit = match decide_passthrough(state, passthrough).await {
+                Ok(permit) => permit,
+                Err(blocked) => return Ok(blocked),
+            };
             let started = Instant::now();
             let opened = state.upstream.open_tunnel(&authority).await;
             let decided = completed(permit.into_record(), started, opened.as_ref().map(|_| StatusCode::OK));
@@ -140,7 +138,7 @@ pub(crate) async fn handle_connect(
             let state = Arc::clone(state);
             tokio::spawn(
                 async move {
-                    if let Err(error) = intercept(state, client, authority, on_upgrade, drain).await {
+                    if let Err(error) = intercept(state, client, agent, authority, on_upgrade, drain).await {
                         warn!(error = %error, "tunnel failed");
                     }
                 }
@@ -154,29 +152,16 @@ pub(crate) async fn handle_connect(
 /// The host-level decision for a passthrough tunnel: the gate decides on `GET /`
 /// over https, since nothing inside the tunnel will be seen; the record says `CONNECT`.
 /// A block is answered (and recorded) here, before any `200`.
-async fn decide_passthrough(
-    state: &ProxyState,
-    client: SocketAddr,
-    authority: &Authority,
-    headers: &http::HeaderMap,
-    addresses: &[std::net::IpAddr],
-) -> Result<Permitted, Response<ProxyBody>> {
+async fn decide_passthrough(state: &ProxyState, request: GateRequest<'_>) -> Result<Permitted, Response<ProxyBody>> {
     let started = Instant::now();
-    let origin = Origin::from_parts(&Scheme::HTTPS, authority)
-        .map_err(|_| error_response(&ProxyError::BadConnectTarget { target: authority.to_string() }))?;
-    let url = format!("https://{}:{}/", origin.host(), origin.port());
-    let request =
-        GateRequest { client, origin: &origin, url: &url, method: "GET", path_and_query: "/", headers, addresses };
     match state.gate.decide(request).await {
         Verdict::Forward(mut permit) => {
-            permit.set_method("CONNECT");
+            permit.mark_passthrough();
             Ok(permit)
         }
         Verdict::Block(mut blocked) => {
             blocked.record.method = "CONNECT".to_owned();
-            let response = blocked_response(&blocked, headers);
-            record(state, blocked.record, started, Ok(response.status())).await;
-            Err(response)
+            Err(answer_blocked(state, blocked, request.headers, started).await)
         }
     }
 }
@@ -201,6 +186,7 @@ fn connect_target(uri: &Uri) -> Result<Authority, ProxyError> {
 async fn intercept(
     state: Arc<ProxyState>,
     client: SocketAddr,
+    agent: Identity,
     authority: Authority,
     on_upgrade: OnUpgrade,
     drain: Drain,
@@ -223,7 +209,7 @@ async fn intercept(
     if !is_tls {
         debug!("no TLS ClientHello: serving the tunnel as plain HTTP");
         let settings = state.config.connections.clone();
-        let service = ProxyService::for_tunnel(state, client, authority, Entry::PlainTunnel, drain.clone());
+        let service = ProxyService::for_tunnel(state, client, authority, Entry::PlainTunnel, agent, drain.clone());
         serve_connection(io, service, ServerProtocols::Http1, drain, &settings).await;
         return Ok(());
     }
@@ -254,7 +240,7 @@ async fn intercept(
         }
     };
     let settings = state.config.connections.clone();
-    let service = ProxyService::for_tunnel(state, client, authority, Entry::Mitm, drain.clone());
+    let service = ProxyService::for_tunnel(state, client, authority, Entry::Mitm, agent, drain.clone());
     serve_connection(tls, service, ServerProtocols::Http1AndH2, drain, &settings).await;
     Ok(())
 }

@@ -15,10 +15,9 @@ use http::Response;
 use tracing::info;
 
 use super::ProxyBody;
-use super::block::blocked_response;
 use super::context::ProxyState;
 use super::error::{ProxyError, error_chain};
-use super::service::record;
+use super::service::{answer_blocked, record};
 use crate::gate::GateRequest;
 use crate::net::{GuardError, Refusal, Vetted};
 
@@ -62,9 +61,7 @@ pub(crate) async fn check_destination(
     };
     info!(code = refusal.code(), refusal = ?refusal, "destination refused by the network guard");
     let blocked = state.gate.refuse(&refusal, &request);
-    let response = blocked_response(&blocked, request.headers);
-    record(state, blocked.record, started, Ok(response.status())).await;
-    Ok(Err(response))
+    Ok(Err(answer_blocked(state, blocked, request.headers, started).await))
 }
 
 /// Records a request that failed before any decision, and hands its error back.

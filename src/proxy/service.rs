@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::header::HOST;
+use http::header::{ACCEPT, HOST};
 use http::header::{HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
@@ -33,15 +33,22 @@ use super::drain::Drain;
 use super::error::{ProxyError, error_chain, shown_target};
 use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
 use super::relay::splice;
+use crate::agents::Identity;
 use crate::audit::{DecisionRecord, OnFailure, Outcome as LogOutcome};
 use crate::fetch::Origin;
-use crate::gate::{GateRequest, Permitted, Verdict};
+use crate::gate::{Blocked, GateRequest, PURPOSE_HEADER, Permitted, Verdict};
+use crate::limits::Permit;
 
 /// Where a connection's requests go: the proxy port, or the inside of one CONNECT tunnel.
 #[derive(Clone, Debug)]
 enum Target {
     ProxyPort,
-    Tunnel { authority: Authority, entry: Entry },
+    /// Every request in a tunnel is the agent identified at its CONNECT.
+    Tunnel {
+        authority: Authority,
+        entry: Entry,
+        agent: Identity,
+    },
 }
 
 /// The hyper service for one client connection (the proxy port, or the inside of a tunnel).
@@ -61,15 +68,16 @@ impl ProxyService {
     }
 
     /// The service for the inside of a tunnel to `authority`: every request is routed there,
-    /// whatever its `Host`, `:authority` or SNI says.
+    /// whatever its `Host`, `:authority` or SNI says, and is `agent`'s (identified at CONNECT).
     pub(crate) fn for_tunnel(
         state: Arc<ProxyState>,
         client: SocketAddr,
         authority: Authority,
         entry: Entry,
+        agent: Identity,
         drain: Drain,
     ) -> Self {
-        ProxyService { state, client, target: Target::Tunnel { authority, entry }, drain }
+        ProxyService { state, client, target: Target::Tunnel { authority, entry, agent }, drain }
     }
 
     /// One request, start to response head, inside its tracing span.
@@ -125,8 +133,18 @@ impl ProxyService {
         let port = context.authority.port().map(|p| format!(":{p}")).unwrap_or_default();
         let url = format!("{}://{}{port}{path}", context.scheme, origin.host());
         let method = request.method().as_str().to_owned();
+        let agent = match &self.target {
+            Target::Tunnel { agent, .. } => agent.clone(),
+            Target::ProxyPort => {
+                match self.state.gate.identify_agent(context.client, &method, &url, request.headers()) {
+                    Ok(agent) => agent,
+                    Err(blocked) => return Ok(answer_blocked(&self.state, *blocked, request.headers(), started).await),
+                }
+            }
+        };
         let gate_request = GateRequest {
             client: context.client,
+            agent: &agent,
             origin: &origin,
             url: &url,
             method: &method,
@@ -142,9 +160,7 @@ impl ProxyService {
         let verdict = self.state.gate.decide(GateRequest { addresses: vetted.addresses(), ..gate_request }).await;
         let permit = match verdict {
             Verdict::Block(blocked) => {
-                let response = blocked_response(&blocked, request.headers());
-                record(&self.state, blocked.record, started, Ok(response.status())).await;
-                return Ok(response);
+                return Ok(answer_blocked(&self.state, blocked, request.headers(), started).await);
             }
             Verdict::Forward(permit) => permit,
         };
@@ -156,10 +172,27 @@ impl ProxyService {
             warn!(error = %unrecorded.cause, "decision log unavailable; refusing to forward unaudited");
             return Ok(audit_unavailable());
         }
-        let result = forward(&self.state, &context, &permit, request, self.drain.clone()).await;
-        let status = result.as_ref().map(Response::status);
-        record(&self.state, permit.into_record(), started, status).await;
-        result
+        // A withheld download (C17) is answered like any block: JSON if the agent accepts it.
+        let mut accept = HeaderMap::new();
+        if let Some(value) = request.headers().get(ACCEPT) {
+            accept.insert(ACCEPT, value.clone());
+        }
+        let response = match forward(&self.state, &context, &permit, request, self.drain.clone()).await {
+            Ok(response) => response,
+            Err(error) => {
+                record(&self.state, permit.into_record(), started, Err(&error)).await;
+                return Err(error);
+            }
+        };
+        match permit.check_response(response.headers()) {
+            Ok(permit) => {
+                let (decision_record, slots) = permit.into_parts();
+                record(&self.state, decision_record, started, Ok(response.status())).await;
+                Ok(hold_until_body_ends(response, slots))
+            }
+            // The origin's body is dropped unread: the client never gets a byte of it.
+            Err(blocked) => Ok(answer_blocked(&self.state, *blocked, &accept, started).await),
+        }
     }
 
     /// Phase `route`: where the request goes. On the proxy port that is the absolute URI's
@@ -183,7 +216,7 @@ impl ProxyService {
                 }
                 (scheme.clone(), without_user_info(authority))
             }
-            Target::Tunnel { authority, entry } => {
+            Target::Tunnel { authority, entry, .. } => {
                 let starts_with_slash = uri.path_and_query().is_some_and(|p| p.as_str().starts_with('/'));
                 if request.method() == Method::CONNECT || !starts_with_slash {
                     return Err(ProxyError::BadTunnelRequest {
@@ -201,6 +234,33 @@ impl ProxyService {
         let context = RequestContext { client: self.client, scheme, authority, started };
         Ok((context, request))
     }
+}
+
+/// Phase `block`: the answer to a blocked request (403, 407 or 429), recorded.
+pub(crate) async fn answer_blocked(
+    state: &ProxyState,
+    blocked: Blocked,
+    request_headers: &HeaderMap,
+    started: Instant,
+) -> Response<ProxyBody> {
+    let response = blocked_response(&blocked, request_headers);
+    record(state, blocked.record, started, Ok(response.status())).await;
+    response
+}
+
+/// The response with the request's concurrency slots (C21) tied to its body: they are given
+/// back when the body ends or is dropped (the client hung up mid-response).
+fn hold_until_body_ends(response: Response<ProxyBody>, slots: Permit) -> Response<ProxyBody> {
+    if slots.is_empty() {
+        return response;
+    }
+    response.map(|body| {
+        body.map_frame(move |frame| {
+            let _held = &slots;
+            frame
+        })
+        .boxed_unsync()
+    })
 }
 
 impl hyper::service::Service<Request<Incoming>> for ProxyService {
@@ -314,6 +374,8 @@ fn to_origin(
         .map_err(|_| ProxyError::UnsupportedScheme { uri: shown_target(&parts.uri) })?;
     remove_hop_by_hop(&mut parts.headers, upgrade);
     parts.headers.remove(HOST);
+    // Declared to agentgate only (SEMANTICS D13); the origin never sees it.
+    parts.headers.remove(PURPOSE_HEADER);
     append_via(&mut parts.headers, parts.version);
     parts.version = Version::HTTP_11;
     Ok(Request::from_parts(parts, body))

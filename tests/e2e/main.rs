@@ -11,6 +11,9 @@
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
 //! - `gate_cache`: one fetch per policy file within max-age and for concurrent first requests;
+//! - `agents`: proxy authentication (407, then credentials), agents by client address, trust
+//!   levels, purposes, per-agent monitor mode, HEAD of a blocked path on h1 and h2;
+//! - `limits`: AGENTS.md and agents.txt rate limits (429), concurrent sessions, withheld downloads;
 //! - `redaction`: no request secret on the real binary's stderr or in its decision log;
 //! - `audit`: the audit promise, nothing forwarded before its record is on disk;
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
@@ -18,6 +21,7 @@
 //! - `network`: the network guard (loopback spellings, internal ranges never dialled,
 //!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c).
 
+mod agents;
 mod audit;
 mod connections;
 mod errors;
@@ -25,6 +29,7 @@ mod forward;
 mod gate;
 mod gate_cache;
 mod gate_log;
+mod limits;
 mod network;
 mod redaction;
 mod shutdown;

@@ -1,0 +1,300 @@
+//! Who is asking (DESIGN §3): the agents of the config and proxy authentication. A client is
+//! the `[[agents]]` entry its `Proxy-Authorization` names (Basic `id:token`, or `Bearer
+//! token`), else the entry whose `clients` networks hold its address, else the default
+//! `[agent]`. Tokens are compared as SHA-256 digests in constant time, so neither the
+//! token's length nor its first differing byte shows in the timing.
+//!
+//! Never: writes responses (the proxy answers 407), logs or keeps a credential (only the
+//! digest of a configured token is held), counts requests (`crate::limits` does).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use http::HeaderValue;
+use ipnet::IpNet;
+use sha2::{Digest, Sha256};
+
+use crate::audit::Mode;
+use crate::config::{AgentConfig, Config};
+use crate::policy::{Limit, LimitKind, LimitScope, Reason, Source};
+
+/// One agent as the gate uses it: identity, what it claims towards sites, its mode and the
+/// operator's limits for it.
+#[derive(Debug)]
+pub struct Agent {
+    /// The configured id; `None` for a default agent without one (the client's address is used).
+    id: Option<Arc<str>>,
+    /// The product token for robots.txt and automation-preferences groups (SEMANTICS X2).
+    pub product_token: Option<String>,
+    /// The AGENTS.md trust level (C22).
+    pub trust_level: u8,
+    /// Purposes declared in the config (D13).
+    pub purposes: Vec<String>,
+    /// This agent's mode, or `None` to follow the global one.
+    pub mode: Option<Mode>,
+    /// The AGENTS.md identification header value (C24); `None` means the agent id.
+    identity: Option<String>,
+    /// The operator's limits for this agent, as [`Limit`]s with source `operator`.
+    pub limits: Vec<Limit>,
+    credential: Option<[u8; 32]>,
+    clients: Vec<IpNet>,
+}
+
+impl Agent {
+    fn from_config(config: &AgentConfig, table: &str) -> Agent {
+        let credential = match (&config.token, &config.token_sha256) {
+            (Some(token), _) => Some(Sha256::digest(token.as_bytes()).into()),
+            (None, Some(hex_digest)) => hex::decode(hex_digest).ok().and_then(|bytes| bytes.try_into().ok()),
+            (None, None) => None,
+        };
+        let id = config.id.as_deref().map(Arc::from);
+        let name = config.id.as_deref().map_or_else(|| table.to_owned(), |id| format!("{table} id = {id:?}"));
+        Agent {
+            id,
+            product_token: config.product_token.clone(),
+            trust_level: config.trust_level,
+            purposes: config.purposes.clone(),
+            mode: config.mode,
+            identity: config.identity.clone(),
+            limits: operator_limits(config, &name),
+            credential,
+            clients: config.clients.clone(),
+        }
+    }
+}
+
+/// The operator's per-agent limits (`limits` of `[agent]` or `[[agents]]`) as limits the
+/// limiter counts like any site's. A zero is no limit.
+fn operator_limits(config: &AgentConfig, name: &str) -> Vec<Limit> {
+    let l = &config.limits;
+    [
+        ("requests_per_minute", l.requests_per_minute, 60, LimitScope::Agent),
+        ("requests_per_hour", l.requests_per_hour, 3600, LimitScope::Agent),
+        ("per_origin_requests_per_minute", l.per_origin_requests_per_minute, 60, LimitScope::Origin),
+        ("per_origin_requests_per_hour", l.per_origin_requests_per_hour, 3600, LimitScope::Origin),
+    ]
+    .into_iter()
+    .filter(|(_, requests, _, _)| *requests > 0)
+    .map(|(key, requests, window_s, scope)| Limit {
+        source: Source::Operator,
+        kind: LimitKind::Rate { requests, window_s },
+        scope,
+        reason: Reason::new(Source::Operator, "operator.rate_limit", format!("{name} limits.{key} = {requests}")),
+    })
+    .collect()
+}
+
+/// Who one client is, once identified.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The agent's config.
+    pub agent: Arc<Agent>,
+    /// The agent id for the log and for limit keys: the configured id, else the client's address.
+    pub id: Arc<str>,
+}
+
+impl Identity {
+    /// The AGENTS.md identification header value (C24): the configured `identity`, else the id.
+    pub fn header_value(&self) -> &str {
+        self.agent.identity.as_deref().unwrap_or(&self.id)
+    }
+
+    /// The mode for this agent: its own, else `global`.
+    pub fn mode(&self, global: Mode) -> Mode {
+        self.agent.mode.unwrap_or(global)
+    }
+}
+
+/// Why a client was not identified: answered `407 Proxy Authentication Required`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthFailure {
+    /// `[auth] required = true` and the client sent no credentials and matches no `clients`.
+    #[error(
+        "proxy authentication required: send Proxy-Authorization: Basic id:token (e.g. HTTPS_PROXY=http://id:token@proxy:port)"
+    )]
+    Missing,
+    /// Credentials were sent but name no agent, or the token is wrong.
+    #[error(
+        "proxy credentials rejected: unknown agent id or wrong token; check the id and token the operator gave this agent"
+    )]
+    Invalid,
+}
+
+impl AuthFailure {
+    /// The reason code in the log and the block answer.
+    pub fn code(self) -> &'static str {
+        match self {
+            AuthFailure::Missing => "auth.required",
+            AuthFailure::Invalid => "auth.invalid",
+        }
+    }
+}
+
+/// Every agent the config defines, and whether authentication is required.
+#[derive(Debug)]
+pub struct Agents {
+    entries: Vec<Arc<Agent>>,
+    default: Arc<Agent>,
+    required: bool,
+}
+
+impl Agents {
+    /// The agents of `config`: `[[agents]]` in file order, `[agent]` as the default.
+    pub fn new(config: &Config) -> Self {
+        let entries = config
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Arc::new(Agent::from_config(a, &format!("[[agents]] #{}", i + 1))))
+            .collect();
+        Agents {
+            entries,
+            default: Arc::new(Agent::from_config(&config.agent, "[agent]")),
+            required: config.auth.required,
+        }
+    }
+
+    /// Phase `identify_agent`: the agent behind a request (or a CONNECT) from `client`.
+    ///
+    /// # Errors
+    /// Only with `[auth] required`: [`AuthFailure::Invalid`] when `Proxy-Authorization` names
+    /// no agent or carries a wrong token, [`AuthFailure::Missing`] when the client sent no
+    /// credentials and is in no agent's `clients`. Without `required`, credentials that prove
+    /// nothing are ignored (a client may carry proxy credentials meant for another proxy), and
+    /// the client is matched by address, else it is the default agent.
+    pub fn identify(&self, client: IpAddr, proxy_authorization: Option<&HeaderValue>) -> Result<Identity, AuthFailure> {
+        let client = client.to_canonical();
+        if let Some(value) = proxy_authorization {
+            match self.by_credentials(value) {
+                Some(agent) => return Ok(self.identity(agent, client)),
+                None if self.required => return Err(AuthFailure::Invalid),
+                None => {}
+            }
+        }
+        if let Some(agent) = self.entries.iter().find(|a| a.clients.iter().any(|net| net.contains(&client))) {
+            return Ok(self.identity(agent, client));
+        }
+        if self.required {
+            return Err(AuthFailure::Missing);
+        }
+        Ok(self.identity(&self.default, client))
+    }
+
+    fn identity(&self, agent: &Arc<Agent>, client: IpAddr) -> Identity {
+        let id = agent.id.clone().unwrap_or_else(|| Arc::from(client.to_canonical().to_string()));
+        Identity { agent: Arc::clone(agent), id }
+    }
+
+    /// The agent whose credential `value` proves. Basic names the agent, then its token is
+    /// checked; Bearer is checked against every agent (each in constant time).
+    fn by_credentials(&self, value: &HeaderValue) -> Option<&Arc<Agent>> {
+        let (scheme, rest) = value.to_str().ok()?.trim().split_once(' ')?;
+        let rest = rest.trim();
+        if scheme.eq_ignore_ascii_case("basic") {
+            let decoded = base64::engine::general_purpose::STANDARD.decode(rest).ok()?;
+            let decoded = String::from_utf8(decoded).ok()?;
+            let (id, token) = decoded.split_once(':')?;
+            let agent = self.entries.iter().find(|a| a.id.as_deref() == Some(id))?;
+            return token_matches(agent, token).then_some(agent);
+        }
+        if scheme.eq_ignore_ascii_case("bearer") {
+            // Every entry is checked, so the time taken does not say which one matched.
+            return self
+                .entries
+                .iter()
+                .fold(None, |found, agent| found.or(token_matches(agent, rest).then_some(agent)));
+        }
+        None
+    }
+}
+
+/// Whether `token` is the agent's: the SHA-256 digests compared in constant time.
+fn token_matches(agent: &Agent, token: &str) -> bool {
+    let Some(expected) = &agent.credential else { return false };
+    let given: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    given.iter().zip(expected).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agents(text: &str) -> Agents {
+        Agents::new(&Config::from_toml_str(text, "test.toml").expect("a valid test config"))
+    }
+
+    fn basic(id: &str, token: &str) -> HeaderValue {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{id}:{token}"));
+        HeaderValue::from_str(&format!("Basic {encoded}")).expect("base64 is a valid header value")
+    }
+
+    const TWO_AGENTS: &str = r#"
+[[agents]]
+id = "alpha"
+token = "alpha-secret"
+[[agents]]
+id = "beta"
+# sha256("beta-secret")
+token_sha256 = "d40ab4efae8afe82f0fda0f0fc785ff61bec7b5f329c6070c453594397e03568"
+clients = ["127.0.0.3/32"]
+"#;
+
+    const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    #[test]
+    fn basic_names_the_agent_and_the_token_proves_it() {
+        let agents = agents(&format!("{TWO_AGENTS}\n[auth]\nrequired = true\n"));
+        let found = agents.identify(LOCAL, Some(&basic("alpha", "alpha-secret"))).expect("right token");
+        assert_eq!(&*found.id, "alpha");
+        assert_eq!(agents.identify(LOCAL, Some(&basic("alpha", "alpha-secreT"))).unwrap_err(), AuthFailure::Invalid);
+        assert_eq!(agents.identify(LOCAL, Some(&basic("nobody", "alpha-secret"))).unwrap_err(), AuthFailure::Invalid);
+        assert_eq!(agents.identify(LOCAL, Some(&basic("alpha", ""))).unwrap_err(), AuthFailure::Invalid);
+        let garbage = HeaderValue::from_static("Basic !!!");
+        assert_eq!(agents.identify(LOCAL, Some(&garbage)).unwrap_err(), AuthFailure::Invalid);
+    }
+
+    #[test]
+    fn token_sha256_and_bearer() {
+        let agents = agents(&format!("{TWO_AGENTS}\n[auth]\nrequired = true\n"));
+        assert_eq!(&*agents.identify(LOCAL, Some(&basic("beta", "beta-secret"))).expect("hashed token").id, "beta");
+        let bearer = HeaderValue::from_static("Bearer alpha-secret");
+        assert_eq!(&*agents.identify(LOCAL, Some(&bearer)).expect("bearer").id, "alpha");
+        let wrong = HeaderValue::from_static("Bearer nope");
+        assert_eq!(agents.identify(LOCAL, Some(&wrong)).unwrap_err(), AuthFailure::Invalid);
+    }
+
+    #[test]
+    fn clients_networks_then_the_default_agent() {
+        let agents = agents(TWO_AGENTS);
+        let by_network = agents.identify("127.0.0.3".parse().expect("an address"), None).expect("in clients");
+        assert_eq!(&*by_network.id, "beta");
+        let default = agents.identify("127.0.0.2".parse().expect("an address"), None).expect("not required");
+        assert_eq!(&*default.id, "127.0.0.2", "the default agent without an id is its address");
+        let foreign = agents.identify(LOCAL, Some(&basic("alpha", "wrong"))).expect("not required: ignored");
+        assert_eq!(&*foreign.id, "127.0.0.1", "credentials that prove nothing are ignored");
+        let required = self::agents(&format!("{TWO_AGENTS}\n[auth]\nrequired = true\n"));
+        assert_eq!(
+            required.identify("127.0.0.2".parse().expect("an address"), None).unwrap_err(),
+            AuthFailure::Missing
+        );
+        assert!(required.identify("127.0.0.3".parse().expect("an address"), None).is_ok(), "clients satisfy auth");
+    }
+
+    #[test]
+    fn identity_header_mode_and_operator_limits() {
+        let agents = agents(
+            "[[agents]]\nid = \"gamma\"\ntoken = \"t\"\nidentity = \"gamma (+https://example.com)\"\nmode = \"monitor\"\nlimits = { requests_per_minute = 5, per_origin_requests_per_hour = 7 }\n",
+        );
+        let found = agents.identify(LOCAL, Some(&basic("gamma", "t"))).expect("right token");
+        assert_eq!(found.header_value(), "gamma (+https://example.com)");
+        assert_eq!(found.mode(Mode::Enforce), Mode::Monitor);
+        let limits = &found.agent.limits;
+        assert_eq!(limits.len(), 2);
+        assert_eq!(limits[0].kind, LimitKind::Rate { requests: 5, window_s: 60 });
+        assert_eq!(limits[0].scope, LimitScope::Agent);
+        assert_eq!(&*limits[0].reason.rule, "[[agents]] #1 id = \"gamma\" limits.requests_per_minute = 5");
+        assert_eq!(limits[1].kind, LimitKind::Rate { requests: 7, window_s: 3600 });
+        assert_eq!(limits[1].scope, LimitScope::Origin);
+    }
+}

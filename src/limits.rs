@@ -1,0 +1,332 @@
+//! Rate and concurrency limits (SEMANTICS X1, B16, C21): every counter agentgate keeps about
+//! agents, behind one small seam, [`Limiter::check_and_spend`] and the [`Permit`] it hands
+//! back (dropping the permit releases its concurrency slots). The in-process store is the
+//! default; a shared store for several replicas (Redis, DESIGN §10) is another [`Limiter`]
+//! variant with the same async interface, so the gate never changes.
+//!
+//! Rates are keyed GCRA quotas from `governor` with burst = the limit (C21), one keyed
+//! limiter per distinct quota, keyed by [`Limit::key`]. Concurrency (`concurrent-sessions`)
+//! is a count of in-flight requests per key; the excess is refused at once, never queued.
+//!
+//! Bounded: a concurrency key is removed when its last slot is released; rate keys whose
+//! state is indistinguishable from a fresh one are evicted at most once per
+//! [`EVICTION_INTERVAL`] of clock time, on the next check.
+//!
+//! Never: writes responses or log lines, decides which limits apply (the policy core and
+//! the agent config do), fetches or parses anything.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use dashmap::mapref::one::Ref;
+use governor::clock::{Clock, DefaultClock, Reference};
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::DashMapStateStore;
+use governor::{Quota, RateLimiter};
+
+use crate::policy::{Limit, LimitKind};
+
+/// How often (in clock time) idle rate keys are evicted.
+pub const EVICTION_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Who is counted for one request: limit keys are built from these ([`Limit::key`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Usage<'a> {
+    /// The agent id.
+    pub agent: &'a str,
+    /// The origin, `scheme://host:port`.
+    pub origin: &'a str,
+    /// The host (AGENTS.md limits are per host, C21).
+    pub host: &'a str,
+}
+
+/// The limit that refused a request, and when the agent may try again.
+#[derive(Debug, Clone)]
+pub struct Exceeded {
+    /// The limit (its reason names the file, line and rule).
+    pub limit: Limit,
+    /// How long until the limit lets a request through again (for a concurrency limit:
+    /// one second, since a slot frees when any request in flight ends).
+    pub retry_after: Duration,
+}
+
+impl Exceeded {
+    /// `Retry-After` in whole seconds, rounded up, at least 1.
+    pub fn retry_after_secs(&self) -> u64 {
+        let secs = self.retry_after.as_secs() + u64::from(self.retry_after.subsec_nanos() > 0);
+        secs.max(1)
+    }
+}
+
+/// Concurrency slots held by one request in flight; dropping it gives them back.
+#[derive(Debug, Default)]
+pub struct Permit {
+    slots: Vec<Slot>,
+}
+
+impl Permit {
+    /// True when the request holds no concurrency slot.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+/// Where a request's counters live.
+pub enum Limiter {
+    /// In this process (the default).
+    Local(LocalLimiter),
+}
+
+impl Limiter {
+    /// The in-process store on the system clock.
+    pub fn in_process() -> Self {
+        Limiter::Local(LocalLimiter::new(DefaultClock::default()))
+    }
+
+    /// Checks every limit for `usage` and, only when all pass, counts the request against
+    /// them and takes its concurrency slots (SEMANTICS X1: every limit applies).
+    ///
+    /// Concurrency slots are taken first and given back when a later limit refuses; a rate
+    /// refused after another rate was counted leaves that count spent (GCRA has no refund).
+    ///
+    /// # Errors
+    /// [`Exceeded`] naming the first limit that refused.
+    pub async fn check_and_spend(&self, usage: Usage<'_>, limits: &[Limit]) -> Result<Permit, Exceeded> {
+        match self {
+            Limiter::Local(local) => local.check_and_spend(usage, limits),
+        }
+    }
+
+    /// How many keys the store holds (rate keys plus in-flight keys).
+    pub fn key_count(&self) -> usize {
+        match self {
+            Limiter::Local(local) => local.key_count(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter").field("keys", &self.key_count()).finish()
+    }
+}
+
+type KeyedRate<C> = RateLimiter<String, DashMapStateStore<String>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
+/// The in-process store: governor's keyed GCRA per quota, and in-flight counts.
+pub struct LocalLimiter<C: Clock = DefaultClock> {
+    clock: C,
+    start: C::Instant,
+    /// One keyed limiter per (requests, window in seconds).
+    rates: DashMap<(u32, u32), KeyedRate<C>>,
+    in_flight: Arc<DashMap<String, u32>>,
+    /// Nanoseconds after `start` of the last eviction.
+    last_eviction: AtomicU64,
+}
+
+impl<C: Clock + Clone> LocalLimiter<C> {
+    /// A store on `clock` (tests pass governor's `FakeRelativeClock`).
+    pub fn new(clock: C) -> Self {
+        let start = clock.now();
+        LocalLimiter {
+            clock,
+            start,
+            rates: DashMap::new(),
+            in_flight: Arc::default(),
+            last_eviction: AtomicU64::new(0),
+        }
+    }
+
+    /// [`Limiter::check_and_spend`] for this store; never waits.
+    ///
+    /// # Errors
+    /// [`Exceeded`] naming the first limit that refused.
+    pub fn check_and_spend(&self, usage: Usage<'_>, limits: &[Limit]) -> Result<Permit, Exceeded> {
+        self.evict_if_due();
+        let key = |limit: &Limit| limit.key(usage.agent, usage.origin, usage.host);
+        let mut permit = Permit::default();
+        for limit in limits {
+            if let LimitKind::Concurrent { max } = limit.kind {
+                let slot = self
+                    .take_slot(key(limit), max)
+                    .ok_or_else(|| Exceeded { limit: limit.clone(), retry_after: Duration::from_secs(1) })?;
+                permit.slots.push(slot);
+            }
+        }
+        for limit in limits {
+            if let LimitKind::Rate { requests, window_s } = limit.kind {
+                let refused = |retry_after| Exceeded { limit: limit.clone(), retry_after };
+                let Some(rate) = self.rate(requests, window_s) else {
+                    // A limit of zero requests: nothing ever passes (agents.txt `limit=0`, B16).
+                    return Err(refused(Duration::from_secs(u64::from(window_s))));
+                };
+                rate.check_key(&key(limit)).map_err(|not_until| refused(not_until.wait_time_from(self.clock.now())))?;
+            }
+        }
+        Ok(permit)
+    }
+
+    /// How many keys the store holds (rate keys plus in-flight keys).
+    pub fn key_count(&self) -> usize {
+        self.rates.iter().map(|rate| rate.len()).sum::<usize>() + self.in_flight.len()
+    }
+
+    /// The keyed limiter for `requests` per `window_s` seconds, burst = `requests`;
+    /// `None` for zero requests.
+    fn rate(&self, requests: u32, window_s: u32) -> Option<Ref<'_, (u32, u32), KeyedRate<C>>> {
+        if let Some(rate) = self.rates.get(&(requests, window_s)) {
+            return Some(rate);
+        }
+        let burst = NonZeroU32::new(requests)?;
+        let window = Duration::from_secs(u64::from(window_s.max(1)));
+        let quota = Quota::with_period(window / requests)?.allow_burst(burst);
+        let entry = self
+            .rates
+            .entry((requests, window_s))
+            .or_insert_with(|| RateLimiter::dashmap_with_clock(quota, self.clock.clone()));
+        Some(entry.downgrade())
+    }
+
+    fn take_slot(&self, key: String, max: u32) -> Option<Slot> {
+        let mut count = self.in_flight.entry(key.clone()).or_insert(0);
+        if *count >= max {
+            let idle = *count == 0;
+            drop(count);
+            if idle {
+                // `concurrent-sessions: 0` is "no limit" in the policy core and never gets
+                // here; a zero max would otherwise leave an empty key behind.
+                self.in_flight.remove_if(&key, |_, n| *n == 0);
+            }
+            return None;
+        }
+        *count += 1;
+        Some(Slot { in_flight: Arc::clone(&self.in_flight), key })
+    }
+
+    /// Evicts rate keys that went idle, at most once per [`EVICTION_INTERVAL`].
+    fn evict_if_due(&self) {
+        let now = u64::from(self.clock.now().duration_since(self.start));
+        let last = self.last_eviction.load(Ordering::Relaxed);
+        let interval = u64::try_from(EVICTION_INTERVAL.as_nanos()).unwrap_or(u64::MAX);
+        if now.saturating_sub(last) < interval
+            || self.last_eviction.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            return;
+        }
+        for rate in self.rates.iter() {
+            rate.retain_recent();
+            rate.shrink_to_fit();
+        }
+    }
+}
+
+/// One concurrency slot, given back on drop.
+#[derive(Debug)]
+struct Slot {
+    in_flight: Arc<DashMap<String, u32>>,
+    key: String,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(mut count) = self.in_flight.get_mut(&self.key) {
+            *count = count.saturating_sub(1);
+        }
+        self.in_flight.remove_if(&self.key, |_, count| *count == 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use governor::clock::FakeRelativeClock;
+
+    use super::*;
+    use crate::policy::{LimitScope, Reason, Source};
+
+    fn rate(requests: u32, window_s: u32) -> Limit {
+        let reason = Reason::new(Source::AgentsMd, "agents_md.rate_limit", "requests-per-minute: 3").at_line(9);
+        Limit {
+            source: Source::AgentsMd,
+            kind: LimitKind::Rate { requests, window_s },
+            scope: LimitScope::Host,
+            reason,
+        }
+    }
+
+    fn concurrent(max: u32) -> Limit {
+        let reason = Reason::new(Source::AgentsMd, "agents_md.concurrent_sessions", "concurrent-sessions: 2");
+        Limit { source: Source::AgentsMd, kind: LimitKind::Concurrent { max }, scope: LimitScope::Host, reason }
+    }
+
+    fn usage(agent: &str) -> Usage<'_> {
+        Usage { agent, origin: "https://example.com:443", host: "example.com" }
+    }
+
+    #[test]
+    fn c21_burst_equals_the_limit_then_retry_after_from_the_quota() {
+        let clock = FakeRelativeClock::default();
+        let limiter = LocalLimiter::new(clock.clone());
+        let limits = [rate(3, 60)];
+        for _ in 0..3 {
+            assert!(limiter.check_and_spend(usage("a"), &limits).is_ok());
+        }
+        let refused = limiter.check_and_spend(usage("a"), &limits).expect_err("the fourth is over");
+        assert_eq!(refused.limit.reason.line, Some(9));
+        assert_eq!(refused.retry_after_secs(), 20, "one cell per 20 s");
+        assert!(limiter.check_and_spend(usage("b"), &limits).is_ok(), "another agent has its own budget");
+        clock.advance(Duration::from_secs(20));
+        assert!(limiter.check_and_spend(usage("a"), &limits).is_ok(), "one cell came back");
+    }
+
+    #[test]
+    fn x1_every_limit_applies_and_zero_refuses() {
+        let limiter = LocalLimiter::new(FakeRelativeClock::default());
+        let limits = [rate(10, 60), rate(1, 3600)];
+        assert!(limiter.check_and_spend(usage("a"), &limits).is_ok());
+        let refused = limiter.check_and_spend(usage("a"), &limits).expect_err("the hourly limit refuses");
+        assert_eq!(refused.limit.kind, LimitKind::Rate { requests: 1, window_s: 3600 });
+        let zero = limiter.check_and_spend(usage("a"), &[rate(0, 60)]).expect_err("zero requests never pass");
+        assert_eq!(zero.retry_after_secs(), 60);
+    }
+
+    #[test]
+    fn concurrency_slots_come_back_when_the_permit_drops() {
+        let limiter = LocalLimiter::new(FakeRelativeClock::default());
+        let limits = [concurrent(2)];
+        let first = limiter.check_and_spend(usage("a"), &limits).expect("slot 1");
+        let second = limiter.check_and_spend(usage("a"), &limits).expect("slot 2");
+        assert!(limiter.check_and_spend(usage("a"), &limits).is_err(), "the third is refused, not queued");
+        drop(first);
+        let third = limiter.check_and_spend(usage("a"), &limits).expect("a slot came back");
+        drop((second, third));
+        assert_eq!(limiter.key_count(), 0, "an idle concurrency key is removed");
+    }
+
+    #[test]
+    fn a_refused_rate_gives_the_concurrency_slot_back() {
+        let limiter = LocalLimiter::new(FakeRelativeClock::default());
+        let limits = [concurrent(1), rate(1, 60)];
+        let permit = limiter.check_and_spend(usage("a"), &limits).expect("first");
+        drop(permit);
+        assert!(limiter.check_and_spend(usage("a"), &limits).is_err(), "the rate refuses");
+        assert!(limiter.check_and_spend(usage("a"), &[concurrent(1)]).is_ok(), "the slot was not kept");
+    }
+
+    #[test]
+    fn idle_keys_are_evicted_after_traffic_stops() {
+        let clock = FakeRelativeClock::default();
+        let limiter = LocalLimiter::new(clock.clone());
+        let limits = [rate(3, 60)];
+        for i in 0..1000 {
+            let agent = format!("agent-{i}");
+            limiter.check_and_spend(usage(&agent), &limits).expect("a fresh key passes");
+        }
+        assert_eq!(limiter.key_count(), 1000);
+        clock.advance(EVICTION_INTERVAL + Duration::from_secs(60));
+        limiter.check_and_spend(usage("late"), &limits).expect("passes");
+        assert_eq!(limiter.key_count(), 1, "only the key used after the pause is left");
+    }
+}
