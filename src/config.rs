@@ -123,6 +123,11 @@ pub struct ConnectionsConfig {
     /// the end of the previous response: also the keep-alive idle timeout (default `30s`).
     #[serde(deserialize_with = "duration")]
     pub header_read_timeout: Duration,
+    /// How long a connection (HTTP/1.1 or h2, on the proxy port or inside a tunnel) may have
+    /// no request in flight before it is closed gracefully (h2: GOAWAY); a long download is
+    /// a request in flight (default `30s`).
+    #[serde(deserialize_with = "duration")]
+    pub idle_timeout: Duration,
     /// How long the TLS handshake inside an intercepted CONNECT tunnel may take (default `10s`).
     #[serde(deserialize_with = "duration")]
     pub tls_handshake_timeout: Duration,
@@ -137,6 +142,7 @@ impl Default for ConnectionsConfig {
         Self {
             first_byte_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(30),
             tls_handshake_timeout: Duration::from_secs(10),
             max_connections: 10_000,
             max_connections_per_client: 1_000,
@@ -450,6 +456,7 @@ impl Config {
             ("[upstream] idle_timeout", self.upstream.idle_timeout),
             ("[connections] first_byte_timeout", self.connections.first_byte_timeout),
             ("[connections] header_read_timeout", self.connections.header_read_timeout),
+            ("[connections] idle_timeout", self.connections.idle_timeout),
             ("[connections] tls_handshake_timeout", self.connections.tls_handshake_timeout),
         ] {
             if value.is_zero() {

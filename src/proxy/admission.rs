@@ -2,6 +2,7 @@
 //! per client address, and hands out an [`Admitted`] ticket that gives its place back when
 //! the connection ends. Over a cap the caller closes the new connection at once; refusals are
 //! counted and logged at most once a second, so a flood cannot flood the log too.
+//! [`Throttled`] is that once-a-second count, shared with the accept loop's errors.
 //!
 //! Never accepts, reads or closes sockets itself.
 
@@ -15,18 +16,53 @@ use tracing::warn;
 
 use crate::config::ConnectionsConfig;
 
-/// The least time between two "connections refused" log lines.
+/// The least time between two log lines about the same kind of event.
 const LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A count of events (refused connections, failed accepts) that says when to log them: at
+/// most once per [`LOG_INTERVAL`], with how many happened since the last line.
+pub(crate) struct Throttled {
+    total: AtomicU64,
+    /// When a line was last due, and the total then.
+    last_log: Mutex<Option<(Instant, u64)>>,
+}
+
+/// What a due log line reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// Events since the last line, this one included (the others were not logged).
+    pub(crate) since_last_log: u64,
+    /// Events since start.
+    pub(crate) total: u64,
+}
+
+impl Throttled {
+    pub(crate) fn new() -> Self {
+        Throttled { total: AtomicU64::new(0), last_log: Mutex::new(None) }
+    }
+
+    /// Counts one event; returns the counts when a log line is due, `None` when the last line
+    /// was less than a second ago.
+    pub(crate) fn count(&self) -> Option<Counts> {
+        let total = self.total.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut last = self.last_log.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if last.is_some_and(|(at, _)| now.duration_since(at) < LOG_INTERVAL) {
+            return None;
+        }
+        let since_last_log = total - last.map_or(0, |(_, count)| count);
+        *last = Some((now, total));
+        Some(Counts { since_last_log, total })
+    }
+}
 
 /// The counts behind the connection caps.
 pub(crate) struct Admission {
     max_total: usize,
     max_per_client: usize,
     open: Mutex<Open>,
-    /// Connections refused since start.
-    refused: AtomicU64,
-    /// When refusals were last logged, and the refused count then.
-    last_log: Mutex<Option<(Instant, u64)>>,
+    /// Connections refused.
+    refused: Throttled,
 }
 
 #[derive(Default)]
@@ -54,8 +90,7 @@ impl Admission {
             max_total: config.max_connections,
             max_per_client: config.max_connections_per_client,
             open: Mutex::new(Open::default()),
-            refused: AtomicU64::new(0),
-            last_log: Mutex::new(None),
+            refused: Throttled::new(),
         })
     }
 
@@ -80,19 +115,13 @@ impl Admission {
     }
 
     fn note_refusal(&self, client: IpAddr, cap: Cap) {
-        let refused = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut last = self.last_log.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        if last.is_some_and(|(at, _)| now.duration_since(at) < LOG_INTERVAL) {
-            return;
-        }
-        let since_last = refused - last.map_or(0, |(_, count)| count);
-        *last = Some((now, refused));
+        let Some(counts) = self.refused.count() else { return };
         let (key, limit) = match cap {
             Cap::Total => ("[connections] max_connections", self.max_total),
             Cap::PerClient => ("[connections] max_connections_per_client", self.max_per_client),
         };
-        warn!(%client, cap = key, limit, refused_since_last_log = since_last, refused_total = refused,
+        warn!(%client, cap = key, limit, refused_since_last_log = counts.since_last_log,
+            refused_total = counts.total,
             "connection cap reached; closing new connections");
     }
 }
@@ -131,8 +160,22 @@ mod tests {
         assert_eq!(caps.admit(a).err(), Some(Cap::PerClient));
         let _third = caps.admit(b).expect("3 of 3 in all");
         assert_eq!(caps.admit(b).err(), Some(Cap::Total));
-        assert_eq!(caps.refused.load(Ordering::Relaxed), 2);
+        assert_eq!(caps.refused.total.load(Ordering::Relaxed), 2);
         drop(first);
         caps.admit(a).expect("a place came free");
+    }
+
+    #[test]
+    fn a_burst_is_logged_once_with_its_count() {
+        let errors = Throttled::new();
+        assert_eq!(errors.count(), Some(Counts { since_last_log: 1, total: 1 }));
+        for _ in 0..99 {
+            assert_eq!(errors.count(), None, "within the second after a line");
+        }
+        // The next line, a second later, reports the 99 unlogged events and itself.
+        let mut last = errors.last_log.lock().expect("not poisoned");
+        *last = last.map(|(at, total)| (at - LOG_INTERVAL, total));
+        drop(last);
+        assert_eq!(errors.count(), Some(Counts { since_last_log: 100, total: 101 }));
     }
 }

@@ -6,6 +6,7 @@
 //! lets the tunnel carry its own. Never decides when to shut down: the listener does.
 
 use std::error::Error as StdError;
+use std::future::Future;
 use std::time::Duration;
 
 use hyper::rt::{Read, Write};
@@ -13,7 +14,7 @@ use hyper_util::rt::TokioExecutor;
 use hyper_util::server::conn::auto::UpgradeableConnection;
 use tokio::sync::watch;
 
-use super::service::ProxyService;
+use super::idle::Counted;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Phase {
@@ -67,24 +68,30 @@ impl Drain {
         let _ = self.rx.wait_for(|phase| *phase == Phase::Stopped).await;
     }
 
-    /// Drives one HTTP connection to completion: on draining, asks hyper to finish the
-    /// in-flight requests and close (h1: after the current response; h2: GOAWAY); on stop,
-    /// drops it.
-    pub(crate) async fn serve<I>(
+    /// Drives one HTTP connection to completion: on draining, or once `quiet()` completes (the
+    /// connection's idle timeout), asks hyper to finish the in-flight requests and close (h1:
+    /// after the current response; h2: GOAWAY); on stop, or once `quiet()` completes again
+    /// (an h2 client that never acknowledges the GOAWAY's PING), drops it.
+    pub(crate) async fn serve<I, Q>(
         mut self,
-        conn: UpgradeableConnection<'_, I, ProxyService, TokioExecutor>,
+        conn: UpgradeableConnection<'_, I, Counted, TokioExecutor>,
+        quiet: impl Fn() -> Q,
     ) -> Result<(), Box<dyn StdError + Send + Sync>>
     where
         I: Read + Write + Unpin + Send + 'static,
+        Q: Future<Output = ()>,
     {
         tokio::pin!(conn);
         tokio::select! {
             result = conn.as_mut() => return result,
-            () = self.draining() => conn.as_mut().graceful_shutdown(),
+            () = self.draining() => {}
+            () = quiet() => {}
         }
+        conn.as_mut().graceful_shutdown();
         tokio::select! {
             result = conn.as_mut() => result,
             () = self.stopped() => Ok(()),
+            () = quiet() => Ok(()),
         }
     }
 }

@@ -17,11 +17,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{Instrument, debug, debug_span, info, warn};
 
-use super::admission::Admission;
+use super::admission::{Admission, Throttled};
 use super::context::ProxyState;
 use super::drain::{Drain, DrainController};
 use super::error::{ProxyError, error_chain};
 use super::first_byte::FirstByte;
+use super::idle::{Activity, Counted};
 use super::resolve::GuardedConnector;
 use super::service::ProxyService;
 use super::upstream::Upstream;
@@ -143,6 +144,7 @@ impl RunningProxy {
         let RunningProxy { state, audit_writer, listener, local_addr, .. } = self;
         let drain = DrainController::new();
         let admission = Admission::new(&state.config.connections);
+        let accept_errors = Throttled::new();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -150,7 +152,10 @@ impl RunningProxy {
                 accepted = listener.accept() => match accepted {
                     Ok((tcp, client)) => accept(&state, &admission, tcp, client, drain.handle()),
                     Err(error) => {
-                        warn!(%error, %local_addr, "cannot accept a connection; pausing briefly");
+                        if let Some(counts) = accept_errors.count() {
+                            warn!(%error, %local_addr, errors_since_last_log = counts.since_last_log,
+                                errors_total = counts.total, "cannot accept a connection; pausing briefly");
+                        }
                         tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                     }
                 },
@@ -205,8 +210,9 @@ pub(crate) enum ServerProtocols {
 /// until it closes or shutdown ends it, under the `[connections]` timeouts: the first byte
 /// within `first_byte_timeout`, then each HTTP/1.1 head within `header_read_timeout` (hyper's
 /// limits on head size, about 400 KiB of buffer and 100 header fields, stay at their
-/// defaults). Connection-level errors (a client hanging up mid-request) are routine for a
-/// proxy and logged at debug.
+/// defaults), and a graceful close (h2: GOAWAY) once no request has been in flight for
+/// `idle_timeout` (`idle.rs`). Connection-level errors (a client hanging up mid-request) are
+/// routine for a proxy and logged at debug.
 pub(crate) async fn serve_connection<I>(
     io: I,
     service: ProxyService,
@@ -217,13 +223,16 @@ pub(crate) async fn serve_connection<I>(
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let io = TokioIo::new(FirstByte::new(io, settings.first_byte_timeout));
+    let activity = Activity::new();
+    let service = Counted { service, activity: activity.clone() };
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
     builder.http2().timer(TokioTimer::new());
     if protocols == ServerProtocols::Http1 {
         builder = builder.http1_only();
     }
-    if let Err(error) = drain.serve(builder.serve_connection_with_upgrades(io, service)).await {
+    let conn = builder.serve_connection_with_upgrades(io, service);
+    if let Err(error) = drain.serve(conn, || activity.quiet_for(settings.idle_timeout)).await {
         debug!(error = %error_chain(&*error), "connection closed with an error");
     }
 }

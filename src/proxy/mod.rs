@@ -18,6 +18,7 @@ mod drain;
 mod error;
 mod first_byte;
 mod headers;
+mod idle;
 mod listener;
 mod relay;
 mod resolve;

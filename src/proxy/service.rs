@@ -37,7 +37,6 @@ use crate::agents::Identity;
 use crate::audit::{DecisionRecord, OnFailure, Outcome as LogOutcome};
 use crate::fetch::Origin;
 use crate::gate::{Blocked, GateRequest, PURPOSE_HEADER, Permitted, Verdict};
-use crate::limits::Permit;
 
 /// Where a connection's requests go: the proxy port, or the inside of one CONNECT tunnel.
 #[derive(Clone, Debug)]
@@ -188,7 +187,7 @@ impl ProxyService {
             Ok(permit) => {
                 let (decision_record, slots) = permit.into_parts();
                 record(&self.state, decision_record, started, Ok(response.status())).await;
-                Ok(hold_until_body_ends(response, slots))
+                Ok(if slots.is_empty() { response } else { hold_until_body_ends(response, slots) })
             }
             // The origin's body is dropped unread: the client never gets a byte of it.
             Err(blocked) => Ok(answer_blocked(&self.state, *blocked, &accept, started).await),
@@ -248,15 +247,13 @@ pub(crate) async fn answer_blocked(
     response
 }
 
-/// The response with the request's concurrency slots (C21) tied to its body: they are given
-/// back when the body ends or is dropped (the client hung up mid-response).
-fn hold_until_body_ends(response: Response<ProxyBody>, slots: Permit) -> Response<ProxyBody> {
-    if slots.is_empty() {
-        return response;
-    }
+/// The response with `held` tied to its body, released when the body ends or is dropped
+/// (the client hung up mid-response): a request's concurrency slots (C21), or its place in
+/// the connection's requests in flight (`idle.rs`).
+pub(super) fn hold_until_body_ends<H: Send + 'static>(response: Response<ProxyBody>, held: H) -> Response<ProxyBody> {
     response.map(|body| {
         body.map_frame(move |frame| {
-            let _held = &slots;
+            let _held = &held;
             frame
         })
         .boxed_unsync()

@@ -2,18 +2,29 @@
 //! `[connections] first_byte_timeout` (on the proxy port and inside a CONNECT tunnel), and a
 //! client over `max_connections_per_client` has its new connection closed while another
 //! client is served. Idle keep-alive connections and intercepted tunnels idle after the TLS
-//! handshake (h1 and h2) are closed too.
+//! handshake (h1 and h2) are closed too, and so is an h2 connection with no stream open for
+//! `idle_timeout`, while one with a slow download in flight is not.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
+use tokio::task::JoinHandle;
 
 use crate::support::origin::Origin;
 use crate::support::pki::TestCa;
 use crate::support::raw::{connect_tunnel, read_head, tls_client};
 use crate::support::{TestProxy, TestResult, bypass_all, log};
+
+/// hyper's h2 client on an intercepted tunnel: the request sender, and the connection task,
+/// which ends when the proxy closes the connection.
+type H2Tunnel = (SendRequest<Empty<Bytes>>, JoinHandle<Result<(), hyper::Error>>);
 
 /// A bound on how long a test waits for the proxy to close a connection: a guard against a
 /// hang, far above the timeouts under test, not a timing assertion.
@@ -146,5 +157,121 @@ async fn idle_keep_alive_and_idle_intercepted_tunnels_are_closed() -> TestResult
             Err(_) => return Err(format!("the idle tunnel ({alpn:?}) was still open after {CLOSE_GUARD:?}").into()),
         }
     }
+    Ok(())
+}
+
+/// Opens an intercepted tunnel to `origin` and speaks h2 inside it (ALPN `h2`).
+async fn h2_tunnel(proxy: &TestProxy, origin: &Origin) -> TestResult<H2Tunnel> {
+    let (stream, head) = connect_tunnel(proxy.addr, &origin.authority()).await?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let tls = tls_client(stream, "localhost", &proxy.ca_pem, &[b"h2"]).await?;
+    let (sender, connection) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls)).await?;
+    Ok((sender, tokio::spawn(connection)))
+}
+
+/// Waits until the proxy has closed an h2 connection, and says whether the close was clean
+/// (GOAWAY, then the end of the stream) as hyper's client saw it.
+async fn h2_closed(connection: &mut JoinHandle<Result<(), hyper::Error>>) -> TestResult {
+    match tokio::time::timeout(CLOSE_GUARD, connection).await {
+        Ok(joined) => Ok(joined??),
+        Err(_) => Err(format!("the idle h2 connection was still open after {CLOSE_GUARD:?}").into()),
+    }
+}
+
+#[tokio::test]
+async fn idle_h2_connections_are_closed_and_a_slow_download_is_not_cut() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let proxy = TestProxy::start_with(&ca, |config| {
+        bypass_all(config);
+        config.connections.idle_timeout = Duration::from_millis(500);
+    })
+    .await?;
+    let url = |path: &str| origin.url(path);
+
+    // A slow download, in flight from before the idle connection's request to after its close.
+    let (mut downloading, mut download_connection) = h2_tunnel(&proxy, &origin).await?;
+    let response = downloading.send_request(Request::get(url("/trickle")).body(Empty::new())?).await?;
+    assert_eq!(response.status(), 200);
+    let mut download = response.into_body();
+    let first = download.frame().await.ok_or("a first chunk")??.into_data().map_err(|_| "a data frame")?;
+    assert_eq!(&first[..], b"first;");
+    origin.arrived().await;
+
+    // One request, then nothing: the proxy closes the connection.
+    let (mut idle, mut idle_connection) = h2_tunnel(&proxy, &origin).await?;
+    let response = idle.send_request(Request::get(url("/hello")).body(Empty::new())?).await?;
+    assert_eq!(response.status(), 200);
+    response.into_body().collect().await?;
+    h2_closed(&mut idle_connection).await?;
+    assert!(idle.ready().await.is_err(), "the closed connection takes no new request");
+    // A connection that sent its preface and never a request is closed the same way.
+    let (_silent, mut silent_connection) = h2_tunnel(&proxy, &origin).await?;
+    h2_closed(&mut silent_connection).await?;
+
+    // The download has been in flight for longer than the idle timeout, and is still open.
+    assert!(!download_connection.is_finished(), "the connection with a download in flight was closed");
+    origin.release();
+    let rest = download.collect().await?.to_bytes();
+    assert_eq!(&rest[..], b"rest");
+    // Once the download is over, that connection is idle too.
+    h2_closed(&mut download_connection).await?;
+    drop(downloading);
+
+    let records = proxy.finish().await?;
+    for path in ["/trickle", "/hello"] {
+        let served = log::for_request(&records, "GET", path);
+        assert_eq!(served.len(), 1, "{path}: {records:#?}");
+        assert_eq!(served[0]["http.response.status_code"], 200, "{path}");
+    }
+    Ok(())
+}
+
+/// The frame types (RFC 9113 §6) in `bytes`, a whole h2 server-to-client stream after the
+/// client preface.
+fn h2_frame_types(mut bytes: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    while let [l0, l1, l2, kind, _flags, _s0, _s1, _s2, _s3, rest @ ..] = bytes {
+        types.push(*kind);
+        let length = usize::from(*l0) << 16 | usize::from(*l1) << 8 | usize::from(*l2);
+        bytes = rest.get(length..).unwrap_or_default();
+    }
+    types
+}
+
+#[tokio::test]
+async fn an_idle_h2_client_that_never_acknowledges_the_goaway_is_dropped() -> TestResult {
+    const GOAWAY: u8 = 0x7;
+    const PING: u8 = 0x6;
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let proxy = TestProxy::start_with(&ca, |config| {
+        bypass_all(config);
+        config.connections.idle_timeout = Duration::from_millis(500);
+    })
+    .await?;
+    let (stream, head) = connect_tunnel(proxy.addr, &origin.authority()).await?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut tls = tls_client(stream, "localhost", &proxy.ca_pem, &[b"h2"]).await?;
+    // The client preface and an empty SETTINGS frame, then silence: no SETTINGS or PING ack.
+    tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").await?;
+    // Dropped, not closed: the TLS stream ends without close_notify.
+    let mut received = Vec::new();
+    let until_closed = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match tls.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    if tokio::time::timeout(CLOSE_GUARD, until_closed).await.is_err() {
+        return Err(format!("the idle h2 connection was still open after {CLOSE_GUARD:?}").into());
+    }
+    let types = h2_frame_types(&received);
+    assert!(types.contains(&GOAWAY) && types.contains(&PING), "GOAWAY and its PING before the close: {types:?}");
+    let records = proxy.finish().await?;
+    assert!(records.is_empty(), "no request was made: {records:#?}");
     Ok(())
 }
