@@ -3,7 +3,8 @@
 //! client over `max_connections_per_client` has its new connection closed while another
 //! client is served. Idle keep-alive connections and intercepted tunnels idle after the TLS
 //! handshake (h1 and h2) are closed too, and so is an h2 connection with no stream open for
-//! `idle_timeout`, while one with a slow download in flight is not.
+//! `idle_timeout`, while one with a slow download in flight is not. On the origin side,
+//! pooled h2 connections are closed after `[upstream] idle_timeout`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -273,5 +274,30 @@ async fn an_idle_h2_client_that_never_acknowledges_the_goaway_is_dropped() -> Te
     assert!(types.contains(&GOAWAY) && types.contains(&PING), "GOAWAY and its PING before the close: {types:?}");
     let records = proxy.finish().await?;
     assert!(records.is_empty(), "no request was made: {records:#?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn pooled_h2_connections_to_an_origin_are_closed_after_the_upstream_idle_timeout() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let proxy = TestProxy::start_with(&ca, |config| {
+        bypass_all(config);
+        config.upstream.idle_timeout = Duration::from_millis(500);
+    })
+    .await?;
+    let response = proxy.client()?.get(origin.url("/echo")).send().await?;
+    assert_eq!(response.status(), 200);
+    assert_eq!(crate::support::header(&response, "x-version"), "HTTP/2.0", "the proxy reached the origin over h2");
+    // The agent's connection stays open (its idle timeout is the default 30 s); the pool's
+    // h2 connection to the origin is closed once idle.
+    match tokio::time::timeout(CLOSE_GUARD, origin.closed(1)).await {
+        Ok(()) => assert_eq!(origin.connections(), 1),
+        Err(_) => return Err(format!("the pooled h2 connection was still open after {CLOSE_GUARD:?}").into()),
+    }
+    let records = proxy.finish().await?;
+    let served = log::for_request(&records, "GET", "/echo");
+    assert_eq!(served.len(), 1, "{records:#?}");
+    assert_eq!(served[0]["http.response.status_code"], 200);
     Ok(())
 }

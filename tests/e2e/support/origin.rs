@@ -1,6 +1,6 @@
 //! A real local origin: a hyper server (HTTP/1.1 and h2, auto-detected) on `127.0.0.1:0`,
 //! over plain TCP or TLS with a certificate from a test CA. It counts the TCP connections it
-//! accepts and reports, in response headers, what it saw of each request.
+//! accepts (and those that ended) and reports, in response headers, what it saw of each request.
 //!
 //! Routes: `/echo` (method, version, `Host`, `Via`, hop-by-hop fields seen; the body streamed
 //! back), `/hello` (a fixed body with a length, for HEAD), `/bytes/<n>` (n pattern bytes made
@@ -91,6 +91,9 @@ impl Site {
 
 struct OriginState {
     connections: AtomicUsize,
+    /// Connections that have ended, and a signal on every end.
+    closed: AtomicUsize,
+    closed_changed: Notify,
     arrived: Notify,
     release: Notify,
     /// `Some` for an origin with a site.
@@ -108,6 +111,8 @@ impl OriginState {
     fn new(site: Option<Site>) -> Self {
         OriginState {
             connections: AtomicUsize::new(0),
+            closed: AtomicUsize::new(0),
+            closed_changed: Notify::new(),
             arrived: Notify::new(),
             release: Notify::new(),
             site,
@@ -212,20 +217,30 @@ impl Origin {
 
     /// Waits until `n` `/hold-all` requests are waiting.
     pub async fn held(&self, n: usize) {
-        loop {
-            let changed = self.state.held_changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if self.state.held.load(Ordering::SeqCst) >= n {
-                return;
-            }
-            changed.await;
-        }
+        reach(&self.state.held, &self.state.held_changed, n).await;
+    }
+
+    /// Waits until `n` connections to the origin have ended.
+    pub async fn closed(&self, n: usize) {
+        reach(&self.state.closed, &self.state.closed_changed, n).await;
     }
 
     /// Lets every `/hold-all` request, waiting or still to come, go on.
     pub fn release_all(&self) {
         self.state.hold_gate.close();
+    }
+}
+
+/// Waits until `count`, which signals `changed` on every change, is at least `n`.
+async fn reach(count: &AtomicUsize, changed: &Notify, n: usize) {
+    loop {
+        let notified = changed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if count.load(Ordering::SeqCst) >= n {
+            return;
+        }
+        notified.await;
     }
 }
 
@@ -237,11 +252,13 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, state: Arc
             match tls {
                 Some(acceptor) => {
                     if let Ok(stream) = acceptor.accept(tcp).await {
-                        serve(stream, state).await;
+                        serve(stream, Arc::clone(&state)).await;
                     }
                 }
-                None => serve(tcp, state).await,
+                None => serve(tcp, Arc::clone(&state)).await,
             }
+            state.closed.fetch_add(1, Ordering::SeqCst);
+            state.closed_changed.notify_waiters();
         });
     }
 }
