@@ -6,7 +6,8 @@
 //! - `forward`: absolute-form HTTP through the proxy (bodies, HEAD/204/304, keep-alive, headers);
 //! - `tunnel`: CONNECT, MITM (h1/h2 on both sides, IP targets), passthrough, plain HTTP in a tunnel;
 //! - `websocket`: WebSocket echo through MITM, plain HTTP, and a plain tunnel;
-//! - `connections`: silent connections closed after the first-byte timeout, per-client caps;
+//! - `connections`: silent connections closed after the first-byte timeout, per-client caps,
+//!   idle HTTP/1.1 and h2 connections closed (never one with a request in flight);
 //! - `errors`: what the proxy answers when the client or the origin is at fault;
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
