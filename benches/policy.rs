@@ -128,7 +128,7 @@ fn bench(c: &mut Criterion) {
     let req = view("GET", path, &headers, &purposes);
     c.bench_function("robots/typical", |b| b.iter(|| typical.robots.evaluate(black_box(&req))));
     c.bench_function("agents_txt/typical", |b| b.iter(|| typical.agents_txt.evaluate(black_box(&req))));
-    c.bench_function("agents_md/typical", |b| b.iter(|| typical.agents_md.evaluate(black_box(&req))));
+    c.bench_function("agents_md/typical", |b| b.iter(|| typical.agents_md.evaluate(black_box(&req), false)));
     c.bench_function("autoctl/typical", |b| b.iter(|| typical.autoctl.evaluate(black_box(&req))));
     let big = robots::from_fetch(&response(&big_robots(), "text/plain"));
     c.bench_function("robots/500KiB_10000_rules", |b| {

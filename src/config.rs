@@ -58,6 +58,10 @@ pub struct Config {
     pub agents: Vec<AgentConfig>,
     /// Proxy authentication (`[auth]`).
     pub auth: AuthConfig,
+    /// Optional robots.txt extensions (`[robots]`).
+    pub robots: RobotsConfig,
+    /// How strictly AGENTS.md's advisory keys are read (`[agents_md]`).
+    pub agents_md: AgentsMdConfig,
     /// The per-origin policy cache (`[cache]`).
     pub cache: CacheConfig,
     /// The proxy's own CA (`[ca]`).
@@ -318,6 +322,24 @@ pub struct AuthConfig {
     pub required: bool,
 }
 
+/// `[robots]`: robots.txt extensions beyond RFC 9309.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RobotsConfig {
+    /// Whether the `Crawl-delay` of the group that applies to the agent is enforced as one
+    /// request per delay per (agent, origin), answered 429 (default false).
+    pub honor_crawl_delay: bool,
+}
+
+/// `[agents_md]`: how AGENTS.md's advisory keys are read.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentsMdConfig {
+    /// Whether `authentication: required` denies a write that carries neither
+    /// `Authorization` nor `Cookie` (SEMANTICS C23's strict mode; default false: logged only).
+    pub strict_authentication: bool,
+}
+
 /// `[cache]`: the per-origin policy cache.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -355,6 +377,8 @@ impl Default for Config {
             agent: AgentConfig::default(),
             agents: Vec::new(),
             auth: AuthConfig::default(),
+            robots: RobotsConfig::default(),
+            agents_md: AgentsMdConfig::default(),
             cache: CacheConfig::default(),
             ca: CaConfig::default(),
             upstream: UpstreamConfig::default(),

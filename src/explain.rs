@@ -273,6 +273,15 @@ impl Explanation {
                     "line": limit.reason.line,
                     "rule": limit.reason.rule,
                 })),
+                LimitKind::Delay { millis } => limits.push(json!({
+                    "source": limit.source.as_str(),
+                    "requests": 1,
+                    "delay_ms": millis,
+                    "scope": scope_name(limit),
+                    "key": limit.key(&self.agent, &self.origin, &self.host),
+                    "line": limit.reason.line,
+                    "rule": limit.reason.rule,
+                })),
                 LimitKind::Concurrent { max } => concurrency.push(json!({
                     "source": limit.source.as_str(),
                     "max_in_flight": max,
@@ -316,6 +325,7 @@ impl Explanation {
         for l in &d.limits {
             let what = match l.kind {
                 LimitKind::Rate { requests, window_s } => format!("{requests} requests per {window_s} s"),
+                LimitKind::Delay { millis } => format!("1 request per {millis} ms"),
                 LimitKind::Concurrent { max } => format!("{max} requests in flight"),
             };
             let line = l.reason.line.map(|n| format!(":{n}")).unwrap_or_default();

@@ -170,6 +170,7 @@ pub struct Gate {
     rules: OperatorRules,
     cache: PolicyCache,
     limiter: Limiter,
+    settings: policy::Settings,
 }
 
 impl Gate {
@@ -190,6 +191,10 @@ impl Gate {
             rules: OperatorRules::new(bypass_hosts, rules),
             cache,
             limiter: Limiter::in_process(),
+            settings: policy::Settings {
+                honor_crawl_delay: config.robots.honor_crawl_delay,
+                strict_authentication: config.agents_md.strict_authentication,
+            },
         }
     }
 
@@ -350,7 +355,7 @@ impl Gate {
             Some(decision) => (decision, None),
             None => {
                 let policies = self.cache.policies(origin).await;
-                (policy::evaluate(&policies, view), Some(policies))
+                (policy::evaluate_with(&policies, view, self.settings), Some(policies))
             }
         }
     }

@@ -1,12 +1,19 @@
-//! Rate and concurrency limits (SEMANTICS X1, B16, C21): every counter agentgate keeps about
-//! agents, behind one small seam, [`Limiter::check_and_spend`] and the [`Permit`] it hands
-//! back (dropping the permit releases its concurrency slots). The in-process store is the
-//! default; a shared store for several replicas (Redis, DESIGN §10) is another [`Limiter`]
-//! variant with the same async interface, so the gate never changes.
+//! Rate and concurrency limits (SEMANTICS X1, B16, C21, robots `Crawl-delay`): every counter
+//! agentgate keeps about agents, behind one small seam, [`Limiter::check_and_spend`] and the
+//! [`Permit`] it hands back (dropping the permit releases its concurrency slots). The
+//! in-process store is the default; a shared store for several replicas (Redis, DESIGN §10)
+//! is another [`Limiter`] variant with the same async interface, so the gate never changes.
 //!
-//! Rates are keyed GCRA quotas from `governor` with burst = the limit (C21), one keyed
-//! limiter per distinct quota, keyed by [`Limit::key`]. Concurrency (`concurrent-sessions`)
-//! is a count of in-flight requests per key; the excess is refused at once, never queued.
+//! Rates are keyed GCRA quotas from `governor` with burst = the limit (C21; one for a crawl
+//! delay), one keyed limiter per distinct quota. Concurrency (`concurrent-sessions`) is a
+//! count of in-flight requests per key; the excess is refused at once, never queued.
+//!
+//! Keys: a request's key for a limit is a 64-bit hash of the limit's source and scope and of
+//! the agent, origin or host it is counted per ([`Limit::key`] spells the same parts out for
+//! `explain`), hashed from the borrowed parts with foldhash under a per-process random seed,
+//! so a check allocates nothing. Two keys share a budget only on a hash collision: with a
+//! random 64-bit hash and a million live keys, a chance of about 3 in 100 million, and an
+//! outsider cannot aim for one without the seed.
 //!
 //! Bounded: a concurrency key is removed when its last slot is released; rate keys whose
 //! state is indistinguishable from a fresh one are evicted at most once per
@@ -15,6 +22,7 @@
 //! Never: writes responses or log lines, decides which limits apply (the policy core and
 //! the agent config do), fetches or parses anything.
 
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,12 +30,13 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use dashmap::mapref::one::Ref;
+use foldhash::fast::RandomState;
 use governor::clock::{Clock, DefaultClock, Reference};
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 
-use crate::policy::{Limit, LimitKind};
+use crate::policy::{Limit, LimitKind, LimitScope};
 
 /// How often (in clock time) idle rate keys are evicted.
 pub const EVICTION_INTERVAL: Duration = Duration::from_secs(60);
@@ -114,15 +123,23 @@ impl std::fmt::Debug for Limiter {
     }
 }
 
-type KeyedRate<C> = RateLimiter<String, DashMapStateStore<String>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+/// A limit's key for one request ([`LocalLimiter::key`]).
+type Key = u64;
+
+type KeyedRate<C> = RateLimiter<Key, DashMapStateStore<Key, RandomState>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
+/// A rate quota: `burst` requests per `window_ms`, one cell back every `window_ms / burst`.
+type QuotaKey = (u32, u64);
 
 /// The in-process store: governor's keyed GCRA per quota, and in-flight counts.
 pub struct LocalLimiter<C: Clock = DefaultClock> {
     clock: C,
     start: C::Instant,
-    /// One keyed limiter per (requests, window in seconds).
-    rates: DashMap<(u32, u32), KeyedRate<C>>,
-    in_flight: Arc<DashMap<String, u32>>,
+    /// Seeds the key hash (and the maps' own hashing): random per process.
+    hasher: RandomState,
+    /// One keyed limiter per quota.
+    rates: DashMap<QuotaKey, KeyedRate<C>, RandomState>,
+    in_flight: Arc<DashMap<Key, u32, RandomState>>,
     /// Nanoseconds after `start` of the last eviction.
     last_eviction: AtomicU64,
 }
@@ -131,40 +148,46 @@ impl<C: Clock + Clone> LocalLimiter<C> {
     /// A store on `clock` (tests pass governor's `FakeRelativeClock`).
     pub fn new(clock: C) -> Self {
         let start = clock.now();
+        let hasher = RandomState::default();
         LocalLimiter {
             clock,
             start,
-            rates: DashMap::new(),
-            in_flight: Arc::default(),
+            rates: DashMap::with_hasher(hasher.clone()),
+            in_flight: Arc::new(DashMap::with_hasher(hasher.clone())),
+            hasher,
             last_eviction: AtomicU64::new(0),
         }
     }
 
-    /// [`Limiter::check_and_spend`] for this store; never waits.
+    /// [`Limiter::check_and_spend`] for this store; never waits, and allocates only for a
+    /// concurrency slot (and to name the limit that refused).
     ///
     /// # Errors
     /// [`Exceeded`] naming the first limit that refused.
     pub fn check_and_spend(&self, usage: Usage<'_>, limits: &[Limit]) -> Result<Permit, Exceeded> {
         self.evict_if_due();
-        let key = |limit: &Limit| limit.key(usage.agent, usage.origin, usage.host);
         let mut permit = Permit::default();
         for limit in limits {
             if let LimitKind::Concurrent { max } = limit.kind {
                 let slot = self
-                    .take_slot(key(limit), max)
+                    .take_slot(self.key(limit, usage), max)
                     .ok_or_else(|| Exceeded { limit: limit.clone(), retry_after: Duration::from_secs(1) })?;
                 permit.slots.push(slot);
             }
         }
         for limit in limits {
-            if let LimitKind::Rate { requests, window_s } = limit.kind {
-                let refused = |retry_after| Exceeded { limit: limit.clone(), retry_after };
-                let Some(rate) = self.rate(requests, window_s) else {
-                    // A limit of zero requests: nothing ever passes (agents.txt `limit=0`, B16).
-                    return Err(refused(Duration::from_secs(u64::from(window_s))));
-                };
-                rate.check_key(&key(limit)).map_err(|not_until| refused(not_until.wait_time_from(self.clock.now())))?;
-            }
+            let quota = match limit.kind {
+                LimitKind::Rate { requests, window_s } => (requests, u64::from(window_s.max(1)) * 1000),
+                LimitKind::Delay { millis: 0 } | LimitKind::Concurrent { .. } => continue,
+                LimitKind::Delay { millis } => (1, u64::from(millis)),
+            };
+            let refused = |retry_after| Exceeded { limit: limit.clone(), retry_after };
+            let Some(rate) = self.rate(quota) else {
+                // A limit of zero requests: nothing ever passes (agents.txt `limit=0`, B16).
+                return Err(refused(Duration::from_millis(quota.1)));
+            };
+            rate.check_key(&self.key(limit, usage))
+                .map_err(|not_until| refused(not_until.wait_time_from(self.clock.now())))?;
         }
         Ok(permit)
     }
@@ -174,24 +197,35 @@ impl<C: Clock + Clone> LocalLimiter<C> {
         self.rates.iter().map(|rate| rate.len()).sum::<usize>() + self.in_flight.len()
     }
 
-    /// The keyed limiter for `requests` per `window_s` seconds, burst = `requests`;
-    /// `None` for zero requests.
-    fn rate(&self, requests: u32, window_s: u32) -> Option<Ref<'_, (u32, u32), KeyedRate<C>>> {
-        if let Some(rate) = self.rates.get(&(requests, window_s)) {
+    /// The key `limit` counts `usage` under: the parts [`Limit::key`] names, hashed.
+    fn key(&self, limit: &Limit, usage: Usage<'_>) -> Key {
+        let mut hasher = self.hasher.build_hasher();
+        limit.source.hash(&mut hasher);
+        limit.scope.hash(&mut hasher);
+        usage.agent.hash(&mut hasher);
+        match limit.scope {
+            LimitScope::Agent => {}
+            LimitScope::Origin | LimitScope::Rule { .. } => usage.origin.hash(&mut hasher),
+            LimitScope::Host => usage.host.hash(&mut hasher),
+        }
+        hasher.finish()
+    }
+
+    /// The keyed limiter for a quota; `None` for zero requests.
+    fn rate(&self, (requests, window_ms): QuotaKey) -> Option<Ref<'_, QuotaKey, KeyedRate<C>>> {
+        if let Some(rate) = self.rates.get(&(requests, window_ms)) {
             return Some(rate);
         }
         let burst = NonZeroU32::new(requests)?;
-        let window = Duration::from_secs(u64::from(window_s.max(1)));
-        let quota = Quota::with_period(window / requests)?.allow_burst(burst);
-        let entry = self
-            .rates
-            .entry((requests, window_s))
-            .or_insert_with(|| RateLimiter::dashmap_with_clock(quota, self.clock.clone()));
+        let quota = Quota::with_period(Duration::from_millis(window_ms.max(1)) / requests)?.allow_burst(burst);
+        let entry = self.rates.entry((requests, window_ms)).or_insert_with(|| {
+            RateLimiter::dashmap_with_clock_and_hasher(quota, self.clock.clone(), self.hasher.clone())
+        });
         Some(entry.downgrade())
     }
 
-    fn take_slot(&self, key: String, max: u32) -> Option<Slot> {
-        let mut count = self.in_flight.entry(key.clone()).or_insert(0);
+    fn take_slot(&self, key: Key, max: u32) -> Option<Slot> {
+        let mut count = self.in_flight.entry(key).or_insert(0);
         if *count >= max {
             let idle = *count == 0;
             drop(count);
@@ -226,16 +260,16 @@ impl<C: Clock + Clone> LocalLimiter<C> {
 /// One concurrency slot, given back on drop.
 #[derive(Debug)]
 struct Slot {
-    in_flight: Arc<DashMap<String, u32>>,
-    key: String,
+    in_flight: Arc<DashMap<Key, u32, RandomState>>,
+    key: Key,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Some(mut count) = self.in_flight.get_mut(&self.key) {
+        self.in_flight.remove_if_mut(&self.key, |_, count| {
             *count = count.saturating_sub(1);
-        }
-        self.in_flight.remove_if(&self.key, |_, count| *count == 0);
+            *count == 0
+        });
     }
 }
 

@@ -317,7 +317,8 @@ impl<'a> From<&'a Reason> for ReasonView<'a> {
 }
 
 /// One `agentgate.limits` element: `{"source", "kind": "rate", "requests", "window_s",
-/// "scope", "line"}` or `{"source", "kind": "concurrent", "max", "scope", "line"}`.
+/// "scope", "line"}`, `{"source", "kind": "delay", "requests": 1, "delay_ms", "scope", "line"}`
+/// (robots.txt `Crawl-delay`) or `{"source", "kind": "concurrent", "max", "scope", "line"}`.
 #[derive(Serialize)]
 struct LimitView {
     source: &'static str,
@@ -327,6 +328,8 @@ struct LimitView {
     #[serde(skip_serializing_if = "Option::is_none")]
     window_s: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    delay_ms: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     max: Option<u32>,
     scope: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -335,9 +338,10 @@ struct LimitView {
 
 impl From<&Limit> for LimitView {
     fn from(limit: &Limit) -> Self {
-        let (kind, requests, window_s, max) = match limit.kind {
-            LimitKind::Rate { requests, window_s } => ("rate", Some(requests), Some(window_s), None),
-            LimitKind::Concurrent { max } => ("concurrent", None, None, Some(max)),
+        let (kind, requests, window_s, delay_ms, max) = match limit.kind {
+            LimitKind::Rate { requests, window_s } => ("rate", Some(requests), Some(window_s), None, None),
+            LimitKind::Delay { millis } => ("delay", Some(1), None, Some(millis), None),
+            LimitKind::Concurrent { max } => ("concurrent", None, None, None, Some(max)),
         };
         let scope = match limit.scope {
             LimitScope::Agent => "agent",
@@ -345,7 +349,16 @@ impl From<&Limit> for LimitView {
             LimitScope::Host => "host",
             LimitScope::Rule { .. } => "rule",
         };
-        LimitView { source: limit.source.as_str(), kind, requests, window_s, max, scope, line: limit.reason.line }
+        LimitView {
+            source: limit.source.as_str(),
+            kind,
+            requests,
+            window_s,
+            delay_ms,
+            max,
+            scope,
+            line: limit.reason.line,
+        }
     }
 }
 

@@ -13,6 +13,10 @@ pub fn advice(reason: &Reason) -> &'static str {
         return "You are over a rate limit (the cited rule sets how many requests per window). Wait for the \
                 Retry-After seconds before the next request to this site, and space out the ones after it.";
     }
+    if code == "robots.crawl_delay" {
+        return "The site's robots.txt asks for a pause between requests (the cited Crawl-delay). Wait for the \
+                Retry-After seconds, then send one request per delay to this site.";
+    }
     if code == "agents_md.concurrent_sessions" {
         return "You already have as many requests in flight to this site as its AGENTS.md allows. Wait for one to \
                 finish, then retry; send requests one after another instead of in parallel.";
@@ -49,6 +53,11 @@ pub fn advice(reason: &Reason) -> &'static str {
         Source::AgentsMd if code == "agents_md.action_denied" => {
             "The site's AGENTS.md does not allow this kind of action (for example form submission, uploads, API \
              writes or deletion) for agents. Reading pages may still be allowed; do not retry this request."
+        }
+        Source::AgentsMd if code == "agents_md.authentication_missing" => {
+            "The site's AGENTS.md requires authentication, and this write carries no Authorization or Cookie. Log in \
+             to the site (or use the credentials your user gave you) and send them with the request; reading pages \
+             may still work without them."
         }
         Source::AgentsMd if code == "agents_md.read_only_path" => {
             "The site's AGENTS.md makes this path read-only for agents: GET and HEAD may work, changes will not."

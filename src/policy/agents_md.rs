@@ -20,7 +20,7 @@ pub use self::parse::Entry;
 use crate::policy::Weigh;
 use std::sync::Arc;
 
-use self::parse::{DEFAULT_AGENT_HEADER, PathRule, Policy, Setting};
+use self::parse::{Authentication, DEFAULT_AGENT_HEADER, PathRule, Policy, Setting};
 use super::agents_txt::text::{normalized_path, sha256_hex, split_bom};
 use super::{
     Diagnostic, FetchOutcome, Headers, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason,
@@ -309,8 +309,12 @@ impl AgentsMdState {
     /// below the minimum denies everything; a disallowed path denies; for a write, a
     /// require-human-approval path needs approval, then a read-only path denies; then
     /// every action the request maps to must be allowed. Limits and the identification
-    /// header come with every verdict.
-    pub fn evaluate(&self, req: &RequestView<'_>) -> SourceVerdict {
+    /// header come with every verdict, and so does the `authentication: required` reason
+    /// (C23): `agents_md.authentication_missing` when the request carries neither
+    /// `Authorization` nor `Cookie`, else `agents_md.authentication_present`. With
+    /// `strict_authentication`, a write that is missing them is denied with that reason
+    /// alone (unless something else already denies it).
+    pub fn evaluate(&self, req: &RequestView<'_>, strict_authentication: bool) -> SourceVerdict {
         let Some(policy) = &self.policy else { return SourceVerdict::no_opinion() };
         let mut verdict = SourceVerdict::no_opinion();
         verdict.limits = self.limits.clone();
@@ -323,6 +327,19 @@ impl AgentsMdState {
         let (opinion, reason) = self.decide(policy, req);
         verdict.opinion = opinion;
         verdict.reasons.extend(reason);
+        if let Some(setting) = policy.authentication.as_ref().filter(|s| s.value == Authentication::Required) {
+            let missing = req.headers.get("authorization").is_none() && req.headers.get("cookie").is_none();
+            let code = if missing { "agents_md.authentication_missing" } else { "agents_md.authentication_present" };
+            let reason = self.reason(code, setting.line, &setting.text);
+            if missing && strict_authentication && !req.is_safe_method() && opinion != Opinion::Deny {
+                // The denial is the whole answer: an `action_allowed` reason beside it would be
+                // cited as blocking too.
+                verdict.opinion = Opinion::Deny;
+                verdict.reasons = vec![reason];
+            } else {
+                verdict.reasons.push(reason);
+            }
+        }
         verdict
     }
 

@@ -99,6 +99,12 @@ pub enum LimitKind {
         /// Window length in seconds.
         window_s: u32,
     },
+    /// At most one request per `millis` milliseconds, no burst (robots.txt `Crawl-delay`,
+    /// when `[robots] honor_crawl_delay` is on).
+    Delay {
+        /// The delay between two requests, in milliseconds.
+        millis: u32,
+    },
     /// At most `max` requests in flight at once (AGENTS.md `concurrent-sessions`).
     Concurrent {
         /// Maximum in-flight requests.

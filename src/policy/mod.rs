@@ -27,7 +27,7 @@ mod weight;
 
 pub use decision::{Decision, Limit, LimitKind, LimitScope, Opinion, Outcome, Reason, Source, SourceVerdict};
 pub use diagnostic::{Diagnostic, PolicyReport, PolicyStatus, Severity};
-pub use evaluate::{Policies, evaluate};
+pub use evaluate::{Policies, Settings, evaluate, evaluate_with};
 pub use outcome::{FetchError, FetchOutcome, Headers};
 pub use request::RequestView;
 pub use weight::{ALLOCATION_OVERHEAD, Weigh};

@@ -26,12 +26,19 @@ use sha2::{Digest, Sha256};
 use self::group::{AgentLine, Group, Rule};
 use super::pattern::normalize;
 use super::{
-    Diagnostic, FetchOutcome, Opinion, PolicyReport, PolicyStatus, Reason, RequestView, Source, SourceVerdict,
+    Diagnostic, FetchOutcome, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason, RequestView,
+    Source, SourceVerdict,
 };
 
 /// The robots.txt size cap: the first 500 KiB are parsed, the rest ignored with an
 /// `over-cap` warning (RFC 9309 §2.5, SEMANTICS X6).
 pub const MAX_BYTES: usize = 500 * 1024;
+
+/// The longest `Crawl-delay` honoured, in milliseconds (60 s): a longer one counts as this,
+/// with the lint finding `crawl-delay-capped`. One request a minute is already far slower
+/// than any agent task waits for; a day-long delay would only make the site unusable
+/// through agentgate while the agent could not tell why.
+pub const MAX_CRAWL_DELAY_MS: u32 = 60_000;
 
 /// At most this many findings are kept in a cached state's report; `lint` shows them all.
 const REPORTED_FINDINGS: usize = 100;
@@ -67,10 +74,24 @@ enum Kind {
     Unreachable { why: String },
 }
 
+/// A `Crawl-delay` line (not in RFC 9309; a widespread extension): the group it sits in
+/// and the delay, fractional seconds allowed, capped at [`MAX_CRAWL_DELAY_MS`].
+#[derive(Debug, Clone)]
+struct CrawlDelay {
+    /// Index of the group in the file's group list.
+    group: usize,
+    millis: u32,
+    /// 1-based line.
+    line: u32,
+    /// The line as written, without its comment.
+    text: Arc<str>,
+}
+
 #[derive(Debug)]
 struct RobotsFile {
     groups: Vec<Group>,
     other_lines: Vec<OtherLine>,
+    crawl_delays: Vec<CrawlDelay>,
     /// Hex SHA-256 of the bytes served.
     digest: Arc<str>,
     diagnostics: Vec<Diagnostic>,
@@ -137,6 +158,29 @@ impl RobotsState {
         }
     }
 
+    /// The `Crawl-delay` of the groups that apply to the request's agent, chosen as for
+    /// [`RobotsState::evaluate`] (RFC 9309 §2.2.1: the groups naming it, else the `*`
+    /// groups), as a limit of one request per delay per (agent, origin) (code
+    /// `robots.crawl_delay`); the longest when several of those groups set one. `None`
+    /// without a parsed file, without such a line, or for a delay of 0.
+    pub fn crawl_delay(&self, req: &RequestView<'_>) -> Option<Limit> {
+        let Kind::Parsed(file) = &self.kind else { return None };
+        if file.crawl_delays.is_empty() {
+            return None;
+        }
+        let named = file.groups.iter().any(|g| g.naming_line(req).is_some());
+        let applies = |group: &Group| {
+            if named { group.naming_line(req).is_some() } else { group.any_agent_line().is_some() }
+        };
+        let delay = file.crawl_delays.iter().filter(|d| applies(&file.groups[d.group])).max_by_key(|d| d.millis)?;
+        (delay.millis > 0).then(|| Limit {
+            source: Source::Robots,
+            kind: LimitKind::Delay { millis: delay.millis },
+            scope: LimitScope::Origin,
+            reason: file.reason("robots.crawl_delay", delay.line, &delay.text),
+        })
+    }
+
     /// What robots.txt says about one request. The groups naming the agent (configured
     /// product token, else a product name in its User-Agent header) are merged; with none,
     /// the `*` groups; with neither, no rules apply. The longest matching pattern wins,
@@ -199,6 +243,7 @@ impl RobotsFile {
         RobotsFile {
             groups: parsed.groups,
             other_lines: parsed.other_lines,
+            crawl_delays: parsed.crawl_delays,
             digest: Arc::from(hex::encode(Sha256::digest(body))),
             diagnostics: parsed.findings.into_vec(),
         }
@@ -259,8 +304,15 @@ impl Weigh for RobotsFile {
     fn heap_bytes(&self) -> usize {
         self.groups.heap_bytes()
             + self.other_lines.heap_bytes()
+            + self.crawl_delays.heap_bytes()
             + self.digest.heap_bytes()
             + self.diagnostics.heap_bytes()
+    }
+}
+
+impl Weigh for CrawlDelay {
+    fn heap_bytes(&self) -> usize {
+        self.text.heap_bytes()
     }
 }
 

@@ -94,7 +94,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
         let _ = write!(header, "; code={}", first.code);
     }
     if let (BlockKind::RateLimited { .. }, Some(window)) = (blocked.kind, limit_window(blocked)) {
-        let _ = write!(header, "; window={window}s");
+        let _ = write!(header, "; window={window}");
     }
     let _ = write!(header, "; record={record}");
     let summary = summary(blocked, method, url);
@@ -155,11 +155,13 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
     response
 }
 
-/// The window, in seconds, of the rate limit that refused a request.
-fn limit_window(blocked: &Blocked) -> Option<u32> {
+/// The window of the rate limit that refused a request, in seconds (`60s`; a crawl delay's
+/// own length, `1.5s`).
+fn limit_window(blocked: &Blocked) -> Option<String> {
     let first = blocked.decision.blocking_reasons().first()?;
     blocked.decision.limits.iter().find(|l| l.reason == *first).and_then(|l| match l.kind {
-        LimitKind::Rate { window_s, .. } => Some(window_s),
+        LimitKind::Rate { window_s, .. } => Some(format!("{window_s}s")),
+        LimitKind::Delay { millis } => Some(format!("{}s", f64::from(millis) / 1000.0)),
         LimitKind::Concurrent { .. } => None,
     })
 }

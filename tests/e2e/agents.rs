@@ -289,3 +289,57 @@ async fn passthrough_tunnel_to_a_host_with_automation_preferences_logs_unenforce
     assert!(reasons.iter().any(|r| r["code"] == "autoctl.unenforceable"), "{reasons:#?}");
     Ok(())
 }
+
+/// SEMANTICS C23: `authentication: required` (line 7) is a reason on every decision for the
+/// host, saying whether the request carried `Authorization` or `Cookie`; with
+/// `[agents_md] strict_authentication` a write without either is denied before the origin.
+#[tokio::test]
+async fn c23_authentication_required_is_logged_and_strict_mode_denies_an_unauthenticated_write() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let body = "# AGENTS.md\n\n## Identity\n- site: localhost\n\n## Trust Requirements\n- authentication: required\n\n\
+                ## Allowed Actions\n- access-api: true\n";
+    let site = Site::new().serve("/AGENTS.md", 200, &[("content-type", "text/markdown")], body);
+    let origin = Origin::https_site(&ca, site).await?;
+    let expected = crate::support::block::Expected {
+        decision: "deny",
+        source: "AGENTS.md",
+        code: "agents_md.authentication_missing",
+        line: Some(7),
+        rule: "authentication: required",
+        advice: "requires authentication",
+    };
+
+    let strict = TestProxy::start_with(&ca, |config| config.agents_md.strict_authentication = true).await?;
+    let client = strict.client()?;
+    let json = ("content-type", "application/json");
+    let denied = client.post(origin.url("/api/items")).header(json.0, json.1).body("{}").send().await?;
+    let record = crate::support::block::plain(denied, &expected).await?;
+    assert_eq!(origin.hits("/api/items"), 0, "the unauthenticated write never reached the origin");
+    let authorized = client.post(origin.url("/api/items")).header(json.0, json.1).header("authorization", "Bearer t");
+    assert_eq!(authorized.body("{}").send().await?.status(), 200);
+    assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200, "reads pass in strict mode");
+    assert_eq!(origin.hits("/api/items"), 1);
+    let records = strict.finish().await?;
+    crate::support::block::logged(&records, &record, "POST", &expected)?;
+    let codes = |record: &Value| -> Vec<String> {
+        record["agentgate.reasons"].as_array().into_iter().flatten().map(|r| r["code"].to_string()).collect()
+    };
+    let posts = for_request(&records, "POST", "/api/items");
+    assert_eq!(posts.len(), 2);
+    assert_eq!(posts[1]["event.outcome"], "allow");
+    assert!(codes(posts[1]).contains(&"\"agents_md.authentication_present\"".to_owned()), "{}", posts[1]);
+    let read = for_request(&records, "GET", "/page");
+    assert!(codes(read[0]).contains(&"\"agents_md.authentication_missing\"".to_owned()), "{}", read[0]);
+
+    // Without strict mode the same write passes, and the log still says it was unauthenticated.
+    let advisory = TestProxy::start(&ca).await?;
+    let client = advisory.client()?;
+    let write = client.post(origin.url("/api/items")).header(json.0, json.1).body("{}").send().await?;
+    assert_eq!(write.status(), 200);
+    assert_eq!(origin.hits("/api/items"), 2);
+    let records = advisory.finish().await?;
+    let posts = for_request(&records, "POST", "/api/items");
+    assert_eq!(posts[0]["event.outcome"], "allow");
+    assert!(codes(posts[0]).contains(&"\"agents_md.authentication_missing\"".to_owned()), "{}", posts[0]);
+    Ok(())
+}

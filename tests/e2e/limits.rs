@@ -195,3 +195,63 @@ async fn an_attachment_from_a_host_whose_agents_md_forbids_downloads_is_withheld
     assert!(lines.iter().all(|l| l["event.outcome"] == "deny" && l["http.response.status_code"] == 403));
     Ok(())
 }
+
+/// The robots.txt of the crawl-delay tests: line 2 asks for two seconds between requests.
+const CRAWL_DELAY_ROBOTS: &str = "User-agent: *\nCrawl-delay: 2\nAllow: /\n";
+
+#[tokio::test]
+async fn robots_crawl_delay_honored_allows_one_request_per_delay() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http_site(Site::new().file("/robots.txt", CRAWL_DELAY_ROBOTS)).await?;
+    let proxy = TestProxy::start_with(&ca, |config| config.robots.honor_crawl_delay = true).await?;
+    let client = proxy.client()?;
+
+    assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
+    let second = client.get(origin.url("/page")).send().await?;
+    assert!(header(&second, "retry-after").parse::<u64>().is_ok_and(|s| (1..=2).contains(&s)), "{second:?}");
+    let prefix = "rate_limited; source=robots.txt; line=2; code=robots.crawl_delay; window=2s; record=";
+    let record = over_limit(second, prefix, "Crawl-delay: 2").await?;
+    assert_eq!(origin.hits("/page"), 1, "the second request never reached the origin");
+
+    let records = proxy.finish().await?;
+    let line = crate::support::log::by_id(&records, &record)?;
+    assert_eq!(line["event.outcome"], "rate_limited");
+    assert_eq!(line["http.response.status_code"], 429);
+    assert_eq!(line["agentgate.reasons"][0]["source"], "robots.txt");
+    assert_eq!(line["agentgate.reasons"][0]["code"], "robots.crawl_delay");
+    assert_eq!(line["agentgate.reasons"][0]["line"], 2);
+    assert_eq!(line["agentgate.reasons"][0]["rule"], "Crawl-delay: 2");
+    let first = for_request(&records, "GET", "/page");
+    assert_eq!(first.len(), 2);
+    assert_eq!(first[0]["event.outcome"], "allow");
+    assert!(
+        first[0]["agentgate.limits"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|l| l["kind"] == "delay" && l["delay_ms"] == 2000 && l["line"] == 2)),
+        "{}",
+        first[0]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn robots_crawl_delay_is_not_enforced_by_default() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http_site(Site::new().file("/robots.txt", CRAWL_DELAY_ROBOTS)).await?;
+    let proxy = TestProxy::start(&ca).await?;
+    let client = proxy.client()?;
+
+    for _ in 0..2 {
+        assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
+    }
+    assert_eq!(origin.hits("/page"), 2);
+
+    let records = proxy.finish().await?;
+    let both = for_request(&records, "GET", "/page");
+    assert_eq!(both.len(), 2);
+    for record in both {
+        assert_eq!(record["event.outcome"], "allow");
+        assert!(record["agentgate.limits"].as_array().is_none_or(|l| l.iter().all(|l| l["kind"] != "delay")));
+    }
+    Ok(())
+}

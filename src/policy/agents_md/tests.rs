@@ -15,7 +15,7 @@ fn policy(body: &str) -> AgentsMdState {
 
 fn eval(state: &AgentsMdState, method: &str, path: &str, trust: u8, headers: &[(&str, &str)]) -> SourceVerdict {
     let headers = Headers::new(headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect());
-    state.evaluate(&request(method, "example.com", path, trust, &headers))
+    state.evaluate(&request(method, "example.com", path, trust, &headers), false)
 }
 
 fn codes(state: &AgentsMdState) -> Vec<String> {
@@ -406,7 +406,7 @@ fn conformance_agents_md_proposed_cases() {
                 .filter_map(|h| h.split_once(':').map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned())))
                 .collect();
             let headers = Headers::new(headers);
-            let v = s.evaluate(&request(method, host, path, trust, &headers));
+            let v = s.evaluate(&request(method, host, path, trust, &headers), false);
             let want = check["allow"].as_bool().expect("agents-md checks state allow");
             if allows(&v) != want {
                 failures.push(fail(format!(
@@ -459,4 +459,42 @@ proptest! {
         let _ = eval(&s, "DELETE", &path, 5, &[]);
         let _ = lint(body.as_bytes());
     }
+}
+
+/// C23 `authentication: required`: the reason on every verdict for the host, and the
+/// strict reading that denies a write carrying neither `Authorization` nor `Cookie`.
+#[test]
+fn semantics_c23_authentication_required_is_logged_and_strict_denies_unauthenticated_writes() {
+    let s = policy(
+        "## Identity\n- site: example.com\n## Trust Requirements\n- authentication: required\n## Allowed Actions\n\
+         - access-api: true\n",
+    );
+    let strict = |method: &str, headers: &[(&str, &str)]| {
+        let headers = Headers::new(headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect());
+        s.evaluate(&request(method, "example.com", "/api", 0, &headers), true)
+    };
+    let code_and_line = |v: &SourceVerdict| -> Vec<(String, Option<u32>)> {
+        v.reasons.iter().map(|r| (r.code.to_string(), r.line)).collect()
+    };
+
+    let read = eval(&s, "GET", "/a", 0, &[]);
+    assert!(allows(&read));
+    assert_eq!(code_and_line(&read), [("agents_md.authentication_missing".to_owned(), Some(4))]);
+    assert_eq!(&*read.reasons[0].rule, "- authentication: required");
+    let advisory = eval(&s, "POST", "/api", 0, &[("Content-Type", "application/json")]);
+    assert!(allows(&advisory), "without strict mode it is only logged");
+    assert!(code_and_line(&advisory).contains(&("agents_md.authentication_missing".to_owned(), Some(4))));
+    let with_cookie = eval(&s, "POST", "/api", 0, &[("Cookie", "session=1")]);
+    assert!(code_and_line(&with_cookie).contains(&("agents_md.authentication_present".to_owned(), Some(4))));
+
+    let denied = strict("POST", &[("Content-Type", "application/json")]);
+    assert_eq!(denied.opinion, Opinion::Deny);
+    assert_eq!(code_and_line(&denied), [("agents_md.authentication_missing".to_owned(), Some(4))]);
+    assert!(allows(&strict("GET", &[])), "strict mode denies writes only");
+    assert!(allows(&strict("POST", &[("Authorization", "Bearer x")])));
+
+    let optional = policy("## Identity\n- site: example.com\n## Trust Requirements\n- authentication: optional\n");
+    let headers = Headers::default();
+    let v = optional.evaluate(&request("POST", "example.com", "/api", 0, &headers), true);
+    assert!(v.reasons.iter().all(|r| !r.code.starts_with("agents_md.authentication")), "{v:?}");
 }

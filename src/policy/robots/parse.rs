@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use super::group::{AgentLine, Group, Rule};
-use super::{MAX_BYTES, OtherLine};
+use super::{CrawlDelay, MAX_BYTES, MAX_CRAWL_DELAY_MS, OtherLine};
 use crate::policy::Diagnostic;
 
 /// Lines longer than this are truncated by Google's parser (8 × 2083 − 1 bytes); agentgate
@@ -37,6 +37,7 @@ const ACCEPTED_TYPOS: [(&str, Key); 8] = [
 pub(super) struct ParsedFile {
     pub(super) groups: Vec<Group>,
     pub(super) other_lines: Vec<OtherLine>,
+    pub(super) crawl_delays: Vec<CrawlDelay>,
     pub(super) findings: Findings,
 }
 
@@ -230,6 +231,21 @@ fn product_token(value: &str) -> &str {
     word.split('/').next().unwrap_or(word)
 }
 
+/// A `Crawl-delay` value in milliseconds: seconds as digits with an optional fraction
+/// (`2`, `0.5`, `.5`, `1.`), digits past the millisecond dropped; huge values saturate.
+/// `None` for anything else: empty, negative, signs, exponents, units.
+fn delay_millis(value: &str) -> Option<u64> {
+    let (whole, fraction) = value.split_once('.').unwrap_or((value, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty()) || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    // Only digits are left, so parsing fails only on overflow.
+    let seconds = if whole.is_empty() { 0 } else { whole.parse::<u64>().unwrap_or(u64::MAX) };
+    let millis = fraction.bytes().chain(std::iter::repeat(b'0')).take(3).fold(0, |n, b| n * 10 + u64::from(b - b'0'));
+    Some(seconds.saturating_mul(1000).saturating_add(millis))
+}
+
 /// The closest known key within edit distance 2, for "did you mean" hints.
 fn suggest_key(key: &str) -> Option<&'static str> {
     const CANDIDATES: [&str; 11] = [
@@ -337,6 +353,10 @@ impl Parser {
         match kind {
             Key::UserAgent => self.user_agent(number, value, text),
             Key::Allow | Key::Disallow => self.rule(number, kind == Key::Allow, value, text),
+            Key::Other if key.eq_ignore_ascii_case(b"crawl-delay") => {
+                self.crawl_delay(number, value, text);
+                self.other(number, key, value, false);
+            }
             Key::Other => self.other(number, key, value, typo_of.is_some()),
         }
     }
@@ -392,6 +412,41 @@ impl Parser {
             return;
         };
         group.push_rule(Rule::new(allow, &pattern, number, text.into()));
+    }
+
+    /// A `Crawl-delay` line: kept for the group it sits in (lines the matcher does not use
+    /// never end a group), or ignored with a finding.
+    fn crawl_delay(&mut self, number: u32, value: &[u8], text: Box<str>) {
+        let value = display(value);
+        let Some(group) = self.file.groups.len().checked_sub(1) else {
+            self.warn(
+                number,
+                "crawl-delay-outside-group",
+                format!("`{text}` comes before any `User-agent` line and is ignored: move it into a group"),
+            );
+            return;
+        };
+        let Some(millis) = delay_millis(&value) else {
+            self.warn(
+                number,
+                "crawl-delay-invalid",
+                format!("`{text}` is not a number of seconds (such as 2 or 0.5) and is ignored: fix the value"),
+            );
+            return;
+        };
+        if millis > u64::from(MAX_CRAWL_DELAY_MS) {
+            self.warn(
+                number,
+                "crawl-delay-capped",
+                format!(
+                    "`{text}` is longer than {} s; agentgate honours at most {} s between requests: lower it",
+                    MAX_CRAWL_DELAY_MS / 1000,
+                    MAX_CRAWL_DELAY_MS / 1000
+                ),
+            );
+        }
+        let millis = u32::try_from(millis.min(u64::from(MAX_CRAWL_DELAY_MS))).unwrap_or(MAX_CRAWL_DELAY_MS);
+        self.file.crawl_delays.push(CrawlDelay { group, millis, line: number, text: text.into() });
     }
 
     fn other(&mut self, number: u32, key: &[u8], value: &[u8], typo: bool) {

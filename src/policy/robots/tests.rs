@@ -714,3 +714,61 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Crawl-delay (not in RFC 9309; enforced only with `[robots] honor_crawl_delay`).
+
+/// The crawl delay for an agent: (milliseconds, line, rule).
+fn crawl_delay(body: &str, token: Option<&str>) -> Option<(u32, Option<u32>, String)> {
+    let headers = Headers::default();
+    let limit = RobotsState::parse(body.as_bytes()).crawl_delay(&view(&headers, token, "/"))?;
+    assert_eq!((limit.source, limit.scope.clone()), (Source::Robots, crate::policy::LimitScope::Origin));
+    assert_eq!(limit.reason.code, "robots.crawl_delay");
+    let LimitKind::Delay { millis } = limit.kind else { panic!("a crawl delay is a Delay: {limit:?}") };
+    Some((millis, limit.reason.line, limit.reason.rule.to_string()))
+}
+
+#[test]
+fn crawl_delay_comes_from_the_group_chosen_for_the_agent() {
+    let body = "User-agent: *\nCrawl-delay: 5\nDisallow: /x\n\nUser-agent: FooBot\nCrawl-delay: 1.5 # slow\nAllow: /\n";
+    assert_eq!(crawl_delay(body, Some("FooBot")), Some((1500, Some(6), "Crawl-delay: 1.5".to_owned())));
+    assert_eq!(crawl_delay(body, Some("OtherBot")), Some((5000, Some(2), "Crawl-delay: 5".to_owned())));
+    assert_eq!(crawl_delay(body, None), Some((5000, Some(2), "Crawl-delay: 5".to_owned())));
+    // A group naming the agent without a delay: no delay, even though `*` has one.
+    let named_without = "User-agent: *\nCrawl-delay: 5\nDisallow: /y\n\nUser-agent: FooBot\nDisallow: /x\n";
+    assert_eq!(crawl_delay(named_without, Some("FooBot")), None);
+    // Two groups naming the agent are merged; the longer delay applies.
+    let merged = "User-agent: FooBot\nCrawl-delay: 1\nDisallow: /a\n\nUser-agent: FooBot\nCrawl-delay: 3\n";
+    assert_eq!(crawl_delay(merged, Some("FooBot")).map(|d| (d.0, d.1)), Some((3000, Some(6))));
+}
+
+#[test]
+fn crawl_delay_values_invalid_zero_and_capped() {
+    for value in ["-1", "abc", "1e3", "", "2s", "+2", "1.2.3", "."] {
+        let body = format!("User-agent: *\nCrawl-delay: {value}\n");
+        assert_eq!(crawl_delay(&body, None), None, "{value:?} is ignored");
+        let findings: Vec<String> = lint(body.as_bytes()).into_iter().map(|d| d.code).collect();
+        assert_eq!(findings, ["crawl-delay-invalid"], "{value:?}");
+    }
+    assert_eq!(crawl_delay("User-agent: *\nCrawl-delay: 0\n", None), None, "0 is no delay");
+    assert_eq!(crawl_delay("User-agent: *\nCrawl-delay: .25\n", None).map(|d| d.0), Some(250));
+    assert_eq!(crawl_delay("User-agent: *\nCrawl-delay: 0.0004\n", None), None, "below a millisecond");
+    let capped = "User-agent: *\nCrawl-delay: 86400\n";
+    assert_eq!(crawl_delay(capped, None).map(|d| d.0), Some(MAX_CRAWL_DELAY_MS));
+    let findings: Vec<String> = lint(capped.as_bytes()).into_iter().map(|d| d.code).collect();
+    assert_eq!(findings, ["crawl-delay-capped"]);
+    let huge = "User-agent: *\nCrawl-delay: 99999999999999999999999\n";
+    assert_eq!(crawl_delay(huge, None).map(|d| d.0), Some(MAX_CRAWL_DELAY_MS), "saturates, never panics");
+    let outside = "Crawl-delay: 5\nUser-agent: *\nDisallow: /x\n";
+    assert_eq!(crawl_delay(outside, None), None);
+    let findings: Vec<String> = lint(outside.as_bytes()).into_iter().map(|d| d.code).collect();
+    assert_eq!(findings, ["crawl-delay-outside-group"]);
+}
+
+#[test]
+fn crawl_delay_never_ends_a_group_and_changes_no_rule() {
+    let body = "User-agent: FooBot\nCrawl-delay: 2\nUser-agent: BarBot\nDisallow: /private\n";
+    assert_eq!(crawl_delay(body, Some("BarBot")).map(|d| d.0), Some(2000), "one group for both agents");
+    assert_eq!(verdict(body, "BarBot", "/private").opinion, Opinion::Deny);
+    assert_eq!(verdict(body, "FooBot", "/private").opinion, Opinion::Deny);
+}
