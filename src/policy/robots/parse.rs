@@ -35,6 +35,8 @@ const ACCEPTED_TYPOS: [(&str, Key); 8] = [
 /// What a robots.txt body parses into.
 #[derive(Debug, Clone, Default)]
 pub(super) struct ParsedFile {
+    /// The text buffer the rules point into.
+    pub(super) text: String,
     pub(super) groups: Vec<Group>,
     pub(super) other_lines: Vec<OtherLine>,
     pub(super) findings: Findings,
@@ -107,7 +109,7 @@ pub(super) fn parse(body: &[u8], over_cap: bool, finding_cap: usize) -> ParsedFi
         parser.line(number, line);
     }
     for group in &mut parser.file.groups {
-        group.build_index();
+        group.build_index(&parser.file.text);
     }
     parser.file
 }
@@ -391,7 +393,7 @@ impl Parser {
             );
             return;
         };
-        group.push_rule(Rule::new(allow, &pattern, number, text.into()));
+        group.push_rule(Rule::new(&mut self.file.text, allow, &pattern, number, &text));
     }
 
     fn other(&mut self, number: u32, key: &[u8], value: &[u8], typo: bool) {
