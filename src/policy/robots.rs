@@ -24,8 +24,8 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use self::group::{AgentLine, Group, Rule};
-use super::weight::allocation;
 use super::pattern::normalize;
+use super::weight::allocation;
 use super::{
     Diagnostic, FetchOutcome, Opinion, PolicyReport, PolicyStatus, Reason, RequestView, Source, SourceVerdict,
 };

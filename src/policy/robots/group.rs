@@ -131,7 +131,9 @@ impl Group {
         let keys: Vec<Option<(Span, Option<Span>)>> = self
             .rules
             .iter()
-            .map(|rule| (rule.pattern.len > 0).then(|| (literal_prefix(rule.pattern, text), inner_piece(rule.pattern, text))))
+            .map(|rule| {
+                (rule.pattern.len > 0).then(|| (literal_prefix(rule.pattern, text), inner_piece(rule.pattern, text)))
+            })
             .collect();
         let mut shared: HashMap<&str, u32> = HashMap::new();
         for (prefix, piece) in keys.iter().flatten() {
@@ -240,14 +242,9 @@ fn inner_piece(pattern: Span, text: &str) -> Option<Span> {
     let pattern_text = pattern.of(text);
     let body = pattern_text.strip_suffix('$').unwrap_or(pattern_text);
     let star = body.find('*')?;
-    let mut at = star;
-    for piece in body[star..].split('*') {
-        if !piece.is_empty() {
-            return Some(pattern.sub(at, piece.len()));
-        }
-        at += 1;
-    }
-    None
+    let start = star + body[star..].find(|c| c != '*')?;
+    let len = body[start..].find('*').unwrap_or(body.len() - start);
+    Some(pattern.sub(start, len))
 }
 
 impl Weigh for AgentLine {
