@@ -654,7 +654,8 @@ impl Weigh for AgentsTxtState {
 
 impl Weigh for Rule {
     fn heap_bytes(&self) -> usize {
-        self.pattern.heap_bytes() + self.reason.heap_bytes()
+        // The reason's digest is the state's own `Arc`, charged once there, not per rule.
+        self.pattern.heap_bytes() + self.reason.code.heap_bytes() + self.reason.rule.heap_bytes()
     }
 }
 

@@ -4,7 +4,7 @@
 //! end anchor. Matching is linear in the path length: the pattern is split at its `*`s as it
 //! is matched and each literal piece is found leftmost with a substring search, which is
 //! exact for `*`-only globs (no backtracking, so `/*a*a*a*b` against 16 KiB costs one pass
-//! per piece). A compiled pattern is its normalised text and two flags, one allocation: the
+//! per piece). A compiled pattern is its normalised text and a flag, one allocation: the
 //! pieces are not stored, since files with tens of thousands of rules are kept per origin.
 //!
 //! Never: decides what a match means (allow or deny is the caller's), reads files.
@@ -17,8 +17,6 @@ use std::fmt::Write as _;
 pub struct Pattern {
     /// The pattern percent-normalised (see [`normalize`]), as its specificity is measured.
     normalized: Box<str>,
-    /// True when the pattern ended in `$`.
-    anchored: bool,
     /// True when it has no `*` and no anchor: a plain prefix.
     literal_prefix: bool,
 }
@@ -28,9 +26,8 @@ impl Pattern {
     /// formats that give an empty value another meaning (robots `Disallow:`) skip it first.
     pub fn new(raw: &str) -> Self {
         let normalized = normalize(raw).into_boxed_str();
-        let anchored = normalized.ends_with('$');
-        let literal_prefix = !anchored && !normalized.contains('*');
-        Pattern { normalized, anchored, literal_prefix }
+        let literal_prefix = is_literal_prefix(&normalized);
+        Pattern { normalized, literal_prefix }
     }
 
     /// The pattern's length in octets after normalisation: RFC 9309's "most octets", used
@@ -52,38 +49,54 @@ impl Pattern {
     /// Whether the pattern matches a path (with query), given already normalised by
     /// [`normalize`]. Callers matching many patterns normalise the path once.
     pub fn matches_normalized(&self, path: &str) -> bool {
-        let text = path.as_bytes();
-        let body = if self.anchored { &self.normalized[..self.normalized.len() - 1] } else { &self.normalized };
-        // Literal pieces between `*`s; the first must be a prefix of the path.
-        let mut pieces = body.split('*').peekable();
-        let first = pieces.next().unwrap_or_default();
-        if !text.starts_with(first.as_bytes()) {
-            return false;
-        }
-        let mut pos = first.len();
-        if pieces.peek().is_none() {
-            return !self.anchored || pos == text.len();
-        }
-        while let Some(piece) = pieces.next() {
-            if pieces.peek().is_none() {
-                return if self.anchored {
-                    text.len() >= pos + piece.len() && text.ends_with(piece.as_bytes())
-                } else {
-                    find(&path[pos..], piece).is_some()
-                };
-            }
-            match find(&path[pos..], piece) {
-                Some(at) => pos += at + piece.len(),
-                None => return false,
-            }
-        }
-        true
+        matches_normalized(&self.normalized, path)
     }
 
     /// Whether the pattern matches a raw path (normalised here).
     pub fn matches(&self, path: &str) -> bool {
         self.matches_normalized(&normalize(path))
     }
+}
+
+/// True when a normalised pattern has no `*` and no final `$`: every path it matches
+/// starts with it, and every path starting with it matches.
+pub fn is_literal_prefix(normalized: &str) -> bool {
+    !normalized.ends_with('$') && !normalized.contains('*')
+}
+
+/// Whether a pattern, already normalised by [`normalize`], matches a path (with query)
+/// normalised likewise. For formats that keep their patterns' text in one buffer per file
+/// rather than one [`Pattern`] per rule (robots.txt, issue 9).
+pub fn matches_normalized(pattern: &str, path: &str) -> bool {
+    let text = path.as_bytes();
+    let (body, anchored) = match pattern.strip_suffix('$') {
+        Some(body) => (body, true),
+        None => (pattern, false),
+    };
+    // Literal pieces between `*`s; the first must be a prefix of the path.
+    let mut pieces = body.split('*').peekable();
+    let first = pieces.next().unwrap_or_default();
+    if !text.starts_with(first.as_bytes()) {
+        return false;
+    }
+    let mut pos = first.len();
+    if pieces.peek().is_none() {
+        return !anchored || pos == text.len();
+    }
+    while let Some(piece) = pieces.next() {
+        if pieces.peek().is_none() {
+            return if anchored {
+                text.len() >= pos + piece.len() && text.ends_with(piece.as_bytes())
+            } else {
+                find(&path[pos..], piece).is_some()
+            };
+        }
+        match find(&path[pos..], piece) {
+            Some(at) => pos += at + piece.len(),
+            None => return false,
+        }
+    }
+    true
 }
 
 /// Substring search; `path` is ASCII after [`normalize`], so every index is a char boundary.

@@ -25,6 +25,7 @@ use sha2::{Digest, Sha256};
 
 use self::group::{AgentLine, Group, Rule};
 use super::pattern::normalize;
+use super::weight::allocation;
 use super::{
     Diagnostic, FetchOutcome, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason, RequestView,
     Source, SourceVerdict,
@@ -89,6 +90,9 @@ struct CrawlDelay {
 
 #[derive(Debug)]
 struct RobotsFile {
+    /// The text of every rule line, and each pattern that normalising changed: rules are
+    /// spans of it (issue 9: one buffer per file, not an allocation per rule).
+    text: Box<str>,
     groups: Vec<Group>,
     other_lines: Vec<OtherLine>,
     crawl_delays: Vec<CrawlDelay>,
@@ -177,7 +181,7 @@ impl RobotsState {
             source: Source::Robots,
             kind: LimitKind::Delay { millis: delay.millis },
             scope: LimitScope::Origin,
-            reason: file.reason("robots.crawl_delay", delay.line, &delay.text),
+            reason: file.reason("robots.crawl_delay", delay.line, Arc::clone(&delay.text)),
         })
     }
 
@@ -241,6 +245,7 @@ impl RobotsFile {
     fn parse(body: &[u8], over_cap: bool, finding_cap: usize) -> Self {
         let parsed = parse::parse(body, over_cap, finding_cap);
         RobotsFile {
+            text: parsed.text.into_boxed_str(),
             groups: parsed.groups,
             other_lines: parsed.other_lines,
             crawl_delays: parsed.crawl_delays,
@@ -255,11 +260,11 @@ impl RobotsFile {
         let mut named = false;
         for group in self.groups.iter().filter(|g| g.naming_line(req).is_some()) {
             named = true;
-            group.best_match(&path, &mut best);
+            group.best_match(&self.text, &path, &mut best);
         }
         if !named {
             for group in self.groups.iter().filter(|g| g.any_agent_line().is_some()) {
-                group.best_match(&path, &mut best);
+                group.best_match(&self.text, &path, &mut best);
             }
         }
         let Some((group, rule)) = best else {
@@ -267,17 +272,63 @@ impl RobotsFile {
         };
         let (opinion, code) =
             if rule.allow { (Opinion::Allow, "robots.allow") } else { (Opinion::Deny, "robots.disallow") };
-        let mut verdict = SourceVerdict::with(opinion, self.reason(code, rule.line, &rule.text));
+        // The rule's text is copied out of the file's buffer, once per decision: that is
+        // the price of holding no allocation per rule (issue 9).
+        let mut reasons = Vec::with_capacity(2);
+        reasons.push(self.reason(code, rule.line, Arc::from(rule.text.of(&self.text))));
         let selected_by = if named { group.naming_line(req) } else { group.any_agent_line() };
         if let Some(AgentLine { line, text, .. }) = selected_by {
-            verdict.reasons.push(self.reason("robots.group", *line, text));
+            reasons.push(self.reason("robots.group", *line, Arc::clone(text)));
         }
-        verdict
+        SourceVerdict { opinion, reasons, ..SourceVerdict::no_opinion() }
     }
 
-    fn reason(&self, code: &'static str, line: u32, text: &Arc<str>) -> Reason {
-        Reason::new(Source::Robots, code, Arc::clone(text)).at_line(line).with_digest(Some(self.digest.clone()))
+    fn reason(&self, code: &'static str, line: u32, text: Arc<str>) -> Reason {
+        Reason::new(Source::Robots, code, text).at_line(line).with_digest(Some(self.digest.clone()))
     }
+}
+
+/// A range of a parsed file's text buffer: rules point into it rather than own their text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+impl Span {
+    /// Appends `part` to `buffer` and returns where it is.
+    fn push(buffer: &mut String, part: &str) -> Span {
+        let start = to_u32(buffer.len());
+        buffer.push_str(part);
+        Span { start, len: to_u32(part.len()) }
+    }
+
+    /// The text this span covers in the buffer it was made for.
+    fn of(self, buffer: &str) -> &str {
+        &buffer[self.start as usize..(self.start + self.len) as usize]
+    }
+
+    /// The first `len` bytes of this span.
+    fn prefix(self, len: usize) -> Span {
+        self.sub(0, len)
+    }
+
+    /// The last `len` bytes of this span.
+    fn suffix(self, len: usize) -> Span {
+        self.sub(self.len as usize - len, len)
+    }
+
+    /// `len` bytes of this span from `offset` on.
+    fn sub(self, offset: usize, len: usize) -> Span {
+        debug_assert!(offset + len <= self.len as usize, "a sub-span stays within its span");
+        Span { start: self.start + to_u32(offset), len: to_u32(len) }
+    }
+}
+
+/// Offsets and counts are bounded by the robots.txt size cap (500 KiB, patterns at most
+/// tripled by %-encoding), far below `u32::MAX`.
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).expect("robots.txt offsets and counts are bounded by the 500 KiB parse cap")
 }
 
 /// The request's path and query, percent-normalised like the patterns (RFC 9309 §2.2.2);
@@ -302,7 +353,8 @@ impl Weigh for RobotsState {
 
 impl Weigh for RobotsFile {
     fn heap_bytes(&self) -> usize {
-        self.groups.heap_bytes()
+        allocation(self.text.len())
+            + self.groups.heap_bytes()
             + self.other_lines.heap_bytes()
             + self.crawl_delays.heap_bytes()
             + self.digest.heap_bytes()

@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
-use super::index::{PrefixIndex, PrefixIndexBuilder};
+use super::index::KeyIndex;
+use super::{Span, to_u32};
 use crate::policy::RequestView;
-use crate::policy::pattern::Pattern;
+use crate::policy::pattern::{is_literal_prefix, matches_normalized, normalize};
 
 /// The product token a `User-agent: *` line carries.
 pub(super) const ANY_AGENT: &str = "*";
@@ -28,28 +29,40 @@ pub(super) struct AgentLine {
     pub(super) text: Arc<str>,
 }
 
-/// An `allow` or `disallow` line.
-#[derive(Debug, Clone)]
+/// An `allow` or `disallow` line: 24 bytes, its text kept in the file's text buffer
+/// (issue 9: a file of 20,000 rules holds no allocation per rule).
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Rule {
     /// True for `allow`.
     pub(super) allow: bool,
-    /// The compiled pattern; `None` for an empty value, which matches nothing.
-    pattern: Option<Pattern>,
+    /// True when the pattern has no `*` and no final `$`, so a path starting with it
+    /// matches.
+    literal_prefix: bool,
     /// 1-based line.
     pub(super) line: u32,
     /// The line as written, without its comment.
-    pub(super) text: Arc<str>,
+    pub(super) text: Span,
+    /// The pattern, percent-normalised; empty for an empty value, which matches nothing.
+    /// Usually the end of `text`; a pattern that normalising changed follows it.
+    pattern: Span,
 }
 
 impl Rule {
-    /// A rule from its value (`raw_pattern`, already free of invalid UTF-8).
-    pub(super) fn new(allow: bool, raw_pattern: &str, line: u32, text: Arc<str>) -> Self {
-        let pattern = (!raw_pattern.is_empty()).then(|| Pattern::new(raw_pattern));
-        Rule { allow, pattern, line, text }
+    /// A rule from its value (`raw_pattern`, already free of invalid UTF-8) and its line as
+    /// written (`line_text`), both appended to the file's text buffer.
+    pub(super) fn new(buffer: &mut String, allow: bool, raw_pattern: &str, line: u32, line_text: &str) -> Self {
+        let text = Span::push(buffer, line_text);
+        let normalized = normalize(raw_pattern);
+        let pattern = if line_text.ends_with(normalized.as_str()) {
+            text.suffix(normalized.len())
+        } else {
+            Span::push(buffer, &normalized)
+        };
+        Rule { allow, literal_prefix: is_literal_prefix(&normalized), line, text, pattern }
     }
 
     fn specificity(&self) -> usize {
-        self.pattern.as_ref().map_or(0, Pattern::specificity)
+        self.pattern.len as usize
     }
 
     /// True when `self` beats `other` (RFC 9309 §2.2.2): more octets, then allow over
@@ -67,12 +80,22 @@ impl Rule {
 #[derive(Debug, Clone)]
 pub(super) struct Group {
     pub(super) agents: Vec<AgentLine>,
+    /// In line order while parsing; sorted by index key by [`Group::build_index`].
     rules: Vec<Rule>,
     /// Rules keyed by their literal prefix (see [`Group::build_index`]).
-    by_prefix: PrefixIndex,
+    by_prefix: KeyIndex,
     /// Rules keyed by the first literal piece after their first wildcard (`.pdf` for
     /// `/*.pdf$`), which must occur somewhere in a matching path.
-    by_inner_piece: PrefixIndex,
+    by_inner_piece: KeyIndex,
+}
+
+/// Where [`Group::build_index`] files a rule; the group's rules are sorted in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Filed {
+    ByPrefix,
+    ByInnerPiece,
+    /// An empty pattern, which matches nothing.
+    Nowhere,
 }
 
 impl Group {
@@ -81,8 +104,8 @@ impl Group {
         Group {
             agents: vec![first_agent],
             rules: Vec::new(),
-            by_prefix: PrefixIndex::default(),
-            by_inner_piece: PrefixIndex::default(),
+            by_prefix: KeyIndex::default(),
+            by_inner_piece: KeyIndex::default(),
         }
     }
 
@@ -96,42 +119,51 @@ impl Group {
         self.rules.push(rule);
     }
 
-    /// Indexes the rules. A rule is keyed by its literal prefix or, when it has a wildcard
-    /// followed by a literal piece, by that piece: whichever fewer rules share (a prefix of
-    /// one octet, `/`, would make the rule a candidate for every request). Both keys must
-    /// occur in a matching path, so either choice finds every match; the choice only keeps
-    /// `Disallow: /*.pdf$` and `Disallow: /shop/*/item-42` from being tested for every
-    /// request. Rules with an empty pattern match nothing and are not indexed.
-    pub(super) fn build_index(&mut self) {
-        let mut shared: HashMap<&str, u32> = HashMap::new();
-        let keys: Vec<Option<(&str, Option<&str>)>> = self
+    /// Indexes the rules (`text` is the file's text buffer). A rule is keyed by its literal
+    /// prefix or, when it has a wildcard followed by a literal piece, by that piece:
+    /// whichever fewer rules share (a prefix of one octet, `/`, would make the rule a
+    /// candidate for every request). Both keys must occur in a matching path, so either
+    /// choice finds every match; the choice only keeps `Disallow: /*.pdf$` and
+    /// `Disallow: /shop/*/item-42` from being tested for every request. Rules with an empty
+    /// pattern match nothing and are not indexed. The rules are sorted by where they are
+    /// filed and their key, so each key's rules are one range.
+    pub(super) fn build_index(&mut self, text: &str) {
+        let keys: Vec<Option<(Span, Option<Span>)>> = self
             .rules
             .iter()
             .map(|rule| {
-                let pattern = rule.pattern.as_ref()?;
-                Some((literal_prefix(pattern), inner_piece(pattern)))
+                (rule.pattern.len > 0).then(|| (literal_prefix(rule.pattern, text), inner_piece(rule.pattern, text)))
             })
             .collect();
+        let mut shared: HashMap<&str, u32> = HashMap::new();
         for (prefix, piece) in keys.iter().flatten() {
-            *shared.entry(prefix).or_default() += 1;
+            *shared.entry(prefix.of(text)).or_default() += 1;
             if let Some(piece) = piece {
-                *shared.entry(piece).or_default() += 1;
+                *shared.entry(piece.of(text)).or_default() += 1;
             }
         }
-        let (mut by_prefix, mut by_inner_piece) = (PrefixIndexBuilder::new(), PrefixIndexBuilder::new());
-        for (id, key) in keys.iter().enumerate() {
-            let Some((prefix, piece)) = key else { continue };
-            let id = u32::try_from(id).expect("rule count is bounded by the 500 KiB parse cap");
-            match piece {
-                Some(piece) if prefix.len() <= 1 || shared[piece] < shared[prefix] => {
-                    by_inner_piece.insert(piece.as_bytes(), id);
+        let mut filed: Vec<(Filed, Span, Rule)> = keys
+            .iter()
+            .zip(&self.rules)
+            .map(|(key, rule)| match *key {
+                None => (Filed::Nowhere, Span::default(), *rule),
+                Some((prefix, Some(piece))) if prefix.len <= 1 || shared[piece.of(text)] < shared[prefix.of(text)] => {
+                    (Filed::ByInnerPiece, piece, *rule)
                 }
-                _ => by_prefix.insert(prefix.as_bytes(), id),
-            }
-        }
-        self.by_prefix = by_prefix.finish();
-        self.by_inner_piece = by_inner_piece.finish();
-        self.rules.shrink_to_fit();
+                Some((prefix, _)) => (Filed::ByPrefix, prefix, *rule),
+            })
+            .collect();
+        filed.sort_by(|a, b| (a.0, a.1.of(text), a.2.line).cmp(&(b.0, b.1.of(text), b.2.line)));
+        let keyed = |by: Filed| -> Vec<(Span, u32)> {
+            filed.iter().enumerate().filter(|(_, f)| f.0 == by).map(|(i, f)| (f.1, to_u32(i))).collect()
+        };
+        let (by_prefix, by_inner_piece) = (keyed(Filed::ByPrefix), keyed(Filed::ByInnerPiece));
+        self.by_prefix = KeyIndex::build(text, &by_prefix, to_u32(by_prefix.len()));
+        self.by_inner_piece = KeyIndex::build(text, &by_inner_piece, to_u32(by_prefix.len() + by_inner_piece.len()));
+        // Exactly as many as there are: the parsed file is kept per origin.
+        let mut rules = Vec::with_capacity(filed.len());
+        rules.extend(filed.iter().map(|(_, _, rule)| *rule));
+        self.rules = rules;
         self.agents.shrink_to_fit();
     }
 
@@ -147,47 +179,47 @@ impl Group {
     }
 
     /// Updates `best` with this group's best rule for `path` (percent-normalised path and
-    /// query), keeping `best` when it outranks every match here.
-    pub(super) fn best_match<'g>(&'g self, path: &str, best: &mut Option<(&'g Group, &'g Rule)>) {
-        self.by_prefix.for_each_candidate(path.as_bytes(), |id| self.consider(id, path, best));
+    /// query), keeping `best` when it outranks every match here. `text` is the file's text
+    /// buffer.
+    pub(super) fn best_match<'g>(&'g self, text: &str, path: &str, best: &mut Option<(&'g Group, &'g Rule)>) {
+        let bytes = path.as_bytes();
+        self.by_prefix.for_each_key(text, bytes, |key| {
+            for position in self.by_prefix.rules_of(key) {
+                self.consider(position, text, path, best);
+            }
+        });
         if self.by_inner_piece.is_empty() {
             return;
         }
-        // A piece may occur at many positions (`a` in a 16 KiB run of `a`s): collect each
-        // node once, marking it in a bitset, so each rule is tested once and the work stays
-        // linear in the path rather than in the number of occurrences.
-        let mut nodes = Vec::new();
+        // A piece may occur at many positions (`a` in a 16 KiB run of `a`s): test each key's
+        // rules once, marking the key in a bitset, so the work stays linear in the path
+        // rather than in the number of occurrences.
         let mut seen: Vec<u64> = Vec::new();
-        let bytes = path.as_bytes();
         for (start, &byte) in bytes.iter().enumerate() {
-            if self.by_inner_piece.has_key_starting_with(byte) {
-                self.by_inner_piece.for_each_node(&bytes[start..], |node| {
-                    if seen.is_empty() {
-                        seen = vec![0; self.by_inner_piece.node_count().div_ceil(64)];
-                    }
-                    let (word, bit) = (node as usize / 64, node % 64);
-                    if seen[word] & (1 << bit) == 0 {
-                        seen[word] |= 1 << bit;
-                        nodes.push(node);
-                    }
-                });
+            if !self.by_inner_piece.has_key_starting_with(byte) {
+                continue;
             }
-        }
-        nodes.sort_unstable();
-        for node in nodes {
-            for &id in self.by_inner_piece.rules_at(node) {
-                self.consider(id, path, best);
-            }
+            self.by_inner_piece.for_each_key(text, &bytes[start..], |key| {
+                if seen.is_empty() {
+                    seen = vec![0; self.by_inner_piece.key_count().div_ceil(64)];
+                }
+                let (word, bit) = (key as usize / 64, key % 64);
+                if seen[word] & (1 << bit) == 0 {
+                    seen[word] |= 1 << bit;
+                    for position in self.by_inner_piece.rules_of(key) {
+                        self.consider(position, text, path, best);
+                    }
+                }
+            });
         }
     }
 
-    fn consider<'g>(&'g self, id: u32, path: &str, best: &mut Option<(&'g Group, &'g Rule)>) {
-        let rule = &self.rules[id as usize];
-        let Some(pattern) = &rule.pattern else { return };
+    fn consider<'g>(&'g self, position: usize, text: &str, path: &str, best: &mut Option<(&'g Group, &'g Rule)>) {
+        let rule = &self.rules[position];
         if best.is_some_and(|(_, b)| !rule.outranks(b)) {
             return;
         }
-        if pattern.is_literal_prefix() || pattern.matches_normalized(path) {
+        if rule.literal_prefix || matches_normalized(rule.pattern.of(text), path) {
             *best = Some((self, rule));
         }
     }
@@ -195,21 +227,24 @@ impl Group {
 
 /// The part of a pattern every matching path starts with: up to the first `*`, or the
 /// whole pattern without a final `$` anchor.
-fn literal_prefix(pattern: &Pattern) -> &str {
-    let text = pattern.as_str();
-    match text.find('*') {
-        Some(star) => &text[..star],
-        None => text.strip_suffix('$').unwrap_or(text),
-    }
+fn literal_prefix(pattern: Span, text: &str) -> Span {
+    let pattern_text = pattern.of(text);
+    let len = match pattern_text.find('*') {
+        Some(star) => star,
+        None => pattern_text.strip_suffix('$').unwrap_or(pattern_text).len(),
+    };
+    pattern.prefix(len)
 }
 
 /// The first non-empty literal piece after the first `*`, without a final `$` anchor
 /// (`.pdf` in `/*.pdf$`); `None` when wildcards are all there is after the prefix.
-fn inner_piece(pattern: &Pattern) -> Option<&str> {
-    let text = pattern.as_str();
-    let text = text.strip_suffix('$').unwrap_or(text);
-    let (_, after) = text.split_once('*')?;
-    after.split('*').find(|piece| !piece.is_empty())
+fn inner_piece(pattern: Span, text: &str) -> Option<Span> {
+    let pattern_text = pattern.of(text);
+    let body = pattern_text.strip_suffix('$').unwrap_or(pattern_text);
+    let star = body.find('*')?;
+    let start = star + body[star..].find(|c| c != '*')?;
+    let len = body[start..].find('*').unwrap_or(body.len() - start);
+    Some(pattern.sub(start, len))
 }
 
 impl Weigh for AgentLine {
@@ -218,16 +253,10 @@ impl Weigh for AgentLine {
     }
 }
 
-impl Weigh for Rule {
-    fn heap_bytes(&self) -> usize {
-        self.pattern.heap_bytes() + self.text.heap_bytes()
-    }
-}
-
 impl Weigh for Group {
     fn heap_bytes(&self) -> usize {
         self.agents.heap_bytes()
-            + self.rules.heap_bytes()
+            + crate::policy::weight::allocation(self.rules.capacity() * std::mem::size_of::<Rule>())
             + self.by_prefix.heap_bytes()
             + self.by_inner_piece.heap_bytes()
     }
@@ -237,12 +266,19 @@ impl Weigh for Group {
 mod tests {
     use super::*;
 
+    /// The key `find` picks from `raw`'s normalised pattern, as text.
+    fn key(raw: &str, find: fn(Span, &str) -> Option<Span>) -> Option<String> {
+        let mut text = String::new();
+        let pattern = Span::push(&mut text, &normalize(raw));
+        find(pattern, &text).map(|key| key.of(&text).to_owned())
+    }
+
     #[test]
     fn literal_prefix_stops_at_wildcard_or_anchor() {
         let cases =
             [("/a/b", "/a/b"), ("/a*b", "/a"), ("*.gif$", ""), ("/a$", "/a"), ("/a$b", "/a$b"), ("/ツ*", "/%E3%83%84")];
         for (raw, prefix) in cases {
-            assert_eq!(literal_prefix(&Pattern::new(raw)), prefix, "{raw}");
+            assert_eq!(key(raw, |p, t| Some(literal_prefix(p, t))).as_deref(), Some(prefix), "{raw}");
         }
     }
 
@@ -257,7 +293,7 @@ mod tests {
             ("*$", None),
         ];
         for (raw, piece) in cases {
-            assert_eq!(inner_piece(&Pattern::new(raw)), piece, "{raw}");
+            assert_eq!(key(raw, inner_piece).as_deref(), piece, "{raw}");
         }
     }
 }

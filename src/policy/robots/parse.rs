@@ -35,6 +35,8 @@ const ACCEPTED_TYPOS: [(&str, Key); 8] = [
 /// What a robots.txt body parses into.
 #[derive(Debug, Clone, Default)]
 pub(super) struct ParsedFile {
+    /// The text buffer the rules point into.
+    pub(super) text: String,
     pub(super) groups: Vec<Group>,
     pub(super) other_lines: Vec<OtherLine>,
     pub(super) crawl_delays: Vec<CrawlDelay>,
@@ -108,7 +110,7 @@ pub(super) fn parse(body: &[u8], over_cap: bool, finding_cap: usize) -> ParsedFi
         parser.line(number, line);
     }
     for group in &mut parser.file.groups {
-        group.build_index();
+        group.build_index(&parser.file.text);
     }
     parser.file
 }
@@ -411,7 +413,7 @@ impl Parser {
             );
             return;
         };
-        group.push_rule(Rule::new(allow, &pattern, number, text.into()));
+        group.push_rule(Rule::new(&mut self.file.text, allow, &pattern, number, &text));
     }
 
     /// A `Crawl-delay` line: kept for the group it sits in (lines the matcher does not use
