@@ -13,7 +13,9 @@
 #
 # Environment: BENCH_SECONDS (10), BENCH_CONNECTIONS (50), BENCH_UNSEEN (unseen origins
 # the origin listens as, 10000), BENCH_IDLE (idle connections, 1000), BENCH_KEEP=1 keeps
-# the work directory (configs, oha JSON, decision log, agentgate's stderr).
+# the work directory (configs, oha JSON, decision log, agentgate's stderr). BENCH_PERF=1
+# records each run through agentgate with `perf record` (installs linux-perf with apt if
+# missing) and leaves the self cost per function in WORK/NAME.perf.txt (implies BENCH_KEEP).
 # Everything listens on and connects to 127.0.0.0/8 only.
 set -euo pipefail
 
@@ -45,6 +47,11 @@ if ! command -v cargo >/dev/null; then
 fi
 export PATH="$HOME/.cargo/bin:$PATH"
 command -v oha >/dev/null || { say "installing oha"; cargo install oha --locked; }
+if [ "${BENCH_PERF:-0}" = 1 ]; then
+    BENCH_KEEP=1
+    command -v perf >/dev/null || { sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo;
+        $sudo apt-get update -q && $sudo apt-get install -y -q linux-perf; }
+fi
 
 # Many sockets: the unseen origins listen on 2 x BENCH_UNSEEN addresses, the memory step
 # holds BENCH_IDLE connections (agentgate raises its own limit at start-up).
@@ -152,11 +159,22 @@ run() {
         proxy_args=(--cacert "$WORK/origin-ca.pem")
     fi
     say "$name ($through, ${SECONDS_PER_RUN}s, $CONNECTIONS connections)"
-    local before
+    local before perf_pid=""
+    if [ "${BENCH_PERF:-0}" = 1 ] && [ "$through" = proxy ]; then
+        # The software clock: hardware counters are often missing in VMs and containers.
+        perf record -q -e cpu-clock -F 999 -g -p "$AG_PID" -o "$WORK/$name.perf.data" 2>>"$WORK/perf.err" &
+        perf_pid=$!
+    fi
     before=$(cpu_ticks)
     oha --no-tui --output-format json -z "${SECONDS_PER_RUN}s" -c "$CONNECTIONS" "${proxy_args[@]}" "$@" >"$WORK/$name.json"
     if [ "$through" = proxy ]; then
         echo "$(( $(cpu_ticks) - before )) $(vm_hwm)" >"$WORK/$name.proc"
+    fi
+    if [ -n "$perf_pid" ]; then
+        kill -INT "$perf_pid" && wait "$perf_pid" || true
+        perf report -i "$WORK/$name.perf.data" --no-children --sort symbol -g none --stdio 2>/dev/null \
+            | grep -v '^$' | grep -v '^#' | grep '%' | head -40 >"$WORK/$name.perf.txt" || true
+        echo "bench: self cost by function: $WORK/$name.perf.txt" >&2
     fi
 }
 
