@@ -12,7 +12,7 @@
 # agentgate's RSS per idle keep-alive connection and per idle MITM tunnel (bench/idle.py).
 #
 # Environment: BENCH_SECONDS (10), BENCH_CONNECTIONS (50), BENCH_UNSEEN (unseen origins
-# the origin listens as, 10000), BENCH_IDLE (idle connections, 1000), BENCH_KEEP=1 keeps
+# the origin listens as, 10000 or what the open-file limit allows), BENCH_IDLE (idle connections, 1000), BENCH_KEEP=1 keeps
 # the work directory (configs, oha JSON, decision log, agentgate's stderr). BENCH_PERF=1
 # records each run through agentgate with `perf record` (installs linux-perf with apt if
 # missing) and leaves the self cost per function in WORK/NAME.perf.txt (implies BENCH_KEEP).
@@ -56,6 +56,9 @@ fi
 # Many sockets: the unseen origins listen on 2 x BENCH_UNSEEN addresses, the memory step
 # holds BENCH_IDLE connections (agentgate raises its own limit at start-up).
 hard=$(ulimit -Hn)
+if [ -z "${BENCH_UNSEEN:-}" ] && [ "$hard" != unlimited ] && [ "$hard" -lt $((2 * UNSEEN + IDLE + 1024)) ]; then
+    UNSEEN=$(( (hard - IDLE - 1024) / 2 ))   # as many unseen origins as the limit allows
+fi
 if [ "$hard" != unlimited ] && [ "$hard" -lt $((2 * UNSEEN + IDLE + 1024)) ]; then
     die "open-file hard limit $hard is too low for BENCH_UNSEEN=$UNSEEN and BENCH_IDLE=$IDLE"
 fi
@@ -74,9 +77,11 @@ WORK=$(mktemp -d -t agentgate-bench.XXXXXX)
 ORIGIN_PID=""
 AG_PID=""
 cleanup() {
+    local status=$?
     [ -n "$AG_PID" ] && kill "$AG_PID" 2>/dev/null && wait "$AG_PID" 2>/dev/null
     [ -n "$ORIGIN_PID" ] && kill "$ORIGIN_PID" 2>/dev/null && wait "$ORIGIN_PID" 2>/dev/null
     if [ "${BENCH_KEEP:-0}" = 1 ]; then echo "bench: work directory kept: $WORK" >&2; else rm -rf "$WORK"; fi
+    exit "$status"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -173,7 +178,7 @@ run() {
     if [ -n "$perf_pid" ]; then
         kill -INT "$perf_pid" && wait "$perf_pid" || true
         perf report -i "$WORK/$name.perf.data" --no-children --sort symbol -g none --stdio 2>/dev/null \
-            | grep -v '^$' | grep -v '^#' | grep '%' | head -40 >"$WORK/$name.perf.txt" || true
+            | grep -v '^$' | grep -v '^#' | grep '%' | sed 's/ *- *- *$//; s/ *$//' | head -40 >"$WORK/$name.perf.txt" || true
         echo "bench: self cost by function: $WORK/$name.perf.txt" >&2
     fi
 }
