@@ -78,8 +78,8 @@ ORIGIN_PID=""
 AG_PID=""
 cleanup() {
     local status=$?
-    [ -n "$AG_PID" ] && kill "$AG_PID" 2>/dev/null && wait "$AG_PID" 2>/dev/null
-    [ -n "$ORIGIN_PID" ] && kill "$ORIGIN_PID" 2>/dev/null && wait "$ORIGIN_PID" 2>/dev/null
+    [ -n "$AG_PID" ] && kill "$AG_PID" 2>/dev/null && wait "$AG_PID" 2>/dev/null || true
+    [ -n "$ORIGIN_PID" ] && kill "$ORIGIN_PID" 2>/dev/null && wait "$ORIGIN_PID" 2>/dev/null || true
     if [ "${BENCH_KEEP:-0}" = 1 ]; then echo "bench: work directory kept: $WORK" >&2; else rm -rf "$WORK"; fi
     exit "$status"
 }
