@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# The load benchmark: agentgate against a direct connection, on loopback only.
+#
+#   bench/run.sh                     10 s per run, 50 connections
+#   BENCH_SECONDS=30 BENCH_CONNECTIONS=100 bench/run.sh
+#
+# Builds agentgate (release) and the in-repo origin (bench/origin), starts both with a
+# benchmark config (decision log on, to a file), drives each scenario with oha (installed
+# with `cargo install oha --locked` if missing) and prints one table: req/s, p50, p99, the
+# ratio to the matching direct run, agentgate's CPU time per request (utime + stime from
+# /proc/PID/stat) and its peak RSS (VmHWM, reset before each run). Then the memory step:
+# agentgate's RSS per idle keep-alive connection and per idle MITM tunnel (bench/idle.py).
+#
+# Environment: BENCH_SECONDS (10), BENCH_CONNECTIONS (50), BENCH_UNSEEN (unseen origins
+# the origin listens as, 10000 or what the open-file limit allows), BENCH_IDLE (idle connections, 1000), BENCH_KEEP=1 keeps
+# the work directory (configs, oha JSON, decision log, agentgate's stderr). BENCH_PERF=1
+# records each run through agentgate with `perf record` (installs linux-perf with apt if
+# missing) and leaves the self cost per function in WORK/NAME.perf.txt (implies BENCH_KEEP).
+# Everything listens on and connects to 127.0.0.0/8 only.
+set -euo pipefail
+
+SECONDS_PER_RUN=${BENCH_SECONDS:-10}
+CONNECTIONS=${BENCH_CONNECTIONS:-50}
+UNSEEN=${BENCH_UNSEEN:-10000}
+IDLE=${BENCH_IDLE:-1000}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+say() { printf '\n== %s\n' "$*" >&2; }
+die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
+
+# --- what the script needs, installed if missing (Debian/Ubuntu apt, rustup) ---------
+need_apt=()
+command -v curl >/dev/null || need_apt+=(curl ca-certificates)
+command -v python3 >/dev/null || need_apt+=(python3)
+command -v cc >/dev/null || need_apt+=(build-essential)
+if ((${#need_apt[@]})); then
+    command -v apt-get >/dev/null || die "missing ${need_apt[*]} and no apt-get to install them"
+    say "installing ${need_apt[*]}"
+    sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update -q && $sudo apt-get install -y -q "${need_apt[@]}"
+fi
+if ! command -v cargo >/dev/null; then
+    [ -x "$HOME/.cargo/bin/cargo" ] || { say "installing the Rust toolchain (rustup)";
+        curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal; }
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+export PATH="$HOME/.cargo/bin:$PATH"
+command -v oha >/dev/null || { say "installing oha"; cargo install oha --locked; }
+if [ "${BENCH_PERF:-0}" = 1 ]; then
+    BENCH_KEEP=1
+    command -v perf >/dev/null || { sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo;
+        $sudo apt-get update -q && $sudo apt-get install -y -q linux-perf; }
+fi
+
+# Many sockets: the unseen origins listen on 2 x BENCH_UNSEEN addresses, the memory step
+# holds BENCH_IDLE connections (agentgate raises its own limit at start-up).
+hard=$(ulimit -Hn)
+if [ -z "${BENCH_UNSEEN:-}" ] && [ "$hard" != unlimited ] && [ "$hard" -lt $((2 * UNSEEN + IDLE + 1024)) ]; then
+    UNSEEN=$(( (hard - IDLE - 1024) / 2 ))   # as many unseen origins as the limit allows
+fi
+if [ "$hard" != unlimited ] && [ "$hard" -lt $((2 * UNSEEN + IDLE + 1024)) ]; then
+    die "open-file hard limit $hard is too low for BENCH_UNSEEN=$UNSEEN and BENCH_IDLE=$IDLE"
+fi
+ulimit -n "$hard" 2>/dev/null || ulimit -n 1048576
+
+say "building agentgate and the origin (release)"
+cargo build --release --quiet --bin agentgate
+# The origin has its own manifest and lock file; it shares agentgate's target directory
+# so common dependencies are built once.
+CARGO_TARGET_DIR="$ROOT/target" cargo build --release --quiet --manifest-path bench/origin/Cargo.toml
+AGENTGATE="$ROOT/target/release/agentgate"
+ORIGIN_BIN="$ROOT/target/release/agentgate-bench-origin"
+
+# --- processes, all cleaned up on exit -------------------------------------------------
+WORK=$(mktemp -d -t agentgate-bench.XXXXXX)
+ORIGIN_PID=""
+AG_PID=""
+cleanup() {
+    local status=$?
+    [ -n "$AG_PID" ] && kill "$AG_PID" 2>/dev/null && wait "$AG_PID" 2>/dev/null || true
+    [ -n "$ORIGIN_PID" ] && kill "$ORIGIN_PID" 2>/dev/null && wait "$ORIGIN_PID" 2>/dev/null || true
+    if [ "${BENCH_KEEP:-0}" = 1 ]; then echo "bench: work directory kept: $WORK" >&2; else rm -rf "$WORK"; fi
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Waits (polling, at most 60 s) until "$@" succeeds.
+wait_for() {
+    local tries=600
+    until "$@"; do
+        tries=$((tries - 1))
+        [ "$tries" -gt 0 ] || return 1
+        sleep 0.1
+    done
+}
+
+say "starting the origin ($UNSEEN unseen origins)"
+"$ORIGIN_BIN" --dir "$WORK" --unseen "$UNSEEN" 2>"$WORK/origin.err" &
+ORIGIN_PID=$!
+wait_for test -f "$WORK/origin.env" || die "origin did not start: $(cat "$WORK/origin.err")"
+# shellcheck source=/dev/null
+. "$WORK/origin.env"
+[ "$ORIGIN_443" = 1 ] || echo "bench: origin could not bind port 443: AGENTS.md of http origins is not served" >&2
+HTTP_ORIGIN="$ORIGIN_IP:$ORIGIN_HTTP_PORT"
+HTTPS_ORIGIN="$ORIGIN_IP:$ORIGIN_HTTPS_PORT"
+
+cat >"$WORK/agentgate.toml" <<EOF
+# bench/run.sh's configuration: the default, opened to the loopback origin.
+listen = "127.0.0.1:0"
+[ca]
+dir = "$WORK/ca"
+[upstream]
+extra_ca_files = ["$WORK/origin-ca.pem"]
+[network]
+allow_cidrs = ["127.0.0.0/8"]
+[connect]
+allowed_ports = ["1-65535"]
+[connections]
+max_connections = 100000
+max_connections_per_client = 100000
+[audit]
+path = "$WORK/decisions.jsonl"
+[admin]
+listen = "off"
+EOF
+
+start_agentgate() {
+    : >"$WORK/agentgate.out"
+    "$AGENTGATE" run --config "$WORK/agentgate.toml" >"$WORK/agentgate.out" 2>>"$WORK/agentgate.err" &
+    AG_PID=$!
+    wait_for grep -q "listening on http://" "$WORK/agentgate.out" || die "agentgate did not start: $(tail -5 "$WORK/agentgate.err")"
+    PROXY=$(sed -n 's|.*listening on http://\([0-9.:]*\) .*|\1|p' "$WORK/agentgate.out")
+}
+stop_agentgate() {
+    kill "$AG_PID" && wait "$AG_PID" 2>/dev/null || true
+    AG_PID=""
+}
+start_agentgate
+AG_CA="$WORK/ca/agentgate-ca.pem"
+
+# --- smoke check: both paths answer 200 and are logged as allowed ----------------------
+say "checking the paths (agentgate $PROXY, origin $ORIGIN_IP)"
+curl -sSf -o /dev/null -x "http://$PROXY" "http://$HTTP_ORIGIN/bench/1k" || die "HTTP through agentgate failed"
+curl -sSf -o /dev/null -x "http://$PROXY" --cacert "$AG_CA" "https://$HTTPS_ORIGIN/bench/1k" || die "MITM HTTPS through agentgate failed"
+logged_allows() { [ "$(grep -c '"event.outcome":"allow"' "$WORK/decisions.jsonl" 2>/dev/null || true)" -ge 2 ] 2>/dev/null; }
+wait_for logged_allows || die "decision log has no allow records: $(tail -2 "$WORK/decisions.jsonl")"
+
+# --- the runs ----------------------------------------------------------------------
+CLK_TCK=$(getconf CLK_TCK)
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$AG_PID/stat"; }
+vm_hwm() { awk '/^VmHWM:/ { print $2 }' "/proc/$AG_PID/status"; }
+
+# run NAME through(proxy|direct) OHA-ARGS... : one oha run, its JSON in $WORK/NAME.json and
+# for proxied runs agentgate's CPU ticks and peak RSS in $WORK/NAME.proc.
+run() {
+    local name=$1 through=$2; shift 2
+    local proxy_args=()
+    if [ "$through" = proxy ]; then
+        proxy_args=(-x "http://$PROXY" --cacert "$AG_CA")
+        echo 5 >"/proc/$AG_PID/clear_refs"   # resets VmHWM to the current RSS
+    else
+        proxy_args=(--cacert "$WORK/origin-ca.pem")
+    fi
+    say "$name ($through, ${SECONDS_PER_RUN}s, $CONNECTIONS connections)"
+    local before perf_pid=""
+    if [ "${BENCH_PERF:-0}" = 1 ] && [ "$through" = proxy ]; then
+        # The software clock: hardware counters are often missing in VMs and containers.
+        perf record -q -e cpu-clock -F 999 -g -p "$AG_PID" -o "$WORK/$name.perf.data" 2>>"$WORK/perf.err" &
+        perf_pid=$!
+    fi
+    before=$(cpu_ticks)
+    oha --no-tui --output-format json -z "${SECONDS_PER_RUN}s" -c "$CONNECTIONS" "${proxy_args[@]}" "$@" >"$WORK/$name.json"
+    if [ "$through" = proxy ]; then
+        echo "$(( $(cpu_ticks) - before )) $(vm_hwm)" >"$WORK/$name.proc"
+    fi
+    if [ -n "$perf_pid" ]; then
+        kill -INT "$perf_pid" && wait "$perf_pid" || true
+        perf report -i "$WORK/$name.perf.data" --no-children --sort symbol -g none --stdio 2>/dev/null \
+            | grep -v '^$' | grep -v '^#' | grep '%' | sed 's/ *- *- *$//; s/ *$//' | head -40 >"$WORK/$name.perf.txt" || true
+        echo "bench: self cost by function: $WORK/$name.perf.txt" >&2
+    fi
+}
+
+run direct-http direct "http://$HTTP_ORIGIN/bench/1k"
+run proxy-http proxy "http://$HTTP_ORIGIN/bench/1k"
+run direct-https direct "https://$HTTPS_ORIGIN/bench/1k"
+run mitm-keepalive proxy "https://$HTTPS_ORIGIN/bench/1k"
+run direct-https-newconn direct --disable-keepalive "https://$HTTPS_ORIGIN/bench/1k"
+run mitm-newconn proxy --disable-keepalive "https://$HTTPS_ORIGIN/bench/1k"
+run direct-https-1m direct "https://$HTTPS_ORIGIN/bench/1m"
+run mitm-1m proxy "https://$HTTPS_ORIGIN/bench/1m"
+# Unseen origins: every URL is its own origin (127.1.x.y); oha picks URLs at random, so
+# some are picked twice: the origin counts the robots.txt it served, i.e. the origins
+# agentgate really fetched for the first time.
+run direct-unseen direct --urls-from-file "$WORK/unseen-urls.txt"
+unseen_before=$(curl -sSf "http://$HTTP_ORIGIN/stats" | sed 's/[^0-9]//g')
+run proxy-unseen proxy --urls-from-file "$WORK/unseen-urls.txt"
+unseen_after=$(curl -sSf "http://$HTTP_ORIGIN/stats" | sed 's/[^0-9]//g')
+echo $((unseen_after - unseen_before)) >"$WORK/proxy-unseen.fetched"
+
+# --- memory: a fresh agentgate per measurement ----------------------------------------
+for mode in keepalive mitm; do
+    stop_agentgate
+    start_agentgate
+    say "memory: $IDLE idle $mode connections"
+    origin=$HTTP_ORIGIN; [ "$mode" = mitm ] && origin=$HTTPS_ORIGIN
+    python3 "$ROOT/bench/idle.py" "$mode" --proxy "$PROXY" --origin "$origin" --pid "$AG_PID" \
+        --count "$IDLE" --cafile "$AG_CA" >"$WORK/idle-$mode.json"
+done
+
+# --- the table -------------------------------------------------------------------------
+python3 "$ROOT/bench/table.py" "$WORK" "$CLK_TCK" "$SECONDS_PER_RUN" "$CONNECTIONS"

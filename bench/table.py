@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Prints bench/run.sh's table (Markdown) from the files its runs left in WORK.
+
+usage: table.py WORK CLK_TCK SECONDS CONNECTIONS
+Per run: WORK/NAME.json (oha --output-format json); for runs through agentgate also
+WORK/NAME.proc ("cpu_ticks vm_hwm_kib"); WORK/idle-{keepalive,mitm}.json (bench/idle.py).
+"""
+
+import json
+import os
+import sys
+
+# (label, agentgate run, matching direct run)
+SCENARIOS = [
+    ("HTTP, keep-alive", "proxy-http", "direct-http"),
+    ("MITM HTTPS, keep-alive", "mitm-keepalive", "direct-https"),
+    ("MITM HTTPS, new connection per request", "mitm-newconn", "direct-https-newconn"),
+    ("MITM HTTPS, 1 MiB, keep-alive", "mitm-1m", "direct-https-1m"),
+    ("HTTP, first request to an unseen origin", "proxy-unseen", "direct-unseen"),
+]
+
+
+def load(work, name):
+    with open(os.path.join(work, f"{name}.json")) as f:
+        return json.load(f)
+
+
+def completed(result):
+    """Responses received (any status); requests cut off by the deadline are not counted."""
+    return sum(result["statusCodeDistribution"].values())
+
+
+def non_200(result):
+    """Responses other than 200, and errors other than oha cutting requests off at the deadline."""
+    errors = sum(n for error, n in result["errorDistribution"].items() if "deadline" not in error)
+    return sum(n for status, n in result["statusCodeDistribution"].items() if status != "200") + errors
+
+
+def row(label, result, direct_rps, proc, clk_tck):
+    rps = result["metrics"]["requests_per_sec"]
+    latency = result["metrics"]["latency_ms"]
+    ratio = f"{rps / direct_rps:.2f}" if direct_rps else "–"
+    cpu = rss = "–"
+    if proc is not None:
+        ticks, hwm_kib = proc
+        done = completed(result)
+        if done:
+            cpu = f"{ticks / clk_tck / done * 1e6:.0f}"
+        rss = f"{hwm_kib / 1024:.0f}"
+    return f"| {label} | {rps:,.0f} | {latency['p50']:.2f} | {latency['p99']:.2f} | {ratio} | {cpu} | {rss} |"
+
+
+def main():
+    work, clk_tck, seconds, connections = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    print(f"\n{seconds} s per run, {connections} connections, 1 KiB bodies unless noted; "
+          "ratio = req/s over the matching direct run; CPU and peak RSS are agentgate's.\n")
+    print("| scenario | req/s | p50 ms | p99 ms | ratio to direct | CPU µs/request | peak RSS MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    notes = []
+    for label, proxied, direct in SCENARIOS:
+        d = load(work, direct)
+        p = load(work, proxied)
+        with open(os.path.join(work, f"{proxied}.proc")) as f:
+            ticks, hwm = (int(x) for x in f.read().split())
+        print(row(f"{label}: direct", d, 0, None, clk_tck))
+        print(row(f"{label}: agentgate", p, d["metrics"]["requests_per_sec"], (ticks, hwm), clk_tck))
+        for name, result in ((direct, d), (proxied, p)):
+            bad = non_200(result)
+            if bad:
+                notes.append(f"{name}: {bad} responses not 200 or errors "
+                             f"({result['statusCodeDistribution']}, {result['errorDistribution']})")
+    fetched = os.path.join(work, "proxy-unseen.fetched")
+    if os.path.exists(fetched):
+        with open(fetched) as f:
+            origins = int(f.read())
+        total = completed(load(work, "proxy-unseen"))
+        notes.append(f"unseen origins: {origins} of {total} requests went to an origin agentgate had not seen "
+                     "(the rest picked an origin a second time)")
+    for mode, label in (("keepalive", "idle keep-alive connections"), ("mitm", "idle MITM tunnels")):
+        path = os.path.join(work, f"idle-{mode}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                idle = json.load(f)
+            print(f"\nMemory, {idle['count']} {label}: RSS {idle['rss_before_kib'] / 1024:.1f} → "
+                  f"{idle['rss_after_kib'] / 1024:.1f} MiB, **{idle['per_connection_kib']} KiB per connection**")
+    for note in notes:
+        print(f"\nNote: {note}")
+
+
+if __name__ == "__main__":
+    main()
