@@ -15,7 +15,7 @@ use http::HeaderValue;
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
-use crate::audit::Mode;
+use crate::policy::operator::Mode;
 use crate::config::{AgentConfig, Config};
 use crate::policy::{Limit, LimitKind, LimitScope, Reason, Source};
 

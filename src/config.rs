@@ -22,10 +22,10 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
-pub use crate::audit::{AuditSettings, Mode};
+pub use crate::audit::AuditSettings;
 use crate::net::{canonical_host, canonical_pattern};
-pub use crate::policy::operator::RuleAction;
 use crate::policy::operator::host_matches;
+pub use crate::policy::operator::{Mode, RuleAction};
 
 /// The documented default config file, exactly as shipped in `config/agentgate.toml`.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../config/agentgate.toml");

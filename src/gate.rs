@@ -18,12 +18,12 @@ use http::HeaderMap;
 use http::header::{PROXY_AUTHORIZATION, USER_AGENT};
 
 use crate::agents::{Agents, AuthFailure, Identity};
-use crate::audit::{DecisionRecord, Mode, Outcome as LogOutcome};
+use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
 use crate::limits::{Exceeded, Limiter, Permit, Usage};
 use crate::net::{Refusal, canonical_pattern};
-use crate::policy::operator::{OperatorRule, OperatorRules};
+use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
 use crate::policy::{self, Decision, Headers, Opinion, Outcome, Policies, PolicyStatus, Reason, RequestView, Source};
 
 /// The request header in which an agent declares its purposes for this request

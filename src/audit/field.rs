@@ -17,7 +17,7 @@ pub const CLIENT_ADDRESS: &str = "client.address";
 pub const CLIENT_PORT: &str = "client.port";
 /// The agent id the gate identified (config agent, `Proxy-Authorization` user or address).
 pub const AGENT: &str = "agentgate.agent";
-/// `enforce` or `monitor`: see [`super::Mode`].
+/// `enforce` or `monitor`: see [`crate::policy::operator::Mode`].
 pub const MODE: &str = "agentgate.mode";
 /// The request method as sent (`GET`, `POST`, ...).
 pub const HTTP_REQUEST_METHOD: &str = "http.request.method";

@@ -6,10 +6,11 @@ use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::ser::SerializeMap;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Serialize, Serializer};
 
 use super::field;
 use super::redact::redact_url;
+use crate::policy::operator::Mode;
 use crate::policy::{self, Limit, LimitKind, LimitScope, Reason};
 
 /// What happened to a request, as the log's `event.outcome` says it. Wider than
@@ -77,28 +78,6 @@ impl From<policy::Outcome> for Outcome {
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// Whether the gate blocks (`enforce`) or only reports (`monitor`), DESIGN §8. Deserializes
-/// from the lower-case names so the config can use the same type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Block what policies forbid.
-    #[default]
-    Enforce,
-    /// Forward everything; log `would_deny` for what enforce mode would block.
-    Monitor,
-}
-
-impl Mode {
-    /// The value written to `agentgate.mode`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Enforce => "enforce",
-            Mode::Monitor => "monitor",
-        }
     }
 }
 

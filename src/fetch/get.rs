@@ -18,7 +18,7 @@ use super::freshness::TtlBounds;
 use super::transport::PolicyTransport;
 use super::{Origin, USER_AGENT};
 use crate::policy::{FetchError, FetchOutcome, Headers};
-use crate::proxy::error_chain;
+use crate::error_chain::error_chain;
 
 /// One fetched file: what the format's `from_fetch` takes, and how long it is fresh.
 #[derive(Debug)]

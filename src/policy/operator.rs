@@ -18,6 +18,30 @@ use ipnet::IpNet;
 use super::pattern::Pattern;
 use super::{Decision, Outcome, Reason, RequestView, Source};
 
+/// Whether the gate blocks (`enforce`) or only reports (`monitor`), DESIGN §8: the operator's
+/// choice (`mode`, per agent `[[agents]] mode`), applied by the gate and written to the log.
+/// It lives here, at the bottom of the crate, so config, agents, the gate and the audit record
+/// share it without pointing up. Deserializes from the lower-case names, like [`RuleAction`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Block what policies forbid.
+    #[default]
+    Enforce,
+    /// Forward everything; log `would_deny` for what enforce mode would block.
+    Monitor,
+}
+
+impl Mode {
+    /// The value written to `agentgate.mode`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Monitor => "monitor",
+        }
+    }
+}
+
 /// What an operator rule does when it matches (`action = "allow" | "deny"` in the config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]

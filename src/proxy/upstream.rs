@@ -25,7 +25,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
 use super::ProxyBody;
-use super::error::{ProxyError, error_chain};
+use super::error::ProxyError;
+use crate::error_chain::error_chain;
 use super::headers::Upgrade;
 use super::resolve::{ConnectError, GuardedConnector};
 use crate::config::UpstreamConfig;
