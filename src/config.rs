@@ -472,7 +472,7 @@ impl Config {
         if grace.is_zero() || grace > MAX_SHUTDOWN_GRACE {
             problems.push(format!(
                 "shutdown_grace = \"{}\": must be more than 0s and at most 1h; the default is \"10s\"",
-                humantime_serde::re::humantime::format_duration(grace)
+                humantime::format_duration(grace)
             ));
         }
         for (key, value) in [
@@ -755,7 +755,7 @@ fn optional_socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Op
 }
 
 fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let parse = |s: &str| humantime_serde::re::humantime::parse_duration(s).ok();
+    let parse = |s: &str| humantime::parse_duration(s).ok();
     parse_value(
         deserializer,
         parse,

@@ -346,34 +346,12 @@ fn unix_millis(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH).map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// `at` as RFC 3339 in UTC with milliseconds, e.g. `2023-11-14T22:13:20.000Z`.
+/// `at` as RFC 3339 in UTC with milliseconds, e.g. `2023-11-14T22:13:20.000Z`. humantime
+/// writes years 1970 to 9999 only; a clock outside them is a broken clock, and the nearest
+/// time it can write is the least wrong answer.
 fn rfc3339_millis(at: SystemTime) -> String {
-    let millis = unix_millis(at);
-    let secs = millis / 1000;
-    let (year, month, day) = civil_from_days(secs / 86_400);
-    let second_of_day = secs % 86_400;
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        second_of_day / 3600,
-        second_of_day % 3600 / 60,
-        second_of_day % 60,
-        millis % 1000
-    )
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`,
-/// for non-negative day counts).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let day_of_era = z % 146_097;
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + u64::from(month <= 2);
-    (year, month, day)
+    let latest = UNIX_EPOCH + Duration::from_millis(253_402_300_799_999);
+    humantime::format_rfc3339_millis(at.clamp(UNIX_EPOCH, latest)).to_string()
 }
 
 #[cfg(test)]
@@ -394,6 +372,7 @@ mod tests {
             (1_709_251_199_999, "2024-02-29T23:59:59.999Z"),
             (4_107_542_400_000, "2100-03-01T00:00:00.000Z"),
             (253_402_300_799_000, "9999-12-31T23:59:59.000Z"),
+            (253_402_300_800_000, "9999-12-31T23:59:59.999Z"),
         ];
         for (millis, expected) in cases {
             assert_eq!(rfc3339_millis(at(millis)), expected, "{millis}");
