@@ -58,26 +58,25 @@ pub fn evaluate(policies: &Policies, req: &RequestView<'_>) -> Decision {
 /// ([`super::path`]), under the operator's `settings`.
 pub fn evaluate_with(policies: &Policies, req: &RequestView<'_>, settings: Settings) -> Decision {
     if req.is_safe_method() && POLICY_FILE_PATHS.contains(&req.path()) {
-        return Decision {
-            outcome: Outcome::Allow,
-            reasons: vec![Reason::new(Source::Operator, "policy_file", "requests for policy files are always allowed")],
-            blocking: 0,
-            limits: Vec::new(),
-            inject_headers: Vec::new(),
-        };
+        let reason = Reason::new(Source::Operator, "policy_file", "requests for policy files are always allowed");
+        return Decision::single(Outcome::Allow, reason);
     }
-    super::path::decide_all_spellings(req, |req| {
-        let mut robots = policies.robots.evaluate(req);
-        if settings.honor_crawl_delay {
-            robots.limits.extend(policies.robots.crawl_delay(req));
-        }
-        combine([
-            robots,
-            policies.agents_txt.evaluate(req),
-            policies.agents_md.evaluate(req, settings.strict_authentication),
-            policies.autoctl.evaluate(req),
-        ])
-    })
+    super::path::decide_all_spellings(
+        req,
+        |req| {
+            let mut robots = policies.robots.evaluate(req);
+            if settings.honor_crawl_delay {
+                robots.limits.extend(policies.robots.crawl_delay(req));
+            }
+            combine([
+                robots,
+                policies.agents_txt.evaluate(req),
+                policies.agents_md.evaluate(req, settings.strict_authentication),
+                policies.autoctl.evaluate(req),
+            ])
+        },
+        |decision| decision.outcome,
+    )
 }
 
 /// Folds per-source verdicts into a decision. Reasons of the deciding opinion come first.

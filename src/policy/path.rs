@@ -12,18 +12,24 @@
 //!
 //! Never: changes what is forwarded or logged (the request goes on as sent, RFC 9110 §7.7).
 
-use super::{Decision, Outcome, RequestView};
+use super::{Outcome, RequestView};
 
 /// Decides `req` as sent and, when its path has equivalent plainer spellings, as each of
 /// them too; returns the strictest decision (the earliest on a tie, so as sent first).
-pub fn decide_all_spellings(req: &RequestView<'_>, mut decide: impl FnMut(&RequestView<'_>) -> Decision) -> Decision {
+/// `outcome` says what a decision amounts to: the site policies always decide, the operator's
+/// rules may say nothing (`None`, which restricts no more than an allow).
+pub fn decide_all_spellings<D>(
+    req: &RequestView<'_>,
+    mut decide: impl FnMut(&RequestView<'_>) -> D,
+    outcome: impl Fn(&D) -> Outcome,
+) -> D {
     let mut strictest = decide(req);
     for normal in equivalents(req.path_and_query) {
-        if strictest.outcome == Outcome::Deny {
+        if outcome(&strictest) == Outcome::Deny {
             break;
         }
         let other = decide(&RequestView { path_and_query: &normal, ..*req });
-        if strictness(other.outcome) > strictness(strictest.outcome) {
+        if strictness(outcome(&other)) > strictness(outcome(&strictest)) {
             strictest = other;
         }
     }
@@ -45,7 +51,7 @@ fn strictness(outcome: Outcome) -> u8 {
 /// slashes merged afterwards; and, when the path has repeated slashes, the form of a server
 /// that merges them first (SEMANTICS R7). Reserved escapes (`%2F`) stay: they are data. The
 /// query is never changed.
-pub fn equivalents(path_and_query: &str) -> Vec<String> {
+fn equivalents(path_and_query: &str) -> Vec<String> {
     let sent_path = path_and_query.split('?').next().unwrap_or_default();
     let repeated_slashes = sent_path.contains("//");
     if !repeated_slashes

@@ -29,7 +29,6 @@ use super::context::{Entry, ProxyState};
 use super::destination::{Ask, check_destination};
 use super::drain::Drain;
 use super::error::{ProxyError, shown_target};
-use crate::error_chain::error_chain;
 use super::listener::{ServerProtocols, serve_connection};
 use super::relay::splice;
 use super::rewind::Rewind;
@@ -37,6 +36,7 @@ use super::service::{ProxyService, answer_blocked, completed};
 use crate::agents::Identity;
 use crate::audit::OnFailure;
 use crate::config::Config;
+use crate::error_chain::error_chain;
 use crate::fetch::Origin;
 use crate::gate::{GateRequest, Permitted, Verdict};
 
@@ -161,7 +161,7 @@ async fn decide_passthrough(state: &ProxyState, request: GateRequest<'_>) -> Res
             Ok(permit)
         }
         Verdict::Block(mut blocked) => {
-            blocked.record.method = "CONNECT".to_owned();
+            blocked.mark_passthrough();
             Err(answer_blocked(state, blocked, request.headers, started).await)
         }
     }

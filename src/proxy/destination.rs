@@ -17,8 +17,8 @@ use tracing::info;
 use super::ProxyBody;
 use super::context::ProxyState;
 use super::error::ProxyError;
-use crate::error_chain::error_chain;
 use super::service::{answer_blocked, record};
+use crate::error_chain::error_chain;
 use crate::gate::GateRequest;
 use crate::net::{GuardError, Refusal, Vetted};
 

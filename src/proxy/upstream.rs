@@ -26,10 +26,10 @@ use tokio::net::TcpStream;
 
 use super::ProxyBody;
 use super::error::ProxyError;
-use crate::error_chain::error_chain;
 use super::headers::Upgrade;
 use super::resolve::{ConnectError, GuardedConnector};
 use crate::config::UpstreamConfig;
+use crate::error_chain::error_chain;
 use crate::fetch::{PolicyTransport, TransportFuture};
 use crate::net::GuardError;
 use crate::policy::FetchError;
