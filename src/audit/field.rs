@@ -40,7 +40,7 @@ pub const REASONS: &str = "agentgate.reasons";
 pub const LIMITS: &str = "agentgate.limits";
 /// What went wrong, when the outcome is `error`.
 pub const ERROR_MESSAGE: &str = "error.message";
-/// Who is at fault, when the outcome is `error`: `client`, `origin` or `proxy`.
+/// Who is at fault, when the outcome is `error`: `client` or `origin`.
 pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line

@@ -153,17 +153,14 @@ pub enum ErrorType {
     Client,
     /// The origin could not be reached or failed the exchange (502, 504).
     Origin,
-    /// agentgate itself failed (500).
-    Proxy,
 }
 
 impl ErrorType {
-    /// The `error.type` value: `client`, `origin` or `proxy`.
+    /// The `error.type` value: `client` or `origin`.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorType::Client => "client",
             ErrorType::Origin => "origin",
-            ErrorType::Proxy => "proxy",
         }
     }
 }

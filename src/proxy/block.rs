@@ -40,27 +40,13 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         | ProxyError::UpstreamConnect { .. }
         | ProxyError::Upstream { .. } => StatusCode::BAD_GATEWAY,
         ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-        // Start-up and tunnel-handshake errors never become a response; if one did, it
-        // would be our bug.
-        ProxyError::Ca { .. }
-        | ProxyError::UpstreamClient { .. }
-        | ProxyError::Audit { .. }
-        | ProxyError::Bind { .. }
-        | ProxyError::ClientHandshake { .. }
-        | ProxyError::LeafCertificate { .. } => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
 /// Who is at fault for `error`, for `error.type`: the side its status blames.
 pub(crate) fn error_type_for(error: &ProxyError) -> ErrorType {
     let status = status_for(error);
-    if status.is_client_error() {
-        ErrorType::Client
-    } else if status == StatusCode::INTERNAL_SERVER_ERROR {
-        ErrorType::Proxy
-    } else {
-        ErrorType::Origin
-    }
+    if status.is_client_error() { ErrorType::Client } else { ErrorType::Origin }
 }
 
 /// The response for `error`: its status and `agentgate: <message>` as the body, so an agent

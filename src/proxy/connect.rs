@@ -28,7 +28,7 @@ use super::block::{audit_unavailable, tunnel_established};
 use super::context::{Entry, ProxyState};
 use super::destination::{Ask, check_destination};
 use super::drain::Drain;
-use super::error::{ProxyError, shown_target};
+use super::error::{ProxyError, TunnelError, shown_target};
 use super::listener::{ServerProtocols, serve_connection};
 use super::relay::splice;
 use super::rewind::Rewind;
@@ -191,8 +191,8 @@ async fn intercept(
     authority: Authority,
     on_upgrade: OnUpgrade,
     drain: Drain,
-) -> Result<(), ProxyError> {
-    let handshake_failed = |cause: String| ProxyError::ClientHandshake { authority: authority.to_string(), cause };
+) -> Result<(), TunnelError> {
+    let handshake_failed = |cause: String| TunnelError::ClientHandshake { authority: authority.to_string(), cause };
     let upgraded = on_upgrade.await.map_err(|error| handshake_failed(error_chain(&error)))?;
     let mut io = TokioIo::new(upgraded);
     let mut first = BytesMut::with_capacity(4096);
@@ -231,7 +231,7 @@ async fn intercept(
             .certs
             .server_config(&name)
             .await
-            .map_err(|source| ProxyError::LeafCertificate { host: name.clone(), source })?;
+            .map_err(|source| TunnelError::LeafCertificate { host: name.clone(), source })?;
         start.into_stream(config).await.map_err(|error| handshake_failed(error_chain(&error)))
     };
     let tls = match tokio::time::timeout(handshake_timeout, accept).await {
