@@ -23,6 +23,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
 pub use crate::audit::AuditSettings;
+pub use crate::fetch::CacheConfig;
 use crate::net::{canonical_host, canonical_pattern};
 use crate::policy::operator::host_matches;
 pub use crate::policy::operator::{Mode, RuleAction};
@@ -338,23 +339,6 @@ pub struct AgentsMdConfig {
     /// Whether `authentication: required` denies a write that carries neither
     /// `Authorization` nor `Cookie` (SEMANTICS C23's strict mode; default false: logged only).
     pub strict_authentication: bool,
-}
-
-/// `[cache]`: the per-origin policy cache.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CacheConfig {
-    /// Most origins whose policies are kept; the least recently used go first (default 100000).
-    pub max_origins: u64,
-    /// Most bytes of parsed policies kept, all origins together; the least recently used
-    /// origins go first (default 268435456, 256 MiB). Both bounds hold.
-    pub max_bytes: u64,
-}
-
-impl Default for CacheConfig {
-    fn default() -> Self {
-        Self { max_origins: 100_000, max_bytes: 256 * 1024 * 1024 }
-    }
 }
 
 /// `[admin]`: the admin API.

@@ -90,11 +90,7 @@ impl Proxy {
         // One client for proxied requests and policy fetches: one pool, guard and trust store.
         let tcp = GuardedConnector { guard: Arc::clone(&guard), dialer };
         let upstream = Arc::new(Upstream::new(&config.upstream, tcp)?);
-        let settings = CacheSettings {
-            max_origins: config.cache.max_origins,
-            max_bytes: config.cache.max_bytes,
-            ..CacheSettings::default()
-        };
+        let settings = CacheSettings::from(config.cache.clone());
         let gate = Gate::new(&config, PolicyCache::new(upstream.clone(), settings));
         Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path })
     }
