@@ -61,22 +61,18 @@ pub fn evaluate_with(policies: &Policies, req: &RequestView<'_>, settings: Setti
         let reason = Reason::new(Source::Operator, "policy_file", "requests for policy files are always allowed");
         return Decision::single(Outcome::Allow, reason);
     }
-    super::path::decide_all_spellings(
-        req,
-        |req| {
-            let mut robots = policies.robots.evaluate(req);
-            if settings.honor_crawl_delay {
-                robots.limits.extend(policies.robots.crawl_delay(req));
-            }
-            combine([
-                robots,
-                policies.agents_txt.evaluate(req),
-                policies.agents_md.evaluate(req, settings.strict_authentication),
-                policies.autoctl.evaluate(req),
-            ])
-        },
-        |decision| decision.outcome,
-    )
+    super::path::decide_all_spellings(req, |req| {
+        let mut robots = policies.robots.evaluate(req);
+        if settings.honor_crawl_delay {
+            robots.limits.extend(policies.robots.crawl_delay(req));
+        }
+        combine([
+            robots,
+            policies.agents_txt.evaluate(req),
+            policies.agents_md.evaluate(req, settings.strict_authentication),
+            policies.autoctl.evaluate(req),
+        ])
+    })
 }
 
 /// Folds per-source verdicts into a decision. Reasons of the deciding opinion come first.

@@ -147,11 +147,7 @@ impl OperatorRules {
     /// [`super::path`]) denies too. `addresses` are the vetted addresses of the request's
     /// host, for rules naming an address or a CIDR (empty when none are known, as in `explain`).
     pub fn evaluate(&self, req: &RequestView<'_>, addresses: &[IpAddr]) -> Option<Decision> {
-        super::path::decide_all_spellings(
-            req,
-            |req| self.evaluate_as_sent(req, addresses),
-            |decision| decision.as_ref().map_or(Outcome::Allow, |d| d.outcome),
-        )
+        super::path::decide_all_spellings(req, |req| self.evaluate_as_sent(req, addresses))
     }
 
     fn evaluate_as_sent(&self, req: &RequestView<'_>, addresses: &[IpAddr]) -> Option<Decision> {

@@ -12,28 +12,42 @@
 //!
 //! Never: changes what is forwarded or logged (the request goes on as sent, RFC 9110 §7.7).
 
-use super::{Outcome, RequestView};
+use super::{Decision, Outcome, RequestView};
 
 /// Decides `req` as sent and, when its path has equivalent plainer spellings, as each of
-/// them too; returns the strictest decision (the earliest on a tie, so as sent first).
-/// `outcome` says what a decision amounts to: the site policies always decide, the operator's
-/// rules may say nothing (`None`, which restricts no more than an allow).
-pub fn decide_all_spellings<D>(
-    req: &RequestView<'_>,
-    mut decide: impl FnMut(&RequestView<'_>) -> D,
-    outcome: impl Fn(&D) -> Outcome,
-) -> D {
+/// them too; returns the strictest decision (the earliest on a tie, so as sent first). The
+/// site policies and the operator's rules both decide this way ([`Decided`]).
+pub fn decide_all_spellings<D: Decided>(req: &RequestView<'_>, mut decide: impl FnMut(&RequestView<'_>) -> D) -> D {
     let mut strictest = decide(req);
     for normal in equivalents(req.path_and_query) {
-        if outcome(&strictest) == Outcome::Deny {
+        if strictest.outcome() == Outcome::Deny {
             break;
         }
         let other = decide(&RequestView { path_and_query: &normal, ..*req });
-        if strictness(outcome(&other)) > strictness(outcome(&strictest)) {
+        if strictness(other.outcome()) > strictness(strictest.outcome()) {
             strictest = other;
         }
     }
     strictest
+}
+
+/// What a decision on one spelling amounts to, for [`decide_all_spellings`].
+pub trait Decided {
+    /// The outcome the decision restricts the request to.
+    fn outcome(&self) -> Outcome;
+}
+
+impl Decided for Decision {
+    fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+}
+
+/// The operator's rules may say nothing (`None`), which restricts no more than an allow.
+impl Decided for Option<Decision> {
+    fn outcome(&self) -> Outcome {
+        self.as_ref().map_or(Outcome::Allow, |decision| decision.outcome)
+    }
 }
 
 /// How much an outcome restricts: allow < needs approval < deny.
