@@ -15,8 +15,8 @@ use http::HeaderValue;
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
-use crate::audit::Mode;
 use crate::config::{AgentConfig, Config};
+use crate::policy::operator::Mode;
 use crate::policy::{Limit, LimitKind, LimitScope, Reason, Source};
 
 /// One agent as the gate uses it: identity, what it claims towards sites, its mode and the

@@ -22,7 +22,7 @@ mod redact;
 mod summary;
 mod writer;
 
-pub use record::{DecisionRecord, ErrorType, EventId, Mode, Outcome};
+pub use record::{DecisionRecord, ErrorType, EventId, Outcome};
 pub use redact::{LoggedUrl, REDACTED, redact_url};
 pub use summary::{AgentSummary, Count, MalformedLine, Summary, summarize};
 pub use writer::{AuditLog, AuditSettings, AuditStats, AuditWriter, OnFailure, Unrecorded};

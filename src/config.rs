@@ -22,10 +22,11 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
-pub use crate::audit::{AuditSettings, Mode};
+pub use crate::audit::AuditSettings;
+pub use crate::fetch::CacheConfig;
 use crate::net::{canonical_host, canonical_pattern};
-pub use crate::policy::operator::RuleAction;
 use crate::policy::operator::host_matches;
+pub use crate::policy::operator::{Mode, RuleAction};
 
 /// The documented default config file, exactly as shipped in `config/agentgate.toml`.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../config/agentgate.toml");
@@ -340,23 +341,6 @@ pub struct AgentsMdConfig {
     pub strict_authentication: bool,
 }
 
-/// `[cache]`: the per-origin policy cache.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CacheConfig {
-    /// Most origins whose policies are kept; the least recently used go first (default 100000).
-    pub max_origins: u64,
-    /// Most bytes of parsed policies kept, all origins together; the least recently used
-    /// origins go first (default 268435456, 256 MiB). Both bounds hold.
-    pub max_bytes: u64,
-}
-
-impl Default for CacheConfig {
-    fn default() -> Self {
-        Self { max_origins: 100_000, max_bytes: 256 * 1024 * 1024 }
-    }
-}
-
 /// `[admin]`: the admin API.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -472,7 +456,7 @@ impl Config {
         if grace.is_zero() || grace > MAX_SHUTDOWN_GRACE {
             problems.push(format!(
                 "shutdown_grace = \"{}\": must be more than 0s and at most 1h; the default is \"10s\"",
-                humantime_serde::re::humantime::format_duration(grace)
+                humantime::format_duration(grace)
             ));
         }
         for (key, value) in [
@@ -755,7 +739,7 @@ fn optional_socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Op
 }
 
 fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let parse = |s: &str| humantime_serde::re::humantime::parse_duration(s).ok();
+    let parse = |s: &str| humantime::parse_duration(s).ok();
     parse_value(
         deserializer,
         parse,

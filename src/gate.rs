@@ -18,12 +18,12 @@ use http::HeaderMap;
 use http::header::{PROXY_AUTHORIZATION, USER_AGENT};
 
 use crate::agents::{Agents, AuthFailure, Identity};
-use crate::audit::{DecisionRecord, Mode, Outcome as LogOutcome};
+use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
 use crate::limits::{Exceeded, Limiter, Permit, Usage};
 use crate::net::{Refusal, canonical_pattern};
-use crate::policy::operator::{OperatorRule, OperatorRules};
+use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
 use crate::policy::{self, Decision, Headers, Opinion, Outcome, Policies, PolicyStatus, Reason, RequestView, Source};
 
 /// The request header in which an agent declares its purposes for this request
@@ -102,17 +102,13 @@ impl Permitted {
         if verdict.opinion != Opinion::Deny {
             return Ok(self);
         }
-        let mut reasons = verdict.reasons;
-        let blocking = reasons.len();
-        reasons.append(&mut self.record.reasons);
-        self.record.reasons = reasons.clone();
+        let decision = Decision::deny_first(verdict.reasons, std::mem::take(&mut self.record.reasons), Vec::new());
+        self.record.reasons = decision.reasons.clone();
         if self.mode == Mode::Monitor {
             self.record.outcome = LogOutcome::WouldDeny;
             return Ok(self);
         }
         self.record.outcome = LogOutcome::Deny;
-        let decision =
-            Decision { outcome: Outcome::Deny, reasons, blocking, limits: Vec::new(), inject_headers: Vec::new() };
         Err(Box::new(Blocked { decision, record: self.record, kind: BlockKind::Policy }))
     }
 
@@ -146,12 +142,37 @@ pub enum BlockKind {
 /// A request the gate refused.
 #[derive(Debug)]
 pub struct Blocked {
+    decision: Decision,
+    record: DecisionRecord,
+    kind: BlockKind,
+}
+
+impl Blocked {
     /// The decision, blocking reasons first.
-    pub decision: Decision,
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
     /// The decision record; its id goes into the block answer.
-    pub record: DecisionRecord,
+    pub fn record(&self) -> &DecisionRecord {
+        &self.record
+    }
+
     /// Which answer it gets.
-    pub kind: BlockKind,
+    pub fn kind(&self) -> BlockKind {
+        self.kind
+    }
+
+    /// Records a passthrough tunnel's block, decided as `GET /`, as the `CONNECT` it is (as
+    /// [`Permitted::mark_passthrough`] does for one let through).
+    pub fn mark_passthrough(&mut self) {
+        self.record.method = "CONNECT".to_owned();
+    }
+
+    /// The decision record, to be completed with the response and written.
+    pub fn into_record(self) -> DecisionRecord {
+        self.record
+    }
 }
 
 /// What the gate says about one request.
@@ -217,14 +238,8 @@ impl Gate {
             let mut record =
                 DecisionRecord::new(LogOutcome::Deny, self.mode, client, client.ip().to_string(), method, url);
             record.user_agent = headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            record.reasons = vec![reason.clone()];
-            let decision = Decision {
-                outcome: Outcome::Deny,
-                reasons: vec![reason],
-                blocking: 1,
-                limits: Vec::new(),
-                inject_headers: Vec::new(),
-            };
+            let decision = Decision::single(Outcome::Deny, reason);
+            record.reasons = decision.reasons.clone();
             Box::new(Blocked { decision, record, kind: BlockKind::Unauthenticated })
         })
     }
@@ -285,14 +300,10 @@ impl Gate {
         match self.check_limits(usage, &record.limits).await {
             Ok(permit) => Verdict::Forward(Permitted { record, mode, inject_headers, permit, policies }),
             Err(exceeded) => {
-                record.reasons.insert(0, exceeded.limit.reason.clone());
-                let decision = Decision {
-                    outcome: Outcome::Deny,
-                    reasons: record.reasons.clone(),
-                    blocking: 1,
-                    limits: record.limits.clone(),
-                    inject_headers: Vec::new(),
-                };
+                let blocking = vec![exceeded.limit.reason.clone()];
+                let decision =
+                    Decision::deny_first(blocking, std::mem::take(&mut record.reasons), record.limits.clone());
+                record.reasons = decision.reasons.clone();
                 match mode {
                     Mode::Enforce => {
                         record.outcome = LogOutcome::RateLimited;
@@ -319,13 +330,7 @@ impl Gate {
     /// and the connector would refuse the connection anyway.
     pub fn refuse(&self, refusal: &Refusal, req: &GateRequest<'_>) -> Blocked {
         let reason = Reason::new(Source::Operator, refusal.code(), refusal.to_string());
-        let decision = Decision {
-            outcome: Outcome::Deny,
-            reasons: vec![reason],
-            blocking: 1,
-            limits: Vec::new(),
-            inject_headers: Vec::new(),
-        };
+        let decision = Decision::single(Outcome::Deny, reason);
         let mut record = self.record_for(LogOutcome::Deny, req);
         record.reasons = decision.reasons.clone();
         Blocked { decision, record, kind: BlockKind::Policy }

@@ -9,6 +9,7 @@
 pub mod agents;
 pub mod audit;
 pub mod config;
+mod error_chain;
 pub mod explain;
 pub mod fetch;
 pub mod gate;

@@ -17,7 +17,7 @@ pub const CLIENT_ADDRESS: &str = "client.address";
 pub const CLIENT_PORT: &str = "client.port";
 /// The agent id the gate identified (config agent, `Proxy-Authorization` user or address).
 pub const AGENT: &str = "agentgate.agent";
-/// `enforce` or `monitor`: see [`super::Mode`].
+/// `enforce` or `monitor`: see [`crate::policy::operator::Mode`].
 pub const MODE: &str = "agentgate.mode";
 /// The request method as sent (`GET`, `POST`, ...).
 pub const HTTP_REQUEST_METHOD: &str = "http.request.method";
@@ -40,7 +40,7 @@ pub const REASONS: &str = "agentgate.reasons";
 pub const LIMITS: &str = "agentgate.limits";
 /// What went wrong, when the outcome is `error`.
 pub const ERROR_MESSAGE: &str = "error.message";
-/// Who is at fault, when the outcome is `error`: `client`, `origin` or `proxy`.
+/// Who is at fault, when the outcome is `error`: `client` or `origin`.
 pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line

@@ -6,10 +6,11 @@ use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::ser::SerializeMap;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Serialize, Serializer};
 
 use super::field;
 use super::redact::redact_url;
+use crate::policy::operator::Mode;
 use crate::policy::{self, Limit, LimitKind, LimitScope, Reason};
 
 /// What happened to a request, as the log's `event.outcome` says it. Wider than
@@ -77,28 +78,6 @@ impl From<policy::Outcome> for Outcome {
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// Whether the gate blocks (`enforce`) or only reports (`monitor`), DESIGN §8. Deserializes
-/// from the lower-case names so the config can use the same type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Block what policies forbid.
-    #[default]
-    Enforce,
-    /// Forward everything; log `would_deny` for what enforce mode would block.
-    Monitor,
-}
-
-impl Mode {
-    /// The value written to `agentgate.mode`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Enforce => "enforce",
-            Mode::Monitor => "monitor",
-        }
     }
 }
 
@@ -174,17 +153,14 @@ pub enum ErrorType {
     Client,
     /// The origin could not be reached or failed the exchange (502, 504).
     Origin,
-    /// agentgate itself failed (500).
-    Proxy,
 }
 
 impl ErrorType {
-    /// The `error.type` value: `client`, `origin` or `proxy`.
+    /// The `error.type` value: `client` or `origin`.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorType::Client => "client",
             ErrorType::Origin => "origin",
-            ErrorType::Proxy => "proxy",
         }
     }
 }
@@ -367,34 +343,12 @@ fn unix_millis(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH).map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// `at` as RFC 3339 in UTC with milliseconds, e.g. `2023-11-14T22:13:20.000Z`.
+/// `at` as RFC 3339 in UTC with milliseconds, e.g. `2023-11-14T22:13:20.000Z`. humantime
+/// writes years 1970 to 9999 only; a clock outside them is a broken clock, and the nearest
+/// time it can write is the least wrong answer.
 fn rfc3339_millis(at: SystemTime) -> String {
-    let millis = unix_millis(at);
-    let secs = millis / 1000;
-    let (year, month, day) = civil_from_days(secs / 86_400);
-    let second_of_day = secs % 86_400;
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        second_of_day / 3600,
-        second_of_day % 3600 / 60,
-        second_of_day % 60,
-        millis % 1000
-    )
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`,
-/// for non-negative day counts).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let day_of_era = z % 146_097;
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + u64::from(month <= 2);
-    (year, month, day)
+    let latest = UNIX_EPOCH + Duration::from_millis(253_402_300_799_999);
+    humantime::format_rfc3339_millis(at.clamp(UNIX_EPOCH, latest)).to_string()
 }
 
 #[cfg(test)]
@@ -415,6 +369,7 @@ mod tests {
             (1_709_251_199_999, "2024-02-29T23:59:59.999Z"),
             (4_107_542_400_000, "2100-03-01T00:00:00.000Z"),
             (253_402_300_799_000, "9999-12-31T23:59:59.000Z"),
+            (253_402_300_800_000, "9999-12-31T23:59:59.999Z"),
         ];
         for (millis, expected) in cases {
             assert_eq!(rfc3339_millis(at(millis)), expected, "{millis}");

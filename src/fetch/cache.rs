@@ -22,15 +22,31 @@ use crate::policy::agents_md::{AgentsMdState, Location};
 use crate::policy::refresh::{self, Previous, Refreshed};
 use crate::policy::{FetchOutcome, Policies, agents_md, agents_txt, autoctl, robots};
 
-/// Limits of the policy cache and its fetches.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CacheSettings {
+/// `[cache]`: the operator's bounds on the policy cache's memory. Owned here, composed into
+/// the config by `crate::config` (docs/layering.md); the defaults are written only here.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
     /// Origins kept in memory; the least useful are evicted first (default 100,000).
     pub max_origins: u64,
     /// Bytes of parsed policies kept in memory, all origins together ([`Policies::weight`]
     /// plus a fixed cost per origin); the least useful origins are evicted first (default
     /// 256 MiB). Both bounds hold.
     pub max_bytes: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { max_origins: 100_000, max_bytes: 256 * 1024 * 1024 }
+    }
+}
+
+/// Limits of the policy cache and its fetches: the operator's `[cache]` bounds and the
+/// lifetimes the specs fix (which tests shorten).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheSettings {
+    /// The memory bounds (`[cache]`).
+    pub bounds: CacheConfig,
     /// No file is used longer than this without a fetch, whatever its `Cache-Control`;
     /// also the lifetime of a response without one (default 24 h, B22, C5, D16; values
     /// above 24 h are cut to 24 h).
@@ -46,16 +62,21 @@ pub struct CacheSettings {
     pub agents_txt_negative_ttl: Duration,
 }
 
-impl Default for CacheSettings {
-    fn default() -> Self {
+impl From<CacheConfig> for CacheSettings {
+    fn from(bounds: CacheConfig) -> Self {
         CacheSettings {
-            max_origins: 100_000,
-            max_bytes: 256 * 1024 * 1024,
+            bounds,
             max_ttl: refresh::MAX_TTL,
             min_ttl: Duration::from_secs(60),
             fetch_timeout: Duration::from_secs(10),
             agents_txt_negative_ttl: Duration::from_secs(agents_txt::RESTRICTED_TTL_S),
         }
+    }
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        CacheSettings::from(CacheConfig::default())
     }
 }
 
@@ -151,9 +172,10 @@ impl PolicyCache {
         };
         // moka bounds one weighted capacity; the origin count is a second bound on top of the
         // bytes: every entry weighs at least `floor`, so `max_origins` entries fill it.
-        let floor = settings.max_bytes.div_ceil(settings.max_origins.max(1)).max(1);
+        let CacheConfig { max_origins, max_bytes } = settings.bounds;
+        let floor = max_bytes.div_ceil(max_origins.max(1)).max(1);
         let entries = moka::future::Cache::builder()
-            .max_capacity(settings.max_bytes)
+            .max_capacity(max_bytes)
             .weigher(move |_: &Origin, entry: &Arc<Entry>| {
                 u32::try_from(u64::from(entry.weight).max(floor)).unwrap_or(u32::MAX)
             })

@@ -17,8 +17,8 @@ use super::file::{MAX_REDIRECTS, PolicyFile};
 use super::freshness::TtlBounds;
 use super::transport::PolicyTransport;
 use super::{Origin, USER_AGENT};
+use crate::error_chain::error_chain;
 use crate::policy::{FetchError, FetchOutcome, Headers};
-use crate::proxy::error_chain;
 
 /// One fetched file: what the format's `from_fetch` takes, and how long it is fresh.
 #[derive(Debug)]

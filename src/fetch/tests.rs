@@ -446,7 +446,7 @@ async fn weight_stays_under_max_bytes_and_evicted_origins_are_fetched_again() ->
     let weight = one.policies(&origins[0].origin()).await.weight() as u64;
     assert!(weight > robots.len() as u64, "a parsed robots.txt weighs at least its text: {weight}");
     let max_bytes = 3 * weight + weight / 2;
-    let settings = CacheSettings { max_bytes, ..CacheSettings::default() };
+    let settings = CacheSettings::from(CacheConfig { max_bytes, ..CacheConfig::default() });
     let cache = PolicyCache::new(transport(&ca)?, settings);
     for origin in &origins {
         let policies = cache.policies(&origin.origin()).await;

@@ -213,8 +213,9 @@ pub struct Decision {
     pub outcome: Outcome,
     /// Reasons: for a block, the ones that blocked first; then the rest.
     pub reasons: Vec<Reason>,
-    /// How many of the leading `reasons` decided a block (0 when allowed).
-    pub blocking: usize,
+    /// How many of the leading `reasons` decided a block (0 when allowed). Sealed to the policy
+    /// core, like the constructors below, so no caller can point it past `reasons`.
+    pub(super) blocking: usize,
     /// All limits that apply (each must pass).
     pub limits: Vec<Limit>,
     /// Headers to add to the forwarded request.
@@ -222,6 +223,23 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// A decision of one reason, which decided it: a block cites it as blocking. Used for the
+    /// operator's rules, the gate's own refusals (authentication, the network guard) and the
+    /// always-allowed policy files.
+    pub fn single(outcome: Outcome, reason: Reason) -> Self {
+        let blocking = usize::from(outcome != Outcome::Allow);
+        Decision { outcome, reasons: vec![reason], blocking, limits: Vec::new(), inject_headers: Vec::new() }
+    }
+
+    /// A deny decided by `blocking` (cited first), followed by the `rest` of the reasons and
+    /// carrying `limits`: what the gate builds when a limit or the response-time AGENTS.md
+    /// check refuses a request the policies allowed.
+    pub fn deny_first(mut blocking: Vec<Reason>, mut rest: Vec<Reason>, limits: Vec<Limit>) -> Self {
+        let count = blocking.len();
+        blocking.append(&mut rest);
+        Decision { outcome: Outcome::Deny, reasons: blocking, blocking: count, limits, inject_headers: Vec::new() }
+    }
+
     /// True when the request may be forwarded (before limits).
     pub fn is_allowed(&self) -> bool {
         self.outcome == Outcome::Allow

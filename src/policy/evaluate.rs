@@ -58,13 +58,8 @@ pub fn evaluate(policies: &Policies, req: &RequestView<'_>) -> Decision {
 /// ([`super::path`]), under the operator's `settings`.
 pub fn evaluate_with(policies: &Policies, req: &RequestView<'_>, settings: Settings) -> Decision {
     if req.is_safe_method() && POLICY_FILE_PATHS.contains(&req.path()) {
-        return Decision {
-            outcome: Outcome::Allow,
-            reasons: vec![Reason::new(Source::Operator, "policy_file", "requests for policy files are always allowed")],
-            blocking: 0,
-            limits: Vec::new(),
-            inject_headers: Vec::new(),
-        };
+        let reason = Reason::new(Source::Operator, "policy_file", "requests for policy files are always allowed");
+        return Decision::single(Outcome::Allow, reason);
     }
     super::path::decide_all_spellings(req, |req| {
         let mut robots = policies.robots.evaluate(req);

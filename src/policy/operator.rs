@@ -18,6 +18,30 @@ use ipnet::IpNet;
 use super::pattern::Pattern;
 use super::{Decision, Outcome, Reason, RequestView, Source};
 
+/// Whether the gate blocks (`enforce`) or only reports (`monitor`), DESIGN §8: the operator's
+/// choice (`mode`, per agent `[[agents]] mode`), applied by the gate and written to the log.
+/// It lives here, at the bottom of the crate, so config, agents, the gate and the audit record
+/// share it without pointing up. Deserializes from the lower-case names, like [`RuleAction`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Block what policies forbid.
+    #[default]
+    Enforce,
+    /// Forward everything; log `would_deny` for what enforce mode would block.
+    Monitor,
+}
+
+impl Mode {
+    /// The value written to `agentgate.mode`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Monitor => "monitor",
+        }
+    }
+}
+
 /// What an operator rule does when it matches (`action = "allow" | "deny"` in the config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -123,17 +147,7 @@ impl OperatorRules {
     /// [`super::path`]) denies too. `addresses` are the vetted addresses of the request's
     /// host, for rules naming an address or a CIDR (empty when none are known, as in `explain`).
     pub fn evaluate(&self, req: &RequestView<'_>, addresses: &[IpAddr]) -> Option<Decision> {
-        let as_sent = self.evaluate_as_sent(req, addresses);
-        let denied = |d: &Option<Decision>| d.as_ref().is_some_and(|d| d.outcome == Outcome::Deny);
-        if !denied(&as_sent) {
-            for normal in super::path::equivalents(req.path_and_query) {
-                let other = self.evaluate_as_sent(&RequestView { path_and_query: &normal, ..*req }, addresses);
-                if denied(&other) {
-                    return other;
-                }
-            }
-        }
-        as_sent
+        super::path::decide_all_spellings(req, |req| self.evaluate_as_sent(req, addresses))
     }
 
     fn evaluate_as_sent(&self, req: &RequestView<'_>, addresses: &[IpAddr]) -> Option<Decision> {
@@ -143,7 +157,7 @@ impl OperatorRules {
                 RuleAction::Allow => (Outcome::Allow, "operator.allow"),
                 RuleAction::Deny => (Outcome::Deny, "operator.deny"),
             };
-            return Some(decision(outcome, Reason::new(Source::Operator, code, rule.described.clone())));
+            return Some(Decision::single(outcome, Reason::new(Source::Operator, code, rule.described.clone())));
         }
         if self.is_bypassed(req.host) {
             let reason = Reason::new(
@@ -151,15 +165,10 @@ impl OperatorRules {
                 "operator.bypass",
                 format!("bypass_hosts: {} skips site policies", req.host),
             );
-            return Some(decision(Outcome::Allow, reason));
+            return Some(Decision::single(Outcome::Allow, reason));
         }
         None
     }
-}
-
-fn decision(outcome: Outcome, reason: Reason) -> Decision {
-    let blocking = usize::from(outcome != Outcome::Allow);
-    Decision { outcome, reasons: vec![reason], blocking, limits: Vec::new(), inject_headers: Vec::new() }
 }
 
 /// Whether `host` matches `pattern`, case-insensitively, ignoring a trailing dot and IPv6

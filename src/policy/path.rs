@@ -15,19 +15,39 @@
 use super::{Decision, Outcome, RequestView};
 
 /// Decides `req` as sent and, when its path has equivalent plainer spellings, as each of
-/// them too; returns the strictest decision (the earliest on a tie, so as sent first).
-pub fn decide_all_spellings(req: &RequestView<'_>, mut decide: impl FnMut(&RequestView<'_>) -> Decision) -> Decision {
+/// them too; returns the strictest decision (the earliest on a tie, so as sent first). The
+/// site policies and the operator's rules both decide this way ([`Decided`]).
+pub fn decide_all_spellings<D: Decided>(req: &RequestView<'_>, mut decide: impl FnMut(&RequestView<'_>) -> D) -> D {
     let mut strictest = decide(req);
     for normal in equivalents(req.path_and_query) {
-        if strictest.outcome == Outcome::Deny {
+        if strictest.outcome() == Outcome::Deny {
             break;
         }
         let other = decide(&RequestView { path_and_query: &normal, ..*req });
-        if strictness(other.outcome) > strictness(strictest.outcome) {
+        if strictness(other.outcome()) > strictness(strictest.outcome()) {
             strictest = other;
         }
     }
     strictest
+}
+
+/// What a decision on one spelling amounts to, for [`decide_all_spellings`].
+pub trait Decided {
+    /// The outcome the decision restricts the request to.
+    fn outcome(&self) -> Outcome;
+}
+
+impl Decided for Decision {
+    fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+}
+
+/// The operator's rules may say nothing (`None`), which restricts no more than an allow.
+impl Decided for Option<Decision> {
+    fn outcome(&self) -> Outcome {
+        self.as_ref().map_or(Outcome::Allow, |decision| decision.outcome)
+    }
 }
 
 /// How much an outcome restricts: allow < needs approval < deny.
@@ -45,7 +65,7 @@ fn strictness(outcome: Outcome) -> u8 {
 /// slashes merged afterwards; and, when the path has repeated slashes, the form of a server
 /// that merges them first (SEMANTICS R7). Reserved escapes (`%2F`) stay: they are data. The
 /// query is never changed.
-pub fn equivalents(path_and_query: &str) -> Vec<String> {
+fn equivalents(path_and_query: &str) -> Vec<String> {
     let sent_path = path_and_query.split('?').next().unwrap_or_default();
     let repeated_slashes = sent_path.contains("//");
     if !repeated_slashes

@@ -40,27 +40,13 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         | ProxyError::UpstreamConnect { .. }
         | ProxyError::Upstream { .. } => StatusCode::BAD_GATEWAY,
         ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-        // Start-up and tunnel-handshake errors never become a response; if one did, it
-        // would be our bug.
-        ProxyError::Ca { .. }
-        | ProxyError::UpstreamClient { .. }
-        | ProxyError::Audit { .. }
-        | ProxyError::Bind { .. }
-        | ProxyError::ClientHandshake { .. }
-        | ProxyError::LeafCertificate { .. } => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
 /// Who is at fault for `error`, for `error.type`: the side its status blames.
 pub(crate) fn error_type_for(error: &ProxyError) -> ErrorType {
     let status = status_for(error);
-    if status.is_client_error() {
-        ErrorType::Client
-    } else if status == StatusCode::INTERNAL_SERVER_ERROR {
-        ErrorType::Proxy
-    } else {
-        ErrorType::Origin
-    }
+    if status.is_client_error() { ErrorType::Client } else { ErrorType::Origin }
 }
 
 /// The response for `error`: its status and `agentgate: <message>` as the body, so an agent
@@ -77,11 +63,11 @@ pub(crate) fn error_response(error: &ProxyError) -> Response<ProxyBody> {
 /// agent may do instead — JSON when the client accepts JSON, plain text otherwise. Both carry
 /// the decision record id, so the agent's report and the log meet. HEAD gets the headers only.
 pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -> Response<ProxyBody> {
-    let decision = &blocked.decision;
-    let (method, url) = (blocked.record.method.as_str(), blocked.record.url.as_str());
-    let record = blocked.record.id.to_string();
+    let decision = &blocked.decision();
+    let (method, url) = (blocked.record().method.as_str(), blocked.record().url.as_str());
+    let record = blocked.record().id.to_string();
     let blocking = decision.blocking_reasons();
-    let verdict = match blocked.kind {
+    let verdict = match blocked.kind() {
         BlockKind::RateLimited { .. } => "rate_limited",
         BlockKind::Policy | BlockKind::Unauthenticated => decision.outcome.as_str(),
     };
@@ -93,7 +79,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
         }
         let _ = write!(header, "; code={}", first.code);
     }
-    if let (BlockKind::RateLimited { .. }, Some(window)) = (blocked.kind, limit_window(blocked)) {
+    if let (BlockKind::RateLimited { .. }, Some(window)) = (blocked.kind(), limit_window(blocked)) {
         let _ = write!(header, "; window={window}");
     }
     let _ = write!(header, "; record={record}");
@@ -133,7 +119,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
         }
         body_response(text, "text/plain; charset=utf-8")
     };
-    if blocked.record.method.eq_ignore_ascii_case("HEAD") {
+    if blocked.record().method.eq_ignore_ascii_case("HEAD") {
         // RFC 9110 §9.3.2: no content in a HEAD answer. hyper's h2 server would send it.
         *response.body_mut() = Empty::new().map_err(|never| match never {}).boxed_unsync();
     }
@@ -141,7 +127,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
     if let Ok(value) = HeaderValue::from_str(&header) {
         headers.insert(DECISION_HEADER, value);
     }
-    *response.status_mut() = match blocked.kind {
+    *response.status_mut() = match blocked.kind() {
         BlockKind::Policy => StatusCode::FORBIDDEN,
         BlockKind::Unauthenticated => {
             headers.insert(PROXY_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"agentgate\""));
@@ -158,8 +144,8 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
 /// The window of the rate limit that refused a request, in seconds (`60s`; a crawl delay's
 /// own length, `1.5s`).
 fn limit_window(blocked: &Blocked) -> Option<String> {
-    let first = blocked.decision.blocking_reasons().first()?;
-    blocked.decision.limits.iter().find(|l| l.reason == *first).and_then(|l| match l.kind {
+    let first = blocked.decision().blocking_reasons().first()?;
+    blocked.decision().limits.iter().find(|l| l.reason == *first).and_then(|l| match l.kind {
         LimitKind::Rate { window_s, .. } => Some(format!("{window_s}s")),
         LimitKind::Delay { millis } => Some(format!("{}s", f64::from(millis) / 1000.0)),
         LimitKind::Concurrent { .. } => None,
@@ -177,7 +163,7 @@ pub(crate) fn audit_unavailable() -> Response<ProxyBody> {
 }
 
 fn summary(blocked: &Blocked, method: &str, url: &str) -> String {
-    match (blocked.kind, blocked.decision.outcome) {
+    match (blocked.kind(), blocked.decision().outcome) {
         (BlockKind::RateLimited { retry_after_s }, _) => format!(
             "agentgate held back this request because it is over a rate or concurrency limit: {method} {url}. Retry after {retry_after_s} s."
         ),

@@ -28,7 +28,7 @@ use super::block::{audit_unavailable, tunnel_established};
 use super::context::{Entry, ProxyState};
 use super::destination::{Ask, check_destination};
 use super::drain::Drain;
-use super::error::{ProxyError, error_chain, shown_target};
+use super::error::{ProxyError, TunnelError, shown_target};
 use super::listener::{ServerProtocols, serve_connection};
 use super::relay::splice;
 use super::rewind::Rewind;
@@ -36,6 +36,7 @@ use super::service::{ProxyService, answer_blocked, completed};
 use crate::agents::Identity;
 use crate::audit::OnFailure;
 use crate::config::Config;
+use crate::error_chain::error_chain;
 use crate::fetch::Origin;
 use crate::gate::{GateRequest, Permitted, Verdict};
 
@@ -160,7 +161,7 @@ async fn decide_passthrough(state: &ProxyState, request: GateRequest<'_>) -> Res
             Ok(permit)
         }
         Verdict::Block(mut blocked) => {
-            blocked.record.method = "CONNECT".to_owned();
+            blocked.mark_passthrough();
             Err(answer_blocked(state, blocked, request.headers, started).await)
         }
     }
@@ -190,8 +191,8 @@ async fn intercept(
     authority: Authority,
     on_upgrade: OnUpgrade,
     drain: Drain,
-) -> Result<(), ProxyError> {
-    let handshake_failed = |cause: String| ProxyError::ClientHandshake { authority: authority.to_string(), cause };
+) -> Result<(), TunnelError> {
+    let handshake_failed = |cause: String| TunnelError::ClientHandshake { authority: authority.to_string(), cause };
     let upgraded = on_upgrade.await.map_err(|error| handshake_failed(error_chain(&error)))?;
     let mut io = TokioIo::new(upgraded);
     let mut first = BytesMut::with_capacity(4096);
@@ -230,7 +231,7 @@ async fn intercept(
             .certs
             .server_config(&name)
             .await
-            .map_err(|source| ProxyError::LeafCertificate { host: name.clone(), source })?;
+            .map_err(|source| TunnelError::LeafCertificate { host: name.clone(), source })?;
         start.into_stream(config).await.map_err(|error| handshake_failed(error_chain(&error)))
     };
     let tls = match tokio::time::timeout(handshake_timeout, accept).await {

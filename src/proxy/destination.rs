@@ -16,8 +16,9 @@ use tracing::info;
 
 use super::ProxyBody;
 use super::context::ProxyState;
-use super::error::{ProxyError, error_chain};
+use super::error::ProxyError;
 use super::service::{answer_blocked, record};
+use crate::error_chain::error_chain;
 use crate::gate::GateRequest;
 use crate::net::{GuardError, Refusal, Vetted};
 

@@ -1,8 +1,10 @@
-//! `ProxyError`: everything that can go wrong at the proxy edge, from start-up (CA, listen
-//! address) to one request (a bad request target, an origin that cannot be reached).
+//! What can go wrong at the proxy edge, by phase: [`StartError`] at start-up (CA, listen
+//! address, decision log), [`TunnelError`] while an intercepted tunnel is set up (no HTTP
+//! request exists yet, so nothing is answered), and [`ProxyError`] for one request (a bad
+//! request target, an origin that cannot be reached), which always becomes a response.
 //!
-//! Request-level variants are turned into a status and a plain body by `block::error_response`,
-//! the only place that does so; this file never writes a response.
+//! `ProxyError` is turned into a status and a plain body by `block::error_response`, the only
+//! place that does so; this file never writes a response.
 
 use std::io;
 use std::net::SocketAddr;
@@ -10,11 +12,11 @@ use std::path::PathBuf;
 
 use crate::tls::TlsError;
 
-/// An error at the proxy edge. Start-up variants come out of [`Proxy::new`](super::Proxy::new)
-/// and [`Proxy::bind`](super::Proxy::bind); the others become the response of one request.
+/// Why the proxy could not start: out of [`Proxy::new`](super::Proxy::new) and
+/// [`Proxy::bind`](super::Proxy::bind).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ProxyError {
+pub enum StartError {
     /// The CA could not be loaded from, or created in, `[ca] dir`.
     #[error("cannot load or create the CA in {}: {source}; check that the directory is writable or point [ca] dir / --ca-dir elsewhere", dir.display())]
     Ca {
@@ -47,7 +49,40 @@ pub enum ProxyError {
         /// The operating system's error.
         source: io::Error,
     },
+}
 
+/// Why an intercepted tunnel could not be set up, before any request inside it: logged, never
+/// answered (the client has no HTTP exchange to read an answer from).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TunnelError {
+    /// The client's side of an intercepted tunnel failed before any request: it hung up,
+    /// sent nothing, or rejected agentgate's certificate (most often: it does not trust the CA).
+    #[error(
+        "TLS handshake with the client for {authority} failed: {cause}; if the client does not trust agentgate's CA, install the CA certificate in it, or add the host to [mitm] passthrough_hosts"
+    )]
+    ClientHandshake {
+        /// The CONNECT target of the tunnel.
+        authority: String,
+        /// The whole error chain.
+        cause: String,
+    },
+
+    /// No leaf certificate could be minted for an intercepted host.
+    #[error("cannot present a certificate for {host}: {source}")]
+    LeafCertificate {
+        /// The SNI name or CONNECT host.
+        host: String,
+        /// What the TLS module reported.
+        source: TlsError,
+    },
+}
+
+/// Why one request could not be completed; `block::error_response` answers it with the status
+/// its blame calls for.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
     /// A request in origin-form (`GET /path`) reached the proxy port directly: this port only
     /// serves proxy requests.
     #[error(
@@ -86,27 +121,6 @@ pub enum ProxyError {
         target: String,
         /// The CONNECT target of the tunnel.
         authority: String,
-    },
-
-    /// The client's side of an intercepted tunnel failed before any request: it hung up,
-    /// sent nothing, or rejected agentgate's certificate (most often: it does not trust the CA).
-    #[error(
-        "TLS handshake with the client for {authority} failed: {cause}; if the client does not trust agentgate's CA, install the CA certificate in it, or add the host to [mitm] passthrough_hosts"
-    )]
-    ClientHandshake {
-        /// The CONNECT target of the tunnel.
-        authority: String,
-        /// The whole error chain.
-        cause: String,
-    },
-
-    /// No leaf certificate could be minted for an intercepted host.
-    #[error("cannot present a certificate for {host}: {source}")]
-    LeafCertificate {
-        /// The SNI name or CONNECT host.
-        host: String,
-        /// What the TLS module reported.
-        source: TlsError,
     },
 
     /// The origin's TLS certificate did not verify against the configured roots.
@@ -185,40 +199,4 @@ pub enum ProxyError {
 /// answered in 4xx bodies. Proven by e2e `redaction::no_secret_reaches_stderr_or_the_decision_log`.
 pub(crate) fn shown_target(target: &impl std::fmt::Display) -> String {
     crate::audit::redact_url(&target.to_string(), false).full
-}
-
-/// Renders an error and every `source()` below it as `a: b: c`.
-///
-/// hyper's and hyper-util's `Display` show one level only, so a bare `{err}` hides the cause
-/// (`client error (Connect)`); this is what goes into logs and response bodies.
-pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut next = err.source();
-    while let Some(cause) = next {
-        let part = cause.to_string();
-        // io::Error displays its inner error, which often repeats the level above.
-        if !text.ends_with(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        next = cause.source();
-    }
-    text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("outer")]
-    struct Outer(#[source] io::Error);
-
-    #[test]
-    fn error_chain_walks_sources_and_skips_repeats() {
-        let inner = io::Error::new(io::ErrorKind::ConnectionRefused, "connection refused");
-        assert_eq!(error_chain(&Outer(inner)), "outer: connection refused");
-        let wrapped = io::Error::other(io::Error::other("same"));
-        assert_eq!(error_chain(&wrapped), "same");
-    }
 }

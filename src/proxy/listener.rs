@@ -20,7 +20,7 @@ use tracing::{Instrument, debug, debug_span, info, warn};
 use super::admission::{Admission, Throttled};
 use super::context::ProxyState;
 use super::drain::{Drain, DrainController};
-use super::error::{ProxyError, error_chain};
+use super::error::StartError;
 use super::first_byte::FirstByte;
 use super::idle::{Activity, Counted};
 use super::resolve::GuardedConnector;
@@ -28,6 +28,7 @@ use super::service::ProxyService;
 use super::upstream::Upstream;
 use crate::audit::{AuditLog, AuditWriter};
 use crate::config::{Config, ConnectionsConfig};
+use crate::error_chain::error_chain;
 use crate::fetch::{CacheSettings, PolicyCache, PolicyTransport};
 use crate::gate::Gate;
 use crate::net::{AddressPolicy, Dial, Guard, Resolve, SystemResolver, TcpDialer};
@@ -64,9 +65,9 @@ impl Proxy {
     /// rustls use in the process.
     ///
     /// # Errors
-    /// [`ProxyError::Ca`] when the CA cannot be loaded or created;
-    /// [`ProxyError::UpstreamClient`] when an `[upstream] extra_ca_files` entry is unusable.
-    pub fn new(config: Arc<Config>) -> Result<Self, ProxyError> {
+    /// [`StartError::Ca`] when the CA cannot be loaded or created;
+    /// [`StartError::UpstreamClient`] when an `[upstream] extra_ca_files` entry is unusable.
+    pub fn new(config: Arc<Config>) -> Result<Self, StartError> {
         Proxy::with_network(config, Arc::new(SystemResolver), Arc::new(TcpDialer))
     }
 
@@ -80,20 +81,16 @@ impl Proxy {
         config: Arc<Config>,
         resolver: Arc<dyn Resolve>,
         dialer: Arc<dyn Dial>,
-    ) -> Result<Self, ProxyError> {
+    ) -> Result<Self, StartError> {
         let ca = CertificateAuthority::load_or_create(&config.ca.dir)
-            .map_err(|source| ProxyError::Ca { dir: config.ca.dir.clone(), source })?;
+            .map_err(|source| StartError::Ca { dir: config.ca.dir.clone(), source })?;
         let ca_cert_path = ca.cert_path().to_owned();
         let certs = LeafCertCache::new(Arc::new(ca), config.mitm.cert_cache_size);
         let guard = Arc::new(guard(&config, resolver));
         // One client for proxied requests and policy fetches: one pool, guard and trust store.
         let tcp = GuardedConnector { guard: Arc::clone(&guard), dialer };
         let upstream = Arc::new(Upstream::new(&config.upstream, tcp)?);
-        let settings = CacheSettings {
-            max_origins: config.cache.max_origins,
-            max_bytes: config.cache.max_bytes,
-            ..CacheSettings::default()
-        };
+        let settings = CacheSettings::from(config.cache.clone());
         let gate = Gate::new(&config, PolicyCache::new(upstream.clone(), settings));
         Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path })
     }
@@ -107,11 +104,11 @@ impl Proxy {
     /// [`RunningProxy::local_addr`]).
     ///
     /// # Errors
-    /// [`ProxyError::Bind`] when the address is taken or not available.
-    pub async fn bind(self) -> Result<RunningProxy, ProxyError> {
+    /// [`StartError::Bind`] when the address is taken or not available.
+    pub async fn bind(self) -> Result<RunningProxy, StartError> {
         let Proxy { config, certs, upstream, guard, gate, ca_cert_path } = self;
         let addr = config.listen;
-        let bind_error = |source| ProxyError::Bind { addr, source };
+        let bind_error = |source| StartError::Bind { addr, source };
         let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
         let local_addr = listener.local_addr().map_err(bind_error)?;
         // The real port (when `listen` said 0) is only known now.
@@ -120,7 +117,7 @@ impl Proxy {
         // Opened last, so a failure above leaves no writer behind; opened before the first
         // accept, so a bad log path stops start-up instead of the first request.
         let (audit, audit_writer) =
-            AuditLog::start(config.audit.clone()).map_err(|source| ProxyError::Audit { source })?;
+            AuditLog::start(config.audit.clone()).map_err(|source| StartError::Audit { source })?;
         let state = Arc::new(ProxyState::new(config, certs, upstream, guard, gate, audit));
         Ok(RunningProxy { state, audit_writer, ca_cert_path, listener, local_addr })
     }
@@ -273,8 +270,8 @@ pub async fn shutdown_signal() {
 /// (`[network]`, `[upstream]` and `[admin] listen` of `config`).
 ///
 /// # Errors
-/// [`ProxyError::UpstreamClient`] when an `[upstream] extra_ca_files` entry cannot be used.
-pub fn policy_transport(config: &Config) -> Result<Arc<dyn PolicyTransport>, ProxyError> {
+/// [`StartError::UpstreamClient`] when an `[upstream] extra_ca_files` entry cannot be used.
+pub fn policy_transport(config: &Config) -> Result<Arc<dyn PolicyTransport>, StartError> {
     let tcp =
         GuardedConnector { guard: Arc::new(guard(config, Arc::new(SystemResolver))), dialer: Arc::new(TcpDialer) };
     Ok(Arc::new(Upstream::new(&config.upstream, tcp)?))

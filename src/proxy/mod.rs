@@ -26,8 +26,7 @@ mod rewind;
 mod service;
 mod upstream;
 
-pub use error::ProxyError;
-pub(crate) use error::error_chain;
+pub use error::{ProxyError, StartError, TunnelError};
 pub use listener::{Proxy, RunningProxy, policy_transport, shutdown_signal};
 
 /// The body of every response the proxy hands to hyper: either the origin's streamed body or

@@ -30,11 +30,12 @@ use super::connect::handle_connect;
 use super::context::{Entry, ProxyState, RequestContext};
 use super::destination::{Ask, check_destination};
 use super::drain::Drain;
-use super::error::{ProxyError, error_chain, shown_target};
+use super::error::{ProxyError, shown_target};
 use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
 use super::relay::splice;
 use crate::agents::Identity;
 use crate::audit::{DecisionRecord, OnFailure, Outcome as LogOutcome};
+use crate::error_chain::error_chain;
 use crate::fetch::Origin;
 use crate::gate::{Blocked, GateRequest, PURPOSE_HEADER, Permitted, Verdict};
 
@@ -243,7 +244,7 @@ pub(crate) async fn answer_blocked(
     started: Instant,
 ) -> Response<ProxyBody> {
     let response = blocked_response(&blocked, request_headers);
-    record(state, blocked.record, started, Ok(response.status())).await;
+    record(state, blocked.into_record(), started, Ok(response.status())).await;
     response
 }
 

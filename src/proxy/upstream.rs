@@ -25,10 +25,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
 use super::ProxyBody;
-use super::error::{ProxyError, error_chain};
+use super::error::{ProxyError, StartError};
 use super::headers::Upgrade;
 use super::resolve::{ConnectError, GuardedConnector};
 use crate::config::UpstreamConfig;
+use crate::error_chain::error_chain;
 use crate::fetch::{PolicyTransport, TransportFuture};
 use crate::net::GuardError;
 use crate::policy::FetchError;
@@ -51,10 +52,10 @@ impl Upstream {
     /// Builds both clients from `[upstream]`, opening every TCP connection through `tcp`.
     ///
     /// # Errors
-    /// [`ProxyError::UpstreamClient`] when an extra CA file cannot be read.
-    pub(crate) fn new(config: &UpstreamConfig, tcp: GuardedConnector) -> Result<Self, ProxyError> {
+    /// [`StartError::UpstreamClient`] when an extra CA file cannot be read.
+    pub(crate) fn new(config: &UpstreamConfig, tcp: GuardedConnector) -> Result<Self, StartError> {
         let tls = crate::tls::upstream::client_config(&config.extra_ca_files)
-            .map_err(|source| ProxyError::UpstreamClient { source })?;
+            .map_err(|source| StartError::UpstreamClient { source })?;
         let connector = |http2: bool| {
             // The HTTPS connector picks TLS from the scheme; the guarded one only opens TCP.
             let http = tcp.clone();
