@@ -1,11 +1,11 @@
-//! The per-origin policy cache: the policy files of an origin (one per format) fetched in parallel on first
-//! use (concurrent first requests share that one fetch and wait for it), each file kept
-//! for its own freshness lifetime, only stale files fetched again (one refresh at a time
-//! per origin, in the background while the stale copy may still be served:
-//! stale-while-revalidate), the stale rules of [`crate::policy::refresh`] applied to each
-//! re-fetch, and memory bounded in bytes (`max_bytes`, each origin weighed by its parsed
-//! policies) and in origins (`max_origins`); moka evicts by LRU with frequency-based
-//! admission.
+//! The per-origin policy cache: an origin's policy files (one per format) fetched in
+//! parallel on first use (concurrent first requests share that one fetch and wait for it),
+//! each file kept for its own freshness lifetime, only stale files fetched again (one
+//! refresh at a time per origin, in the background while the stale copy may still be
+//! served: stale-while-revalidate), the stale rules of each [`crate::policy::Format`]
+//! applied to each re-fetch, and memory bounded in bytes (`max_bytes`, each origin weighed
+//! by its parsed policies) and in origins (`max_origins`); moka evicts by LRU with
+//! frequency-based admission.
 
 use std::sync::Arc;
 use std::time::Duration;
