@@ -479,6 +479,7 @@ impl super::Format for AgentsMd {
     }
 
     /// With `[agents_md] strict_authentication`, C23 applies.
+    #[inline]
     fn evaluate(state: &AgentsMdState, req: &RequestView<'_>, settings: super::Settings) -> SourceVerdict {
         state.evaluate(req, settings.strict_authentication)
     }

@@ -689,6 +689,7 @@ impl super::Format for AgentsTxt {
         super::refresh::agents_txt(previous, fetched, ttl, rules.agents_txt_negative_ttl)
     }
 
+    #[inline]
     fn evaluate(state: &AgentsTxtState, req: &RequestView<'_>, _settings: super::Settings) -> SourceVerdict {
         state.evaluate(req)
     }

@@ -296,6 +296,7 @@ impl super::Format for Autoctl {
         from_fetch(outcome)
     }
 
+    #[inline]
     fn evaluate(state: &AutoctlState, req: &RequestView<'_>, _settings: super::Settings) -> SourceVerdict {
         state.evaluate(req)
     }

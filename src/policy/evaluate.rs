@@ -38,6 +38,7 @@ macro_rules! policies {
             }
 
             /// Every format's verdict on one request, folded into a decision.
+            #[inline]
             fn decide(&self, req: &RequestView<'_>, settings: Settings) -> Decision {
                 combine([$(<$format>::evaluate(&self.$field, req, settings)),*])
             }

@@ -399,6 +399,7 @@ impl super::Format for Robots {
     }
 
     /// With `[robots] honor_crawl_delay`, the `Crawl-delay` becomes a limit.
+    #[inline]
     fn evaluate(state: &RobotsState, req: &RequestView<'_>, settings: super::Settings) -> SourceVerdict {
         let mut verdict = state.evaluate(req);
         if settings.honor_crawl_delay {
