@@ -10,8 +10,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 
 use agentgate::limits::{LocalLimiter, Usage};
 use agentgate::policy::{
-    FetchOutcome, Headers, Limit, LimitKind, LimitScope, Policies, Reason, RequestView, Source, agents_md, agents_txt,
-    autoctl, evaluate, robots,
+    FetchOutcome, Headers, Limit, LimitKind, LimitScope, Policies, Reason, RequestView, Source, agents_txt, evaluate,
 };
 use governor::clock::DefaultClock;
 
@@ -41,18 +40,20 @@ fn response(body: &[u8], content_type: &str) -> FetchOutcome {
 fn policies() -> Policies {
     let agents_md_body = "# AGENTS.md\n\n## Identity\n- site: example.com\n\n## Rate Limits\n\
         - requests-per-minute: 4000000000\n- requests-per-hour: 4000000000\n- concurrent-sessions: 1000\n";
-    Policies {
-        robots: robots::from_fetch(&response(b"User-agent: *\nDisallow: /admin/\nAllow: /\n", "text/plain")),
-        agents_txt: agents_txt::from_fetch(&response(
-            &agents_txt::fix_hash(b"/api ALLOW limit=4000000000\n/admin DISALLOW\n"),
-            "text/plain",
-        )),
-        agents_md: agents_md::discover(
-            agents_md::from_fetch(&response(agents_md_body.as_bytes(), "text/markdown")),
-            None,
-        ),
-        autoctl: autoctl::from_fetch(&response(b"user-agent: *\nscope: /\nallowed-methods: GET, HEAD\n", "text/plain")),
-    }
+    let agents_txt_body = agents_txt::fix_hash(b"/api ALLOW limit=4000000000\n/admin DISALLOW\n");
+    let read = |path: &str, _cap: usize| {
+        Ok::<_, std::convert::Infallible>(match path {
+            "/robots.txt" => response(b"User-agent: *\nDisallow: /admin/\nAllow: /\n", "text/plain"),
+            "/agents.txt" => response(&agents_txt_body, "text/plain"),
+            "/AGENTS.md" => response(agents_md_body.as_bytes(), "text/markdown"),
+            "/automation-preferences.txt" => {
+                response(b"user-agent: *\nscope: /\nallowed-methods: GET, HEAD\n", "text/plain")
+            }
+            _ => FetchOutcome::not_found(),
+        })
+    };
+    let Ok(policies) = Policies::read("example.com", read);
+    policies
 }
 
 fn bench(c: &mut Criterion) {

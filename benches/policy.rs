@@ -9,9 +9,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 
-use agentgate::policy::{
-    FetchOutcome, Headers, Policies, RequestView, agents_md, agents_txt, autoctl, evaluate, robots,
-};
+use agentgate::policy::{FetchOutcome, Headers, Policies, RequestView, agents_txt, evaluate, robots};
 
 const TYPICAL_ROBOTS: &str = "\
 User-agent: Googlebot
@@ -70,12 +68,17 @@ fn with_valid_hash(text: &str) -> Vec<u8> {
 }
 
 fn policies(robots_body: &[u8]) -> Policies {
-    Policies {
-        robots: robots::from_fetch(&response(robots_body, "text/plain")),
-        agents_txt: agents_txt::from_fetch(&response(&with_valid_hash(TYPICAL_AGENTS_TXT), "text/plain")),
-        agents_md: agents_md::discover(agents_md::from_fetch(&response(&agents_md_example(), "text/markdown")), None),
-        autoctl: autoctl::from_fetch(&response(TYPICAL_AUTOCTL.as_bytes(), "text/plain")),
-    }
+    let read = |path: &str, _cap: usize| {
+        Ok::<_, std::convert::Infallible>(match path {
+            "/robots.txt" => response(robots_body, "text/plain"),
+            "/agents.txt" => response(&with_valid_hash(TYPICAL_AGENTS_TXT), "text/plain"),
+            "/AGENTS.md" => response(&agents_md_example(), "text/markdown"),
+            "/automation-preferences.txt" => response(TYPICAL_AUTOCTL.as_bytes(), "text/plain"),
+            _ => FetchOutcome::not_found(),
+        })
+    };
+    let Ok(policies) = Policies::read("example.com", read);
+    policies
 }
 
 /// About 500 KiB and 10,000 rules in a few groups, shaped like large real files.

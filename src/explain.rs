@@ -14,10 +14,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::lint::Format;
 use crate::policy::{
-    self, Decision, FetchOutcome, Headers, LimitKind, Policies, PolicyReport, PolicyStatus, Reason, RequestView,
-    Severity, Source, agents_md, agents_txt, autoctl, robots,
+    self, Decision, FetchOutcome, Format, Headers, LimitKind, Policies, PolicyReport, PolicyStatus, Reason,
+    RequestView, Severity, Source, formats,
 };
 
 /// Why `explain` could not run (usage errors: exit status 2).
@@ -85,21 +84,13 @@ pub struct ExplainRequest {
 pub struct Explanation {
     /// The combined decision.
     pub decision: Decision,
-    /// The four policy states it was made from.
+    /// The policy states it was made from, one per format.
     pub policies: Policies,
     /// The agent id, origin and host the request was evaluated for (limit keys).
     agent: String,
     origin: String,
     host: String,
 }
-
-/// The served name of each file in `--policy-dir`, with the path the fetcher uses, and its
-/// format (which gives its size cap).
-const ROBOTS: (&str, Format) = ("robots.txt", Format::Robots);
-const AGENTS_TXT: (&str, Format) = ("agents.txt", Format::AgentsTxt);
-const AGENTS_MD: (&str, Format) = ("AGENTS.md", Format::AgentsMd);
-const AGENTS_MD_WELL_KNOWN: (&str, Format) = (".well-known/agents.md", Format::AgentsMd);
-const AUTOCTL: (&str, Format) = ("automation-preferences.txt", Format::Autoctl);
 
 /// Evaluates one request against the files in `policy_dir`.
 ///
@@ -145,25 +136,15 @@ pub fn explain(req: &ExplainRequest) -> Result<Explanation, ExplainError> {
 /// When the directory or a file in it cannot be read.
 pub fn load_policies(dir: &Path, host: &str) -> Result<Policies, ExplainError> {
     std::fs::read_dir(dir).map_err(|source| ExplainError::PolicyDir { path: dir.to_path_buf(), source })?;
-    let root = agents_md::from_fetch(&read_outcome(dir, AGENTS_MD)?);
-    let well_known = if root.falls_through() {
-        Some(agents_md::from_fetch(&read_outcome(dir, AGENTS_MD_WELL_KNOWN)?))
-    } else {
-        None
-    };
-    Ok(Policies {
-        robots: robots::from_fetch(&read_outcome(dir, ROBOTS)?),
-        agents_txt: agents_txt::from_fetch(&read_outcome(dir, AGENTS_TXT)?),
-        agents_md: agents_md::discover(root, well_known).with_fetched_host(host),
-        autoctl: autoctl::from_fetch(&read_outcome(dir, AUTOCTL)?),
-    })
+    Policies::read(host, |path, cap| read_outcome(dir, path, cap))
 }
 
-/// A file in the directory as a 200 with its sidecar headers, or a 404 when absent; read up
-/// to its format's cap plus one byte, as the fetcher reads a body.
-fn read_outcome(dir: &Path, (name, format): (&str, Format)) -> Result<FetchOutcome, ExplainError> {
+/// The file at `path` under `dir` as a 200 with its sidecar headers, or a 404 when absent;
+/// read up to its format's cap plus one byte, as the fetcher reads a body.
+fn read_outcome(dir: &Path, path: &str, cap: usize) -> Result<FetchOutcome, ExplainError> {
+    let name = path.trim_start_matches('/');
     let path = dir.join(name);
-    let (body, over_cap) = match format.read_capped(&path) {
+    let (body, over_cap) = match crate::lint::read_capped(&path, cap) {
         Ok(read) => read,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FetchOutcome::not_found()),
         Err(source) => return Err(ExplainError::ReadFile { path, source }),
@@ -371,18 +352,19 @@ impl Explanation {
                 let location = applies.then(|| p.agents_md.location().path());
                 vec![("location".to_owned(), json!(location)), ("entries".to_owned(), Value::Array(entries.collect()))]
             }
-            Source::Autoctl | Source::Operator => Vec::new(),
+            _ => Vec::new(),
         }
     }
 
-    fn reports(&self) -> [(Source, PolicyReport); 4] {
+    /// Each format's source and report, in the order of [`formats!`].
+    fn reports(&self) -> Vec<(Source, PolicyReport)> {
         let p = &self.policies;
-        [
-            (Source::Robots, p.robots.report()),
-            (Source::AgentsTxt, p.agents_txt.report()),
-            (Source::AgentsMd, p.agents_md.report()),
-            (Source::Autoctl, p.autoctl.report()),
-        ]
+        macro_rules! reports {
+            ($($field:ident: $format:ty),* $(,)?) => {
+                vec![$((<$format>::SOURCE, <$format>::report(&p.$field)),)*]
+            };
+        }
+        formats!(reports)
     }
 }
 

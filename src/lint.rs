@@ -9,71 +9,31 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::policy::{Diagnostic, Severity, agents_md, agents_txt, autoctl, robots};
+use crate::policy::{Diagnostic, FORMATS, FormatInfo, Severity, Source, agents_txt};
 
-/// The four policy file formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// robots.txt (RFC 9309).
-    Robots,
-    /// agents.txt (draft-srijal-agents-policy-00).
-    AgentsTxt,
-    /// AGENTS.md (AGENTS-MD-SPEC-001).
-    AgentsMd,
-    /// automation-preferences.txt (draft-liao-aipref-autoctl-core).
-    Autoctl,
+/// The format a file name implies: the file name of a format ([`FormatInfo::file_name`]:
+/// `robots.txt`, `agents.txt`, `agents.md`, `automation-preferences.txt`), in any case,
+/// also with a prefix such as `site.robots.txt`.
+pub fn format_of(path: &Path) -> Option<FormatInfo> {
+    let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+    FORMATS.iter().copied().find(|format| {
+        let suffix = format.file_name();
+        name == suffix || name.ends_with(&format!(".{suffix}"))
+    })
 }
 
-impl Format {
-    /// The format a file name implies: `robots.txt`, `agents.txt`, `AGENTS.md`/`agents.md`
-    /// and `automation-preferences.txt`, also with a prefix such as `site.robots.txt`.
-    pub fn from_file_name(path: &Path) -> Option<Format> {
-        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
-        [
-            ("robots.txt", Format::Robots),
-            ("agents.txt", Format::AgentsTxt),
-            ("agents.md", Format::AgentsMd),
-            ("automation-preferences.txt", Format::Autoctl),
-        ]
-        .into_iter()
-        .find(|(suffix, _)| name == *suffix || name.ends_with(&format!(".{suffix}")))
-        .map(|(_, format)| format)
-    }
-
-    /// The format's size cap, the one the fetcher applies (SEMANTICS X6, B23, C4, D15):
-    /// a file is read up to this many bytes plus one, as a fetch reads it.
-    pub fn max_bytes(self) -> usize {
-        match self {
-            Format::Robots => robots::MAX_BYTES,
-            Format::AgentsTxt => agents_txt::MAX_BYTES,
-            Format::AgentsMd => agents_md::MAX_BYTES,
-            Format::Autoctl => autoctl::MAX_BYTES,
-        }
-    }
-
-    /// Reads at most [`Format::max_bytes`] plus one bytes of `path`, as the fetcher reads a
-    /// body: the bytes, and whether the file is over the cap (the format's oversize rule
-    /// then applies). Bounded whatever the file's size.
-    ///
-    /// # Errors
-    /// When the file cannot be opened or read.
-    pub fn read_capped(self, path: &Path) -> std::io::Result<(Vec<u8>, bool)> {
-        use std::io::Read as _;
-        let cap = self.max_bytes();
-        let mut body = Vec::new();
-        std::fs::File::open(path)?.take(cap as u64 + 1).read_to_end(&mut body)?;
-        let over_cap = body.len() > cap;
-        Ok((body, over_cap))
-    }
-
-    fn diagnostics(self, body: &[u8]) -> Vec<Diagnostic> {
-        match self {
-            Format::Robots => robots::lint(body),
-            Format::AgentsTxt => agents_txt::lint(body),
-            Format::AgentsMd => agents_md::lint(body),
-            Format::Autoctl => autoctl::lint(body),
-        }
-    }
+/// Reads at most `cap` plus one bytes of `path`, as the fetcher reads a body: the bytes,
+/// and whether the file is over the cap (the format's oversize rule then applies). Bounded
+/// whatever the file's size.
+///
+/// # Errors
+/// When the file cannot be opened or read.
+pub fn read_capped(path: &Path, cap: usize) -> std::io::Result<(Vec<u8>, bool)> {
+    use std::io::Read as _;
+    let mut body = Vec::new();
+    std::fs::File::open(path)?.take(cap as u64 + 1).read_to_end(&mut body)?;
+    let over_cap = body.len() > cap;
+    Ok((body, over_cap))
 }
 
 /// Why a file could not be linted.
@@ -142,14 +102,13 @@ impl FileReport {
 /// # Errors
 /// When the format is unknown, the file cannot be read or written, or `fix_hash` is asked
 /// of a file that is not agents.txt.
-pub fn lint_file(path: &Path, format: Option<Format>, fix_hash: bool) -> Result<FileReport, LintError> {
-    let format =
-        format.or_else(|| Format::from_file_name(path)).ok_or_else(|| LintError::UnknownFormat(path.into()))?;
+pub fn lint_file(path: &Path, format: Option<FormatInfo>, fix_hash: bool) -> Result<FileReport, LintError> {
+    let format = format.or_else(|| format_of(path)).ok_or_else(|| LintError::UnknownFormat(path.into()))?;
     let io = |source| LintError::Io { path: path.into(), source };
-    let (mut body, over_cap) = format.read_capped(path).map_err(io)?;
+    let (mut body, over_cap) = read_capped(path, format.max_bytes).map_err(io)?;
     let mut fixed = false;
     if fix_hash {
-        if format != Format::AgentsTxt {
+        if format.source != Source::AgentsTxt {
             return Err(LintError::FixHashFormat(path.into()));
         }
         if over_cap {
@@ -162,7 +121,7 @@ pub fn lint_file(path: &Path, format: Option<Format>, fix_hash: bool) -> Result<
             fixed = true;
         }
     }
-    let mut diagnostics = format.diagnostics(&body);
+    let mut diagnostics = format.lint(&body);
     diagnostics.sort_by_key(|d| d.line.unwrap_or(0));
     Ok(FileReport { path: path.into(), diagnostics, fixed })
 }
@@ -173,13 +132,13 @@ mod tests {
 
     #[test]
     fn format_from_file_name() {
-        let f = |n: &str| Format::from_file_name(Path::new(n));
-        assert_eq!(f("robots.txt"), Some(Format::Robots));
-        assert_eq!(f("/x/cnet.robots.txt"), Some(Format::Robots));
-        assert_eq!(f("AGENTS.md"), Some(Format::AgentsMd));
-        assert_eq!(f("blog.agents.md"), Some(Format::AgentsMd));
-        assert_eq!(f("valid-basic.agents.txt"), Some(Format::AgentsTxt));
-        assert_eq!(f("automation-preferences.txt"), Some(Format::Autoctl));
+        let f = |n: &str| format_of(Path::new(n)).map(|format| format.source);
+        assert_eq!(f("robots.txt"), Some(Source::Robots));
+        assert_eq!(f("/x/cnet.robots.txt"), Some(Source::Robots));
+        assert_eq!(f("AGENTS.md"), Some(Source::AgentsMd));
+        assert_eq!(f("blog.agents.md"), Some(Source::AgentsMd));
+        assert_eq!(f("valid-basic.agents.txt"), Some(Source::AgentsTxt));
+        assert_eq!(f("automation-preferences.txt"), Some(Source::Autoctl));
         assert_eq!(f("notes.txt"), None);
         assert_eq!(f("myrobots.txt"), None);
     }
@@ -205,14 +164,15 @@ mod tests {
     fn files_over_the_fetch_cap_are_reported_as_too_large() {
         let dir = tempfile::tempdir().expect("temp dir");
         let cases = [
-            ("agents.txt", Format::AgentsTxt, "/a ALLOW\n", "too-large"),
-            ("AGENTS.md", Format::AgentsMd, "# x\n", "too-large"),
-            ("robots.txt", Format::Robots, "Disallow: /a\n", "over-cap"),
-            ("automation-preferences.txt", Format::Autoctl, "# x\n", "too-large"),
+            ("agents.txt", "/a ALLOW\n", "too-large"),
+            ("AGENTS.md", "# x\n", "too-large"),
+            ("robots.txt", "Disallow: /a\n", "over-cap"),
+            ("automation-preferences.txt", "# x\n", "too-large"),
         ];
-        for (name, format, line, code) in cases {
+        for (name, line, code) in cases {
             let path = dir.path().join(name);
-            std::fs::write(&path, line.repeat(format.max_bytes() / line.len() + 1)).expect("write");
+            let format = format_of(&path).expect("a format's own file name");
+            std::fs::write(&path, line.repeat(format.max_bytes / line.len() + 1)).expect("write");
             let report = lint_file(&path, None, false).expect("lint");
             assert!(report.diagnostics.iter().any(|d| d.code == code), "{name}: {}", report.render());
         }

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use agentgate::config::{Config, ConfigError};
 use agentgate::explain::{self, ExplainRequest};
+use agentgate::policy::{FORMATS, FormatInfo};
 use agentgate::proxy::{Proxy, shutdown_signal};
 use agentgate::tls::{self, CertificateAuthority};
 use agentgate::{audit, lint};
@@ -40,19 +41,11 @@ enum Command {
     Audit(AuditCommand),
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum PolicyFormat {
-    Robots,
-    AgentsTxt,
-    AgentsMd,
-    Autoctl,
-}
-
 #[derive(Args)]
 struct LintArgs {
     /// The format of every FILE; by default it comes from each file name.
-    #[arg(long, value_enum)]
-    format: Option<PolicyFormat>,
+    #[arg(long, value_parser = format_parser())]
+    format: Option<FormatInfo>,
     /// Rewrite the hash line of agents.txt files so they verify.
     #[arg(long)]
     fix_hash: bool,
@@ -224,14 +217,16 @@ fn run_proxy(args: RunArgs) -> anyhow::Result<()> {
     })
 }
 
+/// `--format`: one of the formats' names, listed in `--help`.
+fn format_parser() -> impl clap::builder::TypedValueParser<Value = FormatInfo> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(FORMATS.iter().map(|f| f.name))
+        .try_map(|name| FormatInfo::named(&name).ok_or(format!("no format is named {name}")))
+}
+
 /// Exit 0 when no file has errors, 1 when one has, 2 when a file cannot be read.
 fn run_lint(args: LintArgs) -> ExitCode {
-    let format = args.format.map(|f| match f {
-        PolicyFormat::Robots => lint::Format::Robots,
-        PolicyFormat::AgentsTxt => lint::Format::AgentsTxt,
-        PolicyFormat::AgentsMd => lint::Format::AgentsMd,
-        PolicyFormat::Autoctl => lint::Format::Autoctl,
-    });
+    let format = args.format;
     let mut code = ExitCode::SUCCESS;
     for file in &args.files {
         match lint::lint_file(file, format, args.fix_hash) {

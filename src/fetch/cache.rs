@@ -1,13 +1,12 @@
-//! The per-origin policy cache: the four files of an origin fetched in parallel on first
-//! use (concurrent first requests share that one fetch and wait for it), each file kept
-//! for its own freshness lifetime, only stale files fetched again (one refresh at a time
-//! per origin, in the background while the stale copy may still be served:
-//! stale-while-revalidate), the stale rules of [`crate::policy::refresh`] applied to each
-//! re-fetch, and memory bounded in bytes (`max_bytes`, each origin weighed by its parsed
-//! policies) and in origins (`max_origins`); moka evicts by LRU with frequency-based
-//! admission.
+//! The per-origin policy cache: an origin's policy files (one per format) fetched in
+//! parallel on first use (concurrent first requests share that one fetch and wait for it),
+//! each file kept for its own freshness lifetime, only stale files fetched again (one
+//! refresh at a time per origin, in the background while the stale copy may still be
+//! served: stale-while-revalidate), the stale rules of each [`crate::policy::Format`]
+//! applied to each re-fetch, and memory bounded in bytes (`max_bytes`, each origin weighed
+//! by its parsed policies) and in origins (`max_origins`); moka evicts by LRU with
+//! frequency-based admission.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,9 +17,8 @@ use super::file::PolicyFile;
 use super::freshness::TtlBounds;
 use super::get::Fetcher;
 use super::transport::PolicyTransport;
-use crate::policy::agents_md::{AgentsMdState, Location};
-use crate::policy::refresh::{self, Previous, Refreshed};
-use crate::policy::{FetchOutcome, Policies, agents_md, agents_txt, autoctl, robots};
+use crate::policy::refresh::{self, Previous};
+use crate::policy::{Format, Policies, StaleRules, agents_txt, formats};
 
 /// `[cache]`: the operator's bounds on the policy cache's memory. Owned here, composed into
 /// the config by `crate::config` (docs/layering.md); the defaults are written only here.
@@ -89,7 +87,7 @@ pub struct PolicyCache {
 
 struct Inner {
     fetcher: Fetcher,
-    agents_txt_negative_ttl: Duration,
+    rules: StaleRules,
     entries: moka::future::Cache<Origin, Arc<Entry>>,
 }
 
@@ -108,17 +106,6 @@ impl Entry {
         let weight = u32::try_from(snapshot.weight()).unwrap_or(u32::MAX);
         Arc::new(Entry { snapshot, refreshing, weight })
     }
-}
-
-/// The four states of an origin and when each goes stale.
-struct Snapshot {
-    policies: Arc<Policies>,
-    robots: Freshness,
-    agents_txt: Freshness,
-    agents_md: Freshness,
-    autoctl: Freshness,
-    /// The earliest `fresh_until` of the four.
-    fresh_until: Instant,
 }
 
 /// When one file's state goes stale.
@@ -145,10 +132,53 @@ impl Freshness {
     }
 }
 
+macro_rules! snapshot {
+    ($($field:ident: $format:ty),* $(,)?) => {
+        /// The states of an origin and when each goes stale.
+        struct Snapshot {
+            policies: Arc<Policies>,
+            freshness: Freshnesses,
+            /// The earliest `fresh_until` of the files.
+            fresh_until: Instant,
+        }
+
+        /// When each file of an origin goes stale, one field per format ([`formats!`]).
+        #[derive(Debug, Clone, Copy)]
+        struct Freshnesses {
+            $($field: Freshness,)*
+        }
+
+        impl Freshnesses {
+            fn all(&self) -> impl Iterator<Item = &Freshness> {
+                [$(&self.$field),*].into_iter()
+            }
+        }
+
+        impl Inner {
+            /// A snapshot with every file that is missing or stale in `previous` fetched (in
+            /// parallel) and passed through its stale rule; fresh files are carried over.
+            async fn load(&self, origin: &Origin, previous: Option<&Snapshot>) -> Snapshot {
+                let started = Instant::now();
+                let ($($field,)*) = tokio::join!($(
+                    self.refresh_file::<$format>(
+                        origin,
+                        previous.map(|p| (&p.policies.$field, p.freshness.$field)),
+                        started,
+                    )
+                ),*);
+                let freshness = Freshnesses { $($field: $field.1,)* };
+                let fresh_until = freshness.all().map(|f| f.fresh_until).min().unwrap_or(started);
+                Snapshot { policies: Arc::new(Policies { $($field: $field.0,)* }), freshness, fresh_until }
+            }
+        }
+    };
+}
+formats!(snapshot);
+
 impl Snapshot {
     /// True when every file may be served at `now` without waiting for a refresh.
     fn serves_at(&self, now: Instant) -> bool {
-        [self.robots, self.agents_txt, self.agents_md, self.autoctl].iter().all(|f| f.serves_at(now))
+        self.freshness.all().all(|f| f.serves_at(now))
     }
 
     /// What the origin costs in memory: its parsed policies, the entry and its key.
@@ -181,13 +211,17 @@ impl PolicyCache {
             })
             .build();
         PolicyCache {
-            inner: Arc::new(Inner { fetcher, agents_txt_negative_ttl: settings.agents_txt_negative_ttl, entries }),
+            inner: Arc::new(Inner {
+                fetcher,
+                rules: StaleRules { agents_txt_negative_ttl: settings.agents_txt_negative_ttl },
+                entries,
+            }),
         }
     }
 
     /// The policies of `origin`, fetched when they are not cached or some file is stale.
     ///
-    /// The first request to an origin waits for its four files (fetched in parallel, each
+    /// The first request to an origin waits for its files (fetched in parallel, each
     /// bounded by `fetch_timeout`); concurrent requests for the same origin share that fetch.
     /// Later refreshes, one at a time per origin, fetch only the stale files. While the
     /// stale copy may still be served ([`refresh::serves_while_refreshing`]), the refresh
@@ -292,118 +326,61 @@ impl Inner {
         self.entries.run_pending_tasks().await;
     }
 
-    /// A snapshot with every file that is missing or stale in `previous` fetched (in
-    /// parallel) and passed through its stale rule; fresh files are carried over.
-    async fn load(&self, origin: &Origin, previous: Option<&Snapshot>) -> Snapshot {
-        let started = Instant::now();
-        let (robots_file, agents_txt_file, agents_md_file, autoctl_file) = tokio::join!(
-            refresh_file(
-                (origin, PolicyFile::Robots),
-                previous.map(|p| (&p.policies.robots, p.robots)),
-                started,
-                || self.fetch_state(origin, PolicyFile::Robots, robots::from_fetch),
-                refresh::robots,
-            ),
-            refresh_file(
-                (origin, PolicyFile::AgentsTxt),
-                previous.map(|p| (&p.policies.agents_txt, p.agents_txt)),
-                started,
-                || self.fetch_state(origin, PolicyFile::AgentsTxt, agents_txt::from_fetch),
-                |previous, fetched, ttl| refresh::agents_txt(previous, fetched, ttl, self.agents_txt_negative_ttl),
-            ),
-            refresh_file(
-                (origin, PolicyFile::AgentsMd(Location::Root)),
-                previous.map(|p| (&p.policies.agents_md, p.agents_md)),
-                started,
-                || self.fetch_agents_md(origin),
-                refresh::agents_md,
-            ),
-            refresh_file(
-                (origin, PolicyFile::Autoctl),
-                previous.map(|p| (&p.policies.autoctl, p.autoctl)),
-                started,
-                || self.fetch_state(origin, PolicyFile::Autoctl, autoctl::from_fetch),
-                |_, fetched, ttl| refresh::autoctl(fetched, ttl),
-            ),
-        );
-        let fresh_until = [robots_file.1, agents_txt_file.1, agents_md_file.1, autoctl_file.1]
-            .iter()
-            .map(|f| f.fresh_until)
-            .min()
-            .unwrap_or(started);
-        Snapshot {
-            policies: Arc::new(Policies {
-                robots: robots_file.0,
-                agents_txt: agents_txt_file.0,
-                agents_md: agents_md_file.0,
-                autoctl: autoctl_file.0,
-            }),
-            robots: robots_file.1,
-            agents_txt: agents_txt_file.1,
-            agents_md: agents_md_file.1,
-            autoctl: autoctl_file.1,
-            fresh_until,
+    /// One file of a load: carried over while fresh, else fetched and passed through its
+    /// format's stale rule with the previous copy and how long it has been stale.
+    async fn refresh_file<F: Format>(
+        &self,
+        origin: &Origin,
+        previous: Option<(&F::State, Freshness)>,
+        started: Instant,
+    ) -> (F::State, Freshness) {
+        if let Some((state, freshness)) = previous
+            && freshness.fresh_until > started
+        {
+            return (state.clone(), freshness);
+        }
+        let (fetched, ttl) = self.fetch_format::<F>(origin).await;
+        let now = Instant::now();
+        let before = previous.map(|(state, freshness)| {
+            let previous = Previous {
+                state: state.clone(),
+                stale_for: now.saturating_duration_since(freshness.stale_since),
+                lifetime: freshness.lifetime,
+            };
+            (previous, freshness)
+        });
+        let kept_since = before.as_ref().map(|(previous, freshness)| (previous.stale_for, *freshness));
+        let refreshed = F::refresh(before.map(|(previous, _)| previous), fetched, ttl, &self.rules);
+        let freshness = match kept_since {
+            Some((stale_for, freshness)) if refreshed.kept_stale => {
+                tracing::info!(
+                    origin = %origin, file = F::PATH, stale_s = stale_for.as_secs(), retry_s = refreshed.ttl.as_secs(),
+                    "re-fetch failed; the cached copy stays in use (stale rule)"
+                );
+                Freshness { fresh_until: now + refreshed.ttl, ..freshness }
+            }
+            _ => Freshness::new(now, refreshed.ttl),
+        };
+        (refreshed.state, freshness)
+    }
+
+    /// Fetches a format's file and, when the state falls through and the format has a
+    /// second location, that one too (AGENTS.md discovery, C1). Fresh for the shorter
+    /// lifetime of the two, so a change at either location is seen.
+    async fn fetch_format<F: Format>(&self, origin: &Origin) -> (F::State, Duration) {
+        let (first, first_ttl) = self.fetch_state::<F>(origin, F::PATH).await;
+        match F::FALLBACK_PATH {
+            Some(path) if F::falls_through(&first) => {
+                let (fallback, ttl) = self.fetch_state::<F>(origin, path).await;
+                (F::settle(first, Some(fallback), origin.host()), first_ttl.min(ttl))
+            }
+            _ => (F::settle(first, None, origin.host()), first_ttl),
         }
     }
 
     /// Fetches one file and hands the outcome to its format's `from_fetch`.
-    async fn fetch_state<S>(&self, origin: &Origin, file: PolicyFile, parse: fn(&FetchOutcome) -> S) -> (S, Duration) {
-        let fetched = self.fetcher.fetch(origin, file).await;
-        (parse(&fetched.outcome), fetched.ttl)
+    async fn fetch_state<F: Format>(&self, origin: &Origin, path: &'static str) -> (F::State, Duration) {
+        let fetched = self.fetcher.fetch(origin, PolicyFile::of::<F>(path)).await;
+        (F::from_fetch(&fetched.outcome), fetched.ttl)
     }
-
-    /// AGENTS.md discovery (C1): `/AGENTS.md`, then `/.well-known/agents.md` only when the
-    /// root gave no policy. Fresh for the shorter lifetime of the two, so a change at
-    /// either location is seen.
-    async fn fetch_agents_md(&self, origin: &Origin) -> (AgentsMdState, Duration) {
-        let (root, root_ttl) =
-            self.fetch_state(origin, PolicyFile::AgentsMd(Location::Root), agents_md::from_fetch).await;
-        let (well_known, ttl) = if root.falls_through() {
-            let (well_known, ttl) =
-                self.fetch_state(origin, PolicyFile::AgentsMd(Location::WellKnown), agents_md::from_fetch).await;
-            (Some(well_known), root_ttl.min(ttl))
-        } else {
-            (None, root_ttl)
-        };
-        (agents_md::discover(root, well_known).with_fetched_host(origin.host()), ttl)
-    }
-}
-
-/// One file of a load: carried over while fresh, else fetched and passed through `rule`
-/// with the previous copy and how long it has been stale.
-async fn refresh_file<S: Clone, F: Future<Output = (S, Duration)>>(
-    (origin, file): (&Origin, PolicyFile),
-    previous: Option<(&S, Freshness)>,
-    started: Instant,
-    fetch: impl FnOnce() -> F,
-    rule: impl FnOnce(Option<Previous<S>>, S, Duration) -> Refreshed<S>,
-) -> (S, Freshness) {
-    if let Some((state, freshness)) = previous
-        && freshness.fresh_until > started
-    {
-        return (state.clone(), freshness);
-    }
-    let (fetched, ttl) = fetch().await;
-    let now = Instant::now();
-    let before = previous.map(|(state, freshness)| {
-        let previous = Previous {
-            state: state.clone(),
-            stale_for: now.saturating_duration_since(freshness.stale_since),
-            lifetime: freshness.lifetime,
-        };
-        (previous, freshness)
-    });
-    let kept_since = before.as_ref().map(|(previous, freshness)| (previous.stale_for, *freshness));
-    let refreshed = rule(before.map(|(previous, _)| previous), fetched, ttl);
-    let freshness = match kept_since {
-        Some((stale_for, freshness)) if refreshed.kept_stale => {
-            tracing::info!(
-                origin = %origin, file = file.path(), stale_s = stale_for.as_secs(), retry_s = refreshed.ttl.as_secs(),
-                "re-fetch failed; the cached copy stays in use (stale rule)"
-            );
-            Freshness { fresh_until: now + refreshed.ttl, ..freshness }
-        }
-        _ => Freshness::new(now, refreshed.ttl),
-    };
-    (refreshed.state, freshness)
 }

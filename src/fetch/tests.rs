@@ -29,7 +29,10 @@ use super::freshness::TtlBounds;
 use super::get::Fetcher;
 use super::*;
 use crate::config::{NetworkConfig, UpstreamConfig};
-use crate::policy::agents_md::Location;
+use crate::policy::Format as _;
+use crate::policy::agents_md::{AgentsMd, Location};
+use crate::policy::agents_txt::AgentsTxt;
+use crate::policy::robots::Robots;
 use crate::policy::{FetchError, FetchOutcome, Headers, Outcome, Policies, PolicyStatus, RequestView, agents_txt};
 
 type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -644,8 +647,9 @@ async fn c3_https_to_http_redirect_is_refused() -> TestResult {
     plain.serve("/AGENTS.md", Reply::ok(AGENTS_MD));
     let origin = TestOrigin::https(&ca).await?;
     origin.serve("/AGENTS.md", Reply::redirect(302, plain.url("/AGENTS.md")));
-    let fetched =
-        fetcher(&ca, Duration::from_secs(10))?.fetch(&origin.origin(), PolicyFile::AgentsMd(Location::Root)).await;
+    let fetched = fetcher(&ca, Duration::from_secs(10))?
+        .fetch(&origin.origin(), PolicyFile::of::<AgentsMd>(AgentsMd::PATH))
+        .await;
     assert_eq!(fetched.outcome, FetchOutcome::Failed(FetchError::InsecureRedirect));
     assert_eq!(plain.hits("/AGENTS.md"), 0);
     Ok(())
@@ -663,12 +667,12 @@ async fn five_redirects_are_followed_and_a_sixth_is_too_many() -> TestResult {
     }
     origin.serve("/hop/6", Reply::ok(ROBOTS));
     let fetcher = fetcher(&ca, Duration::from_secs(10))?;
-    let fetched = fetcher.fetch(&origin.origin(), PolicyFile::Robots).await;
+    let fetched = fetcher.fetch(&origin.origin(), PolicyFile::of::<Robots>(Robots::PATH)).await;
     assert_eq!(fetched.outcome, FetchOutcome::Failed(FetchError::TooManyRedirects));
     assert_eq!(origin.hits("/hop/6"), 0);
 
     origin.serve("/hop/5", Reply::ok(ROBOTS));
-    let fetched = fetcher.fetch(&origin.origin(), PolicyFile::Robots).await;
+    let fetched = fetcher.fetch(&origin.origin(), PolicyFile::of::<Robots>(Robots::PATH)).await;
     let FetchOutcome::Response { status, body, .. } = fetched.outcome else { panic!("{:?}", fetched.outcome) };
     assert_eq!((status, body.as_slice()), (200, ROBOTS.as_bytes()));
     Ok(())
@@ -680,7 +684,8 @@ async fn body_over_the_cap_is_cut_at_cap_plus_one_without_reading_on() -> TestRe
     let origin = TestOrigin::http().await?;
     origin.serve("/robots.txt", Reply { body: ReplyBody::Endless, ..Reply::ok("") });
     // The body never ends: the fetch only returns because it stops reading at the cap.
-    let fetched = fetcher(&ca, Duration::from_secs(30))?.fetch(&origin.origin(), PolicyFile::Robots).await;
+    let fetched =
+        fetcher(&ca, Duration::from_secs(30))?.fetch(&origin.origin(), PolicyFile::of::<Robots>(Robots::PATH)).await;
     let FetchOutcome::Response { status, body, over_cap, .. } = fetched.outcome else {
         panic!("{:?}", fetched.outcome)
     };
@@ -695,7 +700,9 @@ async fn origin_that_never_answers_times_out() -> TestResult {
     let ca = TestCa::new()?;
     let origin = TestOrigin::http().await?;
     origin.serve("/agents.txt", Reply { body: ReplyBody::Hang, ..Reply::ok("") });
-    let fetched = fetcher(&ca, Duration::from_millis(300))?.fetch(&origin.origin(), PolicyFile::AgentsTxt).await;
+    let fetched = fetcher(&ca, Duration::from_millis(300))?
+        .fetch(&origin.origin(), PolicyFile::of::<AgentsTxt>(AgentsTxt::PATH))
+        .await;
     assert_eq!(fetched.outcome, FetchOutcome::Failed(FetchError::Timeout));
     assert_eq!(fetched.ttl, Duration::from_secs(60), "a failure is retried after the floor");
     Ok(())

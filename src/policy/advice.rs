@@ -4,7 +4,7 @@
 //!
 //! Never: decides anything; the text only explains a decision already made.
 
-use super::{Reason, Source};
+use super::{Format, Reason, Source, formats};
 
 /// Advice for one blocking reason.
 pub fn advice(reason: &Reason) -> &'static str {
@@ -22,73 +22,32 @@ pub fn advice(reason: &Reason) -> &'static str {
                 finish, then retry; send requests one after another instead of in parallel.";
     }
     match reason.source {
-        Source::Robots if code == "robots.unreachable" => {
-            "The site's robots.txt could not be fetched (server error or network failure); under RFC 9309 the whole \
-             site is off limits until it can be fetched. Try again later; do not work around the block."
-        }
-        Source::Robots => {
-            "The site's robots.txt disallows this path for your user agent. Do not retry it. Paths the file does not \
-             disallow remain available; read /robots.txt on this site to see which."
-        }
-        Source::AgentsTxt if code == "agents_txt.disallow" => {
-            "The site's agents.txt disallows this path for automated agents. Do not retry it; other paths may be \
-             allowed (read /agents.txt)."
-        }
-        Source::AgentsTxt if code == "agents_txt.limit_zero" => {
-            "The site's agents.txt allows zero automated requests to this path. Do not retry it."
-        }
-        Source::AgentsTxt => {
-            "The site's agents.txt is malformed or unverifiable, and the agents.txt rules say that restricts the \
-             whole site to agents. Nothing on this site can be fetched until the site publishes a valid file; tell \
-             your user, do not retry."
-        }
-        Source::AgentsMd if code == "agents_md.requires_human_approval" => {
-            "The site's AGENTS.md requires a human to approve this action. Stop and ask your user or operator to \
-             approve or perform it; do not retry automatically."
-        }
-        Source::AgentsMd if code == "agents_md.trust_level" => {
-            "The site's AGENTS.md requires a higher trust level than this agent has. Only your operator can change \
-             the agent's trust level; do not retry."
-        }
-        Source::AgentsMd if code == "agents_md.action_denied" => {
-            "The site's AGENTS.md does not allow this kind of action (for example form submission, uploads, API \
-             writes or deletion) for agents. Reading pages may still be allowed; do not retry this request."
-        }
-        Source::AgentsMd if code == "agents_md.authentication_missing" => {
-            "The site's AGENTS.md requires authentication, and this write carries no Authorization or Cookie. Log in \
-             to the site (or use the credentials your user gave you) and send them with the request; reading pages \
-             may still work without them."
-        }
-        Source::AgentsMd if code == "agents_md.read_only_path" => {
-            "The site's AGENTS.md makes this path read-only for agents: GET and HEAD may work, changes will not."
-        }
-        Source::AgentsMd => {
-            "The site's AGENTS.md disallows this path for agents. Do not retry it; read /AGENTS.md on this site to \
-             see what is allowed."
-        }
-        Source::Autoctl if code == "autoctl.unavailable" => {
-            "The site's automation-preferences.txt could not be used, so only safe methods (GET, HEAD, OPTIONS) are \
-             allowed for now. Read-only requests remain possible."
-        }
-        Source::Autoctl if code.starts_with("autoctl.purpose") => {
-            "The site's automation-preferences.txt only allows certain purposes here, and this agent's declared \
-             purposes are not among them. Only your operator can change the declared purposes; do not retry."
-        }
-        Source::Autoctl => {
-            "The site's automation-preferences.txt does not allow this HTTP method here. Use one of the methods the \
-             cited rule lists (often GET and HEAD), or do not retry."
-        }
         Source::Operator if code.starts_with("auth.") => {
             "agentgate needs to know which agent you are. Use the proxy credentials your operator gave you \
              (HTTPS_PROXY=http://id:token@proxy:port, or Proxy-Authorization: Bearer token); without them, ask your \
              operator."
         }
-        Source::Operator => {
+        // Every source but the operator is a format's.
+        source => format_advice(source, code).unwrap_or(
             "Your operator's agentgate configuration forbids this request. Do not retry it; ask your operator if \
-             you need it."
-        }
+             you need it.",
+        ),
     }
 }
+
+macro_rules! format_advice {
+    ($($field:ident: $format:ty),* $(,)?) => {
+        /// The advice of the format whose reasons carry `source` ([`Format::advice`]); `None`
+        /// for the operator.
+        fn format_advice(source: Source, code: &str) -> Option<&'static str> {
+            $(if source == <$format>::SOURCE {
+                return Some(<$format>::advice(code));
+            })*
+            None
+        }
+    };
+}
+formats!(format_advice);
 
 #[cfg(test)]
 mod tests {

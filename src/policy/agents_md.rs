@@ -441,3 +441,83 @@ impl Weigh for AgentsMdState {
         self.policy.heap_bytes() + self.digest.heap_bytes() + self.diagnostics.heap_bytes() + self.limits.heap_bytes()
     }
 }
+
+/// AGENTS.md as a [`super::Format`] (AGENTS-MD-SPEC-001): fetched over HTTPS only, from
+/// `/AGENTS.md`, else `/.well-known/agents.md` (C1, C2).
+#[derive(Debug, Clone, Copy)]
+pub struct AgentsMd;
+
+impl super::Format for AgentsMd {
+    type State = AgentsMdState;
+    const SOURCE: Source = Source::AgentsMd;
+    const NAME: &'static str = "agents-md";
+    const PATH: &'static str = "/AGENTS.md";
+    const FALLBACK_PATH: Option<&'static str> = Some("/.well-known/agents.md");
+    const MAX_BYTES: usize = MAX_BYTES;
+    const HTTPS_ONLY: bool = true;
+
+    fn from_fetch(outcome: &FetchOutcome) -> AgentsMdState {
+        from_fetch(outcome)
+    }
+
+    fn falls_through(state: &AgentsMdState) -> bool {
+        state.falls_through()
+    }
+
+    /// [`discover`], then the `site` check against the host (C13).
+    fn settle(root: AgentsMdState, well_known: Option<AgentsMdState>, host: &str) -> AgentsMdState {
+        discover(root, well_known).with_fetched_host(host)
+    }
+
+    fn refresh(
+        previous: Option<super::refresh::Previous<AgentsMdState>>,
+        fetched: AgentsMdState,
+        ttl: std::time::Duration,
+        _rules: &super::StaleRules,
+    ) -> super::refresh::Refreshed<AgentsMdState> {
+        super::refresh::agents_md(previous, fetched, ttl)
+    }
+
+    /// With `[agents_md] strict_authentication`, C23 applies.
+    #[inline]
+    fn evaluate(state: &AgentsMdState, req: &RequestView<'_>, settings: super::Settings) -> SourceVerdict {
+        state.evaluate(req, settings.strict_authentication)
+    }
+
+    fn report(state: &AgentsMdState) -> PolicyReport {
+        state.report()
+    }
+
+    fn lint(body: &[u8]) -> Vec<Diagnostic> {
+        lint(body)
+    }
+
+    fn advice(code: &str) -> &'static str {
+        match code {
+            "agents_md.requires_human_approval" => {
+                "The site's AGENTS.md requires a human to approve this action. Stop and ask your user or operator to \
+                 approve or perform it; do not retry automatically."
+            }
+            "agents_md.trust_level" => {
+                "The site's AGENTS.md requires a higher trust level than this agent has. Only your operator can \
+                 change the agent's trust level; do not retry."
+            }
+            "agents_md.action_denied" => {
+                "The site's AGENTS.md does not allow this kind of action (for example form submission, uploads, API \
+                 writes or deletion) for agents. Reading pages may still be allowed; do not retry this request."
+            }
+            "agents_md.authentication_missing" => {
+                "The site's AGENTS.md requires authentication, and this write carries no Authorization or Cookie. \
+                 Log in to the site (or use the credentials your user gave you) and send them with the request; \
+                 reading pages may still work without them."
+            }
+            "agents_md.read_only_path" => {
+                "The site's AGENTS.md makes this path read-only for agents: GET and HEAD may work, changes will not."
+            }
+            _ => {
+                "The site's AGENTS.md disallows this path for agents. Do not retry it; read /AGENTS.md on this site \
+                 to see what is allowed."
+            }
+        }
+    }
+}

@@ -664,3 +664,58 @@ impl Weigh for Metadata {
         self.key.heap_bytes() + self.value.heap_bytes()
     }
 }
+
+/// agents.txt as a [`super::Format`] (draft-srijal-agents-policy-00).
+#[derive(Debug, Clone, Copy)]
+pub struct AgentsTxt;
+
+impl super::Format for AgentsTxt {
+    type State = AgentsTxtState;
+    const SOURCE: Source = Source::AgentsTxt;
+    const NAME: &'static str = "agents-txt";
+    const PATH: &'static str = "/agents.txt";
+    const MAX_BYTES: usize = MAX_BYTES;
+
+    fn from_fetch(outcome: &FetchOutcome) -> AgentsTxtState {
+        from_fetch(outcome)
+    }
+
+    fn refresh(
+        previous: Option<super::refresh::Previous<AgentsTxtState>>,
+        fetched: AgentsTxtState,
+        ttl: std::time::Duration,
+        rules: &super::StaleRules,
+    ) -> super::refresh::Refreshed<AgentsTxtState> {
+        super::refresh::agents_txt(previous, fetched, ttl, rules.agents_txt_negative_ttl)
+    }
+
+    #[inline]
+    fn evaluate(state: &AgentsTxtState, req: &RequestView<'_>, _settings: super::Settings) -> SourceVerdict {
+        state.evaluate(req)
+    }
+
+    fn report(state: &AgentsTxtState) -> PolicyReport {
+        state.report()
+    }
+
+    fn lint(body: &[u8]) -> Vec<Diagnostic> {
+        lint(body)
+    }
+
+    fn advice(code: &str) -> &'static str {
+        match code {
+            "agents_txt.disallow" => {
+                "The site's agents.txt disallows this path for automated agents. Do not retry it; other paths may be \
+                 allowed (read /agents.txt)."
+            }
+            "agents_txt.limit_zero" => {
+                "The site's agents.txt allows zero automated requests to this path. Do not retry it."
+            }
+            _ => {
+                "The site's agents.txt is malformed or unverifiable, and the agents.txt rules say that restricts the \
+                 whole site to agents. Nothing on this site can be fetched until the site publishes a valid file; \
+                 tell your user, do not retry."
+            }
+        }
+    }
+}

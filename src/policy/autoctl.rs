@@ -279,3 +279,46 @@ impl Weigh for AutoctlState {
         policy + self.report.heap_bytes()
     }
 }
+
+/// automation-preferences.txt as a [`super::Format`] (draft-liao-aipref-autoctl-core-01).
+/// Every fetch replaces the cached state (the default stale rule, D15).
+#[derive(Debug, Clone, Copy)]
+pub struct Autoctl;
+
+impl super::Format for Autoctl {
+    type State = AutoctlState;
+    const SOURCE: Source = Source::Autoctl;
+    const NAME: &'static str = "autoctl";
+    const PATH: &'static str = "/automation-preferences.txt";
+    const MAX_BYTES: usize = MAX_BYTES;
+
+    fn from_fetch(outcome: &FetchOutcome) -> AutoctlState {
+        from_fetch(outcome)
+    }
+
+    #[inline]
+    fn evaluate(state: &AutoctlState, req: &RequestView<'_>, _settings: super::Settings) -> SourceVerdict {
+        state.evaluate(req)
+    }
+
+    fn report(state: &AutoctlState) -> PolicyReport {
+        state.report()
+    }
+
+    fn lint(body: &[u8]) -> Vec<Diagnostic> {
+        lint(body)
+    }
+
+    fn advice(code: &str) -> &'static str {
+        if code == "autoctl.unavailable" {
+            "The site's automation-preferences.txt could not be used, so only safe methods (GET, HEAD, OPTIONS) are \
+             allowed for now. Read-only requests remain possible."
+        } else if code.starts_with("autoctl.purpose") {
+            "The site's automation-preferences.txt only allows certain purposes here, and this agent's declared \
+             purposes are not among them. Only your operator can change the declared purposes; do not retry."
+        } else {
+            "The site's automation-preferences.txt does not allow this HTTP method here. Use one of the methods the \
+             cited rule lists (often GET and HEAD), or do not retry."
+        }
+    }
+}

@@ -16,6 +16,7 @@ pub mod autoctl;
 mod decision;
 mod diagnostic;
 mod evaluate;
+mod format;
 pub mod operator;
 mod outcome;
 pub mod path;
@@ -28,6 +29,31 @@ mod weight;
 pub use decision::{Decision, Limit, LimitKind, LimitScope, Opinion, Outcome, Reason, Source, SourceVerdict};
 pub use diagnostic::{Diagnostic, PolicyReport, PolicyStatus, Severity};
 pub use evaluate::{Policies, Settings, evaluate, evaluate_with};
+pub use format::{Format, FormatInfo, StaleRules};
 pub use outcome::{FetchError, FetchOutcome, Headers};
 pub use request::RequestView;
 pub use weight::{ALLOCATION_OVERHEAD, Weigh};
+
+/// The policy formats, one `field: type` pair each: the field of [`Policies`] holding its
+/// state and its [`Format`]. Listed once here, in the order they are fetched, evaluated and
+/// reported; code that handles every format passes a macro that receives this list.
+macro_rules! formats {
+    ($callback:ident) => {
+        $callback! {
+            robots: $crate::policy::robots::Robots,
+            agents_txt: $crate::policy::agents_txt::AgentsTxt,
+            agents_md: $crate::policy::agents_md::AgentsMd,
+            autoctl: $crate::policy::autoctl::Autoctl,
+        }
+    };
+}
+pub(crate) use formats;
+
+macro_rules! format_infos {
+    ($($field:ident: $format:ty),* $(,)?) => {
+        [$(FormatInfo::of::<$format>()),*]
+    };
+}
+
+/// Every format, for choosing one at run time (`lint`, the CLI).
+pub const FORMATS: &[FormatInfo] = &formats!(format_infos);

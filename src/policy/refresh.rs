@@ -3,7 +3,7 @@
 //!
 //! Owns: the choice between the state a fetch just produced and the copy cached before it
 //! (robots.txt RFC 9309 §2.3.1.4 and DESIGN §5; agents.txt B20, B21; AGENTS.md C4;
-//! automation-preferences.txt D15), and the time until the next fetch that follows from it.
+//! automation-preferences.txt D15, the default of [`super::Format::refresh`]), and the time until the next fetch that follows from it.
 //!
 //! Never: reads the clock (how long a copy has been stale is passed in), fetches, or reads
 //! HTTP headers. `fetch/` passes in `ttl`, the RFC 9111 freshness lifetime of the new
@@ -14,7 +14,6 @@ use std::time::Duration;
 use super::PolicyStatus;
 use super::agents_md::{AgentsMdState, STALE_GRACE_S};
 use super::agents_txt::AgentsTxtState;
-use super::autoctl::AutoctlState;
 use super::robots::RobotsState;
 
 /// No state is kept longer than this before it is fetched again (B22, C5, D16).
@@ -46,7 +45,7 @@ pub struct Refreshed<S> {
 
 impl<S> Refreshed<S> {
     /// The state just fetched, for its own lifetime.
-    fn fetched(state: S, ttl: Duration) -> Self {
+    pub fn fetched(state: S, ttl: Duration) -> Self {
         Refreshed { state, ttl: ttl.min(MAX_TTL), kept_stale: false }
     }
 
@@ -126,13 +125,6 @@ pub fn agents_md(
 /// copy is not served: the request waits for the refresh, as on the first fetch.
 pub fn serves_while_refreshing(stale_for: Duration, lifetime: Duration) -> bool {
     stale_for < lifetime.min(Duration::from_secs(STALE_GRACE_S))
-}
-
-/// automation-preferences.txt: every fetch replaces the cached state. A 5xx, timeout or
-/// rejected file means "safe methods only until a good fetch" (D15), which is the state
-/// the fetch produced, so no earlier copy is ever kept; the next fetch comes after `ttl`.
-pub fn autoctl(fetched: AutoctlState, ttl: Duration) -> Refreshed<AutoctlState> {
-    Refreshed::fetched(fetched, ttl)
 }
 
 #[cfg(test)]
@@ -245,7 +237,14 @@ mod tests {
 
     #[test]
     fn d15_autoctl_failure_replaces_a_good_copy() {
-        let failed = autoctl(autoctl::from_fetch(&status(503)), 48 * HOUR);
+        let rules = crate::policy::StaleRules { agents_txt_negative_ttl: MINUTE };
+        let good = previous(autoctl::from_fetch(&ok("User-agent: *\nAllowed-methods: GET\n")), MINUTE, HOUR);
+        let failed = <autoctl::Autoctl as crate::policy::Format>::refresh(
+            good,
+            autoctl::from_fetch(&status(503)),
+            48 * HOUR,
+            &rules,
+        );
         assert!(!failed.kept_stale);
         assert_eq!(failed.ttl, MAX_TTL);
     }

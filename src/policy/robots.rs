@@ -373,3 +373,56 @@ impl Weigh for OtherLine {
         self.key.heap_bytes() + self.value.heap_bytes()
     }
 }
+
+/// robots.txt as a [`super::Format`] (RFC 9309).
+#[derive(Debug, Clone, Copy)]
+pub struct Robots;
+
+impl super::Format for Robots {
+    type State = RobotsState;
+    const SOURCE: Source = Source::Robots;
+    const NAME: &'static str = "robots";
+    const PATH: &'static str = "/robots.txt";
+    const MAX_BYTES: usize = MAX_BYTES;
+
+    fn from_fetch(outcome: &FetchOutcome) -> RobotsState {
+        from_fetch(outcome)
+    }
+
+    fn refresh(
+        previous: Option<super::refresh::Previous<RobotsState>>,
+        fetched: RobotsState,
+        ttl: std::time::Duration,
+        _rules: &super::StaleRules,
+    ) -> super::refresh::Refreshed<RobotsState> {
+        super::refresh::robots(previous, fetched, ttl)
+    }
+
+    /// With `[robots] honor_crawl_delay`, the `Crawl-delay` becomes a limit.
+    #[inline]
+    fn evaluate(state: &RobotsState, req: &RequestView<'_>, settings: super::Settings) -> SourceVerdict {
+        let mut verdict = state.evaluate(req);
+        if settings.honor_crawl_delay {
+            verdict.limits.extend(state.crawl_delay(req));
+        }
+        verdict
+    }
+
+    fn report(state: &RobotsState) -> PolicyReport {
+        state.report()
+    }
+
+    fn lint(body: &[u8]) -> Vec<Diagnostic> {
+        lint(body)
+    }
+
+    fn advice(code: &str) -> &'static str {
+        if code == "robots.unreachable" {
+            "The site's robots.txt could not be fetched (server error or network failure); under RFC 9309 the whole \
+             site is off limits until it can be fetched. Try again later; do not work around the block."
+        } else {
+            "The site's robots.txt disallows this path for your user agent. Do not retry it. Paths the file does not \
+             disallow remain available; read /robots.txt on this site to see which."
+        }
+    }
+}

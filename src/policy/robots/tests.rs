@@ -91,13 +91,10 @@ fn conformance_google_and_rfc9309_corpora() {
             let headers = Headers::default();
             let path = explain_path(url);
             // Through the evaluator, as explain runs it: it also decides equivalent spellings.
-            let absent = crate::policy::FetchOutcome::not_found();
-            let policies = crate::policy::Policies {
-                robots: RobotsState::parse(body.as_bytes()),
-                agents_txt: crate::policy::agents_txt::from_fetch(&absent),
-                agents_md: crate::policy::agents_md::from_fetch(&absent),
-                autoctl: crate::policy::autoctl::from_fetch(&absent),
-            };
+            let absent =
+                |_: &str, _: usize| Ok::<_, std::convert::Infallible>(crate::policy::FetchOutcome::not_found());
+            let Ok(mut policies) = crate::policy::Policies::read("", absent);
+            policies.robots = RobotsState::parse(body.as_bytes());
             let got = crate::policy::evaluate(&policies, &view(&headers, Some(token), &path));
             let allowed = got.is_allowed();
             match known.iter().find(|(k, _)| *k == id) {
