@@ -3,9 +3,9 @@
 //! hostile input, and a property test that arbitrary bytes never panic.
 
 use proptest::prelude::*;
-use sha2::{Digest, Sha256};
 
 use super::{AutoctlState, MAX_BYTES, from_fetch, lint};
+use crate::policy::text::{REPORTED_FINDINGS, sha256_hex};
 use crate::policy::{
     FetchError, FetchOutcome, Headers, Opinion, PolicyStatus, Reason, RequestView, Severity, Source, SourceVerdict,
 };
@@ -89,10 +89,6 @@ fn assert_verdict(state: &AutoctlState, probe: Probe<'_>, (opinion, reasons): Ex
 
 fn codes(state: &AutoctlState) -> Vec<(Option<u32>, String)> {
     state.report().diagnostics.into_iter().map(|d| (d.line, d.code)).collect()
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 fn corpus_file(name: &str) -> Vec<u8> {
@@ -641,13 +637,22 @@ fn hostile_input_is_bounded() {
     for body in &bodies {
         let state = from_fetch(&served(body));
         let report = state.report();
-        assert!(report.diagnostics.len() <= 1001, "{} findings", report.diagnostics.len());
+        assert!(report.diagnostics.len() <= REPORTED_FINDINGS + 1, "{} findings", report.diagnostics.len());
         assert_eq!(report.digest, Some(std::sync::Arc::<str>::from(sha256_hex(body))));
         let _ = Probe::new("DELETE", "/a?b").agent("bot").ask(&state);
-        assert_eq!(lint(body), report.diagnostics);
+        // The report keeps the first findings lint shows, then says how many it left out.
+        let all = lint(body);
+        match report.diagnostics.split_last() {
+            Some((note, kept)) if note.code == "too-many-findings" => {
+                assert_eq!(&all[..kept.len()], kept);
+                assert!(all.len() > kept.len(), "lint keeps every finding");
+            }
+            _ => assert_eq!(all, report.diagnostics),
+        }
     }
-    let capped = lint(&bodies[8]);
-    assert_eq!(capped.last().map(|d| d.code.as_ref()), Some("too-many-diagnostics"));
+    let capped = from_fetch(&served(&bodies[8])).report().diagnostics;
+    assert_eq!(capped.last().map(|d| d.code.as_ref()), Some("too-many-findings"));
+    assert_eq!(lint(&bodies[8]).len(), MAX_BYTES / 2, "lint keeps every finding");
     let invalid = parse_bytes(b"scope: /a\xFF\nallowed-methods: GET\n");
     assert_eq!(codes(&invalid), vec![(Some(1), "invalid-utf8".to_owned())]);
     assert_verdict(

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use proptest::sample::select;
 
 use super::*;
+use crate::policy::text::{REPORTED_FINDINGS, sha256_hex};
 use crate::policy::{FetchError, Headers, Severity};
 
 const KNOWN_DIFFERENCES: &str =
@@ -313,7 +314,7 @@ fn semantics_x2_product_name_from_the_user_agent_header() {
 #[test]
 fn reasons_carry_the_digest_of_the_bytes_served() {
     let body = b"\xEF\xBB\xBFUser-agent: *\r\nDisallow: /x\r\n";
-    let digest = hex::encode(Sha256::digest(body));
+    let digest = sha256_hex(body);
     let headers = Headers::default();
     let state = RobotsState::parse(body);
     let v = state.evaluate(&view(&headers, Some("a"), "/x"));
@@ -435,7 +436,7 @@ fn rfc9309_parse_cap_ignores_the_rest_and_the_cut_line() {
         assert_eq!(state.evaluate(&view(&headers, None, "/b")), SourceVerdict::no_opinion());
         let report = state.report();
         assert_eq!(report.diagnostics.iter().map(|d| d.code.as_str()).collect::<Vec<_>>(), ["over-cap"]);
-        assert_eq!(report.digest, Some(std::sync::Arc::<str>::from(hex::encode(Sha256::digest(&body)))));
+        assert_eq!(report.digest, Some(std::sync::Arc::<str>::from(sha256_hex(&body))));
     }
 }
 
