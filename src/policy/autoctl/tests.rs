@@ -5,12 +5,11 @@
 use proptest::prelude::*;
 
 use super::{AutoctlState, MAX_BYTES, from_fetch, lint};
+use crate::policy::test_support::{cases, corpus, read};
 use crate::policy::text::{REPORTED_FINDINGS, sha256_hex};
 use crate::policy::{
     FetchError, FetchOutcome, Headers, Opinion, PolicyStatus, Reason, RequestView, Severity, Source, SourceVerdict,
 };
-
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/conformance/autoctl");
 
 fn text_plain() -> Headers {
     Headers::new(vec![("Content-Type".to_owned(), "text/plain; charset=utf-8".to_owned())])
@@ -92,8 +91,7 @@ fn codes(state: &AutoctlState) -> Vec<(Option<u32>, String)> {
 }
 
 fn corpus_file(name: &str) -> Vec<u8> {
-    let path = format!("{CORPUS}/{name}");
-    std::fs::read(&path).unwrap_or_else(|e| panic!("conformance corpus missing: {path}: {e}"))
+    read(&corpus("autoctl").join(name))
 }
 
 const DENY: Opinion = Opinion::Deny;
@@ -698,13 +696,12 @@ fn content_type_other_than_text_plain_is_parsed_with_a_warning() {
 /// `from_fetch` + `evaluate` + `report`, as `agentgate explain` runs them.
 #[test]
 fn conformance_corpus() {
-    let path = format!("{CORPUS}/proposed/cases.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("conformance corpus missing: {path}: {e}"));
-    let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let path = corpus("autoctl").join("proposed/cases.json");
+    let doc = cases(&path);
     let cases = doc["cases"].as_array().into_iter().chain(doc["upstream_examples"].as_array()).flatten();
     let (mut checks, mut failures) = (0, Vec::new());
     for case in cases {
-        let file = case["file"].as_str().unwrap_or_else(|| panic!("{path}: a case without 'file'"));
+        let file = case["file"].as_str().unwrap_or_else(|| panic!("{}: a case without 'file'", path.display()));
         let body = corpus_file(&format!("proposed/{file}"));
         let mut headers = Headers::default();
         if let Some(content_type) = case["content_type"].as_str() {
