@@ -21,7 +21,8 @@ use crate::policy::Weigh;
 use std::sync::Arc;
 
 use self::parse::{Authentication, DEFAULT_AGENT_HEADER, PathRule, Policy, Setting};
-use super::agents_txt::text::{normalized_path, sha256_hex, split_bom};
+use super::pattern::normalized_path;
+use super::text::{sha256_hex, split_bom};
 use super::{
     Diagnostic, FetchOutcome, Headers, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason,
     RequestView, Source, SourceVerdict,
@@ -166,7 +167,7 @@ fn is_markdown_or_text(media: &str) -> bool {
 /// Parses a 2xx body that is not HTML.
 fn from_body(body: &[u8], advice: bool) -> AgentsMdState {
     let digest = sha256_hex(body);
-    let (_, text) = split_bom(body);
+    let (_, text) = split_bom(body, false);
     let decoded = String::from_utf8_lossy(text);
     let mut parsed = parse::parse(&decoded, advice);
     if let std::borrow::Cow::Owned(_) = decoded {
@@ -177,7 +178,7 @@ fn from_body(body: &[u8], advice: bool) -> AgentsMdState {
         ));
     }
     let Some(policy) = parsed.policy else {
-        let mut diagnostics = parsed.findings.finish();
+        let mut diagnostics = parsed.findings.finish_in_line_order();
         diagnostics.insert(
             0,
             Diagnostic::warning(
@@ -198,7 +199,7 @@ fn from_body(body: &[u8], advice: bool) -> AgentsMdState {
         failed: false,
         location: Location::Root,
         digest,
-        diagnostics: parsed.findings.finish(),
+        diagnostics: parsed.findings.finish_in_line_order(),
         limits,
     }
 }

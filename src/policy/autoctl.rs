@@ -20,13 +20,10 @@ mod tests;
 use crate::policy::Weigh;
 use std::sync::Arc;
 
-use std::borrow::Cow;
-
-use sha2::{Digest, Sha256};
-
 use self::group::{Group, RuleLine, Specificity};
 use self::parse::Parsed;
-use super::pattern::normalize;
+use super::pattern::normalized_path;
+use super::text::{Findings, sha256_hex, split_bom};
 use super::{
     Diagnostic, FetchError, FetchOutcome, Headers, Opinion, PolicyReport, PolicyStatus, Reason, RequestView, Source,
     SourceVerdict,
@@ -80,7 +77,9 @@ enum Policy {
 /// - 4xx and anything else (including too many redirects): no file, no opinion.
 pub fn from_fetch(outcome: &FetchOutcome) -> AutoctlState {
     match outcome {
-        FetchOutcome::Response { status: 200..=299, headers, body, over_cap } => from_body(headers, body, *over_cap),
+        FetchOutcome::Response { status: 200..=299, headers, body, over_cap } => {
+            from_body(headers, body, *over_cap, Findings::default())
+        }
         FetchOutcome::Response { status: status @ 500.., .. } => {
             unavailable_fetch(format!("automation-preferences.txt answered {status}"))
         }
@@ -102,7 +101,7 @@ pub fn from_fetch(outcome: &FetchOutcome) -> AutoctlState {
 /// Every finding about a file body as served with status 200 and no `Content-Type`: the
 /// same path as [`from_fetch`], so `agentgate lint` and the proxy agree.
 pub fn lint(body: &[u8]) -> Vec<Diagnostic> {
-    from_body(&Headers::default(), body, false).report.diagnostics
+    from_body(&Headers::default(), body, false, Findings::all()).report.diagnostics
 }
 
 impl AutoctlState {
@@ -169,14 +168,9 @@ impl AutoctlState {
 
 /// Exactly one group (D10): the greatest (host, scope length, exact user-agent), the later
 /// group on a tie. The request path is normalised once here, not per pattern, and not at
-/// all in the common case of a path with no `%` and nothing to escape.
+/// all in the common case of a path that is already normal.
 fn select<'g>(groups: &'g [Group], req: &RequestView<'_>) -> Option<&'g Group> {
-    let raw = req.path_and_query;
-    let path = if raw.bytes().all(|b| b.is_ascii_graphic() && b != b'%') {
-        Cow::Borrowed(raw)
-    } else {
-        Cow::Owned(normalize(raw))
-    };
+    let path = normalized_path(req.path_and_query);
     let mut best: Option<(Specificity, &Group)> = None;
     for group in groups {
         if let Some(specificity) = group.specificity(req, &path)
@@ -189,8 +183,8 @@ fn select<'g>(groups: &'g [Group], req: &RequestView<'_>) -> Option<&'g Group> {
 }
 
 /// A 2xx body (D15, D14, D19).
-fn from_body(headers: &Headers, body: &[u8], over_cap: bool) -> AutoctlState {
-    let digest = Some(Arc::<str>::from(hex::encode(Sha256::digest(body))));
+fn from_body(headers: &Headers, body: &[u8], over_cap: bool, findings: Findings) -> AutoctlState {
+    let digest = Some(Arc::<str>::from(sha256_hex(body)));
     if headers.is_html() || looks_like_html(body) {
         let why = "served as HTML (a soft-404 page?), not automation preferences: no opinion";
         return AutoctlState {
@@ -214,7 +208,7 @@ fn from_body(headers: &Headers, body: &[u8], over_cap: bool) -> AutoctlState {
         diagnostics.push(Diagnostic::error(None, "too-large", format!("{why}: only safe methods are allowed")));
         return malformed(unavailable_reason(&why).with_digest(digest.clone()), digest, diagnostics);
     }
-    match parse::parse(body) {
+    match parse::parse(body, findings) {
         Parsed::Rejected(line, found) => {
             diagnostics.extend(found);
             let why = format!("automation-preferences.txt is rejected: raw control byte on line {line}");
@@ -234,7 +228,7 @@ fn from_body(headers: &Headers, body: &[u8], over_cap: bool) -> AutoctlState {
 /// page, whatever its `Content-Type` (D15 "unless the body is HTML"). `<!--` alone is not
 /// HTML: the draft's own examples open with such comments.
 fn looks_like_html(body: &[u8]) -> bool {
-    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+    let (_, body) = split_bom(body, false);
     let start = body.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(body.len());
     let head = &body[start..body.len().min(start + 14)];
     [&b"<!doctype html"[..], b"<html"]

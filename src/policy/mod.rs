@@ -24,6 +24,9 @@ pub mod pattern;
 pub mod refresh;
 mod request;
 pub mod robots;
+#[cfg(test)]
+mod test_support;
+mod text;
 mod weight;
 
 pub use decision::{Decision, Limit, LimitKind, LimitScope, Opinion, Outcome, Reason, Source, SourceVerdict};

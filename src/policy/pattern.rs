@@ -10,6 +10,7 @@
 //! Never: decides what a match means (allow or deny is the caller's), reads files.
 
 use crate::policy::Weigh;
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// A compiled path pattern.
@@ -132,6 +133,32 @@ pub fn normalize(raw: &str) -> String {
     out
 }
 
+/// The percent-normalised form of a request path, as [`normalize`] makes it, borrowed when
+/// the path is already normal, which is the common case on the hot path.
+pub(crate) fn normalized_path(raw: &str) -> Cow<'_, str> {
+    let bytes = raw.as_bytes();
+    // The most common path: printable ASCII with no escape at all, in one tight pass.
+    if bytes.iter().all(|&b| b.is_ascii_graphic() && b != b'%') {
+        return Cow::Borrowed(raw);
+    }
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if !b.is_ascii_graphic() {
+            return Cow::Owned(normalize(raw));
+        }
+        if b == b'%' && i + 2 < bytes.len() && bytes[i + 1].is_ascii_hexdigit() && bytes[i + 2].is_ascii_hexdigit() {
+            if bytes[i + 1].is_ascii_lowercase() || bytes[i + 2].is_ascii_lowercase() {
+                return Cow::Owned(normalize(raw));
+            }
+            i += 3;
+            continue;
+        }
+        i += 1;
+    }
+    Cow::Borrowed(raw)
+}
+
 impl Weigh for Pattern {
     fn heap_bytes(&self) -> usize {
         self.normalized.heap_bytes()
@@ -141,6 +168,17 @@ impl Weigh for Pattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn normalized_path_borrows_when_already_normal() {
+        assert!(matches!(normalized_path("/a/b?c=%41"), Cow::Borrowed("/a/b?c=%41")));
+        assert_eq!(normalized_path("/a%4a"), "/a%4A");
+        assert_eq!(normalized_path("/ツ"), "/%E3%83%84");
+        assert_eq!(normalized_path("/a b"), "/a%20b");
+        for raw in ["/a%4a", "/ツ", "/%zz", "/100%", "/%4", "/x%e3%83%84y"] {
+            assert_eq!(normalized_path(raw), normalize(raw), "{raw}");
+        }
+    }
 
     #[test]
     fn rfc9309_special_characters_table() {

@@ -18,13 +18,11 @@ mod parse;
 mod tests;
 
 use crate::policy::Weigh;
-use std::borrow::Cow;
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
-
 use self::group::{AgentLine, Group, Rule};
-use super::pattern::normalize;
+use super::pattern::normalized_path;
+use super::text::{Findings, sha256_hex};
 use super::weight::allocation;
 use super::{
     Diagnostic, FetchOutcome, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason, RequestView,
@@ -40,9 +38,6 @@ pub const MAX_BYTES: usize = 500 * 1024;
 /// than any agent task waits for; a day-long delay would only make the site unusable
 /// through agentgate while the agent could not tell why.
 pub const MAX_CRAWL_DELAY_MS: u32 = 60_000;
-
-/// At most this many findings are kept in a cached state's report; `lint` shows them all.
-const REPORTED_FINDINGS: usize = 100;
 
 /// A line the matcher does not use (`Sitemap`, `Crawl-delay`, `Content-Usage`,
 /// `Content-Signal`, anything unknown), kept for explain and the log. Such lines never end
@@ -109,7 +104,7 @@ struct RobotsFile {
 pub fn from_fetch(outcome: &FetchOutcome) -> RobotsState {
     let kind = match outcome {
         FetchOutcome::Response { status: 200..=299, headers, body, over_cap } => {
-            let mut file = RobotsFile::parse(body, *over_cap, REPORTED_FINDINGS);
+            let mut file = RobotsFile::parse(body, *over_cap, Findings::default());
             if headers.is_html() {
                 file.diagnostics.insert(
                     0,
@@ -136,14 +131,14 @@ pub fn from_fetch(outcome: &FetchOutcome) -> RobotsState {
 /// body over [`MAX_BYTES`]. All are warnings: robots.txt has no fatal syntax errors
 /// (RFC 9309 §2.3.1.5).
 pub fn lint(body: &[u8]) -> Vec<Diagnostic> {
-    RobotsFile::parse(body, false, usize::MAX).diagnostics
+    RobotsFile::parse(body, false, Findings::all()).diagnostics
 }
 
 impl RobotsState {
     /// The state for a body served with a 2xx status, as [`from_fetch`] builds it; the cap
     /// applies when `body` is longer than [`MAX_BYTES`].
     pub fn parse(body: &[u8]) -> Self {
-        RobotsState { kind: Kind::Parsed(Arc::new(RobotsFile::parse(body, false, REPORTED_FINDINGS))) }
+        RobotsState { kind: Kind::Parsed(Arc::new(RobotsFile::parse(body, false, Findings::default()))) }
     }
 
     /// True when the fetch failed or the origin answered 5xx: the state disallows every
@@ -242,20 +237,20 @@ impl RobotsState {
 }
 
 impl RobotsFile {
-    fn parse(body: &[u8], over_cap: bool, finding_cap: usize) -> Self {
-        let parsed = parse::parse(body, over_cap, finding_cap);
+    fn parse(body: &[u8], over_cap: bool, findings: Findings) -> Self {
+        let parsed = parse::parse(body, over_cap, findings);
         RobotsFile {
             text: parsed.text.into_boxed_str(),
             groups: parsed.groups,
             other_lines: parsed.other_lines,
             crawl_delays: parsed.crawl_delays,
-            digest: Arc::from(hex::encode(Sha256::digest(body))),
-            diagnostics: parsed.findings.into_vec(),
+            digest: Arc::from(sha256_hex(body)),
+            diagnostics: parsed.findings.finish(),
         }
     }
 
     fn evaluate(&self, req: &RequestView<'_>) -> SourceVerdict {
-        let path = normalized(req.path_and_query);
+        let path = normalized_path(req.path_and_query);
         let mut best: Option<(&Group, &Rule)> = None;
         let mut named = false;
         for group in self.groups.iter().filter(|g| g.naming_line(req).is_some()) {
@@ -329,16 +324,6 @@ impl Span {
 /// tripled by %-encoding), far below `u32::MAX`.
 fn to_u32(n: usize) -> u32 {
     u32::try_from(n).expect("robots.txt offsets and counts are bounded by the 500 KiB parse cap")
-}
-
-/// The request's path and query, percent-normalised like the patterns (RFC 9309 §2.2.2);
-/// borrowed when already normal, which is the common case.
-fn normalized(path_and_query: &str) -> Cow<'_, str> {
-    if path_and_query.bytes().all(|b| b.is_ascii_graphic() && b != b'%') {
-        Cow::Borrowed(path_and_query)
-    } else {
-        Cow::Owned(normalize(path_and_query))
-    }
 }
 
 impl Weigh for RobotsState {

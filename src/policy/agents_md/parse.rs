@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::glob::{Glob, Reading};
 use crate::policy::Diagnostic;
-use crate::policy::agents_txt::text::{Findings, lines};
+use crate::policy::text::{Findings, closest, is_token, lines};
 
 /// The highest spec version this parser knows (AGENTS-MD-SPEC-001 changelog).
 const SUPPORTED_SPEC_VERSION: (u64, u64, u64) = (1, 0, 1);
@@ -124,9 +124,11 @@ const SECTIONS: [(&str, Section); 7] = [
     ("agent identification", Section::AgentIdentification),
 ];
 
-/// Parses decoded text. `advice` adds the lint-only findings (C6 title, C14 subtree).
+/// Parses decoded text. `advice` is lint's parse: it adds the lint-only findings (C6
+/// title, C14 subtree) and keeps every finding.
 pub(crate) fn parse(text: &str, advice: bool) -> Parsed {
-    let mut p = Parser { advice, ..Parser::default() };
+    let findings = if advice { Findings::all() } else { Findings::default() };
+    let mut p = Parser { advice, findings, ..Parser::default() };
     for line in lines(text.as_bytes()) {
         // Lines split at ASCII CR/LF of valid UTF-8 are valid UTF-8.
         let content = std::str::from_utf8(line.bytes).unwrap_or_default();
@@ -238,7 +240,7 @@ impl Parser {
         }
         if known.is_none()
             && !name.starts_with("x-")
-            && let Some(near) = near_miss(&name, SECTIONS.iter().map(|(n, _)| *n))
+            && let Some(near) = closest(&name, SECTIONS.iter().map(|(n, _)| *n))
         {
             self.warn(
                 number,
@@ -348,7 +350,7 @@ impl Parser {
                 }
             }
             (Section::AgentIdentification, "agent-header-name") => {
-                if is_header_name(value) {
+                if is_token(value) {
                     self.policy.agent_header_name = Some(Setting::new(number, text, value.to_owned()));
                 } else {
                     self.warn(
@@ -490,34 +492,6 @@ fn closes_fence(line: &str, (ch, len): (u8, usize)) -> bool {
     })
 }
 
-/// An HTTP header field name (RFC 9110 token).
-fn is_header_name(value: &str) -> bool {
-    !value.is_empty() && value.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
-/// The known name within edit distance 2 of `name`, for C27's suggestions.
-fn near_miss<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    known.filter_map(|k| Some((edit_distance(name, k)?, k))).filter(|&(d, _)| d <= 2).min().map(|(_, k)| k)
-}
-
-/// Levenshtein distance for short names (`None` when either is long, to bound the cost).
-fn edit_distance(a: &str, b: &str) -> Option<usize> {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() > 40 || b.len() > 40 {
-        return None;
-    }
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, &ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, &cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != cb);
-            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev.last().copied()
-}
-
 impl<T: Weigh> Weigh for Setting<T> {
     fn heap_bytes(&self) -> usize {
         self.value.heap_bytes() + self.text.heap_bytes()
@@ -600,8 +574,8 @@ mod tests {
 
     #[test]
     fn semantics_c27_near_misses() {
-        assert_eq!(near_miss("rate limit", SECTIONS.iter().map(|(n, _)| *n)), Some("rate limits"));
-        assert_eq!(near_miss("identiy", SECTIONS.iter().map(|(n, _)| *n)), Some("identity"));
-        assert_eq!(near_miss("build", SECTIONS.iter().map(|(n, _)| *n)), None);
+        assert_eq!(closest("rate limit", SECTIONS.iter().map(|(n, _)| *n)), Some("rate limits"));
+        assert_eq!(closest("identiy", SECTIONS.iter().map(|(n, _)| *n)), Some("identity"));
+        assert_eq!(closest("build", SECTIONS.iter().map(|(n, _)| *n)), None);
     }
 }

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::policy::FetchError;
-use crate::policy::agents_txt::test_support::{allows, cases, corpus, ok, read, request, status, strings};
+use crate::policy::test_support::{allows, cases, corpus, ok, read, request, status, strings};
 
 const MD: Option<&str> = Some("text/markdown; charset=utf-8");
 
@@ -346,7 +346,7 @@ fn hostile_input_never_panics() {
     ];
     for body in &bodies {
         let s = discover(from_fetch(&ok(body, None)), Some(from_fetch(&ok(body, None))));
-        assert!(s.report().diagnostics.len() <= 2 * (crate::policy::agents_txt::text::MAX_FINDINGS + 1) + 1);
+        assert!(s.report().diagnostics.len() <= 2 * (crate::policy::text::REPORTED_FINDINGS + 1) + 1);
         let _ = eval(&s, "POST", "/a/b", 0, &[]);
         let _ = lint(body);
     }

@@ -3,8 +3,8 @@
 
 use proptest::prelude::*;
 
-use super::test_support::{allows, cases, corpus, ok, read, request, status, strings};
 use super::*;
+use crate::policy::test_support::{allows, cases, corpus, ok, read, request, status, strings};
 use crate::policy::{FetchError, Headers, Severity};
 
 const BASIC: &str = "# version: 1.0\n*e37fd0bbf5b647010a78772b8755ffa92efe6aa07b2bb0d373b2a61adfc9435a\n/status ALLOW\n\
@@ -298,7 +298,7 @@ fn hostile_input_never_panics_and_stays_bounded() {
     ];
     for body in &bodies {
         let s = from_fetch(&ok(body, None));
-        assert!(s.report().diagnostics.len() <= text::MAX_FINDINGS + 1);
+        assert!(s.report().diagnostics.len() <= crate::policy::text::REPORTED_FINDINGS + 1);
         let _ = verdict(&s, "GET", "/a");
         let _ = lint(body);
         let _ = fix_hash(body);
@@ -326,7 +326,7 @@ fn fix_hash_repairs_the_draft_example() {
 #[test]
 fn fix_hash_inserts_before_the_first_directive_and_keeps_line_endings() {
     let fixed = fix_hash(b"\xEF\xBB\xBF# c\r\n/a ALLOW\r\n/b DISALLOW");
-    let want_hash = text::sha256_hex(b"/a ALLOW\n/b DISALLOW");
+    let want_hash = crate::policy::text::sha256_hex(b"/a ALLOW\n/b DISALLOW");
     assert_eq!(fixed, format!("\u{feff}# c\r\n*{want_hash}\r\n/a ALLOW\r\n/b DISALLOW").into_bytes());
     assert_eq!(fix_hash(b""), b"*e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n");
     assert_eq!(fix_hash(b"# x"), b"# x\n*e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n");

@@ -9,15 +9,11 @@
 use std::sync::Arc;
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 
 use super::group::{AllowedList, Group, HostPattern, RuleLine};
+use crate::policy::Diagnostic;
 use crate::policy::pattern::Pattern;
-use crate::policy::{Diagnostic, Severity};
-
-/// At most this many findings are kept, so a hostile file cannot grow the report without
-/// bound; one more finding says how many were dropped.
-const MAX_DIAGNOSTICS: usize = 1000;
+use crate::policy::text::{Findings, decode, is_token, lines, split_bom};
 
 /// What the parser made of a body.
 #[derive(Debug)]
@@ -28,12 +24,13 @@ pub(super) enum Parsed {
     Rejected(u32, Vec<Diagnostic>),
 }
 
-/// Parses a body of at most the size cap (the caller checks the cap).
-pub(super) fn parse(body: &[u8]) -> Parsed {
-    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
-    let mut findings = Findings::default();
+/// Parses a body of at most the size cap (the caller checks the cap), collecting findings
+/// into `findings` (bounded for a report, all of them for lint).
+pub(super) fn parse(body: &[u8], mut findings: Findings) -> Parsed {
+    let (_, body) = split_bom(body, false);
     let mut first_bad = None;
-    for (n, line) in lines(body) {
+    for line in lines(body) {
+        let (n, line) = (line.number, line.bytes);
         if let Some(&byte) = line.iter().find(|&&b| b < 0x20 && b != b'\t') {
             first_bad.get_or_insert(n);
             findings.error(n, "control-byte", || {
@@ -47,8 +44,8 @@ pub(super) fn parse(body: &[u8]) -> Parsed {
     let mut grouping = Grouping::default();
     let mut in_html_comment = false;
     let mut html_comment_opened_at = 0;
-    for (n, raw) in lines(body) {
-        let decoded = decode(raw);
+    for line in lines(body) {
+        let (n, decoded) = (line.number, decode(line.bytes));
         if matches!(decoded, Cow::Owned(_)) {
             findings.warn(n, "invalid-utf8", || "invalid UTF-8: the bad bytes are read as %XX escapes".to_owned());
         }
@@ -73,43 +70,6 @@ pub(super) fn parse(body: &[u8]) -> Parsed {
     }
     let groups = grouping.finish(&mut findings);
     Parsed::Groups(groups, findings.finish())
-}
-
-/// Splits a body into numbered lines at CR, LF or CRLF (D19); the EOL is not included.
-fn lines(body: &[u8]) -> impl Iterator<Item = (u32, &[u8])> {
-    let mut rest = body;
-    let mut number: u32 = 0;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        number = number.saturating_add(1);
-        let (line, next) = match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
-            Some(i) if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') => (&rest[..i], &rest[i + 2..]),
-            Some(i) => (&rest[..i], &rest[i + 1..]),
-            None => (rest, &rest[rest.len()..]),
-        };
-        rest = next;
-        Some((number, line))
-    })
-}
-
-/// The line as text. Invalid UTF-8 bytes become `%XX`, which is exactly what
-/// [`crate::policy::pattern::normalize`] would make of them in a scope; the result is
-/// `Owned` only when the line was not valid UTF-8.
-fn decode(raw: &[u8]) -> Cow<'_, str> {
-    if let Ok(text) = std::str::from_utf8(raw) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(raw.len() + 8);
-    for chunk in raw.utf8_chunks() {
-        out.push_str(chunk.valid());
-        for byte in chunk.invalid() {
-            // Writing to a String cannot fail.
-            let _ = write!(out, "%{byte:02X}");
-        }
-    }
-    Cow::Owned(out)
 }
 
 /// Removes `#` comments (D4: anywhere on a line) and `<!-- … -->` spans (D3: across lines,
@@ -381,7 +341,7 @@ fn check_methods(n: u32, tokens: &[&str], group_line: u32, findings: &mut Findin
         });
     }
     for token in tokens {
-        if !token.bytes().all(is_tchar) {
+        if !is_token(token) {
             findings
                 .warn(n, "invalid-method", || format!("'{token}' is not an HTTP method token; it matches no request"));
         } else if token.bytes().any(|b| b.is_ascii_lowercase()) {
@@ -392,63 +352,13 @@ fn check_methods(n: u32, tokens: &[&str], group_line: u32, findings: &mut Findin
     }
 }
 
-/// RFC 9110 §5.6.2 `tchar`.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
 fn warn_missing_comma(n: u32, findings: &mut Findings) {
     findings.warn(n, "list-missing-comma", || "list items separated by whitespace; separate them with ','".to_owned());
-}
-
-/// Findings with a cap (bounded memory on hostile input).
-#[derive(Debug, Default)]
-struct Findings {
-    list: Vec<Diagnostic>,
-    dropped: usize,
-}
-
-impl Findings {
-    fn warn(&mut self, line: u32, code: &str, message: impl FnOnce() -> String) {
-        self.push(Severity::Warning, line, code, message);
-    }
-
-    fn error(&mut self, line: u32, code: &str, message: impl FnOnce() -> String) {
-        self.push(Severity::Error, line, code, message);
-    }
-
-    fn push(&mut self, severity: Severity, line: u32, code: &str, message: impl FnOnce() -> String) {
-        if self.list.len() < MAX_DIAGNOSTICS {
-            self.list.push(Diagnostic { severity, line: Some(line), code: code.to_owned(), message: message() });
-        } else {
-            self.dropped += 1;
-        }
-    }
-
-    fn finish(mut self) -> Vec<Diagnostic> {
-        if self.dropped > 0 {
-            let dropped = self.dropped;
-            self.list.push(Diagnostic::warning(
-                None,
-                "too-many-diagnostics",
-                format!("{dropped} more findings not shown (at most {MAX_DIAGNOSTICS} are kept)"),
-            ));
-        }
-        self.list
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn semantics_d19_line_endings() {
-        let got: Vec<(u32, &[u8])> = lines(b"a\r\nb\rc\nd").collect();
-        assert_eq!(got, vec![(1, &b"a"[..]), (2, &b"b"[..]), (3, &b"c"[..]), (4, &b"d"[..])]);
-        let got: Vec<(u32, &[u8])> = lines(b"\n\n").collect();
-        assert_eq!(got, vec![(1, &b""[..]), (2, &b""[..])]);
-    }
 
     #[test]
     fn semantics_d3_d4_comments() {
@@ -475,11 +385,5 @@ mod tests {
         assert_eq!(split_list(" ,GET,,"), (vec!["GET"], false));
         assert_eq!(split_list("GET HEAD,\tPOST"), (vec!["GET", "HEAD", "POST"], true));
         assert_eq!(split_list(""), (vec![], false));
-    }
-
-    #[test]
-    fn invalid_utf8_becomes_percent_escapes() {
-        assert_eq!(decode(b"scope: /a\xFFb"), "scope: /a%FFb");
-        assert!(matches!(decode("scope: /ツ".as_bytes()), Cow::Borrowed(_)));
     }
 }

@@ -3,14 +3,13 @@
 //! hostile input, and a property test that arbitrary bytes never panic.
 
 use proptest::prelude::*;
-use sha2::{Digest, Sha256};
 
 use super::{AutoctlState, MAX_BYTES, from_fetch, lint};
+use crate::policy::test_support::{cases, corpus, read};
+use crate::policy::text::{REPORTED_FINDINGS, sha256_hex};
 use crate::policy::{
     FetchError, FetchOutcome, Headers, Opinion, PolicyStatus, Reason, RequestView, Severity, Source, SourceVerdict,
 };
-
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/conformance/autoctl");
 
 fn text_plain() -> Headers {
     Headers::new(vec![("Content-Type".to_owned(), "text/plain; charset=utf-8".to_owned())])
@@ -91,13 +90,8 @@ fn codes(state: &AutoctlState) -> Vec<(Option<u32>, String)> {
     state.report().diagnostics.into_iter().map(|d| (d.line, d.code)).collect()
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
 fn corpus_file(name: &str) -> Vec<u8> {
-    let path = format!("{CORPUS}/{name}");
-    std::fs::read(&path).unwrap_or_else(|e| panic!("conformance corpus missing: {path}: {e}"))
+    read(&corpus("autoctl").join(name))
 }
 
 const DENY: Opinion = Opinion::Deny;
@@ -641,13 +635,22 @@ fn hostile_input_is_bounded() {
     for body in &bodies {
         let state = from_fetch(&served(body));
         let report = state.report();
-        assert!(report.diagnostics.len() <= 1001, "{} findings", report.diagnostics.len());
+        assert!(report.diagnostics.len() <= REPORTED_FINDINGS + 1, "{} findings", report.diagnostics.len());
         assert_eq!(report.digest, Some(std::sync::Arc::<str>::from(sha256_hex(body))));
         let _ = Probe::new("DELETE", "/a?b").agent("bot").ask(&state);
-        assert_eq!(lint(body), report.diagnostics);
+        // The report keeps the first findings lint shows, then says how many it left out.
+        let all = lint(body);
+        match report.diagnostics.split_last() {
+            Some((note, kept)) if note.code == "too-many-findings" => {
+                assert_eq!(&all[..kept.len()], kept);
+                assert!(all.len() > kept.len(), "lint keeps every finding");
+            }
+            _ => assert_eq!(all, report.diagnostics),
+        }
     }
-    let capped = lint(&bodies[8]);
-    assert_eq!(capped.last().map(|d| d.code.as_ref()), Some("too-many-diagnostics"));
+    let capped = from_fetch(&served(&bodies[8])).report().diagnostics;
+    assert_eq!(capped.last().map(|d| d.code.as_ref()), Some("too-many-findings"));
+    assert_eq!(lint(&bodies[8]).len(), MAX_BYTES / 2, "lint keeps every finding");
     let invalid = parse_bytes(b"scope: /a\xFF\nallowed-methods: GET\n");
     assert_eq!(codes(&invalid), vec![(Some(1), "invalid-utf8".to_owned())]);
     assert_verdict(
@@ -693,13 +696,12 @@ fn content_type_other_than_text_plain_is_parsed_with_a_warning() {
 /// `from_fetch` + `evaluate` + `report`, as `agentgate explain` runs them.
 #[test]
 fn conformance_corpus() {
-    let path = format!("{CORPUS}/proposed/cases.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("conformance corpus missing: {path}: {e}"));
-    let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let path = corpus("autoctl").join("proposed/cases.json");
+    let doc = cases(&path);
     let cases = doc["cases"].as_array().into_iter().chain(doc["upstream_examples"].as_array()).flatten();
     let (mut checks, mut failures) = (0, Vec::new());
     for case in cases {
-        let file = case["file"].as_str().unwrap_or_else(|| panic!("{path}: a case without 'file'"));
+        let file = case["file"].as_str().unwrap_or_else(|| panic!("{}: a case without 'file'", path.display()));
         let body = corpus_file(&format!("proposed/{file}"));
         let mut headers = Headers::default();
         if let Some(content_type) = case["content_type"].as_str() {

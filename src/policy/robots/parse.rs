@@ -5,12 +5,10 @@
 //!
 //! Never: evaluates a request, or decides what a fetch status means.
 
-use std::borrow::Cow;
-use std::fmt::Write as _;
-
 use super::group::{AgentLine, Group, Rule};
 use super::{CrawlDelay, MAX_BYTES, MAX_CRAWL_DELAY_MS, OtherLine};
 use crate::policy::Diagnostic;
+use crate::policy::text::{Findings, closest, decode, lines, split_bom};
 
 /// Lines longer than this are truncated by Google's parser (8 × 2083 − 1 bytes); agentgate
 /// keeps them whole and only warns, since Google may read such a rule differently.
@@ -43,40 +41,6 @@ pub(super) struct ParsedFile {
     pub(super) findings: Findings,
 }
 
-/// Diagnostics, at most `cap` of them kept; the rest only counted.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Findings {
-    list: Vec<Diagnostic>,
-    cap: usize,
-    dropped: usize,
-}
-
-impl Findings {
-    pub(super) fn with_cap(cap: usize) -> Self {
-        Findings { list: Vec::new(), cap, dropped: 0 }
-    }
-
-    pub(super) fn push(&mut self, diagnostic: Diagnostic) {
-        if self.list.len() < self.cap {
-            self.list.push(diagnostic);
-        } else {
-            self.dropped += 1;
-        }
-    }
-
-    /// The kept diagnostics, plus one saying how many were left out.
-    pub(super) fn into_vec(mut self) -> Vec<Diagnostic> {
-        if self.dropped > 0 {
-            let message = format!(
-                "robots.txt: {} more findings not shown; run `agentgate lint` on the file to see them all",
-                self.dropped
-            );
-            self.list.push(Diagnostic::warning(None, "too-many-findings", message));
-        }
-        self.list
-    }
-}
-
 /// The directive keys that mean something to the matcher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Key {
@@ -86,10 +50,10 @@ enum Key {
     Other,
 }
 
-/// Parses a body (the bytes served, possibly over the cap), keeping at most
-/// `finding_cap` findings.
-pub(super) fn parse(body: &[u8], over_cap: bool, finding_cap: usize) -> ParsedFile {
-    let mut parser = Parser { file: ParsedFile { findings: Findings::with_cap(finding_cap), ..ParsedFile::default() } };
+/// Parses a body (the bytes served, possibly over the cap), collecting findings into
+/// `findings` (bounded for a report, all of them for lint).
+pub(super) fn parse(body: &[u8], over_cap: bool, findings: Findings) -> ParsedFile {
+    let mut parser = Parser { file: ParsedFile { findings, ..ParsedFile::default() } };
     let text = if over_cap || body.len() > MAX_BYTES {
         let kept = within_cap(body);
         parser.file.findings.push(Diagnostic::warning(
@@ -105,9 +69,9 @@ pub(super) fn parse(body: &[u8], over_cap: bool, finding_cap: usize) -> ParsedFi
     } else {
         body
     };
-    for (i, line) in lines(strip_bom(text)).enumerate() {
-        let number = u32::try_from(i + 1).expect("line count is bounded by the 500 KiB parse cap");
-        parser.line(number, line);
+    // Google's parser skips a UTF-8 byte order mark, even a partial one.
+    for line in lines(split_bom(text, true).1) {
+        parser.line(line.number, line.bytes);
     }
     for group in &mut parser.file.groups {
         group.build_index(&parser.file.text);
@@ -125,37 +89,6 @@ fn within_cap(body: &[u8]) -> &[u8] {
     }
 }
 
-/// Skips a UTF-8 byte order mark, even a partial one, as Google's parser does.
-fn strip_bom(body: &[u8]) -> &[u8] {
-    const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
-    let n = body.iter().zip(BOM).take_while(|(a, b)| **a == *b).count();
-    &body[n..]
-}
-
-/// Lines ended by LF, CR or CRLF (RFC 9309 NL), without their ends.
-fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut rest = text;
-    let mut done = text.is_empty();
-    std::iter::from_fn(move || {
-        if done {
-            return None;
-        }
-        match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
-            Some(end) => {
-                let line = &rest[..end];
-                let skip = if rest[end] == b'\r' && rest.get(end + 1) == Some(&b'\n') { 2 } else { 1 };
-                rest = &rest[end + skip..];
-                done = rest.is_empty();
-                Some(line)
-            }
-            None => {
-                done = true;
-                Some(rest)
-            }
-        }
-    })
-}
-
 /// RFC 9309 WS, plus the vertical tab and form feed Google also trims.
 fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | 0x0B | 0x0C)
@@ -170,23 +103,6 @@ fn trim_ws(bytes: &[u8]) -> &[u8] {
 /// Text for display: invalid UTF-8 replaced by U+FFFD.
 fn display(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A pattern value as text for matching: invalid UTF-8 octets are %-encoded rather than
-/// replaced, so they still match the same octets in a request path (RFC 9309 §2.2.2).
-fn pattern_text(bytes: &[u8]) -> Cow<'_, str> {
-    if let Ok(text) = std::str::from_utf8(bytes) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(bytes.len() * 3);
-    for chunk in bytes.utf8_chunks() {
-        out.push_str(chunk.valid());
-        for b in chunk.invalid() {
-            // Writing to a String cannot fail.
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    Cow::Owned(out)
 }
 
 /// Splits a trimmed, comment-free line into key and value. `Some((key, value, true))`
@@ -263,26 +179,7 @@ fn suggest_key(key: &str) -> Option<&'static str> {
         "request-rate",
         "visit-time",
     ];
-    if key.len() > 32 {
-        return None;
-    }
-    let key = key.to_ascii_lowercase();
-    CANDIDATES.iter().map(|c| (edit_distance(&key, c), *c)).filter(|(d, _)| *d <= 2).min().map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = diagonal + usize::from(ca != *cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
-        }
-    }
-    row[b.len()]
+    closest(&key.to_ascii_lowercase(), CANDIDATES)
 }
 
 struct Parser {
@@ -389,7 +286,7 @@ impl Parser {
     }
 
     fn rule(&mut self, number: u32, allow: bool, value: &[u8], text: Box<str>) {
-        let pattern = pattern_text(value);
+        let pattern = decode(value);
         if pattern.is_empty() && allow {
             self.warn(number, "empty-allow", format!("`{text}` has no path, so it matches nothing: remove it"));
         } else if !pattern.is_empty() && !pattern.starts_with('/') && !pattern.starts_with('*') {

@@ -6,6 +6,8 @@ use proptest::prelude::*;
 use proptest::sample::select;
 
 use super::*;
+use crate::policy::test_support::{corpus, read};
+use crate::policy::text::{REPORTED_FINDINGS, sha256_hex};
 use crate::policy::{FetchError, Headers, Severity};
 
 const KNOWN_DIFFERENCES: &str =
@@ -73,14 +75,14 @@ fn known_differences() -> Vec<(&'static str, &'static str)> {
 
 #[test]
 fn conformance_google_and_rfc9309_corpora() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/conformance/robots");
+    let dir = corpus("robots");
     let known = known_differences();
     let mut seen_known = Vec::new();
     let mut failures = Vec::new();
     let mut passed = 0;
     for file in ["google.jsonl", "rfc9309.jsonl"] {
-        let path = format!("{dir}/{file}");
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("corpus {path} missing: {e}"));
+        let bytes = read(&dir.join(file));
+        let text = std::str::from_utf8(&bytes).expect("google.jsonl and rfc9309.jsonl are UTF-8");
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let case: serde_json::Value = serde_json::from_str(line).expect("corpus lines are JSON");
             let id = case["id"].as_str().expect("every case has an id");
@@ -310,7 +312,7 @@ fn semantics_x2_product_name_from_the_user_agent_header() {
 #[test]
 fn reasons_carry_the_digest_of_the_bytes_served() {
     let body = b"\xEF\xBB\xBFUser-agent: *\r\nDisallow: /x\r\n";
-    let digest = hex::encode(Sha256::digest(body));
+    let digest = sha256_hex(body);
     let headers = Headers::default();
     let state = RobotsState::parse(body);
     let v = state.evaluate(&view(&headers, Some("a"), "/x"));
@@ -432,7 +434,7 @@ fn rfc9309_parse_cap_ignores_the_rest_and_the_cut_line() {
         assert_eq!(state.evaluate(&view(&headers, None, "/b")), SourceVerdict::no_opinion());
         let report = state.report();
         assert_eq!(report.diagnostics.iter().map(|d| d.code.as_str()).collect::<Vec<_>>(), ["over-cap"]);
-        assert_eq!(report.digest, Some(std::sync::Arc::<str>::from(hex::encode(Sha256::digest(&body)))));
+        assert_eq!(report.digest, Some(std::sync::Arc::<str>::from(sha256_hex(&body))));
     }
 }
 
@@ -542,16 +544,16 @@ fn invalid_utf8_octets_match_their_percent_encoding() {
 
 #[test]
 fn real_world_files_decide_by_their_own_rule_lines() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/conformance/robots/real-world");
+    let dir = corpus("robots/real-world");
     let headers = Headers::default();
-    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("corpus {dir} missing: {e}"));
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("corpus {} missing: {e}", dir.display()));
     let mut files = 0;
     for entry in entries {
         let path = entry.expect("directory entries are readable").path();
         if path.extension().is_none_or(|e| e != "txt") {
             continue;
         }
-        let body = std::fs::read(&path).expect("corpus files are readable");
+        let body = read(&path);
         let state = RobotsState::parse(&body);
         assert_eq!(state.report().status, PolicyStatus::Valid, "{}", path.display());
         // Ask about every rule's own path: whatever decides must be an allow/disallow line.
@@ -574,7 +576,7 @@ fn real_world_files_decide_by_their_own_rule_lines() {
         files += 1;
     }
     assert_eq!(files, 10);
-    let twitter = std::fs::read(format!("{dir}/twitter.robots.txt")).expect("twitter.robots.txt is in the corpus");
+    let twitter = read(&dir.join("twitter.robots.txt"));
     let state = RobotsState::parse(&twitter);
     let v = state.evaluate(&view(&headers, Some("googlebot"), "/search?q=%23x"));
     assert_eq!((v.opinion, v.reasons[0].line), (Opinion::Allow, Some(8)));

@@ -1,5 +1,5 @@
-//! Test helpers shared by the agents.txt and AGENTS.md unit tests: request views, fetch
-//! outcomes from bytes, and the conformance corpus under `../shared/conformance/`.
+//! Test helpers shared by the policy unit tests: request views, fetch outcomes from bytes,
+//! and the conformance corpus under `../shared/conformance/` (a missing folder fails).
 
 use std::path::PathBuf;
 
