@@ -1,28 +1,11 @@
-//! The fetcher and cache against real hyper origins on 127.0.0.1:0 (plain HTTP, and HTTPS
-//! with a test CA made here and trusted through `[upstream] extra_ca_files`), serving the
-//! policy files each test chooses and counting requests per path. Expiry is driven by
-//! tokio's clock (`pause`, `advance`, `resume` between requests), never by sleeping.
+//! The fetcher and cache against the real hyper origin of the end-to-end tests on
+//! 127.0.0.1:0 (plain HTTP, and HTTPS with a test CA trusted through `[upstream]
+//! extra_ca_files`), serving the policy files each test chooses and counting requests per
+//! path. Expiry is driven by tokio's clock (`pause`, `advance`, `resume` between requests),
+//! never by sleeping.
 
-use std::collections::HashMap;
-use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-
-use bytes::Bytes;
-use http::{Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpListener;
-use tokio::sync::Barrier;
-use tokio_rustls::TlsAcceptor;
 
 use super::file::PolicyFile;
 use super::freshness::TtlBounds;
@@ -35,7 +18,14 @@ use crate::policy::agents_txt::AgentsTxt;
 use crate::policy::robots::Robots;
 use crate::policy::{FetchError, FetchOutcome, Headers, Outcome, Policies, PolicyStatus, RequestView, agents_txt};
 
-type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+// The end-to-end tests' origin and CA (`docs/layering.md`); these tests use only part of it.
+#[allow(dead_code)]
+#[path = "../../tests/testkit/mod.rs"]
+mod testkit;
+
+use testkit::TestResult;
+use testkit::origin::{Origin as TestOrigin, Served};
+use testkit::pki::TestCa;
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
 const AGENTS_MD: &str =
@@ -48,215 +38,12 @@ fn agents_txt_body() -> String {
 }
 
 // ---------------------------------------------------------------------------------------
-// A test origin.
-
-/// What the origin sends for one path.
-#[derive(Clone)]
-struct Reply {
-    status: u16,
-    headers: Vec<(&'static str, String)>,
-    body: ReplyBody,
-    /// Wait at the shared barrier before answering (proves requests overlap).
-    gated: bool,
-}
-
-#[derive(Clone)]
-enum ReplyBody {
-    Text(String),
-    /// 64 KiB chunks of `#`, forever.
-    Endless,
-    /// Never answer at all.
-    Hang,
-}
-
-impl Reply {
-    fn ok(text: impl Into<String>) -> Self {
-        Reply { status: 200, headers: Vec::new(), body: ReplyBody::Text(text.into()), gated: false }
-    }
-
-    fn status(status: u16) -> Self {
-        Reply { status, ..Reply::ok("") }
-    }
-
-    fn redirect(status: u16, location: impl Into<String>) -> Self {
-        Reply::status(status).with("location", location)
-    }
-
-    fn with(mut self, name: &'static str, value: impl Into<String>) -> Self {
-        self.headers.push((name, value.into()));
-        self
-    }
-
-    fn max_age(self, seconds: u64) -> Self {
-        self.with("cache-control", format!("max-age={seconds}"))
-    }
-
-    fn gated(self) -> Self {
-        Reply { gated: true, ..self }
-    }
-}
-
-#[derive(Default)]
-struct OriginState {
-    routes: Mutex<HashMap<String, Reply>>,
-    hits: Mutex<HashMap<String, usize>>,
-    user_agents: Mutex<Vec<String>>,
-    gate: Option<Barrier>,
-}
-
-struct TestOrigin {
-    addr: SocketAddr,
-    tls: bool,
-    state: Arc<OriginState>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for TestOrigin {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl TestOrigin {
-    async fn http() -> TestResult<Self> {
-        TestOrigin::start(None, None).await
-    }
-
-    async fn https(ca: &TestCa) -> TestResult<Self> {
-        TestOrigin::start(Some(ca.acceptor()?), None).await
-    }
-
-    /// An HTTPS origin whose gated replies wait until `parties` requests are in.
-    async fn https_gated(ca: &TestCa, parties: usize) -> TestResult<Self> {
-        TestOrigin::start(Some(ca.acceptor()?), Some(Barrier::new(parties))).await
-    }
-
-    async fn start(tls: Option<TlsAcceptor>, gate: Option<Barrier>) -> TestResult<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let state = Arc::new(OriginState { gate, ..OriginState::default() });
-        let task = tokio::spawn(accept_loop(listener, tls.clone(), Arc::clone(&state)));
-        Ok(TestOrigin { addr, tls: tls.is_some(), state, task })
-    }
-
-    fn serve(&self, path: &str, reply: Reply) -> &Self {
-        self.state.routes.lock().unwrap().insert(path.to_owned(), reply);
-        self
-    }
-
-    /// All four files, valid, with no cache directives.
-    fn serve_all(&self) -> &Self {
-        self.serve("/robots.txt", Reply::ok(ROBOTS))
-            .serve("/agents.txt", Reply::ok(agents_txt_body()))
-            .serve("/AGENTS.md", Reply::ok(AGENTS_MD).with("content-type", "text/markdown"))
-            .serve("/automation-preferences.txt", Reply::ok(AUTOCTL))
-    }
-
-    fn hits(&self, path: &str) -> usize {
-        self.state.hits.lock().unwrap().get(path).copied().unwrap_or(0)
-    }
-
-    fn origin(&self) -> Origin {
-        let scheme = if self.tls { "https" } else { "http" };
-        Origin::from_uri(&format!("{scheme}://127.0.0.1:{}/", self.addr.port()).parse().unwrap()).unwrap()
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.addr.port())
-    }
-}
-
-async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, state: Arc<OriginState>) {
-    while let Ok((tcp, _)) = listener.accept().await {
-        let (tls, state) = (tls.clone(), Arc::clone(&state));
-        tokio::spawn(async move {
-            match tls {
-                Some(acceptor) => {
-                    if let Ok(stream) = acceptor.accept(tcp).await {
-                        serve_connection(stream, state).await;
-                    }
-                }
-                None => serve_connection(tcp, state).await,
-            }
-        });
-    }
-}
-
-async fn serve_connection<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: I, state: Arc<OriginState>) {
-    let service = service_fn(move |request| route(Arc::clone(&state), request));
-    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(io), service).await;
-}
-
-type OriginBody = BoxBody<Bytes, Infallible>;
-
-async fn route(state: Arc<OriginState>, request: Request<Incoming>) -> Result<Response<OriginBody>, Infallible> {
-    let path = request.uri().path().to_owned();
-    *state.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
-    let user_agent = request.headers().get("user-agent").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    state.user_agents.lock().unwrap().push(user_agent.unwrap_or_default());
-    let reply = state.routes.lock().unwrap().get(&path).cloned().unwrap_or_else(|| Reply::status(404));
-    if let (true, Some(gate)) = (reply.gated, &state.gate) {
-        gate.wait().await;
-    }
-    let body = match reply.body {
-        ReplyBody::Text(text) => Full::new(Bytes::from(text)).boxed(),
-        ReplyBody::Endless => {
-            let chunk = Bytes::from(vec![b'#'; 64 * 1024]);
-            let frames = std::iter::repeat_with(move || Ok::<_, Infallible>(Frame::data(chunk.clone())));
-            StreamBody::new(futures_util::stream::iter(frames)).boxed()
-        }
-        ReplyBody::Hang => std::future::pending().await,
-    };
-    let mut response = Response::new(body);
-    *response.status_mut() = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    for (name, value) in reply.headers {
-        if let Ok(value) = value.parse() {
-            response.headers_mut().append(name, value);
-        }
-    }
-    Ok(response)
-}
-
-/// A CA made for the test, its PEM in a temporary file for `extra_ca_files`.
-struct TestCa {
-    issuer: Issuer<'static, KeyPair>,
-    pem_path: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl TestCa {
-    fn new() -> TestResult<Self> {
-        crate::tls::install_default_provider();
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::default();
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-        let cert = params.self_signed(&key)?;
-        let dir = tempfile::tempdir()?;
-        let pem_path = dir.path().join("fetch-test-ca.pem");
-        std::fs::write(&pem_path, cert.pem())?;
-        Ok(TestCa { issuer: Issuer::new(params, key), pem_path, _dir: dir })
-    }
-
-    /// TLS for an origin at 127.0.0.1, HTTP/1.1.
-    fn acceptor(&self) -> TestResult<TlsAcceptor> {
-        let key = KeyPair::generate()?;
-        let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()])?.signed_by(&key, &self.issuer)?;
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let config = rustls::ServerConfig::builder_with_provider(crate::tls::crypto_provider())
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_single_cert(vec![leaf.der().clone()], key)?;
-        Ok(TlsAcceptor::from(Arc::new(config)))
-    }
-}
-
-// ---------------------------------------------------------------------------------------
 // Helpers.
 
 /// The proxy's transport, trusting `ca`; the test origins are on loopback, which the network
 /// guard denies by default, so these tests opt in (`docs/security.md`).
 fn transport(ca: &TestCa) -> TestResult<Arc<dyn PolicyTransport>> {
+    crate::tls::install_default_provider();
     let config = crate::config::Config {
         upstream: UpstreamConfig { extra_ca_files: vec![ca.pem_path.clone()], ..UpstreamConfig::default() },
         network: NetworkConfig {
@@ -275,6 +62,26 @@ fn cache(ca: &TestCa) -> TestResult<PolicyCache> {
 fn fetcher(ca: &TestCa, timeout: Duration) -> TestResult<Fetcher> {
     let ttl = TtlBounds { min: Duration::from_secs(60), max: Duration::from_secs(24 * 3600) };
     Ok(Fetcher { transport: transport(ca)?, timeout, ttl })
+}
+
+/// A new test CA.
+fn test_ca() -> TestResult<TestCa> {
+    TestCa::new("agentgate fetch test CA")
+}
+
+/// The cache key of `origin`, by IP (its certificate names 127.0.0.1).
+fn origin_key(origin: &TestOrigin) -> Origin {
+    Origin::from_uri(&origin.ip_url("/").parse().expect("a test origin's URL is valid"))
+        .expect("a test origin's URL names an origin")
+}
+
+/// All four files, valid, with no cache directives.
+fn serve_all(origin: &TestOrigin) -> &TestOrigin {
+    origin
+        .serve("/robots.txt", Served::ok(ROBOTS))
+        .serve("/agents.txt", Served::ok(agents_txt_body()))
+        .serve("/AGENTS.md", Served::ok(AGENTS_MD).with("content-type", "text/markdown"))
+        .serve("/automation-preferences.txt", Served::ok(AUTOCTL))
 }
 
 /// What the policies decide for `GET path`.
@@ -319,16 +126,22 @@ const FOUR: [&str; 4] = ["/robots.txt", "/agents.txt", "/AGENTS.md", "/automatio
 
 #[tokio::test]
 async fn four_files_are_fetched_in_parallel_with_agentgates_user_agent() -> TestResult {
-    let ca = TestCa::new()?;
-    // Each reply waits until all four requests are in: a sequential fetcher would time out.
-    let origin = TestOrigin::https_gated(&ca, 4).await?;
+    let ca = test_ca()?;
+    // Each reply is held until all four requests are in: a sequential fetcher would time out.
+    let origin = TestOrigin::https(&ca).await?;
     origin
-        .serve("/robots.txt", Reply::ok(ROBOTS).gated())
-        .serve("/agents.txt", Reply::ok(agents_txt_body()).gated())
-        .serve("/AGENTS.md", Reply::ok(AGENTS_MD).gated())
-        .serve("/automation-preferences.txt", Reply::ok(AUTOCTL).gated());
+        .serve("/robots.txt", Served::ok(ROBOTS).held())
+        .serve("/agents.txt", Served::ok(agents_txt_body()).held())
+        .serve("/AGENTS.md", Served::ok(AGENTS_MD).held())
+        .serve("/automation-preferences.txt", Served::ok(AUTOCTL).held());
     let settings = CacheSettings { fetch_timeout: Duration::from_secs(10), ..CacheSettings::default() };
-    let policies = PolicyCache::new(transport(&ca)?, settings).policies(&origin.origin()).await;
+    let cache = PolicyCache::new(transport(&ca)?, settings);
+    let release = async {
+        origin.held(4).await;
+        origin.release_all();
+    };
+    let key = origin_key(&origin);
+    let (policies, ()) = tokio::join!(cache.policies(&key), release);
 
     assert_eq!(policies.robots.report().status, PolicyStatus::Valid);
     assert_eq!(policies.agents_txt.status(), PolicyStatus::Valid);
@@ -340,7 +153,7 @@ async fn four_files_are_fetched_in_parallel_with_agentgates_user_agent() -> Test
         assert_eq!(decide(&policies, path), Outcome::Deny, "{path}");
     }
     assert_eq!(decide(&policies, "/public"), Outcome::Allow);
-    let agents = origin.state.user_agents.lock().unwrap().clone();
+    let agents = origin.user_agents();
     assert_eq!(agents.len(), 4);
     assert!(agents.iter().all(|ua| ua == USER_AGENT && ua.starts_with("agentgate/")), "{agents:?}");
     Ok(())
@@ -348,11 +161,11 @@ async fn four_files_are_fetched_in_parallel_with_agentgates_user_agent() -> Test
 
 #[tokio::test]
 async fn fifty_concurrent_first_requests_share_one_fetch_per_file() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::https(&ca).await?;
-    origin.serve_all();
+    serve_all(&origin);
     let cache = cache(&ca)?;
-    let key = origin.origin();
+    let key = origin_key(&origin);
     let all = futures_util::future::join_all((0..50).map(|_| cache.policies(&key))).await;
     for path in FOUR {
         assert_eq!(origin.hits(path), 1, "{path}");
@@ -363,11 +176,11 @@ async fn fifty_concurrent_first_requests_share_one_fetch_per_file() -> TestResul
 
 #[tokio::test]
 async fn fresh_files_are_served_from_cache_and_only_stale_ones_refetched() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::https(&ca).await?;
-    origin.serve_all().serve("/robots.txt", Reply::ok(ROBOTS).max_age(120));
+    serve_all(&origin).serve("/robots.txt", Served::ok(ROBOTS).max_age(120));
     let cache = cache(&ca)?;
-    let key = origin.origin();
+    let key = origin_key(&origin);
     policies_refreshed(&cache, &key).await;
     advance(Duration::from_secs(100)).await;
     for _ in 0..10 {
@@ -391,20 +204,21 @@ async fn fresh_files_are_served_from_cache_and_only_stale_ones_refetched() -> Te
 /// meanwhile all get the old copy without waiting.
 #[tokio::test]
 async fn stale_copy_is_served_while_one_background_refresh_runs() -> TestResult {
-    let ca = TestCa::new()?;
-    let origin = TestOrigin::https_gated(&ca, 2).await?;
-    origin.serve_all().serve("/robots.txt", Reply::ok(ROBOTS).max_age(60));
+    let ca = test_ca()?;
+    let origin = TestOrigin::https(&ca).await?;
+    serve_all(&origin).serve("/robots.txt", Served::ok(ROBOTS).max_age(60));
     let cache = cache(&ca)?;
-    let key = origin.origin();
+    let key = origin_key(&origin);
     assert_eq!(decide(&*cache.policies(&key).await, "/private"), Outcome::Deny);
-    origin.serve("/robots.txt", Reply::ok("User-agent: *\nDisallow: /other\n").max_age(60).gated());
+    origin.serve("/robots.txt", Served::ok("User-agent: *\nDisallow: /other\n").max_age(60).held());
     advance(Duration::from_secs(61)).await;
     for _ in 0..20 {
         let stale = cache.policies(&key).await;
         assert_eq!(decide(&stale, "/private"), Outcome::Deny, "the stale copy, without waiting");
     }
-    // The one refresh is at the origin, held at the barrier; let it answer.
-    origin.state.gate.as_ref().expect("a gated origin").wait().await;
+    // The one refresh is at the origin, held there; let it answer.
+    origin.held(1).await;
+    origin.release_all();
     cache.refreshed(&key).await;
     let fresh = cache.policies(&key).await;
     assert_eq!(decide(&fresh, "/private"), Outcome::Allow);
@@ -417,13 +231,13 @@ async fn stale_copy_is_served_while_one_background_refresh_runs() -> TestResult 
 /// request waits for the refresh, as on the first fetch.
 #[tokio::test]
 async fn copy_past_the_stale_window_waits_for_the_refresh() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::https(&ca).await?;
-    origin.serve_all().serve("/robots.txt", Reply::ok(ROBOTS).max_age(60));
+    serve_all(&origin).serve("/robots.txt", Served::ok(ROBOTS).max_age(60));
     let cache = cache(&ca)?;
-    let key = origin.origin();
+    let key = origin_key(&origin);
     cache.policies(&key).await;
-    origin.serve("/robots.txt", Reply::ok("User-agent: *\nDisallow: /other\n").max_age(60));
+    origin.serve("/robots.txt", Served::ok("User-agent: *\nDisallow: /other\n").max_age(60));
     advance(Duration::from_secs(121)).await;
     let policies = cache.policies(&key).await;
     assert_eq!(decide(&policies, "/private"), Outcome::Allow, "the refreshed copy, at once");
@@ -436,23 +250,23 @@ async fn copy_past_the_stale_window_waits_for_the_refresh() -> TestResult {
 /// weight cached, the oldest are evicted, and a request to an evicted origin fetches again.
 #[tokio::test]
 async fn weight_stays_under_max_bytes_and_evicted_origins_are_fetched_again() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let robots: String = (0..16_000).map(|i| format!("Disallow: /p/{i:05}/x\n")).collect();
     let robots = format!("User-agent: *\n{robots}");
     let mut origins = Vec::new();
     for _ in 0..10 {
         let origin = TestOrigin::http().await?;
-        origin.serve_all().serve("/robots.txt", Reply::ok(robots.clone()));
+        serve_all(&origin).serve("/robots.txt", Served::ok(robots.clone()));
         origins.push(origin);
     }
     let one = cache(&ca)?;
-    let weight = one.policies(&origins[0].origin()).await.weight() as u64;
+    let weight = one.policies(&origin_key(&origins[0])).await.weight() as u64;
     assert!(weight > robots.len() as u64, "a parsed robots.txt weighs at least its text: {weight}");
     let max_bytes = 3 * weight + weight / 2;
     let settings = CacheSettings::from(CacheConfig { max_bytes, ..CacheConfig::default() });
     let cache = PolicyCache::new(transport(&ca)?, settings);
     for origin in &origins {
-        let policies = cache.policies(&origin.origin()).await;
+        let policies = cache.policies(&origin_key(origin)).await;
         assert_eq!(decide(&policies, "/p/00007/x"), Outcome::Deny);
         cache.run_pending_tasks().await;
         assert!(cache.weighted_size() <= max_bytes, "{} > {max_bytes}", cache.weighted_size());
@@ -461,7 +275,7 @@ async fn weight_stays_under_max_bytes_and_evicted_origins_are_fetched_again() ->
     let fetches = |origins: &[TestOrigin]| origins.iter().map(|o| o.hits("/robots.txt")).sum::<usize>();
     let before = fetches(&origins);
     for origin in &origins {
-        assert_eq!(decide(&*cache.policies(&origin.origin()).await, "/p/00007/x"), Outcome::Deny);
+        assert_eq!(decide(&*cache.policies(&origin_key(origin)).await, "/p/00007/x"), Outcome::Deny);
     }
     assert!(
         fetches(&origins) >= before + 7,
@@ -475,11 +289,11 @@ async fn weight_stays_under_max_bytes_and_evicted_origins_are_fetched_again() ->
 
 #[tokio::test]
 async fn max_age_above_a_day_is_capped_at_24_hours() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::https(&ca).await?;
-    origin.serve_all().serve("/robots.txt", Reply::ok(ROBOTS).max_age(7 * 24 * 3600));
+    serve_all(&origin).serve("/robots.txt", Served::ok(ROBOTS).max_age(7 * 24 * 3600));
     let cache = cache(&ca)?;
-    let key = origin.origin();
+    let key = origin_key(&origin);
     policies_refreshed(&cache, &key).await;
     advance(Duration::from_secs(23 * 3600)).await;
     policies_refreshed(&cache, &key).await;
@@ -492,11 +306,11 @@ async fn max_age_above_a_day_is_capped_at_24_hours() -> TestResult {
 
 #[tokio::test]
 async fn c5_no_store_is_refetched_after_the_60_second_floor_not_per_request() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::https(&ca).await?;
-    origin.serve_all().serve("/agents.txt", Reply::ok(agents_txt_body()).with("cache-control", "no-store"));
+    serve_all(&origin).serve("/agents.txt", Served::ok(agents_txt_body()).with("cache-control", "no-store"));
     let cache = cache(&ca)?;
-    let key = origin.origin();
+    let key = origin_key(&origin);
     policies_refreshed(&cache, &key).await;
     advance(Duration::from_secs(59)).await;
     policies_refreshed(&cache, &key).await;
@@ -509,10 +323,10 @@ async fn c5_no_store_is_refetched_after_the_60_second_floor_not_per_request() ->
 
 #[tokio::test]
 async fn robots_404_allows_everything() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::https(&ca).await?;
-    origin.serve_all().serve("/robots.txt", Reply::status(404));
-    let policies = cache(&ca)?.policies(&origin.origin()).await;
+    serve_all(&origin).serve("/robots.txt", Served::status(404));
+    let policies = cache(&ca)?.policies(&origin_key(&origin)).await;
     assert!(!policies.robots.is_unreachable());
     assert_eq!(policies.robots.report().status, PolicyStatus::Absent);
     assert_eq!(decide(&policies, "/private"), Outcome::Allow);
@@ -521,13 +335,13 @@ async fn robots_404_allows_everything() -> TestResult {
 
 #[tokio::test]
 async fn robots_503_keeps_the_good_copy_and_without_one_disallows() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::https(&ca).await?;
-    origin.serve_all().serve("/robots.txt", Reply::ok(ROBOTS).max_age(60));
+    serve_all(&origin).serve("/robots.txt", Served::ok(ROBOTS).max_age(60));
     let cache = cache(&ca)?;
-    let key = origin.origin();
+    let key = origin_key(&origin);
     policies_refreshed(&cache, &key).await;
-    origin.serve("/robots.txt", Reply::status(503));
+    origin.serve("/robots.txt", Served::status(503));
     advance(Duration::from_secs(61)).await;
     let policies = policies_refreshed(&cache, &key).await;
     assert_eq!(origin.hits("/robots.txt"), 2);
@@ -544,14 +358,14 @@ async fn robots_503_keeps_the_good_copy_and_without_one_disallows() -> TestResul
 
 #[tokio::test]
 async fn b20_malformed_agents_txt_drops_the_good_copy_and_is_refetched_after_5_minutes() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::https(&ca).await?;
-    origin.serve_all().serve("/agents.txt", Reply::ok(agents_txt_body()).max_age(60));
+    serve_all(&origin).serve("/agents.txt", Served::ok(agents_txt_body()).max_age(60));
     let cache = cache(&ca)?;
-    let key = origin.origin();
+    let key = origin_key(&origin);
     assert_eq!(decide(&*policies_refreshed(&cache, &key).await, "/public"), Outcome::Allow);
 
-    origin.serve("/agents.txt", Reply::ok(format!("*{}\n/a ALLOW\n", "0".repeat(64))).max_age(86_400));
+    origin.serve("/agents.txt", Served::ok(format!("*{}\n/a ALLOW\n", "0".repeat(64))).max_age(86_400));
     advance(Duration::from_secs(61)).await;
     let policies = policies_refreshed(&cache, &key).await;
     assert_eq!(origin.hits("/agents.txt"), 2);
@@ -569,13 +383,13 @@ async fn b20_malformed_agents_txt_drops_the_good_copy_and_is_refetched_after_5_m
 
 #[tokio::test]
 async fn c4_agents_md_policy_survives_a_failed_refetch_for_an_hour() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::https(&ca).await?;
-    origin.serve_all().serve("/AGENTS.md", Reply::ok(AGENTS_MD).max_age(600));
+    serve_all(&origin).serve("/AGENTS.md", Served::ok(AGENTS_MD).max_age(600));
     let cache = cache(&ca)?;
-    let key = origin.origin();
+    let key = origin_key(&origin);
     policies_refreshed(&cache, &key).await;
-    origin.serve("/AGENTS.md", Reply::status(500));
+    origin.serve("/AGENTS.md", Served::status(500));
     advance(Duration::from_secs(601)).await;
     let policies = policies_refreshed(&cache, &key).await;
     assert_eq!(origin.hits("/AGENTS.md"), 2);
@@ -590,13 +404,12 @@ async fn c4_agents_md_policy_survives_a_failed_refetch_for_an_hour() -> TestResu
 
 #[tokio::test]
 async fn c1_coding_agent_agents_md_falls_through_to_the_well_known_policy() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::https(&ca).await?;
-    origin
-        .serve_all()
-        .serve("/AGENTS.md", Reply::ok(CODING_AGENTS_MD))
-        .serve("/.well-known/agents.md", Reply::ok(AGENTS_MD));
-    let policies = cache(&ca)?.policies(&origin.origin()).await;
+    serve_all(&origin)
+        .serve("/AGENTS.md", Served::ok(CODING_AGENTS_MD))
+        .serve("/.well-known/agents.md", Served::ok(AGENTS_MD));
+    let policies = cache(&ca)?.policies(&origin_key(&origin)).await;
     assert_eq!(origin.hits("/.well-known/agents.md"), 1);
     assert_eq!(policies.agents_md.location(), Location::WellKnown);
     assert_eq!(decide(&policies, "/md-only"), Outcome::Deny);
@@ -605,11 +418,11 @@ async fn c1_coding_agent_agents_md_falls_through_to_the_well_known_policy() -> T
 
 #[tokio::test]
 async fn purge_forces_a_refetch() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::https(&ca).await?;
-    origin.serve_all();
+    serve_all(&origin);
     let cache = cache(&ca)?;
-    let key = origin.origin();
+    let key = origin_key(&origin);
     policies_refreshed(&cache, &key).await;
     policies_refreshed(&cache, &key).await;
     cache.purge(&key).await;
@@ -622,13 +435,13 @@ async fn purge_forces_a_refetch() -> TestResult {
 
 #[tokio::test]
 async fn c2_agents_md_of_an_http_origin_is_never_fetched_over_http() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::http().await?;
-    origin.serve_all().serve("/.well-known/agents.md", Reply::ok(AGENTS_MD));
+    serve_all(&origin).serve("/.well-known/agents.md", Served::ok(AGENTS_MD));
     // AGENTS.md goes to https://127.0.0.1:443, where the test origin is not; bound the wait
     // in case something else listens there.
     let settings = CacheSettings { fetch_timeout: Duration::from_secs(2), ..CacheSettings::default() };
-    let policies = PolicyCache::new(transport(&ca)?, settings).policies(&origin.origin()).await;
+    let policies = PolicyCache::new(transport(&ca)?, settings).policies(&origin_key(&origin)).await;
     assert_eq!(origin.hits("/AGENTS.md"), 0);
     assert_eq!(origin.hits("/.well-known/agents.md"), 0);
     assert!(policies.agents_md.falls_through(), "no policy from plain http");
@@ -642,13 +455,13 @@ async fn c2_agents_md_of_an_http_origin_is_never_fetched_over_http() -> TestResu
 
 #[tokio::test]
 async fn c3_https_to_http_redirect_is_refused() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let plain = TestOrigin::http().await?;
-    plain.serve("/AGENTS.md", Reply::ok(AGENTS_MD));
+    plain.serve("/AGENTS.md", Served::ok(AGENTS_MD));
     let origin = TestOrigin::https(&ca).await?;
-    origin.serve("/AGENTS.md", Reply::redirect(302, plain.url("/AGENTS.md")));
+    origin.serve("/AGENTS.md", Served::redirect(302, plain.url("/AGENTS.md")));
     let fetched = fetcher(&ca, Duration::from_secs(10))?
-        .fetch(&origin.origin(), PolicyFile::of::<AgentsMd>(AgentsMd::PATH))
+        .fetch(&origin_key(&origin), PolicyFile::of::<AgentsMd>(AgentsMd::PATH))
         .await;
     assert_eq!(fetched.outcome, FetchOutcome::Failed(FetchError::InsecureRedirect));
     assert_eq!(plain.hits("/AGENTS.md"), 0);
@@ -657,22 +470,22 @@ async fn c3_https_to_http_redirect_is_refused() -> TestResult {
 
 #[tokio::test]
 async fn five_redirects_are_followed_and_a_sixth_is_too_many() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::http().await?;
     // /robots.txt -> /hop/1 -> ... -> /hop/6, mixing relative and absolute Locations.
-    origin.serve("/robots.txt", Reply::redirect(301, "/hop/1"));
+    origin.serve("/robots.txt", Served::redirect(301, "/hop/1"));
     for n in 1..6 {
         let location = if n % 2 == 0 { origin.url(&format!("/hop/{}", n + 1)) } else { format!("{}", n + 1) };
-        origin.serve(&format!("/hop/{n}"), Reply::redirect([301, 302, 303, 307, 308][n % 5], location));
+        origin.serve(&format!("/hop/{n}"), Served::redirect([301, 302, 303, 307, 308][n % 5], location));
     }
-    origin.serve("/hop/6", Reply::ok(ROBOTS));
+    origin.serve("/hop/6", Served::ok(ROBOTS));
     let fetcher = fetcher(&ca, Duration::from_secs(10))?;
-    let fetched = fetcher.fetch(&origin.origin(), PolicyFile::of::<Robots>(Robots::PATH)).await;
+    let fetched = fetcher.fetch(&origin_key(&origin), PolicyFile::of::<Robots>(Robots::PATH)).await;
     assert_eq!(fetched.outcome, FetchOutcome::Failed(FetchError::TooManyRedirects));
     assert_eq!(origin.hits("/hop/6"), 0);
 
-    origin.serve("/hop/5", Reply::ok(ROBOTS));
-    let fetched = fetcher.fetch(&origin.origin(), PolicyFile::of::<Robots>(Robots::PATH)).await;
+    origin.serve("/hop/5", Served::ok(ROBOTS));
+    let fetched = fetcher.fetch(&origin_key(&origin), PolicyFile::of::<Robots>(Robots::PATH)).await;
     let FetchOutcome::Response { status, body, .. } = fetched.outcome else { panic!("{:?}", fetched.outcome) };
     assert_eq!((status, body.as_slice()), (200, ROBOTS.as_bytes()));
     Ok(())
@@ -680,12 +493,13 @@ async fn five_redirects_are_followed_and_a_sixth_is_too_many() -> TestResult {
 
 #[tokio::test]
 async fn body_over_the_cap_is_cut_at_cap_plus_one_without_reading_on() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::http().await?;
-    origin.serve("/robots.txt", Reply { body: ReplyBody::Endless, ..Reply::ok("") });
+    origin.serve("/robots.txt", Served::ok("").endless());
     // The body never ends: the fetch only returns because it stops reading at the cap.
-    let fetched =
-        fetcher(&ca, Duration::from_secs(30))?.fetch(&origin.origin(), PolicyFile::of::<Robots>(Robots::PATH)).await;
+    let fetched = fetcher(&ca, Duration::from_secs(30))?
+        .fetch(&origin_key(&origin), PolicyFile::of::<Robots>(Robots::PATH))
+        .await;
     let FetchOutcome::Response { status, body, over_cap, .. } = fetched.outcome else {
         panic!("{:?}", fetched.outcome)
     };
@@ -697,11 +511,12 @@ async fn body_over_the_cap_is_cut_at_cap_plus_one_without_reading_on() -> TestRe
 
 #[tokio::test]
 async fn origin_that_never_answers_times_out() -> TestResult {
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let origin = TestOrigin::http().await?;
-    origin.serve("/agents.txt", Reply { body: ReplyBody::Hang, ..Reply::ok("") });
+    // Held and never released: the origin never answers.
+    origin.serve("/agents.txt", Served::ok("").held());
     let fetched = fetcher(&ca, Duration::from_millis(300))?
-        .fetch(&origin.origin(), PolicyFile::of::<AgentsTxt>(AgentsTxt::PATH))
+        .fetch(&origin_key(&origin), PolicyFile::of::<AgentsTxt>(AgentsTxt::PATH))
         .await;
     assert_eq!(fetched.outcome, FetchOutcome::Failed(FetchError::Timeout));
     assert_eq!(fetched.ttl, Duration::from_secs(60), "a failure is retried after the floor");
@@ -711,7 +526,7 @@ async fn origin_that_never_answers_times_out() -> TestResult {
 #[test]
 fn policies_future_is_send_so_the_proxy_can_await_it_in_spawned_tasks() -> TestResult {
     fn assert_send<T: Send>(_: &T) {}
-    let ca = TestCa::new()?;
+    let ca = test_ca()?;
     let cache = cache(&ca)?;
     let origin = Origin::from_uri(&"https://example.com/".parse()?)?;
     assert_send(&cache.policies(&origin));

@@ -1,14 +1,17 @@
-//! What every end-to-end test needs: a real origin (`origin`), test CAs (`pki`), pattern
-//! bodies (`pattern`), the real proxy started in-process on `127.0.0.1:0` (`TestProxy`), and
+//! What every end-to-end test needs: a real origin (`origin`), test CAs (`pki`) and pattern
+//! bodies (`pattern`) from `tests/testkit/`, the real proxy started in-process on `127.0.0.1:0` (`TestProxy`), and
 //! clients: reqwest through the proxy, the system `curl` (`curl`), and raw sockets (`raw`).
 
 pub mod block;
 pub mod curl;
 pub mod log;
-pub mod origin;
-pub mod pattern;
-pub mod pki;
 pub mod raw;
+// Shared with the fetcher's unit tests, which use parts these tests do not.
+#[allow(dead_code)]
+#[path = "../../testkit/mod.rs"]
+mod testkit;
+
+pub use testkit::{TestResult, origin, pattern, pki};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,9 +24,6 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use self::pki::TestCa;
-
-/// Tests return errors instead of panicking on them.
-pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Logs go to the test output when `RUST_LOG` asks for them (e.g. `RUST_LOG=agentgate=debug`).
 fn init_tracing() {

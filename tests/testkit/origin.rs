@@ -9,11 +9,13 @@
 //! `/trickle` (one chunk, then the rest once released), `/trickle-upload` (signals after the
 //! first uploaded chunk).
 //!
-//! An origin started with a [`Site`] also serves the site's policy files (chosen status,
-//! headers and body per path), answers `/hold-all` (every request waits until
-//! [`Origin::release_all`]), and answers any other unknown path with a `200` page that
-//! lists the request headers it saw. It counts the requests for every path, so a test can
-//! tell how often the proxy fetched each policy file.
+//! Every origin serves the files a test sets with [`Origin::serve`] (chosen status, headers
+//! and body per path, held until [`Origin::release_all`] or endless if asked), counts the
+//! requests for every path and keeps each request's `User-Agent`, so a test can tell how
+//! often and as whom each policy file was fetched. An origin started with a [`Site`] starts
+//! with the site's files, answers `/hold-all` (every request waits until
+//! [`Origin::release_all`]), and answers any other unknown path with a `200` page that lists
+//! the request headers it saw.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -51,12 +53,55 @@ type OriginBody = UnsyncBoxBody<Bytes, BoxError>;
 const HOP_BY_HOP: [&str; 6] =
     ["connection", "keep-alive", "proxy-connection", "proxy-authorization", "trailer", "x-named-in-connection"];
 
-/// One file a [`Site`] serves: status, extra headers, body.
+/// One file an origin serves: status, extra headers, body.
 #[derive(Clone, Debug)]
 pub struct Served {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// Wait like `/hold-all` before answering (proves requests overlap; never released, a
+    /// request that is never answered).
+    pub held: bool,
+    /// Send pattern bytes forever instead of `body`.
+    pub endless: bool,
+}
+
+impl Served {
+    /// `200` with `body` and no extra headers.
+    pub fn ok(body: impl Into<Vec<u8>>) -> Self {
+        Served { status: 200, headers: Vec::new(), body: body.into(), held: false, endless: false }
+    }
+
+    /// `status` with an empty body.
+    pub fn status(status: u16) -> Self {
+        Served { status, ..Served::ok("") }
+    }
+
+    /// `status` redirecting to `location`.
+    pub fn redirect(status: u16, location: impl Into<String>) -> Self {
+        Served::status(status).with("location", location)
+    }
+
+    /// With the header `name: value` added.
+    pub fn with(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.headers.push((name.to_owned(), value.into()));
+        self
+    }
+
+    /// With `Cache-Control: max-age=<seconds>`.
+    pub fn max_age(self, seconds: u64) -> Self {
+        self.with("cache-control", format!("max-age={seconds}"))
+    }
+
+    /// Held until [`Origin::release_all`].
+    pub fn held(self) -> Self {
+        Served { held: true, ..self }
+    }
+
+    /// A body that never ends.
+    pub fn endless(self) -> Self {
+        Served { endless: true, ..self }
+    }
 }
 
 /// What an origin serves besides its fixed routes: files at chosen paths (policy files,
@@ -83,8 +128,8 @@ impl Site {
 
     /// Serves `body` at `path` with `status` and `headers`.
     pub fn serve(mut self, path: &str, status: u16, headers: &[(&str, &str)], body: impl Into<Vec<u8>>) -> Self {
-        let headers = headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect();
-        self.files.insert(path.to_owned(), Served { status, headers, body: body.into() });
+        let served = headers.iter().fold(Served { status, ..Served::ok(body) }, |served, (n, v)| served.with(n, *v));
+        self.files.insert(path.to_owned(), served);
         self
     }
 }
@@ -96,10 +141,14 @@ struct OriginState {
     closed_changed: Notify,
     arrived: Notify,
     release: Notify,
-    /// `Some` for an origin with a site.
-    site: Option<Site>,
+    /// Whether the origin was started with a site (`/hold-all`, pages for unknown paths).
+    site: bool,
+    /// The files served, by path.
+    files: Mutex<HashMap<String, Served>>,
     /// Requests per path (query left out).
     hits: Mutex<HashMap<String, usize>>,
+    /// The `User-Agent` of every request, in arrival order (empty when absent).
+    user_agents: Mutex<Vec<String>>,
     /// `/hold-all` requests waiting, and a signal on every arrival.
     held: AtomicUsize,
     held_changed: Notify,
@@ -115,8 +164,10 @@ impl OriginState {
             closed_changed: Notify::new(),
             arrived: Notify::new(),
             release: Notify::new(),
-            site,
+            site: site.is_some(),
+            files: Mutex::new(site.map(|site| site.files).unwrap_or_default()),
             hits: Mutex::default(),
+            user_agents: Mutex::default(),
             held: AtomicUsize::new(0),
             held_changed: Notify::new(),
             hold_gate: Semaphore::new(0),
@@ -179,9 +230,10 @@ impl Origin {
         if self.tls { format!("https://localhost:{port}{path}") } else { format!("http://127.0.0.1:{port}{path}") }
     }
 
-    /// `https://127.0.0.1:<port><path>`: an IP target, for which clients send no SNI.
+    /// `http(s)://127.0.0.1:<port><path>`: an IP target, for which TLS clients send no SNI.
     pub fn ip_url(&self, path: &str) -> String {
-        format!("https://127.0.0.1:{}{path}", self.addr.port())
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}{path}", self.addr.port())
     }
 
     /// `host:port` as a CONNECT target or `Host` value.
@@ -205,6 +257,17 @@ impl Origin {
         self.state.release.notify_one();
     }
 
+    /// Serves `served` at `path` from now on, in place of what was there.
+    pub fn serve(&self, path: &str, served: Served) -> &Self {
+        self.state.files.lock().unwrap_or_else(PoisonError::into_inner).insert(path.to_owned(), served);
+        self
+    }
+
+    /// The `User-Agent` of every request so far, in arrival order.
+    pub fn user_agents(&self) -> Vec<String> {
+        self.state.user_agents.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// How many requests for `path` (query left out) arrived, whatever their method.
     pub fn hits(&self, path: &str) -> usize {
         self.state.hits.lock().unwrap_or_else(PoisonError::into_inner).get(path).copied().unwrap_or(0)
@@ -215,7 +278,7 @@ impl Origin {
         POLICY_PATHS.iter().map(|path| (*path, self.hits(path))).collect()
     }
 
-    /// Waits until `n` `/hold-all` requests are waiting.
+    /// Waits until `n` requests for `/hold-all` or a held file are waiting.
     pub async fn held(&self, n: usize) {
         reach(&self.state.held, &self.state.held_changed, n).await;
     }
@@ -225,7 +288,7 @@ impl Origin {
         reach(&self.state.closed, &self.state.closed_changed, n).await;
     }
 
-    /// Lets every `/hold-all` request, waiting or still to come, go on.
+    /// Lets every `/hold-all` request and held file, waiting or still to come, go on.
     pub fn release_all(&self) {
         self.state.hold_gate.close();
     }
@@ -282,17 +345,18 @@ fn respond(status: StatusCode, body: OriginBody) -> Response<OriginBody> {
 async fn route(state: Arc<OriginState>, request: Request<Incoming>) -> Result<Response<OriginBody>, Infallible> {
     let path = request.uri().path().to_owned();
     *state.hits.lock().unwrap_or_else(PoisonError::into_inner).entry(path.clone()).or_default() += 1;
-    if let Some(site) = &state.site {
-        if let Some(served) = site.files.get(&path) {
-            return Ok(serve_file(served));
+    let user_agent = request.headers().get(http::header::USER_AGENT).map(|v| String::from_utf8_lossy(v.as_bytes()));
+    state.user_agents.lock().unwrap_or_else(PoisonError::into_inner).push(user_agent.unwrap_or_default().into_owned());
+    let served = state.files.lock().unwrap_or_else(PoisonError::into_inner).get(&path).cloned();
+    if let Some(served) = served {
+        if served.held {
+            hold(&state).await;
         }
-        if path == "/hold-all" {
-            state.held.fetch_add(1, Ordering::SeqCst);
-            state.held_changed.notify_waiters();
-            // Closed by `release_all`; the error is the signal to go on.
-            let _ = state.hold_gate.acquire().await;
-            return Ok(respond(StatusCode::OK, full("released")));
-        }
+        return Ok(serve_file(&served));
+    }
+    if state.site && path == "/hold-all" {
+        hold(&state).await;
+        return Ok(respond(StatusCode::OK, full("released")));
     }
     let mut response = match path.as_str() {
         "/echo" => echo(request),
@@ -311,7 +375,7 @@ async fn route(state: Arc<OriginState>, request: Request<Incoming>) -> Result<Re
         "/trickle-upload" => trickle_upload(state, request).await,
         other => match other.strip_prefix("/bytes/").and_then(|n| n.parse::<u64>().ok()) {
             Some(len) => respond(StatusCode::OK, PatternBody::new(len).map_err(|never| match never {}).boxed_unsync()),
-            None if state.site.is_some() => page(&request),
+            None if state.site => page(&request),
             None => respond(StatusCode::NOT_FOUND, full("no such route")),
         },
     };
@@ -319,12 +383,22 @@ async fn route(state: Arc<OriginState>, request: Request<Incoming>) -> Result<Re
     Ok(response)
 }
 
-/// A file of a site, as configured.
+/// Counts a held request, then waits until `release_all`.
+async fn hold(state: &OriginState) {
+    state.held.fetch_add(1, Ordering::SeqCst);
+    state.held_changed.notify_waiters();
+    // Closed by `release_all`; the error is the signal to go on.
+    let _ = state.hold_gate.acquire().await;
+}
+
+/// A served file, as configured.
 fn serve_file(served: &Served) -> Response<OriginBody> {
-    let mut response = respond(
-        StatusCode::from_u16(served.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        full(served.body.clone()),
-    );
+    let body = if served.endless {
+        PatternBody::new(u64::MAX).map_err(|never| match never {}).boxed_unsync()
+    } else {
+        full(served.body.clone())
+    };
+    let mut response = respond(StatusCode::from_u16(served.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body);
     for (name, value) in &served.headers {
         if let (Ok(name), Ok(value)) =
             (http::HeaderName::try_from(name.as_str()), HeaderValue::try_from(value.as_str()))

@@ -44,7 +44,8 @@ impl TestCa {
         let leaf = params.signed_by(&key, &self.issuer)?;
         let chain = vec![leaf.der().clone(), self.der.clone()];
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let mut config = ServerConfig::builder_with_provider(agentgate::tls::crypto_provider())
+        // ring, as agentgate's `tls::crypto_provider`; this module never names agentgate.
+        let mut config = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
             .with_single_cert(chain, key)?;
