@@ -1,6 +1,7 @@
 //! Configuration: the TOML file as written, turned into a checked [`Config`].
 //!
-//! Owns: the config model and its defaults, the embedded default file
+//! Owns: the config model, composed from the tables the modules that read them own (each
+//! with its defaults and its own `problems`), the embedded default file
 //! (`config/agentgate.toml`, which documents every key), parsing with errors that point at
 //! `file:line:column`, and a validation pass that reports every semantic problem at once.
 //!
@@ -13,20 +14,22 @@
 //! are relative to the working directory of the process. The reference is `docs/config.md`.
 
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 pub use crate::audit::AuditSettings;
 pub use crate::fetch::CacheConfig;
-use crate::net::{canonical_host, canonical_pattern};
-use crate::policy::operator::host_matches;
+use crate::net::is_host_pattern;
+pub use crate::net::{ConnectConfig, NetworkConfig, PortRange};
 pub use crate::policy::operator::{Mode, RuleAction};
+pub use crate::proxy::{ConnectionsConfig, MitmConfig, UpstreamConfig};
+use crate::setting::{duration, networks, nonzero_caps, optional_socket_addr, socket_addr};
 
 /// The documented default config file, exactly as shipped in `config/agentgate.toml`.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../config/agentgate.toml");
@@ -89,155 +92,6 @@ pub struct Config {
 pub struct CaConfig {
     /// Directory holding `agentgate-ca.pem` and `agentgate-ca.key`, created on first run (default `certs`).
     pub dir: PathBuf,
-}
-
-/// `[upstream]`: connections from the proxy to origins.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct UpstreamConfig {
-    /// PEM files with extra CAs to trust for origins, on top of the webpki and system roots (default none).
-    pub extra_ca_files: Vec<PathBuf>,
-    /// How long to wait for a TCP + TLS connection to an origin (default `10s`).
-    #[serde(deserialize_with = "duration")]
-    pub connect_timeout: Duration,
-    /// How long an idle pooled connection to an origin is kept (default `90s`).
-    #[serde(deserialize_with = "duration")]
-    pub idle_timeout: Duration,
-}
-
-/// `[mitm]`: which CONNECT tunnels are intercepted, and the leaf certificate cache.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MitmConfig {
-    /// Hosts whose tunnels are spliced through without interception: `example.com` (that host
-    /// only) or `*.example.com` (its subdomains, not the apex). Default none.
-    pub passthrough_hosts: Vec<String>,
-    /// How many per-host leaf certificates are kept (default 10000).
-    pub cert_cache_size: u64,
-}
-
-/// `[connections]`: how long agents' connections may stay silent, and how many may be open.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ConnectionsConfig {
-    /// How long a new connection (on the proxy port, or inside a tunnel once it is set up) may
-    /// stay silent before its first byte (default `10s`).
-    #[serde(deserialize_with = "duration")]
-    pub first_byte_timeout: Duration,
-    /// How long an HTTP/1.1 client may take to send a complete request head, counted from
-    /// the end of the previous response: also the keep-alive idle timeout (default `30s`).
-    #[serde(deserialize_with = "duration")]
-    pub header_read_timeout: Duration,
-    /// How long a connection (HTTP/1.1 or h2, on the proxy port or inside a tunnel) may have
-    /// no request in flight before it is closed gracefully (h2: GOAWAY); a long download is
-    /// a request in flight (default `30s`).
-    #[serde(deserialize_with = "duration")]
-    pub idle_timeout: Duration,
-    /// How long the TLS handshake inside an intercepted CONNECT tunnel may take (default `10s`).
-    #[serde(deserialize_with = "duration")]
-    pub tls_handshake_timeout: Duration,
-    /// Connections open at once on the proxy port; past it new ones are closed (default 10000).
-    pub max_connections: usize,
-    /// Connections open at once from one client address (default 1000).
-    pub max_connections_per_client: usize,
-}
-
-impl Default for ConnectionsConfig {
-    fn default() -> Self {
-        Self {
-            first_byte_timeout: Duration::from_secs(10),
-            header_read_timeout: Duration::from_secs(30),
-            idle_timeout: Duration::from_secs(30),
-            tls_handshake_timeout: Duration::from_secs(10),
-            max_connections: 10_000,
-            max_connections_per_client: 1_000,
-        }
-    }
-}
-
-/// `[network]`: destinations the network guard lets through (`crate::net`, `docs/security.md`).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NetworkConfig {
-    /// Networks that may be reached although they are loopback, private or link-local
-    /// (CIDR like `10.0.0.0/8`, or a single address). Default none.
-    #[serde(deserialize_with = "networks")]
-    pub allow_cidrs: Vec<IpNet>,
-    /// Networks that are never reached, whatever `allow_cidrs` says (e.g. a public range
-    /// the agent has no business in). Default none.
-    #[serde(deserialize_with = "networks")]
-    pub deny_cidrs: Vec<IpNet>,
-}
-
-/// `[connect]`: what CONNECT tunnels may reach.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ConnectConfig {
-    /// Ports a CONNECT may name: numbers or `"low-high"` ranges (default `[443, 80]`);
-    /// anything else is refused with `network.port_not_allowed`.
-    pub allowed_ports: Vec<PortRange>,
-}
-
-impl Default for ConnectConfig {
-    fn default() -> Self {
-        Self { allowed_ports: vec![PortRange::single(443), PortRange::single(80)] }
-    }
-}
-
-impl ConnectConfig {
-    /// Whether a CONNECT to `port` may open a tunnel.
-    pub fn allows(&self, port: u16) -> bool {
-        self.allowed_ports.iter().any(|range| range.contains(port))
-    }
-}
-
-/// One `[connect] allowed_ports` entry: a port (`443`) or an inclusive range (`"8000-8999"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PortRange {
-    /// The first port.
-    pub first: u16,
-    /// The last port (equal to `first` for a single port).
-    pub last: u16,
-}
-
-impl PortRange {
-    /// Just `port`.
-    pub const fn single(port: u16) -> Self {
-        PortRange { first: port, last: port }
-    }
-
-    /// Whether `port` is in the range.
-    pub fn contains(self, port: u16) -> bool {
-        (self.first..=self.last).contains(&port)
-    }
-}
-
-impl<'de> Deserialize<'de> for PortRange {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Written {
-            Port(i64),
-            Range(String),
-        }
-        let bad = |shown: String| {
-            serde::de::Error::custom(format!(
-                "{shown}: invalid port; expected a port 1-65535 such as 443, or a range such as \"8000-8999\""
-            ))
-        };
-        let port = |n: i64| u16::try_from(n).ok().filter(|p| *p != 0);
-        match Written::deserialize(deserializer)? {
-            Written::Port(n) => port(n).map(PortRange::single).ok_or_else(|| bad(n.to_string())),
-            Written::Range(text) => {
-                let (first, last) = text.split_once('-').unwrap_or((&text, &text));
-                let parse = |s: &str| s.trim().parse::<i64>().ok().and_then(port);
-                match (parse(first), parse(last)) {
-                    (Some(first), Some(last)) if first <= last => Ok(PortRange { first, last }),
-                    _ => Err(bad(format!("{text:?}"))),
-                }
-            }
-        }
-    }
 }
 
 /// `[[rules]]`: one operator rule. Applied before site policies, in file order; the first
@@ -382,39 +236,9 @@ impl Default for CaConfig {
     }
 }
 
-impl Default for UpstreamConfig {
-    fn default() -> Self {
-        Self {
-            extra_ca_files: Vec::new(),
-            connect_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(90),
-        }
-    }
-}
-
-impl Default for MitmConfig {
-    fn default() -> Self {
-        Self { passthrough_hosts: Vec::new(), cert_cache_size: 10_000 }
-    }
-}
-
 impl Default for AdminConfig {
     fn default() -> Self {
         Self { listen: Some(SocketAddr::from(([127, 0, 0, 1], 9090))) }
-    }
-}
-
-impl MitmConfig {
-    /// Whether the CONNECT tunnel to `host` is spliced through without interception.
-    ///
-    /// Matches case-insensitively, ignoring a trailing dot and IPv6 brackets: `example.com`
-    /// matches that host only, `*.example.com` matches `a.example.com` and `a.b.example.com`
-    /// but not `example.com` itself.
-    /// Both sides are compared in canonical form (`crate::net::host`), so `0x7f.1` matches
-    /// a `127.0.0.1` entry and `bücher.example` its A-label.
-    pub fn is_passthrough(&self, host: &str) -> bool {
-        let host = canonical_host(host).unwrap_or_else(|_| host.to_ascii_lowercase());
-        self.passthrough_hosts.iter().any(|p| host_matches(&canonical_pattern(p), &host))
     }
 }
 
@@ -459,36 +283,9 @@ impl Config {
                 humantime::format_duration(grace)
             ));
         }
-        for (key, value) in [
-            ("[upstream] connect_timeout", self.upstream.connect_timeout),
-            ("[upstream] idle_timeout", self.upstream.idle_timeout),
-            ("[connections] first_byte_timeout", self.connections.first_byte_timeout),
-            ("[connections] header_read_timeout", self.connections.header_read_timeout),
-            ("[connections] idle_timeout", self.connections.idle_timeout),
-            ("[connections] tls_handshake_timeout", self.connections.tls_handshake_timeout),
-        ] {
-            if value.is_zero() {
-                problems.push(format!("{key} = \"0s\": must be more than 0s, e.g. \"10s\""));
-            }
-        }
-        for (key, value, default) in [
-            ("[connections] max_connections", self.connections.max_connections, 10_000),
-            ("[connections] max_connections_per_client", self.connections.max_connections_per_client, 1_000),
-        ] {
-            if value == 0 {
-                problems.push(format!("{key} = 0: must be at least 1; the default is {default}"));
-            }
-        }
-        if self.mitm.cert_cache_size == 0 {
-            problems.push("[mitm] cert_cache_size = 0: must be at least 1; the default is 10000".to_owned());
-        }
-        for pattern in &self.mitm.passthrough_hosts {
-            if !is_host_pattern(pattern) {
-                problems.push(format!(
-                    "[mitm] passthrough_hosts entry {pattern:?}: not a host name or `*.suffix`; write e.g. \"bank.example\" or \"*.bank.example\" (no scheme, port or path)"
-                ));
-            }
-        }
+        self.upstream.problems(&mut problems);
+        self.connections.problems(&mut problems);
+        self.mitm.problems(&mut problems);
         for pattern in &self.bypass_hosts {
             if pattern != "*" && !is_host_pattern(pattern) {
                 problems.push(format!(
@@ -521,14 +318,11 @@ impl Config {
             }
         }
         self.agent_problems(&mut problems);
-        if self.connect.allowed_ports.is_empty() {
-            problems.push(
-                "[connect] allowed_ports = []: no CONNECT could open a tunnel; the default is [443, 80]".to_owned(),
-            );
-        }
-        if self.cache.max_origins == 0 {
-            problems.push("[cache] max_origins = 0: must be at least 1; the default is 100000".to_owned());
-        }
+        self.connect.problems(&mut problems);
+        nonzero_caps(
+            &mut problems,
+            &[("[cache] max_origins", self.cache.max_origins, CacheConfig::default().max_origins)],
+        );
         if self.cache.max_bytes < MIN_CACHE_BYTES {
             problems.push(format!(
                 "[cache] max_bytes = {}: must be at least {MIN_CACHE_BYTES} (1 MiB: one origin's parsed policies \
@@ -536,9 +330,8 @@ impl Config {
                 self.cache.max_bytes
             ));
         }
-        if self.audit.queue_capacity == 0 {
-            problems.push("[audit] queue_capacity = 0: must be at least 1; the default is 8192".to_owned());
-        }
+        let queue = AuditSettings::default().queue_capacity;
+        nonzero_caps(&mut problems, &[("[audit] queue_capacity", self.audit.queue_capacity, queue)]);
         for (key, path) in [("[ca] dir", &self.ca.dir), ("[audit] path", &self.audit.path)] {
             if path.as_os_str().is_empty() {
                 problems.push(format!("{key} = \"\": must not be empty"));
@@ -627,24 +420,6 @@ fn same_socket(a: SocketAddr, b: SocketAddr) -> bool {
     a.port() != 0 && a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
-/// `example.com` (an IDN too), `*.example.com`, or an IP address in any spelling the
-/// canonical host accepts: what `[mitm] passthrough_hosts` accepts.
-fn is_host_pattern(pattern: &str) -> bool {
-    let wildcard = pattern.starts_with("*.");
-    let Ok(name) = canonical_host(pattern.strip_prefix("*.").unwrap_or(pattern)) else { return false };
-    if name.parse::<IpAddr>().is_ok() {
-        return !wildcard;
-    }
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            (1..=63).contains(&label.len())
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
-}
-
 /// Everything that can be wrong with a config file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -707,60 +482,6 @@ fn syntax_error(text: &str, origin: &str, error: &toml::de::Error) -> ConfigErro
         .unwrap_or_default();
     let shown: String = source_line.chars().take(120).collect();
     ConfigError::Syntax { location: format!("{origin}:{line}:{column}"), message: format!("{table}{shown}: {message}") }
-}
-
-/// Parses a string value with `parse`; on failure the message says it is not a valid `what` and
-/// what was `expected` (the value itself is on the line the error shows).
-fn parse_value<'de, D, T>(
-    deserializer: D,
-    parse: impl Fn(&str) -> Option<T>,
-    what: &str,
-    expected: &str,
-) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-{
-    let text = String::deserialize(deserializer)?;
-    parse(text.trim()).ok_or_else(|| serde::de::Error::custom(format!("invalid {what}; expected {expected}")))
-}
-
-const SOCKET_ADDR: &str = "host:port such as 127.0.0.1:8080 or [::1]:8080 (port 1-65535, or 0 for any free port)";
-
-fn socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
-    parse_value(deserializer, |s| SocketAddr::from_str(s).ok(), "socket address", SOCKET_ADDR)
-}
-
-fn optional_socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<SocketAddr>, D::Error> {
-    let parse = |s: &str| match s {
-        "off" => Some(None),
-        _ => SocketAddr::from_str(s).ok().map(Some),
-    };
-    parse_value(deserializer, parse, "socket address", &format!("\"off\" or {SOCKET_ADDR}"))
-}
-
-fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let parse = |s: &str| humantime::parse_duration(s).ok();
-    parse_value(
-        deserializer,
-        parse,
-        "duration",
-        "a number with a unit, such as \"500ms\", \"10s\", \"2m\" or \"1h 30m\"",
-    )
-}
-
-fn networks<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<IpNet>, D::Error> {
-    let texts = Vec::<String>::deserialize(deserializer)?;
-    texts
-        .iter()
-        .map(|text| {
-            let text = text.trim();
-            IpNet::from_str(text).ok().or_else(|| IpAddr::from_str(text).ok().map(IpNet::from)).ok_or_else(|| {
-                serde::de::Error::custom(format!(
-                    "{text:?}: invalid network; expected CIDR such as \"10.0.0.0/8\" or \"fd00::/8\", or a single address"
-                ))
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -18,4 +18,5 @@ pub mod lint;
 pub mod net;
 pub mod policy;
 pub mod proxy;
+mod setting;
 pub mod tls;

@@ -11,9 +11,103 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{PoisonError, RwLock};
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use serde::{Deserialize, Deserializer};
 
 use super::host::canonical_ip;
-use crate::config::NetworkConfig;
+use crate::setting::networks;
+
+/// `[network]`: destinations the network guard lets through (`crate::net`, `docs/security.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkConfig {
+    /// Networks that may be reached although they are loopback, private or link-local
+    /// (CIDR like `10.0.0.0/8`, or a single address). Default none.
+    #[serde(deserialize_with = "networks")]
+    pub allow_cidrs: Vec<IpNet>,
+    /// Networks that are never reached, whatever `allow_cidrs` says (e.g. a public range
+    /// the agent has no business in). Default none.
+    #[serde(deserialize_with = "networks")]
+    pub deny_cidrs: Vec<IpNet>,
+}
+/// `[connect]`: what CONNECT tunnels may reach.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectConfig {
+    /// Ports a CONNECT may name: numbers or `"low-high"` ranges (default `[443, 80]`);
+    /// anything else is refused with `network.port_not_allowed`.
+    pub allowed_ports: Vec<PortRange>,
+}
+
+impl Default for ConnectConfig {
+    fn default() -> Self {
+        Self { allowed_ports: vec![PortRange::single(443), PortRange::single(80)] }
+    }
+}
+
+impl ConnectConfig {
+    /// Whether a CONNECT to `port` may open a tunnel.
+    pub fn allows(&self, port: u16) -> bool {
+        self.allowed_ports.iter().any(|range| range.contains(port))
+    }
+
+    /// Problems in `[connect]`, each naming the key, its value and the fix.
+    pub(crate) fn problems(&self, problems: &mut Vec<String>) {
+        if self.allowed_ports.is_empty() {
+            problems.push(
+                "[connect] allowed_ports = []: no CONNECT could open a tunnel; the default is [443, 80]".to_owned(),
+            );
+        }
+    }
+}
+
+/// One `[connect] allowed_ports` entry: a port (`443`) or an inclusive range (`"8000-8999"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    /// The first port.
+    pub first: u16,
+    /// The last port (equal to `first` for a single port).
+    pub last: u16,
+}
+
+impl PortRange {
+    /// Just `port`.
+    pub const fn single(port: u16) -> Self {
+        PortRange { first: port, last: port }
+    }
+
+    /// Whether `port` is in the range.
+    pub fn contains(self, port: u16) -> bool {
+        (self.first..=self.last).contains(&port)
+    }
+}
+
+impl<'de> Deserialize<'de> for PortRange {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Port(i64),
+            Range(String),
+        }
+        let bad = |shown: String| {
+            serde::de::Error::custom(format!(
+                "{shown}: invalid port; expected a port 1-65535 such as 443, or a range such as \"8000-8999\""
+            ))
+        };
+        let port = |n: i64| u16::try_from(n).ok().filter(|p| *p != 0);
+        match Written::deserialize(deserializer)? {
+            Written::Port(n) => port(n).map(PortRange::single).ok_or_else(|| bad(n.to_string())),
+            Written::Range(text) => {
+                let (first, last) = text.split_once('-').unwrap_or((&text, &text));
+                let parse = |s: &str| s.trim().parse::<i64>().ok().and_then(port);
+                match (parse(first), parse(last)) {
+                    (Some(first), Some(last)) if first <= last => Ok(PortRange { first, last }),
+                    _ => Err(bad(format!("{text:?}"))),
+                }
+            }
+        }
+    }
+}
 
 /// The IPv4 networks denied by default.
 const DENIED_V4: [(Ipv4Addr, u8); 9] = [

@@ -76,6 +76,24 @@ pub fn canonical_pattern(pattern: &str) -> String {
     canonical_host(pattern).unwrap_or_else(|_| pattern.to_ascii_lowercase())
 }
 
+/// `example.com` (an IDN too), `*.example.com`, or an IP address in any spelling the
+/// canonical host accepts: what `[mitm] passthrough_hosts` accepts.
+pub fn is_host_pattern(pattern: &str) -> bool {
+    let wildcard = pattern.starts_with("*.");
+    let Ok(name) = canonical_host(pattern.strip_prefix("*.").unwrap_or(pattern)) else { return false };
+    if name.parse::<IpAddr>().is_ok() {
+        return !wildcard;
+    }
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@ pub mod guard;
 pub mod host;
 pub mod lookup;
 
-pub use address::{AddressPolicy, Refusal};
+pub use address::{AddressPolicy, ConnectConfig, NetworkConfig, PortRange, Refusal};
 pub use guard::{Guard, GuardError, Vetted};
-pub use host::{HostError, canonical_host, canonical_pattern};
+pub use host::{HostError, canonical_host, canonical_pattern, is_host_pattern};
 pub use lookup::{Dial, NetFuture, Resolve, SystemResolver, TcpDialer};

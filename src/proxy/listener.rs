@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{Instrument, debug, debug_span, info, warn};
@@ -27,12 +28,79 @@ use super::resolve::GuardedConnector;
 use super::service::ProxyService;
 use super::upstream::Upstream;
 use crate::audit::{AuditLog, AuditWriter};
-use crate::config::{Config, ConnectionsConfig};
+use crate::config::Config;
 use crate::error_chain::error_chain;
 use crate::fetch::{CacheSettings, PolicyCache, PolicyTransport};
 use crate::gate::Gate;
 use crate::net::{AddressPolicy, Dial, Guard, Resolve, SystemResolver, TcpDialer};
+use crate::setting::{duration, nonzero_caps, nonzero_timeouts};
 use crate::tls::{CertificateAuthority, LeafCertCache};
+
+/// `[connections]`: how long agents' connections may stay silent, and how many may be open.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionsConfig {
+    /// How long a new connection (on the proxy port, or inside a tunnel once it is set up) may
+    /// stay silent before its first byte (default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub first_byte_timeout: Duration,
+    /// How long an HTTP/1.1 client may take to send a complete request head, counted from
+    /// the end of the previous response: also the keep-alive idle timeout (default `30s`).
+    #[serde(deserialize_with = "duration")]
+    pub header_read_timeout: Duration,
+    /// How long a connection (HTTP/1.1 or h2, on the proxy port or inside a tunnel) may have
+    /// no request in flight before it is closed gracefully (h2: GOAWAY); a long download is
+    /// a request in flight (default `30s`).
+    #[serde(deserialize_with = "duration")]
+    pub idle_timeout: Duration,
+    /// How long the TLS handshake inside an intercepted CONNECT tunnel may take (default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub tls_handshake_timeout: Duration,
+    /// Connections open at once on the proxy port; past it new ones are closed (default 10000).
+    pub max_connections: usize,
+    /// Connections open at once from one client address (default 1000).
+    pub max_connections_per_client: usize,
+}
+
+impl Default for ConnectionsConfig {
+    fn default() -> Self {
+        Self {
+            first_byte_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(30),
+            tls_handshake_timeout: Duration::from_secs(10),
+            max_connections: 10_000,
+            max_connections_per_client: 1_000,
+        }
+    }
+}
+
+impl ConnectionsConfig {
+    /// Problems in `[connections]`, each naming the key, its value and the fix.
+    pub(crate) fn problems(&self, problems: &mut Vec<String>) {
+        nonzero_timeouts(
+            problems,
+            &[
+                ("[connections] first_byte_timeout", self.first_byte_timeout),
+                ("[connections] header_read_timeout", self.header_read_timeout),
+                ("[connections] idle_timeout", self.idle_timeout),
+                ("[connections] tls_handshake_timeout", self.tls_handshake_timeout),
+            ],
+        );
+        let default = Self::default();
+        nonzero_caps(
+            problems,
+            &[
+                ("[connections] max_connections", self.max_connections, default.max_connections),
+                (
+                    "[connections] max_connections_per_client",
+                    self.max_connections_per_client,
+                    default.max_connections_per_client,
+                ),
+            ],
+        );
+    }
+}
 
 /// How long to pause accepting after an accept error (out of file descriptors, say), so the
 /// loop does not spin while the condition lasts.

@@ -26,8 +26,10 @@ mod rewind;
 mod service;
 mod upstream;
 
+pub use connect::MitmConfig;
 pub use error::{ProxyError, StartError, TunnelError};
-pub use listener::{Proxy, RunningProxy, policy_transport, shutdown_signal};
+pub use listener::{ConnectionsConfig, Proxy, RunningProxy, policy_transport, shutdown_signal};
+pub use upstream::UpstreamConfig;
 
 /// The body of every response the proxy hands to hyper: either the origin's streamed body or
 /// a small body agentgate wrote itself.

@@ -11,6 +11,7 @@
 use std::error::Error as StdError;
 use std::future::Future;
 use std::io;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -22,17 +23,51 @@ use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use serde::Deserialize;
 use tokio::net::TcpStream;
 
 use super::ProxyBody;
 use super::error::{ProxyError, StartError};
 use super::headers::Upgrade;
 use super::resolve::{ConnectError, GuardedConnector};
-use crate::config::UpstreamConfig;
 use crate::error_chain::error_chain;
 use crate::fetch::{PolicyTransport, TransportFuture};
 use crate::net::GuardError;
 use crate::policy::FetchError;
+use crate::setting::{duration, nonzero_timeouts};
+
+/// `[upstream]`: connections from the proxy to origins.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// PEM files with extra CAs to trust for origins, on top of the webpki and system roots (default none).
+    pub extra_ca_files: Vec<PathBuf>,
+    /// How long to wait for a TCP + TLS connection to an origin (default `10s`).
+    #[serde(deserialize_with = "duration")]
+    pub connect_timeout: Duration,
+    /// How long an idle pooled connection to an origin is kept (default `90s`).
+    #[serde(deserialize_with = "duration")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            extra_ca_files: Vec::new(),
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(90),
+        }
+    }
+}
+impl UpstreamConfig {
+    /// Problems in `[upstream]`, each naming the key, its value and the fix.
+    pub(crate) fn problems(&self, problems: &mut Vec<String>) {
+        nonzero_timeouts(
+            problems,
+            &[("[upstream] connect_timeout", self.connect_timeout), ("[upstream] idle_timeout", self.idle_timeout)],
+        );
+    }
+}
 
 type PooledClient = Client<TimeoutConnector, ProxyBody>;
 type BoxError = Box<dyn StdError + Send + Sync>;

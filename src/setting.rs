@@ -1,0 +1,88 @@
+//! One config value as written: durations, socket addresses and networks, parsed with
+//! messages that say what was expected, and the checks every table makes on its values
+//! (a timeout above zero, a cap of at least one). The modules that own a config table use
+//! these in their serde attributes and `problems` methods; `config` composes the tables.
+//!
+//! Never: knows a table or a key of its own, opens files or sockets.
+
+use std::net::{IpAddr, SocketAddr};
+use std::str::FromStr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Deserializer};
+
+/// Parses a string value with `parse`; on failure the message says it is not a valid `what` and
+/// what was `expected` (the value itself is on the line the error shows).
+fn parse_value<'de, D, T>(
+    deserializer: D,
+    parse: impl Fn(&str) -> Option<T>,
+    what: &str,
+    expected: &str,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    let text = String::deserialize(deserializer)?;
+    parse(text.trim()).ok_or_else(|| serde::de::Error::custom(format!("invalid {what}; expected {expected}")))
+}
+
+const SOCKET_ADDR: &str = "host:port such as 127.0.0.1:8080 or [::1]:8080 (port 1-65535, or 0 for any free port)";
+
+pub(crate) fn socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
+    parse_value(deserializer, |s| SocketAddr::from_str(s).ok(), "socket address", SOCKET_ADDR)
+}
+
+pub(crate) fn optional_socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<SocketAddr>, D::Error> {
+    let parse = |s: &str| match s {
+        "off" => Some(None),
+        _ => SocketAddr::from_str(s).ok().map(Some),
+    };
+    parse_value(deserializer, parse, "socket address", &format!("\"off\" or {SOCKET_ADDR}"))
+}
+
+pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let parse = |s: &str| humantime::parse_duration(s).ok();
+    parse_value(
+        deserializer,
+        parse,
+        "duration",
+        "a number with a unit, such as \"500ms\", \"10s\", \"2m\" or \"1h 30m\"",
+    )
+}
+
+pub(crate) fn networks<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<IpNet>, D::Error> {
+    let texts = Vec::<String>::deserialize(deserializer)?;
+    texts
+        .iter()
+        .map(|text| {
+            let text = text.trim();
+            IpNet::from_str(text).ok().or_else(|| IpAddr::from_str(text).ok().map(IpNet::from)).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "{text:?}: invalid network; expected CIDR such as \"10.0.0.0/8\" or \"fd00::/8\", or a single address"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Reports each `(key, timeout)` that is zero: a zero timeout would end every connection at once.
+pub(crate) fn nonzero_timeouts(problems: &mut Vec<String>, timeouts: &[(&str, Duration)]) {
+    for (key, value) in timeouts {
+        if value.is_zero() {
+            problems.push(format!("{key} = \"0s\": must be more than 0s, e.g. \"10s\""));
+        }
+    }
+}
+
+/// Reports each `(key, cap, default)` that is zero: a cap of nothing would refuse everything.
+pub(crate) fn nonzero_caps<T: Copy + Default + PartialEq + std::fmt::Display>(
+    problems: &mut Vec<String>,
+    caps: &[(&str, T, T)],
+) {
+    for (key, value, default) in caps {
+        if *value == T::default() {
+            problems.push(format!("{key} = 0: must be at least 1; the default is {default}"));
+        }
+    }
+}
