@@ -2,7 +2,8 @@
 //! the `[[agents]]` entry its `Proxy-Authorization` names (Basic `id:token`, or `Bearer
 //! token`), else the entry whose `clients` networks hold its address, else the default
 //! `[agent]`. Tokens are compared as SHA-256 digests in constant time, so neither the
-//! token's length nor its first differing byte shows in the timing.
+//! token's length nor its first differing byte shows in the timing. Owns the `[agent]`,
+//! `[[agents]]` and `[auth]` tables and their checks (`agent_problems`).
 //!
 //! Never: writes responses (the proxy answers 407), logs or keeps a credential (only the
 //! digest of a configured token is held), counts requests (`crate::limits` does).
@@ -13,11 +14,71 @@ use std::sync::Arc;
 use base64::Engine as _;
 use http::HeaderValue;
 use ipnet::IpNet;
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::config::{AgentConfig, Config};
+use crate::config::Config;
 use crate::policy::operator::Mode;
 use crate::policy::{Limit, LimitKind, LimitScope, Reason, Source};
+use crate::setting::networks;
+
+/// `[auth]`: proxy authentication (`Proxy-Authorization`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Whether every client must be a known agent, by credentials or by `clients` network;
+    /// others get `407 Proxy Authentication Required` (default false).
+    pub required: bool,
+}
+
+/// `[agent]` (the default agent, for clients that match no entry) and each `[[agents]]`
+/// entry: who an agent is, what it may claim, and the operator's limits for it.
+/// `token`, `token_sha256` and `clients` only make sense in `[[agents]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// The agent id in the log and in `Proxy-Authorization: Basic id:token`; required in
+    /// `[[agents]]`. Unset in `[agent]`: the client's IP address is the agent id.
+    pub id: Option<String>,
+    /// The agent's secret, sent as the password of `Proxy-Authorization: Basic` or as a
+    /// `Bearer` token (`[[agents]]` only; prefer `token_sha256`).
+    pub token: Option<String>,
+    /// Hex SHA-256 of the token, so the config file holds no secret (`[[agents]]` only).
+    pub token_sha256: Option<String>,
+    /// Client networks that identify this agent without credentials, e.g. its containers'
+    /// addresses (`[[agents]]` only; CIDR or single addresses).
+    #[serde(deserialize_with = "networks")]
+    pub clients: Vec<IpNet>,
+    /// The product token matched against robots.txt and automation-preferences user-agent
+    /// groups; unset means it is derived from each request's `User-Agent` header.
+    pub product_token: Option<String>,
+    /// The AGENTS.md trust level, 0 to 5 (default 0).
+    pub trust_level: u8,
+    /// Purposes the agent declares for automation-preferences `allowed-purposes`, e.g. `["search"]`.
+    pub purposes: Vec<String>,
+    /// `enforce` or `monitor` for this agent only; unset follows the global `mode`.
+    pub mode: Option<Mode>,
+    /// The value of the AGENTS.md identification header injected for this agent (C24);
+    /// unset means the agent id.
+    pub identity: Option<String>,
+    /// The operator's rate limits for this agent (`limits`); 0 means none.
+    pub limits: AgentLimits,
+}
+
+/// `limits` of an agent: the operator's own rate limits, on top of every site's (all apply).
+/// 0 means no limit.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentLimits {
+    /// Requests per minute over every origin together.
+    pub requests_per_minute: u32,
+    /// Requests per hour over every origin together.
+    pub requests_per_hour: u32,
+    /// Requests per minute to any one origin.
+    pub per_origin_requests_per_minute: u32,
+    /// Requests per hour to any one origin.
+    pub per_origin_requests_per_hour: u32,
+}
 
 /// One agent as the gate uses it: identity, what it claims towards sites, its mode and the
 /// operator's limits for it.
@@ -206,6 +267,66 @@ impl Agents {
                 .fold(None, |found, agent| found.or(token_matches(agent, rest).then_some(agent)));
         }
         None
+    }
+}
+
+/// Problems in `[agent]` (`default`) and `[[agents]]`: ids, credentials, trust levels, identities.
+pub(crate) fn agent_problems(default: &AgentConfig, agents: &[AgentConfig], problems: &mut Vec<String>) {
+    for (key, set) in [
+        ("token", default.token.is_some()),
+        ("token_sha256", default.token_sha256.is_some()),
+        ("clients", !default.clients.is_empty()),
+    ] {
+        if set {
+            problems.push(format!(
+                "[agent] {key}: the default agent is whoever matches no entry, so it has no credential or networks; put it in an [[agents]] entry"
+            ));
+        }
+    }
+    let tables = std::iter::once(("[agent]".to_owned(), default))
+        .chain(agents.iter().enumerate().map(|(i, a)| (format!("[[agents]] #{}", i + 1), a)));
+    for (table, agent) in tables {
+        if agent.trust_level > 5 {
+            problems
+                .push(format!("{table} trust_level = {}: must be 0 to 5 (AGENTS.md trust levels)", agent.trust_level));
+        }
+        if let Some(identity) = &agent.identity
+            && http::HeaderValue::from_str(identity).is_err()
+        {
+            problems.push(format!("{table} identity = {identity:?}: not a valid header value; use visible ASCII"));
+        }
+    }
+    let mut seen = Vec::new();
+    for (i, agent) in agents.iter().enumerate() {
+        let table = format!("[[agents]] #{}", i + 1);
+        match agent.id.as_deref() {
+            None | Some("") => problems.push(format!("{table}: id is missing; write e.g. id = \"research-agent\"")),
+            Some(id) if id.contains(':') || id.chars().any(char::is_control) => problems.push(format!(
+                "{table} id = {id:?}: must not contain `:` or control characters (it is the Basic user name)"
+            )),
+            Some(id) if seen.contains(&id) => {
+                problems.push(format!("{table} id = {id:?}: used by another entry; ids must be unique"));
+            }
+            Some(id) => seen.push(id),
+        }
+        if agent.token.is_some() && agent.token_sha256.is_some() {
+            problems.push(format!("{table}: both token and token_sha256 are set; keep only token_sha256"));
+        }
+        if agent.token.as_deref() == Some("") {
+            problems.push(format!("{table} token = \"\": must not be empty"));
+        }
+        if let Some(hash) = &agent.token_sha256
+            && (hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            problems.push(format!(
+                "{table} token_sha256 = {hash:?}: must be 64 hex digits, e.g. the output of `printf %s TOKEN | sha256sum`"
+            ));
+        }
+        if agent.token.is_none() && agent.token_sha256.is_none() && agent.clients.is_empty() {
+            problems.push(format!(
+                "{table}: no token, token_sha256 or clients, so no client can ever be this agent; add one"
+            ));
+        }
     }
 }
 
