@@ -272,10 +272,7 @@ async fn passthrough_tunnel_to_a_host_with_automation_preferences_logs_unenforce
     let proxy =
         TestProxy::start_with(&ca, |config| config.mitm.passthrough_hosts = vec!["localhost".to_owned()]).await?;
     // Not intercepted: the client trusts the origin's own CA.
-    let client = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::all(proxy.url())?)
-        .tls_certs_only([reqwest::Certificate::from_pem(ca.pem.as_bytes())?])
-        .build()?;
+    let client = proxy.passthrough_client(&ca)?;
     let response = client.post(origin.url("/form")).send().await?;
     assert_eq!(response.status(), 200, "a POST inside the tunnel is not seen");
     // An opaque tunnel holds shutdown open; closing the client's connection ends it.

@@ -236,10 +236,7 @@ async fn passthrough_connect_is_allowed_and_logged() -> TestResult {
     let proxy =
         TestProxy::start_with(&ca, |config| config.mitm.passthrough_hosts = vec!["localhost".to_owned()]).await?;
     // The tunnel is not intercepted: the client must trust the origin's own CA.
-    let client = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::all(proxy.url())?)
-        .tls_certs_only([reqwest::Certificate::from_pem(ca.pem.as_bytes())?])
-        .build()?;
+    let client = proxy.passthrough_client(&ca)?;
     let response = client.get(open.url("/private/inside")).send().await?;
     assert_eq!(response.status(), 200, "inside a passthrough tunnel nothing is decided per path");
     // An opaque tunnel holds shutdown open until its grace runs out; closing the client's

@@ -138,10 +138,7 @@ async fn passthrough_hosts_are_spliced_untouched() -> TestResult {
     let proxy = TestProxy::start_with(&ca, |config| config.mitm.passthrough_hosts = vec!["localhost".into()]).await?;
     // This client trusts only the origin's CA: it can only succeed if it sees the origin's
     // own certificate.
-    let client = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::all(proxy.url())?)
-        .tls_certs_only([reqwest::Certificate::from_pem(ca.pem.as_bytes())?])
-        .build()?;
+    let client = proxy.passthrough_client(&ca)?;
     let response = client.get(origin.url("/echo")).send().await?;
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "via"), "", "the proxy did not touch the response");

@@ -120,6 +120,15 @@ impl TestProxy {
             .tls_certs_only([reqwest::Certificate::from_pem(self.ca_pem.as_bytes())?]))
     }
 
+    /// A reqwest client through this proxy that trusts `origin_ca` instead of the proxy's CA:
+    /// for passthrough tunnels, where the origin's own certificate reaches the client.
+    pub fn passthrough_client(&self, origin_ca: &TestCa) -> TestResult<reqwest::Client> {
+        Ok(reqwest::Client::builder()
+            .proxy(reqwest::Proxy::all(self.url())?)
+            .tls_certs_only([reqwest::Certificate::from_pem(origin_ca.pem.as_bytes())?])
+            .build()?)
+    }
+
     /// A reqwest client through this proxy (h2 or HTTP/1.1 by ALPN for https URLs).
     pub fn client(&self) -> TestResult<reqwest::Client> {
         Ok(self.client_builder()?.build()?)
