@@ -170,7 +170,7 @@ impl Guard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::NetworkConfig;
+    use crate::net::NetworkConfig;
     use crate::net::lookup::NetFuture;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
