@@ -59,6 +59,18 @@ pub enum AuditError {
         /// The configured `[audit] path`.
         path: PathBuf,
     },
+    /// The log could not be opened again on SIGHUP ([`AuditLog::reopen`]); the writer keeps
+    /// writing to the file it had open, so no record is lost.
+    #[error(
+        "cannot reopen the decision log {}: {cause}; records still go to the file open before (renamed, if logrotate moved it); fix the directory or its permissions and send SIGHUP again",
+        path.display()
+    )]
+    Reopen {
+        /// The configured `[audit] path`.
+        path: PathBuf,
+        /// Why the operating system refused.
+        cause: String,
+    },
     /// `[audit] queue_capacity` is zero.
     #[error("[audit] queue_capacity = 0: the queue must hold at least one record (the default is 8192)")]
     ZeroQueueCapacity,

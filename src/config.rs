@@ -274,12 +274,9 @@ impl Config {
                 self.cache.max_bytes
             ));
         }
-        let queue = AuditSettings::default().queue_capacity;
-        nonzero_caps(&mut problems, &[("[audit] queue_capacity", self.audit.queue_capacity, queue)]);
-        for (key, path) in [("[ca] dir", &self.ca.dir), ("[audit] path", &self.audit.path)] {
-            if path.as_os_str().is_empty() {
-                problems.push(format!("{key} = \"\": must not be empty"));
-            }
+        self.audit.problems(&mut problems);
+        if self.ca.dir.as_os_str().is_empty() {
+            problems.push("[ca] dir = \"\": must not be empty".to_owned());
         }
         if let Some(admin) = self.admin.listen
             && same_socket(self.listen, admin)

@@ -51,6 +51,52 @@ pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Dur
     )
 }
 
+const BYTE_SIZE: &str = "a number of bytes, or a number with a unit such as \"64KiB\", \"100MiB\" or \"1GB\" (B, KB, MB, GB, KiB, MiB, GiB)";
+
+/// A size in bytes: an integer, or a string with a unit (`"100MiB"`, `"1GB"`).
+pub(crate) fn byte_size<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    struct Size;
+    impl serde::de::Visitor<'_> for Size {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(BYTE_SIZE)
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<u64, E> {
+            Ok(value)
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<u64, E> {
+            u64::try_from(value).map_err(|_| E::custom(format!("invalid size {value}; expected {BYTE_SIZE}")))
+        }
+
+        fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<u64, E> {
+            parse_byte_size(value).ok_or_else(|| E::custom(format!("invalid size; expected {BYTE_SIZE}")))
+        }
+    }
+    deserializer.deserialize_any(Size)
+}
+
+/// `"100MiB"` → 104857600; `None` for anything else than digits and one known unit.
+fn parse_byte_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let number: u64 = text[..digits].parse().ok()?;
+    let unit = text[digits..].trim();
+    let scale: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" => 1000,
+        "mb" => 1000 * 1000,
+        "gb" => 1000 * 1000 * 1000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        _ => return None,
+    };
+    number.checked_mul(scale)
+}
+
 pub(crate) fn networks<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<IpNet>, D::Error> {
     let texts = Vec::<String>::deserialize(deserializer)?;
     texts
@@ -83,6 +129,29 @@ pub(crate) fn nonzero_caps<T: Copy + Default + PartialEq + std::fmt::Display>(
     for (key, value, default) in caps {
         if *value == T::default() {
             problems.push(format!("{key} = 0: must be at least 1; the default is {default}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_byte_size;
+
+    #[test]
+    fn byte_sizes_take_decimal_and_binary_units() {
+        for (text, bytes) in [
+            ("0", 0),
+            ("4096", 4096),
+            ("64KiB", 65_536),
+            ("100 MiB", 104_857_600),
+            ("1GB", 1_000_000_000),
+            ("2kb", 2000),
+            ("1gib", 1 << 30),
+        ] {
+            assert_eq!(parse_byte_size(text), Some(bytes), "{text}");
+        }
+        for text in ["", "MiB", "1.5MiB", "-1", "10 parsecs", "99999999999999999999", "18446744073709551615GiB"] {
+            assert_eq!(parse_byte_size(text), None, "{text}");
         }
     }
 }

@@ -11,6 +11,11 @@
 //!
 //! [`AuditLog::commit`] is the audit promise for `on_failure = "block"`: it returns only once
 //! the line is on disk (appended and flushed), so the caller forwards only what is recorded.
+//!
+//! The file changes only between two batches, so no line is split across files, lost or
+//! written twice: [`AuditLog::reopen`] (SIGHUP, after logrotate renamed the file) closes it and
+//! opens `[audit] path` afresh, and with `[audit] max_file_size` a line that would take the file
+//! past the size first rotates it (`path` → `path.1` → … → `path.N`, the oldest deleted).
 //! See `docs/decision-log.md`.
 
 use std::fs::{File, OpenOptions};
@@ -24,6 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{AuditError, DecisionRecord};
+use crate::setting::{byte_size, nonzero_caps};
 
 /// What the gate does with a request whose record cannot be written (DESIGN §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -59,6 +65,13 @@ pub struct AuditSettings {
     pub on_failure: OnFailure,
     /// Keep query values in `url.full` (they are `REDACTED` otherwise).
     pub log_query: bool,
+    /// Rotate the file before a line would take it past this many bytes; `0` (the default)
+    /// never rotates (rotate with logrotate and SIGHUP instead). Written as bytes or with a
+    /// unit (`"100MiB"`).
+    #[serde(deserialize_with = "byte_size")]
+    pub max_file_size: u64,
+    /// How many rotated files (`path.1` … `path.N`) are kept; the oldest is deleted (default 5).
+    pub max_files: usize,
 }
 
 impl Default for AuditSettings {
@@ -68,7 +81,51 @@ impl Default for AuditSettings {
             queue_capacity: 8192,
             on_failure: OnFailure::Block,
             log_query: false,
+            max_file_size: 0,
+            max_files: 5,
         }
+    }
+}
+
+/// The smallest `[audit] max_file_size`: below it most files would hold a single record.
+const MIN_FILE_SIZE: u64 = 1024;
+
+impl AuditSettings {
+    /// Problems in `[audit]`, each naming the key, its value and the fix.
+    pub(crate) fn problems(&self, problems: &mut Vec<String>) {
+        let default = Self::default();
+        nonzero_caps(
+            problems,
+            &[
+                ("[audit] queue_capacity", self.queue_capacity, default.queue_capacity),
+                ("[audit] max_files", self.max_files, default.max_files),
+            ],
+        );
+        if self.path.as_os_str().is_empty() {
+            problems.push("[audit] path = \"\": must not be empty".to_owned());
+        }
+        let size = self.max_file_size;
+        if size > 0 && size < MIN_FILE_SIZE {
+            problems.push(format!(
+                "[audit] max_file_size = {size}: must be 0 (no rotation) or at least {MIN_FILE_SIZE} bytes, e.g. \"100MiB\""
+            ));
+        }
+        if size > 0 && self.path == Path::new("-") {
+            problems.push(format!(
+                "[audit] max_file_size = {size}: stdout (path = \"-\") is never rotated; set max_file_size = 0 or log to a file"
+            ));
+        }
+        if size == 0 && self.max_files != default.max_files {
+            problems.push(format!(
+                "[audit] max_files = {}: only rotation by size keeps rotated files; set max_file_size too, e.g. \"100MiB\"",
+                self.max_files
+            ));
+        }
+    }
+
+    /// Size rotation, when `max_file_size` asks for it.
+    fn rotation(&self) -> Option<Rotation> {
+        (self.max_file_size > 0).then_some(Rotation { max_bytes: self.max_file_size, keep: self.max_files })
     }
 }
 
@@ -105,6 +162,8 @@ pub struct AuditStats {
 enum Message {
     /// A line, and where to say whether it reached the disk ([`AuditLog::commit`]).
     Line(String, Option<oneshot::Sender<bool>>),
+    /// Close the file and open `[audit] path` again ([`AuditLog::reopen`]); the error, if any.
+    Reopen(oneshot::Sender<Result<(), String>>),
     Shutdown,
 }
 
@@ -196,8 +255,8 @@ impl AuditLog {
     /// # Panics
     /// Outside a tokio runtime, as `tokio::task::spawn_blocking` does.
     pub fn start(settings: AuditSettings) -> Result<(AuditLog, AuditWriter), AuditError> {
-        let sink =
-            Sink::open(&settings.path).map_err(|source| AuditError::Open { path: settings.path.clone(), source })?;
+        let sink = Sink::open(&settings.path, settings.rotation())
+            .map_err(|source| AuditError::Open { path: settings.path.clone(), source })?;
         Self::start_with(settings, sink)
     }
 
@@ -260,6 +319,24 @@ impl AuditLog {
         guard.0 = None;
         self.shared.queued.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Closes the log file and opens `[audit] path` again, between two batches: what SIGHUP
+    /// does after logrotate renamed the file. Every line queued before goes to the old file,
+    /// every line after to the new one. Stdout is left as it is.
+    ///
+    /// # Errors
+    /// [`AuditError::Reopen`] when the path cannot be opened (the writer keeps the old file,
+    /// so no record is lost); [`AuditError::Closed`] after shutdown.
+    pub async fn reopen(&self) -> Result<(), AuditError> {
+        let closed = || AuditError::Closed { path: self.shared.path.clone() };
+        let (ack, reopened) = oneshot::channel();
+        self.tx.send(Message::Reopen(ack)).await.map_err(|_| closed())?;
+        match reopened.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(cause)) => Err(AuditError::Reopen { path: self.shared.path.clone(), cause }),
+            Err(_) => Err(closed()),
+        }
     }
 
     /// The configured reaction to a failed record.
@@ -326,7 +403,16 @@ fn write_lines(mut rx: mpsc::Receiver<Message>, mut sink: Sink, shared: &Shared)
         match message {
             // Stop accepting; the loop goes on until what is queued is drained.
             Message::Shutdown => rx.close(),
+            Message::Reopen(ack) => {
+                write_batch(&mut sink, std::mem::take(&mut batch), shared);
+                // The caller may have given up waiting; the file is reopened all the same.
+                let _ = ack.send(sink.reopen().map_err(|err| err.to_string()));
+            }
             Message::Line(line, ack) => {
+                if sink.overflows(batch.bytes.len() as u64, line.len() as u64) {
+                    write_batch(&mut sink, std::mem::take(&mut batch), shared);
+                    sink.rotate();
+                }
                 batch.bytes.extend_from_slice(line.as_bytes());
                 batch.lines += 1;
                 batch.acks.extend(ack);
@@ -342,6 +428,32 @@ fn write_lines(mut rx: mpsc::Receiver<Message>, mut sink: Sink, shared: &Shared)
     if let Err(err) = sink.sync() {
         shared.fail(&err, 0);
     }
+}
+
+/// Opens `path` for appending, creating its parent directories.
+fn open_file(path: &Path) -> io::Result<Box<dyn LogFile>> {
+    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    Ok(Box::new(OpenOptions::new().create(true).append(true).open(path)?))
+}
+
+/// `path.N` for rotated file number `n`.
+fn rotated_path(path: &Path, n: usize) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{n}"));
+    PathBuf::from(name)
+}
+
+/// Moves `path.1` … `path.(keep-1)` one number up (replacing `path.keep`), then `path` to `path.1`.
+fn shift_rotated(path: &Path, keep: usize) -> io::Result<()> {
+    for n in (1..keep).rev() {
+        match std::fs::rename(rotated_path(path, n), rotated_path(path, n + 1)) {
+            Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
+            _ => {}
+        }
+    }
+    std::fs::rename(path, rotated_path(path, 1))
 }
 
 /// Appends one batch, or, on failure, truncates the file back so no partial line stays.
@@ -368,6 +480,20 @@ fn write_batch(sink: &mut Sink, batch: Batch, shared: &Shared) {
 /// Where lines go: a file, stdout, or (in tests) a disk that fills up.
 struct Sink {
     out: Box<dyn LogFile>,
+    /// The file's path, to reopen and rotate it; `None` for stdout.
+    path: Option<PathBuf>,
+    /// Bytes in the current file, as far as this writer knows (read again on every open).
+    size: u64,
+    rotation: Option<Rotation>,
+    /// Whether the last rotation failed (logged once until one succeeds).
+    rotation_failing: bool,
+}
+
+/// `[audit] max_file_size` and `max_files`.
+#[derive(Debug, Clone, Copy)]
+struct Rotation {
+    max_bytes: u64,
+    keep: usize,
 }
 
 /// What the writer needs of its file: append, and undo a failed append.
@@ -422,15 +548,16 @@ impl LogFile for io::Stdout {
 }
 
 impl Sink {
-    fn open(path: &Path) -> io::Result<Sink> {
+    fn open(path: &Path, rotation: Option<Rotation>) -> io::Result<Sink> {
         if path == Path::new("-") {
-            return Ok(Sink { out: Box::new(io::stdout()) });
+            return Ok(Sink::over(Box::new(io::stdout()), None, None));
         }
-        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(Sink { out: Box::new(file) })
+        Ok(Sink::over(open_file(path)?, Some(path.to_owned()), rotation))
+    }
+
+    fn over(out: Box<dyn LogFile>, path: Option<PathBuf>, rotation: Option<Rotation>) -> Sink {
+        let size = out.len().unwrap_or(0);
+        Sink { out, path, size, rotation, rotation_failing: false }
     }
 
     /// Appends `bytes` whole, or not at all: after a failed write (a full disk may take part
@@ -444,7 +571,58 @@ impl Sink {
         {
             tracing::error!(error = %err, "cannot truncate the decision log back after a failed write; a partial line may remain");
         }
+        self.size = match (&result, before) {
+            (Ok(()), _) => self.size + bytes.len() as u64,
+            (Err(_), Some(_)) => self.out.len().unwrap_or(self.size),
+            (Err(_), None) => self.size,
+        };
         result
+    }
+
+    /// Whether a line of `next` bytes, after `pending` bytes not yet written, would take a
+    /// file that is not empty past `[audit] max_file_size`: then the file is rotated first.
+    fn overflows(&self, pending: u64, next: u64) -> bool {
+        self.rotation.is_some_and(|r| self.size + pending > 0 && self.size + pending + next > r.max_bytes)
+    }
+
+    /// Renames the file to `path.1` (after moving `path.1` to `path.2` and so on, the last
+    /// one replaced) and opens a new one. On failure the old file stays in use: lines are
+    /// never lost to a rotation, the file only grows past its size.
+    fn rotate(&mut self) {
+        let (Some(path), Some(rotation)) = (&self.path, self.rotation) else { return };
+        if self.size == 0 {
+            return;
+        }
+        let rotated = shift_rotated(path, rotation.keep).and_then(|()| open_file(path));
+        match rotated {
+            Ok(file) => {
+                self.replace(file);
+                self.rotation_failing = false;
+            }
+            Err(err) => {
+                if !self.rotation_failing {
+                    tracing::error!(path = %path.display(), error = %err,
+                        "cannot rotate the decision log; writing on past [audit] max_file_size");
+                }
+                self.rotation_failing = true;
+            }
+        }
+    }
+
+    /// Closes the file (fsynced) and opens its path again; stdout is left as it is.
+    fn reopen(&mut self) -> io::Result<()> {
+        let Some(path) = &self.path else { return Ok(()) };
+        let file = open_file(path)?;
+        self.replace(file);
+        Ok(())
+    }
+
+    fn replace(&mut self, file: Box<dyn LogFile>) {
+        if let Err(err) = self.out.sync() {
+            tracing::warn!(error = %err, "cannot fsync the decision log before closing it");
+        }
+        self.size = file.len().unwrap_or(0);
+        self.out = file;
     }
 
     fn sync(&mut self) -> io::Result<()> {
@@ -644,7 +822,7 @@ mod tests {
         let line_len = sample("bot-1", Outcome::Allow, "http://h/0").to_json_line(false).len();
         // Room for three lines and a half.
         disk.set_capacity(line_len * 7 / 2);
-        let sink = Sink { out: Box::new(disk.clone()) };
+        let sink = Sink::over(Box::new(disk.clone()), None, None);
         let (log, writer) = AuditLog::start_with(settings(PathBuf::from("test-disk")), sink).expect("the log starts");
         let mut committed = 0;
         for n in 0..10 {
@@ -671,6 +849,148 @@ mod tests {
         assert_eq!(disk.text().lines().count(), 4);
     }
 
+    /// Every line of every file in `paths`, in order, each checked to be a whole JSON object.
+    fn event_ids(paths: &[PathBuf]) -> Vec<String> {
+        let mut ids = Vec::new();
+        for path in paths {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            assert!(text.is_empty() || text.ends_with('\n'), "{} ends in a partial line", path.display());
+            for line in text.lines() {
+                let value: serde_json::Value = serde_json::from_str(line).expect("each line is whole JSON");
+                ids.push(value[field::EVENT_ID].as_str().expect("each line has an id").to_owned());
+            }
+        }
+        ids
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reopen_after_a_rename_puts_every_record_in_exactly_one_file() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("decisions.jsonl");
+        let renamed = dir.path().join("decisions.jsonl.old");
+        let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+        let sender = {
+            let log = log.clone();
+            tokio::spawn(async move {
+                for n in 0..400 {
+                    log.record(&sample("bot-1", Outcome::Allow, &format!("http://h/{n}"))).await.expect("queued");
+                }
+            })
+        };
+        // logrotate's rename, then SIGHUP's reopen, while records keep coming.
+        while log.written_records() < 50 {
+            tokio::task::yield_now().await;
+        }
+        std::fs::rename(&path, &renamed).expect("rename the live log");
+        log.reopen().await.expect("the path opens again");
+        sender.await.expect("the sender finishes");
+        let stats = writer.shutdown().await;
+        assert_eq!((stats.written, stats.failed), (400, 0));
+
+        let (before, after) = (event_ids(std::slice::from_ref(&renamed)), event_ids(std::slice::from_ref(&path)));
+        assert!(before.len() >= 50 && !after.is_empty(), "{} before, {} after", before.len(), after.len());
+        let all: HashSet<String> = before.iter().chain(&after).cloned().collect();
+        assert_eq!((before.len() + after.len(), all.len()), (400, 400), "each record once");
+    }
+
+    #[tokio::test]
+    async fn reopen_fails_with_the_path_and_keeps_the_old_file() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let logs = dir.path().join("logs");
+        let path = logs.join("decisions.jsonl");
+        let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+        log.commit(&sample("bot-1", Outcome::Allow, "http://h/1")).await.expect("written");
+        // The directory is replaced by a file: the path cannot be opened again.
+        std::fs::rename(&logs, dir.path().join("moved")).expect("move the directory");
+        std::fs::write(&logs, b"").expect("a file where the directory was");
+        let err = log.reopen().await.expect_err("the path is under a file now");
+        assert!(matches!(err, AuditError::Reopen { .. }), "{err:?}");
+        assert!(err.to_string().contains(&path.display().to_string()), "{err}");
+        log.commit(&sample("bot-1", Outcome::Allow, "http://h/2")).await.expect("still written to the old file");
+        assert_eq!(writer.shutdown().await.written, 2);
+        assert_eq!(event_ids(&[dir.path().join("moved/decisions.jsonl")]).len(), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn size_rotation_under_load_keeps_every_record_once_and_each_file_under_the_size() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("decisions.jsonl");
+        let line_len = sample("agent-0", Outcome::Allow, "http://h/0").to_json_line(false).len() as u64;
+        let max_file_size = line_len * 5 + line_len / 2;
+        // Enough files that none is deleted: every record can be counted.
+        let audit = AuditSettings { max_file_size, max_files: 1000, queue_capacity: 16, ..settings(path.clone()) };
+        let (log, writer) = AuditLog::start(audit).expect("the log opens");
+        let tasks: Vec<_> = (0..8)
+            .map(|task| {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    for n in 0..50 {
+                        let rec = sample(&format!("agent-{task}"), Outcome::Allow, &format!("http://h/{n}"));
+                        log.record(&rec).await.expect("the log is healthy");
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("a sender task finishes");
+        }
+        assert_eq!(writer.shutdown().await.written, 400);
+        let files: Vec<PathBuf> = std::iter::once(path.clone()).chain((1..=1000).map(|n| rotated_path(&path, n))).collect();
+        let files: Vec<PathBuf> = files.into_iter().filter(|f| f.exists()).collect();
+        for file in &files {
+            let size = std::fs::metadata(file).expect("a log file").len();
+            assert!(size <= max_file_size, "{} holds {size} bytes, more than {max_file_size}", file.display());
+        }
+        assert!(files.len() >= 400 / 5, "{} files", files.len());
+        let ids = event_ids(&files);
+        let distinct: HashSet<&String> = ids.iter().collect();
+        assert_eq!((ids.len(), distinct.len()), (400, 400), "each record exactly once");
+    }
+
+    #[tokio::test]
+    async fn rotation_keeps_max_files_and_deletes_the_oldest() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("d.jsonl");
+        let line_len = sample("bot-1", Outcome::Allow, "http://h/00").to_json_line(false).len() as u64;
+        // One line per file: a second would not fit (and the size is above the minimum).
+        let audit = AuditSettings { max_file_size: line_len.max(MIN_FILE_SIZE), max_files: 2, ..settings(path.clone()) };
+        let long = "x".repeat(MIN_FILE_SIZE as usize / 2);
+        let (log, writer) = AuditLog::start(audit).expect("the log opens");
+        for n in 0..5 {
+            log.commit(&sample("bot-1", Outcome::Allow, &format!("http://h/{n}{long}"))).await.expect("written");
+        }
+        assert_eq!(writer.shutdown().await.written, 5);
+        let urls = |file: &Path| -> Vec<String> {
+            read(file)
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON")["url.full"].to_string())
+                .collect()
+        };
+        assert_eq!(urls(&path).len(), 1);
+        assert!(urls(&path)[0].contains("h/4"), "the newest is in the live file");
+        assert!(urls(&rotated_path(&path, 1))[0].contains("h/3"));
+        assert!(urls(&rotated_path(&path, 2))[0].contains("h/2"));
+        assert!(!rotated_path(&path, 3).exists(), "only max_files rotated files are kept");
+    }
+
+    #[test]
+    fn rotation_settings_are_checked() {
+        let problems = |audit: AuditSettings| {
+            let mut problems = Vec::new();
+            audit.problems(&mut problems);
+            problems.join("\n")
+        };
+        assert_eq!(problems(AuditSettings::default()), "");
+        let small = problems(AuditSettings { max_file_size: 100, ..AuditSettings::default() });
+        assert!(small.contains("[audit] max_file_size = 100") && small.contains("at least 1024"), "{small}");
+        let stdout = problems(AuditSettings { path: "-".into(), max_file_size: 1 << 20, ..AuditSettings::default() });
+        assert!(stdout.contains("stdout"), "{stdout}");
+        let inert = problems(AuditSettings { max_files: 3, ..AuditSettings::default() });
+        assert!(inert.contains("[audit] max_files = 3") && inert.contains("max_file_size"), "{inert}");
+        let zero = problems(AuditSettings { max_file_size: 1 << 20, max_files: 0, ..AuditSettings::default() });
+        assert!(zero.contains("[audit] max_files = 0: must be at least 1"), "{zero}");
+    }
+
     #[test]
     fn settings_read_the_audit_table() {
         let defaults: AuditSettings = toml::from_str("").expect("all keys are optional");
@@ -678,12 +998,22 @@ mod tests {
         assert_eq!(defaults.path, Path::new("logs/decisions.jsonl"));
         assert_eq!((defaults.queue_capacity, defaults.on_failure, defaults.log_query), (8192, OnFailure::Block, false));
 
-        let table = "path = \"-\"\nqueue_capacity = 64\non_failure = \"continue\"\nlog_query = true\n";
+        let table = "path = \"-\"\nqueue_capacity = 64\non_failure = \"continue\"\nlog_query = true\n\
+                     max_file_size = \"64KiB\"\nmax_files = 2\n";
         let set: AuditSettings = toml::from_str(table).expect("a full table");
         assert_eq!(
             set,
-            AuditSettings { path: "-".into(), queue_capacity: 64, on_failure: OnFailure::Continue, log_query: true }
+            AuditSettings {
+                path: "-".into(),
+                queue_capacity: 64,
+                on_failure: OnFailure::Continue,
+                log_query: true,
+                max_file_size: 65_536,
+                max_files: 2,
+            }
         );
+        let size = toml::from_str::<AuditSettings>("max_file_size = \"10 parsecs\"").expect_err("not a size");
+        assert!(size.to_string().contains("\"100MiB\""), "{size}");
 
         let unknown = toml::from_str::<AuditSettings>("pth = \"x\"").expect_err("unknown keys are rejected");
         assert!(unknown.to_string().contains("pth"), "{unknown}");
