@@ -190,13 +190,13 @@ pub struct Gate {
     agents: Agents,
     rules: OperatorRules,
     cache: PolicyCache,
-    limiter: Limiter,
+    limiter: Arc<Limiter>,
     settings: policy::Settings,
 }
 
 impl Gate {
-    /// A gate for `config`, loading policies through `cache`, counting limits in process.
-    pub fn new(config: &Config, cache: PolicyCache) -> Self {
+    /// A gate for `config`, loading policies through `cache`, counting limits in `limiter`.
+    pub fn new(config: &Config, cache: PolicyCache, limiter: Arc<Limiter>) -> Self {
         let rules = config
             .rules
             .iter()
@@ -211,12 +211,18 @@ impl Gate {
             agents: Agents::new(config),
             rules: OperatorRules::new(bypass_hosts, rules),
             cache,
-            limiter: Limiter::in_process(),
+            limiter,
             settings: policy::Settings {
                 honor_crawl_delay: config.robots.honor_crawl_delay,
                 strict_authentication: config.agents_md.strict_authentication,
             },
         }
+    }
+
+    /// A gate for `config` sharing this one's policy cache and limit counters: what a config
+    /// reload swaps in (`crate::reload`), so fetched policies and spent budgets survive it.
+    pub fn reconfigured(&self, config: &Config) -> Gate {
+        Gate::new(config, self.cache.clone(), Arc::clone(&self.limiter))
     }
 
     /// Phase `identify_agent`: who sent a request on the proxy port, or a CONNECT, from its

@@ -10,6 +10,7 @@ use agentgate::config::{Config, ConfigError};
 use agentgate::explain::{self, ExplainRequest};
 use agentgate::policy::{FORMATS, FormatInfo};
 use agentgate::proxy::{Proxy, shutdown_signal};
+use agentgate::reload::ConfigSource;
 use agentgate::tls::{self, CertificateAuthority};
 use agentgate::{audit, lint};
 
@@ -186,16 +187,8 @@ fn main() -> ExitCode {
 
 fn run_proxy(args: RunArgs) -> anyhow::Result<()> {
     init_tracing(args.log_format);
-    let mut config = match &args.config {
-        Some(path) => Config::load(path)?,
-        None => Config::embedded_default(),
-    };
-    if let Some(listen) = args.listen {
-        config.listen = listen;
-    }
-    if let Some(dir) = args.ca_dir {
-        config.ca.dir = dir;
-    }
+    let source = ConfigSource { path: args.config, listen: args.listen, ca_dir: args.ca_dir };
+    let config = source.load()?;
     // Every agent connection, tunnel and origin connection is a file descriptor: use all the
     // hard limit allows ([connections] max_connections is the cap that should bite first).
     match rlimit::increase_nofile_limit(u64::MAX) {
@@ -205,6 +198,8 @@ fn run_proxy(args: RunArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let running = Proxy::new(std::sync::Arc::new(config))?.bind().await?;
+        // Before the banner: from now on SIGHUP reloads and reopens the log, never stops agentgate.
+        running.reloader(source).start();
         let addr = running.local_addr();
         // Absolute, so the printed variables work from any directory or container mount.
         let ca_path = running.ca_cert_path();

@@ -8,8 +8,9 @@
 //! Never: resolves or dials; this is arithmetic on addresses.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
+use arc_swap::ArcSwap;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Deserializer};
 
@@ -189,21 +190,36 @@ impl Refusal {
 /// The address rules of one running proxy.
 #[derive(Debug)]
 pub struct AddressPolicy {
-    allow: Vec<IpNet>,
-    deny: Vec<IpNet>,
+    /// `[network]`, replaced whole by a config reload.
+    lists: ArcSwap<Lists>,
     /// agentgate's own listen (the bound address, once known) and admin addresses.
     own: RwLock<Vec<SocketAddr>>,
+}
+
+/// `[network] allow_cidrs` and `deny_cidrs`.
+#[derive(Debug)]
+struct Lists {
+    allow: Vec<IpNet>,
+    deny: Vec<IpNet>,
+}
+
+impl Lists {
+    fn new(network: &NetworkConfig) -> Self {
+        Lists { allow: network.allow_cidrs.clone(), deny: network.deny_cidrs.clone() }
+    }
 }
 
 impl AddressPolicy {
     /// The rules of `[network]`, with the admin address (`[admin] listen`) as one of
     /// agentgate's own; the proxy adds its bound listen address with [`Self::add_own`].
     pub fn new(network: &NetworkConfig, admin: Option<SocketAddr>) -> Self {
-        AddressPolicy {
-            allow: network.allow_cidrs.clone(),
-            deny: network.deny_cidrs.clone(),
-            own: RwLock::new(admin.into_iter().collect()),
-        }
+        AddressPolicy { lists: ArcSwap::from_pointee(Lists::new(network)), own: RwLock::new(admin.into_iter().collect()) }
+    }
+
+    /// Replaces the `[network]` lists (a config reload); agentgate's own addresses stay.
+    /// Connections vetted from now on, including those to hosts already pinned, use them.
+    pub fn set_network(&self, network: &NetworkConfig) {
+        self.lists.store(Arc::new(Lists::new(network)));
     }
 
     /// Adds one of agentgate's own addresses (the real bound port when `listen` said 0).
@@ -221,12 +237,13 @@ impl AddressPolicy {
         if self.is_own(addr) {
             return Err(Refusal::OwnAddress { host: host.to_owned(), addr });
         }
+        let lists = self.lists.load();
         let embedded = embedded_ipv4(ip).map(IpAddr::V4);
         let in_list = |list: &[IpNet], ip: IpAddr| list.iter().find(|net| net.contains(&ip)).copied();
-        if let Some(cidr) = in_list(&self.deny, ip).or_else(|| embedded.and_then(|v4| in_list(&self.deny, v4))) {
+        if let Some(cidr) = in_list(&lists.deny, ip).or_else(|| embedded.and_then(|v4| in_list(&lists.deny, v4))) {
             return Err(Refusal::DeniedCidr { host: host.to_owned(), addr: ip, cidr });
         }
-        if in_list(&self.allow, ip).is_some() {
+        if in_list(&lists.allow, ip).is_some() {
             return Ok(());
         }
         // An embedded IPv4 address goes out through a translator to that IPv4 address, so

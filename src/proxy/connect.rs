@@ -39,7 +39,7 @@ use crate::audit::OnFailure;
 use crate::config::Config;
 use crate::error_chain::error_chain;
 use crate::fetch::Origin;
-use crate::gate::{GateRequest, Permitted, Verdict};
+use crate::gate::{Gate, GateRequest, Permitted, Verdict};
 use crate::net::{canonical_host, canonical_pattern, is_host_pattern};
 use crate::policy::operator::host_matches;
 use crate::setting::nonzero_caps;
@@ -130,7 +130,10 @@ pub(crate) async fn handle_connect(
     // agent gets its 407 before any 200, and before any lookup of the target. The head is
     // kept apart: the upgrade below needs the request itself.
     let headers = request.headers().clone();
-    let agent = match state.gate.identify_agent(client, "CONNECT", &url, &headers) {
+    // One config generation for the CONNECT and its decision, whatever a reload swaps in
+    // meanwhile; requests inside an intercepted tunnel each take the one in force then.
+    let live = state.generation();
+    let agent = match live.gate.identify_agent(client, "CONNECT", &url, &headers) {
         Ok(agent) => agent,
         Err(blocked) => return Ok(answer_blocked(state, *blocked, &headers, Instant::now()).await),
     };
@@ -145,17 +148,17 @@ pub(crate) async fn handle_connect(
         addresses: &[],
     };
     // Held until the passthrough tunnel is open: it dials these addresses.
-    let vetted = match check_destination(state, Instant::now(), connect, Ask::Connect).await? {
+    let vetted = match check_destination(state, &live, Instant::now(), connect, Ask::Connect).await? {
         Ok(vetted) => vetted,
         Err(blocked) => return Ok(blocked),
     };
     let on_upgrade = hyper::upgrade::on(&mut request);
-    let tunnel = decide_tunnel(&state.config, &authority);
+    let tunnel = decide_tunnel(&live.config, &authority);
     let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
     match tunnel {
         Tunnel::Passthrough => {
             let passthrough = GateRequest { method: "GET", addresses: vetted.addresses(), ..connect };
-            let permit = match decide_passthrough(state, passthrough).await {
+            let permit = match decide_passthrough(state, &live.gate, passthrough).await {
                 Ok(permit) => permit,
                 Err(blocked) => return Ok(blocked),
             };
@@ -201,9 +204,13 @@ pub(crate) async fn handle_connect(
 /// The host-level decision for a passthrough tunnel: the gate decides on `GET /`
 /// over https, since nothing inside the tunnel will be seen; the record says `CONNECT`.
 /// A block is answered (and recorded) here, before any `200`.
-async fn decide_passthrough(state: &ProxyState, request: GateRequest<'_>) -> Result<Permitted, Response<ProxyBody>> {
+async fn decide_passthrough(
+    state: &ProxyState,
+    gate: &Gate,
+    request: GateRequest<'_>,
+) -> Result<Permitted, Response<ProxyBody>> {
     let started = Instant::now();
-    match state.gate.decide(request).await {
+    match gate.decide(request).await {
         Verdict::Forward(mut permit) => {
             permit.mark_passthrough();
             Ok(permit)

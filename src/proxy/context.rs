@@ -1,5 +1,6 @@
 //! What travels with a request through the phases: the state every connection shares
-//! (`ProxyState`) and the per-request `RequestContext` (who asked, for which origin, how it
+//! (`ProxyState`), the config generation a request is decided under (`Generation`, swapped
+//! by a reload), and the per-request `RequestContext` (who asked, for which origin, how it
 //! came in, since when).
 //!
 //! The context is built once the request is parsed and before anything is forwarded; the
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use http::uri::{Authority, Scheme};
 
 use super::upstream::Upstream;
@@ -22,16 +24,18 @@ use crate::tls::LeafCertCache;
 
 /// Everything the connections of one proxy share; cheap to reach through an `Arc`.
 pub(crate) struct ProxyState {
-    /// The configuration the proxy was started with.
+    /// The configuration the proxy was started with: only for what a reload cannot change
+    /// (`[connections]`, `listen`, ...; `crate::reload`). Everything else comes from
+    /// [`generation`](Self::generation).
     pub(crate) config: Arc<Config>,
+    /// The config and gate in force, replaced whole by a reload.
+    live: ArcSwap<Generation>,
     /// Minted leaf certificates for intercepted hosts.
     pub(crate) certs: LeafCertCache,
     /// The pooled clients to origins.
     pub(crate) upstream: Arc<Upstream>,
     /// The network guard: vets every destination before the gate and at connect time.
     pub(crate) guard: Arc<Guard>,
-    /// The one place requests are decided.
-    pub(crate) gate: Gate,
     /// Where every decision is recorded.
     pub(crate) audit: AuditLog,
     next_request_id: AtomicU64,
@@ -46,13 +50,38 @@ impl ProxyState {
         gate: Gate,
         audit: AuditLog,
     ) -> Self {
-        ProxyState { config, certs, upstream, guard, gate, audit, next_request_id: AtomicU64::new(1) }
+        let live = ArcSwap::from_pointee(Generation { config: Arc::clone(&config), gate });
+        ProxyState { config, live, certs, upstream, guard, audit, next_request_id: AtomicU64::new(1) }
+    }
+
+    /// The generation in force: a request takes it once, when it starts, and is decided under
+    /// it to the end, whatever a reload swaps in meanwhile.
+    pub(crate) fn generation(&self) -> Arc<Generation> {
+        self.live.load_full()
+    }
+
+    /// Puts `config` in force for every request that starts from now on: the network guard's
+    /// `[network]` lists, then a gate sharing the policy cache and limit counters of the one
+    /// it replaces. `config` must keep the settings that need a restart as they run.
+    pub(crate) fn reconfigure(&self, config: Arc<Config>) {
+        self.guard.policy().set_network(&config.network);
+        let gate = self.live.load().gate.reconfigured(&config);
+        self.live.store(Arc::new(Generation { config, gate }));
     }
 
     /// A new request id, unique for the life of this proxy.
     pub(crate) fn next_request_id(&self) -> RequestId {
         RequestId(self.next_request_id.fetch_add(1, Ordering::Relaxed))
     }
+}
+
+/// One generation of the live config: the settings a reload changes, and the gate built from
+/// them (operator rules, bypass hosts, agents and modes, limits, `[robots]`, `[agents_md]`).
+pub(crate) struct Generation {
+    /// The config in force (its restart-only settings are those the proxy started with).
+    pub(crate) config: Arc<Config>,
+    /// The one place requests are decided.
+    pub(crate) gate: Gate,
 }
 
 /// How a request reached the request service.

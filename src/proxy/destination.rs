@@ -15,7 +15,7 @@ use http::Response;
 use tracing::info;
 
 use super::ProxyBody;
-use super::context::ProxyState;
+use super::context::{Generation, ProxyState};
 use super::error::ProxyError;
 use super::service::{answer_blocked, record};
 use crate::error_chain::error_chain;
@@ -42,31 +42,38 @@ pub(crate) enum Ask {
 /// first could not).
 pub(crate) async fn check_destination(
     state: &ProxyState,
+    live: &Generation,
     started: Instant,
     request: GateRequest<'_>,
     ask: Ask,
 ) -> Result<Result<Arc<Vetted>, Response<ProxyBody>>, ProxyError> {
     let (host, port) = (request.origin.host(), request.origin.port());
     let refusal = match state.guard.check(host, port).await {
-        Ok(_) if ask == Ask::Connect && !state.config.connect.allows(port) => Refusal::PortNotAllowed { port },
+        Ok(_) if ask == Ask::Connect && !live.config.connect.allows(port) => Refusal::PortNotAllowed { port },
         Ok(vetted) => return Ok(Ok(vetted)),
         Err(GuardError::Refused(refusal)) => refusal,
         Err(GuardError::Resolve { source, .. }) => {
             let error = ProxyError::UpstreamResolve { host: format!("{host}:{port}"), cause: error_chain(&source) };
-            return Err(undecided(state, started, &request, error).await);
+            return Err(undecided(state, live, started, &request, error).await);
         }
         Err(GuardError::BadHost(bad)) => {
             let error = ProxyError::UpstreamResolve { host: format!("{host}:{port}"), cause: bad.to_string() };
-            return Err(undecided(state, started, &request, error).await);
+            return Err(undecided(state, live, started, &request, error).await);
         }
     };
     info!(code = refusal.code(), refusal = ?refusal, "destination refused by the network guard");
-    let blocked = state.gate.refuse(&refusal, &request);
+    let blocked = live.gate.refuse(&refusal, &request);
     Ok(Err(answer_blocked(state, blocked, request.headers, started).await))
 }
 
 /// Records a request that failed before any decision, and hands its error back.
-async fn undecided(state: &ProxyState, started: Instant, request: &GateRequest<'_>, error: ProxyError) -> ProxyError {
-    record(state, state.gate.undecided(request), started, Err(&error)).await;
+async fn undecided(
+    state: &ProxyState,
+    live: &Generation,
+    started: Instant,
+    request: &GateRequest<'_>,
+    error: ProxyError,
+) -> ProxyError {
+    record(state, live.gate.undecided(request), started, Err(&error)).await;
     error
 }

@@ -32,6 +32,8 @@ use crate::config::Config;
 use crate::error_chain::error_chain;
 use crate::fetch::{CacheSettings, PolicyCache, PolicyTransport};
 use crate::gate::Gate;
+use crate::limits::Limiter;
+use crate::reload::{ConfigSource, Reloader};
 use crate::net::{AddressPolicy, Dial, Guard, Resolve, SystemResolver, TcpDialer};
 use crate::setting::{duration, nonzero_caps, nonzero_timeouts};
 use crate::tls::{CertificateAuthority, LeafCertCache};
@@ -159,7 +161,7 @@ impl Proxy {
         let tcp = GuardedConnector { guard: Arc::clone(&guard), dialer };
         let upstream = Arc::new(Upstream::new(&config.upstream, tcp)?);
         let settings = CacheSettings::from(config.cache.clone());
-        let gate = Gate::new(&config, PolicyCache::new(upstream.clone(), settings));
+        let gate = Gate::new(&config, PolicyCache::new(upstream.clone(), settings), Arc::new(Limiter::in_process()));
         Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path })
     }
 
@@ -202,6 +204,12 @@ impl RunningProxy {
         &self.ca_cert_path
     }
 
+    /// The reloader of this proxy's config, read from `source` (`crate::reload`):
+    /// [`Reloader::start`] reloads on SIGHUP and file changes, [`Reloader::reload`] at once.
+    pub fn reloader(&self, source: ConfigSource) -> Arc<Reloader> {
+        Arc::new(Reloader::new(source, Arc::clone(&self.state)))
+    }
+
     /// Serves until `shutdown` completes, then stops accepting and lets in-flight requests,
     /// tunnels and WebSocket relays finish for up to `shutdown_grace`; whatever is still
     /// running then is closed. Returns when that is done.
@@ -227,7 +235,7 @@ impl RunningProxy {
             }
         }
         drop(listener);
-        let grace = state.config.shutdown_grace;
+        let grace = state.generation().config.shutdown_grace;
         info!(?grace, "shutting down: no new connections, waiting for in-flight requests");
         let remaining = drain.drain(grace).await;
         if remaining > 0 {

@@ -27,6 +27,7 @@ mod service;
 mod upstream;
 
 pub use connect::MitmConfig;
+pub(crate) use context::ProxyState;
 pub use error::{ProxyError, StartError, TunnelError};
 pub use listener::{ConnectionsConfig, Proxy, RunningProxy, policy_transport, shutdown_signal};
 pub use upstream::UpstreamConfig;

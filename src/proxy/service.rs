@@ -126,6 +126,8 @@ impl ProxyService {
             return handle_connect(&self.state, self.client, self.drain.clone(), request).await;
         }
         let (context, request) = self.route(started, request)?;
+        // One config generation for the whole request, whatever a reload swaps in meanwhile.
+        let live = self.state.generation();
         let origin = Origin::from_parts(&context.scheme, &context.authority)
             .map_err(|_| ProxyError::UnsupportedScheme { uri: shown_target(request.uri()) })?;
         let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
@@ -136,7 +138,7 @@ impl ProxyService {
         let agent = match &self.target {
             Target::Tunnel { agent, .. } => agent.clone(),
             Target::ProxyPort => {
-                match self.state.gate.identify_agent(context.client, &method, &url, request.headers()) {
+                match live.gate.identify_agent(context.client, &method, &url, request.headers()) {
                     Ok(agent) => agent,
                     Err(blocked) => return Ok(answer_blocked(&self.state, *blocked, request.headers(), started).await),
                 }
@@ -153,11 +155,11 @@ impl ProxyService {
             addresses: &[],
         };
         // Held until the request is forwarded: the connector dials these addresses.
-        let vetted = match check_destination(&self.state, started, gate_request, Ask::Request).await? {
+        let vetted = match check_destination(&self.state, &live, started, gate_request, Ask::Request).await? {
             Ok(vetted) => vetted,
             Err(blocked) => return Ok(blocked),
         };
-        let verdict = self.state.gate.decide(GateRequest { addresses: vetted.addresses(), ..gate_request }).await;
+        let verdict = live.gate.decide(GateRequest { addresses: vetted.addresses(), ..gate_request }).await;
         let permit = match verdict {
             Verdict::Block(blocked) => {
                 return Ok(answer_blocked(&self.state, blocked, request.headers(), started).await);
