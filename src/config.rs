@@ -7,7 +7,7 @@
 //!
 //! Never does: network I/O, open sockets, read policy files or the files the config names
 //! (the CA, extra CA files and the audit log are opened by the modules that use them), or
-//! stop at the first problem it finds. Hot reload comes later.
+//! stop at the first problem it finds. Hot reload (which settings change live) is `crate::reload`.
 //!
 //! Every table rejects unknown keys (a typo is an error, never a silently ignored setting) and
 //! takes its defaults for missing keys, so a file only needs the keys it changes. Relative paths

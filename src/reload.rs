@@ -112,7 +112,8 @@ impl Reloader {
     /// # Errors
     /// The [`ConfigError`] of a file that cannot be read or is invalid; nothing changed.
     pub fn reload(&self) -> Result<Reloaded, ConfigError> {
-        let origin = self.source.path.as_deref().map_or_else(|| "the embedded default".to_owned(), |p| p.display().to_string());
+        let origin =
+            self.source.path.as_deref().map_or_else(|| "the embedded default".to_owned(), |p| p.display().to_string());
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let config = match self.source.load() {
             Ok(config) => config,

@@ -213,7 +213,10 @@ impl AddressPolicy {
     /// The rules of `[network]`, with the admin address (`[admin] listen`) as one of
     /// agentgate's own; the proxy adds its bound listen address with [`Self::add_own`].
     pub fn new(network: &NetworkConfig, admin: Option<SocketAddr>) -> Self {
-        AddressPolicy { lists: ArcSwap::from_pointee(Lists::new(network)), own: RwLock::new(admin.into_iter().collect()) }
+        AddressPolicy {
+            lists: ArcSwap::from_pointee(Lists::new(network)),
+            own: RwLock::new(admin.into_iter().collect()),
+        }
     }
 
     /// Replaces the `[network]` lists (a config reload); agentgate's own addresses stay.

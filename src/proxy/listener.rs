@@ -33,8 +33,8 @@ use crate::error_chain::error_chain;
 use crate::fetch::{CacheSettings, PolicyCache, PolicyTransport};
 use crate::gate::Gate;
 use crate::limits::Limiter;
-use crate::reload::{ConfigSource, Reloader};
 use crate::net::{AddressPolicy, Dial, Guard, Resolve, SystemResolver, TcpDialer};
+use crate::reload::{ConfigSource, Reloader};
 use crate::setting::{duration, nonzero_caps, nonzero_timeouts};
 use crate::tls::{CertificateAuthority, LeafCertCache};
 

@@ -137,12 +137,10 @@ impl ProxyService {
         let method = request.method().as_str().to_owned();
         let agent = match &self.target {
             Target::Tunnel { agent, .. } => agent.clone(),
-            Target::ProxyPort => {
-                match live.gate.identify_agent(context.client, &method, &url, request.headers()) {
-                    Ok(agent) => agent,
-                    Err(blocked) => return Ok(answer_blocked(&self.state, *blocked, request.headers(), started).await),
-                }
-            }
+            Target::ProxyPort => match live.gate.identify_agent(context.client, &method, &url, request.headers()) {
+                Ok(agent) => agent,
+                Err(blocked) => return Ok(answer_blocked(&self.state, *blocked, request.headers(), started).await),
+            },
         };
         let gate_request = GateRequest {
             client: context.client,
