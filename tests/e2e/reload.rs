@@ -2,8 +2,9 @@
 //! the real `agentgate run` binary picks up a config edit without a restart, rejects a
 //! broken one on stderr (file:line) and keeps the last good config, lets a request in flight
 //! finish; SIGHUP reopens a log that was renamed, each record landing in exactly one of the
-//! two files; size rotation under load keeps every record exactly once. In process, the
-//! reloader counts what it applied and what it rejected.
+//! two files; size rotation under load keeps every record exactly once. In process, a reload
+//! keeps fetched policies and spent rate limits, applies new network lists, and the reloader
+//! counts what it applied and what it rejected.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -379,5 +380,51 @@ async fn the_reloader_counts_what_it_applied_and_what_it_rejected() -> TestResul
     std::fs::write(&path, text.replace("decisions.jsonl", "other.jsonl"))?;
     assert_eq!(reloader.reload()?.needs_restart, ["[audit]"]);
     assert_eq!(reloader.counts(), ReloadCounts { ok: 2, failed: 1 });
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reload_keeps_fetched_policies_and_spent_limits_and_changes_the_network_lists() -> TestResult {
+    agentgate::tls::install_default_provider();
+    let origin = Origin::http_site(Site::new().file("/robots.txt", "User-agent: *\nAllow: /\n")).await?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("agentgate.toml");
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\n[ca]\ndir = {:?}\n[audit]\npath = {:?}\n[admin]\nlisten = \"off\"\n\
+         [agent]\nlimits = {{ requests_per_minute = 3 }}\n[network]\nallow_cidrs = [\"127.0.0.0/8\"]\n",
+        dir.path().join("ca"),
+        dir.path().join("decisions.jsonl")
+    );
+    std::fs::write(&path, &text)?;
+    let source = ConfigSource { path: Some(path.clone()), ..ConfigSource::default() };
+    let running = Proxy::new(Arc::new(source.load()?))?.bind().await?;
+    let addr = running.local_addr();
+    let reloader = running.reloader(source);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(running.run_until(async move {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::builder().proxy(reqwest::Proxy::all(format!("http://{addr}"))?).build()?;
+    for n in 0..3 {
+        assert_eq!(client.get(origin.url(&format!("/page/{n}"))).send().await?.status(), 200);
+    }
+
+    // A reload that leaves the limits as they were: the budget spent before stays spent, and
+    // the robots.txt fetched before is not fetched again.
+    std::fs::write(&path, format!("{text}[[rules]]\nhost = \"elsewhere.example\"\naction = \"deny\"\n"))?;
+    reloader.reload()?;
+    let limited = client.get(origin.url("/page/3")).send().await?;
+    assert_eq!(limited.status(), 429, "the rate limit's count survived the reload");
+    assert_eq!(origin.hits("/robots.txt"), 1, "the fetched policy survived the reload");
+
+    // `[network] deny_cidrs` applies to the next request, before any limit.
+    std::fs::write(&path, format!("{text}deny_cidrs = [\"127.0.0.1/32\"]\n"))?;
+    reloader.reload()?;
+    let refused = client.get(origin.url("/page/4")).send().await?;
+    assert_eq!(refused.status(), 403);
+    assert!(header(&refused, "agentgate-decision").starts_with("deny; source=operator; code=network.denied_cidr"));
+    assert_eq!(reloader.counts(), ReloadCounts { ok: 2, failed: 0 });
+    let _ = stop.send(());
+    served.await?;
     Ok(())
 }
