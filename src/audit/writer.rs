@@ -556,8 +556,14 @@ impl Sink {
     }
 
     fn over(out: Box<dyn LogFile>, path: Option<PathBuf>, rotation: Option<Rotation>) -> Sink {
-        let size = out.len().unwrap_or(0);
-        Sink { out, path, size, rotation, rotation_failing: false }
+        let size = out.len();
+        // Only a regular file is rotated: a device (`/dev/null`) or a pipe has no size to
+        // keep, and renaming it would move the device itself.
+        if rotation.is_some() && size.is_none() {
+            tracing::warn!(path = ?path, "the decision log is not a regular file; [audit] max_file_size is ignored");
+        }
+        let rotation = rotation.filter(|_| size.is_some());
+        Sink { out, path, size: size.unwrap_or(0), rotation, rotation_failing: false }
     }
 
     /// Appends `bytes` whole, or not at all: after a failed write (a full disk may take part
@@ -621,7 +627,12 @@ impl Sink {
         if let Err(err) = self.out.sync() {
             tracing::warn!(error = %err, "cannot fsync the decision log before closing it");
         }
-        self.size = file.len().unwrap_or(0);
+        let size = file.len();
+        if size.is_none() {
+            // Reopened as a device or a pipe: never renamed (see `over`).
+            self.rotation = None;
+        }
+        self.size = size.unwrap_or(0);
         self.out = file;
     }
 
@@ -973,6 +984,14 @@ mod tests {
         assert!(urls(&rotated_path(&path, 1))[0].contains("h/3"));
         assert!(urls(&rotated_path(&path, 2))[0].contains("h/2"));
         assert!(!rotated_path(&path, 3).exists(), "only max_files rotated files are kept");
+    }
+
+    #[test]
+    fn only_a_regular_file_is_rotated() {
+        // Stdout stands for any sink without a length (a device, a pipe).
+        let rotation = Some(Rotation { max_bytes: MIN_FILE_SIZE, keep: 2 });
+        let sink = Sink::over(Box::new(io::stdout()), Some(PathBuf::from("/dev/null")), rotation);
+        assert!(!sink.overflows(MIN_FILE_SIZE, MIN_FILE_SIZE), "a device is never renamed");
     }
 
     #[test]
