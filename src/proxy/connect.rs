@@ -162,6 +162,7 @@ pub(crate) async fn handle_connect(
             let started = Instant::now();
             let opened = state.upstream.open_tunnel(&authority).await;
             let decided = completed(permit.into_record(), started, opened.as_ref().map(|_| StatusCode::OK));
+            state.metrics.record(&decided);
             // The audit promise: under `on_failure = "block"` no byte is spliced before the
             // record is on disk.
             if opened.is_ok() && state.audit.on_failure() == OnFailure::Block {
@@ -173,8 +174,10 @@ pub(crate) async fn handle_connect(
                 warn!(error = %unrecorded.cause, event_id = %decided.id, "decision record not written");
             }
             let origin = opened?;
+            let open = state.metrics.tunnel_opened();
             tokio::spawn(
                 async move {
+                    let _open = open;
                     match on_upgrade.await {
                         Ok(upgraded) => splice(TokioIo::new(upgraded), origin, drain, "passthrough tunnel").await,
                         Err(error) => debug!(error = %error_chain(&error), "client left before the tunnel opened"),
@@ -185,8 +188,10 @@ pub(crate) async fn handle_connect(
         }
         Tunnel::Mitm => {
             let state = Arc::clone(state);
+            let open = state.metrics.tunnel_opened();
             tokio::spawn(
                 async move {
+                    let _open = open;
                     if let Err(error) = intercept(state, client, agent, authority, on_upgrade, drain).await {
                         warn!(error = %error, "tunnel failed");
                     }

@@ -17,6 +17,7 @@ use super::upstream::Upstream;
 use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::gate::Gate;
+use crate::metrics::Metrics;
 use crate::net::Guard;
 use crate::tls::LeafCertCache;
 
@@ -34,6 +35,8 @@ pub(crate) struct ProxyState {
     pub(crate) gate: Gate,
     /// Where every decision is recorded.
     pub(crate) audit: AuditLog,
+    /// What `/metrics` shows; counted where records are completed and tunnels open.
+    pub(crate) metrics: Arc<Metrics>,
     next_request_id: AtomicU64,
 }
 
@@ -45,8 +48,9 @@ impl ProxyState {
         guard: Arc<Guard>,
         gate: Gate,
         audit: AuditLog,
+        metrics: Arc<Metrics>,
     ) -> Self {
-        ProxyState { config, certs, upstream, guard, gate, audit, next_request_id: AtomicU64::new(1) }
+        ProxyState { config, certs, upstream, guard, gate, audit, metrics, next_request_id: AtomicU64::new(1) }
     }
 
     /// A new request id, unique for the life of this proxy.

@@ -20,6 +20,7 @@ mod first_byte;
 mod headers;
 mod idle;
 mod listener;
+mod local;
 mod relay;
 mod resolve;
 mod rewind;
