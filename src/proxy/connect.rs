@@ -31,6 +31,7 @@ use super::destination::{Ask, check_destination};
 use super::drain::Drain;
 use super::error::{ProxyError, TunnelError, shown_target};
 use super::listener::{ServerProtocols, serve_connection};
+use super::local;
 use super::relay::splice;
 use super::rewind::Rewind;
 use super::service::{ProxyService, answer_blocked, completed};
@@ -144,17 +145,25 @@ pub(crate) async fn handle_connect(
         headers: &headers,
         addresses: &[],
     };
+    // agentgate.local is answered inside the tunnel by agentgate itself (`local.rs`): never
+    // looked up, vetted or passed through.
+    let is_local = local::is_local(authority.host());
     // Held until the passthrough tunnel is open: it dials these addresses.
-    let vetted = match check_destination(state, Instant::now(), connect, Ask::Connect).await? {
-        Ok(vetted) => vetted,
-        Err(blocked) => return Ok(blocked),
+    let vetted = if is_local {
+        None
+    } else {
+        match check_destination(state, Instant::now(), connect, Ask::Connect).await? {
+            Ok(vetted) => Some(vetted),
+            Err(blocked) => return Ok(blocked),
+        }
     };
     let on_upgrade = hyper::upgrade::on(&mut request);
-    let tunnel = decide_tunnel(&state.config, &authority);
+    let tunnel = if is_local { Tunnel::Mitm } else { decide_tunnel(&state.config, &authority) };
     let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
     match tunnel {
         Tunnel::Passthrough => {
-            let passthrough = GateRequest { method: "GET", addresses: vetted.addresses(), ..connect };
+            let addresses = vetted.as_ref().map_or(&[][..], |vetted| vetted.addresses());
+            let passthrough = GateRequest { method: "GET", addresses, ..connect };
             let permit = match decide_passthrough(state, passthrough).await {
                 Ok(permit) => permit,
                 Err(blocked) => return Ok(blocked),

@@ -1,7 +1,9 @@
 //! `http://agentgate.local/`: the one host agentgate answers itself, as mitmproxy answers
 //! `mitm.it`, so a container bootstraps its trust with one command through the proxy
 //! (`curl -x http://agentgate:8080 http://agentgate.local/ca.pem`): `/ca.pem` is the CA
-//! certificate, `/` a short page of instructions per client.
+//! certificate, `/` a short page of instructions per client. Absolute-form requests and
+//! requests inside a CONNECT tunnel to it (plain HTTP, or TLS with a minted certificate) are
+//! answered alike.
 //!
 //! Checked right after the request is routed, before the network guard, the gate and any
 //! DNS: the name is never resolved and nothing is forwarded (test
@@ -10,7 +12,7 @@
 //!
 //! Never: forwards, resolves, or answers any other host.
 
-use http::header::ALLOW;
+use http::header::{ALLOW, CONTENT_LENGTH};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
@@ -27,37 +29,43 @@ pub(crate) const LOCAL_HOST: &str = "agentgate.local";
 /// The reason code every local answer is recorded with.
 const SERVED_LOCALLY: &str = "operator.served_locally";
 
-/// The answer when `context` routes to [`LOCAL_HOST`] over plain HTTP, recorded; `None` for
-/// every other request, which goes on through the phases.
+/// Whether `host` (as routed: the absolute URI's, or the CONNECT target's) is [`LOCAL_HOST`].
+pub(crate) fn is_local(host: &str) -> bool {
+    host.trim_end_matches('.').eq_ignore_ascii_case(LOCAL_HOST)
+}
+
+/// The answer when `context` routes to [`LOCAL_HOST`] (absolute-form, or inside a tunnel to
+/// it), recorded; `None` for every other request, which goes on through the phases.
 pub(crate) async fn answer(
     state: &ProxyState,
     context: &RequestContext,
     request: &Request<Incoming>,
 ) -> Option<Response<ProxyBody>> {
-    let host = context.authority.host().trim_end_matches('.');
-    if !host.eq_ignore_ascii_case(LOCAL_HOST) || context.scheme != http::uri::Scheme::HTTP {
+    if !is_local(context.authority.host()) {
         return None;
     }
     let path = request.uri().path();
     let method = request.method();
-    let mut response = if method != Method::GET && method != Method::HEAD {
-        let mut response = body_response(format!("{LOCAL_HOST} answers GET and HEAD only\n"), TEXT);
-        *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
-        response.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
-        response
+    let (status, body, content_type) = if method != Method::GET && method != Method::HEAD {
+        (StatusCode::METHOD_NOT_ALLOWED, format!("{LOCAL_HOST} answers GET and HEAD only\n"), TEXT)
     } else if path == "/ca.pem" {
-        body_response(state.certs.ca_cert_pem().to_owned(), "application/x-pem-file")
+        (StatusCode::OK, state.certs.ca_cert_pem().to_owned(), "application/x-pem-file")
     } else if path == "/" {
-        body_response(INSTRUCTIONS.to_owned(), TEXT)
+        (StatusCode::OK, INSTRUCTIONS.to_owned(), TEXT)
     } else {
-        let mut response = body_response(format!("{LOCAL_HOST} serves / and /ca.pem only\n"), TEXT);
-        *response.status_mut() = StatusCode::NOT_FOUND;
-        response
+        (StatusCode::NOT_FOUND, format!("{LOCAL_HOST} serves / and /ca.pem only\n"), TEXT)
     };
-    if method == Method::HEAD {
-        *response.body_mut() = body_response(String::new(), TEXT).into_body();
+    // A length, not chunks: the simplest clients (a shell script's `curl -o`) read it whole.
+    let length = HeaderValue::from(body.len());
+    let body = if method == Method::HEAD { String::new() } else { body };
+    let mut response = body_response(body, content_type);
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_LENGTH, length);
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        response.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
     }
-    let url = format!("http://{LOCAL_HOST}{}", request.uri().path_and_query().map_or("/", |p| p.as_str()));
+    let path_and_query = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    let url = format!("{}://{LOCAL_HOST}{path_and_query}", context.scheme);
     // Proxy credentials are not needed to fetch a public certificate; the agent is named
     // when it sent them, else by its address, as the gate names it.
     let agent = state

@@ -10,10 +10,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use agentgate::net::{Dial, NetFuture, Resolve};
 use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
+use crate::support::raw::connect_tunnel;
 use crate::support::{TestProxy, TestResult, header};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
@@ -274,22 +276,39 @@ async fn agentgate_local_serves_the_ca_without_any_lookup_or_dial() -> TestResul
     {
         assert!(page.contains(client_hint), "{client_hint} missing from:\n{page}");
     }
+    let head = client.head("http://agentgate.local/ca.pem").send().await?;
+    assert_eq!(head.status(), 200);
+    assert_eq!(header(&head, "content-length"), proxy.ca_pem.len().to_string());
     let missing = client.get("http://agentgate.local/other").send().await?;
     assert_eq!(missing.status(), 404);
     let post = client.post("http://agentgate.local/ca.pem").send().await?;
     assert_eq!((post.status().as_u16(), header(&post, "allow")), (405, "GET, HEAD".to_owned()));
 
     // The same from the command line, as a container bootstraps its trust.
-    match crate::support::curl::curl(&["-x", &proxy.url(), "http://agentgate.local/ca.pem"]).await? {
+    let curl = crate::support::curl::curl(&["-x", &proxy.url(), "http://agentgate.local/ca.pem"]).await?;
+    let curl_ran = curl.is_some();
+    match curl {
         Some(curl) => assert_eq!((curl.status, curl.body), (200, proxy.ca_pem.clone().into_bytes())),
         None => eprintln!("curl is not installed; skipping the curl part"),
     }
+
+    // Inside a plain CONNECT tunnel to agentgate.local:80, as some clients send plain HTTP.
+    let (mut tunnel, head) = connect_tunnel(proxy.addr, "agentgate.local:80").await?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    tunnel.write_all(b"GET /ca.pem HTTP/1.1\r\nHost: agentgate.local\r\nConnection: close\r\n\r\n").await?;
+    let mut answer = String::new();
+    tunnel.read_to_string(&mut answer).await?;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(&format!("content-length: {}\r\n", proxy.ca_pem.len())), "{answer}");
+    assert!(answer.ends_with(&proxy.ca_pem), "{answer}");
 
     let lookups = watch.lookups.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let dials = watch.dials.lock().unwrap_or_else(PoisonError::into_inner).clone();
     assert!(lookups.is_empty() && dials.is_empty(), "looked up {lookups:?}, dialled {dials:?}");
 
     let records = proxy.finish().await?;
+    let served = records.iter().filter(|r| r["agentgate.reasons"][0]["code"] == "operator.served_locally").count();
+    assert_eq!(served, if curl_ran { 7 } else { 6 }, "each local answer is recorded: {records:#?}");
     let pem_record =
         records.iter().find(|r| r["url.full"] == "http://agentgate.local/ca.pem" && r["http.request.method"] == "GET");
     let pem_record = pem_record.ok_or("a record for GET http://agentgate.local/ca.pem")?;
