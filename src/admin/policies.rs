@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use http::{Method, Response, StatusCode, Uri};
 use serde_json::{Value, json};
 
-use super::routes::{AdminBody, Query, error, json_response};
+use super::routes::{AdminBody, BadParameter, Query, error, json_response};
 use super::server::AdminState;
 use crate::config::AgentConfig;
 use crate::explain::{ExplainRequest, explain_with, report_json};
@@ -23,15 +23,12 @@ use crate::fetch::Origin;
 const DEFAULT_AGENT: &str = "default";
 
 /// `GET /policies?origin=…`: each cached file's status, digest, diagnostics and freshness.
-pub(super) async fn show(state: &AdminState, query: &Query) -> Response<AdminBody> {
-    let origin = match origin_of(query, "origin") {
-        Ok(origin) => origin,
-        Err(bad) => return bad,
-    };
+pub(super) async fn show(state: &AdminState, query: &Query) -> Result<Response<AdminBody>, BadParameter> {
+    let origin = origin_of(query, "origin")?;
     let Some(files) = state.cache.cached(&origin).await else {
         let message =
             format!("{origin} is not in the policy cache; a request through the proxy or GET /explain loads it");
-        return error(StatusCode::NOT_FOUND, None, &message);
+        return Ok(error(StatusCode::NOT_FOUND, None, &message));
     };
     let mut shown = serde_json::Map::new();
     for file in files {
@@ -42,35 +39,26 @@ pub(super) async fn show(state: &AdminState, query: &Query) -> Response<AdminBod
         }
         shown.insert(file.source.as_str().to_owned(), entry);
     }
-    json_response(StatusCode::OK, &json!({"origin": origin.to_string(), "files": Value::Object(shown)}))
+    Ok(json_response(StatusCode::OK, &json!({"origin": origin.to_string(), "files": Value::Object(shown)})))
 }
 
 /// `DELETE /policies?origin=…`: forgets the origin's files; the next request fetches them.
-pub(super) async fn purge(state: &AdminState, query: &Query) -> Response<AdminBody> {
-    let origin = match origin_of(query, "origin") {
-        Ok(origin) => origin,
-        Err(bad) => return bad,
-    };
+pub(super) async fn purge(state: &AdminState, query: &Query) -> Result<Response<AdminBody>, BadParameter> {
+    let origin = origin_of(query, "origin")?;
     let was_cached = state.cache.cached(&origin).await.is_some();
     state.cache.purge(&origin).await;
     tracing::info!(%origin, was_cached, "policies purged through the admin API");
-    json_response(StatusCode::OK, &json!({"origin": origin.to_string(), "purged": was_cached}))
+    Ok(json_response(StatusCode::OK, &json!({"origin": origin.to_string(), "purged": was_cached})))
 }
 
 /// `GET /explain?url=…&method=…&agent=…`: the decision for one request, live.
-pub(super) async fn explain(state: &AdminState, query: &Query) -> Response<AdminBody> {
-    let origin = match origin_of(query, "url") {
-        Ok(origin) => origin,
-        Err(bad) => return bad,
-    };
+pub(super) async fn explain(state: &AdminState, query: &Query) -> Result<Response<AdminBody>, BadParameter> {
+    let origin = origin_of(query, "url")?;
     let method = query.get("method").unwrap_or("GET");
     if Method::from_bytes(method.as_bytes()).is_err() {
-        return error(StatusCode::BAD_REQUEST, Some("method"), &format!("method = {method:?}: not an HTTP method"));
+        return Err(BadParameter::new("method", format!("method = {method:?}: not an HTTP method")));
     }
-    let (name, agent) = match agent(state, query.get("agent")) {
-        Ok(found) => found,
-        Err(bad) => return bad,
-    };
+    let (name, agent) = agent(state, query.get("agent"))?;
     let request = ExplainRequest {
         user_agent: agent.product_token.clone(),
         agent: Some(name.to_owned()),
@@ -81,14 +69,13 @@ pub(super) async fn explain(state: &AdminState, query: &Query) -> Response<Admin
         ..ExplainRequest::default()
     };
     let policies = state.cache.policies(&origin).await;
-    match explain_with(&request, (*policies).clone()) {
-        Ok(explanation) => json_response(StatusCode::OK, &explanation.to_json()),
-        Err(problem) => error(StatusCode::BAD_REQUEST, Some("url"), &problem.to_string()),
-    }
+    let explanation =
+        explain_with(&request, (*policies).clone()).map_err(|problem| BadParameter::new("url", problem.to_string()))?;
+    Ok(json_response(StatusCode::OK, &explanation.to_json()))
 }
 
 /// The configured agent named `id` (`[[agents]]`), or `[agent]` when none is named.
-fn agent<'a>(state: &'a AdminState, id: Option<&'a str>) -> Result<(&'a str, &'a AgentConfig), Response<AdminBody>> {
+fn agent<'a>(state: &'a AdminState, id: Option<&'a str>) -> Result<(&'a str, &'a AgentConfig), BadParameter> {
     let Some(id) = id else { return Ok((DEFAULT_AGENT, &state.config.agent)) };
     match state.config.agents.iter().find(|agent| agent.id.as_deref() == Some(id)) {
         Some(agent) => Ok((id, agent)),
@@ -98,15 +85,15 @@ fn agent<'a>(state: &'a AdminState, id: Option<&'a str>) -> Result<(&'a str, &'a
                 "agent = {id:?}: no [[agents]] entry has this id (configured: {}); leave agent out for [agent]",
                 if known.is_empty() { "none".to_owned() } else { known.join(", ") }
             );
-            Err(error(StatusCode::BAD_REQUEST, Some("agent"), &message))
+            Err(BadParameter::new("agent", message))
         }
     }
 }
 
 /// The origin of the absolute URL in parameter `name`.
-fn origin_of(query: &Query, name: &str) -> Result<Origin, Response<AdminBody>> {
+fn origin_of(query: &Query, name: &str) -> Result<Origin, BadParameter> {
     let raw = query.required(name, "https://example.com")?;
-    let bad = |why: String| error(StatusCode::BAD_REQUEST, Some(name), &format!("{name} = {raw:?}: {why}"));
+    let bad = |why: String| BadParameter::new(name, format!("{name} = {raw:?}: {why}"));
     let uri: Uri = raw.parse().map_err(|e| bad(format!("not a URL ({e}); write e.g. https://example.com")))?;
     Origin::from_uri(&uri).map_err(|e| bad(e.to_string()))
 }

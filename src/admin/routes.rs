@@ -60,25 +60,23 @@ pub(super) async fn handle<B>(state: &AdminState, request: Request<B>) -> Respon
     }
     let query = match Query::parse(request.uri().query(), parameters) {
         Ok(query) => query,
-        Err(bad) => return bad,
+        Err(bad) => return bad.response(),
     };
-    match (path, method) {
-        ("/healthz", _) => text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned()),
-        ("/readyz", _) => ready(state),
+    let answer = match (path, method) {
+        ("/healthz", _) => Ok(text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())),
+        ("/readyz", _) => Ok(ready(state)),
         ("/metrics", _) => {
             let scraped = state.scraped().await;
-            text(
-                StatusCode::OK,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                state.metrics.encode(scraped),
-            )
+            let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+            Ok(text(StatusCode::OK, content_type, state.metrics.encode(scraped)))
         }
-        ("/ca.pem", _) => text(StatusCode::OK, "application/x-pem-file", state.certs.ca_cert_pem().to_owned()),
+        ("/ca.pem", _) => Ok(text(StatusCode::OK, "application/x-pem-file", state.certs.ca_cert_pem().to_owned())),
         ("/policies", &Method::DELETE) => policies::purge(state, &query).await,
         ("/policies", _) => policies::show(state, &query).await,
         ("/explain", _) => policies::explain(state, &query).await,
         _ => recent(state, &query),
-    }
+    };
+    answer.unwrap_or_else(BadParameter::response)
 }
 
 /// Whether the request carries the configured token (always, when none is configured).
@@ -105,14 +103,14 @@ fn ready(state: &AdminState) -> Response<AdminBody> {
 
 /// `/decisions/recent?n=N`: the latest `n` decision-log lines, newest first, as a JSON array
 /// of the lines exactly as written to the log.
-fn recent(state: &AdminState, query: &Query) -> Response<AdminBody> {
+fn recent(state: &AdminState, query: &Query) -> Result<Response<AdminBody>, BadParameter> {
     let n = match query.get("n") {
         None => DEFAULT_RECENT,
         Some(raw) => match raw.parse::<usize>() {
             Ok(n) if (1..=RECENT_CAPACITY).contains(&n) => n,
             _ => {
                 let message = format!("n = {raw:?}: must be a whole number from 1 to {RECENT_CAPACITY}");
-                return error(StatusCode::BAD_REQUEST, Some("n"), &message);
+                return Err(BadParameter::new("n", message));
             }
         },
     };
@@ -126,23 +124,40 @@ fn recent(state: &AdminState, query: &Query) -> Response<AdminBody> {
         body.push_str(line);
     }
     body.push(']');
-    text(StatusCode::OK, "application/json", body)
+    Ok(text(StatusCode::OK, "application/json", body))
+}
+
+/// A query parameter at fault: answered `400` with a JSON error naming it.
+#[derive(Debug)]
+pub(super) struct BadParameter {
+    name: String,
+    message: String,
+}
+
+impl BadParameter {
+    pub(super) fn new(name: &str, message: String) -> Self {
+        BadParameter { name: name.to_owned(), message }
+    }
+
+    pub(super) fn response(self) -> Response<AdminBody> {
+        error(StatusCode::BAD_REQUEST, Some(&self.name), &self.message)
+    }
 }
 
 /// The query parameters of one request, percent-decoded; each name at most once.
 pub(super) struct Query(Vec<(String, String)>);
 
 impl Query {
-    fn parse(query: Option<&str>, known: &[&str]) -> Result<Query, Response<AdminBody>> {
+    fn parse(query: Option<&str>, known: &[&str]) -> Result<Query, BadParameter> {
         let mut pairs: Vec<(String, String)> = Vec::new();
         for (name, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
             if !known.contains(&&*name) {
                 let expected = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
                 let message = format!("unknown parameter {name:?}; this endpoint reads: {expected}");
-                return Err(error(StatusCode::BAD_REQUEST, Some(&name), &message));
+                return Err(BadParameter::new(&name, message));
             }
             if pairs.iter().any(|(seen, _)| *seen == name) {
-                return Err(error(StatusCode::BAD_REQUEST, Some(&name), &format!("{name} is given more than once")));
+                return Err(BadParameter::new(&name, format!("{name} is given more than once")));
             }
             pairs.push((name.into_owned(), value.into_owned()));
         }
@@ -155,10 +170,10 @@ impl Query {
     }
 
     /// The value of `name`, or a 400 naming it when it is missing or empty.
-    pub(super) fn required(&self, name: &str, example: &str) -> Result<&str, Response<AdminBody>> {
+    pub(super) fn required(&self, name: &str, example: &str) -> Result<&str, BadParameter> {
         match self.get(name) {
             Some(value) if !value.is_empty() => Ok(value),
-            _ => Err(error(StatusCode::BAD_REQUEST, Some(name), &format!("{name} is required, e.g. {name}={example}"))),
+            _ => Err(BadParameter::new(name, format!("{name} is required, e.g. {name}={example}"))),
         }
     }
 }
