@@ -183,7 +183,8 @@ impl Proxy {
     /// [`RunningProxy::local_addr`]).
     ///
     /// # Errors
-    /// [`StartError::Bind`] when the address (or `[admin] listen`) is taken or not available.
+    /// [`StartError::Bind`] when the address is taken or not available,
+    /// [`StartError::AdminBind`] when `[admin] listen` is.
     pub async fn bind(self) -> Result<RunningProxy, StartError> {
         let Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics } = self;
         let addr = config.listen;
@@ -195,7 +196,7 @@ impl Proxy {
         debug!(%local_addr, "proxy port bound");
         let admin = match config.admin.listen {
             Some(addr) => {
-                let admin = AdminServer::bind(addr).await.map_err(|source| StartError::Bind { addr, source })?;
+                let admin = AdminServer::bind(addr).await.map_err(|source| StartError::AdminBind { addr, source })?;
                 guard.policy().add_own(admin.local_addr());
                 Some(admin)
             }

@@ -8,6 +8,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use agentgate::audit::OnFailure;
 use agentgate::net::{Dial, NetFuture, Resolve};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -233,6 +234,50 @@ async fn a_configured_token_is_required_except_for_healthz() -> TestResult {
     assert_eq!(client.get(admin_url(&proxy, "/metrics")?).bearer_auth("admin-secret").send().await?.status(), 200);
     assert_eq!(get(&proxy, "/healthz").await?, (200, "ok\n".to_owned()), "liveness needs no token");
     proxy.finish().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_taken_admin_address_stops_start_up_naming_the_key() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = taken.local_addr()?;
+    let error = match TestProxy::start_with(&ca, |config| config.admin.listen = Some(addr)).await {
+        Ok(_) => return Err("the proxy started on a taken admin address".into()),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains(&format!("cannot listen on {addr} for the admin API")), "{error}");
+    assert!(error.contains("[admin] listen"), "{error}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn readyz_says_why_when_the_decision_log_cannot_be_written() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http().await?;
+    // A device that is always full: every write fails with ENOSPC; `continue` still forwards.
+    let proxy = TestProxy::start_with(&ca, |config| {
+        crate::support::bypass_all(config);
+        config.audit.path = "/dev/full".into();
+        config.audit.on_failure = OnFailure::Continue;
+    })
+    .await?;
+    assert_eq!(get(&proxy, "/readyz").await?, (200, "ready\n".to_owned()), "nothing written yet");
+    assert_eq!(proxy.client()?.get(origin.url("/hello")).send().await?.status(), 200);
+    // The writer fails the line shortly after the response: wait (bounded) until it has.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    let (status, body) = loop {
+        let (status, body) = get(&proxy, "/readyz").await?;
+        if status != 200 || tokio::time::Instant::now() >= deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("cannot write the decision log /dev/full"), "{body}");
+    let scraped = scrape(&proxy).await?;
+    assert_eq!(sample(&scraped, "agentgate_audit_failures_total", &[]), Some(1.0));
+    assert_eq!(get(&proxy, "/healthz").await?.0, 200, "alive, though not ready");
     Ok(())
 }
 
