@@ -238,6 +238,30 @@ async fn a_configured_token_is_required_except_for_healthz() -> TestResult {
 }
 
 #[tokio::test]
+async fn admin_connections_over_the_cap_are_closed_at_once() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let proxy = TestProxy::start(&ca).await?;
+    let addr = proxy.admin_addr.ok_or("no admin address")?;
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        held.push(TcpStream::connect(addr).await?);
+    }
+    // Each held connection is served: a request on the last one is answered.
+    let last = held.last_mut().ok_or("no connection")?;
+    last.write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n").await?;
+    let head = crate::support::raw::read_head(last).await?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut over = TcpStream::connect(addr).await?;
+    let mut byte = [0u8; 1];
+    let read = over.read(&mut byte).await;
+    assert!(matches!(read, Ok(0) | Err(_)), "the 65th connection is closed unanswered: {read:?}");
+    drop(held);
+    assert_eq!(get(&proxy, "/healthz").await?.0, 200, "places are given back");
+    proxy.finish().await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_taken_admin_address_stops_start_up_naming_the_key() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
