@@ -25,6 +25,7 @@ mod summary;
 mod writer;
 
 pub use recent::{RECENT_CAPACITY, RecentDecisions};
+pub(crate) use record::rfc3339_millis;
 pub use record::{DecisionRecord, ErrorType, EventId, Outcome};
 pub use redact::{LoggedUrl, REDACTED, redact_url};
 pub use summary::{AgentSummary, Count, MalformedLine, Summary, summarize};

@@ -22,7 +22,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::audit::{DecisionRecord, Outcome};
-use crate::policy::FetchOutcome;
+use crate::policy::{FetchError, FetchOutcome};
 
 /// Requests by what happened and which source decided.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -215,10 +215,10 @@ impl Metrics {
         let status = match outcome {
             FetchOutcome::Response { status, .. } => FetchStatus::Code(*status),
             FetchOutcome::Failed(error) => match error {
-                crate::policy::FetchError::Timeout => FetchStatus::Timeout,
-                crate::policy::FetchError::Network(_) => FetchStatus::NetworkError,
-                crate::policy::FetchError::TooManyRedirects => FetchStatus::TooManyRedirects,
-                crate::policy::FetchError::InsecureRedirect => FetchStatus::InsecureRedirect,
+                FetchError::Timeout => FetchStatus::Timeout,
+                FetchError::Network(_) => FetchStatus::NetworkError,
+                FetchError::TooManyRedirects => FetchStatus::TooManyRedirects,
+                FetchError::InsecureRedirect => FetchStatus::InsecureRedirect,
             },
         };
         self.policy_fetches.get_or_create(&FetchLabels { file, status }).inc();
@@ -292,7 +292,7 @@ mod tests {
 
     use super::*;
     use crate::policy::operator::Mode;
-    use crate::policy::{FetchError, Reason, Source};
+    use crate::policy::{Reason, Source};
 
     fn record(outcome: Outcome, reason: Option<Reason>) -> DecisionRecord {
         let client = SocketAddr::from(([127, 0, 0, 1], 5000));

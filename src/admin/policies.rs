@@ -8,13 +8,12 @@
 //! applies operator rules and limits (`/explain` answers what the site's files say, as the
 //! CLI does; see docs/admin.md).
 
-use std::time::SystemTime;
-
 use http::{Method, Response, StatusCode, Uri};
 use serde_json::{Value, json};
 
 use super::routes::{AdminBody, BadParameter, Query, error, json_response};
 use super::server::AdminState;
+use crate::audit::rfc3339_millis;
 use crate::config::AgentConfig;
 use crate::explain::{ExplainRequest, explain_with, report_json};
 use crate::fetch::Origin;
@@ -34,8 +33,8 @@ pub(super) async fn show(state: &AdminState, query: &Query) -> Result<Response<A
     for file in files {
         let mut entry = report_json(&file.report);
         if let Some(fields) = entry.as_object_mut() {
-            fields.insert("fetched_at".to_owned(), json!(rfc3339(file.fetched_at)));
-            fields.insert("fresh_until".to_owned(), json!(rfc3339(file.fresh_until)));
+            fields.insert("fetched_at".to_owned(), json!(rfc3339_millis(file.fetched_at)));
+            fields.insert("fresh_until".to_owned(), json!(rfc3339_millis(file.fresh_until)));
         }
         shown.insert(file.source.as_str().to_owned(), entry);
     }
@@ -96,8 +95,4 @@ fn origin_of(query: &Query, name: &str) -> Result<Origin, BadParameter> {
     let bad = |why: String| BadParameter::new(name, format!("{name} = {raw:?}: {why}"));
     let uri: Uri = raw.parse().map_err(|e| bad(format!("not a URL ({e}); write e.g. https://example.com")))?;
     Origin::from_uri(&uri).map_err(|e| bad(e.to_string()))
-}
-
-fn rfc3339(at: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(at).to_string()
 }

@@ -5,7 +5,9 @@
 //! served: stale-while-revalidate), the stale rules of each [`crate::policy::Format`]
 //! applied to each re-fetch, and memory bounded in bytes (`max_bytes`, each origin weighed
 //! by its parsed policies) and in origins (`max_origins`); moka evicts by LRU with
-//! frequency-based admission.
+//! frequency-based admission. Lookups (hit or miss), fetches and evictions are counted in
+//! [`crate::metrics::Metrics`]; [`PolicyCache::cached`] shows an origin's files to the admin
+//! API without fetching.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -198,9 +200,10 @@ macro_rules! cached_files {
             fn files(&self) -> Vec<CachedFile> {
                 let (now, wall) = (Instant::now(), SystemTime::now());
                 // Monotonic instants shown as wall-clock times, relative to now.
+                // A broken clock near the epoch cannot go further back: the epoch it is.
                 let at = |instant: Instant| match instant.checked_duration_since(now) {
                     Some(ahead) => wall + ahead,
-                    None => wall - now.saturating_duration_since(instant),
+                    None => wall.checked_sub(now.saturating_duration_since(instant)).unwrap_or(SystemTime::UNIX_EPOCH),
                 };
                 vec![$({
                     let freshness = self.freshness.$field;
