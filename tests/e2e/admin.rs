@@ -2,8 +2,10 @@
 //! port with answers as documented, the bearer token (401 without it, `/healthz` always
 //! open), `/metrics` parsed with a Prometheus text parser and moving with traffic (an allow,
 //! a robots.txt deny and a rate-limited request), a purge that makes the next request fetch
-//! the policy files again, and `http://agentgate.local/` answered by agentgate itself with
-//! no lookup and no connection (proven by a recording resolver and dialer).
+//! the policy files again, readiness (a failing decision log, the drain at shutdown), the
+//! connection cap and start-up on a taken address, and `http://agentgate.local/` answered by
+//! agentgate itself with no lookup and no connection (proven by a recording resolver and
+//! dialer).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -258,6 +260,36 @@ async fn admin_connections_over_the_cap_are_closed_at_once() -> TestResult {
     drop(held);
     assert_eq!(get(&proxy, "/healthz").await?.0, 200, "places are given back");
     proxy.finish().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn readyz_turns_503_while_the_proxy_drains_and_the_admin_api_stops_with_it() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http().await?;
+    let mut proxy = TestProxy::start_with(&ca, |config| {
+        crate::support::bypass_all(config);
+        config.shutdown_grace = std::time::Duration::from_secs(60);
+    })
+    .await?;
+    let admin = proxy.admin_addr.ok_or("no admin address")?;
+    let request = tokio::spawn(proxy.client()?.get(origin.url("/hold")).send());
+    origin.arrived().await;
+
+    let stopped = proxy.shut_down().ok_or("the proxy was already shut down")?;
+    // Draining has begun once the proxy port is closed.
+    while TcpStream::connect(proxy.addr).await.is_ok() {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(get(&proxy, "/readyz").await?, (503, "shutting down\n".to_owned()));
+    let (status, metrics) = get(&proxy, "/metrics").await?;
+    assert_eq!(status, 200, "metrics stay readable during the drain");
+    assert!(metrics.contains("agentgate_connections 1"), "{metrics}");
+
+    origin.release();
+    assert_eq!(request.await??.status(), 200);
+    stopped.await?;
+    assert!(TcpStream::connect(admin).await.is_err(), "the admin API stopped with the proxy");
     Ok(())
 }
 
