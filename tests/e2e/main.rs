@@ -19,8 +19,6 @@
 //! - `audit`: the audit promise, nothing forwarded before its record is on disk;
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
 //!   passthrough CONNECT decisions, shutdown with requests in flight;
-//! - `admin`: the admin API (every endpoint, the bearer token, `/metrics` moving with
-//!   traffic, purge and refetch) and `http://agentgate.local/` answered without any lookup;
 //! - `network`: the network guard (loopback spellings, internal ranges never dialled,
 //!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c).
 
