@@ -15,12 +15,12 @@ use base64::Engine as _;
 use http::HeaderValue;
 use ipnet::IpNet;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use crate::config::Config;
 use crate::policy::operator::Mode;
 use crate::policy::{Limit, LimitKind, LimitScope, Reason, Source};
 use crate::setting::networks;
+use crate::token::{HOW_TO_HASH, TokenDigest, is_sha256_hex};
 
 /// `[auth]`: proxy authentication (`Proxy-Authorization`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
@@ -98,15 +98,15 @@ pub struct Agent {
     identity: Option<String>,
     /// The operator's limits for this agent, as [`Limit`]s with source `operator`.
     pub limits: Vec<Limit>,
-    credential: Option<[u8; 32]>,
+    credential: Option<TokenDigest>,
     clients: Vec<IpNet>,
 }
 
 impl Agent {
     fn from_config(config: &AgentConfig, table: &str) -> Agent {
         let credential = match (&config.token, &config.token_sha256) {
-            (Some(token), _) => Some(Sha256::digest(token.as_bytes()).into()),
-            (None, Some(hex_digest)) => hex::decode(hex_digest).ok().and_then(|bytes| bytes.try_into().ok()),
+            (Some(token), _) => Some(TokenDigest::of(token)),
+            (None, Some(hex_digest)) => TokenDigest::from_hex(hex_digest),
             (None, None) => None,
         };
         let id = config.id.as_deref().map(Arc::from);
@@ -316,11 +316,9 @@ pub(crate) fn agent_problems(default: &AgentConfig, agents: &[AgentConfig], prob
             problems.push(format!("{table} token = \"\": must not be empty"));
         }
         if let Some(hash) = &agent.token_sha256
-            && (hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()))
+            && !is_sha256_hex(hash)
         {
-            problems.push(format!(
-                "{table} token_sha256 = {hash:?}: must be 64 hex digits, e.g. the output of `printf %s TOKEN | sha256sum`"
-            ));
+            problems.push(format!("{table} token_sha256 = {hash:?}: must be 64 hex digits, e.g. {HOW_TO_HASH}"));
         }
         if agent.token.is_none() && agent.token_sha256.is_none() && agent.clients.is_empty() {
             problems.push(format!(
@@ -332,9 +330,7 @@ pub(crate) fn agent_problems(default: &AgentConfig, agents: &[AgentConfig], prob
 
 /// Whether `token` is the agent's: the SHA-256 digests compared in constant time.
 fn token_matches(agent: &Agent, token: &str) -> bool {
-    let Some(expected) = &agent.credential else { return false };
-    let given: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-    given.iter().zip(expected).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
+    agent.credential.is_some_and(|expected| expected.matches(token))
 }
 
 #[cfg(test)]

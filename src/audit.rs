@@ -4,7 +4,8 @@
 //! Owns: the [`DecisionRecord`] and its encoding, the field-name constants ([`field`]), URL
 //! redaction ([`redact_url`]), the writer ([`AuditLog`], a handle on a bounded queue, and
 //! [`AuditWriter`], the thread that owns the file, flushes when idle and fsyncs on shutdown),
-//! and the per-agent [`summarize`] behind `agentgate audit summary`.
+//! the ring of the latest lines behind the admin API's `/decisions/recent`
+//! ([`RecentDecisions`]), and the per-agent [`summarize`] behind `agentgate audit summary`.
 //!
 //! Never: changes a decision (the gate decides, then records; on a write failure it is the
 //! gate that applies `[audit] on_failure`), or drops a record without counting it: every
@@ -17,11 +18,14 @@ use std::io;
 use std::path::PathBuf;
 
 pub mod field;
+mod recent;
 mod record;
 mod redact;
 mod summary;
 mod writer;
 
+pub use recent::{RECENT_CAPACITY, RecentDecisions};
+pub(crate) use record::rfc3339_millis;
 pub use record::{DecisionRecord, ErrorType, EventId, Outcome};
 pub use redact::{LoggedUrl, REDACTED, redact_url};
 pub use summary::{AgentSummary, Count, MalformedLine, Summary, summarize};

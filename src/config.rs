@@ -23,6 +23,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Deserialize;
 
+pub use crate::admin::AdminConfig;
 use crate::agents::agent_problems;
 pub use crate::agents::{AgentConfig, AgentLimits, AuthConfig};
 pub use crate::audit::AuditSettings;
@@ -31,7 +32,7 @@ use crate::net::is_host_pattern;
 pub use crate::net::{ConnectConfig, NetworkConfig, PortRange};
 pub use crate::policy::operator::{Mode, RuleAction};
 pub use crate::proxy::{ConnectionsConfig, MitmConfig, UpstreamConfig};
-use crate::setting::{duration, nonzero_caps, optional_socket_addr, socket_addr};
+use crate::setting::{duration, nonzero_caps, socket_addr};
 
 /// The documented default config file, exactly as shipped in `config/agentgate.toml`.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../config/agentgate.toml");
@@ -139,15 +140,6 @@ pub struct AgentsMdConfig {
     pub strict_authentication: bool,
 }
 
-/// `[admin]`: the admin API.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AdminConfig {
-    /// Where the admin API listens; `None` (written `"off"`) disables it (default `127.0.0.1:9090`).
-    #[serde(deserialize_with = "optional_socket_addr")]
-    pub listen: Option<SocketAddr>,
-}
-
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -177,12 +169,6 @@ impl Default for Config {
 impl Default for CaConfig {
     fn default() -> Self {
         Self { dir: PathBuf::from("certs") }
-    }
-}
-
-impl Default for AdminConfig {
-    fn default() -> Self {
-        Self { listen: Some(SocketAddr::from(([127, 0, 0, 1], 9090))) }
     }
 }
 
@@ -230,6 +216,7 @@ impl Config {
         self.upstream.problems(&mut problems);
         self.connections.problems(&mut problems);
         self.mitm.problems(&mut problems);
+        self.admin.problems(&mut problems);
         for pattern in &self.bypass_hosts {
             if pattern != "*" && !is_host_pattern(pattern) {
                 problems.push(format!(
@@ -391,7 +378,7 @@ mod tests {
         let text = include_str!("../docker/agentgate.toml");
         let config = Config::from_toml_str(text, "docker/agentgate.toml").unwrap();
         assert_eq!(config.listen, "0.0.0.0:8080".parse().unwrap());
-        assert_eq!(config.admin.listen, Some("0.0.0.0:9090".parse().unwrap()));
+        assert_eq!(config.admin.listen, Some("127.0.0.1:9090".parse().unwrap()));
         assert_eq!(config.ca.dir, PathBuf::from("/var/lib/agentgate/certs"));
     }
 
@@ -478,7 +465,7 @@ connect_timeout = "0s"
 cert_cache_size = 0
 passthrough_hosts = ["https://bank.example/", "ok.example", "*.ok.example", "*", "a..b"]
 [admin]
-listen = "0.0.0.0:8080"
+listen = "127.0.0.1:8080"
 "#;
         let problems = problems(text);
         let joined = problems.join("\n");

@@ -99,6 +99,16 @@ pub struct Explanation {
 pub fn explain(req: &ExplainRequest) -> Result<Explanation, ExplainError> {
     let target = Target::parse(&req.url)?;
     let policies = load_policies(&req.policy_dir, &target.host)?;
+    explain_with(req, policies)
+}
+
+/// Evaluates one request against `policies` (`req.policy_dir` is not read): what the admin
+/// API's `/explain` does with an origin's policies from the live cache.
+///
+/// # Errors
+/// When a header in `req.headers` or the URL cannot be used.
+pub fn explain_with(req: &ExplainRequest, policies: Policies) -> Result<Explanation, ExplainError> {
+    let target = Target::parse(&req.url)?;
     let mut headers = Headers::default();
     for raw in &req.headers {
         let (name, value) = split_header(raw).ok_or_else(|| ExplainError::HeaderArg(raw.clone()))?;
@@ -381,7 +391,9 @@ fn reason_json(r: &Reason) -> Value {
     json!({"source": r.source.as_str(), "code": r.code, "line": r.line, "rule": r.rule, "digest": r.digest})
 }
 
-fn report_json(report: &PolicyReport) -> Value {
+/// One file's state as JSON: status, digest, and its findings both as `warnings` strings
+/// and as structured `diagnostics` (also the admin API's `/policies`).
+pub fn report_json(report: &PolicyReport) -> Value {
     // `warnings` carries every finding as "code: message" so that the checkers' substring
     // comparison finds the code; `diagnostics` has the same findings structured.
     let warnings: Vec<String> = report.diagnostics.iter().map(|d| format!("{}: {}", d.code, d.message)).collect();

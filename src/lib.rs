@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod agents;
 pub mod audit;
 pub mod config;
@@ -15,9 +16,11 @@ pub mod fetch;
 pub mod gate;
 pub mod limits;
 pub mod lint;
+pub mod metrics;
 pub mod net;
 pub mod policy;
 pub mod proxy;
 pub mod reload;
 mod setting;
 pub mod tls;
+pub mod token;

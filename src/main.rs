@@ -207,6 +207,11 @@ fn run_proxy(args: RunArgs) -> anyhow::Result<()> {
         println!(
             "agentgate listening on http://{addr} (CA {ca}); for agents: HTTPS_PROXY=http://{addr} HTTP_PROXY=http://{addr} SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca} NODE_EXTRA_CA_CERTS={ca}"
         );
+        match running.admin_addr() {
+            Some(admin) => println!("admin API on http://{admin} (/healthz, /readyz, /metrics, /ca.pem: docs/admin.md)"),
+            None => println!("admin API off ([admin] listen = \"off\")"),
+        }
+        println!("agents fetch the CA through the proxy: curl -x http://{addr} http://agentgate.local/ca.pem");
         running.run_until(shutdown_signal()).await;
         Ok(())
     })

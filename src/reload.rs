@@ -20,7 +20,6 @@
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -68,7 +67,7 @@ impl ConfigSource {
 }
 
 /// How many reloads were put in force and how many were rejected since start (the metric
-/// `agentgate_config_reloads_total{result="ok"|"failed"}`).
+/// `agentgate_config_reloads_total{result="ok"|"error"}`, which keeps the count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ReloadCounts {
     /// Files read, checked and put in force (an unchanged file included).
@@ -90,19 +89,18 @@ pub struct Reloader {
     state: Arc<ProxyState>,
     /// The config in force, to compare the next file with.
     running: Mutex<Arc<Config>>,
-    ok: AtomicU64,
-    failed: AtomicU64,
 }
 
 impl Reloader {
     pub(crate) fn new(source: ConfigSource, state: Arc<ProxyState>) -> Self {
         let running = Mutex::new(state.generation().config.clone());
-        Reloader { source, state, running, ok: AtomicU64::new(0), failed: AtomicU64::new(0) }
+        Reloader { source, state, running }
     }
 
     /// Reloads and counts so far.
     pub fn counts(&self) -> ReloadCounts {
-        ReloadCounts { ok: self.ok.load(Ordering::Relaxed), failed: self.failed.load(Ordering::Relaxed) }
+        let (ok, failed) = self.state.metrics.config_reloads();
+        ReloadCounts { ok, failed }
     }
 
     /// Reads and checks the config file and puts it in force for every request that starts
@@ -118,7 +116,7 @@ impl Reloader {
         let config = match self.source.load() {
             Ok(config) => config,
             Err(err) => {
-                self.failed.fetch_add(1, Ordering::Relaxed);
+                self.state.metrics.config_reload(false);
                 log_rejection(&err);
                 return Err(err);
             }
@@ -135,7 +133,7 @@ impl Reloader {
         } else {
             info!(config = %origin, "config reloaded; nothing that reloads changed");
         }
-        self.ok.fetch_add(1, Ordering::Relaxed);
+        self.state.metrics.config_reload(true);
         Ok(Reloaded { needs_restart })
     }
 

@@ -346,7 +346,7 @@ fn unix_millis(at: SystemTime) -> u64 {
 /// `at` as RFC 3339 in UTC with milliseconds, e.g. `2023-11-14T22:13:20.000Z`. humantime
 /// writes years 1970 to 9999 only; a clock outside them is a broken clock, and the nearest
 /// time it can write is the least wrong answer.
-fn rfc3339_millis(at: SystemTime) -> String {
+pub(crate) fn rfc3339_millis(at: SystemTime) -> String {
     let latest = UNIX_EPOCH + Duration::from_millis(253_402_300_799_999);
     humantime::format_rfc3339_millis(at.clamp(UNIX_EPOCH, latest)).to_string()
 }

@@ -28,7 +28,7 @@ use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{AuditError, DecisionRecord};
+use super::{AuditError, DecisionRecord, RECENT_CAPACITY, RecentDecisions};
 use crate::setting::{byte_size, nonzero_caps};
 
 /// What the gate does with a request whose record cannot be written (DESIGN §7).
@@ -183,6 +183,8 @@ struct Shared {
     /// The error of the last failed write while the log is failing; `None` once a write
     /// succeeds again.
     failure: Mutex<Option<String>>,
+    /// The latest lines, fed by the writer thread (off the request path).
+    recent: RecentDecisions,
 }
 
 impl Shared {
@@ -274,6 +276,7 @@ impl AuditLog {
             refused: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             failure: Mutex::new(None),
+            recent: RecentDecisions::new(RECENT_CAPACITY),
         });
         // A blocking thread, not an async task: file writes and fsync block, and must not
         // stall a runtime worker that is serving agents.
@@ -355,6 +358,23 @@ impl AuditLog {
         self.shared.failed_records()
     }
 
+    /// Records queued and not yet written or lost: the writer's backlog.
+    pub fn queue_depth(&self) -> u64 {
+        let shared = &self.shared;
+        let done = shared.written.load(Ordering::Relaxed) + shared.lost.load(Ordering::Relaxed);
+        shared.queued.load(Ordering::Relaxed).saturating_sub(done)
+    }
+
+    /// The error of the last write while the log is failing; `None` when it is healthy.
+    pub fn write_error(&self) -> Option<AuditError> {
+        self.shared.write_error()
+    }
+
+    /// The latest lines handed to the writer (admin API `/decisions/recent`).
+    pub fn recent(&self) -> &RecentDecisions {
+        &self.shared.recent
+    }
+
     fn unavailable(&self) -> Unrecorded {
         let cause = self.shared.write_error().unwrap_or_else(|| AuditError::Closed { path: self.shared.path.clone() });
         Unrecorded { on_failure: self.shared.on_failure, cause }
@@ -413,6 +433,7 @@ fn write_lines(mut rx: mpsc::Receiver<Message>, mut sink: Sink, shared: &Shared)
                     write_batch(&mut sink, std::mem::take(&mut batch), shared);
                     sink.rotate();
                 }
+                shared.recent.push(&line);
                 batch.bytes.extend_from_slice(line.as_bytes());
                 batch.lines += 1;
                 batch.acks.extend(ack);

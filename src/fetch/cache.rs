@@ -5,10 +5,12 @@
 //! served: stale-while-revalidate), the stale rules of each [`crate::policy::Format`]
 //! applied to each re-fetch, and memory bounded in bytes (`max_bytes`, each origin weighed
 //! by its parsed policies) and in origins (`max_origins`); moka evicts by LRU with
-//! frequency-based admission.
+//! frequency-based admission. Lookups (hit or miss), fetches and evictions are counted in
+//! [`crate::metrics::Metrics`]; [`PolicyCache::cached`] shows an origin's files to the admin
+//! API without fetching.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
@@ -17,8 +19,9 @@ use super::file::PolicyFile;
 use super::freshness::TtlBounds;
 use super::get::Fetcher;
 use super::transport::PolicyTransport;
+use crate::metrics::Metrics;
 use crate::policy::refresh::{self, Previous};
-use crate::policy::{Format, Policies, StaleRules, agents_txt, formats};
+use crate::policy::{Format, Policies, PolicyReport, Source, StaleRules, agents_txt, formats};
 
 /// `[cache]`: the operator's bounds on the policy cache's memory. Owned here, composed into
 /// the config by `crate::config` (docs/layering.md); the defaults are written only here.
@@ -89,6 +92,8 @@ struct Inner {
     fetcher: Fetcher,
     rules: StaleRules,
     entries: moka::future::Cache<Origin, Arc<Entry>>,
+    /// Counts lookups, fetches and evictions.
+    metrics: Arc<Metrics>,
 }
 
 /// One origin: the snapshot in force, and the lock that lets one refresh run at a time.
@@ -175,6 +180,46 @@ macro_rules! snapshot {
 }
 formats!(snapshot);
 
+/// One cached policy file as the admin API shows it (`GET /policies`).
+#[derive(Debug, Clone)]
+pub struct CachedFile {
+    /// Which file.
+    pub source: Source,
+    /// Its state: status, digest and diagnostics.
+    pub report: PolicyReport,
+    /// When the copy in force was fetched (approximate: derived from the monotonic clock).
+    pub fetched_at: SystemTime,
+    /// When it goes stale and is fetched again on the next request.
+    pub fresh_until: SystemTime,
+}
+
+macro_rules! cached_files {
+    ($($field:ident: $format:ty),* $(,)?) => {
+        impl Snapshot {
+            /// Each file's state and freshness, in the order of [`formats!`].
+            fn files(&self) -> Vec<CachedFile> {
+                let (now, wall) = (Instant::now(), SystemTime::now());
+                // Monotonic instants shown as wall-clock times, relative to now.
+                // A broken clock near the epoch cannot go further back: the epoch it is.
+                let at = |instant: Instant| match instant.checked_duration_since(now) {
+                    Some(ahead) => wall + ahead,
+                    None => wall.checked_sub(now.saturating_duration_since(instant)).unwrap_or(SystemTime::UNIX_EPOCH),
+                };
+                vec![$({
+                    let freshness = self.freshness.$field;
+                    CachedFile {
+                        source: <$format>::SOURCE,
+                        report: <$format>::report(&self.policies.$field),
+                        fetched_at: at(freshness.stale_since.checked_sub(freshness.lifetime).unwrap_or(freshness.stale_since)),
+                        fresh_until: at(freshness.fresh_until),
+                    }
+                },)*]
+            }
+        }
+    };
+}
+formats!(cached_files);
+
 impl Snapshot {
     /// True when every file may be served at `now` without waiting for a refresh.
     fn serves_at(&self, now: Instant) -> bool {
@@ -192,8 +237,9 @@ impl Snapshot {
 const ENTRY_OVERHEAD: usize = 1024;
 
 impl PolicyCache {
-    /// An empty cache fetching through `transport`.
-    pub fn new(transport: Arc<dyn PolicyTransport>, settings: CacheSettings) -> Self {
+    /// An empty cache fetching through `transport`, counting lookups, fetches and
+    /// evictions in `metrics`.
+    pub fn new(transport: Arc<dyn PolicyTransport>, settings: CacheSettings, metrics: Arc<Metrics>) -> Self {
         let max_ttl = settings.max_ttl.min(refresh::MAX_TTL);
         let fetcher = Fetcher {
             transport,
@@ -204,10 +250,17 @@ impl PolicyCache {
         // bytes: every entry weighs at least `floor`, so `max_origins` entries fill it.
         let CacheConfig { max_origins, max_bytes } = settings.bounds;
         let floor = max_bytes.div_ceil(max_origins.max(1)).max(1);
+        let evictions = Arc::clone(&metrics);
         let entries = moka::future::Cache::builder()
             .max_capacity(max_bytes)
             .weigher(move |_: &Origin, entry: &Arc<Entry>| {
                 u32::try_from(u64::from(entry.weight).max(floor)).unwrap_or(u32::MAX)
+            })
+            // Only evictions for the bounds: a refresh replacing an entry or a purge is not one.
+            .eviction_listener(move |_, _, cause| {
+                if cause.was_evicted() {
+                    evictions.policy_eviction();
+                }
             })
             .build();
         PolicyCache {
@@ -215,6 +268,7 @@ impl PolicyCache {
                 fetcher,
                 rules: StaleRules { agents_txt_negative_ttl: settings.agents_txt_negative_ttl },
                 entries,
+                metrics,
             }),
         }
     }
@@ -235,6 +289,7 @@ impl PolicyCache {
             .entry_by_ref(origin)
             .or_insert_with(async { Entry::new(inner.load(origin, None).await, Arc::new(tokio::sync::Mutex::new(()))) })
             .await;
+        inner.metrics.policy_lookup(!loaded.is_fresh());
         if loaded.is_fresh() {
             inner.evict_over_bounds().await;
         }
@@ -283,6 +338,12 @@ impl PolicyCache {
     /// and [`PolicyCache::weighted_size`] are exact (admin status, tests).
     pub async fn run_pending_tasks(&self) {
         self.inner.entries.run_pending_tasks().await;
+    }
+
+    /// What is cached for `origin`, one entry per file, without fetching (admin API);
+    /// `None` when the origin is not cached.
+    pub async fn cached(&self, origin: &Origin) -> Option<Vec<CachedFile>> {
+        self.inner.entries.get(origin).await.map(|entry| entry.snapshot.files())
     }
 
     /// Forgets `origin`: its next request fetches every file again (admin API).
@@ -381,6 +442,7 @@ impl Inner {
     /// Fetches one file and hands the outcome to its format's `from_fetch`.
     async fn fetch_state<F: Format>(&self, origin: &Origin, path: &'static str) -> (F::State, Duration) {
         let fetched = self.fetcher.fetch(origin, PolicyFile::of::<F>(path)).await;
+        self.metrics.policy_fetch(path, &fetched.outcome);
         (F::from_fetch(&fetched.outcome), fetched.ttl)
     }
 }

@@ -22,7 +22,7 @@ mod transport;
 #[cfg(test)]
 mod tests;
 
-pub use cache::{CacheConfig, CacheSettings, PolicyCache};
+pub use cache::{CacheConfig, CacheSettings, CachedFile, PolicyCache};
 pub use origin::{Origin, OriginError, Scheme};
 pub use transport::{PolicyResponse, PolicyTransport, TransportFuture};
 

@@ -56,7 +56,7 @@ fn transport(ca: &TestCa) -> TestResult<Arc<dyn PolicyTransport>> {
 }
 
 fn cache(ca: &TestCa) -> TestResult<PolicyCache> {
-    Ok(PolicyCache::new(transport(ca)?, CacheSettings::default()))
+    Ok(PolicyCache::new(transport(ca)?, CacheSettings::default(), Arc::default()))
 }
 
 fn fetcher(ca: &TestCa, timeout: Duration) -> TestResult<Fetcher> {
@@ -135,7 +135,7 @@ async fn four_files_are_fetched_in_parallel_with_agentgates_user_agent() -> Test
         .serve("/AGENTS.md", Served::ok(AGENTS_MD).held())
         .serve("/automation-preferences.txt", Served::ok(AUTOCTL).held());
     let settings = CacheSettings { fetch_timeout: Duration::from_secs(10), ..CacheSettings::default() };
-    let cache = PolicyCache::new(transport(&ca)?, settings);
+    let cache = PolicyCache::new(transport(&ca)?, settings, Arc::default());
     let release = async {
         origin.held(4).await;
         origin.release_all();
@@ -264,7 +264,7 @@ async fn weight_stays_under_max_bytes_and_evicted_origins_are_fetched_again() ->
     assert!(weight > robots.len() as u64, "a parsed robots.txt weighs at least its text: {weight}");
     let max_bytes = 3 * weight + weight / 2;
     let settings = CacheSettings::from(CacheConfig { max_bytes, ..CacheConfig::default() });
-    let cache = PolicyCache::new(transport(&ca)?, settings);
+    let cache = PolicyCache::new(transport(&ca)?, settings, Arc::default());
     for origin in &origins {
         let policies = cache.policies(&origin_key(origin)).await;
         assert_eq!(decide(&policies, "/p/00007/x"), Outcome::Deny);
@@ -441,7 +441,7 @@ async fn c2_agents_md_of_an_http_origin_is_never_fetched_over_http() -> TestResu
     // AGENTS.md goes to https://127.0.0.1:443, where the test origin is not; bound the wait
     // in case something else listens there.
     let settings = CacheSettings { fetch_timeout: Duration::from_secs(2), ..CacheSettings::default() };
-    let policies = PolicyCache::new(transport(&ca)?, settings).policies(&origin_key(&origin)).await;
+    let policies = PolicyCache::new(transport(&ca)?, settings, Arc::default()).policies(&origin_key(&origin)).await;
     assert_eq!(origin.hits("/AGENTS.md"), 0);
     assert_eq!(origin.hits("/.well-known/agents.md"), 0);
     assert!(policies.agents_md.falls_through(), "no policy from plain http");

@@ -114,6 +114,11 @@ impl Admission {
         Err(cap)
     }
 
+    /// Connections open now (the admin API's `agentgate_connections`).
+    pub(crate) fn open_connections(&self) -> usize {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner).total
+    }
+
     fn note_refusal(&self, client: IpAddr, cap: Cap) {
         let Some(counts) = self.refused.count() else { return };
         let (key, limit) = match cap {

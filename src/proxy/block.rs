@@ -188,7 +188,8 @@ fn accepts_json(headers: &HeaderMap) -> bool {
     })
 }
 
-fn body_response(text: String, content_type: &'static str) -> Response<ProxyBody> {
+/// A `200` with `text` as its body (the caller sets another status when needed).
+pub(super) fn body_response(text: String, content_type: &'static str) -> Response<ProxyBody> {
     let body = Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed_unsync();
     let mut response = Response::new(body);
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));

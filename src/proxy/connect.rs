@@ -31,6 +31,7 @@ use super::destination::{Ask, check_destination};
 use super::drain::Drain;
 use super::error::{ProxyError, TunnelError, shown_target};
 use super::listener::{ServerProtocols, serve_connection};
+use super::local;
 use super::relay::splice;
 use super::rewind::Rewind;
 use super::service::{ProxyService, answer_blocked, completed};
@@ -147,17 +148,25 @@ pub(crate) async fn handle_connect(
         headers: &headers,
         addresses: &[],
     };
+    // agentgate.local is answered inside the tunnel by agentgate itself (`local.rs`): never
+    // looked up, vetted or passed through.
+    let is_local = local::is_local(authority.host());
     // Held until the passthrough tunnel is open: it dials these addresses.
-    let vetted = match check_destination(state, &live, Instant::now(), connect, Ask::Connect).await? {
-        Ok(vetted) => vetted,
-        Err(blocked) => return Ok(blocked),
+    let vetted = if is_local {
+        None
+    } else {
+        match check_destination(state, &live, Instant::now(), connect, Ask::Connect).await? {
+            Ok(vetted) => Some(vetted),
+            Err(blocked) => return Ok(blocked),
+        }
     };
     let on_upgrade = hyper::upgrade::on(&mut request);
-    let tunnel = decide_tunnel(&live.config, &authority);
+    let tunnel = if is_local { Tunnel::Mitm } else { decide_tunnel(&live.config, &authority) };
     let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
     match tunnel {
         Tunnel::Passthrough => {
-            let passthrough = GateRequest { method: "GET", addresses: vetted.addresses(), ..connect };
+            let addresses = vetted.as_ref().map_or(&[][..], |vetted| vetted.addresses());
+            let passthrough = GateRequest { method: "GET", addresses, ..connect };
             let permit = match decide_passthrough(state, &live.gate, passthrough).await {
                 Ok(permit) => permit,
                 Err(blocked) => return Ok(blocked),
@@ -165,6 +174,7 @@ pub(crate) async fn handle_connect(
             let started = Instant::now();
             let opened = state.upstream.open_tunnel(&authority).await;
             let decided = completed(permit.into_record(), started, opened.as_ref().map(|_| StatusCode::OK));
+            state.metrics.record(&decided);
             // The audit promise: under `on_failure = "block"` no byte is spliced before the
             // record is on disk.
             if opened.is_ok() && state.audit.on_failure() == OnFailure::Block {
@@ -176,8 +186,10 @@ pub(crate) async fn handle_connect(
                 warn!(error = %unrecorded.cause, event_id = %decided.id, "decision record not written");
             }
             let origin = opened?;
+            let open = state.metrics.tunnel_opened();
             tokio::spawn(
                 async move {
+                    let _open = open;
                     match on_upgrade.await {
                         Ok(upgraded) => splice(TokioIo::new(upgraded), origin, drain, "passthrough tunnel").await,
                         Err(error) => debug!(error = %error_chain(&error), "client left before the tunnel opened"),
@@ -188,8 +200,10 @@ pub(crate) async fn handle_connect(
         }
         Tunnel::Mitm => {
             let state = Arc::clone(state);
+            let open = state.metrics.tunnel_opened();
             tokio::spawn(
                 async move {
+                    let _open = open;
                     if let Err(error) = intercept(state, client, agent, authority, on_upgrade, drain).await {
                         warn!(error = %error, "tunnel failed");
                     }

@@ -19,6 +19,7 @@ use super::upstream::Upstream;
 use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::gate::Gate;
+use crate::metrics::Metrics;
 use crate::net::Guard;
 use crate::tls::LeafCertCache;
 
@@ -38,6 +39,8 @@ pub(crate) struct ProxyState {
     pub(crate) guard: Arc<Guard>,
     /// Where every decision is recorded.
     pub(crate) audit: AuditLog,
+    /// What `/metrics` shows; counted where records are completed and tunnels open.
+    pub(crate) metrics: Arc<Metrics>,
     next_request_id: AtomicU64,
 }
 
@@ -49,9 +52,10 @@ impl ProxyState {
         guard: Arc<Guard>,
         gate: Gate,
         audit: AuditLog,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let live = ArcSwap::from_pointee(Generation { config: Arc::clone(&config), gate });
-        ProxyState { config, live, certs, upstream, guard, audit, next_request_id: AtomicU64::new(1) }
+        ProxyState { config, live, certs, upstream, guard, audit, metrics, next_request_id: AtomicU64::new(1) }
     }
 
     /// The generation in force: a request takes it once, when it starts, and is decided under

@@ -49,6 +49,17 @@ pub enum StartError {
         /// The operating system's error.
         source: io::Error,
     },
+
+    /// The admin API's address could not be bound.
+    #[error(
+        "cannot listen on {addr} for the admin API: {source}; choose a free address with [admin] listen, or \"off\""
+    )]
+    AdminBind {
+        /// The address from `[admin] listen`.
+        addr: SocketAddr,
+        /// The operating system's error.
+        source: io::Error,
+    },
 }
 
 /// Why an intercepted tunnel could not be set up, before any request inside it: logged, never

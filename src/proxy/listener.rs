@@ -9,6 +9,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -27,12 +28,14 @@ use super::idle::{Activity, Counted};
 use super::resolve::GuardedConnector;
 use super::service::ProxyService;
 use super::upstream::Upstream;
+use crate::admin::{AdminServer, AdminState};
 use crate::audit::{AuditLog, AuditWriter};
 use crate::config::Config;
 use crate::error_chain::error_chain;
 use crate::fetch::{CacheSettings, PolicyCache, PolicyTransport};
 use crate::gate::Gate;
 use crate::limits::Limiter;
+use crate::metrics::Metrics;
 use crate::net::{AddressPolicy, Dial, Guard, Resolve, SystemResolver, TcpDialer};
 use crate::reload::{ConfigSource, Reloader};
 use crate::setting::{duration, nonzero_caps, nonzero_timeouts};
@@ -117,6 +120,9 @@ pub struct Proxy {
     guard: Arc<Guard>,
     gate: Gate,
     ca_cert_path: PathBuf,
+    /// The gate's policy cache, shared with the admin API.
+    cache: PolicyCache,
+    metrics: Arc<Metrics>,
 }
 
 /// A proxy bound to its listen address; [`run_until`](Self::run_until) serves it.
@@ -126,6 +132,9 @@ pub struct RunningProxy {
     ca_cert_path: PathBuf,
     listener: TcpListener,
     local_addr: SocketAddr,
+    /// The admin API's listener (`[admin] listen`), bound; it serves with the proxy.
+    admin: Option<AdminServer>,
+    cache: PolicyCache,
 }
 
 impl Proxy {
@@ -161,8 +170,10 @@ impl Proxy {
         let tcp = GuardedConnector { guard: Arc::clone(&guard), dialer };
         let upstream = Arc::new(Upstream::new(&config.upstream, tcp)?);
         let settings = CacheSettings::from(config.cache.clone());
-        let gate = Gate::new(&config, PolicyCache::new(upstream.clone(), settings), Arc::new(Limiter::in_process()));
-        Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path })
+        let metrics = Arc::new(Metrics::new());
+        let cache = PolicyCache::new(upstream.clone(), settings, Arc::clone(&metrics));
+        let gate = Gate::new(&config, cache.clone(), Arc::new(Limiter::in_process()));
+        Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics })
     }
 
     /// The PEM file of the CA that agents must trust.
@@ -174,9 +185,10 @@ impl Proxy {
     /// [`RunningProxy::local_addr`]).
     ///
     /// # Errors
-    /// [`StartError::Bind`] when the address is taken or not available.
+    /// [`StartError::Bind`] when the address is taken or not available,
+    /// [`StartError::AdminBind`] when `[admin] listen` is.
     pub async fn bind(self) -> Result<RunningProxy, StartError> {
-        let Proxy { config, certs, upstream, guard, gate, ca_cert_path } = self;
+        let Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics } = self;
         let addr = config.listen;
         let bind_error = |source| StartError::Bind { addr, source };
         let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
@@ -184,12 +196,20 @@ impl Proxy {
         // The real port (when `listen` said 0) is only known now.
         guard.policy().add_own(local_addr);
         debug!(%local_addr, "proxy port bound");
+        let admin = match config.admin.listen {
+            Some(addr) => {
+                let admin = AdminServer::bind(addr).await.map_err(|source| StartError::AdminBind { addr, source })?;
+                guard.policy().add_own(admin.local_addr());
+                Some(admin)
+            }
+            None => None,
+        };
         // Opened last, so a failure above leaves no writer behind; opened before the first
         // accept, so a bad log path stops start-up instead of the first request.
         let (audit, audit_writer) =
             AuditLog::start(config.audit.clone()).map_err(|source| StartError::Audit { source })?;
-        let state = Arc::new(ProxyState::new(config, certs, upstream, guard, gate, audit));
-        Ok(RunningProxy { state, audit_writer, ca_cert_path, listener, local_addr })
+        let state = Arc::new(ProxyState::new(config, certs, upstream, guard, gate, audit, metrics));
+        Ok(RunningProxy { state, audit_writer, ca_cert_path, listener, local_addr, admin, cache })
     }
 }
 
@@ -210,13 +230,22 @@ impl RunningProxy {
         Arc::new(Reloader::new(source, Arc::clone(&self.state)))
     }
 
+    /// The address the admin API listens on (the real port when `[admin] listen` had port
+    /// 0); `None` when it is off.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(AdminServer::local_addr)
+    }
+
     /// Serves until `shutdown` completes, then stops accepting and lets in-flight requests,
     /// tunnels and WebSocket relays finish for up to `shutdown_grace`; whatever is still
     /// running then is closed. Returns when that is done.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
-        let RunningProxy { state, audit_writer, listener, local_addr, .. } = self;
+        let RunningProxy { state, audit_writer, listener, local_addr, admin, cache, .. } = self;
         let drain = DrainController::new();
         let admission = Admission::new(&state.config.connections);
+        let admin = admin.map(|server| {
+            server.start(admin_state(&state, cache, &admission), state.generation().config.shutdown_grace)
+        });
         let accept_errors = Throttled::new();
         tokio::pin!(shutdown);
         loop {
@@ -235,16 +264,38 @@ impl RunningProxy {
             }
         }
         drop(listener);
+        if let Some(admin) = &admin {
+            admin.start_draining();
+        }
         let grace = state.generation().config.shutdown_grace;
         info!(?grace, "shutting down: no new connections, waiting for in-flight requests");
         let remaining = drain.drain(grace).await;
         if remaining > 0 {
             warn!(remaining, "shutdown grace period over; closing the connections still open");
         }
+        if let Some(admin) = admin {
+            admin.stop().await;
+        }
         // Every request has recorded its decision by now (or was cut off by the grace
         // period): drain the queue to disk.
         let stats = audit_writer.shutdown().await;
         info!(written = stats.written, failed = stats.failed, "decision log closed");
+    }
+}
+
+/// What the admin API reads of the running proxy.
+fn admin_state(state: &Arc<ProxyState>, cache: PolicyCache, admission: &Arc<Admission>) -> AdminState {
+    let admission = Arc::clone(admission);
+    let live = Arc::clone(state);
+    AdminState {
+        config: Box::new(move || Arc::clone(&live.generation().config)),
+        cache,
+        audit: state.audit.clone(),
+        metrics: Arc::clone(&state.metrics),
+        certs: state.certs.clone(),
+        connections: Box::new(move || admission.open_connections() as u64),
+        token: state.config.admin.token(),
+        draining: AtomicBool::new(false),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The proxy edge: the listener, CONNECT with MITM or passthrough, the one request service
 //! shared by plain HTTP and intercepted HTTPS, the pooled upstream client, the responses
-//! agentgate writes itself, and graceful shutdown.
+//! agentgate writes itself (including `http://agentgate.local/`, in `local`), and graceful
+//! shutdown, which starts and stops the admin API (`crate::admin`) with the proxy.
 //!
 //! It never parses policy text, decides allow or deny itself, or formats audit records: the
 //! gate (`crate::gate`) decides between "request parsed" and "forward" in [`service`]. The life of
@@ -20,6 +21,7 @@ mod first_byte;
 mod headers;
 mod idle;
 mod listener;
+mod local;
 mod relay;
 mod resolve;
 mod rewind;

@@ -32,6 +32,7 @@ use super::destination::{Ask, check_destination};
 use super::drain::Drain;
 use super::error::{ProxyError, shown_target};
 use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
+use super::local;
 use super::relay::splice;
 use crate::agents::Identity;
 use crate::audit::{DecisionRecord, OnFailure, Outcome as LogOutcome};
@@ -126,6 +127,9 @@ impl ProxyService {
             return handle_connect(&self.state, self.client, self.drain.clone(), request).await;
         }
         let (context, request) = self.route(started, request)?;
+        if let Some(answer) = local::answer(&self.state, &context, &request).await {
+            return Ok(answer);
+        }
         // One config generation for the whole request, whatever a reload swaps in meanwhile.
         let live = self.state.generation();
         let origin = Origin::from_parts(&context.scheme, &context.authority)
@@ -326,6 +330,7 @@ pub(crate) async fn record(
     status: Result<StatusCode, &ProxyError>,
 ) {
     let record = completed(record, started, status);
+    state.metrics.record(&record);
     if let Err(unrecorded) = state.audit.record(&record).await {
         warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
     }

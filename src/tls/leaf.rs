@@ -110,6 +110,12 @@ impl LeafCertCache {
             .map_err(|reason| TlsError::Mint { host: name, reason: (*reason).clone() })
     }
 
+    /// The PEM of the CA that signs the leafs: what agents must trust (`/ca.pem` on the
+    /// admin API and at `http://agentgate.local/ca.pem` through the proxy).
+    pub fn ca_cert_pem(&self) -> &str {
+        self.ca.cert_pem()
+    }
+
     /// How many leafs this cache (and its clones) minted so far; for metrics.
     pub fn minted_count(&self) -> u64 {
         self.minted.load(Ordering::Relaxed)

@@ -22,6 +22,7 @@
 //! - `network`: the network guard (loopback spellings, internal ranges never dialled,
 //!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c).
 
+mod admin;
 mod agents;
 mod audit;
 mod connections;

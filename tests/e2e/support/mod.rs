@@ -43,6 +43,8 @@ pub struct TestProxy {
     pub ca_path: PathBuf,
     /// The decision log (in the temporary directory).
     pub log_path: PathBuf,
+    /// Where the admin API listens (a free loopback port), unless the test turned it off.
+    pub admin_addr: Option<SocketAddr>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
     _ca_dir: tempfile::TempDir,
@@ -95,17 +97,29 @@ impl TestProxy {
         // (docs/security.md): tests opt in, and CONNECT may reach their ephemeral ports.
         config.network.allow_cidrs = vec!["127.0.0.0/8".parse()?, "::1/128".parse()?];
         config.connect.allowed_ports = vec![PortRange { first: 1, last: u16::MAX }];
+        // Never the default fixed port: tests run in parallel.
+        config.admin.listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
         edit(&mut config);
         let log_path = config.audit.path.clone();
         let running = Proxy::with_network(Arc::new(config), resolver, dialer)?.bind().await?;
         let addr = running.local_addr();
+        let admin_addr = running.admin_addr();
         let ca_path = running.ca_cert_path().to_owned();
         let ca_pem = std::fs::read_to_string(&ca_path)?;
         let (shutdown, stop) = oneshot::channel::<()>();
         let task = tokio::spawn(running.run_until(async move {
             let _ = stop.await;
         }));
-        Ok(TestProxy { addr, ca_pem, ca_path, log_path, shutdown: Some(shutdown), task: Some(task), _ca_dir: ca_dir })
+        Ok(TestProxy {
+            addr,
+            ca_pem,
+            ca_path,
+            log_path,
+            admin_addr,
+            shutdown: Some(shutdown),
+            task: Some(task),
+            _ca_dir: ca_dir,
+        })
     }
 
     /// `http://127.0.0.1:<port>`: the proxy URL for clients.

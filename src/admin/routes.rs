@@ -1,0 +1,201 @@
+//! Routing and answers of the admin API: the bearer-token check, one handler per endpoint,
+//! query parameters checked with errors that name the parameter, `404` for an unknown path,
+//! `405` with `Allow` for a method an endpoint does not take. Every answer is small and
+//! built here in full (no streaming).
+//!
+//! Never: changes policy, limits or config; the only write is a purge of cached policies.
+
+use bytes::Bytes;
+use http::header::{ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use serde_json::{Value, json};
+
+use super::policies;
+use super::server::AdminState;
+use crate::audit::RECENT_CAPACITY;
+
+/// The body of every admin answer.
+pub(super) type AdminBody = Full<Bytes>;
+
+/// How many records `/decisions/recent` returns without `n`.
+const DEFAULT_RECENT: usize = 100;
+
+/// The endpoints, with the methods each takes (the `Allow` of a 405) and the query
+/// parameters it reads (any other is a 400, so a misspelt one is not silently ignored).
+type Endpoint = (&'static str, &'static str, &'static [&'static str]);
+const ENDPOINTS: [Endpoint; 7] = [
+    ("/healthz", "GET", &[]),
+    ("/readyz", "GET", &[]),
+    ("/metrics", "GET", &[]),
+    ("/ca.pem", "GET", &[]),
+    ("/policies", "GET, DELETE", &["origin"]),
+    ("/explain", "GET", &["url", "method", "agent"]),
+    ("/decisions/recent", "GET", &["n"]),
+];
+
+/// One admin request, start to answer.
+pub(super) async fn handle<B>(state: &AdminState, request: Request<B>) -> Response<AdminBody> {
+    let path = request.uri().path();
+    // Liveness stays open so a container health check needs no secret; everything else,
+    // unknown paths included, needs the token first.
+    if path != "/healthz" && !authorized(state, &request) {
+        let mut response = error(
+            StatusCode::UNAUTHORIZED,
+            None,
+            "this admin API needs `Authorization: Bearer TOKEN` ([admin] token_sha256)",
+        );
+        response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"agentgate admin\""));
+        return response;
+    }
+    let Some((path, allowed, parameters)) = ENDPOINTS.iter().find(|(p, _, _)| *p == path).copied() else {
+        return error(StatusCode::NOT_FOUND, None, &format!("no admin endpoint at {path}; see docs/admin.md"));
+    };
+    let method = request.method();
+    if !allowed.split(", ").any(|m| m == method.as_str()) {
+        let mut response =
+            error(StatusCode::METHOD_NOT_ALLOWED, None, &format!("{path} answers {allowed}, not {method}"));
+        response.headers_mut().insert(ALLOW, HeaderValue::from_static(allowed));
+        return response;
+    }
+    let query = match Query::parse(request.uri().query(), parameters) {
+        Ok(query) => query,
+        Err(bad) => return bad.response(),
+    };
+    let answer = match (path, method) {
+        ("/healthz", _) => Ok(text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())),
+        ("/readyz", _) => Ok(ready(state)),
+        ("/metrics", _) => {
+            let scraped = state.scraped().await;
+            let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+            Ok(text(StatusCode::OK, content_type, state.metrics.encode(scraped)))
+        }
+        ("/ca.pem", _) => Ok(text(StatusCode::OK, "application/x-pem-file", state.certs.ca_cert_pem().to_owned())),
+        ("/policies", &Method::DELETE) => policies::purge(state, &query).await,
+        ("/policies", _) => policies::show(state, &query).await,
+        ("/explain", _) => policies::explain(state, &query).await,
+        _ => recent(state, &query),
+    };
+    answer.unwrap_or_else(BadParameter::response)
+}
+
+/// Whether the request carries the configured token (always, when none is configured).
+fn authorized<B>(state: &AdminState, request: &Request<B>) -> bool {
+    let Some(expected) = &state.token else { return true };
+    let presented = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let token = presented.and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+    token.is_some_and(|token| expected.matches(token.trim()))
+}
+
+/// `/readyz`: 200 while the proxy serves with its CA loaded and a healthy decision log.
+fn ready(state: &AdminState) -> Response<AdminBody> {
+    if state.is_draining() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", "shutting down\n".to_owned());
+    }
+    if state.certs.ca_cert_pem().is_empty() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", "CA not loaded\n".to_owned());
+    }
+    if let Some(failure) = state.audit.write_error() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", format!("{failure}\n"));
+    }
+    text(StatusCode::OK, "text/plain; charset=utf-8", "ready\n".to_owned())
+}
+
+/// `/decisions/recent?n=N`: the latest `n` decision-log lines, newest first, as a JSON array
+/// of the lines exactly as written to the log.
+fn recent(state: &AdminState, query: &Query) -> Result<Response<AdminBody>, BadParameter> {
+    let n = match query.get("n") {
+        None => DEFAULT_RECENT,
+        Some(raw) => match raw.parse::<usize>() {
+            Ok(n) if (1..=RECENT_CAPACITY).contains(&n) => n,
+            _ => {
+                let message = format!("n = {raw:?}: must be a whole number from 1 to {RECENT_CAPACITY}");
+                return Err(BadParameter::new("n", message));
+            }
+        },
+    };
+    let lines = state.audit.recent().latest(n);
+    let mut body = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum::<usize>() + 2);
+    body.push('[');
+    for (i, line) in lines.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(line);
+    }
+    body.push(']');
+    Ok(text(StatusCode::OK, "application/json", body))
+}
+
+/// A query parameter at fault: answered `400` with a JSON error naming it.
+#[derive(Debug)]
+pub(super) struct BadParameter {
+    name: String,
+    message: String,
+}
+
+impl BadParameter {
+    pub(super) fn new(name: &str, message: String) -> Self {
+        BadParameter { name: name.to_owned(), message }
+    }
+
+    pub(super) fn response(self) -> Response<AdminBody> {
+        error(StatusCode::BAD_REQUEST, Some(&self.name), &self.message)
+    }
+}
+
+/// The query parameters of one request, percent-decoded; each name at most once.
+pub(super) struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(query: Option<&str>, known: &[&str]) -> Result<Query, BadParameter> {
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for (name, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+            if !known.contains(&&*name) {
+                let expected = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+                let message = format!("unknown parameter {name:?}; this endpoint reads: {expected}");
+                return Err(BadParameter::new(&name, message));
+            }
+            if pairs.iter().any(|(seen, _)| *seen == name) {
+                return Err(BadParameter::new(&name, format!("{name} is given more than once")));
+            }
+            pairs.push((name.into_owned(), value.into_owned()));
+        }
+        Ok(Query(pairs))
+    }
+
+    /// The value of `name`, if given.
+    pub(super) fn get(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The value of `name`, or a 400 naming it when it is missing or empty.
+    pub(super) fn required(&self, name: &str, example: &str) -> Result<&str, BadParameter> {
+        match self.get(name) {
+            Some(value) if !value.is_empty() => Ok(value),
+            _ => Err(BadParameter::new(name, format!("{name} is required, e.g. {name}={example}"))),
+        }
+    }
+}
+
+/// A `status` answer with `body` of `content_type`.
+pub(super) fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<AdminBody> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// A JSON answer.
+pub(super) fn json_response(status: StatusCode, body: &Value) -> Response<AdminBody> {
+    text(status, "application/json", body.to_string())
+}
+
+/// A JSON error: `{"error": message, "parameter": name}` (the parameter when one is at fault).
+pub(super) fn error(status: StatusCode, parameter: Option<&str>, message: &str) -> Response<AdminBody> {
+    let body = match parameter {
+        Some(parameter) => json!({"error": message, "parameter": parameter}),
+        None => json!({"error": message}),
+    };
+    json_response(status, &body)
+}

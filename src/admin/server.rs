@@ -1,0 +1,183 @@
+//! The admin listener: binds `[admin] listen` at start-up (so a taken port stops `run`
+//! before any agent is served), serves HTTP/1.1 connections with hyper until the proxy shuts
+//! down, then lets the admin requests in flight finish (bounded by `shutdown_grace`).
+//!
+//! Never: answers a request itself (`super::routes` does), or serves the proxy port.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, oneshot};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use super::routes;
+use crate::audit::AuditLog;
+use crate::config::Config;
+use crate::error_chain::error_chain;
+use crate::fetch::PolicyCache;
+use crate::metrics::{Metrics, Scraped};
+use crate::tls::LeafCertCache;
+use crate::token::TokenDigest;
+
+/// Admin connections open at once; past it new ones are closed. The API is for a handful of
+/// operators and one scraper, so a small cap keeps a stuck client from holding much.
+const MAX_CONNECTIONS: usize = 64;
+/// How long a client may take to send a request head.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the admin API reads: the proxy's own parts, shared, never a copy of its state.
+pub(crate) struct AdminState {
+    /// The configuration in force (a reload swaps it: `crate::reload`).
+    pub(crate) config: Box<dyn Fn() -> Arc<Config> + Send + Sync>,
+    /// The policy cache the gate decides with.
+    pub(crate) cache: PolicyCache,
+    /// The decision log.
+    pub(crate) audit: AuditLog,
+    /// The proxy's metrics.
+    pub(crate) metrics: Arc<Metrics>,
+    /// The leaf cache, for the CA and the count of minted certificates.
+    pub(crate) certs: LeafCertCache,
+    /// Connections open on the proxy port.
+    pub(crate) connections: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// The token every endpoint but `/healthz` requires, when configured.
+    pub(crate) token: Option<TokenDigest>,
+    /// Set once the proxy stops accepting: `/readyz` answers 503 from then on.
+    pub(crate) draining: AtomicBool,
+}
+
+impl AdminState {
+    /// The facts other modules count, for `/metrics`.
+    pub(crate) async fn scraped(&self) -> Scraped {
+        // The cache's counts lag until its housekeeping runs.
+        self.cache.run_pending_tasks().await;
+        Scraped {
+            audit_written: self.audit.written_records(),
+            audit_failures: self.audit.failed_records(),
+            audit_queue_depth: self.audit.queue_depth(),
+            certs_minted: self.certs.minted_count(),
+            connections: (self.connections)(),
+            cache_origins: self.cache.len(),
+            cache_weight_bytes: self.cache.weighted_size(),
+        }
+    }
+
+    /// True once the proxy has stopped accepting.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+}
+
+/// The admin API while it serves.
+pub(crate) struct RunningAdmin {
+    state: Arc<AdminState>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl RunningAdmin {
+    /// The proxy stopped accepting: `/readyz` answers 503 from now on, the rest still works
+    /// (metrics during the drain).
+    pub(crate) fn start_draining(&self) {
+        self.state.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// Stops accepting, lets admin requests in flight finish (bounded), and returns then.
+    pub(crate) async fn stop(self) {
+        let _ = self.stop.send(());
+        if let Err(error) = self.task.await {
+            warn!(%error, "the admin API task failed");
+        }
+    }
+}
+
+/// The admin API's listener, bound and not yet serving.
+pub(crate) struct AdminServer {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+}
+
+impl AdminServer {
+    /// Binds `addr` (port 0 picks a free port; see [`AdminServer::local_addr`]).
+    ///
+    /// # Errors
+    /// The operating system's error when the address is taken or not available.
+    pub(crate) async fn bind(addr: SocketAddr) -> io::Result<AdminServer> {
+        let listener = TcpListener::bind(addr).await?;
+        let local_addr = listener.local_addr()?;
+        Ok(AdminServer { listener, local_addr })
+    }
+
+    /// The address the admin API listens on.
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Starts serving `state` in its own task; the handle stops it.
+    pub(crate) fn start(self, state: AdminState, grace: Duration) -> RunningAdmin {
+        let state = Arc::new(state);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let shutdown = async move {
+            // Dropped or sent: either way the proxy is done with the admin API.
+            let _ = stopped.await;
+        };
+        let task = tokio::spawn(self.serve(Arc::clone(&state), shutdown, grace));
+        RunningAdmin { state, stop, task }
+    }
+
+    /// Serves until `shutdown` completes, then waits up to `grace` for the admin requests in
+    /// flight (a live `/explain` may be fetching policies) and closes the rest.
+    async fn serve(self, state: Arc<AdminState>, shutdown: impl Future<Output = ()>, grace: Duration) {
+        let AdminServer { listener, local_addr } = self;
+        info!(%local_addr, "admin API listening");
+        let graceful = GracefulShutdown::new();
+        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        tokio::pin!(shutdown);
+        loop {
+            let (tcp, client) = tokio::select! {
+                () = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        warn!(%error, %local_addr, "admin API cannot accept a connection; pausing briefly");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                debug!(%client, "admin API connection cap reached; closing the new connection");
+                continue;
+            };
+            let state = Arc::clone(&state);
+            let service = service_fn(move |request| {
+                let state = Arc::clone(&state);
+                async move { Ok::<_, std::convert::Infallible>(routes::handle(&state, request).await) }
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(tcp), service);
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                if let Err(error) = conn.await {
+                    debug!(error = %error_chain(&error), %client, "admin connection closed with an error");
+                }
+                drop(slot);
+            });
+        }
+        drop(listener);
+        if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+            warn!(?grace, "admin requests still running at the end of the grace period; closing them");
+        }
+    }
+}

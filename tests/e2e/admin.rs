@@ -1,0 +1,421 @@
+//! The admin API end to end (issue 12, `docs/admin.md`): every endpoint on its own loopback
+//! port with answers as documented, the bearer token (401 without it, `/healthz` always
+//! open), `/metrics` parsed with a Prometheus text parser and moving with traffic (an allow,
+//! a robots.txt deny and a rate-limited request), a purge that makes the next request fetch
+//! the policy files again, readiness (a failing decision log, the drain at shutdown), the
+//! connection cap and start-up on a taken address, and `http://agentgate.local/` answered by
+//! agentgate itself with no lookup and no connection (proven by a recording resolver and
+//! dialer).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use agentgate::audit::OnFailure;
+use agentgate::net::{Dial, NetFuture, Resolve};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::origin::{Origin, Site};
+use crate::support::pki::TestCa;
+use crate::support::raw::connect_tunnel;
+use crate::support::{TestProxy, TestResult, header};
+
+const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
+
+/// `printf %s admin-secret | sha256sum`
+const TOKEN_SHA256: &str = "16175223c8ddce5ace0493c948569c211b03c4c6bb3d3e484434999448cffe01";
+
+/// A client for the admin API itself (never through a proxy).
+fn admin_client() -> TestResult<reqwest::Client> {
+    Ok(reqwest::Client::builder().no_proxy().build()?)
+}
+
+fn admin_url(proxy: &TestProxy, path_and_query: &str) -> TestResult<String> {
+    let addr = proxy.admin_addr.ok_or("the test proxy has no admin address")?;
+    Ok(format!("http://{addr}{path_and_query}"))
+}
+
+/// `GET` on the admin API: status and body.
+async fn get(proxy: &TestProxy, path_and_query: &str) -> TestResult<(u16, String)> {
+    let response = admin_client()?.get(admin_url(proxy, path_and_query)?).send().await?;
+    Ok((response.status().as_u16(), response.text().await?))
+}
+
+/// The value of the sample `metric` with exactly `labels` (counter, gauge or untyped).
+fn sample(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    scrape
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == metric
+                && s.labels.len() == labels.len()
+                && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+        })
+        .and_then(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => Some(v),
+            _ => None,
+        })
+}
+
+async fn scrape(proxy: &TestProxy) -> TestResult<prometheus_parse::Scrape> {
+    let response = admin_client()?.get(admin_url(proxy, "/metrics")?).send().await?;
+    assert_eq!(response.status(), 200);
+    assert!(header(&response, "content-type").starts_with("application/openmetrics-text"), "{response:?}");
+    let text = response.text().await?;
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    Ok(prometheus_parse::Scrape::parse(text.lines().map(|line| Ok(line.to_owned())))?)
+}
+
+#[tokio::test]
+async fn metrics_parse_as_prometheus_text_and_move_with_traffic() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http_site(Site::new().file("/robots.txt", ROBOTS)).await?;
+    let proxy = TestProxy::start_with(&ca, |config| config.agent.limits.requests_per_minute = 2).await?;
+    let before = scrape(&proxy).await?;
+    assert_eq!(sample(&before, "agentgate_requests_total", &[("outcome", "allow"), ("source", "none")]), None);
+    assert_eq!(sample(&before, "agentgate_rate_limited_total", &[]), Some(0.0));
+
+    let client = proxy.client()?;
+    assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
+    assert_eq!(client.get(origin.url("/private/x")).send().await?.status(), 403, "robots.txt denies");
+    assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
+    assert_eq!(client.get(origin.url("/page")).send().await?.status(), 429, "over 2 per minute");
+    let records = proxy.log_lines(4).await?;
+    let outcomes: Vec<&str> = records.iter().filter_map(|r| r["event.outcome"].as_str()).collect();
+    assert_eq!(outcomes, ["allow", "deny", "allow", "rate_limited"]);
+
+    let after = scrape(&proxy).await?;
+    let requests =
+        |outcome, source| sample(&after, "agentgate_requests_total", &[("outcome", outcome), ("source", source)]);
+    let allowed_source = records[0]["agentgate.reasons"][0]["source"].as_str().unwrap_or("none");
+    assert_eq!(requests("allow", allowed_source), Some(2.0), "{:?}", after.samples);
+    assert_eq!(requests("deny", "robots.txt"), Some(1.0));
+    assert_eq!(requests("rate_limited", "operator"), Some(1.0));
+    assert_eq!(sample(&after, "agentgate_blocks_total", &[("reason", "robots.disallow")]), Some(1.0));
+    let limit_code = records[3]["agentgate.reasons"][0]["code"].as_str().ok_or("a limit reason")?;
+    assert_eq!(sample(&after, "agentgate_blocks_total", &[("reason", limit_code)]), Some(1.0));
+    assert_eq!(sample(&after, "agentgate_rate_limited_total", &[]), Some(1.0));
+    let fetched = |file| sample(&after, "agentgate_policy_fetches_total", &[("file", file), ("status", "200")]);
+    assert_eq!(fetched("/robots.txt"), Some(1.0), "one fetch, cached since");
+    assert_eq!(sample(&after, "agentgate_policy_cache_misses_total", &[]), Some(1.0));
+    assert_eq!(sample(&after, "agentgate_policy_cache_hits_total", &[]), Some(3.0));
+    assert_eq!(sample(&after, "agentgate_policy_cache_origins", &[]), Some(1.0));
+    assert!(sample(&after, "agentgate_policy_cache_weight_bytes", &[]).is_some_and(|w| w > 0.0));
+    // Under `on_failure = "block"` a forwarded request has two lines (docs/decision-log.md).
+    let lines = crate::support::log::lines(&proxy.log_path)?.len() as f64;
+    assert_eq!(sample(&after, "agentgate_audit_records_written_total", &[]), Some(lines));
+    assert_eq!(sample(&after, "agentgate_audit_failures_total", &[]), Some(0.0));
+    assert_eq!(sample(&after, "agentgate_audit_queue_depth", &[]), Some(0.0));
+    assert_eq!(sample(&after, "agentgate_tunnels", &[]), Some(0.0));
+    assert!(sample(&after, "agentgate_connections", &[]).is_some());
+    assert_eq!(sample(&after, "agentgate_certs_minted_total", &[]), Some(0.0));
+    let durations = after.samples.iter().find(|s| s.metric == "agentgate_request_duration_seconds_count");
+    assert!(
+        durations.is_some_and(|s| matches!(
+            s.value,
+            prometheus_parse::Value::Untyped(4.0) | prometheus_parse::Value::Counter(4.0)
+        )),
+        "{durations:?}"
+    );
+    proxy.finish().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_endpoint_answers_as_documented() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http_site(Site::new().file("/robots.txt", ROBOTS)).await?;
+    let proxy = TestProxy::start(&ca).await?;
+    let origin_url = origin.url("");
+    let client = proxy.client()?;
+    assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
+
+    assert_eq!(get(&proxy, "/healthz").await?, (200, "ok\n".to_owned()));
+    assert_eq!(get(&proxy, "/readyz").await?, (200, "ready\n".to_owned()));
+    let ca_pem = admin_client()?.get(admin_url(&proxy, "/ca.pem")?).send().await?;
+    assert_eq!(header(&ca_pem, "content-type"), "application/x-pem-file");
+    assert_eq!(ca_pem.text().await?, proxy.ca_pem);
+
+    // What is cached for the origin, file by file.
+    let (status, body) = get(&proxy, &format!("/policies?origin={origin_url}")).await?;
+    assert_eq!(status, 200, "{body}");
+    let cached: Value = serde_json::from_str(&body)?;
+    assert_eq!(cached["origin"], format!("http://127.0.0.1:{}", origin_url.rsplit(':').next().unwrap_or_default()));
+    let robots = &cached["files"]["robots.txt"];
+    assert_eq!(robots["status"], "valid", "{cached:#}");
+    assert_eq!(robots["digest"].as_str().map(str::len), Some(64), "{cached:#}");
+    assert!(robots["fetched_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{cached:#}");
+    assert!(robots["fresh_until"].as_str().is_some() && robots["diagnostics"].is_array(), "{cached:#}");
+    for file in ["agents.txt", "AGENTS.md", "automation-preferences.txt"] {
+        assert!(cached["files"][file]["status"].is_string(), "{file}: {cached:#}");
+    }
+
+    // A live explanation, the same JSON as `agentgate explain`.
+    let (status, body) = get(&proxy, &format!("/explain?url={}&method=get", origin.url("/private/a"))).await?;
+    assert_eq!(status, 200, "{body}");
+    let explained: Value = serde_json::from_str(&body)?;
+    assert_eq!(explained["decision"], "deny", "{explained:#}");
+    assert_eq!(explained["reasons"][0]["code"], "robots.disallow", "{explained:#}");
+    assert_eq!(explained["reasons"][0]["line"], 2, "{explained:#}");
+    assert_eq!(explained["policies"]["robots.txt"]["status"], "valid", "{explained:#}");
+    let (_, body) = get(&proxy, &format!("/explain?url={}", origin.url("/page"))).await?;
+    assert_eq!(serde_json::from_str::<Value>(&body)?["decision"], "allow", "{body}");
+    assert_eq!(origin.hits("/robots.txt"), 1, "explain used the cached copy");
+
+    // Purge: forgotten, and the next request fetches every file again.
+    let purged = admin_client()?.delete(admin_url(&proxy, &format!("/policies?origin={origin_url}"))?).send().await?;
+    assert_eq!(purged.status(), 200);
+    assert_eq!(serde_json::from_str::<Value>(&purged.text().await?)?["purged"], true);
+    let (status, body) = get(&proxy, &format!("/policies?origin={origin_url}")).await?;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("not in the policy cache"), "{body}");
+    assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
+    assert_eq!(origin.hits("/robots.txt"), 2, "the purge forced a refetch");
+
+    // The latest decision-log lines, newest first, as the log holds them.
+    proxy.log_lines(2).await?;
+    let records = crate::support::log::lines(&proxy.log_path)?;
+    let (status, body) = get(&proxy, "/decisions/recent?n=1").await?;
+    assert_eq!(status, 200, "{body}");
+    let recent: Vec<Value> = serde_json::from_str(&body)?;
+    assert_eq!(recent.len(), 1);
+    assert_eq!(recent[0], records[records.len() - 1], "the newest line, byte for byte the log's");
+    let (_, body) = get(&proxy, "/decisions/recent").await?;
+    let all: Vec<Value> = serde_json::from_str(&body)?;
+    let mut logged = records.clone();
+    logged.reverse();
+    assert_eq!(all, logged, "every line, newest first");
+
+    // Mistakes: unknown path, wrong method, bad or missing or unknown parameters.
+    let (status, body) = get(&proxy, "/nope").await?;
+    assert_eq!((status, body.contains("no admin endpoint at /nope")), (404, true), "{body}");
+    let post = admin_client()?.post(admin_url(&proxy, "/metrics")?).send().await?;
+    assert_eq!((post.status().as_u16(), header(&post, "allow")), (405, "GET".to_owned()));
+    let put = admin_client()?.put(admin_url(&proxy, "/policies?origin=http://a.test")?).send().await?;
+    assert_eq!((put.status().as_u16(), header(&put, "allow")), (405, "GET, DELETE".to_owned()));
+    for (query, parameter) in [
+        ("/decisions/recent?n=0", "n"),
+        ("/decisions/recent?n=lots", "n"),
+        ("/decisions/recent?n=1001", "n"),
+        ("/policies", "origin"),
+        ("/policies?origin=example.com", "origin"),
+        ("/policies?origin=ftp://example.com/", "origin"),
+        ("/explain?url=https://example.com/&agent=nobody", "agent"),
+        ("/explain?url=https://example.com/&method=G%20T", "method"),
+        ("/explain?url=https://example.com/&agnet=x", "agnet"),
+        ("/explain", "url"),
+        ("/metrics?x=1", "x"),
+    ] {
+        let (status, body) = get(&proxy, query).await?;
+        let error: Value = serde_json::from_str(&body)?;
+        assert_eq!((status, error["parameter"].as_str()), (400, Some(parameter)), "{query}: {body}");
+        assert!(error["error"].as_str().is_some_and(|e| e.contains(parameter)), "{query}: {body}");
+    }
+    proxy.finish().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_configured_token_is_required_except_for_healthz() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let proxy = TestProxy::start_with(&ca, |config| config.admin.token_sha256 = Some(TOKEN_SHA256.to_owned())).await?;
+    let client = admin_client()?;
+    for path in ["/readyz", "/metrics", "/ca.pem", "/policies?origin=http://a.test", "/decisions/recent", "/nope"] {
+        let url = admin_url(&proxy, path)?;
+        let bare = client.get(&url).send().await?;
+        assert_eq!(bare.status(), 401, "{path}");
+        assert_eq!(header(&bare, "www-authenticate"), "Bearer realm=\"agentgate admin\"", "{path}");
+        let wrong = client.get(&url).bearer_auth("admin-secreT").send().await?;
+        assert_eq!(wrong.status(), 401, "{path}");
+        let right = client.get(&url).bearer_auth("admin-secret").send().await?;
+        assert_ne!(right.status(), 401, "{path}");
+    }
+    assert_eq!(client.get(admin_url(&proxy, "/metrics")?).bearer_auth("admin-secret").send().await?.status(), 200);
+    assert_eq!(get(&proxy, "/healthz").await?, (200, "ok\n".to_owned()), "liveness needs no token");
+    proxy.finish().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn admin_connections_over_the_cap_are_closed_at_once() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let proxy = TestProxy::start(&ca).await?;
+    let addr = proxy.admin_addr.ok_or("no admin address")?;
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        held.push(TcpStream::connect(addr).await?);
+    }
+    // Each held connection is served: a request on the last one is answered.
+    let last = held.last_mut().ok_or("no connection")?;
+    last.write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n").await?;
+    let head = crate::support::raw::read_head(last).await?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut over = TcpStream::connect(addr).await?;
+    let mut byte = [0u8; 1];
+    let read = over.read(&mut byte).await;
+    assert!(matches!(read, Ok(0) | Err(_)), "the 65th connection is closed unanswered: {read:?}");
+    drop(held);
+    assert_eq!(get(&proxy, "/healthz").await?.0, 200, "places are given back");
+    proxy.finish().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn readyz_turns_503_while_the_proxy_drains_and_the_admin_api_stops_with_it() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http().await?;
+    let mut proxy = TestProxy::start_with(&ca, |config| {
+        crate::support::bypass_all(config);
+        config.shutdown_grace = std::time::Duration::from_secs(60);
+    })
+    .await?;
+    let admin = proxy.admin_addr.ok_or("no admin address")?;
+    let request = tokio::spawn(proxy.client()?.get(origin.url("/hold")).send());
+    origin.arrived().await;
+
+    let stopped = proxy.shut_down().ok_or("the proxy was already shut down")?;
+    // Draining has begun once the proxy port is closed.
+    while TcpStream::connect(proxy.addr).await.is_ok() {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(get(&proxy, "/readyz").await?, (503, "shutting down\n".to_owned()));
+    let (status, metrics) = get(&proxy, "/metrics").await?;
+    assert_eq!(status, 200, "metrics stay readable during the drain");
+    assert!(metrics.contains("agentgate_connections 1"), "{metrics}");
+
+    origin.release();
+    assert_eq!(request.await??.status(), 200);
+    stopped.await?;
+    assert!(TcpStream::connect(admin).await.is_err(), "the admin API stopped with the proxy");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_taken_admin_address_stops_start_up_naming_the_key() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = taken.local_addr()?;
+    let error = match TestProxy::start_with(&ca, |config| config.admin.listen = Some(addr)).await {
+        Ok(_) => return Err("the proxy started on a taken admin address".into()),
+        Err(error) => error.to_string(),
+    };
+    assert!(error.contains(&format!("cannot listen on {addr} for the admin API")), "{error}");
+    assert!(error.contains("[admin] listen"), "{error}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn readyz_says_why_when_the_decision_log_cannot_be_written() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http().await?;
+    // A device that is always full: every write fails with ENOSPC; `continue` still forwards.
+    let proxy = TestProxy::start_with(&ca, |config| {
+        crate::support::bypass_all(config);
+        config.audit.path = "/dev/full".into();
+        config.audit.on_failure = OnFailure::Continue;
+    })
+    .await?;
+    assert_eq!(get(&proxy, "/readyz").await?, (200, "ready\n".to_owned()), "nothing written yet");
+    assert_eq!(proxy.client()?.get(origin.url("/hello")).send().await?.status(), 200);
+    // The writer fails the line shortly after the response: wait (bounded) until it has.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    let (status, body) = loop {
+        let (status, body) = get(&proxy, "/readyz").await?;
+        if status != 200 || tokio::time::Instant::now() >= deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("cannot write the decision log /dev/full"), "{body}");
+    let scraped = scrape(&proxy).await?;
+    assert_eq!(sample(&scraped, "agentgate_audit_failures_total", &[]), Some(1.0));
+    assert_eq!(get(&proxy, "/healthz").await?.0, 200, "alive, though not ready");
+    Ok(())
+}
+
+/// Records every name it is asked to resolve and every address it is asked to dial.
+#[derive(Default)]
+struct Watch {
+    lookups: Mutex<Vec<String>>,
+    dials: Mutex<Vec<SocketAddr>>,
+}
+
+impl Resolve for Watch {
+    fn resolve<'a>(&'a self, name: &'a str) -> NetFuture<'a, Vec<IpAddr>> {
+        self.lookups.lock().unwrap_or_else(PoisonError::into_inner).push(name.to_owned());
+        Box::pin(async move { Err(std::io::Error::other(format!("test resolver: {name} is not looked up"))) })
+    }
+}
+
+impl Dial for Watch {
+    fn dial(&self, addr: SocketAddr) -> NetFuture<'_, TcpStream> {
+        self.dials.lock().unwrap_or_else(PoisonError::into_inner).push(addr);
+        Box::pin(async move { Err(std::io::Error::other(format!("test dialer: not connecting to {addr}"))) })
+    }
+}
+
+#[tokio::test]
+async fn agentgate_local_serves_the_ca_without_any_lookup_or_dial() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let watch = Arc::new(Watch::default());
+    let proxy = TestProxy::start_with_network(&ca, watch.clone(), watch.clone(), |_| {}).await?;
+    let client = proxy.client()?;
+
+    let pem = client.get("http://agentgate.local/ca.pem").send().await?;
+    assert_eq!(pem.status(), 200);
+    assert_eq!(header(&pem, "content-type"), "application/x-pem-file");
+    assert_eq!(pem.text().await?, proxy.ca_pem);
+    let page = client.get("http://AgentGate.local/").send().await?;
+    assert_eq!(page.status(), 200);
+    let page = page.text().await?;
+    for client_hint in
+        ["curl", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "update-ca-certificates", "apk"]
+    {
+        assert!(page.contains(client_hint), "{client_hint} missing from:\n{page}");
+    }
+    let head = client.head("http://agentgate.local/ca.pem").send().await?;
+    assert_eq!(head.status(), 200);
+    assert_eq!(header(&head, "content-length"), proxy.ca_pem.len().to_string());
+    let missing = client.get("http://agentgate.local/other").send().await?;
+    assert_eq!(missing.status(), 404);
+    let post = client.post("http://agentgate.local/ca.pem").send().await?;
+    assert_eq!((post.status().as_u16(), header(&post, "allow")), (405, "GET, HEAD".to_owned()));
+
+    // The same from the command line, as a container bootstraps its trust.
+    let curl = crate::support::curl::curl(&["-x", &proxy.url(), "http://agentgate.local/ca.pem"]).await?;
+    let curl_ran = curl.is_some();
+    match curl {
+        Some(curl) => assert_eq!((curl.status, curl.body), (200, proxy.ca_pem.clone().into_bytes())),
+        None => eprintln!("curl is not installed; skipping the curl part"),
+    }
+
+    // Inside a plain CONNECT tunnel to agentgate.local:80, as some clients send plain HTTP.
+    let (mut tunnel, head) = connect_tunnel(proxy.addr, "agentgate.local:80").await?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    tunnel.write_all(b"GET /ca.pem HTTP/1.1\r\nHost: agentgate.local\r\nConnection: close\r\n\r\n").await?;
+    let mut answer = String::new();
+    tunnel.read_to_string(&mut answer).await?;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(&format!("content-length: {}\r\n", proxy.ca_pem.len())), "{answer}");
+    assert!(answer.ends_with(&proxy.ca_pem), "{answer}");
+
+    let lookups = watch.lookups.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let dials = watch.dials.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    assert!(lookups.is_empty() && dials.is_empty(), "looked up {lookups:?}, dialled {dials:?}");
+
+    let records = proxy.finish().await?;
+    let served = records.iter().filter(|r| r["agentgate.reasons"][0]["code"] == "operator.served_locally").count();
+    assert_eq!(served, if curl_ran { 7 } else { 6 }, "each local answer is recorded: {records:#?}");
+    let pem_record =
+        records.iter().find(|r| r["url.full"] == "http://agentgate.local/ca.pem" && r["http.request.method"] == "GET");
+    let pem_record = pem_record.ok_or("a record for GET http://agentgate.local/ca.pem")?;
+    assert_eq!(pem_record["event.outcome"], "allow", "{pem_record}");
+    assert_eq!(pem_record["http.response.status_code"], 200, "{pem_record}");
+    assert_eq!(pem_record["agentgate.reasons"][0]["code"], "operator.served_locally", "{pem_record}");
+    assert_eq!(pem_record["agentgate.reasons"][0]["source"], "operator", "{pem_record}");
+    Ok(())
+}
