@@ -104,6 +104,7 @@ impl Permitted {
         }
         let decision = Decision::deny_first(verdict.reasons, std::mem::take(&mut self.record.reasons), Vec::new());
         self.record.reasons = decision.reasons.clone();
+        self.record.blocking = decision.blocking_reasons().len();
         if self.mode == Mode::Monitor {
             self.record.outcome = LogOutcome::WouldDeny;
             return Ok(self);
@@ -240,6 +241,7 @@ impl Gate {
             record.user_agent = headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
             let decision = Decision::single(Outcome::Deny, reason);
             record.reasons = decision.reasons.clone();
+            record.blocking = decision.blocking_reasons().len();
             Box::new(Blocked { decision, record, kind: BlockKind::Unauthenticated })
         })
     }
@@ -279,6 +281,7 @@ impl Gate {
         record.user_agent = user_agent.map(str::to_owned);
         record.purposes = view.purposes.to_vec();
         record.reasons = decision.reasons.clone();
+        record.blocking = decision.blocking_reasons().len();
         record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
         if decision.outcome != Outcome::Allow {
             return match mode {
@@ -304,6 +307,7 @@ impl Gate {
                 let decision =
                     Decision::deny_first(blocking, std::mem::take(&mut record.reasons), record.limits.clone());
                 record.reasons = decision.reasons.clone();
+                record.blocking = decision.blocking_reasons().len();
                 match mode {
                     Mode::Enforce => {
                         record.outcome = LogOutcome::RateLimited;
@@ -333,6 +337,7 @@ impl Gate {
         let decision = Decision::single(Outcome::Deny, reason);
         let mut record = self.record_for(LogOutcome::Deny, req);
         record.reasons = decision.reasons.clone();
+        record.blocking = decision.blocking_reasons().len();
         Blocked { decision, record, kind: BlockKind::Policy }
     }
 

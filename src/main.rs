@@ -56,14 +56,65 @@ struct LintArgs {
 
 #[derive(Subcommand)]
 enum AuditCommand {
-    /// Per-agent counts of outcomes, denied hosts and reasons in a decision log.
+    /// Requests, allowed, denied, would_deny, rate_limited and errors per agent (or origin,
+    /// reason, outcome), with the reasons that decided the blocks.
     Summary {
-        /// The decision log (JSON lines).
-        file: PathBuf,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-        format: OutputFormat,
+        /// What a row is.
+        #[arg(long, value_enum, default_value_t = SummaryBy::Agent)]
+        by: SummaryBy,
+        /// Only records at or after this time: RFC 3339 (2026-11-23T10:00:00Z) or a duration
+        /// before now (1h, 30m).
+        #[arg(long)]
+        since: Option<String>,
+        /// Output format (`text` is the same as `table`).
+        #[arg(long, value_enum, default_value_t = SummaryFormat::Table)]
+        format: SummaryFormat,
+        /// Decision logs, plain or gzip'd, oldest first (decisions.jsonl.2 decisions.jsonl.1
+        /// decisions.jsonl).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
     },
+    /// Print the records that match, as the JSON lines they are.
+    Grep {
+        #[command(flatten)]
+        filter: GrepFilter,
+        /// Decision logs, plain or gzip'd, oldest first.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+struct GrepFilter {
+    /// Only this agent id (repeatable: any of them).
+    #[arg(long = "agent")]
+    agents: Vec<String>,
+    /// Only this origin (https://host:port as logged) or host (repeatable).
+    #[arg(long = "origin")]
+    origins: Vec<String>,
+    /// Only this outcome (repeatable).
+    #[arg(long = "outcome", value_parser = clap::builder::PossibleValuesParser::new(
+        audit::Outcome::ALL.iter().map(|o| o.as_str())))]
+    outcomes: Vec<String>,
+    /// Only records at or after this time: RFC 3339 or a duration before now (1h, 30m).
+    #[arg(long)]
+    since: Option<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SummaryBy {
+    Agent,
+    Origin,
+    Reason,
+    Outcome,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SummaryFormat {
+    /// Aligned tables with a total row.
+    #[value(alias = "text")]
+    Table,
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -173,7 +224,8 @@ fn main() -> ExitCode {
         Command::Config(ConfigCommand::Check { file }) => check_config(&file),
         Command::Explain(args) => return run_explain(args),
         Command::Lint(args) => return run_lint(args),
-        Command::Audit(AuditCommand::Summary { file, format }) => audit_summary(&file, format),
+        Command::Audit(AuditCommand::Summary { by, since, format, files }) => audit_summary(&files, by, since, format),
+        Command::Audit(AuditCommand::Grep { filter, files }) => audit_grep(&files, filter),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -245,12 +297,51 @@ fn run_lint(args: LintArgs) -> ExitCode {
     code
 }
 
-fn audit_summary(file: &std::path::Path, format: OutputFormat) -> anyhow::Result<()> {
-    let reader = std::fs::File::open(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let summary = audit::summarize(std::io::BufReader::new(reader))?;
+fn since(value: Option<&str>) -> anyhow::Result<Option<audit::Since>> {
+    Ok(value.map(|v| audit::Since::parse(v, std::time::SystemTime::now())).transpose()?)
+}
+
+fn audit_summary(
+    files: &[PathBuf],
+    by: SummaryBy,
+    since_arg: Option<String>,
+    format: SummaryFormat,
+) -> anyhow::Result<()> {
+    let by = match by {
+        SummaryBy::Agent => audit::By::Agent,
+        SummaryBy::Origin => audit::By::Origin,
+        SummaryBy::Reason => audit::By::Reason,
+        SummaryBy::Outcome => audit::By::Outcome,
+    };
+    let filter = audit::Filter { since: since(since_arg.as_deref())?, ..audit::Filter::default() };
+    let summary = audit::summarize_files(files, by, filter)?;
     match format {
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
-        OutputFormat::Text => print!("{}", summary.render_text()),
+        SummaryFormat::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
+        SummaryFormat::Table => print!("{}", summary.render_table()),
+    }
+    Ok(())
+}
+
+/// Matching lines on stdout; malformed lines counted on stderr, as a note, not a failure.
+fn audit_grep(files: &[PathBuf], args: GrepFilter) -> anyhow::Result<()> {
+    let filter = audit::Filter {
+        since: since(args.since.as_deref())?,
+        agents: args.agents,
+        origins: args.origins,
+        outcomes: args.outcomes,
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let report = audit::grep(files, &filter, &mut out)?;
+    std::io::Write::flush(&mut out)?;
+    if let Some(first) = &report.first_malformed {
+        eprintln!(
+            "agentgate audit grep: {} lines are not records and were skipped (first: {}:{}: {})",
+            report.malformed_lines,
+            first.file.display(),
+            first.line,
+            first.error
+        );
     }
     Ok(())
 }

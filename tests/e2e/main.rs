@@ -17,6 +17,7 @@
 //! - `limits`: AGENTS.md and agents.txt rate limits (429), concurrent sessions, withheld downloads;
 //! - `redaction`: no request secret on the real binary's stderr or in its decision log;
 //! - `audit`: the audit promise, nothing forwarded before its record is on disk;
+//! - `audit_report`: `agentgate audit summary` and `grep` over a real run's log, rotated and gzip'd;
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
 //!   passthrough CONNECT decisions, shutdown with requests in flight;
 //! - `network`: the network guard (loopback spellings, internal ranges never dialled,
@@ -24,6 +25,7 @@
 
 mod agents;
 mod audit;
+mod audit_report;
 mod connections;
 mod errors;
 mod forward;
