@@ -8,6 +8,8 @@
 //! - `websocket`: WebSocket echo through MITM, plain HTTP, and a plain tunnel;
 //! - `connections`: silent connections closed after the first-byte timeout, per-client caps,
 //!   idle HTTP/1.1 and h2 connections closed (never one with a request in flight);
+//! - `docker`: docker/trust-ca.sh against fake Debian and Alpine roots, compose.yml and the
+//!   Dockerfile as the docs describe them;
 //! - `errors`: what the proxy answers when the client or the origin is at fault;
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
@@ -20,6 +22,7 @@
 //! - `audit_report`: `agentgate audit summary` and `grep` over a real run's log, rotated and gzip'd;
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
 //!   passthrough CONNECT decisions, shutdown with requests in flight;
+//! - `unreachable`: an origin refusing or timing out is 502/504 `origin.unreachable`, not a deny;
 //! - `network`: the network guard (loopback spellings, internal ranges never dialled,
 //!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c).
 
@@ -27,6 +30,7 @@ mod agents;
 mod audit;
 mod audit_report;
 mod connections;
+mod docker;
 mod errors;
 mod forward;
 mod gate;
@@ -38,4 +42,5 @@ mod redaction;
 mod shutdown;
 mod support;
 mod tunnel;
+mod unreachable;
 mod websocket;
