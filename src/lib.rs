@@ -18,5 +18,6 @@ pub mod lint;
 pub mod net;
 pub mod policy;
 pub mod proxy;
+pub mod recipe;
 mod setting;
 pub mod tls;

@@ -256,14 +256,21 @@ fn run_proxy(args: RunArgs) -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let running = Proxy::new(std::sync::Arc::new(config))?.bind().await?;
+        let config = std::sync::Arc::new(config);
+        let running = Proxy::new(std::sync::Arc::clone(&config))?.bind().await?;
         let addr = running.local_addr();
         // Absolute, so the printed variables work from any directory or container mount.
         let ca_path = running.ca_cert_path();
         let ca = std::fs::canonicalize(ca_path).unwrap_or_else(|_| ca_path.to_path_buf()).display().to_string();
-        println!(
-            "agentgate listening on http://{addr} (CA {ca}); for agents: HTTPS_PROXY=http://{addr} HTTP_PROXY=http://{addr} SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca} NODE_EXTRA_CA_CERTS={ca}"
-        );
+        let startup = agentgate::recipe::Startup {
+            listen: addr,
+            ca: &ca,
+            config: args.config.as_deref(),
+            mode: config.mode,
+            decision_log: &config.audit.path,
+            admin: config.admin.listen,
+        };
+        print!("{}", startup.render());
         running.run_until(shutdown_signal()).await;
         Ok(())
     })
@@ -349,7 +356,7 @@ fn audit_grep(files: &[PathBuf], args: GrepFilter) -> anyhow::Result<()> {
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     let config = Config::load(file).map_err(|e: ConfigError| anyhow::anyhow!("{e}"))?;
     tls::upstream::client_config(&config.upstream.extra_ca_files)?;
-    println!("{}: ok (listen {}, mode {:?})", file.display(), config.listen, config.mode);
+    println!("{}: ok (listen {}, mode {})", file.display(), config.listen, config.mode.as_str());
     Ok(())
 }
 

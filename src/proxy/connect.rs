@@ -187,8 +187,10 @@ pub(crate) async fn handle_connect(
             let state = Arc::clone(state);
             tokio::spawn(
                 async move {
-                    if let Err(error) = intercept(state, client, agent, authority, on_upgrade, drain).await {
-                        warn!(error = %error, "tunnel failed");
+                    match intercept(state, client, agent, authority, on_upgrade, drain).await {
+                        Ok(()) => {}
+                        Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "tunnel closed"),
+                        Err(error) => warn!(error = %error, "tunnel failed"),
                     }
                 }
                 .instrument(span),
@@ -241,6 +243,7 @@ async fn intercept(
     drain: Drain,
 ) -> Result<(), TunnelError> {
     let handshake_failed = |cause: String| TunnelError::ClientHandshake { authority: authority.to_string(), cause };
+    let tls_failed = |error: std::io::Error| handshake_error(&authority, &error);
     let upgraded = on_upgrade.await.map_err(|error| handshake_failed(error_chain(&error)))?;
     let mut io = TokioIo::new(upgraded);
     let mut first = BytesMut::with_capacity(4096);
@@ -264,9 +267,7 @@ async fn intercept(
     }
 
     let accept = async {
-        let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io)
-            .await
-            .map_err(|error| handshake_failed(error_chain(&error)))?;
+        let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io).await.map_err(tls_failed)?;
         let sni = start.client_hello().server_name().map(str::to_owned);
         if let Some(sni) = &sni
             && !sni.eq_ignore_ascii_case(authority.host())
@@ -280,7 +281,7 @@ async fn intercept(
             .server_config(&name)
             .await
             .map_err(|source| TunnelError::LeafCertificate { host: name.clone(), source })?;
-        start.into_stream(config).await.map_err(|error| handshake_failed(error_chain(&error)))
+        start.into_stream(config).await.map_err(tls_failed)
     };
     let tls = match tokio::time::timeout(handshake_timeout, accept).await {
         Ok(result) => result?,
@@ -294,9 +295,63 @@ async fn intercept(
     Ok(())
 }
 
+/// Names a failed client handshake truthfully: a certificate alert from the client means it
+/// does not trust the CA; an EOF or reset without one is a hang-up, which says nothing about
+/// trust (issue 12: the old message sent operators installing a CA that was already trusted).
+fn handshake_error(authority: &Authority, error: &std::io::Error) -> TunnelError {
+    use rustls::AlertDescription as Alert;
+    let authority = authority.to_string();
+    let cause = error_chain(error);
+    let alert = error.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    if let Some(rustls::Error::AlertReceived(
+        alert @ (Alert::UnknownCA
+        | Alert::BadCertificate
+        | Alert::CertificateUnknown
+        | Alert::UnsupportedCertificate
+        | Alert::CertificateExpired
+        | Alert::AccessDenied),
+    )) = alert
+    {
+        return TunnelError::ClientRejectedCertificate { authority, cause: format!("alert {alert:?}") };
+    }
+    let hung_up = matches!(
+        error.kind(),
+        std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::BrokenPipe
+    );
+    if hung_up {
+        TunnelError::ClientHungUp { authority, cause }
+    } else {
+        TunnelError::ClientHandshake { authority, cause }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn issue_12_a_hang_up_is_not_advice_to_install_the_ca() {
+        let authority: Authority = "example.com:443".parse().expect("an authority");
+        let alert = |a| std::io::Error::new(std::io::ErrorKind::InvalidData, rustls::Error::AlertReceived(a));
+        let rejected = handshake_error(&authority, &alert(rustls::AlertDescription::UnknownCA));
+        assert!(matches!(rejected, TunnelError::ClientRejectedCertificate { .. }), "{rejected:?}");
+        assert!(rejected.to_string().contains("install agentgate's CA in the client"), "{rejected}");
+        assert!(rejected.to_string().contains("UnknownCA"), "{rejected}");
+
+        let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "tls handshake eof");
+        let hung_up = handshake_error(&authority, &eof);
+        assert!(matches!(hung_up, TunnelError::ClientHungUp { .. }), "{hung_up:?}");
+        assert!(!hung_up.to_string().contains("CA"), "{hung_up}");
+        let reset = handshake_error(&authority, &std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(matches!(reset, TunnelError::ClientHungUp { .. }), "{reset:?}");
+
+        let other = handshake_error(&authority, &alert(rustls::AlertDescription::ProtocolVersion));
+        assert!(matches!(other, TunnelError::ClientHandshake { .. }), "{other:?}");
+        assert!(!other.to_string().contains("install"), "{other}");
+    }
 
     fn target(text: &str) -> Result<String, String> {
         let uri: Uri = text.parse().map_err(|_| "unparsable".to_owned())?;

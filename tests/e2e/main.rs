@@ -11,6 +11,7 @@
 //! - `docker`: docker/trust-ca.sh against fake Debian and Alpine roots, compose.yml and the
 //!   Dockerfile as the docs describe them;
 //! - `errors`: what the proxy answers when the client or the origin is at fault;
+//! - `startup`: what `agentgate run` and `config check` print for a newcomer;
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
 //! - `gate_cache`: one fetch per policy file within max-age and for concurrent first requests;
@@ -23,6 +24,7 @@
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
 //!   passthrough CONNECT decisions, shutdown with requests in flight;
 //! - `unreachable`: an origin refusing or timing out is 502/504 `origin.unreachable`, not a deny;
+//! - `log_schema`: what docs/decision-log.md promises a reader can check (reason digests);
 //! - `network`: the network guard (loopback spellings, internal ranges never dialled,
 //!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c).
 
@@ -37,9 +39,11 @@ mod gate;
 mod gate_cache;
 mod gate_log;
 mod limits;
+mod log_schema;
 mod network;
 mod redaction;
 mod shutdown;
+mod startup;
 mod support;
 mod tunnel;
 mod unreachable;
