@@ -394,7 +394,7 @@ mod tests {
         let text = include_str!("../docker/agentgate.toml");
         let config = Config::from_toml_str(text, "docker/agentgate.toml").unwrap();
         assert_eq!(config.listen, "0.0.0.0:8080".parse().unwrap());
-        assert_eq!(config.admin.listen, Some("0.0.0.0:9090".parse().unwrap()));
+        assert_eq!(config.admin.listen, Some("127.0.0.1:9090".parse().unwrap()));
         assert_eq!(config.ca.dir, PathBuf::from("/var/lib/agentgate/certs"));
     }
 
