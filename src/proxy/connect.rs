@@ -332,6 +332,50 @@ fn handshake_error(authority: &Authority, error: &std::io::Error) -> TunnelError
 mod tests {
     use super::*;
 
+    /// The errors rustls and tokio-rustls really produce, through the same acceptor calls
+    /// `intercept` makes: a client that trusts no root rejects the minted certificate with an
+    /// alert; a client that sends half a ClientHello and closes has hung up.
+    #[tokio::test]
+    async fn issue_12_real_handshake_failures_are_told_apart() {
+        use tokio::io::AsyncWriteExt;
+
+        crate::tls::install_default_provider();
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let ca = crate::tls::CertificateAuthority::create(dir.path(), false).expect("a CA");
+        let certs = crate::tls::LeafCertCache::new(Arc::new(ca), 4);
+        let authority: Authority = "example.com:443".parse().expect("an authority");
+        let accept = |io: tokio::io::DuplexStream| {
+            let certs = &certs;
+            async move {
+                let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io).await?;
+                let config = certs.server_config("example.com").await.expect("a leaf is minted");
+                start.into_stream(config).await.map(drop)
+            }
+        };
+
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let client_config = rustls::ClientConfig::builder_with_provider(crate::tls::crypto_provider())
+            .with_safe_default_protocol_versions()
+            .expect("the provider supports the default versions")
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config));
+        let name = rustls::pki_types::ServerName::try_from("example.com").expect("a DNS name");
+        let client = tokio::spawn(async move { connector.connect(name, client_io).await.map(drop) });
+        let error = accept(server_io).await.expect_err("the client rejects the certificate");
+        assert!(client.await.expect("the client task ends").is_err());
+        let classified = handshake_error(&authority, &error);
+        assert!(matches!(classified, TunnelError::ClientRejectedCertificate { .. }), "{error:?} -> {classified:?}");
+
+        let (mut client_io, server_io) = tokio::io::duplex(64 * 1024);
+        // A TLS handshake record header announcing 80 bytes, then 3 of them, then EOF.
+        client_io.write_all(&[0x16, 0x03, 0x01, 0x00, 0x50, 0x01, 0x00, 0x00]).await.expect("written");
+        drop(client_io);
+        let error = accept(server_io).await.expect_err("the client went away");
+        let classified = handshake_error(&authority, &error);
+        assert!(matches!(classified, TunnelError::ClientHungUp { .. }), "{error:?} -> {classified:?}");
+    }
+
     #[test]
     fn issue_12_a_hang_up_is_not_advice_to_install_the_ca() {
         let authority: Authority = "example.com:443".parse().expect("an authority");
