@@ -24,7 +24,7 @@ RUN apt-get update \
 # A fixed non-root uid, so volume ownership is predictable across rebuilds.
 RUN groupadd --system --gid 10001 agentgate \
     && useradd --system --uid 10001 --gid agentgate --home-dir /var/lib/agentgate --shell /usr/sbin/nologin agentgate \
-    && install -d -o agentgate -g agentgate -m 0755 /var/lib/agentgate /var/lib/agentgate/logs /var/lib/agentgate/public \
+    && install -d -o agentgate -g agentgate -m 0755 /var/lib/agentgate /var/lib/agentgate/logs \
     && install -d -o agentgate -g agentgate -m 0700 /var/lib/agentgate/certs
 COPY --from=build /usr/local/bin/agentgate /usr/local/bin/agentgate
 COPY docker/agentgate.toml /etc/agentgate/agentgate.toml

@@ -1,13 +1,14 @@
 //! `agentgate audit summary` and `agentgate audit grep`, run as the real binary over a decision
-//! log that a real proxy run wrote: three agents (two by `Proxy-Authorization`, one by client
-//! address) allowed, denied by robots.txt and rate-limited by AGENTS.md; the log split into a
+//! log that a real proxy run wrote: four agents (three by `Proxy-Authorization`, one by client
+//! address) allowed, denied by robots.txt and rate-limited by AGENTS.md, one of them in
+//! monitor mode (its refusals are `would_deny`, the limit's too); the log split into a
 //! gzip'd rotated file, a plain rotated file and the current one, with a damaged line.
 
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use agentgate::config::AgentConfig;
+use agentgate::config::{AgentConfig, Mode};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use serde_json::Value;
@@ -77,7 +78,9 @@ async fn audit_summary_over_a_real_run_counts_per_agent_across_rotated_and_gzip_
             clients: vec![IpAddr::from([127, 0, 0, 4]).into()],
             ..AgentConfig::default()
         };
-        config.agents = vec![agent("alpha", "a-token"), agent("beta", "b-token"), gamma];
+        // delta is being evaluated: monitor mode, so nothing it does is refused.
+        let delta = AgentConfig { mode: Some(Mode::Monitor), ..agent("delta", "d-token") };
+        config.agents = vec![agent("alpha", "a-token"), agent("beta", "b-token"), gamma, delta];
     })
     .await?;
     let alpha = client_as(&proxy, "alpha", "a-token")?;
@@ -96,6 +99,11 @@ async fn audit_summary_over_a_real_run_counts_per_agent_across_rotated_and_gzip_
     }
     // gamma, known by its address: one denied.
     assert_eq!(gamma.get(origin.url("/private/d")).send().await?.status(), 403);
+    // delta, in monitor mode: everything forwarded; over the limit and /private are would_deny.
+    let delta = client_as(&proxy, "delta", "d-token")?;
+    for path in ["/page", "/page", "/page", "/private/e"] {
+        assert_eq!(delta.get(origin.url(path)).send().await?.status(), 200, "monitor mode forwards {path}");
+    }
 
     let (records, text) = proxy.finish_with_text().await?;
     let dir = tempfile::tempdir()?;
@@ -106,7 +114,8 @@ async fn audit_summary_over_a_real_run_counts_per_agent_across_rotated_and_gzip_
     assert_eq!(counts(&summary, "alpha"), Some([4, 2, 1, 0, 1, 0]), "{summary:#}\n{records:#?}");
     assert_eq!(counts(&summary, "beta"), Some([3, 1, 2, 0, 0, 0]), "{summary:#}");
     assert_eq!(counts(&summary, "gamma"), Some([1, 0, 1, 0, 0, 0]), "{summary:#}");
-    assert_eq!(summary["total"]["requests"], 8);
+    assert_eq!(counts(&summary, "delta"), Some([4, 2, 0, 2, 0, 0]), "{summary:#}");
+    assert_eq!(summary["total"]["requests"], 12);
     // The reasons that decided: AGENTS.md for the limit, robots.txt for the deny (its rule and
     // the user-agent line that chose the group); nothing that only allowed.
     let names = |group: usize| -> Vec<String> {
@@ -139,9 +148,10 @@ async fn audit_summary_over_a_real_run_counts_per_agent_across_rotated_and_gzip_
     // By origin and by outcome.
     let by_outcome = summary_json(&["--by", "outcome"], &files).await?;
     assert_eq!(counts(&by_outcome, "deny").map(|c| c[0]), Some(4), "{by_outcome:#}");
+    assert_eq!(counts(&by_outcome, "would_deny").map(|c| c[0]), Some(2), "{by_outcome:#}");
     let by_origin = summary_json(&["--by", "origin"], &files).await?;
     let origin_key = origin.url("/").trim_end_matches('/').to_owned();
-    assert_eq!(counts(&by_origin, &origin_key).map(|c| c[0]), Some(8), "{by_origin:#}");
+    assert_eq!(counts(&by_origin, &origin_key).map(|c| c[0]), Some(12), "{by_origin:#}");
 
     // The table: aligned columns, a total row; `--format text` is the same.
     let paths: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
@@ -151,9 +161,9 @@ async fn audit_summary_over_a_real_run_counts_per_agent_across_rotated_and_gzip_
     assert!(ok, "{stderr}");
     assert!(table.contains("| agent | requests | allowed | denied |"), "{table}");
     assert!(table.contains("| alpha |        4 |       2 |      1 |"), "{table}");
-    assert!(table.contains("| total |        8 |       3 |      4 |"), "{table}");
+    assert!(table.contains("| total |       12 |       5 |      4 |"), "{table}");
     let (text_format, _, _) = audit(&["summary", "--format", "text", &whole.display().to_string()]).await?;
-    assert!(text_format.contains("| total |        8 |"), "{text_format}");
+    assert!(text_format.contains("| total |       12 |"), "{text_format}");
 
     // grep: the records that match, as written.
     let mut args = vec!["grep", "--agent", "beta", "--outcome", "deny"];
