@@ -5,7 +5,9 @@
 //! redaction ([`redact_url`]), the writer ([`AuditLog`], a handle on a bounded queue, and
 //! [`AuditWriter`], the thread that owns the file, flushes when idle and fsyncs on shutdown),
 //! the ring of the latest lines behind the admin API's `/decisions/recent`
-//! ([`RecentDecisions`]), and the per-agent [`summarize`] behind `agentgate audit summary`.
+//! ([`RecentDecisions`]), and the reports behind `agentgate audit`: reading logs back, plain or gzip'd
+//! ([`for_each_line`]), a line as a record and the filters ([`LoggedRecord`], [`Filter`]),
+//! per-group counts ([`summarize_files`]) and matching lines ([`grep`]).
 //!
 //! Never: changes a decision (the gate decides, then records; on a write failure it is the
 //! gate that applies `[audit] on_failure`), or drops a record without counting it: every
@@ -18,17 +20,23 @@ use std::io;
 use std::path::PathBuf;
 
 pub mod field;
+mod grep;
+mod input;
+mod query;
 mod recent;
 mod record;
 mod redact;
 mod summary;
 mod writer;
 
+pub use grep::{GrepReport, grep};
+pub use input::for_each_line;
+pub use query::{Filter, LoggedRecord, NotARecord, Since};
 pub use recent::{RECENT_CAPACITY, RecentDecisions};
 pub(crate) use record::rfc3339_millis;
 pub use record::{DecisionRecord, ErrorType, EventId, Outcome};
 pub use redact::{LoggedUrl, REDACTED, redact_url};
-pub use summary::{AgentSummary, Count, MalformedLine, Summary, summarize};
+pub use summary::{By, Count, Counts, GroupSummary, MalformedLine, Summary, summarize, summarize_files};
 pub use writer::{AuditLog, AuditSettings, AuditStats, AuditWriter, OnFailure, Unrecorded};
 
 /// What can go wrong with the decision log. Each message names the file and what to do.
@@ -84,12 +92,38 @@ pub enum AuditError {
         /// The configured `[audit] path`.
         path: PathBuf,
     },
-    /// Reading a log for [`summarize`] failed (not a malformed line: those are counted).
-    #[error("cannot read the decision log after line {line}: {source}; check the file is readable")]
+    /// A log named to `agentgate audit` cannot be opened.
+    #[error("cannot open {}: {source}; check the path (rotated files are decisions.jsonl.1, .2, ...)", path.display())]
+    ReadOpen {
+        /// The file as named.
+        path: PathBuf,
+        /// Why the operating system refused.
+        source: io::Error,
+    },
+    /// Reading or decompressing a log failed part-way (not a malformed line: those are
+    /// counted).
+    #[error(
+        "cannot read {} after line {line}: {source}; check the file is readable and, if gzip'd, complete",
+        path.display()
+    )]
     Read {
+        /// The file being read.
+        path: PathBuf,
         /// The last line read completely.
         line: u64,
         /// Why reading failed.
+        source: io::Error,
+    },
+    /// `--since` is neither an RFC 3339 time nor a duration.
+    #[error("--since {value:?}: not an RFC 3339 time (2026-11-23T10:00:00Z) or a duration before now (1h, 30m, 2days)")]
+    Since {
+        /// The value given.
+        value: String,
+    },
+    /// The output of `agentgate audit grep` refused a write (a closed pipe, a full disk).
+    #[error("cannot write the matching records: {source}")]
+    Output {
+        /// Why the write failed.
         source: io::Error,
     },
 }

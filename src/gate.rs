@@ -104,6 +104,7 @@ impl Permitted {
         }
         let decision = Decision::deny_first(verdict.reasons, std::mem::take(&mut self.record.reasons), Vec::new());
         self.record.reasons = decision.reasons.clone();
+        self.record.blocking = decision.blocking_reasons().len();
         if self.mode == Mode::Monitor {
             self.record.outcome = LogOutcome::WouldDeny;
             return Ok(self);
@@ -136,6 +137,12 @@ pub enum BlockKind {
     RateLimited {
         /// Seconds until the limit lets a request through again.
         retry_after_s: u64,
+    },
+    /// The origin itself could not be reached while fetching its policies: 502, or 504 when
+    /// the connection timed out. Recorded as an `error`, not a deny: no site forbade it.
+    OriginUnreachable {
+        /// True when the connection timed out.
+        timed_out: bool,
     },
 }
 
@@ -246,6 +253,7 @@ impl Gate {
             record.user_agent = headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
             let decision = Decision::single(Outcome::Deny, reason);
             record.reasons = decision.reasons.clone();
+            record.blocking = decision.blocking_reasons().len();
             Box::new(Blocked { decision, record, kind: BlockKind::Unauthenticated })
         })
     }
@@ -273,6 +281,9 @@ impl Gate {
             headers: &headers,
         };
         let (decision, policies) = self.evaluate(&view, req.origin, req.addresses).await;
+        if let Some(blocked) = policies.as_deref().and_then(|p| self.origin_unreachable(p, &decision, &req)) {
+            return Verdict::Block(blocked);
+        }
         let mode = agent.mode(self.mode);
         let mut record = DecisionRecord::new(
             LogOutcome::from(decision.outcome),
@@ -285,6 +296,7 @@ impl Gate {
         record.user_agent = user_agent.map(str::to_owned);
         record.purposes = view.purposes.to_vec();
         record.reasons = decision.reasons.clone();
+        record.blocking = decision.blocking_reasons().len();
         record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
         if decision.outcome != Outcome::Allow {
             return match mode {
@@ -310,6 +322,7 @@ impl Gate {
                 let decision =
                     Decision::deny_first(blocking, std::mem::take(&mut record.reasons), record.limits.clone());
                 record.reasons = decision.reasons.clone();
+                record.blocking = decision.blocking_reasons().len();
                 match mode {
                     Mode::Enforce => {
                         record.outcome = LogOutcome::RateLimited;
@@ -339,7 +352,28 @@ impl Gate {
         let decision = Decision::single(Outcome::Deny, reason);
         let mut record = self.record_for(LogOutcome::Deny, req);
         record.reasons = decision.reasons.clone();
+        record.blocking = decision.blocking_reasons().len();
         Blocked { decision, record, kind: BlockKind::Policy }
+    }
+
+    /// The block for a request whose origin could not be reached when its robots.txt was
+    /// fetched (refused, no route, connect timeout: [`policy::FetchError::Unreachable`]), so
+    /// it is answered 502/504 `origin.unreachable` rather than RFC 9309's full disallow, which
+    /// stays for an origin that answered badly (issue 12). In monitor mode too: there is no
+    /// site to forward to. `None` when the origin was reached.
+    fn origin_unreachable(&self, policies: &Policies, decision: &Decision, req: &GateRequest<'_>) -> Option<Blocked> {
+        let policy::FetchError::Unreachable { timed_out, cause } = policies.robots.origin_unreachable()? else {
+            return None;
+        };
+        let rule = format!("{} cannot be reached: {cause}", req.origin);
+        let reason = Reason::new(Source::Operator, "origin.unreachable", rule);
+        let decision = Decision::deny_first(vec![reason], decision.reasons.clone(), Vec::new());
+        let mut record = self.record_for(LogOutcome::Error, req);
+        record.reasons = decision.reasons.clone();
+        record.blocking = decision.blocking_reasons().len();
+        record.error = Some(cause.clone());
+        record.error_type = Some(crate::audit::ErrorType::Origin);
+        Some(Blocked { decision, record, kind: BlockKind::OriginUnreachable { timed_out: *timed_out } })
     }
 
     /// The record of a request that failed before it could be decided (its host does not

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod net;
 pub mod policy;
 pub mod proxy;
+pub mod recipe;
 pub mod reload;
 mod setting;
 pub mod tls;

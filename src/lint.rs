@@ -41,7 +41,8 @@ pub fn read_capped(path: &Path, cap: usize) -> std::io::Result<(Vec<u8>, bool)> 
 pub enum LintError {
     /// The format cannot be told from the name.
     #[error(
-        "{0}: cannot tell the format from the file name; name it robots.txt, agents.txt, AGENTS.md or automation-preferences.txt, or pass --format"
+        "{0}: cannot tell the format from the file name; name it robots.txt, agents.txt, AGENTS.md or automation-preferences.txt, or pass --format with one of {formats}",
+        formats = FORMATS.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
     )]
     UnknownFormat(PathBuf),
     /// The file cannot be read or written.
@@ -178,6 +179,39 @@ mod tests {
         }
         let agents = dir.path().join("agents.txt");
         assert!(matches!(lint_file(&agents, None, true), Err(LintError::FixHashTooLarge(_))));
+    }
+
+    #[test]
+    fn an_unknown_name_lists_the_formats_to_pass() {
+        let err = lint_file(Path::new("/nonexistent/policy.txt"), None, false).expect_err("no format");
+        let message = err.to_string();
+        assert!(message.ends_with("pass --format with one of robots, agents-txt, agents-md, autoctl"), "{message}");
+    }
+
+    /// Issue 12: an AGENTS.md without Allowed Actions forbids every write; lint says so once,
+    /// for the file, with the fix.
+    #[test]
+    fn issue_12_agents_md_without_allowed_actions_is_warned_at_the_file_level() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("AGENTS.md");
+        std::fs::write(&path, "# AGENTS.md\n\n## Identity\n- site: example.com\n").expect("write");
+        let report = lint_file(&path, None, false).expect("lint");
+        let rendered = report.render();
+        let line = rendered.lines().find(|l| l.ends_with("[default-actions]")).expect("the warning");
+        assert!(line.starts_with(&format!("{}: warning: no `## Allowed Actions` entries", path.display())), "{line}");
+        assert!(line.contains("every write (POST") && line.contains("- submit-forms: true"), "{line}");
+        assert!(!report.has_errors());
+
+        std::fs::write(
+            &path,
+            "# AGENTS.md\n\n## Identity\n- site: example.com\n\n## Allowed Actions\n- access-api: true\n",
+        )
+        .expect("write");
+        let report = lint_file(&path, None, false).expect("lint");
+        assert!(!report.render().contains("default-actions"), "{}", report.render());
+        // A coding-agent AGENTS.md (no Identity) is not a policy: no such warning.
+        std::fs::write(&path, "# AGENTS.md\n\nRun `cargo test` before committing.\n").expect("write");
+        assert!(!lint_file(&path, None, false).expect("lint").render().contains("default-actions"));
     }
 
     #[test]

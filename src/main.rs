@@ -57,14 +57,65 @@ struct LintArgs {
 
 #[derive(Subcommand)]
 enum AuditCommand {
-    /// Per-agent counts of outcomes, denied hosts and reasons in a decision log.
+    /// Requests, allowed, denied, would_deny, rate_limited and errors per agent (or origin,
+    /// reason, outcome), with the reasons that decided the blocks.
     Summary {
-        /// The decision log (JSON lines).
-        file: PathBuf,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-        format: OutputFormat,
+        /// What a row is.
+        #[arg(long, value_enum, default_value_t = SummaryBy::Agent)]
+        by: SummaryBy,
+        /// Only records at or after this time: RFC 3339 (2026-11-23T10:00:00Z) or a duration
+        /// before now (1h, 30m).
+        #[arg(long)]
+        since: Option<String>,
+        /// Output format (`text` is the same as `table`).
+        #[arg(long, value_enum, default_value_t = SummaryFormat::Table)]
+        format: SummaryFormat,
+        /// Decision logs, plain or gzip'd, oldest first (decisions.jsonl.2 decisions.jsonl.1
+        /// decisions.jsonl).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
     },
+    /// Print the records that match, as the JSON lines they are.
+    Grep {
+        #[command(flatten)]
+        filter: GrepFilter,
+        /// Decision logs, plain or gzip'd, oldest first.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+struct GrepFilter {
+    /// Only this agent id (repeatable: any of them).
+    #[arg(long = "agent")]
+    agents: Vec<String>,
+    /// Only this origin (https://host:port as logged) or host (repeatable).
+    #[arg(long = "origin")]
+    origins: Vec<String>,
+    /// Only this outcome (repeatable).
+    #[arg(long = "outcome", value_parser = clap::builder::PossibleValuesParser::new(
+        audit::Outcome::ALL.iter().map(|o| o.as_str())))]
+    outcomes: Vec<String>,
+    /// Only records at or after this time: RFC 3339 or a duration before now (1h, 30m).
+    #[arg(long)]
+    since: Option<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SummaryBy {
+    Agent,
+    Origin,
+    Reason,
+    Outcome,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SummaryFormat {
+    /// Aligned tables with a total row.
+    #[value(alias = "text")]
+    Table,
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -174,7 +225,8 @@ fn main() -> ExitCode {
         Command::Config(ConfigCommand::Check { file }) => check_config(&file),
         Command::Explain(args) => return run_explain(args),
         Command::Lint(args) => return run_lint(args),
-        Command::Audit(AuditCommand::Summary { file, format }) => audit_summary(&file, format),
+        Command::Audit(AuditCommand::Summary { by, since, format, files }) => audit_summary(&files, by, since, format),
+        Command::Audit(AuditCommand::Grep { filter, files }) => audit_grep(&files, filter),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -197,21 +249,24 @@ fn run_proxy(args: RunArgs) -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let running = Proxy::new(std::sync::Arc::new(config))?.bind().await?;
+        let config = std::sync::Arc::new(config);
+        let config_path = source.path.clone();
+        let running = Proxy::new(std::sync::Arc::clone(&config))?.bind().await?;
         // Before the banner: from now on SIGHUP reloads and reopens the log, never stops agentgate.
         running.reloader(source).start();
         let addr = running.local_addr();
         // Absolute, so the printed variables work from any directory or container mount.
         let ca_path = running.ca_cert_path();
         let ca = std::fs::canonicalize(ca_path).unwrap_or_else(|_| ca_path.to_path_buf()).display().to_string();
-        println!(
-            "agentgate listening on http://{addr} (CA {ca}); for agents: HTTPS_PROXY=http://{addr} HTTP_PROXY=http://{addr} SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca} NODE_EXTRA_CA_CERTS={ca}"
-        );
-        match running.admin_addr() {
-            Some(admin) => println!("admin API on http://{admin} (/healthz, /readyz, /metrics, /ca.pem: docs/admin.md)"),
-            None => println!("admin API off ([admin] listen = \"off\")"),
-        }
-        println!("agents fetch the CA through the proxy: curl -x http://{addr} http://agentgate.local/ca.pem");
+        let startup = agentgate::recipe::Startup {
+            listen: addr,
+            ca: &ca,
+            config: config_path.as_deref(),
+            mode: config.mode,
+            decision_log: &config.audit.path,
+            admin: running.admin_addr(),
+        };
+        print!("{}", startup.render());
         running.run_until(shutdown_signal()).await;
         Ok(())
     })
@@ -245,12 +300,51 @@ fn run_lint(args: LintArgs) -> ExitCode {
     code
 }
 
-fn audit_summary(file: &std::path::Path, format: OutputFormat) -> anyhow::Result<()> {
-    let reader = std::fs::File::open(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let summary = audit::summarize(std::io::BufReader::new(reader))?;
+fn since(value: Option<&str>) -> anyhow::Result<Option<audit::Since>> {
+    Ok(value.map(|v| audit::Since::parse(v, std::time::SystemTime::now())).transpose()?)
+}
+
+fn audit_summary(
+    files: &[PathBuf],
+    by: SummaryBy,
+    since_arg: Option<String>,
+    format: SummaryFormat,
+) -> anyhow::Result<()> {
+    let by = match by {
+        SummaryBy::Agent => audit::By::Agent,
+        SummaryBy::Origin => audit::By::Origin,
+        SummaryBy::Reason => audit::By::Reason,
+        SummaryBy::Outcome => audit::By::Outcome,
+    };
+    let filter = audit::Filter { since: since(since_arg.as_deref())?, ..audit::Filter::default() };
+    let summary = audit::summarize_files(files, by, filter)?;
     match format {
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
-        OutputFormat::Text => print!("{}", summary.render_text()),
+        SummaryFormat::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
+        SummaryFormat::Table => print!("{}", summary.render_table()),
+    }
+    Ok(())
+}
+
+/// Matching lines on stdout; malformed lines counted on stderr, as a note, not a failure.
+fn audit_grep(files: &[PathBuf], args: GrepFilter) -> anyhow::Result<()> {
+    let filter = audit::Filter {
+        since: since(args.since.as_deref())?,
+        agents: args.agents,
+        origins: args.origins,
+        outcomes: args.outcomes,
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let report = audit::grep(files, &filter, &mut out)?;
+    std::io::Write::flush(&mut out)?;
+    if let Some(first) = &report.first_malformed {
+        eprintln!(
+            "agentgate audit grep: {} lines are not records and were skipped (first: {}:{}: {})",
+            report.malformed_lines,
+            first.file.display(),
+            first.line,
+            first.error
+        );
     }
     Ok(())
 }
@@ -258,7 +352,7 @@ fn audit_summary(file: &std::path::Path, format: OutputFormat) -> anyhow::Result
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     let config = Config::load(file).map_err(|e: ConfigError| anyhow::anyhow!("{e}"))?;
     tls::upstream::client_config(&config.upstream.extra_ca_files)?;
-    println!("{}: ok (listen {}, mode {:?})", file.display(), config.listen, config.mode);
+    println!("{}: ok (listen {}, mode {})", file.display(), config.listen, config.mode.as_str());
     Ok(())
 }
 

@@ -53,6 +53,7 @@ enum FetchStatus {
     Code(u16),
     Timeout,
     NetworkError,
+    Unreachable,
     TooManyRedirects,
     InsecureRedirect,
 }
@@ -64,6 +65,7 @@ impl EncodeLabelValue for FetchStatus {
             FetchStatus::Code(code) => write!(encoder, "{code}"),
             FetchStatus::Timeout => encoder.write_str("timeout"),
             FetchStatus::NetworkError => encoder.write_str("network_error"),
+            FetchStatus::Unreachable => encoder.write_str("unreachable"),
             FetchStatus::TooManyRedirects => encoder.write_str("too_many_redirects"),
             FetchStatus::InsecureRedirect => encoder.write_str("insecure_redirect"),
         }
@@ -217,6 +219,7 @@ impl Metrics {
             FetchOutcome::Failed(error) => match error {
                 FetchError::Timeout => FetchStatus::Timeout,
                 FetchError::Network(_) => FetchStatus::NetworkError,
+                FetchError::Unreachable { .. } => FetchStatus::Unreachable,
                 FetchError::TooManyRedirects => FetchStatus::TooManyRedirects,
                 FetchError::InsecureRedirect => FetchStatus::InsecureRedirect,
             },

@@ -138,6 +138,9 @@ pub struct DecisionRecord {
     pub response_bytes: Option<u64>,
     /// Every reason from the decision, blocking ones first (`agentgate.reasons`).
     pub reasons: Vec<Reason>,
+    /// How many of the leading `reasons` decided a block (0 when allowed); each is written
+    /// with `"blocking": true`, so a report counts what blocked, not what allowed alongside.
+    pub blocking: usize,
     /// Limits that applied (`agentgate.limits`).
     pub limits: Vec<Limit>,
     /// What went wrong, for outcome `error` (`error.message`). Must not hold header values.
@@ -191,6 +194,7 @@ impl DecisionRecord {
             status: None,
             response_bytes: None,
             reasons: Vec::new(),
+            blocking: 0,
             limits: Vec::new(),
             error: None,
             error_type: None,
@@ -252,7 +256,8 @@ impl Serialize for Line<'_> {
         if let Some(bytes) = rec.response_bytes {
             map.serialize_entry(field::HTTP_RESPONSE_BODY_BYTES, &bytes)?;
         }
-        let reasons: Vec<ReasonView<'_>> = rec.reasons.iter().map(ReasonView::from).collect();
+        let reasons: Vec<ReasonView<'_>> =
+            rec.reasons.iter().enumerate().map(|(i, reason)| ReasonView::new(reason, i < rec.blocking)).collect();
         map.serialize_entry(field::REASONS, &reasons)?;
         if !rec.limits.is_empty() {
             let limits: Vec<LimitView> = rec.limits.iter().map(LimitView::from).collect();
@@ -278,16 +283,20 @@ struct ReasonView<'a> {
     rule: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     digest: Option<&'a str>,
+    /// Written only when true: this reason decided the block.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    blocking: bool,
 }
 
-impl<'a> From<&'a Reason> for ReasonView<'a> {
-    fn from(reason: &'a Reason) -> Self {
+impl<'a> ReasonView<'a> {
+    fn new(reason: &'a Reason, blocking: bool) -> Self {
         ReasonView {
             source: reason.source.as_str(),
             code: &reason.code,
             line: reason.line,
             rule: &reason.rule,
             digest: reason.digest.as_deref(),
+            blocking,
         }
     }
 }

@@ -1,47 +1,162 @@
-//! `agentgate audit summary FILE`: per-agent counts from a decision log. Reads lines written
-//! by any version (unknown outcomes are counted under their own name); a line that is not a
-//! record is counted and reported with its line number, never fatal.
+//! `agentgate audit summary`: counts from decision logs, grouped by agent, origin, deciding
+//! reason or outcome. Reads lines written by any version (unknown outcomes are counted under
+//! their own name) from any number of files, plain or gzip'd; a line that is not a record is
+//! counted and reported with its file and line number, never fatal.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
+use std::path::{Path, PathBuf};
 
+use comfy_table::{CellAlignment, Table, presets};
 use serde::Serialize;
-use serde_json::{Map, Value};
 
-use super::{AuditError, Outcome, field};
+use super::input::{for_each_line, read_lines};
+use super::query::{Filter, LoggedRecord};
+use super::{AuditError, Outcome};
 
-/// How many hosts and reasons each agent's top lists keep.
+/// How many hosts and reasons each group's top lists keep.
 const TOP: usize = 10;
 /// How many malformed lines the summary quotes (all are counted).
 const MALFORMED_SHOWN: usize = 20;
 
-/// What a decision log holds, per agent. Serializes for `--format json`.
+/// What a summary's rows are (`--by`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum By {
+    /// `agentgate.agent`: the compliance figures of each agent.
+    #[default]
+    Agent,
+    /// The origin of `url.full` (`https://host:port`).
+    Origin,
+    /// The first reason that decided the block (`source code`); `-` for requests not blocked.
+    Reason,
+    /// `event.outcome`.
+    Outcome,
+}
+
+impl By {
+    /// The name of the row key column.
+    fn column(self) -> &'static str {
+        match self {
+            By::Agent => "agent",
+            By::Origin => "origin",
+            By::Reason => "deciding reason",
+            By::Outcome => "outcome",
+        }
+    }
+
+    fn key(self, record: &LoggedRecord) -> String {
+        match self {
+            By::Agent => record.agent().to_owned(),
+            By::Origin => record.origin().or(record.domain()).unwrap_or("-").to_owned(),
+            By::Reason => record.deciding_reasons().into_iter().next().unwrap_or_else(|| "-".to_owned()),
+            By::Outcome => record.outcome().to_owned(),
+        }
+    }
+}
+
+/// What decision logs hold, one row per group. Serializes for `--format json`.
 #[derive(Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Summary {
-    /// Records read (malformed and blank lines excluded).
-    pub records: u64,
-    /// One entry per agent, sorted by agent id.
-    pub agents: Vec<AgentSummary>,
+    /// What the rows are.
+    pub by: By,
+    /// Requests counted (one per `event.id`; malformed lines and records outside the filter
+    /// excluded).
+    pub requests: u64,
+    /// One row per group, sorted by key.
+    pub groups: Vec<GroupSummary>,
+    /// Every group together.
+    pub total: Counts,
     /// Lines that were not a record.
     pub malformed_lines: u64,
-    /// The first malformed lines, with why.
+    /// The first malformed lines, with where and why.
     pub malformed: Vec<MalformedLine>,
 }
 
-/// One agent's counts.
+/// One group's counts.
 #[derive(Debug, Serialize, PartialEq, Eq)]
-pub struct AgentSummary {
-    /// The `agentgate.agent` value.
-    pub agent: String,
-    /// Records for this agent.
-    pub total: u64,
-    /// Records per `event.outcome` value.
-    pub outcomes: BTreeMap<String, u64>,
-    /// `url.domain` of denied records (`deny`, `needs_approval`, `would_deny`), most first.
+pub struct GroupSummary {
+    /// The agent, origin, reason or outcome.
+    pub key: String,
+    /// Requests per outcome.
+    #[serde(flatten)]
+    pub counts: Counts,
+    /// `url.domain` of requests refused or that would have been (`deny`, `needs_approval`,
+    /// `would_deny`), most first.
     pub top_denied_hosts: Vec<Count>,
-    /// `source code` of the reasons on records that were not allowed, most first.
+    /// The reasons that decided a `deny`, `needs_approval`, `would_deny` or `rate_limited`
+    /// (`source code`), most first. Reasons that only allowed are not counted.
     pub top_reasons: Vec<Count>,
 }
+
+/// Requests per outcome: the compliance figures of an evaluation.
+#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
+pub struct Counts {
+    /// Every request.
+    pub requests: u64,
+    /// `allow`: forwarded.
+    pub allowed: u64,
+    /// `deny`: refused by a site policy or operator rule (403).
+    pub denied: u64,
+    /// `needs_approval`: refused until a human approves (403).
+    pub needs_approval: u64,
+    /// `would_deny`: monitor mode forwarded a request enforce mode would refuse.
+    pub would_deny: u64,
+    /// `rate_limited`: refused by a limit (429).
+    pub rate_limited: u64,
+    /// `error`: the request could not be completed (bad request, origin unreachable).
+    pub errors: u64,
+    /// Outcomes this version does not know, by name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub other: BTreeMap<String, u64>,
+}
+
+impl Counts {
+    fn add(&mut self, outcome: &str) {
+        self.requests += 1;
+        let slot = match Outcome::parse(outcome) {
+            Some(Outcome::Allow) => &mut self.allowed,
+            Some(Outcome::Deny) => &mut self.denied,
+            Some(Outcome::NeedsApproval) => &mut self.needs_approval,
+            Some(Outcome::WouldDeny) => &mut self.would_deny,
+            Some(Outcome::RateLimited) => &mut self.rate_limited,
+            Some(Outcome::Error) => &mut self.errors,
+            None => self.other.entry(outcome.to_owned()).or_default(),
+        };
+        *slot += 1;
+    }
+
+    fn merge(&mut self, other: &Counts) {
+        self.requests += other.requests;
+        self.allowed += other.allowed;
+        self.denied += other.denied;
+        self.needs_approval += other.needs_approval;
+        self.would_deny += other.would_deny;
+        self.rate_limited += other.rate_limited;
+        self.errors += other.errors;
+        for (name, count) in &other.other {
+            *self.other.entry(name.clone()).or_default() += count;
+        }
+    }
+
+    /// The cells of a table row, in [`COLUMNS`] order, then one per name in `other`.
+    fn cells(&self, other: &[&String]) -> Vec<String> {
+        let known = [
+            self.requests,
+            self.allowed,
+            self.denied,
+            self.needs_approval,
+            self.would_deny,
+            self.rate_limited,
+            self.errors,
+        ];
+        let unknown = other.iter().map(|name| self.other.get(*name).copied().unwrap_or(0));
+        known.into_iter().chain(unknown).map(|n| n.to_string()).collect()
+    }
+}
+
+/// The count columns of the table, as [`Counts::cells`] fills them.
+const COLUMNS: [&str; 7] = ["requests", "allowed", "denied", "needs_approval", "would_deny", "rate_limited", "errors"];
 
 /// A name and how often it occurred.
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -55,117 +170,126 @@ pub struct Count {
 /// A line that was skipped because it is not a decision record.
 #[derive(Debug, Serialize, PartialEq, Eq)]
 pub struct MalformedLine {
-    /// 1-based line number.
+    /// The file it is in.
+    pub file: PathBuf,
+    /// 1-based line number in that file.
     pub line: u64,
     /// Why it was skipped.
     pub error: String,
 }
 
 #[derive(Default)]
-struct AgentCounts {
-    total: u64,
-    outcomes: BTreeMap<String, u64>,
+struct GroupCounts {
+    counts: Counts,
     denied_hosts: HashMap<String, u64>,
     reasons: HashMap<String, u64>,
 }
 
-/// Reads a decision log and counts per agent, one request per `event.id`: a forwarded
-/// request may have a decision line without `http.response.status_code` (written before
-/// forwarding, `docs/decision-log.md`) and a completed line with the same id; the completed
-/// one counts, and a decision line never completed (the response was cut off) counts on its
-/// own. Blank lines are skipped; lines that are not records (bad JSON or UTF-8, no
-/// `agentgate.agent` or `event.outcome`) are counted.
+/// Builds a [`Summary`] from lines of one or more logs, read in order: a forwarded request's
+/// decision line may sit in a rotated file and its completed line in the next.
+struct Summarizer {
+    by: By,
+    filter: Filter,
+    summary: Summary,
+    groups: BTreeMap<String, GroupCounts>,
+    /// Decision lines waiting for their completed line, by `event.id`: as many as requests
+    /// were in flight together.
+    awaiting: HashMap<String, LoggedRecord>,
+}
+
+impl Summarizer {
+    fn new(by: By, filter: Filter) -> Self {
+        let summary = Summary { by, ..Summary::default() };
+        Summarizer { by, filter, summary, groups: BTreeMap::new(), awaiting: HashMap::new() }
+    }
+
+    fn line(&mut self, path: &Path, line: u64, bytes: &[u8]) {
+        if bytes.trim_ascii().is_empty() {
+            return;
+        }
+        match LoggedRecord::parse(bytes) {
+            Ok(record) => match record.id().map(str::to_owned) {
+                Some(id) if record.is_decision_line() => {
+                    self.awaiting.insert(id, record);
+                }
+                id => {
+                    if let Some(id) = id {
+                        self.awaiting.remove(&id);
+                    }
+                    self.count(&record);
+                }
+            },
+            Err(not_a_record) => {
+                self.summary.malformed_lines += 1;
+                if self.summary.malformed.len() < MALFORMED_SHOWN {
+                    let file = path.to_owned();
+                    self.summary.malformed.push(MalformedLine { file, line, error: not_a_record.0 });
+                }
+            }
+        }
+    }
+
+    fn count(&mut self, record: &LoggedRecord) {
+        if !self.filter.matches(record) {
+            return;
+        }
+        self.summary.requests += 1;
+        let group = self.groups.entry(self.by.key(record)).or_default();
+        group.counts.add(record.outcome());
+        if Outcome::parse(record.outcome()).is_some_and(Outcome::is_denial) {
+            let host = record.domain().unwrap_or("(no host)");
+            *group.denied_hosts.entry(host.to_owned()).or_default() += 1;
+        }
+        for reason in record.deciding_reasons() {
+            *group.reasons.entry(reason).or_default() += 1;
+        }
+    }
+
+    fn finish(mut self) -> Summary {
+        // A decision line never completed (the response was cut off) counts on its own.
+        let mut unfinished: Vec<LoggedRecord> = std::mem::take(&mut self.awaiting).into_values().collect();
+        unfinished.sort_by(|a, b| a.id().cmp(&b.id()));
+        for record in &unfinished {
+            self.count(record);
+        }
+        let mut summary = self.summary;
+        for (key, group) in self.groups {
+            summary.total.merge(&group.counts);
+            summary.groups.push(GroupSummary {
+                key,
+                counts: group.counts,
+                top_denied_hosts: top(group.denied_hosts),
+                top_reasons: top(group.reasons),
+            });
+        }
+        summary
+    }
+}
+
+/// Summarizes the logs at `paths` (plain or gzip'd, in the order given: oldest rotated file
+/// first), one request per `event.id`: a forwarded request may have a decision line without
+/// `http.response.status_code` (written before forwarding, `docs/decision-log.md`) and a
+/// completed line with the same id; the completed one counts, and a decision line never
+/// completed counts on its own. Only records `filter` matches are counted. Blank lines are
+/// skipped; lines that are not records are counted and the first ones quoted.
 ///
 /// # Errors
-/// [`AuditError::Read`] when reading itself fails; malformed content is never an error.
-pub fn summarize(mut reader: impl BufRead) -> Result<Summary, AuditError> {
-    let mut summary = Summary::default();
-    let mut agents: BTreeMap<String, AgentCounts> = BTreeMap::new();
-    let mut buf = Vec::new();
-    let mut line_no = 0;
-    // Decision lines waiting for their completed line, by `event.id`: as many as requests
-    // were in flight together.
-    let mut awaiting: HashMap<String, (String, Map<String, Value>)> = HashMap::new();
-    loop {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf) {
-            Ok(0) => break,
-            Ok(_) => line_no += 1,
-            Err(source) => return Err(AuditError::Read { line: line_no, source }),
-        }
-        if buf.trim_ascii().is_empty() {
-            continue;
-        }
-        match parse(&buf) {
-            Ok((agent, record)) => {
-                let id = record.get(field::EVENT_ID).and_then(Value::as_str).map(str::to_owned);
-                match id {
-                    Some(id) if !record.contains_key(field::HTTP_RESPONSE_STATUS_CODE) => {
-                        awaiting.insert(id, (agent, record));
-                    }
-                    _ => {
-                        if let Some(id) = &id {
-                            awaiting.remove(id);
-                        }
-                        summary.records += 1;
-                        count(agents.entry(agent).or_default(), &record);
-                    }
-                }
-            }
-            Err(error) => {
-                summary.malformed_lines += 1;
-                if summary.malformed.len() < MALFORMED_SHOWN {
-                    summary.malformed.push(MalformedLine { line: line_no, error });
-                }
-            }
-        }
-    }
-    for (agent, record) in awaiting.into_values() {
-        summary.records += 1;
-        count(agents.entry(agent).or_default(), &record);
-    }
-    summary.agents = agents
-        .into_iter()
-        .map(|(agent, counts)| AgentSummary {
-            agent,
-            total: counts.total,
-            outcomes: counts.outcomes,
-            top_denied_hosts: top(counts.denied_hosts),
-            top_reasons: top(counts.reasons),
-        })
-        .collect();
-    Ok(summary)
+/// [`AuditError::ReadOpen`] or [`AuditError::Read`] when a file cannot be read; malformed
+/// content is never an error.
+pub fn summarize_files(paths: &[impl AsRef<Path>], by: By, filter: Filter) -> Result<Summary, AuditError> {
+    let mut summarizer = Summarizer::new(by, filter);
+    for_each_line(paths, |path, line, bytes| summarizer.line(path, line, bytes))?;
+    Ok(summarizer.finish())
 }
 
-/// The record on one line and its agent, or why the line is not one.
-fn parse(line: &[u8]) -> Result<(String, Map<String, Value>), String> {
-    let Value::Object(record) = serde_json::from_slice(line).map_err(|err| format!("not JSON: {err}"))? else {
-        return Err("not a JSON object".to_owned());
-    };
-    for required in [field::AGENT, field::EVENT_OUTCOME] {
-        if !record.get(required).is_some_and(Value::is_string) {
-            return Err(format!("no string \"{required}\""));
-        }
-    }
-    let agent = record.get(field::AGENT).and_then(Value::as_str).unwrap_or_default().to_owned();
-    Ok((agent, record))
-}
-
-fn count(counts: &mut AgentCounts, record: &Map<String, Value>) {
-    let outcome = record.get(field::EVENT_OUTCOME).and_then(Value::as_str).unwrap_or_default();
-    counts.total += 1;
-    *counts.outcomes.entry(outcome.to_owned()).or_default() += 1;
-    if Outcome::parse(outcome).is_some_and(Outcome::is_denial) {
-        let host = record.get(field::URL_DOMAIN).and_then(Value::as_str).unwrap_or("(no host)");
-        *counts.denied_hosts.entry(host.to_owned()).or_default() += 1;
-    }
-    if outcome != Outcome::Allow.as_str() {
-        let reasons = record.get(field::REASONS).and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
-        for reason in reasons {
-            let part = |key| reason.get(key).and_then(Value::as_str).unwrap_or("?");
-            *counts.reasons.entry(format!("{} {}", part("source"), part("code"))).or_default() += 1;
-        }
-    }
+/// [`summarize_files`] over one reader, by agent, every record: for a log already in memory.
+///
+/// # Errors
+/// [`AuditError::Read`] when reading fails.
+pub fn summarize(reader: impl BufRead) -> Result<Summary, AuditError> {
+    let mut summarizer = Summarizer::new(By::Agent, Filter::default());
+    read_lines(Path::new("-"), reader, &mut |path: &Path, line, bytes: &[u8]| summarizer.line(path, line, bytes))?;
+    Ok(summarizer.finish())
 }
 
 /// The `TOP` most frequent names, ties in name order so the output is stable.
@@ -177,52 +301,54 @@ fn top(counts: HashMap<String, u64>) -> Vec<Count> {
 }
 
 impl Summary {
-    /// The summary as aligned plain-text tables: outcomes per agent, then top denied
-    /// hosts, top reasons and malformed lines (sections without rows are left out).
-    pub fn render_text(&self) -> String {
+    /// The summary as terminal tables: one row per group with a total row, then the top
+    /// deciding reasons, the top denied hosts and the malformed lines (tables without rows
+    /// are left out). Numbers are right-aligned.
+    pub fn render_table(&self) -> String {
         let mut out = format!(
-            "{} records from {} agents, {} malformed lines\n",
-            self.records,
-            self.agents.len(),
+            "{} requests in {} groups by {}, {} malformed lines\n",
+            self.requests,
+            self.groups.len(),
+            self.by.column(),
             self.malformed_lines
         );
-        // Known outcomes in their usual order, then any this version does not know.
-        let mut outcomes: Vec<String> = Outcome::ALL.iter().map(|o| o.as_str().to_owned()).collect();
-        for agent in &self.agents {
-            for seen in agent.outcomes.keys() {
-                if !outcomes.contains(seen) {
-                    outcomes.push(seen.clone());
-                }
-            }
-        }
-        let mut header = vec!["agent", "total"];
-        header.extend(outcomes.iter().map(String::as_str));
-        let rows = self.agents.iter().map(|agent| {
-            let mut row = vec![agent.agent.clone(), agent.total.to_string()];
-            row.extend(outcomes.iter().map(|o| agent.outcomes.get(o).copied().unwrap_or(0).to_string()));
-            row
-        });
-        push_table(&mut out, None, &header, rows.collect());
-        let tops = |pick: fn(&AgentSummary) -> &Vec<Count>| -> Vec<Vec<String>> {
-            let per_agent = self.agents.iter().flat_map(|agent| pick(agent).iter().map(move |c| (agent, c)));
-            per_agent.map(|(agent, c)| vec![agent.agent.clone(), c.name.clone(), c.count.to_string()]).collect()
+        let other: Vec<&String> = self.total.other.keys().collect();
+        let mut header = vec![self.by.column()];
+        header.extend(COLUMNS);
+        header.extend(other.iter().map(|name| name.as_str()));
+        let mut rows: Vec<Vec<String>> = self
+            .groups
+            .iter()
+            .map(|group| std::iter::once(group.key.clone()).chain(group.counts.cells(&other)).collect())
+            .collect();
+        rows.push(std::iter::once("total".to_owned()).chain(self.total.cells(&other)).collect());
+        push_table(&mut out, None, &header, rows);
+
+        let tops = |pick: fn(&GroupSummary) -> &Vec<Count>| -> Vec<Vec<String>> {
+            let per_group = self.groups.iter().flat_map(|group| pick(group).iter().map(move |c| (group, c)));
+            per_group.map(|(group, c)| vec![group.key.clone(), c.name.clone(), c.count.to_string()]).collect()
         };
-        push_table(&mut out, Some("top denied hosts"), &["agent", "host", "count"], tops(|a| &a.top_denied_hosts));
-        push_table(
-            &mut out,
-            Some("top reasons (not allowed)"),
-            &["agent", "reason", "count"],
-            tops(|a| &a.top_reasons),
-        );
-        let malformed = self.malformed.iter().map(|m| vec![m.line.to_string(), m.error.clone()]).collect();
+        if self.by != By::Reason {
+            let header = [self.by.column(), "deciding reason", "requests"];
+            push_table(&mut out, Some("top reasons for blocks"), &header, tops(|g| &g.top_reasons));
+        }
+        if self.by != By::Origin {
+            let header = [self.by.column(), "host", "requests"];
+            push_table(&mut out, Some("top denied hosts"), &header, tops(|g| &g.top_denied_hosts));
+        }
+        let malformed = self
+            .malformed
+            .iter()
+            .map(|m| vec![m.file.display().to_string(), m.line.to_string(), m.error.clone()])
+            .collect();
         let title = format!("malformed lines (first {} of {})", self.malformed.len(), self.malformed_lines);
-        push_table(&mut out, Some(&title), &["line", "error"], malformed);
+        push_table(&mut out, Some(&title), &["file", "line", "error"], malformed);
         out
     }
 }
 
-/// Appends a table: columns padded to their widest cell, numbers right-aligned. A titled
-/// table with no rows is left out.
+/// Appends a table (markdown-style borders: it reads in a terminal and pastes into a
+/// report), numeric columns right-aligned. A titled table with no rows is left out.
 fn push_table(out: &mut String, title: Option<&str>, header: &[&str], rows: Vec<Vec<String>>) {
     if let Some(title) = title {
         if rows.is_empty() {
@@ -232,53 +358,52 @@ fn push_table(out: &mut String, title: Option<&str>, header: &[&str], rows: Vec<
         out.push_str(title);
         out.push('\n');
     }
-    let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
-    let widths: Vec<usize> = (0..header.len())
-        .map(|col| {
-            let cells = std::iter::once(&header).chain(&rows).filter_map(|row| row.get(col));
-            cells.map(|cell| cell.chars().count()).max().unwrap_or(0)
-        })
-        .collect();
-    let numeric: Vec<bool> = (0..header.len())
-        .map(|col| !rows.is_empty() && rows.iter().all(|row| row.get(col).is_some_and(|c| c.parse::<u64>().is_ok())))
-        .collect();
-    for row in std::iter::once(&header).chain(&rows) {
-        let cells = row.iter().zip(&widths).zip(&numeric).map(|((cell, &width), &numeric)| {
-            if numeric { format!("{cell:>width$}") } else { format!("{cell:<width$}") }
-        });
-        out.push_str(cells.collect::<Vec<_>>().join("  ").trim_end());
-        out.push('\n');
+    let mut table = Table::new();
+    table.load_style(presets::ASCII_MARKDOWN).set_header(header.iter().copied());
+    for (index, column) in table.column_iter_mut().enumerate() {
+        let numeric = rows.iter().all(|row| row.get(index).is_some_and(|c| c.parse::<u64>().is_ok()));
+        if numeric && !rows.is_empty() {
+            column.set_cell_alignment(CellAlignment::Right);
+        }
     }
+    for row in rows {
+        table.add_row(row);
+    }
+    out.push_str(&table.to_string());
+    out.push('\n');
 }
 
 #[cfg(test)]
 mod tests {
-    use std::io::{BufReader, Read, Write};
+    use std::io::Write;
 
     use super::*;
+    use crate::audit::query::Since;
     use crate::audit::record::sample;
-    use crate::audit::{AuditLog, AuditSettings};
+    use crate::audit::{AuditLog, AuditSettings, Outcome};
     use crate::policy::{Reason, Source};
 
     /// A log written by the real writer, then damaged by hand.
-    async fn write_log(path: &std::path::Path) {
+    async fn write_log(path: &Path) {
         let (log, writer) =
             AuditLog::start(AuditSettings { path: path.to_path_buf(), ..AuditSettings::default() }).expect("opens");
         let robots = Reason::new(Source::Robots, "robots.disallow", "Disallow: /private").at_line(4);
         let hash = Reason::new(Source::AgentsTxt, "agents_txt.hash_mismatch", "digest differs");
+        let allowed = Reason::new(Source::Autoctl, "autoctl.allowed", "allowed-methods: GET").at_line(2);
         let records = [
-            ("bot-a", Outcome::Allow, "https://ok.example/", vec![robots.clone()]),
-            ("bot-a", Outcome::Allow, "https://ok.example/x", vec![]),
-            ("bot-a", Outcome::Deny, "https://shop.example/private?q=1", vec![robots.clone()]),
-            ("bot-a", Outcome::Deny, "https://shop.example/private/2", vec![robots.clone()]),
-            ("bot-a", Outcome::Deny, "https://news.example/", vec![hash.clone()]),
-            ("bot-a", Outcome::RateLimited, "https://ok.example/y", vec![]),
-            ("crawler-b", Outcome::WouldDeny, "https://news.example/a", vec![hash, robots]),
-            ("crawler-b", Outcome::Error, "http://down.example/", vec![]),
+            ("bot-a", Outcome::Allow, "https://ok.example/", vec![allowed.clone()], 0),
+            ("bot-a", Outcome::Allow, "https://ok.example/x", vec![], 0),
+            ("bot-a", Outcome::Deny, "https://shop.example/private?q=1", vec![robots.clone(), allowed.clone()], 1),
+            ("bot-a", Outcome::Deny, "https://shop.example/private/2", vec![robots.clone()], 1),
+            ("bot-a", Outcome::Deny, "https://news.example/", vec![hash.clone()], 1),
+            ("bot-a", Outcome::RateLimited, "https://ok.example/y", vec![hash.clone(), allowed], 1),
+            ("crawler-b", Outcome::WouldDeny, "https://news.example/a", vec![hash, robots], 2),
+            ("crawler-b", Outcome::Error, "http://down.example/", vec![], 0),
         ];
-        for (n, (agent, outcome, url, reasons)) in records.into_iter().enumerate() {
+        for (n, (agent, outcome, url, reasons, blocking)) in records.into_iter().enumerate() {
             let mut rec = sample(agent, outcome, url);
             rec.reasons = reasons;
+            rec.blocking = blocking;
             log.record(&rec).await.expect("queued");
             if n == 0 {
                 // A forwarded request: its decision line, then the completed line, one request.
@@ -307,32 +432,39 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn summarizes_a_log_from_the_writer_and_skips_malformed_lines() {
+    async fn summarizes_a_log_from_the_writer_and_reports_malformed_lines_with_file_and_line() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let path = dir.path().join("decisions.jsonl");
         write_log(&path).await;
-        let file = std::fs::File::open(&path).expect("opens");
-        let summary = summarize(BufReader::new(file)).expect("reading works");
+        let summary = summarize_files(&[&path], By::Agent, Filter::default()).expect("reading works");
 
-        let outcomes = |pairs: &[(&str, u64)]| pairs.iter().map(|(o, n)| ((*o).to_owned(), *n)).collect();
-        let malformed = |line, error: &str| MalformedLine { line, error: error.to_owned() };
+        let bot_a = Counts {
+            requests: 7,
+            allowed: 2,
+            denied: 3,
+            rate_limited: 1,
+            other: [("defer".to_owned(), 1)].into(),
+            ..Counts::default()
+        };
+        let crawler_b = Counts { requests: 2, would_deny: 1, errors: 1, ..Counts::default() };
+        let malformed = |line, error: &str| MalformedLine { file: path.clone(), line, error: error.to_owned() };
         let expected = Summary {
-            records: 9,
-            agents: vec![
-                AgentSummary {
-                    agent: "bot-a".to_owned(),
-                    total: 7,
-                    outcomes: outcomes(&[("allow", 2), ("defer", 1), ("deny", 3), ("rate_limited", 1)]),
+            by: By::Agent,
+            requests: 9,
+            groups: vec![
+                GroupSummary {
+                    key: "bot-a".to_owned(),
+                    counts: bot_a,
                     top_denied_hosts: counts(&[("shop.example", 2), ("news.example", 1)]),
+                    // autoctl.allowed rode along on a deny and a rate_limited record: not counted.
                     top_reasons: counts(&[
+                        ("agents.txt agents_txt.hash_mismatch", 2),
                         ("robots.txt robots.disallow", 2),
-                        ("agents.txt agents_txt.hash_mismatch", 1),
                     ]),
                 },
-                AgentSummary {
-                    agent: "crawler-b".to_owned(),
-                    total: 2,
-                    outcomes: outcomes(&[("error", 1), ("would_deny", 1)]),
+                GroupSummary {
+                    key: "crawler-b".to_owned(),
+                    counts: crawler_b,
                     top_denied_hosts: counts(&[("news.example", 1)]),
                     top_reasons: counts(&[
                         ("agents.txt agents_txt.hash_mismatch", 1),
@@ -340,6 +472,16 @@ mod tests {
                     ]),
                 },
             ],
+            total: Counts {
+                requests: 9,
+                allowed: 2,
+                denied: 3,
+                would_deny: 1,
+                rate_limited: 1,
+                errors: 1,
+                other: [("defer".to_owned(), 1)].into(),
+                ..Counts::default()
+            },
             malformed_lines: 5,
             malformed: vec![
                 malformed(10, "not JSON: expected ident at line 1 column 2"),
@@ -351,56 +493,114 @@ mod tests {
         };
         assert_eq!(summary, expected);
 
-        assert_eq!(
-            summary.render_text(),
-            "\
-9 records from 2 agents, 5 malformed lines
-agent      total  allow  deny  needs_approval  rate_limited  would_deny  error  defer
-bot-a          7      2     3               0             1           0      0      1
-crawler-b      2      0     0               0             0           1      1      0
-
-top denied hosts
-agent      host          count
-bot-a      shop.example      2
-bot-a      news.example      1
-crawler-b  news.example      1
-
-top reasons (not allowed)
-agent      reason                               count
-bot-a      robots.txt robots.disallow               2
-bot-a      agents.txt agents_txt.hash_mismatch      1
-crawler-b  agents.txt agents_txt.hash_mismatch      1
-crawler-b  robots.txt robots.disallow               1
-
-malformed lines (first 5 of 5)
-line  error
-  10  not JSON: expected ident at line 1 column 2
-  12  no string \"agentgate.agent\"
-  13  not a JSON object
-  15  not JSON: expected value at line 1 column 1
-  16  not JSON: EOF while parsing a string at line 1 column 37
-"
-        );
+        let table = summary.render_table();
+        let file = path.display().to_string();
+        let expected_table = "\
+9 requests in 2 groups by agent, 5 malformed lines
+| agent     | requests | allowed | denied | needs_approval | would_deny | rate_limited | errors | defer |
+|-----------|----------|---------|--------|----------------|------------|--------------|--------|-------|
+| bot-a     |        7 |       2 |      3 |              0 |          0 |            1 |      0 |     1 |
+| crawler-b |        2 |       0 |      0 |              0 |          1 |            0 |      1 |     0 |
+| total     |        9 |       2 |      3 |              0 |          1 |            1 |      1 |     1 |
+";
+        assert!(table.starts_with(expected_table), "{table}");
+        assert!(table.contains("\ntop reasons for blocks\n| agent     | deciding reason "), "{table}");
+        assert!(table.contains("| crawler-b | robots.txt robots.disallow          |        1 |"), "{table}");
+        assert!(!table.contains("autoctl.allowed"), "{table}");
+        assert!(table.contains("\ntop denied hosts\n"), "{table}");
+        assert!(table.contains("\nmalformed lines (first 5 of 5)\n"), "{table}");
+        assert!(table.contains(&format!("| {file} |   10 | not JSON: expected ident at line 1 column 2 ")), "{table}");
 
         let json = serde_json::to_value(&summary).expect("serializes");
-        assert_eq!(json["agents"][0]["outcomes"]["deny"], 3);
+        assert_eq!(json["by"], "agent");
+        assert_eq!(json["groups"][0]["key"], "bot-a");
+        assert_eq!(json["groups"][0]["denied"], 3);
+        assert_eq!(json["groups"][0]["other"]["defer"], 1);
+        assert_eq!(json["total"]["requests"], 9);
         assert_eq!(json["malformed"][0]["line"], 10);
     }
 
+    #[tokio::test]
+    async fn groups_by_origin_reason_and_outcome() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("decisions.jsonl");
+        write_log(&path).await;
+        let keys = |by| -> Vec<(String, u64)> {
+            let summary = summarize_files(&[&path], by, Filter::default()).expect("reads");
+            summary.groups.into_iter().map(|g| (g.key, g.counts.requests)).collect()
+        };
+        let owned = |pairs: &[(&str, u64)]| pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect::<Vec<_>>();
+        assert_eq!(
+            keys(By::Origin),
+            owned(&[
+                ("-", 1),
+                ("http://down.example", 1),
+                ("https://news.example", 2),
+                ("https://ok.example", 3),
+                ("https://shop.example", 2)
+            ])
+        );
+        assert_eq!(
+            keys(By::Reason),
+            owned(&[("-", 4), ("agents.txt agents_txt.hash_mismatch", 3), ("robots.txt robots.disallow", 2)])
+        );
+        assert_eq!(
+            keys(By::Outcome),
+            owned(&[("allow", 2), ("defer", 1), ("deny", 3), ("error", 1), ("rate_limited", 1), ("would_deny", 1)])
+        );
+        let by_reason = summarize_files(&[&path], By::Reason, Filter::default()).expect("reads").render_table();
+        assert!(!by_reason.contains("top reasons for blocks"), "the rows are the reasons already: {by_reason}");
+    }
+
+    #[tokio::test]
+    async fn since_counts_only_later_records() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("decisions.jsonl");
+        write_log(&path).await;
+        // Every record was written just now: an hour ago takes them all but the hand-written
+        // one without a @timestamp, the future none.
+        let now = std::time::SystemTime::now();
+        let since = |s: Since| Filter { since: Some(s), ..Filter::default() };
+        let all = summarize_files(&[&path], By::Agent, since(Since::parse("1h", now).expect("a duration")));
+        assert_eq!(all.expect("reads").requests, 8);
+        let later = Since(now + std::time::Duration::from_secs(3600));
+        let none = summarize_files(&[&path], By::Agent, since(later)).expect("reads");
+        assert_eq!((none.requests, none.malformed_lines), (0, 5), "malformed lines are still reported");
+    }
+
     #[test]
-    fn an_empty_log_summarizes_to_nothing() {
+    fn an_empty_log_summarizes_to_a_total_of_nothing() {
         let summary = summarize(&b""[..]).expect("reading works");
         assert_eq!(summary, Summary::default());
         assert_eq!(
-            summary.render_text(),
-            "0 records from 0 agents, 0 malformed lines\nagent  total  allow  deny  needs_approval  rate_limited  would_deny  error\n"
+            summary.render_table(),
+            "\
+0 requests in 0 groups by agent, 0 malformed lines
+| agent | requests | allowed | denied | needs_approval | would_deny | rate_limited | errors |
+|-------|----------|---------|--------|----------------|------------|--------------|--------|
+| total |        0 |       0 |      0 |              0 |          0 |            0 |      0 |
+"
         );
+    }
+
+    #[test]
+    fn a_completed_line_in_the_next_file_supersedes_its_decision_line() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let (older, newer) = (dir.path().join("decisions.jsonl.1"), dir.path().join("decisions.jsonl"));
+        std::fs::write(&older, "{\"event.id\":\"7\",\"agentgate.agent\":\"a\",\"event.outcome\":\"allow\"}\n")
+            .expect("writes");
+        let completed = "{\"event.id\":\"7\",\"agentgate.agent\":\"a\",\"event.outcome\":\"allow\",\"http.response.status_code\":200}\n";
+        std::fs::write(&newer, completed).expect("writes");
+        let summary = summarize_files(&[&older, &newer], By::Agent, Filter::default()).expect("reads");
+        assert_eq!(summary.requests, 1);
+        let summary = summarize_files(&[&older], By::Agent, Filter::default()).expect("reads");
+        assert_eq!(summary.requests, 1, "never completed: counts on its own");
     }
 
     #[test]
     fn a_read_error_is_an_error_naming_the_line() {
         struct Failing(usize);
-        impl Read for Failing {
+        impl std::io::Read for Failing {
             fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
                 let line = b"{\"agentgate.agent\":\"a\",\"event.outcome\":\"allow\"}\n";
                 if self.0 == 0 {
@@ -411,7 +611,7 @@ line  error
                 Ok(line.len())
             }
         }
-        let err = summarize(BufReader::new(Failing(2))).expect_err("the read fails");
+        let err = summarize(std::io::BufReader::new(Failing(2))).expect_err("the read fails");
         assert!(matches!(err, AuditError::Read { line: 2, .. }), "{err:?}");
         assert!(err.to_string().contains("after line 2: disk went away"), "{err}");
     }

@@ -544,6 +544,11 @@ impl LogFile for File {
     }
 
     fn sync(&mut self) -> io::Result<()> {
+        // A device (`path = "/dev/null"`, a FIFO) has nothing to make durable, and fsync on
+        // one fails with EINVAL: that is no write failure (issue 12).
+        if self.metadata().is_ok_and(|meta| !meta.is_file()) {
+            return Ok(());
+        }
         self.sync_all()
     }
 }
@@ -775,6 +780,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temp dir");
         let result = AuditLog::start(AuditSettings { queue_capacity: 0, ..settings(dir.path().join("d.jsonl")) });
         assert!(matches!(result, Err(AuditError::ZeroQueueCapacity)));
+    }
+
+    #[tokio::test]
+    async fn issue_12_a_log_at_dev_null_shuts_down_without_an_error() {
+        let (log, writer) = AuditLog::start(settings(PathBuf::from("/dev/null"))).expect("/dev/null opens");
+        log.record(&sample("bot-1", Outcome::Allow, "http://h/")).await.expect("written");
+        let stats = writer.shutdown().await;
+        assert_eq!((stats.written, stats.failed), (1, 0));
+        assert!(stats.error.is_none(), "no fsync error on a device: {:?}", stats.error);
     }
 
     #[tokio::test]

@@ -89,7 +89,12 @@ impl Fetcher {
         let mut headers = HeaderMap::new();
         headers.insert(header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
         for hop in 0..=MAX_REDIRECTS {
-            let response = self.transport.get(url.clone(), headers.clone()).await?;
+            let response = self.transport.get(url.clone(), headers.clone()).await.map_err(|error| match error {
+                // The origin answered with a redirect: a target that cannot be reached does
+                // not make the origin unreachable.
+                FetchError::Unreachable { cause, .. } if hop > 0 => FetchError::Network(cause),
+                error => error,
+            })?;
             let location = response.headers().get(header::LOCATION).filter(|_| file.follows(response.status()));
             if let Some(location) = location {
                 if hop == MAX_REDIRECTS {

@@ -21,6 +21,10 @@ pub fn advice(reason: &Reason) -> &'static str {
         return "You already have as many requests in flight to this site as its AGENTS.md allows. Wait for one to \
                 finish, then retry; send requests one after another instead of in parallel.";
     }
+    if code == "origin.unreachable" {
+        return "The site did not accept a connection (refused or timed out); nothing forbids the request. Check \
+                the host and port, then retry later.";
+    }
     match reason.source {
         Source::Operator if code.starts_with("auth.") => {
             "agentgate needs to know which agent you are. Use the proxy credentials your operator gave you \
@@ -58,6 +62,7 @@ mod tests {
         let cases = [
             (Source::Robots, "robots.disallow", "robots.txt disallows"),
             (Source::Robots, "robots.unreachable", "Try again later"),
+            (Source::Operator, "origin.unreachable", "nothing forbids the request"),
             (Source::AgentsTxt, "agents_txt.hash_mismatch", "restricts the whole site"),
             (Source::AgentsMd, "agents_md.requires_human_approval", "human to approve"),
             (Source::Autoctl, "autoctl.method_not_allowed", "does not allow this HTTP method"),

@@ -149,7 +149,24 @@ pub fn discover(root: AgentsMdState, well_known: Option<AgentsMdState>) -> Agent
 /// warnings and errors plus lint-only advice (missing `# AGENTS.md` title, trailing `/*`
 /// read as a subtree, `/` matching only the home page).
 pub fn lint(body: &[u8]) -> Vec<Diagnostic> {
-    let mut diagnostics = from_body(body, true).diagnostics;
+    let state = from_body(body, true);
+    let mut diagnostics = state.diagnostics;
+    // Issue 12: the defaults restrict more than an author who left the section out may
+    // expect (§5.3, C18): only read-content is allowed, so every POST is refused and, e.g.,
+    // `git clone` over HTTPS fails with nothing but "RPC failed; HTTP 403".
+    if state.policy.as_ref().is_some_and(|policy| policy.actions.is_empty()) {
+        diagnostics.insert(
+            0,
+            Diagnostic::warning(
+                None,
+                "default-actions",
+                "no `## Allowed Actions` entries, so the defaults apply: only read-content is allowed, and every \
+                 write (POST, PUT, PATCH, DELETE: form posts, API calls, uploads, `git clone`/`git push` over HTTPS) \
+                 is refused; if agents may write, add `## Allowed Actions` with `- submit-forms: true` or \
+                 `- access-api: true`",
+            ),
+        );
+    }
     if body.len() > MAX_BYTES {
         diagnostics.insert(
             0,

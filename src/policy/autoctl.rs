@@ -83,9 +83,9 @@ pub fn from_fetch(outcome: &FetchOutcome) -> AutoctlState {
         FetchOutcome::Response { status: status @ 500.., .. } => {
             unavailable_fetch(format!("automation-preferences.txt answered {status}"))
         }
-        FetchOutcome::Failed(error @ (FetchError::Timeout | FetchError::Network(_))) => {
-            unavailable_fetch(format!("fetching automation-preferences.txt failed: {error}"))
-        }
+        FetchOutcome::Failed(
+            error @ (FetchError::Timeout | FetchError::Network(_) | FetchError::Unreachable { .. }),
+        ) => unavailable_fetch(format!("fetching automation-preferences.txt failed: {error}")),
         FetchOutcome::Failed(error) => AutoctlState {
             policy: Policy::Silent,
             report: PolicyReport {

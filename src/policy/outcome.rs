@@ -40,8 +40,18 @@ impl Headers {
 pub enum FetchError {
     /// No response within the fetch timeout.
     Timeout,
-    /// DNS, connect, TLS or protocol failure; the text says which.
+    /// TLS, protocol or redirect-target failure once the origin was reached; the text says which.
     Network(String),
+    /// The origin itself could not be reached: its first connection was refused, found no
+    /// route, or did not complete within `[upstream] connect_timeout` (`timed_out`).
+    /// Unreachable for RFC 9309 like any failure; the gate answers it 502/504
+    /// `origin.unreachable` (docs/fetch-and-cache.md).
+    Unreachable {
+        /// True when the connection timed out rather than being refused.
+        timed_out: bool,
+        /// The host and the cause, as the connector said it.
+        cause: String,
+    },
     /// More redirects than the format allows.
     TooManyRedirects,
     /// A redirect from HTTPS to plain HTTP (refused for AGENTS.md, SEMANTICS C3).
@@ -53,6 +63,7 @@ impl std::fmt::Display for FetchError {
         match self {
             FetchError::Timeout => f.write_str("timed out"),
             FetchError::Network(why) => write!(f, "network error: {why}"),
+            FetchError::Unreachable { cause, .. } => write!(f, "origin unreachable: {cause}"),
             FetchError::TooManyRedirects => f.write_str("too many redirects"),
             FetchError::InsecureRedirect => f.write_str("redirect from https to http refused"),
         }

@@ -17,7 +17,7 @@ mod parse;
 #[cfg(test)]
 mod tests;
 
-use crate::policy::Weigh;
+use crate::policy::{FetchError, Weigh};
 use std::sync::Arc;
 
 use self::group::{AgentLine, Group, Rule};
@@ -66,8 +66,9 @@ enum Kind {
     /// A 4xx response (RFC 9309 §2.3.1.3): every path may be accessed.
     Unavailable { status: u16 },
     /// A 5xx, another unusable status, or a failed fetch (RFC 9309 §2.3.1.4): complete
-    /// disallow. `why` names the status or error.
-    Unreachable { why: String },
+    /// disallow. `why` names the status or error; `origin` is set when the origin itself
+    /// could not be connected to ([`FetchError::Unreachable`]).
+    Unreachable { why: String, origin: Option<FetchError> },
 }
 
 /// A `Crawl-delay` line (not in RFC 9309; a widespread extension): the group it sits in
@@ -119,8 +120,11 @@ pub fn from_fetch(outcome: &FetchOutcome) -> RobotsState {
             Kind::Parsed(Arc::new(file))
         }
         FetchOutcome::Response { status: status @ 400..=499, .. } => Kind::Unavailable { status: *status },
-        FetchOutcome::Response { status, .. } => Kind::Unreachable { why: format!("answered {status}") },
-        FetchOutcome::Failed(error) => Kind::Unreachable { why: format!("could not be fetched ({error})") },
+        FetchOutcome::Response { status, .. } => Kind::Unreachable { why: format!("answered {status}"), origin: None },
+        FetchOutcome::Failed(error) => Kind::Unreachable {
+            why: format!("could not be fetched ({error})"),
+            origin: matches!(error, FetchError::Unreachable { .. }).then(|| error.clone()),
+        },
     };
     RobotsState { kind }
 }
@@ -146,6 +150,17 @@ impl RobotsState {
     /// (RFC 9309 §2.3.1.4, DESIGN §5).
     pub fn is_unreachable(&self) -> bool {
         matches!(self.kind, Kind::Unreachable { .. })
+    }
+
+    /// The connection failure, when robots.txt failed because the origin itself could not be
+    /// reached (refused, no route, connect timeout), not because it answered badly: then the
+    /// origin is down, not forbidding (issue 12). robots.txt is fetched from the origin's own
+    /// scheme, host and port, like the request.
+    pub fn origin_unreachable(&self) -> Option<&FetchError> {
+        match &self.kind {
+            Kind::Unreachable { origin, .. } => origin.as_ref(),
+            Kind::Parsed(_) | Kind::Unavailable { .. } => None,
+        }
     }
 
     /// Lines of the file the matcher does not use (`Sitemap`, `Crawl-delay`, ...), in
@@ -199,7 +214,7 @@ impl RobotsState {
                     format!("robots.txt answered {status}: unavailable, so no path is restricted (RFC 9309 §2.3.1.3)"),
                 ),
             ),
-            Kind::Unreachable { why } => SourceVerdict::with(
+            Kind::Unreachable { why, .. } => SourceVerdict::with(
                 Opinion::Deny,
                 Reason::new(
                     Source::Robots,
@@ -221,7 +236,7 @@ impl RobotsState {
                 diagnostics: file.diagnostics.clone(),
             },
             Kind::Unavailable { .. } => PolicyReport::absent(),
-            Kind::Unreachable { why } => PolicyReport {
+            Kind::Unreachable { why, .. } => PolicyReport {
                 diagnostics: vec![Diagnostic::error(
                     None,
                     "unreachable",
@@ -331,7 +346,13 @@ impl Weigh for RobotsState {
         match &self.kind {
             Kind::Parsed(file) => file.heap_bytes(),
             Kind::Unavailable { .. } => 0,
-            Kind::Unreachable { why } => why.heap_bytes(),
+            Kind::Unreachable { why, origin } => {
+                let cause = match origin {
+                    Some(FetchError::Unreachable { cause, .. }) => cause.heap_bytes(),
+                    _ => 0,
+                };
+                why.heap_bytes() + cause
+            }
         }
     }
 }

@@ -69,6 +69,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
     let blocking = decision.blocking_reasons();
     let verdict = match blocked.kind() {
         BlockKind::RateLimited { .. } => "rate_limited",
+        BlockKind::OriginUnreachable { .. } => "error",
         BlockKind::Policy | BlockKind::Unauthenticated => decision.outcome.as_str(),
     };
     let mut header = verdict.to_owned();
@@ -137,6 +138,8 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
             headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_s));
             StatusCode::TOO_MANY_REQUESTS
         }
+        BlockKind::OriginUnreachable { timed_out: false } => StatusCode::BAD_GATEWAY,
+        BlockKind::OriginUnreachable { timed_out: true } => StatusCode::GATEWAY_TIMEOUT,
     };
     response
 }
@@ -166,6 +169,9 @@ fn summary(blocked: &Blocked, method: &str, url: &str) -> String {
     match (blocked.kind(), blocked.decision().outcome) {
         (BlockKind::RateLimited { retry_after_s }, _) => format!(
             "agentgate held back this request because it is over a rate or concurrency limit: {method} {url}. Retry after {retry_after_s} s."
+        ),
+        (BlockKind::OriginUnreachable { .. }, _) => format!(
+            "agentgate could not reach the site for this request: {method} {url}. No policy forbade it; the site did not accept a connection. Retry later."
         ),
         (BlockKind::Unauthenticated, _) => format!(
             "agentgate does not know this agent: {method} {url}. Send the id and token your operator gave you as proxy credentials (Proxy-Authorization: Basic, e.g. HTTPS_PROXY=http://id:token@proxy:port)."

@@ -204,8 +204,10 @@ pub(crate) async fn handle_connect(
             tokio::spawn(
                 async move {
                     let _open = open;
-                    if let Err(error) = intercept(state, client, agent, authority, on_upgrade, drain).await {
-                        warn!(error = %error, "tunnel failed");
+                    match intercept(state, client, agent, authority, on_upgrade, drain).await {
+                        Ok(()) => {}
+                        Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "tunnel closed"),
+                        Err(error) => warn!(error = %error, "tunnel failed"),
                     }
                 }
                 .instrument(span),
@@ -262,6 +264,7 @@ async fn intercept(
     drain: Drain,
 ) -> Result<(), TunnelError> {
     let handshake_failed = |cause: String| TunnelError::ClientHandshake { authority: authority.to_string(), cause };
+    let tls_failed = |error: std::io::Error| handshake_error(&authority, &error);
     let upgraded = on_upgrade.await.map_err(|error| handshake_failed(error_chain(&error)))?;
     let mut io = TokioIo::new(upgraded);
     let mut first = BytesMut::with_capacity(4096);
@@ -285,9 +288,7 @@ async fn intercept(
     }
 
     let accept = async {
-        let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io)
-            .await
-            .map_err(|error| handshake_failed(error_chain(&error)))?;
+        let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io).await.map_err(tls_failed)?;
         let sni = start.client_hello().server_name().map(str::to_owned);
         if let Some(sni) = &sni
             && !sni.eq_ignore_ascii_case(authority.host())
@@ -301,7 +302,7 @@ async fn intercept(
             .server_config(&name)
             .await
             .map_err(|source| TunnelError::LeafCertificate { host: name.clone(), source })?;
-        start.into_stream(config).await.map_err(|error| handshake_failed(error_chain(&error)))
+        start.into_stream(config).await.map_err(tls_failed)
     };
     let tls = match tokio::time::timeout(handshake_timeout, accept).await {
         Ok(result) => result?,
@@ -315,9 +316,107 @@ async fn intercept(
     Ok(())
 }
 
+/// Names a failed client handshake truthfully: a certificate alert from the client means it
+/// does not trust the CA; an EOF or reset without one is a hang-up, which says nothing about
+/// trust (issue 12: the old message sent operators installing a CA that was already trusted).
+fn handshake_error(authority: &Authority, error: &std::io::Error) -> TunnelError {
+    use rustls::AlertDescription as Alert;
+    let authority = authority.to_string();
+    let cause = error_chain(error);
+    let alert = error.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    if let Some(rustls::Error::AlertReceived(
+        alert @ (Alert::UnknownCA
+        | Alert::BadCertificate
+        | Alert::CertificateUnknown
+        | Alert::UnsupportedCertificate
+        | Alert::CertificateExpired
+        | Alert::AccessDenied),
+    )) = alert
+    {
+        return TunnelError::ClientRejectedCertificate { authority, cause: format!("alert {alert:?}") };
+    }
+    let hung_up = matches!(
+        error.kind(),
+        std::io::ErrorKind::UnexpectedEof
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::BrokenPipe
+    );
+    if hung_up {
+        TunnelError::ClientHungUp { authority, cause }
+    } else {
+        TunnelError::ClientHandshake { authority, cause }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The errors rustls and tokio-rustls really produce, through the same acceptor calls
+    /// `intercept` makes: a client that trusts no root rejects the minted certificate with an
+    /// alert; a client that sends half a ClientHello and closes has hung up.
+    #[tokio::test]
+    async fn issue_12_real_handshake_failures_are_told_apart() {
+        use tokio::io::AsyncWriteExt;
+
+        crate::tls::install_default_provider();
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let ca = crate::tls::CertificateAuthority::create(dir.path(), false).expect("a CA");
+        let certs = crate::tls::LeafCertCache::new(Arc::new(ca), 4);
+        let authority: Authority = "example.com:443".parse().expect("an authority");
+        let accept = |io: tokio::io::DuplexStream| {
+            let certs = &certs;
+            async move {
+                let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io).await?;
+                let config = certs.server_config("example.com").await.expect("a leaf is minted");
+                start.into_stream(config).await.map(drop)
+            }
+        };
+
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let client_config = rustls::ClientConfig::builder_with_provider(crate::tls::crypto_provider())
+            .with_safe_default_protocol_versions()
+            .expect("the provider supports the default versions")
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config));
+        let name = rustls::pki_types::ServerName::try_from("example.com").expect("a DNS name");
+        let client = tokio::spawn(async move { connector.connect(name, client_io).await.map(drop) });
+        let error = accept(server_io).await.expect_err("the client rejects the certificate");
+        assert!(client.await.expect("the client task ends").is_err());
+        let classified = handshake_error(&authority, &error);
+        assert!(matches!(classified, TunnelError::ClientRejectedCertificate { .. }), "{error:?} -> {classified:?}");
+
+        let (mut client_io, server_io) = tokio::io::duplex(64 * 1024);
+        // A TLS handshake record header announcing 80 bytes, then 3 of them, then EOF.
+        client_io.write_all(&[0x16, 0x03, 0x01, 0x00, 0x50, 0x01, 0x00, 0x00]).await.expect("written");
+        drop(client_io);
+        let error = accept(server_io).await.expect_err("the client went away");
+        let classified = handshake_error(&authority, &error);
+        assert!(matches!(classified, TunnelError::ClientHungUp { .. }), "{error:?} -> {classified:?}");
+    }
+
+    #[test]
+    fn issue_12_a_hang_up_is_not_advice_to_install_the_ca() {
+        let authority: Authority = "example.com:443".parse().expect("an authority");
+        let alert = |a| std::io::Error::new(std::io::ErrorKind::InvalidData, rustls::Error::AlertReceived(a));
+        let rejected = handshake_error(&authority, &alert(rustls::AlertDescription::UnknownCA));
+        assert!(matches!(rejected, TunnelError::ClientRejectedCertificate { .. }), "{rejected:?}");
+        assert!(rejected.to_string().contains("install agentgate's CA in the client"), "{rejected}");
+        assert!(rejected.to_string().contains("UnknownCA"), "{rejected}");
+
+        let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "tls handshake eof");
+        let hung_up = handshake_error(&authority, &eof);
+        assert!(matches!(hung_up, TunnelError::ClientHungUp { .. }), "{hung_up:?}");
+        assert!(!hung_up.to_string().contains("CA"), "{hung_up}");
+        let reset = handshake_error(&authority, &std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(matches!(reset, TunnelError::ClientHungUp { .. }), "{reset:?}");
+
+        let other = handshake_error(&authority, &alert(rustls::AlertDescription::ProtocolVersion));
+        assert!(matches!(other, TunnelError::ClientHandshake { .. }), "{other:?}");
+        assert!(!other.to_string().contains("install"), "{other}");
+    }
 
     fn target(text: &str) -> Result<String, String> {
         let uri: Uri = text.parse().map_err(|_| "unparsable".to_owned())?;

@@ -67,11 +67,29 @@ pub enum StartError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TunnelError {
-    /// The client's side of an intercepted tunnel failed before any request: it hung up,
-    /// sent nothing, or rejected agentgate's certificate (most often: it does not trust the CA).
+    /// The client rejected agentgate's certificate with a TLS alert (`unknown_ca`,
+    /// `bad_certificate`, ...): it does not trust the CA. Logged at WARN: the operator can fix it.
     #[error(
-        "TLS handshake with the client for {authority} failed: {cause}; if the client does not trust agentgate's CA, install the CA certificate in it, or add the host to [mitm] passthrough_hosts"
+        "the client rejected agentgate's certificate for {authority} ({cause}): install agentgate's CA in the client (agentgate ca export, or docker/trust-ca.sh), or add the host to [mitm] passthrough_hosts"
     )]
+    ClientRejectedCertificate {
+        /// The CONNECT target of the tunnel.
+        authority: String,
+        /// The alert the client sent.
+        cause: String,
+    },
+    /// The client closed or reset the connection during the TLS handshake, without an alert:
+    /// clients that give up, probe or open spare connections do this. Logged at DEBUG.
+    #[error("the client hung up during the TLS handshake for {authority}: {cause}")]
+    ClientHungUp {
+        /// The CONNECT target of the tunnel.
+        authority: String,
+        /// The whole error chain.
+        cause: String,
+    },
+    /// The client's side of an intercepted tunnel failed otherwise before any request: it
+    /// sent nothing in time, or TLS it does not speak.
+    #[error("TLS handshake with the client for {authority} failed: {cause}")]
     ClientHandshake {
         /// The CONNECT target of the tunnel.
         authority: String,

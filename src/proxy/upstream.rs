@@ -163,14 +163,45 @@ impl PolicyTransport for Upstream {
             *request.uri_mut() = url.clone();
             *request.headers_mut() = headers;
             self.pooled.request(request).await.map_err(|error| {
-                let cause = match url.authority() {
-                    Some(authority) => classify(authority, &error).to_string(),
-                    None => error_chain(&error),
+                let Some(authority) = url.authority() else {
+                    return FetchError::Network(format!("{url}: {}", error_chain(&error)));
                 };
-                FetchError::Network(format!("{url}: {cause}"))
+                let connecting = error.is_connect() && !reached(&error);
+                let error = classify(authority, &error);
+                // Only a connection that never opened says the origin is down; anything later
+                // (a certificate, the protocol) is the origin answering badly. The connect
+                // timeout covers TCP and the TLS handshake together (docs/fetch-and-cache.md).
+                match error {
+                    ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamResolve { .. } if connecting => {
+                        FetchError::Unreachable { timed_out: false, cause: error.to_string() }
+                    }
+                    ProxyError::UpstreamTimeout { .. } if connecting => {
+                        FetchError::Unreachable { timed_out: true, cause: error.to_string() }
+                    }
+                    _ => FetchError::Network(format!("{url}: {error}")),
+                }
             })
         })
     }
+}
+
+/// True when a failed connection got as far as the origin: TLS spoke (a rustls error), or
+/// the peer reset or closed an open connection. Refused, unroutable and timed-out
+/// connections never reached it.
+fn reached(error: &(dyn StdError + 'static)) -> bool {
+    causes(error).iter().any(|e| {
+        e.downcast_ref::<rustls::Error>().is_some()
+            || e.downcast_ref::<io::Error>().is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    io::ErrorKind::ConnectionReset
+                        | io::ErrorKind::ConnectionAborted
+                        | io::ErrorKind::UnexpectedEof
+                        | io::ErrorKind::BrokenPipe
+                        | io::ErrorKind::InvalidData
+                )
+            })
+    })
 }
 
 /// The HTTPS connector with `[upstream] connect_timeout` over TCP and TLS together:

@@ -72,11 +72,11 @@ async fn agents_md_requests_per_minute_three_then_429_and_each_agent_has_its_own
     assert_eq!(line["agentgate.reasons"][0]["line"], 7);
     let summary = agentgate::audit::summarize(text.as_bytes())?;
     let counts = |id: &str| -> Option<(u64, u64)> {
-        let agent = summary.agents.iter().find(|a| a.agent == id)?;
-        Some((agent.outcomes.get("allow").copied()?, agent.outcomes.get("rate_limited").copied()?))
+        let agent = summary.groups.iter().find(|a| a.key == id)?;
+        Some((agent.counts.allowed, agent.counts.rate_limited))
     };
-    assert_eq!(counts("alpha"), Some((3, 1)), "{}", summary.render_text());
-    assert_eq!(counts("beta"), Some((3, 1)), "{}", summary.render_text());
+    assert_eq!(counts("alpha"), Some((3, 1)), "{}", summary.render_table());
+    assert_eq!(counts("beta"), Some((3, 1)), "{}", summary.render_table());
     Ok(())
 }
 

@@ -8,7 +8,10 @@
 //! - `websocket`: WebSocket echo through MITM, plain HTTP, and a plain tunnel;
 //! - `connections`: silent connections closed after the first-byte timeout, per-client caps,
 //!   idle HTTP/1.1 and h2 connections closed (never one with a request in flight);
+//! - `docker`: docker/trust-ca.sh against fake Debian and Alpine roots, compose.yml and the
+//!   Dockerfile as the docs describe them;
 //! - `errors`: what the proxy answers when the client or the origin is at fault;
+//! - `startup`: what `agentgate run` and `config check` print for a newcomer;
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
 //! - `gate_cache`: one fetch per policy file within max-age and for concurrent first requests;
@@ -17,25 +20,37 @@
 //! - `limits`: AGENTS.md and agents.txt rate limits (429), concurrent sessions, withheld downloads;
 //! - `redaction`: no request secret on the real binary's stderr or in its decision log;
 //! - `audit`: the audit promise, nothing forwarded before its record is on disk;
+//! - `audit_report`: `agentgate audit summary` and `grep` over a real run's log, rotated and gzip'd;
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
 //!   passthrough CONNECT decisions, shutdown with requests in flight;
+//! - `unreachable`: an origin refusing or timing out is 502/504 `origin.unreachable`, not a deny;
+//! - `log_schema`: what docs/decision-log.md promises a reader can check (reason digests);
+//! - `admin`: every admin endpoint, its token, `/metrics` moving with traffic, policy purge,
+//!   `agentgate.local` answered with no lookup or dial;
+//! - `reload`: config edits and SIGHUP reload without a restart, SIGHUP reopens the decision
+//!   log, size rotation keeps every record once;
 //! - `network`: the network guard (loopback spellings, internal ranges never dialled,
 //!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c).
 
 mod admin;
 mod agents;
 mod audit;
+mod audit_report;
 mod connections;
+mod docker;
 mod errors;
 mod forward;
 mod gate;
 mod gate_cache;
 mod gate_log;
 mod limits;
+mod log_schema;
 mod network;
 mod redaction;
 mod reload;
 mod shutdown;
+mod startup;
 mod support;
 mod tunnel;
+mod unreachable;
 mod websocket;

@@ -319,6 +319,7 @@ fn lint_adds_advice_for_authors() {
     assert_eq!(
         got,
         vec![
+            (None, "default-actions"),
             (Some(1), "missing-title"),
             (Some(3), "unknown-section"),
             (Some(5), "trailing-star-subtree"),
@@ -326,7 +327,7 @@ fn lint_adds_advice_for_authors() {
             (Some(5), "pattern-without-leading-slash:*.zip"),
         ]
     );
-    assert!(diags[1].message.contains("did you mean `## rate limits`?"), "{}", diags[1].message);
+    assert!(diags[2].message.contains("did you mean `## rate limits`?"), "{}", diags[2].message);
     assert_eq!(lint(b"# AGENTS.md\n## Build\n")[0].code, "not-a-policy:no-identity-section");
 }
 

@@ -1,0 +1,241 @@
+//! Reading one decision-log line back for `agentgate audit`: whether it is a record, its
+//! agent, origin, time and the reasons that decided it, and the filters `summary` and `grep`
+//! share (`--since`, `--agent`, `--origin`, `--outcome`).
+//!
+//! Never: writes records, or fails on a line that is not one (that is a [`NotARecord`] the
+//! caller counts).
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Map, Value};
+
+use super::{AuditError, Outcome, field};
+
+/// One line that is a decision record: a JSON object with string `agentgate.agent` and
+/// `event.outcome`. Other fields are read when asked for, and may be missing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggedRecord {
+    fields: Map<String, Value>,
+}
+
+/// Why a line is not a decision record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotARecord(pub String);
+
+impl LoggedRecord {
+    /// The record on `line`.
+    ///
+    /// # Errors
+    /// [`NotARecord`] saying why: not JSON (or not UTF-8), not an object, or no string
+    /// `agentgate.agent` or `event.outcome`.
+    pub fn parse(line: &[u8]) -> Result<LoggedRecord, NotARecord> {
+        let value: Value = serde_json::from_slice(line).map_err(|err| NotARecord(format!("not JSON: {err}")))?;
+        let Value::Object(fields) = value else { return Err(NotARecord("not a JSON object".to_owned())) };
+        for required in [field::AGENT, field::EVENT_OUTCOME] {
+            if !fields.get(required).is_some_and(Value::is_string) {
+                return Err(NotARecord(format!("no string \"{required}\"")));
+            }
+        }
+        Ok(LoggedRecord { fields })
+    }
+
+    fn str(&self, key: &str) -> Option<&str> {
+        self.fields.get(key).and_then(Value::as_str)
+    }
+
+    /// `agentgate.agent`.
+    pub fn agent(&self) -> &str {
+        self.str(field::AGENT).unwrap_or_default()
+    }
+
+    /// `event.outcome` as written (a later version may write one this one does not know).
+    pub fn outcome(&self) -> &str {
+        self.str(field::EVENT_OUTCOME).unwrap_or_default()
+    }
+
+    /// `event.id`, when present.
+    pub fn id(&self) -> Option<&str> {
+        self.str(field::EVENT_ID)
+    }
+
+    /// True for a forwarded request's decision line, written before its completed line
+    /// (no `http.response.status_code` yet; `docs/decision-log.md`).
+    pub fn is_decision_line(&self) -> bool {
+        !self.fields.contains_key(field::HTTP_RESPONSE_STATUS_CODE)
+    }
+
+    /// `url.domain`, when present.
+    pub fn domain(&self) -> Option<&str> {
+        self.str(field::URL_DOMAIN)
+    }
+
+    /// The origin of `url.full`: `scheme://host[:port]` as logged (the log has no user info).
+    pub fn origin(&self) -> Option<&str> {
+        let url = self.str(field::URL_FULL)?;
+        let after_scheme = url.find("://")? + 3;
+        let end = url[after_scheme..].find(['/', '?', '#']).map_or(url.len(), |i| after_scheme + i);
+        Some(&url[..end])
+    }
+
+    /// `@timestamp`, when present and RFC 3339.
+    pub fn timestamp(&self) -> Option<SystemTime> {
+        humantime::parse_rfc3339(self.str(field::TIMESTAMP)?).ok()
+    }
+
+    /// The reasons that decided a block, as `source code` (`robots.txt robots.disallow`): those
+    /// marked `"blocking": true`. A line from a version that marked none counts its first
+    /// reason, which was the blocking one (blocking reasons were always written first).
+    /// Empty for `allow` and `error` records, whose reasons decided no block.
+    pub fn deciding_reasons(&self) -> Vec<String> {
+        let blocked = Outcome::parse(self.outcome())
+            .is_some_and(|outcome| outcome.is_denial() || outcome == Outcome::RateLimited);
+        if !blocked {
+            return Vec::new();
+        }
+        let reasons = self.fields.get(field::REASONS).and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+        let name = |reason: &Value| {
+            let part = |key| reason.get(key).and_then(Value::as_str).unwrap_or("?");
+            format!("{} {}", part("source"), part("code"))
+        };
+        let marked = |reason: &&Value| reason.get("blocking").and_then(Value::as_bool) == Some(true);
+        if reasons.iter().any(|r| r.get("blocking").is_some()) {
+            reasons.iter().filter(marked).map(name).collect()
+        } else {
+            reasons.first().map(name).into_iter().collect()
+        }
+    }
+}
+
+/// `--since`: records at or after this time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Since(pub SystemTime);
+
+impl Since {
+    /// An RFC 3339 time (`2026-11-23T10:00:00Z`) or a duration before `now` (`1h`, `30m`,
+    /// `2days`, as humantime reads them).
+    ///
+    /// # Errors
+    /// [`AuditError::Since`] quoting `value` and both accepted forms.
+    pub fn parse(value: &str, now: SystemTime) -> Result<Since, AuditError> {
+        let value = value.trim();
+        if let Ok(at) = humantime::parse_rfc3339_weak(value) {
+            return Ok(Since(at));
+        }
+        let ago: Duration =
+            humantime::parse_duration(value).map_err(|_| AuditError::Since { value: value.to_owned() })?;
+        Ok(Since(now.checked_sub(ago).unwrap_or(SystemTime::UNIX_EPOCH)))
+    }
+}
+
+/// Which records a report reads; every set criterion must match, and a repeated one
+/// (`--outcome deny --outcome would_deny`) matches any of its values.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Only records at or after this time; a record without a readable `@timestamp` does not match.
+    pub since: Option<Since>,
+    /// `agentgate.agent` equal to one of these.
+    pub agents: Vec<String>,
+    /// The origin (`https://host:port` as logged) or `url.domain` equal to one of these
+    /// (case-insensitive).
+    pub origins: Vec<String>,
+    /// `event.outcome` equal to one of these.
+    pub outcomes: Vec<String>,
+}
+
+impl Filter {
+    /// True when `record` passes every criterion set.
+    pub fn matches(&self, record: &LoggedRecord) -> bool {
+        let any = |wanted: &[String], test: &dyn Fn(&str) -> bool| wanted.is_empty() || wanted.iter().any(|w| test(w));
+        let since = self.since.is_none_or(|Since(at)| record.timestamp().is_some_and(|t| t >= at));
+        let origin = |wanted: &str| {
+            [record.origin(), record.domain()].into_iter().flatten().any(|have| have.eq_ignore_ascii_case(wanted))
+        };
+        since
+            && any(&self.agents, &|a| a == record.agent())
+            && any(&self.outcomes, &|o| o == record.outcome())
+            && any(&self.origins, &origin)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(line: &str) -> LoggedRecord {
+        LoggedRecord::parse(line.as_bytes()).expect("a record")
+    }
+
+    const DENIED: &str = r#"{"@timestamp":"2026-11-23T10:00:00.000Z","event.id":"01","event.outcome":"deny","agentgate.agent":"bot","url.full":"https://shop.example:8443/private?q=<redacted>","url.domain":"shop.example","agentgate.reasons":[{"source":"robots.txt","code":"robots.disallow","line":4,"rule":"Disallow: /private","blocking":true},{"source":"automation-preferences.txt","code":"autoctl.allowed","line":2,"rule":"allowed-methods: GET"}]}"#;
+
+    #[test]
+    fn fields_of_a_record() {
+        let denied = record(DENIED);
+        assert_eq!(denied.agent(), "bot");
+        assert_eq!(denied.outcome(), "deny");
+        assert_eq!(denied.id(), Some("01"));
+        assert!(denied.is_decision_line());
+        assert_eq!(denied.origin(), Some("https://shop.example:8443"));
+        assert_eq!(denied.domain(), Some("shop.example"));
+        assert_eq!(denied.timestamp(), humantime::parse_rfc3339("2026-11-23T10:00:00Z").ok());
+        let bare = record(r#"{"agentgate.agent":"a","event.outcome":"x","url.full":"http://h","@timestamp":"no"}"#);
+        assert_eq!(bare.origin(), Some("http://h"));
+        assert_eq!(bare.timestamp(), None);
+    }
+
+    /// Issue 12: `autoctl.allowed` was listed among the reasons for blocks.
+    #[test]
+    fn issue_12_only_reasons_that_decided_a_block_count() {
+        assert_eq!(record(DENIED).deciding_reasons(), ["robots.txt robots.disallow"]);
+        let allowed = DENIED.replace(r#""event.outcome":"deny""#, r#""event.outcome":"allow""#);
+        assert!(record(&allowed).deciding_reasons().is_empty());
+        let limited = DENIED.replace(r#""event.outcome":"deny""#, r#""event.outcome":"rate_limited""#);
+        assert_eq!(record(&limited).deciding_reasons(), ["robots.txt robots.disallow"]);
+        let error = DENIED.replace(r#""event.outcome":"deny""#, r#""event.outcome":"error""#);
+        assert!(record(&error).deciding_reasons().is_empty());
+        // Written before reasons were marked: the first one decided.
+        let unmarked = DENIED.replace(r#","blocking":true"#, "");
+        assert_eq!(record(&unmarked).deciding_reasons(), ["robots.txt robots.disallow"]);
+    }
+
+    #[test]
+    fn lines_that_are_not_records_say_why() {
+        let why = |line: &[u8]| LoggedRecord::parse(line).expect_err("not a record").0;
+        assert!(why(b"not json").starts_with("not JSON: "));
+        assert!(why(b"\xff\xfe").starts_with("not JSON: "));
+        assert_eq!(why(b"[1]"), "not a JSON object");
+        assert_eq!(why(br#"{"event.outcome":"deny"}"#), "no string \"agentgate.agent\"");
+        assert_eq!(why(br#"{"agentgate.agent":"a","event.outcome":3}"#), "no string \"event.outcome\"");
+    }
+
+    #[test]
+    fn since_takes_rfc3339_or_a_duration_ago() {
+        let now = humantime::parse_rfc3339("2026-11-23T12:00:00Z").expect("a time");
+        let at = |text| humantime::parse_rfc3339(text).expect("a time");
+        assert_eq!(Since::parse("2026-11-23T10:00:00Z", now).ok(), Some(Since(at("2026-11-23T10:00:00Z"))));
+        assert_eq!(Since::parse("2026-11-23T10:00:00.5Z", now).ok(), Some(Since(at("2026-11-23T10:00:00.5Z"))));
+        assert_eq!(Since::parse("1h", now).ok(), Some(Since(at("2026-11-23T11:00:00Z"))));
+        assert_eq!(Since::parse(" 30m ", now).ok(), Some(Since(at("2026-11-23T11:30:00Z"))));
+        let err = Since::parse("yesterday", now).expect_err("neither form");
+        assert!(err.to_string().contains("--since \"yesterday\""), "{err}");
+        assert!(err.to_string().contains("1h"), "{err}");
+    }
+
+    #[test]
+    fn filters_combine_and_repeat() {
+        let denied = record(DENIED);
+        let now = humantime::parse_rfc3339("2026-11-23T12:00:00Z").expect("a time");
+        assert!(Filter::default().matches(&denied));
+        let agent = |a: &str| Filter { agents: vec![a.to_owned()], ..Filter::default() };
+        assert!(agent("bot").matches(&denied) && !agent("other").matches(&denied));
+        let origin = |o: &str| Filter { origins: vec![o.to_owned()], ..Filter::default() };
+        assert!(origin("https://shop.example:8443").matches(&denied));
+        assert!(origin("SHOP.example").matches(&denied));
+        assert!(!origin("https://shop.example").matches(&denied));
+        let outcomes = Filter { outcomes: vec!["allow".to_owned(), "deny".to_owned()], ..Filter::default() };
+        assert!(outcomes.matches(&denied));
+        let since = |s| Filter { since: Since::parse(s, now).ok(), ..agent("bot") };
+        assert!(since("2h").matches(&denied) && !since("1h").matches(&denied));
+        let untimed = record(r#"{"agentgate.agent":"bot","event.outcome":"deny"}"#);
+        assert!(!since("2h").matches(&untimed), "no @timestamp: not known to be recent");
+    }
+}

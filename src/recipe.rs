@@ -1,0 +1,106 @@
+//! What `agentgate run` prints once it listens: the line scripts wait for
+//! (`agentgate listening on http://ADDR ...`, grepped by bench/run.sh and the tests), where
+//! the decision log, config, mode and admin API are, and the client recipe the README gives:
+//! both proxy variable spellings (curl reads only lowercase `http_proxy`), the CA for every
+//! client family (curl and git ignore `SSL_CERT_FILE`), and the two traps a newcomer falls
+//! into (Node's built-in `fetch` ignores proxy variables; `NO_PROXY` skips the gate).
+//!
+//! Never: reads the environment or the network; it formats what `main` hands it.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use crate::policy::operator::Mode;
+
+/// The facts of a running proxy that the start-up text reports.
+#[derive(Debug, Clone, Copy)]
+pub struct Startup<'a> {
+    /// Where the proxy listens.
+    pub listen: SocketAddr,
+    /// agentgate's CA certificate, an absolute path.
+    pub ca: &'a str,
+    /// The config file in use; `None` for the embedded default.
+    pub config: Option<&'a Path>,
+    /// The global mode.
+    pub mode: Mode,
+    /// `[audit] path` (`-` is standard output).
+    pub decision_log: &'a Path,
+    /// `[admin] listen`; `None` when off.
+    pub admin: Option<SocketAddr>,
+}
+
+impl Startup<'_> {
+    /// The start-up text, every line ending in `\n`. The first line is the one scripts wait
+    /// for and never changes shape.
+    pub fn render(&self) -> String {
+        let (addr, ca) = (self.listen, self.ca);
+        let mut out = format!(
+            "agentgate listening on http://{addr} (CA {ca}); for agents: HTTPS_PROXY=http://{addr} HTTP_PROXY=http://{addr} SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca} NODE_EXTRA_CA_CERTS={ca}\n"
+        );
+        let config = self.config.map_or_else(|| "embedded default (config/agentgate.toml)".to_owned(), show);
+        let log =
+            if self.decision_log == Path::new("-") { "standard output".to_owned() } else { show(self.decision_log) };
+        let admin = self.admin.map_or_else(|| "off".to_owned(), |a| format!("http://{a}"));
+        let _ = writeln!(out, "  config        {config}");
+        let _ = writeln!(out, "  mode          {}", self.mode.as_str());
+        let _ = writeln!(out, "  decision log  {log}");
+        let _ = writeln!(out, "  admin API     {admin}");
+        out.push_str(&client_recipe(addr, ca));
+        out
+    }
+}
+
+/// The client recipe for a proxy at `addr` with its CA at `ca`: the README's, filled in.
+pub fn client_recipe(addr: SocketAddr, ca: &str) -> String {
+    format!(
+        "\
+Agents, in a shell (curl reads only the lowercase proxy variables, most others either):
+  export http_proxy=http://{addr} https_proxy=http://{addr} HTTP_PROXY=http://{addr} HTTPS_PROXY=http://{addr}
+  export SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca} CURL_CA_BUNDLE={ca} GIT_SSL_CAINFO={ca} NODE_EXTRA_CA_CERTS={ca}
+Or fetch the CA through the proxy itself: curl -x http://{addr} -o agentgate-ca.pem http://agentgate.local/ca.pem
+Node.js: the built-in fetch ignores proxy variables; use undici's EnvHttpProxyAgent
+  (import {{ setGlobalDispatcher, EnvHttpProxyAgent }} from 'undici'; setGlobalDispatcher(new EnvHttpProxyAgent())).
+NO_PROXY/no_proxy: hosts listed there (e.g. localhost,127.0.0.1) go past agentgate, neither gated nor logged.
+"
+    )
+}
+
+/// A path as absolute as can be said without touching the file system's links.
+fn show(path: &Path) -> String {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()).display().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_line_keeps_its_shape_and_the_rest_names_where_things_are() {
+        let startup = Startup {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            ca: "/var/lib/agentgate/certs/agentgate-ca.pem",
+            config: Some(Path::new("/etc/agentgate/agentgate.toml")),
+            mode: Mode::Monitor,
+            decision_log: Path::new("/var/log/agentgate/decisions.jsonl"),
+            admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
+        };
+        let text = startup.render();
+        let mut lines = text.lines();
+        let first = lines.next().unwrap_or_default();
+        assert!(first.starts_with("agentgate listening on http://127.0.0.1:8080 (CA /var/lib/agentgate/certs/agentgate-ca.pem); for agents: HTTPS_PROXY=http://127.0.0.1:8080 "), "{first}");
+        assert_eq!(lines.next(), Some("  config        /etc/agentgate/agentgate.toml"));
+        assert_eq!(lines.next(), Some("  mode          monitor"));
+        assert_eq!(lines.next(), Some("  decision log  /var/log/agentgate/decisions.jsonl"));
+        assert_eq!(lines.next(), Some("  admin API     http://127.0.0.1:9090"));
+        let ca = "/var/lib/agentgate/certs/agentgate-ca.pem";
+        assert!(text.contains("export http_proxy=http://127.0.0.1:8080 https_proxy=http://127.0.0.1:8080 "), "{text}");
+        assert!(text.contains(&format!("CURL_CA_BUNDLE={ca} GIT_SSL_CAINFO={ca}")), "{text}");
+        assert!(text.contains("EnvHttpProxyAgent") && text.contains("neither gated nor logged"), "{text}");
+
+        let defaults = Startup { config: None, decision_log: Path::new("-"), admin: None, ..startup }.render();
+        assert!(defaults.contains("  config        embedded default (config/agentgate.toml)\n"), "{defaults}");
+        assert!(defaults.contains("  decision log  standard output\n"), "{defaults}");
+        assert!(defaults.contains("  admin API     off\n"), "{defaults}");
+    }
+}

@@ -1,0 +1,184 @@
+//! `agentgate audit summary` and `agentgate audit grep`, run as the real binary over a decision
+//! log that a real proxy run wrote: four agents (three by `Proxy-Authorization`, one by client
+//! address) allowed, denied by robots.txt and rate-limited by AGENTS.md, one of them in
+//! monitor mode (its refusals are `would_deny`, the limit's too); the log split into a
+//! gzip'd rotated file, a plain rotated file and the current one, with a damaged line.
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use agentgate::config::{AgentConfig, Mode};
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use serde_json::Value;
+
+use crate::agents::{agent, client_as};
+use crate::support::origin::{Origin, Site};
+use crate::support::pki::TestCa;
+use crate::support::{TestProxy, TestResult};
+
+/// Runs `agentgate audit ARGS` and returns its stdout, stderr and whether it succeeded.
+async fn audit(args: &[&str]) -> TestResult<(String, String, bool)> {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentgate")).arg("audit").args(args).output().await?;
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    Ok((text(&output.stdout), text(&output.stderr), output.status.success()))
+}
+
+/// `audit summary --format json FILES...`, parsed.
+async fn summary_json(extra: &[&str], files: &[PathBuf]) -> TestResult<Value> {
+    let mut args = vec!["summary", "--format", "json"];
+    args.extend(extra);
+    let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    args.extend(files.iter().map(String::as_str));
+    let (stdout, stderr, ok) = audit(&args).await?;
+    assert!(ok, "audit {args:?} failed: {stderr}");
+    Ok(serde_json::from_str(&stdout)?)
+}
+
+/// The counts of the group `key`: requests, allowed, denied, would_deny, rate_limited, errors.
+fn counts(summary: &Value, key: &str) -> Option<[u64; 6]> {
+    let groups = summary["groups"].as_array()?;
+    let group = groups.iter().find(|g| g["key"] == key)?;
+    let n = |name: &str| group[name].as_u64();
+    Some([n("requests")?, n("allowed")?, n("denied")?, n("would_deny")?, n("rate_limited")?, n("errors")?])
+}
+
+/// The log split as logrotate leaves it: `.2` compressed, `.1` plain, the current file; a
+/// damaged line at the end of `.1`. Returns the paths oldest first.
+fn rotate(dir: &Path, text: &str) -> TestResult<Vec<PathBuf>> {
+    let lines: Vec<&str> = text.lines().collect();
+    let (third, two_thirds) = (lines.len() / 3, 2 * lines.len() / 3);
+    let join = |part: &[&str]| part.iter().map(|l| format!("{l}\n")).collect::<String>();
+    let paths: Vec<PathBuf> =
+        ["decisions.jsonl.2", "decisions.jsonl.1", "decisions.jsonl"].iter().map(|name| dir.join(name)).collect();
+    let mut gzip = GzEncoder::new(Vec::new(), Compression::default());
+    gzip.write_all(join(&lines[..third]).as_bytes())?;
+    std::fs::write(&paths[0], gzip.finish()?)?;
+    std::fs::write(&paths[1], join(&lines[third..two_thirds]) + "{\"agentgate.agent\": cut off\n")?;
+    std::fs::write(&paths[2], join(&lines[two_thirds..]))?;
+    Ok(paths)
+}
+
+#[tokio::test]
+async fn audit_summary_over_a_real_run_counts_per_agent_across_rotated_and_gzip_files() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    // AGENTS.md line 7: two requests a minute per agent; robots.txt line 2: /private.
+    let agents_md = "# AGENTS.md\n\n## Identity\n- site: localhost\n\n## Rate Limits\n- requests-per-minute: 2\n";
+    let site = Site::new().serve("/AGENTS.md", 200, &[("content-type", "text/markdown")], agents_md).serve(
+        "/robots.txt",
+        200,
+        &[("content-type", "text/plain")],
+        "User-agent: *\nDisallow: /private\n",
+    );
+    let origin = Origin::https_site(&ca, site).await?;
+    let proxy = TestProxy::start_with(&ca, |config| {
+        let gamma = AgentConfig {
+            id: Some("gamma".to_owned()),
+            clients: vec![IpAddr::from([127, 0, 0, 4]).into()],
+            ..AgentConfig::default()
+        };
+        // delta is being evaluated: monitor mode, so nothing it does is refused.
+        let delta = AgentConfig { mode: Some(Mode::Monitor), ..agent("delta", "d-token") };
+        config.agents = vec![agent("alpha", "a-token"), agent("beta", "b-token"), gamma, delta];
+    })
+    .await?;
+    let alpha = client_as(&proxy, "alpha", "a-token")?;
+    let beta = client_as(&proxy, "beta", "b-token")?;
+    let gamma = proxy.client_builder()?.local_address("127.0.0.4".parse::<IpAddr>()?).build()?;
+
+    // alpha: two allowed, the third over the limit, one denied (a deny spends no budget).
+    for expected in [200, 200, 429] {
+        assert_eq!(alpha.get(origin.url("/page")).send().await?.status(), expected);
+    }
+    assert_eq!(alpha.get(origin.url("/private/a")).send().await?.status(), 403);
+    // beta: one allowed, two denied.
+    assert_eq!(beta.get(origin.url("/page")).send().await?.status(), 200);
+    for path in ["/private/b", "/private/c"] {
+        assert_eq!(beta.get(origin.url(path)).send().await?.status(), 403);
+    }
+    // gamma, known by its address: one denied.
+    assert_eq!(gamma.get(origin.url("/private/d")).send().await?.status(), 403);
+    // delta, in monitor mode: everything forwarded; over the limit and /private are would_deny.
+    let delta = client_as(&proxy, "delta", "d-token")?;
+    for path in ["/page", "/page", "/page", "/private/e"] {
+        assert_eq!(delta.get(origin.url(path)).send().await?.status(), 200, "monitor mode forwards {path}");
+    }
+
+    let (records, text) = proxy.finish_with_text().await?;
+    let dir = tempfile::tempdir()?;
+    let files = rotate(dir.path(), &text)?;
+
+    let summary = summary_json(&[], &files).await?;
+    // requests, allowed, denied, would_deny, rate_limited, errors
+    assert_eq!(counts(&summary, "alpha"), Some([4, 2, 1, 0, 1, 0]), "{summary:#}\n{records:#?}");
+    assert_eq!(counts(&summary, "beta"), Some([3, 1, 2, 0, 0, 0]), "{summary:#}");
+    assert_eq!(counts(&summary, "gamma"), Some([1, 0, 1, 0, 0, 0]), "{summary:#}");
+    assert_eq!(counts(&summary, "delta"), Some([4, 2, 0, 2, 0, 0]), "{summary:#}");
+    assert_eq!(summary["total"]["requests"], 12);
+    // The reasons that decided: AGENTS.md for the limit, robots.txt for the deny (its rule and
+    // the user-agent line that chose the group); nothing that only allowed.
+    let names = |group: usize| -> Vec<String> {
+        let reasons = summary["groups"][group]["top_reasons"].as_array().cloned().unwrap_or_default();
+        reasons.iter().map(|r| format!("{} {}", r["name"].as_str().unwrap_or("?"), r["count"])).collect()
+    };
+    let expected = ["AGENTS.md agents_md.rate_limit 1", "robots.txt robots.disallow 1", "robots.txt robots.group 1"];
+    assert_eq!(names(0), expected, "{summary:#}");
+    assert_eq!(names(1), ["robots.txt robots.disallow 2", "robots.txt robots.group 2"], "{summary:#}");
+    // The damaged line is reported with its file and line, and counted.
+    assert_eq!(summary["malformed_lines"], 1);
+    assert_eq!(summary["malformed"][0]["file"], files[1].display().to_string());
+    let rotated_lines = std::fs::read_to_string(&files[1])?.lines().count();
+    assert_eq!(summary["malformed"][0]["line"], rotated_lines);
+
+    // The same log unrotated gives the same counts.
+    let whole = dir.path().join("whole.jsonl");
+    std::fs::write(&whole, &text)?;
+    let unrotated = summary_json(&[], std::slice::from_ref(&whole)).await?;
+    assert_eq!(unrotated["groups"], summary["groups"]);
+
+    // --since: an hour ago takes everything, a time to come nothing.
+    let recent = summary_json(&["--since", "1h"], &files).await?;
+    assert_eq!(recent["groups"], summary["groups"]);
+    let future = summary_json(&["--since", "2999-01-01T00:00:00Z"], &files).await?;
+    assert_eq!(future["requests"], 0);
+    let (_, stderr, ok) = audit(&["summary", "--since", "last tuesday", &whole.display().to_string()]).await?;
+    assert!(!ok && stderr.contains("--since \"last tuesday\""), "{stderr}");
+
+    // By origin and by outcome.
+    let by_outcome = summary_json(&["--by", "outcome"], &files).await?;
+    assert_eq!(counts(&by_outcome, "deny").map(|c| c[0]), Some(4), "{by_outcome:#}");
+    assert_eq!(counts(&by_outcome, "would_deny").map(|c| c[0]), Some(2), "{by_outcome:#}");
+    let by_origin = summary_json(&["--by", "origin"], &files).await?;
+    let origin_key = origin.url("/").trim_end_matches('/').to_owned();
+    assert_eq!(counts(&by_origin, &origin_key).map(|c| c[0]), Some(12), "{by_origin:#}");
+
+    // The table: aligned columns, a total row; `--format text` is the same.
+    let paths: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let mut args = vec!["summary"];
+    args.extend(paths.iter().map(String::as_str));
+    let (table, stderr, ok) = audit(&args).await?;
+    assert!(ok, "{stderr}");
+    assert!(table.contains("| agent | requests | allowed | denied |"), "{table}");
+    assert!(table.contains("| alpha |        4 |       2 |      1 |"), "{table}");
+    assert!(table.contains("| total |       12 |       5 |      4 |"), "{table}");
+    let (text_format, _, _) = audit(&["summary", "--format", "text", &whole.display().to_string()]).await?;
+    assert!(text_format.contains("| total |       12 |"), "{text_format}");
+
+    // grep: the records that match, as written.
+    let mut args = vec!["grep", "--agent", "beta", "--outcome", "deny"];
+    args.extend(paths.iter().map(String::as_str));
+    let (out, stderr, ok) = audit(&args).await?;
+    assert!(ok, "{stderr}");
+    let found: Vec<Value> = out.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+    assert_eq!(found.len(), 2, "{out}");
+    assert!(found.iter().all(|r| r["agentgate.agent"] == "beta" && r["event.outcome"] == "deny"));
+    assert!(out.lines().all(|line| text.lines().any(|l| l == line)), "lines are printed unchanged");
+    assert!(stderr.contains("1 lines are not records"), "{stderr}");
+    let mut args = vec!["grep", "--origin", &origin_key, "--outcome", "rate_limited", "--since", "1h"];
+    args.extend(paths.iter().map(String::as_str));
+    let (out, _, _) = audit(&args).await?;
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.contains("\"agentgate.agent\":\"alpha\""), "{out}");
+    Ok(())
+}
