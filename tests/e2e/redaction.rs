@@ -3,13 +3,9 @@
 //! MITM, blocked, malformed, origin error) with credentials in `Authorization`,
 //! `Proxy-Authorization`, `Cookie` and query values, and both outputs are grepped.
 
-use std::process::Stdio;
-use std::time::Duration;
-
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::net::TcpListener;
-use tokio::process::Command;
 
+use crate::support::binary::Agentgate;
 use crate::support::log;
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
@@ -42,33 +38,9 @@ async fn no_secret_reaches_stderr_or_the_decision_log() -> TestResult {
     );
     let config_path = dir.path().join("agentgate.toml");
     std::fs::write(&config_path, config)?;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentgate"))
-        .args(["run", "--config"])
-        .arg(&config_path)
-        .env("RUST_LOG", "debug")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()?;
-    let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
-    let mut stderr = child.stderr.take().ok_or("no stderr")?;
-    let stderr_text = tokio::spawn(async move {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text).await;
-        text
-    });
-    // Readiness: the line agentgate prints once it listens.
-    let banner = stdout.next_line().await?.ok_or("agentgate exited before listening")?;
-    let addr = banner
-        .strip_prefix("agentgate listening on http://")
-        .and_then(|rest| rest.split_whitespace().next())
-        .ok_or_else(|| format!("unexpected banner: {banner}"))?
-        .to_owned();
-    let ca_pem = std::fs::read(dir.path().join("ca/agentgate-ca.pem"))?;
-    let client = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::all(format!("http://{addr}"))?.basic_auth("agent", "proxyauth-9b-secret"))
-        .tls_certs_only([reqwest::Certificate::from_pem(&ca_pem)?])
-        .build()?;
+    let agentgate = Agentgate::start(dir.path(), &config_path, "debug").await?;
+    let addr = agentgate.addr().to_owned();
+    let client = agentgate.client_as("agent", "proxyauth-9b-secret")?;
     let with_secrets = |builder: reqwest::RequestBuilder| {
         builder.header("authorization", "Bearer authz-9b-secret").header("cookie", "session=cookie-9b-secret")
     };
@@ -105,9 +77,7 @@ async fn no_secret_reaches_stderr_or_the_decision_log() -> TestResult {
 
     let records = log::wait_for(&log_path, 4).await?;
     assert_eq!(records.len(), 4, "{records:#?}");
-    child.start_kill()?;
-    child.wait().await?;
-    let stderr = tokio::time::timeout(Duration::from_secs(30), stderr_text).await??;
+    let stderr = agentgate.kill().await?;
     let decisions = std::fs::read_to_string(&log_path)?;
     assert!(stderr.contains("request refused"), "the refusals were logged: {stderr}");
     assert!(stderr.contains("token=REDACTED"), "the refused target is shown redacted: {stderr}");

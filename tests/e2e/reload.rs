@@ -8,23 +8,18 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentgate::proxy::Proxy;
 use agentgate::reload::{ConfigSource, ReloadCounts};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
+use crate::support::binary::{Agentgate, WAIT_LIMIT};
 use crate::support::block::{self, Expected};
 use crate::support::log;
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
 use crate::support::{TestProxy, TestResult, bypass_all, header};
-
-/// How long a test waits for the proxy to act on a file change or a signal.
-const WAIT_LIMIT: Duration = Duration::from_secs(15);
 
 /// The config every child starts from: loopback origins allowed, the log in `dir`.
 fn base_config(dir: &Path, origin_ca: &TestCa) -> String {
@@ -44,92 +39,6 @@ fn replace_file(path: &Path, text: &str) -> TestResult {
     std::fs::write(&sibling, text)?;
     std::fs::rename(&sibling, path)?;
     Ok(())
-}
-
-/// The real binary, running `agentgate run --config <file>`, its stderr collected.
-struct Agentgate {
-    child: Child,
-    addr: String,
-    ca_pem: Vec<u8>,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Agentgate {
-    async fn start(dir: &Path, config: &Path) -> TestResult<Agentgate> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentgate"))
-            .args(["run", "--config"])
-            .arg(config)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()?;
-        let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
-        let mut lines = BufReader::new(child.stderr.take().ok_or("no stderr")?).lines();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        tokio::spawn({
-            let stderr = Arc::clone(&stderr);
-            async move {
-                while let Ok(Some(line)) = lines.next_line().await {
-                    let mut text = stderr.lock().unwrap_or_else(PoisonError::into_inner);
-                    text.push_str(&line);
-                    text.push('\n');
-                }
-            }
-        });
-        // Readiness: the line agentgate prints once it listens (and handles SIGHUP).
-        let banner = stdout.next_line().await?.ok_or("agentgate exited before listening")?;
-        let addr = banner
-            .strip_prefix("agentgate listening on http://")
-            .and_then(|rest| rest.split_whitespace().next())
-            .ok_or_else(|| format!("unexpected banner: {banner}"))?
-            .to_owned();
-        let ca_pem = std::fs::read(dir.join("ca/agentgate-ca.pem"))?;
-        Ok(Agentgate { child, addr, ca_pem, stderr })
-    }
-
-    fn client(&self) -> TestResult<reqwest::Client> {
-        Ok(reqwest::Client::builder()
-            .proxy(reqwest::Proxy::all(format!("http://{}", self.addr))?)
-            .tls_certs_only([reqwest::Certificate::from_pem(&self.ca_pem)?])
-            .build()?)
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
-    /// Waits (bounded) until stderr holds `count` lines containing every one of `needles`.
-    async fn logged(&self, needles: &[&str], count: usize) -> TestResult<String> {
-        let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
-        loop {
-            let text = self.stderr();
-            let found = text.lines().filter(|line| needles.iter().all(|n| line.contains(n))).count();
-            if found >= count {
-                return Ok(text);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(format!("stderr has {found} lines with {needles:?} after {WAIT_LIMIT:?}:\n{text}").into());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Sends `signal` (`HUP`, `TERM`) with kill(1).
-    async fn signal(&self, signal: &str) -> TestResult {
-        let pid = self.child.id().ok_or("agentgate has exited")?;
-        let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().await?;
-        assert!(status.success(), "kill -{signal} {pid}");
-        Ok(())
-    }
-
-    /// SIGTERM, then waits for the graceful exit (the log flushed and fsynced).
-    async fn stop(mut self) -> TestResult {
-        self.signal("TERM").await?;
-        let status = tokio::time::timeout(WAIT_LIMIT, self.child.wait()).await??;
-        assert!(status.success(), "agentgate exits cleanly on SIGTERM: {status}\n{}", self.stderr());
-        Ok(())
-    }
 }
 
 /// Asks for `url` until the answer has `status` (bounded): the proxy acts on a file change a
@@ -159,7 +68,7 @@ async fn a_config_edit_changes_a_decision_without_a_restart_and_a_broken_edit_ch
     let config_path = dir.path().join("agentgate.toml");
     let base = base_config(dir.path(), &ca);
     std::fs::write(&config_path, &base)?;
-    let agentgate = Agentgate::start(dir.path(), &config_path).await?;
+    let agentgate = Agentgate::start(dir.path(), &config_path, "info").await?;
     let client = agentgate.client()?;
     assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
 
@@ -212,7 +121,7 @@ async fn a_request_in_flight_during_a_reload_completes() -> TestResult {
     let config_path = dir.path().join("agentgate.toml");
     let base = base_config(dir.path(), &ca);
     std::fs::write(&config_path, &base)?;
-    let agentgate = Agentgate::start(dir.path(), &config_path).await?;
+    let agentgate = Agentgate::start(dir.path(), &config_path, "info").await?;
     let client = agentgate.client()?;
     let in_flight = tokio::spawn(client.get(origin.url("/hold")).send());
     origin.arrived().await;
@@ -260,7 +169,7 @@ async fn sighup_after_a_rename_reopens_the_log_and_every_record_lands_in_one_fil
     let dir = tempfile::tempdir()?;
     let config_path = dir.path().join("agentgate.toml");
     std::fs::write(&config_path, format!("bypass_hosts = [\"*\"]\n{}", base_config(dir.path(), &ca)))?;
-    let agentgate = Agentgate::start(dir.path(), &config_path).await?;
+    let agentgate = Agentgate::start(dir.path(), &config_path, "info").await?;
     let client = agentgate.client()?;
     let log_path = dir.path().join("decisions.jsonl");
     let rotated = dir.path().join("decisions.jsonl.1");

@@ -2,6 +2,7 @@
 //! bodies (`pattern`) from `tests/testkit/`, the real proxy started in-process on `127.0.0.1:0` (`TestProxy`), and
 //! clients: reqwest through the proxy, the system `curl` (`curl`), and raw sockets (`raw`).
 
+pub mod binary;
 pub mod block;
 pub mod curl;
 pub mod log;
