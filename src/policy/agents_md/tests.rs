@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::policy::FetchError;
+use crate::policy::{FetchError, Headers};
 use crate::policy::test_support::{allows, cases, corpus, ok, read, request, status, strings};
 
 const MD: Option<&str> = Some("text/markdown; charset=utf-8");
