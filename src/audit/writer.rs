@@ -311,7 +311,8 @@ impl AuditWriter {
 /// A batch is written once it holds this much, even while more lines wait.
 const MAX_BATCH_BYTES: usize = 1 << 20;
 
-/// The lines gathered for one append.
+/// The lines gathered for one append. One batch is reused for the writer's life, so its
+/// buffer grows once rather than for every line (issue 11).
 #[derive(Default)]
 struct Batch {
     bytes: Vec<u8>,
@@ -335,17 +336,18 @@ fn write_lines(mut rx: mpsc::Receiver<Message>, mut sink: Sink, shared: &Shared)
         // Write whenever nothing else is waiting, so `tail -f` sees lines promptly and a
         // burst still goes out in large writes.
         if rx.is_empty() || batch.bytes.len() >= MAX_BATCH_BYTES {
-            write_batch(&mut sink, std::mem::take(&mut batch), shared);
+            write_batch(&mut sink, &mut batch, shared);
         }
     }
-    write_batch(&mut sink, batch, shared);
+    write_batch(&mut sink, &mut batch, shared);
     if let Err(err) = sink.sync() {
         shared.fail(&err, 0);
     }
 }
 
 /// Appends one batch, or, on failure, truncates the file back so no partial line stays.
-fn write_batch(sink: &mut Sink, batch: Batch, shared: &Shared) {
+/// Leaves `batch` empty, its buffer kept.
+fn write_batch(sink: &mut Sink, batch: &mut Batch, shared: &Shared) {
     if batch.lines == 0 {
         return;
     }
@@ -359,10 +361,13 @@ fn write_batch(sink: &mut Sink, batch: Batch, shared: &Shared) {
             false
         }
     };
-    for ack in batch.acks {
+    for ack in batch.acks.drain(..) {
         // The waiting request may be gone (the agent hung up); nothing to tell then.
         let _ = ack.send(ok);
     }
+    // The buffer keeps its capacity: at most MAX_BATCH_BYTES plus one line.
+    batch.bytes.clear();
+    batch.lines = 0;
 }
 
 /// Where lines go: a file, stdout, or (in tests) a disk that fills up.
