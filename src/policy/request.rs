@@ -96,12 +96,26 @@ impl<'a> RequestView<'a> {
 }
 
 /// The product names in a User-Agent header: each `name/version` product and each such
-/// token inside a comment, without the version.
+/// token inside a comment, without the version. Scanned as bytes (every delimiter is ASCII,
+/// so each piece is still a `str`): this runs for every group of every file, on every
+/// request.
 fn product_names(user_agent: &str) -> impl Iterator<Item = &str> {
-    user_agent
-        .split(|c: char| c.is_ascii_whitespace() || matches!(c, ';' | '(' | ')' | ','))
-        .map(|piece| piece.split('/').next().unwrap_or(piece))
-        .filter(|name| !name.is_empty())
+    let bytes = user_agent.as_bytes();
+    let is_delimiter = |b: u8| b.is_ascii_whitespace() || matches!(b, b';' | b'(' | b')' | b',');
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        while start < bytes.len() {
+            let end = bytes[start..].iter().position(|&b| is_delimiter(b)).map_or(bytes.len(), |i| start + i);
+            let piece = &bytes[start..end];
+            let name_end = start + piece.iter().position(|&b| b == b'/').unwrap_or(piece.len());
+            let name = &user_agent[start..name_end];
+            start = end + 1;
+            if !name.is_empty() {
+                return Some(name);
+            }
+        }
+        None
+    })
 }
 
 #[cfg(test)]
@@ -133,6 +147,14 @@ mod tests {
         assert!(v.names_agent("Mozilla"));
         assert!(!v.names_agent("Example"));
         assert!(!v.names_agent(""));
+    }
+
+    #[test]
+    fn product_names_split_on_every_delimiter_and_keep_non_ascii_names_whole() {
+        let names: Vec<&str> = product_names("  Mozilla/5.0 (X11;ツBot/1,\tÄ/2) //x  end/").collect();
+        assert_eq!(names, ["Mozilla", "X11", "ツBot", "Ä", "end"]);
+        assert_eq!(product_names("").count(), 0);
+        assert_eq!(product_names(";;( )").count(), 0);
     }
 
     #[test]
