@@ -24,7 +24,9 @@ use crate::fetch::{Origin, PolicyCache};
 use crate::limits::{Exceeded, Limiter, Permit, Usage};
 use crate::net::{Refusal, canonical_pattern};
 use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
-use crate::policy::{self, Decision, Headers, Opinion, Outcome, Policies, PolicyStatus, Reason, RequestView, Source};
+use crate::policy::{
+    self, Decision, HeaderLookup, Opinion, Outcome, Policies, PolicyStatus, Reason, RequestView, Source,
+};
 
 /// The request header in which an agent declares its purposes for this request
 /// (comma-separated; SEMANTICS D13). It replaces the configured purposes and is stripped
@@ -98,7 +100,7 @@ impl Permitted {
     /// A [`Blocked`] (403, the AGENTS.md reason first) when the body must be withheld.
     pub fn check_response(mut self, response_headers: &HeaderMap) -> Result<Permitted, Box<Blocked>> {
         let Some(policies) = &self.policies else { return Ok(self) };
-        let verdict = policies.agents_md.evaluate_response(&policy_headers(response_headers));
+        let verdict = policies.agents_md.evaluate_response(response_headers);
         if verdict.opinion != Opinion::Deny {
             return Ok(self);
         }
@@ -262,7 +264,6 @@ impl Gate {
     pub async fn decide(&self, req: GateRequest<'_>) -> Verdict {
         let agent = req.agent;
         let user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok());
-        let headers = policy_headers(req.headers);
         let declared = declared_purposes(req.headers);
         let host = req.origin.host();
         let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
@@ -278,7 +279,7 @@ impl Gate {
             agent_id: agent.header_value(),
             trust_level: agent.agent.trust_level,
             purposes: declared.as_deref().unwrap_or(&agent.agent.purposes),
-            headers: &headers,
+            headers: req.headers,
         };
         let (decision, policies) = self.evaluate(&view, req.origin, req.addresses).await;
         if let Some(blocked) = policies.as_deref().and_then(|p| self.origin_unreachable(p, &decision, &req)) {
@@ -295,10 +296,10 @@ impl Gate {
         );
         record.user_agent = user_agent.map(str::to_owned);
         record.purposes = view.purposes.to_vec();
-        record.reasons = decision.reasons.clone();
-        record.blocking = decision.blocking_reasons().len();
-        record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
         if decision.outcome != Outcome::Allow {
+            record.reasons = decision.reasons.clone();
+            record.blocking = decision.blocking_reasons().len();
+            record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
             return match mode {
                 Mode::Enforce => Verdict::Block(Blocked { decision, record, kind: BlockKind::Policy }),
                 Mode::Monitor => {
@@ -313,7 +314,11 @@ impl Gate {
                 }
             };
         }
-        let inject_headers = decision.inject_headers;
+        // Allowed: the decision's parts move into the record, which is all that reads them now.
+        let Decision { reasons, mut limits, inject_headers, .. } = decision;
+        limits.extend(agent.agent.limits.iter().cloned());
+        record.reasons = reasons;
+        record.limits = limits;
         let usage = Usage { agent: &agent.id, origin: &view.origin(), host };
         match self.check_limits(usage, &record.limits).await {
             Ok(permit) => Verdict::Forward(Permitted { record, mode, inject_headers, permit, policies }),
@@ -434,14 +439,10 @@ fn declared_purposes(headers: &HeaderMap) -> Option<Vec<String>> {
     Some(values.iter().flat_map(|v| v.split(',')).map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect())
 }
 
-/// The request headers as the policy core sees them (values that are not visible ASCII are
-/// left out: no policy rule reads them).
-fn policy_headers(headers: &HeaderMap) -> Headers {
-    let mut out = Headers::default();
-    for (name, value) in headers {
-        if let Ok(value) = value.to_str() {
-            out.push(name.as_str(), value);
-        }
+/// The policy core reads the proxy's header map in place: a request's headers are never
+/// copied to be evaluated. A name that is not a valid header name is in no map.
+impl HeaderLookup for HeaderMap {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.get_all(name).iter().find_map(|value| value.to_str().ok())
     }
-    out
 }

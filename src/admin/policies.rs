@@ -33,8 +33,8 @@ pub(super) async fn show(state: &AdminState, query: &Query) -> Result<Response<A
     for file in files {
         let mut entry = report_json(&file.report);
         if let Some(fields) = entry.as_object_mut() {
-            fields.insert("fetched_at".to_owned(), json!(rfc3339_millis(file.fetched_at)));
-            fields.insert("fresh_until".to_owned(), json!(rfc3339_millis(file.fresh_until)));
+            fields.insert("fetched_at".to_owned(), json!(rfc3339_millis(file.fetched_at).to_string()));
+            fields.insert("fresh_until".to_owned(), json!(rfc3339_millis(file.fresh_until).to_string()));
         }
         shown.insert(file.source.as_str().to_owned(), entry);
     }

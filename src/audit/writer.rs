@@ -408,7 +408,8 @@ impl AuditWriter {
 /// A batch is written once it holds this much, even while more lines wait.
 const MAX_BATCH_BYTES: usize = 1 << 20;
 
-/// The lines gathered for one append.
+/// The lines gathered for one append. One batch is reused for the writer's life, so its
+/// buffer grows once rather than for every line (issue 11).
 #[derive(Default)]
 struct Batch {
     bytes: Vec<u8>,
@@ -424,13 +425,13 @@ fn write_lines(mut rx: mpsc::Receiver<Message>, mut sink: Sink, shared: &Shared)
             // Stop accepting; the loop goes on until what is queued is drained.
             Message::Shutdown => rx.close(),
             Message::Reopen(ack) => {
-                write_batch(&mut sink, std::mem::take(&mut batch), shared);
+                write_batch(&mut sink, &mut batch, shared);
                 // The caller may have given up waiting; the file is reopened all the same.
                 let _ = ack.send(sink.reopen().map_err(|err| err.to_string()));
             }
             Message::Line(line, ack) => {
                 if sink.overflows(batch.bytes.len() as u64, line.len() as u64) {
-                    write_batch(&mut sink, std::mem::take(&mut batch), shared);
+                    write_batch(&mut sink, &mut batch, shared);
                     sink.rotate();
                 }
                 shared.recent.push(&line);
@@ -442,10 +443,10 @@ fn write_lines(mut rx: mpsc::Receiver<Message>, mut sink: Sink, shared: &Shared)
         // Write whenever nothing else is waiting, so `tail -f` sees lines promptly and a
         // burst still goes out in large writes.
         if rx.is_empty() || batch.bytes.len() >= MAX_BATCH_BYTES {
-            write_batch(&mut sink, std::mem::take(&mut batch), shared);
+            write_batch(&mut sink, &mut batch, shared);
         }
     }
-    write_batch(&mut sink, batch, shared);
+    write_batch(&mut sink, &mut batch, shared);
     if let Err(err) = sink.sync() {
         shared.fail(&err, 0);
     }
@@ -478,7 +479,8 @@ fn shift_rotated(path: &Path, keep: usize) -> io::Result<()> {
 }
 
 /// Appends one batch, or, on failure, truncates the file back so no partial line stays.
-fn write_batch(sink: &mut Sink, batch: Batch, shared: &Shared) {
+/// Leaves `batch` empty, its buffer kept.
+fn write_batch(sink: &mut Sink, batch: &mut Batch, shared: &Shared) {
     if batch.lines == 0 {
         return;
     }
@@ -492,10 +494,13 @@ fn write_batch(sink: &mut Sink, batch: Batch, shared: &Shared) {
             false
         }
     };
-    for ack in batch.acks {
+    for ack in batch.acks.drain(..) {
         // The waiting request may be gone (the agent hung up); nothing to tell then.
         let _ = ack.send(ok);
     }
+    // The buffer keeps its capacity: at most MAX_BATCH_BYTES plus one line.
+    batch.bytes.clear();
+    batch.lines = 0;
 }
 
 /// Where lines go: a file, stdout, or (in tests) a disk that fills up.

@@ -284,16 +284,17 @@ impl PolicyCache {
     /// unreachable, ...).
     pub async fn policies(&self, origin: &Origin) -> Arc<Policies> {
         let inner = &self.inner;
-        let loaded = inner
-            .entries
-            .entry_by_ref(origin)
-            .or_insert_with(async { Entry::new(inner.load(origin, None).await, Arc::new(tokio::sync::Mutex::new(()))) })
-            .await;
-        inner.metrics.policy_lookup(!loaded.is_fresh());
-        if loaded.is_fresh() {
-            inner.evict_over_bounds().await;
-        }
-        let entry = loaded.into_value();
+        // Every request but an origin's first finds it cached. The first load, and a
+        // refresh a request must wait for, are boxed: their futures are large (moka's entry
+        // machinery, four fetches), and every request's future would otherwise carry them
+        // and be copied whole at each move (issue 11).
+        let entry = match inner.entries.get(origin).await {
+            Some(entry) => {
+                inner.metrics.policy_lookup(true);
+                entry
+            }
+            None => Box::pin(self.first_load(origin)).await,
+        };
         let now = Instant::now();
         if entry.snapshot.fresh_until > now {
             return Arc::clone(&entry.snapshot.policies);
@@ -317,7 +318,24 @@ impl PolicyCache {
         if latest.snapshot.fresh_until > Instant::now() {
             return Arc::clone(&latest.snapshot.policies);
         }
-        inner.refresh(origin, &latest).await
+        Box::pin(inner.refresh(origin, &latest)).await
+    }
+
+    /// The entry of an origin that was not cached: loaded once, concurrent requests for the
+    /// same origin sharing the load.
+    async fn first_load(&self, origin: &Origin) -> Arc<Entry> {
+        let inner = &self.inner;
+        let loaded = inner
+            .entries
+            .entry_by_ref(origin)
+            .or_insert_with(async { Entry::new(inner.load(origin, None).await, Arc::new(tokio::sync::Mutex::new(()))) })
+            .await;
+        // A request that found the load another one started is a hit too.
+        inner.metrics.policy_lookup(!loaded.is_fresh());
+        if loaded.is_fresh() {
+            inner.evict_over_bounds().await;
+        }
+        loaded.into_value()
     }
 
     /// Waits until no refresh of `origin` is running (tests: a background refresh is done).

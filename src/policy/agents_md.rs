@@ -24,7 +24,7 @@ use self::parse::{Authentication, DEFAULT_AGENT_HEADER, PathRule, Policy, Settin
 use super::pattern::normalized_path;
 use super::text::{sha256_hex, split_bom};
 use super::{
-    Diagnostic, FetchOutcome, Headers, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason,
+    Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason,
     RequestView, Source, SourceVerdict,
 };
 
@@ -404,7 +404,7 @@ impl AgentsMdState {
 
     /// The response-time check of C17: a response with `Content-Disposition: attachment`
     /// is a download, denied (body withheld, 403) when `download-files` is not allowed.
-    pub fn evaluate_response(&self, response_headers: &Headers) -> SourceVerdict {
+    pub fn evaluate_response(&self, response_headers: &dyn HeaderLookup) -> SourceVerdict {
         let Some(policy) = &self.policy else { return SourceVerdict::no_opinion() };
         let is_attachment = response_headers
             .get("content-disposition")

@@ -21,8 +21,8 @@ use self::parse::{is_detected, is_significant, parse};
 use super::pattern::{Pattern, normalized_path};
 use super::text::{Findings, JoinedDigest, lines, split_bom};
 use super::{
-    Diagnostic, FetchOutcome, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason, RequestView,
-    Source, SourceVerdict,
+    Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason,
+    RequestView, Source, SourceVerdict,
 };
 
 /// The size cap (SEMANTICS X6): the fetcher reads at most this many bytes plus one and

@@ -25,8 +25,8 @@ use self::parse::Parsed;
 use super::pattern::normalized_path;
 use super::text::{Findings, sha256_hex, split_bom};
 use super::{
-    Diagnostic, FetchError, FetchOutcome, Headers, Opinion, PolicyReport, PolicyStatus, Reason, RequestView, Source,
-    SourceVerdict,
+    Diagnostic, FetchError, FetchOutcome, HeaderLookup, Headers, Opinion, PolicyReport, PolicyStatus, Reason,
+    RequestView, Source, SourceVerdict,
 };
 
 /// The size cap (SEMANTICS X6, D19): a longer file is handled as unavailable (D15).

@@ -34,7 +34,7 @@ pub use diagnostic::{Diagnostic, PolicyReport, PolicyStatus, Severity};
 pub use evaluate::{Policies, Settings, evaluate, evaluate_with};
 pub use format::{Format, FormatInfo, StaleRules};
 pub use outcome::{FetchError, FetchOutcome, Headers};
-pub use request::RequestView;
+pub use request::{HeaderLookup, RequestView};
 pub use weight::{ALLOCATION_OVERHEAD, Weigh};
 
 /// The policy formats, one `field: type` pair each: the field of [`Policies`] holding its

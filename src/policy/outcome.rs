@@ -4,6 +4,8 @@
 //! `fetch/` fills it in and `explain --policy-dir` builds it from files, so both share the
 //! same semantics.
 
+use super::HeaderLookup;
+
 /// Response or request headers: names compared case-insensitively, order kept.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Headers(Vec<(String, String)>);
@@ -23,15 +25,11 @@ impl Headers {
     pub fn get(&self, name: &str) -> Option<&str> {
         self.0.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
+}
 
-    /// The media type of `Content-Type`, lower case, without parameters (`text/html`).
-    pub fn media_type(&self) -> Option<String> {
-        self.get("content-type").map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
-    }
-
-    /// True when `Content-Type` says HTML or XHTML (soft-404 pages).
-    pub fn is_html(&self) -> bool {
-        matches!(self.media_type().as_deref(), Some("text/html" | "application/xhtml+xml"))
+impl HeaderLookup for Headers {
+    fn get(&self, name: &str) -> Option<&str> {
+        Headers::get(self, name)
     }
 }
 

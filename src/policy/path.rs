@@ -68,10 +68,12 @@ fn strictness(outcome: Outcome) -> u8 {
 fn equivalents(path_and_query: &str) -> Vec<String> {
     let sent_path = path_and_query.split('?').next().unwrap_or_default();
     let repeated_slashes = sent_path.contains("//");
-    if !repeated_slashes
-        && !path_and_query.contains('%')
-        && !path_and_query.split(['/', '?']).any(|s| s == "." || s == "..")
-    {
+    // A `.` or `..` segment starts the text or follows a `/` or `?`: when none of those is
+    // followed by a dot, there is none, and the segments need not be split (every request).
+    let maybe_dot_segment =
+        path_and_query.starts_with('.') || path_and_query.contains("/.") || path_and_query.contains("?.");
+    let dot_segment = maybe_dot_segment && path_and_query.split(['/', '?']).any(|s| s == "." || s == "..");
+    if !repeated_slashes && !path_and_query.contains('%') && !dot_segment {
         return Vec::new();
     }
     let decoded = decode_unreserved(path_and_query);

@@ -1,8 +1,9 @@
 //! The request as the policy core sees it: method, target, who the agent is, and the few
 //! request headers that matter (Content-Type for AGENTS.md action mapping). Borrowed views,
-//! built once per request by the gate or by `explain`.
+//! built once per request by the gate or by `explain`; the headers are read through
+//! [`HeaderLookup`], so the proxy lends its own header map and nothing is copied.
 
-use super::outcome::Headers;
+use std::fmt;
 
 /// One request, seen by the evaluator.
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +30,27 @@ pub struct RequestView<'a> {
     /// Purposes the agent declares (automation-preferences `allowed-purposes`).
     pub purposes: &'a [String],
     /// The request headers (names case-insensitive).
-    pub headers: &'a Headers,
+    pub headers: &'a dyn HeaderLookup,
+}
+
+/// Headers as the evaluator reads them: one value by case-insensitive name. Implemented by
+/// [`super::Headers`] (fetched files, `explain`, tests) and by the proxy for its own header
+/// map, so a request's headers are read where they are, never copied (issue 11): rules read
+/// two or three of them, the request may carry dozens.
+pub trait HeaderLookup: fmt::Debug + Sync {
+    /// The first value of header `name` (case-insensitive) that is visible ASCII; a value
+    /// that is not is never read by any rule, so it counts as absent.
+    fn get(&self, name: &str) -> Option<&str>;
+
+    /// The media type of `Content-Type`, lower case, without parameters (`text/html`).
+    fn media_type(&self) -> Option<String> {
+        self.get("content-type").map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+    }
+
+    /// True when `Content-Type` says HTML or XHTML (soft-404 pages).
+    fn is_html(&self) -> bool {
+        matches!(self.media_type().as_deref(), Some("text/html" | "application/xhtml+xml"))
+    }
 }
 
 /// Safe methods (SEMANTICS X4): everything else is a write.
@@ -75,17 +96,32 @@ impl<'a> RequestView<'a> {
 }
 
 /// The product names in a User-Agent header: each `name/version` product and each such
-/// token inside a comment, without the version.
+/// token inside a comment, without the version. Scanned as bytes (every delimiter is ASCII,
+/// so each piece is still a `str`): this runs for every group of every file, on every
+/// request.
 fn product_names(user_agent: &str) -> impl Iterator<Item = &str> {
-    user_agent
-        .split(|c: char| c.is_ascii_whitespace() || matches!(c, ';' | '(' | ')' | ','))
-        .map(|piece| piece.split('/').next().unwrap_or(piece))
-        .filter(|name| !name.is_empty())
+    let bytes = user_agent.as_bytes();
+    let is_delimiter = |b: u8| b.is_ascii_whitespace() || matches!(b, b';' | b'(' | b')' | b',');
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        while start < bytes.len() {
+            let end = bytes[start..].iter().position(|&b| is_delimiter(b)).map_or(bytes.len(), |i| start + i);
+            let piece = &bytes[start..end];
+            let name_end = start + piece.iter().position(|&b| b == b'/').unwrap_or(piece.len());
+            let name = &user_agent[start..name_end];
+            start = end + 1;
+            if !name.is_empty() {
+                return Some(name);
+            }
+        }
+        None
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::Headers;
 
     fn view<'a>(headers: &'a Headers, token: Option<&'a str>, ua: Option<&'a str>) -> RequestView<'a> {
         RequestView {
@@ -111,6 +147,14 @@ mod tests {
         assert!(v.names_agent("Mozilla"));
         assert!(!v.names_agent("Example"));
         assert!(!v.names_agent(""));
+    }
+
+    #[test]
+    fn product_names_split_on_every_delimiter_and_keep_non_ascii_names_whole() {
+        let names: Vec<&str> = product_names("  Mozilla/5.0 (X11;ツBot/1,\tÄ/2) //x  end/").collect();
+        assert_eq!(names, ["Mozilla", "X11", "ツBot", "Ä", "end"]);
+        assert_eq!(product_names("").count(), 0);
+        assert_eq!(product_names(";;( )").count(), 0);
     }
 
     #[test]

@@ -25,8 +25,8 @@ use super::pattern::normalized_path;
 use super::text::{Findings, sha256_hex};
 use super::weight::allocation;
 use super::{
-    Diagnostic, FetchOutcome, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason, RequestView,
-    Source, SourceVerdict,
+    Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason,
+    RequestView, Source, SourceVerdict,
 };
 
 /// The robots.txt size cap: the first 500 KiB are parsed, the rest ignored with an

@@ -54,11 +54,11 @@ pub(crate) async fn check_destination(
         Err(GuardError::Refused(refusal)) => refusal,
         Err(GuardError::Resolve { source, .. }) => {
             let error = ProxyError::UpstreamResolve { host: format!("{host}:{port}"), cause: error_chain(&source) };
-            return Err(undecided(state, live, started, &request, error).await);
+            return Err(Box::pin(undecided(state, live, started, &request, error)).await);
         }
         Err(GuardError::BadHost(bad)) => {
             let error = ProxyError::UpstreamResolve { host: format!("{host}:{port}"), cause: bad.to_string() };
-            return Err(undecided(state, live, started, &request, error).await);
+            return Err(Box::pin(undecided(state, live, started, &request, error)).await);
         }
     };
     info!(code = refusal.code(), refusal = ?refusal, "destination refused by the network guard");
@@ -66,7 +66,8 @@ pub(crate) async fn check_destination(
     Ok(Err(answer_blocked(state, blocked, request.headers, started).await))
 }
 
-/// Records a request that failed before any decision, and hands its error back.
+/// Records a request that failed before any decision, and hands its error back. Callers
+/// box it: it is the rare path, and its record would weigh on every request's future.
 async fn undecided(
     state: &ProxyState,
     live: &Generation,

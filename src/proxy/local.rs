@@ -34,16 +34,14 @@ pub(crate) fn is_local(host: &str) -> bool {
     host.trim_end_matches('.').eq_ignore_ascii_case(LOCAL_HOST)
 }
 
-/// The answer when `context` routes to [`LOCAL_HOST`] (absolute-form, or inside a tunnel to
-/// it), recorded; `None` for every other request, which goes on through the phases.
+/// The answer to a request that `context` routes to [`LOCAL_HOST`] ([`is_local`]; absolute-form,
+/// or inside a tunnel to it), recorded. Callers box it: it is the rare path, and its future
+/// would otherwise weigh on every request's.
 pub(crate) async fn answer(
     state: &ProxyState,
     context: &RequestContext,
     request: &Request<Incoming>,
-) -> Option<Response<ProxyBody>> {
-    if !is_local(context.authority.host()) {
-        return None;
-    }
+) -> Response<ProxyBody> {
     let path = request.uri().path();
     let method = request.method();
     let (status, body, content_type) = if method != Method::GET && method != Method::HEAD {
@@ -81,7 +79,7 @@ pub(crate) async fn answer(
         "agentgate.local is answered by agentgate itself (its CA and setup instructions); never forwarded",
     ));
     record(state, decision, context.started, Ok(response.status())).await;
-    Some(response)
+    response
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";

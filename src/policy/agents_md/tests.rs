@@ -4,8 +4,8 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::policy::FetchError;
 use crate::policy::test_support::{allows, cases, corpus, ok, read, request, status, strings};
+use crate::policy::{FetchError, Headers};
 
 const MD: Option<&str> = Some("text/markdown; charset=utf-8");
 

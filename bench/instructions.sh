@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Instructions per request: agentgate's CPU cost measured so that a busy, shared machine
+# cannot spoil it (issue 11). Wall time and req/s move with whatever else runs; the number
+# of instructions agentgate executes for a request does not.
+#
+#   bench/instructions.sh                  2000 requests per scenario, 10 connections
+#   BENCH_REQUESTS=500 bench/instructions.sh
+#
+# Builds agentgate and the origin (release, as bench/run.sh does), starts the origin
+# (bench/origin, loopback only) and agentgate under `valgrind --tool=callgrind` with
+# bench/run.sh's configuration (decision log on, to a file; default log level). For each
+# scenario, HTTP keep-alive and MITM HTTPS keep-alive, it sends one warm-up request (the
+# origin's policies are fetched, the leaf certificate minted, the upstream connection
+# pooled), zeroes callgrind's counters (`callgrind_control --zero`), sends BENCH_REQUESTS
+# requests with oha (`-n`, BENCH_CONNECTIONS connections, keep-alive), dumps the counters
+# (`callgrind_control --dump`) and prints instructions per request: the dump's total over
+# the requests oha saw answered. Each scenario is its own agentgate process.
+#
+# Bounded: under callgrind agentgate runs ~50x slower, so 2000 requests take about half a
+# minute per scenario; every oha run is also stopped after BENCH_TIMEOUT seconds (300). The
+# callgrind files stay in the work directory it prints (`callgrind_annotate FILE` shows
+# where the instructions go, `--inclusive=yes` for inclusive costs).
+# Environment: BENCH_REQUESTS (2000), BENCH_CONNECTIONS (10), BENCH_TIMEOUT (300),
+# BENCH_SCENARIOS ("http mitm"), BENCH_AGENTGATE (a release binary to measure instead of
+# building this checkout's, e.g. a copy kept from before a change). Needs valgrind and oha (~/.cargo/bin). Everything listens
+# on and connects to 127.0.0.0/8 only.
+set -euo pipefail
+
+REQUESTS=${BENCH_REQUESTS:-2000}
+CONNECTIONS=${BENCH_CONNECTIONS:-10}
+TIMEOUT=${BENCH_TIMEOUT:-300}
+SCENARIOS=${BENCH_SCENARIOS:-http mitm}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+export PATH="$HOME/.cargo/bin:$PATH"
+
+say() { printf '== %s\n' "$*" >&2; }
+die() { printf 'instructions: %s\n' "$*" >&2; exit 1; }
+command -v valgrind >/dev/null || die "valgrind is missing (apt-get install valgrind)"
+command -v callgrind_control >/dev/null || die "callgrind_control is missing (it comes with valgrind)"
+command -v oha >/dev/null || die "oha is missing (cargo install oha --locked)"
+
+if [ -n "${BENCH_AGENTGATE:-}" ]; then
+    AGENTGATE=$BENCH_AGENTGATE   # a binary kept from an earlier build, to compare
+else
+    say "building agentgate (release)"
+    cargo build --release --quiet --bin agentgate
+    AGENTGATE="$ROOT/target/release/agentgate"
+fi
+say "building the origin (release)"
+CARGO_TARGET_DIR="$ROOT/target" cargo build --release --quiet --manifest-path bench/origin/Cargo.toml
+ORIGIN_BIN="$ROOT/target/release/agentgate-bench-origin"
+
+WORK=$(mktemp -d -t agentgate-instructions.XXXXXX)
+ORIGIN_PID=""
+AG_PID=""
+stop_agentgate() {
+    if [ -n "$AG_PID" ]; then
+        kill "$AG_PID" 2>/dev/null && wait "$AG_PID" 2>/dev/null || true
+    fi
+    AG_PID=""
+}
+cleanup() {
+    local status=$?
+    stop_agentgate
+    [ -n "$ORIGIN_PID" ] && kill "$ORIGIN_PID" 2>/dev/null && wait "$ORIGIN_PID" 2>/dev/null || true
+    echo "instructions: work directory (callgrind files): $WORK" >&2
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Waits (polling, at most 120 s: valgrind starts slowly) until "$@" succeeds.
+wait_for() {
+    local tries=1200
+    until "$@"; do
+        tries=$((tries - 1))
+        [ "$tries" -gt 0 ] || return 1
+        sleep 0.1
+    done
+}
+
+"$ORIGIN_BIN" --dir "$WORK" --unseen 0 2>"$WORK/origin.err" &
+ORIGIN_PID=$!
+wait_for test -f "$WORK/origin.env" || die "origin did not start: $(cat "$WORK/origin.err")"
+# shellcheck source=/dev/null
+. "$WORK/origin.env"
+[ "$ORIGIN_443" = 1 ] || echo "instructions: origin could not bind port 443: the HTTP scenario runs without AGENTS.md" >&2
+
+# bench/run.sh's configuration.
+cat >"$WORK/agentgate.toml" <<EOF
+listen = "127.0.0.1:0"
+[ca]
+dir = "$WORK/ca"
+[upstream]
+extra_ca_files = ["$WORK/origin-ca.pem"]
+[network]
+allow_cidrs = ["127.0.0.0/8"]
+[connect]
+allowed_ports = ["1-65535"]
+[connections]
+max_connections = 100000
+max_connections_per_client = 100000
+[audit]
+path = "$WORK/decisions.jsonl"
+[admin]
+listen = "off"
+EOF
+
+# measure NAME URL [OHA-ARGS...]: one agentgate under callgrind, one scenario.
+measure() {
+    local name=$1 url=$2
+    local out="$WORK/callgrind.$name"
+    : >"$WORK/agentgate-$name.out"
+    valgrind --tool=callgrind --callgrind-out-file="$out.%p" \
+        "$AGENTGATE" run --config "$WORK/agentgate.toml" >"$WORK/agentgate-$name.out" 2>"$WORK/agentgate-$name.err" &
+    AG_PID=$!
+    wait_for grep -q "listening on http://" "$WORK/agentgate-$name.out" || die "agentgate did not start: $(tail -5 "$WORK/agentgate-$name.err")"
+    local proxy
+    proxy=$(sed -n 's|.*listening on http://\([0-9.:]*\) .*|\1|p' "$WORK/agentgate-$name.out")
+    curl -sSf -o /dev/null --max-time 60 -x "http://$proxy" --cacert "$WORK/ca/agentgate-ca.pem" "$url" \
+        || die "$name: warm-up request through agentgate failed"
+    callgrind_control --zero "$AG_PID" >/dev/null 2>&1
+    timeout "$TIMEOUT" oha --no-tui --output-format json -n "$REQUESTS" -c "$CONNECTIONS" \
+        -x "http://$proxy" --cacert "$WORK/ca/agentgate-ca.pem" "$url" >"$WORK/$name.json"
+    callgrind_control --dump="$name" "$AG_PID" >/dev/null 2>&1
+    stop_agentgate
+    local answered oks dump instructions
+    answered=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(d["statusCodeDistribution"].values()))' "$WORK/$name.json")
+    oks=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["statusCodeDistribution"].get("200", 0))' "$WORK/$name.json")
+    [ "$answered" = "$oks" ] || die "$name: $((answered - oks)) of $answered answers were not 200"
+    # The dump taken after the requests: the first of this process's files whose
+    # trigger names the scenario.
+    dump=$(grep -l "^desc: Trigger: .*$name" "$out".* | head -1)
+    instructions=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$dump")
+    [ -n "$instructions" ] || die "$name: no callgrind summary in $dump"
+    printf '| %s | %s | %s | %s |\n' "$name" "$answered" "$instructions" "$((instructions / answered))"
+    echo "instructions: $name: callgrind_annotate $dump" >&2
+}
+
+printf '| scenario | requests | instructions | instructions/request |\n|---|---:|---:|---:|\n'
+for scenario in $SCENARIOS; do
+    case $scenario in
+        http) measure http "http://$ORIGIN_IP:$ORIGIN_HTTP_PORT/bench/1k" ;;
+        mitm) measure mitm "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT/bench/1k" ;;
+        *) die "unknown scenario $scenario (http, mitm)" ;;
+    esac
+done
