@@ -27,6 +27,7 @@ use crate::agents::agent_problems;
 pub use crate::agents::{AgentConfig, AgentLimits, AuthConfig};
 pub use crate::audit::AuditSettings;
 pub use crate::fetch::CacheConfig;
+pub use crate::limits::{LimitsConfig, OnFailure, RedisConfig, Store};
 use crate::net::is_host_pattern;
 pub use crate::net::{ConnectConfig, NetworkConfig, PortRange};
 pub use crate::policy::operator::{Mode, RuleAction};
@@ -84,6 +85,8 @@ pub struct Config {
     pub connections: ConnectionsConfig,
     /// The decision log (`[audit]`).
     pub audit: AuditSettings,
+    /// Where rate and concurrency counters live (`[limits]`).
+    pub limits: LimitsConfig,
     /// The admin API (`[admin]`).
     pub admin: AdminConfig,
 }
@@ -169,6 +172,7 @@ impl Default for Config {
             connect: ConnectConfig::default(),
             connections: ConnectionsConfig::default(),
             audit: AuditSettings::default(),
+            limits: LimitsConfig::default(),
             admin: AdminConfig::default(),
         }
     }
@@ -275,6 +279,7 @@ impl Config {
             ));
         }
         self.audit.problems(&mut problems);
+        self.limits.problems(&mut problems);
         if self.ca.dir.as_os_str().is_empty() {
             problems.push("[ca] dir = \"\": must not be empty".to_owned());
         }

@@ -21,7 +21,7 @@ use crate::agents::{Agents, AuthFailure, Identity};
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
-use crate::limits::{Exceeded, Limiter, Permit, Usage};
+use crate::limits::{Limiter, Permit, Refused, Usage};
 use crate::net::{Refusal, canonical_pattern};
 use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
 use crate::policy::{self, Decision, Headers, Opinion, Outcome, Policies, PolicyStatus, Reason, RequestView, Source};
@@ -137,6 +137,9 @@ pub enum BlockKind {
         /// Seconds until the limit lets a request through again.
         retry_after_s: u64,
     },
+    /// The shared limits store did not answer and `[limits.redis] on_failure = "deny"`: 503
+    /// (`limits.store_unavailable`).
+    LimitsUnavailable,
 }
 
 /// A request the gate refused.
@@ -305,15 +308,25 @@ impl Gate {
         let usage = Usage { agent: &agent.id, origin: &view.origin(), host };
         match self.check_limits(usage, &record.limits).await {
             Ok(permit) => Verdict::Forward(Permitted { record, mode, inject_headers, permit, policies }),
-            Err(exceeded) => {
-                let blocking = vec![exceeded.limit.reason.clone()];
+            Err(refused) => {
+                let (blocking, outcome, kind) = match refused {
+                    Refused::Exceeded(exceeded) => {
+                        let kind = BlockKind::RateLimited { retry_after_s: exceeded.retry_after_secs() };
+                        (exceeded.limit.reason, LogOutcome::RateLimited, kind)
+                    }
+                    Refused::StoreUnavailable => {
+                        let rule =
+                            "[limits.redis] on_failure = \"deny\": the shared limits store did not answer in time";
+                        let reason = Reason::new(Source::Operator, "limits.store_unavailable", rule);
+                        (reason, LogOutcome::Deny, BlockKind::LimitsUnavailable)
+                    }
+                };
                 let decision =
-                    Decision::deny_first(blocking, std::mem::take(&mut record.reasons), record.limits.clone());
+                    Decision::deny_first(vec![blocking], std::mem::take(&mut record.reasons), record.limits.clone());
                 record.reasons = decision.reasons.clone();
                 match mode {
                     Mode::Enforce => {
-                        record.outcome = LogOutcome::RateLimited;
-                        let kind = BlockKind::RateLimited { retry_after_s: exceeded.retry_after_secs() };
+                        record.outcome = outcome;
                         Verdict::Block(Blocked { decision, record, kind })
                     }
                     Mode::Monitor => {
@@ -373,7 +386,7 @@ impl Gate {
 
     /// Phase `check_limits`: every limit that applies must pass (X1); only a request that is
     /// otherwise allowed is counted, so a denied request spends no budget.
-    async fn check_limits(&self, usage: Usage<'_>, limits: &[policy::Limit]) -> Result<Permit, Exceeded> {
+    async fn check_limits(&self, usage: Usage<'_>, limits: &[policy::Limit]) -> Result<Permit, Refused> {
         if limits.is_empty() {
             return Ok(Permit::default());
         }

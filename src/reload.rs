@@ -11,7 +11,7 @@
 //! cache, the upstream pool, the decision log writer and every connection (a request in
 //! flight finishes under the generation it started with). The settings that need a restart
 //! (`listen`, `[cache]`, `[ca]`, `[upstream]`, `[mitm] cert_cache_size`, `[connections]`,
-//! `[audit]`, `[admin]`: [`in_force`]) keep their running values, each change logged as
+//! `[audit]`, `[limits]`, `[admin]`: [`in_force`]) keep their running values, each change logged as
 //! "needs a restart".
 //!
 //! Never: stops the proxy, opens listeners, or decides a request (the gate does, with the
@@ -228,6 +228,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         mitm,
         connections,
         audit,
+        limits,
         admin,
     } = &mut config;
     keep(&mut needs_restart, "listen", listen, &running.listen);
@@ -237,6 +238,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
     keep(&mut needs_restart, "[mitm] cert_cache_size", &mut mitm.cert_cache_size, &running.mitm.cert_cache_size);
     keep(&mut needs_restart, "[connections]", connections, &running.connections);
     keep(&mut needs_restart, "[audit]", audit, &running.audit);
+    keep(&mut needs_restart, "[limits]", limits, &running.limits);
     keep(&mut needs_restart, "[admin]", admin, &running.admin);
     (config, needs_restart)
 }

@@ -69,7 +69,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
     let blocking = decision.blocking_reasons();
     let verdict = match blocked.kind() {
         BlockKind::RateLimited { .. } => "rate_limited",
-        BlockKind::Policy | BlockKind::Unauthenticated => decision.outcome.as_str(),
+        BlockKind::Policy | BlockKind::Unauthenticated | BlockKind::LimitsUnavailable => decision.outcome.as_str(),
     };
     let mut header = verdict.to_owned();
     if let Some(first) = blocking.first() {
@@ -137,6 +137,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
             headers.insert(RETRY_AFTER, HeaderValue::from(retry_after_s));
             StatusCode::TOO_MANY_REQUESTS
         }
+        BlockKind::LimitsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
     };
     response
 }
@@ -167,6 +168,9 @@ fn summary(blocked: &Blocked, method: &str, url: &str) -> String {
         (BlockKind::RateLimited { retry_after_s }, _) => format!(
             "agentgate held back this request because it is over a rate or concurrency limit: {method} {url}. Retry after {retry_after_s} s."
         ),
+        (BlockKind::LimitsUnavailable, _) => {
+            format!("agentgate cannot check this request's limits (its shared store does not answer): {method} {url}")
+        }
         (BlockKind::Unauthenticated, _) => format!(
             "agentgate does not know this agent: {method} {url}. Send the id and token your operator gave you as proxy credentials (Proxy-Authorization: Basic, e.g. HTTPS_PROXY=http://id:token@proxy:port)."
         ),

@@ -161,7 +161,8 @@ impl Proxy {
         let tcp = GuardedConnector { guard: Arc::clone(&guard), dialer };
         let upstream = Arc::new(Upstream::new(&config.upstream, tcp)?);
         let settings = CacheSettings::from(config.cache.clone());
-        let gate = Gate::new(&config, PolicyCache::new(upstream.clone(), settings), Arc::new(Limiter::in_process()));
+        let limiter = Limiter::from_config(&config.limits).map_err(|source| StartError::Limits { source })?;
+        let gate = Gate::new(&config, PolicyCache::new(upstream.clone(), settings), Arc::new(limiter));
         Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path })
     }
 

@@ -33,6 +33,7 @@ mod gate_log;
 mod limits;
 mod network;
 mod redaction;
+mod redis;
 mod reload;
 mod shutdown;
 mod support;

@@ -27,7 +27,7 @@ use crate::support::{TestProxy, TestResult, bypass_all, header};
 const WAIT_LIMIT: Duration = Duration::from_secs(15);
 
 /// The config every child starts from: loopback origins allowed, the log in `dir`.
-fn base_config(dir: &Path, origin_ca: &TestCa) -> String {
+pub(crate) fn base_config(dir: &Path, origin_ca: &TestCa) -> String {
     format!(
         "listen = \"127.0.0.1:0\"\n[ca]\ndir = {ca:?}\n[upstream]\nextra_ca_files = [{origin_ca:?}]\n\
          [network]\nallow_cidrs = [\"127.0.0.0/8\"]\n[connect]\nallowed_ports = [\"1-65535\"]\n\
@@ -47,7 +47,7 @@ fn replace_file(path: &Path, text: &str) -> TestResult {
 }
 
 /// The real binary, running `agentgate run --config <file>`, its stderr collected.
-struct Agentgate {
+pub(crate) struct Agentgate {
     child: Child,
     addr: String,
     ca_pem: Vec<u8>,
@@ -55,7 +55,7 @@ struct Agentgate {
 }
 
 impl Agentgate {
-    async fn start(dir: &Path, config: &Path) -> TestResult<Agentgate> {
+    pub(crate) async fn start(dir: &Path, config: &Path) -> TestResult<Agentgate> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_agentgate"))
             .args(["run", "--config"])
             .arg(config)
@@ -88,7 +88,7 @@ impl Agentgate {
         Ok(Agentgate { child, addr, ca_pem, stderr })
     }
 
-    fn client(&self) -> TestResult<reqwest::Client> {
+    pub(crate) fn client(&self) -> TestResult<reqwest::Client> {
         Ok(reqwest::Client::builder()
             .proxy(reqwest::Proxy::all(format!("http://{}", self.addr))?)
             .tls_certs_only([reqwest::Certificate::from_pem(&self.ca_pem)?])
@@ -100,7 +100,7 @@ impl Agentgate {
     }
 
     /// Waits (bounded) until stderr holds `count` lines containing every one of `needles`.
-    async fn logged(&self, needles: &[&str], count: usize) -> TestResult<String> {
+    pub(crate) async fn logged(&self, needles: &[&str], count: usize) -> TestResult<String> {
         let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
         loop {
             let text = self.stderr();
@@ -116,7 +116,7 @@ impl Agentgate {
     }
 
     /// Sends `signal` (`HUP`, `TERM`) with kill(1).
-    async fn signal(&self, signal: &str) -> TestResult {
+    pub(crate) async fn signal(&self, signal: &str) -> TestResult {
         let pid = self.child.id().ok_or("agentgate has exited")?;
         let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().await?;
         assert!(status.success(), "kill -{signal} {pid}");
@@ -124,7 +124,7 @@ impl Agentgate {
     }
 
     /// SIGTERM, then waits for the graceful exit (the log flushed and fsynced).
-    async fn stop(mut self) -> TestResult {
+    pub(crate) async fn stop(mut self) -> TestResult {
         self.signal("TERM").await?;
         let status = tokio::time::timeout(WAIT_LIMIT, self.child.wait()).await??;
         assert!(status.success(), "agentgate exits cleanly on SIGTERM: {status}\n{}", self.stderr());
@@ -134,7 +134,7 @@ impl Agentgate {
 
 /// Asks for `url` until the answer has `status` (bounded): the proxy acts on a file change a
 /// moment after it is written.
-async fn until_status(client: &reqwest::Client, url: &str, status: u16) -> TestResult<reqwest::Response> {
+pub(crate) async fn until_status(client: &reqwest::Client, url: &str, status: u16) -> TestResult<reqwest::Response> {
     let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
     loop {
         let response = client.get(url).send().await?;
