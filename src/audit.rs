@@ -22,7 +22,8 @@ mod redact;
 mod summary;
 mod writer;
 
-pub use record::{DecisionRecord, ErrorType, EventId, Outcome};
+pub(crate) use record::instance_problems;
+pub use record::{DecisionRecord, ErrorType, EventId, Outcome, instance_name};
 pub use redact::{LoggedUrl, REDACTED, redact_url};
 pub use summary::{AgentSummary, Count, MalformedLine, Summary, summarize};
 pub use writer::{AuditLog, AuditSettings, AuditStats, AuditWriter, OnFailure, Unrecorded};

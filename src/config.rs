@@ -51,6 +51,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Whether decisions block requests or are only logged (`mode`, default `enforce`).
     pub mode: Mode,
+    /// This replica's name in every decision record (`instance`, `agentgate.instance`);
+    /// empty (the default) for the host name ([`crate::audit::instance_name`]).
+    pub instance: String,
     /// How long shutdown waits for in-flight requests before closing them (`shutdown_grace`, default `10s`).
     #[serde(deserialize_with = "duration")]
     pub shutdown_grace: Duration,
@@ -156,6 +159,7 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             mode: Mode::Enforce,
+            instance: String::new(),
             shutdown_grace: Duration::from_secs(10),
             bypass_hosts: Vec::new(),
             rules: Vec::new(),
@@ -280,6 +284,7 @@ impl Config {
         }
         self.audit.problems(&mut problems);
         self.limits.problems(&mut problems);
+        crate::audit::instance_problems(&self.instance, &mut problems);
         if self.ca.dir.as_os_str().is_empty() {
             problems.push("[ca] dir = \"\": must not be empty".to_owned());
         }

@@ -195,6 +195,8 @@ pub struct Gate {
     cache: PolicyCache,
     limiter: Arc<Limiter>,
     settings: policy::Settings,
+    /// `agentgate.instance` of every record.
+    instance: Arc<str>,
 }
 
 impl Gate {
@@ -215,6 +217,7 @@ impl Gate {
             rules: OperatorRules::new(bypass_hosts, rules),
             cache,
             limiter,
+            instance: crate::audit::instance_name(&config.instance),
             settings: policy::Settings {
                 honor_crawl_delay: config.robots.honor_crawl_delay,
                 strict_authentication: config.agents_md.strict_authentication,
@@ -247,6 +250,7 @@ impl Gate {
             let mut record =
                 DecisionRecord::new(LogOutcome::Deny, self.mode, client, client.ip().to_string(), method, url);
             record.user_agent = headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            record.instance = Some(Arc::clone(&self.instance));
             let decision = Decision::single(Outcome::Deny, reason);
             record.reasons = decision.reasons.clone();
             Box::new(Blocked { decision, record, kind: BlockKind::Unauthenticated })
@@ -286,6 +290,7 @@ impl Gate {
             req.url,
         );
         record.user_agent = user_agent.map(str::to_owned);
+        record.instance = Some(Arc::clone(&self.instance));
         record.purposes = view.purposes.to_vec();
         record.reasons = decision.reasons.clone();
         record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
@@ -365,6 +370,7 @@ impl Gate {
         let mode = req.agent.mode(self.mode);
         let mut record = DecisionRecord::new(outcome, mode, req.client, req.agent.id.to_string(), req.method, req.url);
         record.user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        record.instance = Some(Arc::clone(&self.instance));
         record
     }
 

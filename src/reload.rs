@@ -5,7 +5,7 @@
 //! SIGHUP also reopens the decision log (logrotate's `postrotate`).
 //!
 //! What a reload changes: the operator's `[[rules]]`, `bypass_hosts`, `[agent]`, `[[agents]]`
-//! and `[auth]`, `mode` and per-agent modes and limits, `[mitm] passthrough_hosts`,
+//! and `[auth]`, `mode` and per-agent modes and limits, `instance`, `[mitm] passthrough_hosts`,
 //! `[network]`, `[connect]`, `[robots]`, `[agents_md]` and `shutdown_grace`. What it keeps:
 //! the fetched policies, the rate-limit counters and concurrency slots, the CA and its leaf
 //! cache, the upstream pool, the decision log writer and every connection (a request in
@@ -211,6 +211,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         listen,
         // Live: read from the generation in force by every request (or at shutdown).
         mode: _,
+        instance: _,
         shutdown_grace: _,
         bypass_hosts: _,
         rules: _,

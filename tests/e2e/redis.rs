@@ -151,8 +151,15 @@ async fn two_proxies_sharing_redis_let_exactly_six_through_for_requests_per_minu
     // Line 7: requests-per-minute.
     let origin =
         Origin::https_site(&ca, markdown_site(agents_md("## Rate Limits\n- requests-per-minute: 6\n"))).await?;
-    let a = TestProxy::start_with(&ca, shared(&redis.url(), OnFailure::Deny)).await?;
-    let b = TestProxy::start_with(&ca, shared(&redis.url(), OnFailure::Deny)).await?;
+    let replica = |name: &'static str| {
+        let url = redis.url();
+        move |config: &mut Config| {
+            shared(&url, OnFailure::Deny)(config);
+            config.instance = name.to_owned();
+        }
+    };
+    let a = TestProxy::start_with(&ca, replica("replica-a")).await?;
+    let b = TestProxy::start_with(&ca, replica("replica-b")).await?;
     let clients = [a.client()?, b.client()?];
 
     for i in 0..6 {
@@ -174,7 +181,10 @@ async fn two_proxies_sharing_redis_let_exactly_six_through_for_requests_per_minu
     assert_eq!(line["http.response.status_code"], 429);
     assert_eq!(line["agentgate.reasons"][0]["code"], "agents_md.rate_limit");
     assert_eq!(line["agentgate.reasons"][0]["line"], 7);
-    drop(b);
+    assert!(records.iter().all(|r| r["agentgate.instance"] == "replica-a"), "each replica names itself");
+    let records = b.finish().await?;
+    assert_eq!(records.len(), 4, "three allowed and one refused through b");
+    assert!(records.iter().all(|r| r["agentgate.instance"] == "replica-b"), "each replica names itself");
     Ok(())
 }
 
