@@ -330,12 +330,14 @@ mod tests {
     fn live_settings_change_and_restart_settings_keep_their_running_values() {
         let running = config("listen = \"127.0.0.1:8080\"\n");
         let edited = config(
-            "listen = \"127.0.0.1:9999\"\nmode = \"monitor\"\n[[rules]]\nhost = \"*\"\naction = \"deny\"\n\
+            "listen = \"127.0.0.1:9999\"\nmode = \"monitor\"\ninstance = \"replica-2\"\n[[rules]]\nhost = \"*\"\naction = \"deny\"\n\
              [mitm]\npassthrough_hosts = [\"bank.example\"]\ncert_cache_size = 5\n[audit]\npath = \"other.jsonl\"\n\
-             [connect]\nallowed_ports = [443]\n",
+             [connect]\nallowed_ports = [443]\n[limits]\nstore = \"redis\"\n",
         );
         let (in_force, needs) = in_force(&running, edited);
-        assert_eq!(needs, ["listen", "[mitm] cert_cache_size", "[audit]"]);
+        assert_eq!(needs, ["listen", "[mitm] cert_cache_size", "[audit]", "[limits]"]);
+        assert_eq!(in_force.limits, running.limits, "the limiter is built once, at start");
+        assert_eq!(in_force.instance, "replica-2");
         assert_eq!(in_force.listen, running.listen);
         assert_eq!(in_force.mitm.cert_cache_size, running.mitm.cert_cache_size);
         assert_eq!(in_force.audit, running.audit);
