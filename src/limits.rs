@@ -20,7 +20,8 @@
 //! state is indistinguishable from a fresh one are evicted at most once per
 //! [`EVICTION_INTERVAL`] of clock time, on the next check.
 //!
-//! Never: writes responses or log lines, decides which limits apply (the policy core and
+//! Never: writes responses or decision-log lines (the only log line is the Redis store's
+//! rate-limited WARN when it falls back), decides which limits apply (the policy core and
 //! the agent config do), fetches or parses anything.
 
 use std::hash::{BuildHasher, Hash, Hasher};
