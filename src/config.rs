@@ -28,6 +28,7 @@ use crate::agents::agent_problems;
 pub use crate::agents::{AgentConfig, AgentLimits, AuthConfig};
 pub use crate::audit::AuditSettings;
 pub use crate::fetch::CacheConfig;
+pub use crate::limits::{LimitsConfig, OnFailure, RedisConfig, Store};
 use crate::net::is_host_pattern;
 pub use crate::net::{ConnectConfig, NetworkConfig, PortRange};
 pub use crate::policy::operator::{Mode, RuleAction};
@@ -51,6 +52,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Whether decisions block requests or are only logged (`mode`, default `enforce`).
     pub mode: Mode,
+    /// This replica's name in every decision record (`instance`, `agentgate.instance`);
+    /// empty (the default) for the host name ([`crate::audit::instance_name`]).
+    pub instance: String,
     /// How long shutdown waits for in-flight requests before closing them (`shutdown_grace`, default `10s`).
     #[serde(deserialize_with = "duration")]
     pub shutdown_grace: Duration,
@@ -85,6 +89,8 @@ pub struct Config {
     pub connections: ConnectionsConfig,
     /// The decision log (`[audit]`).
     pub audit: AuditSettings,
+    /// Where rate and concurrency counters live (`[limits]`).
+    pub limits: LimitsConfig,
     /// The admin API (`[admin]`).
     pub admin: AdminConfig,
 }
@@ -145,6 +151,7 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             mode: Mode::Enforce,
+            instance: String::new(),
             shutdown_grace: Duration::from_secs(10),
             bypass_hosts: Vec::new(),
             rules: Vec::new(),
@@ -161,6 +168,7 @@ impl Default for Config {
             connect: ConnectConfig::default(),
             connections: ConnectionsConfig::default(),
             audit: AuditSettings::default(),
+            limits: LimitsConfig::default(),
             admin: AdminConfig::default(),
         }
     }
@@ -262,6 +270,8 @@ impl Config {
             ));
         }
         self.audit.problems(&mut problems);
+        self.limits.problems(&mut problems);
+        crate::audit::instance_problems(&self.instance, &mut problems);
         if self.ca.dir.as_os_str().is_empty() {
             problems.push("[ca] dir = \"\": must not be empty".to_owned());
         }

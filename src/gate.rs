@@ -21,7 +21,7 @@ use crate::agents::{Agents, AuthFailure, Identity};
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
-use crate::limits::{Exceeded, Limiter, Permit, Usage};
+use crate::limits::{Limiter, Permit, Refused, Usage};
 use crate::net::{Refusal, canonical_pattern};
 use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
 use crate::policy::{
@@ -146,6 +146,9 @@ pub enum BlockKind {
         /// True when the connection timed out.
         timed_out: bool,
     },
+    /// The shared limits store did not answer and `[limits.redis] on_failure = "deny"`: 503
+    /// (`limits.store_unavailable`).
+    LimitsUnavailable,
 }
 
 /// A request the gate refused.
@@ -201,6 +204,8 @@ pub struct Gate {
     cache: PolicyCache,
     limiter: Arc<Limiter>,
     settings: policy::Settings,
+    /// `agentgate.instance` of every record.
+    instance: Arc<str>,
 }
 
 impl Gate {
@@ -221,6 +226,7 @@ impl Gate {
             rules: OperatorRules::new(bypass_hosts, rules),
             cache,
             limiter,
+            instance: crate::audit::instance_name(&config.instance),
             settings: policy::Settings {
                 honor_crawl_delay: config.robots.honor_crawl_delay,
                 strict_authentication: config.agents_md.strict_authentication,
@@ -253,6 +259,7 @@ impl Gate {
             let mut record =
                 DecisionRecord::new(LogOutcome::Deny, self.mode, client, client.ip().to_string(), method, url);
             record.user_agent = headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            record.instance = Some(Arc::clone(&self.instance));
             let decision = Decision::single(Outcome::Deny, reason);
             record.reasons = decision.reasons.clone();
             record.blocking = decision.blocking_reasons().len();
@@ -295,6 +302,7 @@ impl Gate {
             req.url,
         );
         record.user_agent = user_agent.map(str::to_owned);
+        record.instance = Some(Arc::clone(&self.instance));
         record.purposes = view.purposes.to_vec();
         if decision.outcome != Outcome::Allow {
             record.reasons = decision.reasons.clone();
@@ -322,16 +330,26 @@ impl Gate {
         let usage = Usage { agent: &agent.id, origin: &view.origin(), host };
         match self.check_limits(usage, &record.limits).await {
             Ok(permit) => Verdict::Forward(Permitted { record, mode, inject_headers, permit, policies }),
-            Err(exceeded) => {
-                let blocking = vec![exceeded.limit.reason.clone()];
+            Err(refused) => {
+                let (blocking, outcome, kind) = match refused {
+                    Refused::Exceeded(exceeded) => {
+                        let kind = BlockKind::RateLimited { retry_after_s: exceeded.retry_after_secs() };
+                        (exceeded.limit.reason, LogOutcome::RateLimited, kind)
+                    }
+                    Refused::StoreUnavailable => {
+                        let rule =
+                            "[limits.redis] on_failure = \"deny\": the shared limits store did not answer in time";
+                        let reason = Reason::new(Source::Operator, "limits.store_unavailable", rule);
+                        (reason, LogOutcome::Deny, BlockKind::LimitsUnavailable)
+                    }
+                };
                 let decision =
-                    Decision::deny_first(blocking, std::mem::take(&mut record.reasons), record.limits.clone());
+                    Decision::deny_first(vec![blocking], std::mem::take(&mut record.reasons), record.limits.clone());
                 record.reasons = decision.reasons.clone();
                 record.blocking = decision.blocking_reasons().len();
                 match mode {
                     Mode::Enforce => {
-                        record.outcome = LogOutcome::RateLimited;
-                        let kind = BlockKind::RateLimited { retry_after_s: exceeded.retry_after_secs() };
+                        record.outcome = outcome;
                         Verdict::Block(Blocked { decision, record, kind })
                     }
                     Mode::Monitor => {
@@ -391,6 +409,7 @@ impl Gate {
         let mode = req.agent.mode(self.mode);
         let mut record = DecisionRecord::new(outcome, mode, req.client, req.agent.id.to_string(), req.method, req.url);
         record.user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        record.instance = Some(Arc::clone(&self.instance));
         record
     }
 
@@ -412,7 +431,7 @@ impl Gate {
 
     /// Phase `check_limits`: every limit that applies must pass (X1); only a request that is
     /// otherwise allowed is counted, so a denied request spends no budget.
-    async fn check_limits(&self, usage: Usage<'_>, limits: &[policy::Limit]) -> Result<Permit, Exceeded> {
+    async fn check_limits(&self, usage: Usage<'_>, limits: &[policy::Limit]) -> Result<Permit, Refused> {
         if limits.is_empty() {
             return Ok(Permit::default());
         }

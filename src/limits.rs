@@ -1,8 +1,9 @@
 //! Rate and concurrency limits (SEMANTICS X1, B16, C21, robots `Crawl-delay`): every counter
 //! agentgate keeps about agents, behind one small seam, [`Limiter::check_and_spend`] and the
 //! [`Permit`] it hands back (dropping the permit releases its concurrency slots). The
-//! in-process store is the default; a shared store for several replicas (Redis, DESIGN §10)
-//! is another [`Limiter`] variant with the same async interface, so the gate never changes.
+//! in-process store is the default (`[limits] store = "memory"`); the shared store for
+//! several replicas (`store = "redis"`, DESIGN §10, [`redis`]) is another [`Limiter`]
+//! variant with the same async interface and the same quotas, so the gate never changes.
 //!
 //! Rates are keyed GCRA quotas from `governor` with burst = the limit (C21; one for a crawl
 //! delay), one keyed limiter per distinct quota. Concurrency (`concurrent-sessions`) is a
@@ -19,7 +20,8 @@
 //! state is indistinguishable from a fresh one are evicted at most once per
 //! [`EVICTION_INTERVAL`] of clock time, on the next check.
 //!
-//! Never: writes responses or log lines, decides which limits apply (the policy core and
+//! Never: writes responses or decision-log lines (the only log line is the Redis store's
+//! rate-limited WARN when it falls back), decides which limits apply (the policy core and
 //! the agent config do), fetches or parses anything.
 
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -35,11 +37,72 @@ use governor::clock::{Clock, DefaultClock, Reference};
 use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
+use serde::Deserialize;
 
 use crate::policy::{Limit, LimitKind, LimitScope};
 
+pub mod redis;
+
+pub use self::redis::{OnFailure, RedisConfig, RedisLimiter};
+
 /// How often (in clock time) idle rate keys are evicted.
 pub const EVICTION_INTERVAL: Duration = Duration::from_secs(60);
+
+/// `[limits]`: where the counters live.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// `memory` (this process; the default) or `redis` (shared by every replica).
+    pub store: Store,
+    /// The shared store (`[limits.redis]`), read when `store = "redis"`.
+    pub redis: RedisConfig,
+}
+
+impl LimitsConfig {
+    /// Problems in `[limits]`, each naming the key, its value and the fix.
+    pub(crate) fn problems(&self, problems: &mut Vec<String>) {
+        self.redis.problems(problems);
+    }
+}
+
+/// `[limits] store`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Store {
+    /// In this process.
+    #[default]
+    Memory,
+    /// In Redis, shared by every replica (`[limits.redis]`).
+    Redis,
+}
+
+/// Why the limits store could not be built at start.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitsError {
+    /// `[limits.redis] password_env` names a variable that is not set (or not UTF-8).
+    #[error(
+        "[limits.redis] password_env = {name:?}: the environment variable is not set; set it to the Redis password or remove the key"
+    )]
+    PasswordEnv {
+        /// The variable's name.
+        name: String,
+    },
+    /// The Redis client refused the URL or its settings.
+    #[error("[limits.redis] url: the Redis client refused it: {source}; write e.g. \"redis://127.0.0.1:6379\"")]
+    Client {
+        /// The client's error.
+        source: ::redis::RedisError,
+    },
+}
+
+/// Why a request may not go now.
+#[derive(Debug, Clone)]
+pub enum Refused {
+    /// A limit is spent: 429 with `Retry-After`.
+    Exceeded(Exceeded),
+    /// The shared store did not answer in time and `[limits.redis] on_failure = "deny"`: 503.
+    StoreUnavailable,
+}
 
 /// Who is counted for one request: limit keys are built from these ([`Limit::key`]).
 #[derive(Debug, Clone, Copy)]
@@ -74,12 +137,14 @@ impl Exceeded {
 #[derive(Debug, Default)]
 pub struct Permit {
     slots: Vec<Slot>,
+    /// The slots held in the shared store.
+    lease: Option<redis::Lease>,
 }
 
 impl Permit {
     /// True when the request holds no concurrency slot.
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.slots.is_empty() && self.lease.is_none()
     }
 }
 
@@ -87,6 +152,8 @@ impl Permit {
 pub enum Limiter {
     /// In this process (the default).
     Local(LocalLimiter),
+    /// In Redis, shared by every replica.
+    Redis(RedisLimiter),
 }
 
 impl Limiter {
@@ -95,24 +162,41 @@ impl Limiter {
         Limiter::Local(LocalLimiter::new(DefaultClock::default()))
     }
 
-    /// Checks every limit for `usage` and, only when all pass, counts the request against
-    /// them and takes its concurrency slots (SEMANTICS X1: every limit applies).
-    ///
-    /// Concurrency slots are taken first and given back when a later limit refuses; a rate
-    /// refused after another rate was counted leaves that count spent (GCRA has no refund).
+    /// The store `[limits]` asks for. Call inside a tokio runtime (the Redis client's
+    /// connection task runs there); it connects on the first check.
     ///
     /// # Errors
-    /// [`Exceeded`] naming the first limit that refused.
-    pub async fn check_and_spend(&self, usage: Usage<'_>, limits: &[Limit]) -> Result<Permit, Exceeded> {
-        match self {
-            Limiter::Local(local) => local.check_and_spend(usage, limits),
+    /// [`LimitsError`] when the Redis store cannot be set up.
+    pub fn from_config(config: &LimitsConfig) -> Result<Self, LimitsError> {
+        match config.store {
+            Store::Memory => Ok(Limiter::in_process()),
+            Store::Redis => Ok(Limiter::Redis(RedisLimiter::new(&config.redis)?)),
         }
     }
 
-    /// How many keys the store holds (rate keys plus in-flight keys).
+    /// Checks every limit for `usage` and, only when all pass, counts the request against
+    /// them and takes its concurrency slots (SEMANTICS X1: every limit applies).
+    ///
+    /// Concurrency slots are taken first and given back when a later limit refuses. In
+    /// process, a rate refused after another rate was counted leaves that count spent (GCRA
+    /// has no refund); in Redis the script spends all or none.
+    ///
+    /// # Errors
+    /// [`Refused::Exceeded`] naming the first limit that refused;
+    /// [`Refused::StoreUnavailable`] when Redis did not answer and `on_failure = "deny"`.
+    pub async fn check_and_spend(&self, usage: Usage<'_>, limits: &[Limit]) -> Result<Permit, Refused> {
+        match self {
+            Limiter::Local(local) => local.check_and_spend(usage, limits).map_err(Refused::Exceeded),
+            Limiter::Redis(shared) => shared.check_and_spend(usage, limits).await,
+        }
+    }
+
+    /// How many keys this process holds (rate keys plus in-flight keys; for the Redis store,
+    /// those of its fallback).
     pub fn key_count(&self) -> usize {
         match self {
             Limiter::Local(local) => local.key_count(),
+            Limiter::Redis(shared) => shared.local_key_count(),
         }
     }
 }

@@ -5,13 +5,13 @@
 //! SIGHUP also reopens the decision log (logrotate's `postrotate`).
 //!
 //! What a reload changes: the operator's `[[rules]]`, `bypass_hosts`, `[agent]`, `[[agents]]`
-//! and `[auth]`, `mode` and per-agent modes and limits, `[mitm] passthrough_hosts`,
+//! and `[auth]`, `mode` and per-agent modes and limits, `instance`, `[mitm] passthrough_hosts`,
 //! `[network]`, `[connect]`, `[robots]`, `[agents_md]` and `shutdown_grace`. What it keeps:
 //! the fetched policies, the rate-limit counters and concurrency slots, the CA and its leaf
 //! cache, the upstream pool, the decision log writer and every connection (a request in
 //! flight finishes under the generation it started with). The settings that need a restart
 //! (`listen`, `[cache]`, `[ca]`, `[upstream]`, `[mitm] cert_cache_size`, `[connections]`,
-//! `[audit]`, `[admin]`: [`in_force`]) keep their running values, each change logged as
+//! `[audit]`, `[limits]`, `[admin]`: [`in_force`]) keep their running values, each change logged as
 //! "needs a restart".
 //!
 //! Never: stops the proxy, opens listeners, or decides a request (the gate does, with the
@@ -209,6 +209,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         listen,
         // Live: read from the generation in force by every request (or at shutdown).
         mode: _,
+        instance: _,
         shutdown_grace: _,
         bypass_hosts: _,
         rules: _,
@@ -226,6 +227,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         mitm,
         connections,
         audit,
+        limits,
         admin,
     } = &mut config;
     keep(&mut needs_restart, "listen", listen, &running.listen);
@@ -235,6 +237,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
     keep(&mut needs_restart, "[mitm] cert_cache_size", &mut mitm.cert_cache_size, &running.mitm.cert_cache_size);
     keep(&mut needs_restart, "[connections]", connections, &running.connections);
     keep(&mut needs_restart, "[audit]", audit, &running.audit);
+    keep(&mut needs_restart, "[limits]", limits, &running.limits);
     keep(&mut needs_restart, "[admin]", admin, &running.admin);
     (config, needs_restart)
 }
@@ -325,12 +328,14 @@ mod tests {
     fn live_settings_change_and_restart_settings_keep_their_running_values() {
         let running = config("listen = \"127.0.0.1:8080\"\n");
         let edited = config(
-            "listen = \"127.0.0.1:9999\"\nmode = \"monitor\"\n[[rules]]\nhost = \"*\"\naction = \"deny\"\n\
+            "listen = \"127.0.0.1:9999\"\nmode = \"monitor\"\ninstance = \"replica-2\"\n[[rules]]\nhost = \"*\"\naction = \"deny\"\n\
              [mitm]\npassthrough_hosts = [\"bank.example\"]\ncert_cache_size = 5\n[audit]\npath = \"other.jsonl\"\n\
-             [connect]\nallowed_ports = [443]\n",
+             [connect]\nallowed_ports = [443]\n[limits]\nstore = \"redis\"\n",
         );
         let (in_force, needs) = in_force(&running, edited);
-        assert_eq!(needs, ["listen", "[mitm] cert_cache_size", "[audit]"]);
+        assert_eq!(needs, ["listen", "[mitm] cert_cache_size", "[audit]", "[limits]"]);
+        assert_eq!(in_force.limits, running.limits, "the limiter is built once, at start");
+        assert_eq!(in_force.instance, "replica-2");
         assert_eq!(in_force.listen, running.listen);
         assert_eq!(in_force.mitm.cert_cache_size, running.mitm.cert_cache_size);
         assert_eq!(in_force.audit, running.audit);

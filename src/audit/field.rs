@@ -19,6 +19,8 @@ pub const CLIENT_PORT: &str = "client.port";
 pub const AGENT: &str = "agentgate.agent";
 /// `enforce` or `monitor`: see [`crate::policy::operator::Mode`].
 pub const MODE: &str = "agentgate.mode";
+/// Which replica wrote the record (`instance` in the config; by default the host name).
+pub const INSTANCE: &str = "agentgate.instance";
 /// The request method as sent (`GET`, `POST`, ...).
 pub const HTTP_REQUEST_METHOD: &str = "http.request.method";
 /// The request URL without user info or fragment, query values redacted unless `log_query`.
@@ -45,7 +47,7 @@ pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line
 /// when they have no value; the rest keep this order.
-pub const ORDER: [&str; 19] = [
+pub const ORDER: [&str; 20] = [
     TIMESTAMP,
     EVENT_ID,
     EVENT_OUTCOME,
@@ -54,6 +56,7 @@ pub const ORDER: [&str; 19] = [
     CLIENT_PORT,
     AGENT,
     MODE,
+    INSTANCE,
     HTTP_REQUEST_METHOD,
     URL_FULL,
     URL_DOMAIN,

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::ser::SerializeMap;
@@ -117,6 +118,8 @@ pub struct DecisionRecord {
     pub outcome: Outcome,
     /// Enforce or monitor (`agentgate.mode`).
     pub mode: Mode,
+    /// The replica that wrote it (`agentgate.instance`; the gate sets it on every record).
+    pub instance: Option<Arc<str>>,
     /// Request head to end of response (`event.duration`, nanoseconds); `None` leaves it out.
     pub duration: Option<Duration>,
     /// The agent's address (`client.address`, `client.port`).
@@ -184,6 +187,7 @@ impl DecisionRecord {
             id: EventId::generate(timestamp),
             outcome,
             mode,
+            instance: None,
             duration: None,
             client,
             agent: agent.into(),
@@ -217,6 +221,34 @@ impl DecisionRecord {
 /// takes about 1,300 bytes; a longer line grows it.
 const LINE_CAPACITY: usize = 2048;
 
+/// The longest instance name kept (a DNS name's limit).
+const MAX_INSTANCE: usize = 253;
+
+/// The `agentgate.instance` of this process: `configured` when set, else the host name
+/// (`/etc/hostname`, else `$HOSTNAME`), else `agentgate`. Read when the gate is built.
+pub fn instance_name(configured: &str) -> Arc<str> {
+    if !configured.is_empty() {
+        return Arc::from(configured);
+    }
+    let from_file = std::fs::read_to_string("/etc/hostname").ok();
+    let name = [from_file, std::env::var("HOSTNAME").ok()]
+        .into_iter()
+        .flatten()
+        .map(|text| text.lines().next().unwrap_or_default().trim().to_owned())
+        .find(|name| !name.is_empty() && name.len() <= MAX_INSTANCE && !name.chars().any(char::is_control));
+    Arc::from(name.as_deref().unwrap_or("agentgate"))
+}
+
+/// Problems in `instance`, each naming the value and the fix.
+pub(crate) fn instance_problems(instance: &str, problems: &mut Vec<String>) {
+    if instance.len() > MAX_INSTANCE || instance.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        problems.push(format!(
+            "instance = {instance:?}: at most {MAX_INSTANCE} bytes, no spaces or control characters; \
+             write e.g. \"agentgate-1\", or \"\" for the host name"
+        ));
+    }
+}
+
 /// A record for tests: a fixed client, `GET`, enforce mode.
 #[cfg(test)]
 pub(super) fn sample(agent: &str, outcome: Outcome, url: &str) -> DecisionRecord {
@@ -245,6 +277,9 @@ impl Serialize for Line<'_> {
         map.serialize_entry(field::CLIENT_PORT, &rec.client.port())?;
         map.serialize_entry(field::AGENT, &rec.agent)?;
         map.serialize_entry(field::MODE, rec.mode.as_str())?;
+        if let Some(instance) = &rec.instance {
+            map.serialize_entry(field::INSTANCE, instance)?;
+        }
         map.serialize_entry(field::HTTP_REQUEST_METHOD, &rec.method)?;
         map.serialize_entry(field::URL_FULL, &url.full)?;
         if let Some(domain) = &url.domain {
@@ -430,6 +465,18 @@ mod tests {
     }
 
     #[test]
+    fn the_instance_is_the_configured_name_else_the_host_name() {
+        assert_eq!(&*instance_name("replica-7"), "replica-7");
+        let default = instance_name("");
+        assert!(!default.is_empty() && !default.contains('\n'), "{default:?}");
+        let mut problems = Vec::new();
+        instance_problems("two words", &mut problems);
+        instance_problems("replica-7", &mut problems);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].starts_with("instance = \"two words\""), "{problems:?}");
+    }
+
+    #[test]
     fn outcomes_round_trip_and_map_from_policy() {
         for outcome in Outcome::ALL {
             assert_eq!(Outcome::parse(outcome.as_str()), Some(outcome));
@@ -500,6 +547,7 @@ mod tests {
         ];
         rec.error = Some("origin unreachable: connection refused".to_owned());
         rec.error_type = Some(ErrorType::Origin);
+        rec.instance = Some(Arc::from("replica-2"));
         let line = rec.to_json_line(true);
         let value: serde_json::Value = serde_json::from_str(&line).expect("the encoder writes JSON");
         let keys: Vec<&str> = value.as_object().expect("a line is an object").keys().map(String::as_str).collect();
@@ -514,7 +562,8 @@ mod tests {
             concat!(
                 r#"{"@timestamp":"2023-11-14T22:13:20.123Z","event.id":"0123456789abcdef0123456789abcdef","#,
                 r#""event.outcome":"error","event.duration":1500000,"client.address":"10.0.0.7","client.port":51234,"#,
-                r#""agentgate.agent":"bot-1","agentgate.mode":"monitor","http.request.method":"GET","#,
+                r#""agentgate.agent":"bot-1","agentgate.mode":"monitor","agentgate.instance":"replica-2","#,
+                r#""http.request.method":"GET","#,
                 r#""url.full":"https://Example.com/private/x?q=secret","url.domain":"example.com","#,
                 r#""user_agent.original":"ExampleBot/1.0 \"quoted\"\n","agentgate.purposes":["search"],"#,
                 r#""http.response.status_code":502,"#,

@@ -17,6 +17,10 @@ pub fn advice(reason: &Reason) -> &'static str {
         return "The site's robots.txt asks for a pause between requests (the cited Crawl-delay). Wait for the \
                 Retry-After seconds, then send one request per delay to this site.";
     }
+    if code == "limits.store_unavailable" {
+        return "agentgate cannot count this request against the site's limits right now: its shared limits \
+                store does not answer. Retry in a few seconds; your operator has been told.";
+    }
     if code == "agents_md.concurrent_sessions" {
         return "You already have as many requests in flight to this site as its AGENTS.md allows. Wait for one to \
                 finish, then retry; send requests one after another instead of in parallel.";
@@ -71,6 +75,7 @@ mod tests {
             (Source::AgentsTxt, "agents_txt.limit", "Retry-After"),
             (Source::AgentsMd, "agents_md.concurrent_sessions", "in flight"),
             (Source::Operator, "auth.invalid", "proxy credentials"),
+            (Source::Operator, "limits.store_unavailable", "Retry in a few seconds"),
         ];
         for (source, code, expected) in cases {
             let text = advice(&Reason::new(source, code, "rule"));

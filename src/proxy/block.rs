@@ -70,7 +70,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
     let verdict = match blocked.kind() {
         BlockKind::RateLimited { .. } => "rate_limited",
         BlockKind::OriginUnreachable { .. } => "error",
-        BlockKind::Policy | BlockKind::Unauthenticated => decision.outcome.as_str(),
+        BlockKind::Policy | BlockKind::Unauthenticated | BlockKind::LimitsUnavailable => decision.outcome.as_str(),
     };
     let mut header = verdict.to_owned();
     if let Some(first) = blocking.first() {
@@ -140,6 +140,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
         }
         BlockKind::OriginUnreachable { timed_out: false } => StatusCode::BAD_GATEWAY,
         BlockKind::OriginUnreachable { timed_out: true } => StatusCode::GATEWAY_TIMEOUT,
+        BlockKind::LimitsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
     };
     response
 }
@@ -173,6 +174,9 @@ fn summary(blocked: &Blocked, method: &str, url: &str) -> String {
         (BlockKind::OriginUnreachable { .. }, _) => format!(
             "agentgate could not reach the site for this request: {method} {url}. No policy forbade it; the site did not accept a connection. Retry later."
         ),
+        (BlockKind::LimitsUnavailable, _) => {
+            format!("agentgate cannot check this request's limits (its shared store does not answer): {method} {url}")
+        }
         (BlockKind::Unauthenticated, _) => format!(
             "agentgate does not know this agent: {method} {url}. Send the id and token your operator gave you as proxy credentials (Proxy-Authorization: Basic, e.g. HTTPS_PROXY=http://id:token@proxy:port)."
         ),

@@ -41,6 +41,13 @@ pub enum StartError {
         source: crate::audit::AuditError,
     },
 
+    /// The limits store could not be set up (`[limits]`).
+    #[error("cannot set up the limits store: {source}")]
+    Limits {
+        /// What the limits module reported.
+        source: crate::limits::LimitsError,
+    },
+
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}; choose a free address with `listen` in the config or --listen")]
     Bind {

@@ -16,17 +16,17 @@ use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
 use crate::support::{TestProxy, TestResult, header};
 
-fn agents_md(extra: &str) -> String {
+pub(crate) fn agents_md(extra: &str) -> String {
     format!("# AGENTS.md\n\n## Identity\n- site: localhost\n\n{extra}")
 }
 
-fn markdown_site(body: String) -> Site {
+pub(crate) fn markdown_site(body: String) -> Site {
     Site::new().serve("/AGENTS.md", 200, &[("content-type", "text/markdown")], body)
 }
 
 /// Checks a 429: `Retry-After` in whole seconds, the limit in `agentgate-decision`, the body
 /// naming the rule. Returns the record id.
-async fn over_limit(response: reqwest::Response, decision_prefix: &str, rule: &str) -> TestResult<String> {
+pub(crate) async fn over_limit(response: reqwest::Response, decision_prefix: &str, rule: &str) -> TestResult<String> {
     assert_eq!(response.status(), 429);
     let retry_after: u64 = header(&response, "retry-after").parse()?;
     assert!((1..=60).contains(&retry_after), "Retry-After {retry_after}");

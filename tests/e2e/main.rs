@@ -29,6 +29,8 @@
 //!   `agentgate.local` answered with no lookup or dial;
 //! - `reload`: config edits and SIGHUP reload without a restart, SIGHUP reopens the decision
 //!   log, size rotation keeps every record once;
+//! - `redis`: limits shared by replicas through a real redis-server (rates, concurrency
+//!   leases, the store failing and coming back, memory and redis stores answering alike);
 //! - `network`: the network guard (loopback spellings, internal ranges never dialled,
 //!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c).
 
@@ -47,6 +49,7 @@ mod limits;
 mod log_schema;
 mod network;
 mod redaction;
+mod redis;
 mod reload;
 mod shutdown;
 mod startup;

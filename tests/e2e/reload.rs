@@ -22,7 +22,7 @@ use crate::support::pki::TestCa;
 use crate::support::{TestProxy, TestResult, bypass_all, header};
 
 /// The config every child starts from: loopback origins allowed, the log in `dir`.
-fn base_config(dir: &Path, origin_ca: &TestCa) -> String {
+pub(crate) fn base_config(dir: &Path, origin_ca: &TestCa) -> String {
     format!(
         "listen = \"127.0.0.1:0\"\n[ca]\ndir = {ca:?}\n[upstream]\nextra_ca_files = [{origin_ca:?}]\n\
          [network]\nallow_cidrs = [\"127.0.0.0/8\"]\n[connect]\nallowed_ports = [\"1-65535\"]\n\
@@ -43,7 +43,7 @@ fn replace_file(path: &Path, text: &str) -> TestResult {
 
 /// Asks for `url` until the answer has `status` (bounded): the proxy acts on a file change a
 /// moment after it is written.
-async fn until_status(client: &reqwest::Client, url: &str, status: u16) -> TestResult<reqwest::Response> {
+pub(crate) async fn until_status(client: &reqwest::Client, url: &str, status: u16) -> TestResult<reqwest::Response> {
     let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
     loop {
         let response = client.get(url).send().await?;

@@ -1,0 +1,496 @@
+//! The shared store (DESIGN §10): every replica's counters in one Redis (or Valkey), so a
+//! fleet behind a load balancer enforces each site's limits as one proxy would.
+//!
+//! One check is one round trip: a Lua script ([`CHECK`], run with `EVALSHA` by
+//! `redis::Script`, which loads it again after a Redis restart) takes every concurrency slot
+//! and spends every rate of the request, or none of them. Rates are GCRA with the same
+//! quotas as the in-process store (period = window / limit, burst = the limit, a crawl delay
+//! one request per delay) on Redis's own clock, so replicas need no clock agreement; each
+//! rate key expires when its state equals a fresh one. Concurrency slots are members of a
+//! sorted set per key, scored by lease expiry: a [`Lease`] renews them every lease / 3 while
+//! its request runs and removes them on drop, and a replica that dies leaks its slots for
+//! at most one lease.
+//!
+//! Keys are the same on every replica: the prefix, the kind, the quota and [`Limit::key`]'s
+//! parts (SHA-256 of them when long), never the in-process store's per-process hash.
+//!
+//! When Redis does not answer within `timeout`, `on_failure` decides: the in-process store
+//! (`local`, counted, logged at most once a second, Redis tried again on the next check),
+//! a 503 (`deny`) or no limit (`allow`).
+//!
+//! Never: writes responses, decides which limits apply, logs the URL (it may hold a password).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, IntoConnectionInfo, Script};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use super::{Exceeded, LimitsError, LocalLimiter, Permit, Refused, Usage};
+use crate::policy::{Limit, LimitKind};
+use crate::setting::duration;
+
+/// Keys longer than this (prefix included) are replaced by a SHA-256 of their parts.
+const MAX_PLAIN_KEY: usize = 160;
+/// The longest `key_prefix` accepted.
+const MAX_PREFIX: usize = 64;
+/// The longest `timeout` accepted: past it a slow Redis stalls every limited request.
+const MAX_TIMEOUT: Duration = Duration::from_secs(5);
+/// The shortest and longest `lease` accepted.
+const LEASE_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3600));
+/// How often the store's fallback is logged at most.
+const WARN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Takes every slot and spends every rate of one request, or nothing.
+///
+/// KEYS: the concurrency keys, then the rate keys. ARGV: the number of concurrency keys,
+/// this slot's member, the lease (ms), each concurrency key's maximum, then per rate key its
+/// period and tolerance in ms (governor's `t` and `tau = t * (burst - 1)`); period 0 is a
+/// zero limit, refused for its tolerance (the window). Answers `{0, 0}` when all passed, or
+/// `{i, wait_ms}` for the first key `i` (1-based) that refused.
+const CHECK: &str = r"
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local concurrent = tonumber(ARGV[1])
+local member = ARGV[2]
+local lease = tonumber(ARGV[3])
+for i = 1, concurrent do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+  if redis.call('ZCARD', KEYS[i]) >= tonumber(ARGV[3 + i]) then
+    return {i, 1000}
+  end
+end
+local tats = {}
+for i = concurrent + 1, #KEYS do
+  local at = 3 + concurrent + 2 * (i - concurrent) - 1
+  local period = tonumber(ARGV[at])
+  local tau = tonumber(ARGV[at + 1])
+  if period == 0 then
+    return {i, tau}
+  end
+  local tat = tonumber(redis.call('GET', KEYS[i])) or now
+  local earliest = tat - tau
+  if now < earliest then
+    return {i, math.ceil(earliest - now)}
+  end
+  tats[i] = math.max(tat, now) + period
+end
+for i = 1, concurrent do
+  redis.call('ZADD', KEYS[i], now + lease, member)
+  redis.call('PEXPIRE', KEYS[i], lease)
+end
+for i = concurrent + 1, #KEYS do
+  redis.call('SET', KEYS[i], tats[i], 'PX', math.max(1, math.ceil(tats[i] - now)))
+end
+return {0, 0}
+";
+
+/// Pushes a lease's expiry to now + lease on each of its keys where the member still is.
+/// KEYS: the concurrency keys. ARGV: the member, the lease (ms).
+const RENEW: &str = r"
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local lease = tonumber(ARGV[2])
+for i = 1, #KEYS do
+  if redis.call('ZADD', KEYS[i], 'XX', 'CH', now + lease, ARGV[1]) == 1 then
+    redis.call('PEXPIRE', KEYS[i], lease)
+  end
+end
+return 0
+";
+
+/// `[limits.redis]`: where the shared store is and what to do when it does not answer.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// `redis://[user[:password]@]host[:port][/db]` (default `redis://127.0.0.1:6379`).
+    pub url: String,
+    /// The environment variable holding the password, if not in the URL ("" for none).
+    pub password_env: String,
+    /// Prepended to every key (default `agentgate:`).
+    pub key_prefix: String,
+    /// How long a check may wait for Redis before `on_failure` applies (default `50ms`).
+    #[serde(deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// What a check does when Redis does not answer (default `local`).
+    pub on_failure: OnFailure,
+    /// How long a concurrency slot outlives a replica that stopped renewing it (default `30s`).
+    #[serde(deserialize_with = "duration")]
+    pub lease: Duration,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".to_owned(),
+            password_env: String::new(),
+            key_prefix: "agentgate:".to_owned(),
+            timeout: Duration::from_millis(50),
+            on_failure: OnFailure::Local,
+            lease: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What a check does when Redis does not answer in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Counts the request in this replica's own store (each replica then allows the full
+    /// budget); back to Redis on the next check that it answers.
+    Local,
+    /// Refuses every request that has a limit: 503, `limits.store_unavailable`.
+    Deny,
+    /// Lets every request through uncounted.
+    Allow,
+}
+
+impl RedisConfig {
+    /// Problems in `[limits.redis]`, each naming the key, its value and the fix.
+    pub(crate) fn problems(&self, problems: &mut Vec<String>) {
+        match self.url.split_once("://").map(|(scheme, _)| scheme) {
+            Some("redis") => {
+                if let Err(err) = self.url.as_str().into_connection_info() {
+                    problems.push(format!(
+                        "[limits.redis] url: not a Redis URL ({err}); write e.g. \"redis://127.0.0.1:6379\""
+                    ));
+                }
+            }
+            Some("rediss") => problems.push(
+                "[limits.redis] url: rediss:// (TLS) is not supported yet; use redis:// on a private network \
+                 (or through a TLS tunnel such as stunnel)"
+                    .to_owned(),
+            ),
+            // Never echo the URL: it may hold a password.
+            _ => problems
+                .push("[limits.redis] url: must start with redis://, e.g. \"redis://127.0.0.1:6379\"".to_owned()),
+        }
+        let env = &self.password_env;
+        if !env.is_empty()
+            && (env.starts_with(|c: char| c.is_ascii_digit())
+                || !env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        {
+            problems.push(format!(
+                "[limits.redis] password_env = {env:?}: not an environment variable name; write e.g. \"REDIS_PASSWORD\""
+            ));
+        }
+        let prefix = &self.key_prefix;
+        if prefix.len() > MAX_PREFIX || prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            problems.push(format!(
+                "[limits.redis] key_prefix = {prefix:?}: at most {MAX_PREFIX} bytes, no spaces or control characters; \
+                 the default is \"agentgate:\""
+            ));
+        }
+        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
+            problems.push(format!(
+                "[limits.redis] timeout = \"{}\": must be more than 0s and at most 5s; the default is \"50ms\"",
+                humantime::format_duration(self.timeout)
+            ));
+        }
+        if self.lease < LEASE_RANGE.0 || self.lease > LEASE_RANGE.1 {
+            problems.push(format!(
+                "[limits.redis] lease = \"{}\": must be at least 1s and at most 1h; the default is \"30s\"",
+                humantime::format_duration(self.lease)
+            ));
+        }
+    }
+}
+
+/// The Redis store, with the in-process store it falls back to.
+pub struct RedisLimiter {
+    manager: ConnectionManager,
+    check: Script,
+    renew: Arc<Script>,
+    prefix: String,
+    timeout: Duration,
+    lease: Duration,
+    on_failure: OnFailure,
+    fallback: LocalLimiter,
+    /// This replica's part of every slot member: random, so two processes on one host
+    /// (or a restarted one) never share a member.
+    instance: String,
+    next_slot: AtomicU64,
+    /// Checks Redis did not answer in time (each fell back to `on_failure`).
+    failures: AtomicU64,
+    /// When the last fallback was logged, in ms since `started`.
+    last_warn_ms: AtomicU64,
+    started: Instant,
+}
+
+impl RedisLimiter {
+    /// A store on `config`; connects on the first check (so a Redis that is down at start
+    /// is `on_failure`'s business, not a start-up error). Call inside a tokio runtime.
+    ///
+    /// # Errors
+    /// [`LimitsError::PasswordEnv`] when `password_env` names a variable that is not set;
+    /// [`LimitsError::Client`] when the URL is refused by the client.
+    pub fn new(config: &RedisConfig) -> Result<Self, LimitsError> {
+        let mut info = config.url.as_str().into_connection_info().map_err(|source| LimitsError::Client { source })?;
+        if !config.password_env.is_empty() {
+            let password = std::env::var(&config.password_env)
+                .map_err(|_| LimitsError::PasswordEnv { name: config.password_env.clone() })?;
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
+        let client = Client::open(info).map_err(|source| LimitsError::Client { source })?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.timeout))
+            .set_response_timeout(Some(config.timeout))
+            // Reconnect quickly and give up soon: the next check tries again anyway.
+            .set_number_of_retries(1)
+            .set_max_delay(config.timeout);
+        let manager = ConnectionManager::new_lazy_with_config(client, manager_config)
+            .map_err(|source| LimitsError::Client { source })?;
+        Ok(RedisLimiter {
+            manager,
+            check: Script::new(CHECK),
+            renew: Arc::new(Script::new(RENEW)),
+            prefix: config.key_prefix.clone(),
+            timeout: config.timeout,
+            lease: config.lease,
+            on_failure: config.on_failure,
+            fallback: LocalLimiter::new(governor::clock::DefaultClock::default()),
+            instance: format!("{:016x}", rand::random::<u64>()),
+            next_slot: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            last_warn_ms: AtomicU64::new(0),
+            started: Instant::now(),
+        })
+    }
+
+    /// [`super::Limiter::check_and_spend`] for this store.
+    ///
+    /// # Errors
+    /// [`Refused`]: a limit refused, or Redis did not answer and `on_failure = "deny"`.
+    pub async fn check_and_spend(&self, usage: Usage<'_>, limits: &[Limit]) -> Result<Permit, Refused> {
+        let call = self.call(usage, limits);
+        if call.limits.is_empty() {
+            return Ok(Permit::default());
+        }
+        let mut invocation = self.check.prepare_invoke();
+        for key in call.concurrent_keys.iter().chain(&call.rate_keys) {
+            invocation.key(key);
+        }
+        invocation.arg(call.concurrent_keys.len()).arg(&call.member).arg(millis(self.lease));
+        for arg in &call.args {
+            invocation.arg(*arg);
+        }
+        let mut connection = self.manager.clone();
+        let answer = tokio::time::timeout(self.timeout, invocation.invoke_async::<(usize, u64)>(&mut connection)).await;
+        match answer {
+            Ok(Ok((0, _))) => {
+                let lease = (!call.concurrent_keys.is_empty()).then(|| {
+                    Lease::start(
+                        self.manager.clone(),
+                        Arc::clone(&self.renew),
+                        call.concurrent_keys,
+                        call.member,
+                        self.lease,
+                    )
+                });
+                Ok(Permit { slots: Vec::new(), lease })
+            }
+            Ok(Ok((refused, wait_ms))) => match call.limits.get(refused - 1) {
+                Some(limit) => {
+                    let limit = (*limit).clone();
+                    Err(Refused::Exceeded(Exceeded { limit, retry_after: Duration::from_millis(wait_ms) }))
+                }
+                None => self.unavailable(
+                    usage,
+                    limits,
+                    &format!("the check script named key {refused} of {}", call.limits.len()),
+                ),
+            },
+            Ok(Err(err)) => self.unavailable(usage, limits, &err.to_string()),
+            Err(_) => self.unavailable(usage, limits, "no answer within [limits.redis] timeout"),
+        }
+    }
+
+    /// How many checks Redis did not answer in time since start.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// How many keys the fallback store holds.
+    pub fn local_key_count(&self) -> usize {
+        self.fallback.key_count()
+    }
+
+    /// `on_failure` for one check Redis did not answer; counted, logged at most once a second.
+    fn unavailable(&self, usage: Usage<'_>, limits: &[Limit], error: &str) -> Result<Permit, Refused> {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let last = self.last_warn_ms.load(Ordering::Relaxed);
+        let due = last == 0 || now_ms.saturating_sub(last) >= millis(WARN_INTERVAL);
+        if due && self.last_warn_ms.compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            let on_failure = match self.on_failure {
+                OnFailure::Local => "counting in this replica only (on_failure = \"local\")",
+                OnFailure::Deny => "refusing limited requests (on_failure = \"deny\")",
+                OnFailure::Allow => "letting limited requests through uncounted (on_failure = \"allow\")",
+            };
+            warn!(failures = self.failures(), "limits store unavailable: {error}; {on_failure}");
+        }
+        match self.on_failure {
+            OnFailure::Local => self.fallback.check_and_spend(usage, limits).map_err(Refused::Exceeded),
+            OnFailure::Deny => Err(Refused::StoreUnavailable),
+            OnFailure::Allow => Ok(Permit::default()),
+        }
+    }
+
+    /// The script's keys and arguments for one check, in the in-process store's order
+    /// (concurrency first, then rates as listed; a crawl delay of 0 counts nothing).
+    fn call<'l>(&self, usage: Usage<'_>, limits: &'l [Limit]) -> Call<'l> {
+        let mut call = Call::default();
+        for limit in limits {
+            if let LimitKind::Concurrent { max } = limit.kind {
+                call.concurrent_keys.push(self.key("slots", limit, usage));
+                call.args.push(u64::from(max));
+                call.limits.push(limit);
+            }
+        }
+        let concurrent = call.limits.len();
+        let mut rates = Vec::new();
+        for limit in limits {
+            let (requests, window_ms) = match limit.kind {
+                LimitKind::Rate { requests, window_s } => (requests, u64::from(window_s.max(1)) * 1000),
+                LimitKind::Delay { millis: 0 } | LimitKind::Concurrent { .. } => continue,
+                LimitKind::Delay { millis } => (1, u64::from(millis)),
+            };
+            call.rate_keys.push(self.key(&format!("rate:{requests}/{window_ms}"), limit, usage));
+            // Whole milliseconds, at least 1: the in-process store keeps nanoseconds, so a
+            // quota past 1000 requests a second rounds here (no site asks for that).
+            let period = if requests == 0 { 0 } else { (window_ms / u64::from(requests)).max(1) };
+            let tolerance = if requests == 0 { window_ms } else { period * u64::from(requests - 1) };
+            rates.extend([period, tolerance]);
+            call.limits.push(limit);
+        }
+        call.args.extend(rates);
+        debug_assert_eq!(call.limits.len(), concurrent + call.rate_keys.len(), "one limit per key");
+        call.member = format!("{}:{}", self.instance, self.next_slot.fetch_add(1, Ordering::Relaxed));
+        call
+    }
+
+    /// `<prefix><kind>:<Limit::key>`, or `<prefix><kind>:sha256:<hex>` when that is long:
+    /// the same on every replica.
+    fn key(&self, kind: &str, limit: &Limit, usage: Usage<'_>) -> String {
+        let parts = limit.key(usage.agent, usage.origin, usage.host);
+        if self.prefix.len() + kind.len() + parts.len() < MAX_PLAIN_KEY {
+            return format!("{}{kind}:{parts}", self.prefix);
+        }
+        let digest = Sha256::digest(parts.as_bytes());
+        format!("{}{kind}:sha256:{}", self.prefix, hex::encode(digest))
+    }
+}
+
+/// One check's keys, arguments and the limit behind each key, in key order.
+#[derive(Default)]
+struct Call<'l> {
+    concurrent_keys: Vec<String>,
+    rate_keys: Vec<String>,
+    args: Vec<u64>,
+    limits: Vec<&'l Limit>,
+    member: String,
+}
+
+/// A request's concurrency slots in Redis: renewed while it lives, removed on drop.
+pub(super) struct Lease {
+    renewal: JoinHandle<()>,
+    release: Option<(ConnectionManager, Vec<String>, String)>,
+}
+
+impl Lease {
+    fn start(
+        manager: ConnectionManager,
+        renew: Arc<Script>,
+        keys: Vec<String>,
+        member: String,
+        lease: Duration,
+    ) -> Lease {
+        let (mut connection, renew_keys, renew_member) = (manager.clone(), keys.clone(), member.clone());
+        let renewal = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(lease / 3);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let mut invocation = renew.prepare_invoke();
+                for key in &renew_keys {
+                    invocation.key(key);
+                }
+                invocation.arg(&renew_member).arg(millis(lease));
+                // A lost renewal is retried on the next tick; the lease covers two of them.
+                let _ = tokio::time::timeout(lease / 3, invocation.invoke_async::<i64>(&mut connection)).await;
+            }
+        });
+        Lease { renewal, release: Some((manager, keys, member)) }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.renewal.abort();
+        let (Some((mut connection, keys, member)), Ok(runtime)) = (self.release.take(), Handle::try_current()) else {
+            return;
+        };
+        // Spawned: a drop cannot wait. If it is lost, the lease runs out instead.
+        runtime.spawn(async move {
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.zrem(key, &member).ignore();
+            }
+            let _ = pipe.query_async::<()>(&mut connection).await;
+        });
+    }
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease").finish_non_exhaustive()
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError};
+
+    fn problems(text: &str) -> Vec<String> {
+        match Config::from_toml_str(text, "agentgate.toml") {
+            Err(ConfigError::Invalid { problems, .. }) => problems,
+            other => panic!("expected validation problems for {text:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn redis_settings_parse_and_every_bad_value_is_named_with_its_fix() {
+        let text = "[limits]\nstore = \"redis\"\n[limits.redis]\nurl = \"redis://10.0.0.5:6380/2\"\n\
+                    password_env = \"REDIS_PASSWORD\"\ntimeout = \"20ms\"\non_failure = \"deny\"\nlease = \"5s\"\n";
+        let config = Config::from_toml_str(text, "agentgate.toml").expect("valid");
+        assert_eq!(config.limits.store, super::super::Store::Redis);
+        assert_eq!(config.limits.redis.on_failure, super::OnFailure::Deny);
+        assert_eq!(config.limits.redis.lease, std::time::Duration::from_secs(5));
+
+        let bad = "[limits.redis]\nurl = \"http://:hunter2@example.com\"\npassword_env = \"1 BAD\"\n\
+                   key_prefix = \"a b\"\ntimeout = \"0s\"\nlease = \"10ms\"\n";
+        let found = problems(bad);
+        assert_eq!(found.len(), 5, "{found:#?}");
+        assert!(found.iter().all(|p| !p.contains("hunter2")), "the URL's password is never echoed: {found:#?}");
+        for key in ["url", "password_env", "key_prefix", "timeout", "lease"] {
+            assert!(found.iter().any(|p| p.starts_with(&format!("[limits.redis] {key}"))), "{key}: {found:#?}");
+        }
+        let tls = problems("[limits.redis]\nurl = \"rediss://127.0.0.1:6379\"\n");
+        assert!(tls[0].contains("not supported yet"), "{tls:?}");
+        let store = Config::from_toml_str("[limits]\nstore = \"etcd\"\n", "agentgate.toml").expect_err("unknown store");
+        assert!(store.to_string().contains("memory"), "{store}");
+    }
+}

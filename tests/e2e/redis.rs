@@ -1,0 +1,356 @@
+//! Limits shared through Redis (`[limits] store = "redis"`, docs/scale-out.md): two proxies
+//! sharing one real `redis-server` spend one budget (rates and concurrency slots), give the
+//! same answers as the in-process store, and keep going as `on_failure` says when Redis
+//! stops or hangs; a replica killed with SIGKILL frees its slots within the lease.
+//!
+//! Each test starts its own `redis-server` on a free loopback port (no persistence) and
+//! stops it at the end. Without `redis-server` the tests fail: `.ci/run` installs it.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use agentgate::config::{Config, OnFailure, Store};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+
+use crate::agents::{agent, client_as};
+use crate::limits::{agents_md, markdown_site, over_limit};
+use crate::reload::{base_config, until_status};
+use crate::support::binary::Agentgate;
+use crate::support::log::by_id;
+use crate::support::origin::Origin;
+use crate::support::pki::TestCa;
+use crate::support::{TestProxy, TestResult, header};
+
+/// How long a test waits for redis-server to answer `PING`.
+const READY_LIMIT: Duration = Duration::from_secs(10);
+
+/// A `redis-server` of this test's own, on a free loopback port, killed on drop.
+struct RedisServer {
+    child: Child,
+    port: u16,
+}
+
+impl RedisServer {
+    async fn start() -> TestResult<RedisServer> {
+        // A free port: bound by the system, then released for redis-server.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        RedisServer::start_on(port).await
+    }
+
+    /// Starts (or starts again) on `port`, and waits (bounded) until `PING` answers.
+    async fn start_on(port: u16) -> TestResult<RedisServer> {
+        let spawned = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Err("redis-server is not installed; .ci/run installs it (apt-get install redis-server)".into());
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let deadline = tokio::time::Instant::now() + READY_LIMIT;
+        while !ping(port).await {
+            if let Some(status) = child.try_wait()? {
+                return Err(format!("redis-server on port {port} exited: {status}").into());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!("redis-server on port {port} did not answer PING within {READY_LIMIT:?}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(RedisServer { child, port })
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL, and waits for the exit: every key is gone (no persistence).
+    async fn stop(mut self) -> TestResult<u16> {
+        self.child.kill().await?;
+        Ok(self.port)
+    }
+
+    /// SIGSTOP (`true`) or SIGCONT: a Redis that accepts connections but never answers.
+    async fn pause(&self, paused: bool) -> TestResult {
+        let pid = self.child.id().ok_or("redis-server has exited")?;
+        let signal = if paused { "-STOP" } else { "-CONT" };
+        assert!(Command::new("kill").arg(signal).arg(pid.to_string()).status().await?.success());
+        Ok(())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // SIGKILL ends a stopped (SIGSTOP) process too.
+        let _ = self.child.start_kill();
+    }
+}
+
+async fn ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)).await else { return false };
+    let mut answer = [0u8; 7];
+    stream.write_all(b"PING\r\n").await.is_ok()
+        && stream.read_exact(&mut answer).await.is_ok()
+        && answer.as_slice() == b"+PONG\r\n"
+}
+
+/// Sends a `/hold-all` request through `client` until the origin holds it (its `held`-th):
+/// a slot given back is removed from Redis by a task spawned when the request ends, so the
+/// first try may still find it taken. Bounded.
+async fn hold(
+    client: &reqwest::Client,
+    origin: &Origin,
+    held: usize,
+) -> TestResult<tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>> {
+    let deadline = tokio::time::Instant::now() + READY_LIMIT;
+    loop {
+        let mut request = tokio::spawn(client.get(origin.url("/hold-all")).send());
+        tokio::select! {
+            () = origin.held(held) => return Ok(request),
+            answer = &mut request => {
+                let status = answer??.status();
+                assert_eq!(status, 429, "only a slot not yet given back refuses it");
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(format!("no slot came back within {READY_LIMIT:?}").into());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// Config edit: the Redis store at `url`, falling back as `on_failure` says.
+fn shared(url: &str, on_failure: OnFailure) -> impl FnOnce(&mut Config) {
+    let url = url.to_owned();
+    move |config| {
+        config.limits.store = Store::Redis;
+        config.limits.redis.url = url;
+        config.limits.redis.on_failure = on_failure;
+    }
+}
+
+/// The child's config: [`base_config`] with the Redis store at `url`.
+fn child_config(dir: &Path, ca: &TestCa, url: &str, extra: &str) -> TestResult<std::path::PathBuf> {
+    let path = dir.join("agentgate.toml");
+    let text = format!("{}[limits]\nstore = \"redis\"\n[limits.redis]\nurl = {url:?}\n{extra}", base_config(dir, ca));
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+#[tokio::test]
+async fn two_proxies_sharing_redis_let_exactly_six_through_for_requests_per_minute_six() -> TestResult {
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    // Line 7: requests-per-minute.
+    let origin =
+        Origin::https_site(&ca, markdown_site(agents_md("## Rate Limits\n- requests-per-minute: 6\n"))).await?;
+    let replica = |name: &'static str| {
+        let url = redis.url();
+        move |config: &mut Config| {
+            shared(&url, OnFailure::Deny)(config);
+            config.instance = name.to_owned();
+        }
+    };
+    let a = TestProxy::start_with(&ca, replica("replica-a")).await?;
+    let b = TestProxy::start_with(&ca, replica("replica-b")).await?;
+    let clients = [a.client()?, b.client()?];
+
+    for i in 0..6 {
+        let response = clients[i % 2].get(origin.url("/page")).send().await?;
+        assert_eq!(response.status(), 200, "request {i} is within the shared six");
+    }
+    let prefix = "rate_limited; source=AGENTS.md; line=7; code=agents_md.rate_limit; window=60s; record=";
+    let record =
+        over_limit(clients[0].get(origin.url("/page")).send().await?, prefix, "requests-per-minute: 6").await?;
+    let eighth = clients[1].get(origin.url("/page")).send().await?;
+    assert_eq!(eighth.status(), 429, "the other proxy refuses too: one budget");
+    let retry_after: u64 = header(&eighth, "retry-after").parse()?;
+    assert!((1..=10).contains(&retry_after), "one request back every 10 s: {retry_after}");
+    assert_eq!(origin.hits("/page"), 6, "exactly six reached the origin");
+
+    let records = a.finish().await?;
+    let line = by_id(&records, &record)?;
+    assert_eq!(line["event.outcome"], "rate_limited");
+    assert_eq!(line["http.response.status_code"], 429);
+    assert_eq!(line["agentgate.reasons"][0]["code"], "agents_md.rate_limit");
+    assert_eq!(line["agentgate.reasons"][0]["line"], 7);
+    assert!(records.iter().all(|r| r["agentgate.instance"] == "replica-a"), "each replica names itself");
+    let records = b.finish().await?;
+    assert_eq!(records.len(), 4, "three allowed and one refused through b");
+    assert!(records.iter().all(|r| r["agentgate.instance"] == "replica-b"), "each replica names itself");
+    Ok(())
+}
+
+#[tokio::test]
+async fn memory_and_redis_stores_give_the_same_answers_to_the_same_sequence() -> TestResult {
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let origin =
+        Origin::https_site(&ca, markdown_site(agents_md("## Rate Limits\n- requests-per-minute: 5\n"))).await?;
+    // alpha: the operator's 3 a minute per origin on top of the site's 5; beta: the site's 5.
+    let agents = |config: &mut Config| {
+        let mut alpha = agent("alpha", "a-token");
+        alpha.limits.per_origin_requests_per_minute = 3;
+        config.agents = vec![alpha, agent("beta", "b-token")];
+    };
+    let memory = TestProxy::start_with(&ca, agents).await?;
+    let url = redis.url();
+    let shared_store = TestProxy::start_with(&ca, move |config| {
+        agents(config);
+        shared(&url, OnFailure::Deny)(config);
+    })
+    .await?;
+
+    let sequence = ["alpha", "beta", "alpha", "alpha", "alpha", "beta", "beta", "beta", "beta", "beta", "alpha"];
+    let mut answers = Vec::new();
+    for proxy in [&memory, &shared_store] {
+        let alpha = client_as(proxy, "alpha", "a-token")?;
+        let beta = client_as(proxy, "beta", "b-token")?;
+        let mut steps = Vec::new();
+        for who in sequence {
+            let client = if who == "alpha" { &alpha } else { &beta };
+            let response = client.get(origin.url("/page")).send().await?;
+            let decision = header(&response, "agentgate-decision");
+            let decision = decision.split("; record=").next().unwrap_or_default().to_owned();
+            steps.push((who, response.status().as_u16(), header(&response, "retry-after"), decision));
+        }
+        answers.push(steps);
+    }
+    assert_eq!(answers[0], answers[1], "memory (left) and redis (right) answer alike");
+    let statuses: Vec<u16> = answers[0].iter().map(|step| step.1).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 429, 200, 200, 200, 200, 429, 429], "{:#?}", answers[0]);
+    assert!(answers[0][4].3.contains("code=operator.rate_limit"), "{:?}", answers[0][4]);
+    assert!(answers[0][9].3.contains("code=agents_md.rate_limit"), "{:?}", answers[0][9]);
+    assert_eq!(origin.hits("/page"), 16, "eight of eleven through each proxy");
+    Ok(())
+}
+
+#[tokio::test]
+async fn redis_stopped_mid_run_falls_back_to_local_limits_then_the_shared_budget_applies_again() -> TestResult {
+    agentgate::tls::install_default_provider();
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let origin =
+        Origin::https_site(&ca, markdown_site(agents_md("## Rate Limits\n- requests-per-minute: 3\n"))).await?;
+    let dir = tempfile::tempdir()?;
+    let config = child_config(dir.path(), &ca, &redis.url(), "on_failure = \"local\"\n")?;
+    let child = Agentgate::start(dir.path(), &config, "info").await?;
+    let a = child.client()?;
+    let b_proxy = TestProxy::start_with(&ca, shared(&redis.url(), OnFailure::Local)).await?;
+    let b = b_proxy.client()?;
+    let page = origin.url("/page");
+
+    assert_eq!(a.get(&page).send().await?.status(), 200, "counted in Redis");
+    let port = redis.stop().await?;
+    for i in 0..3 {
+        assert_eq!(a.get(&page).send().await?.status(), 200, "request {i} passes under the local limit");
+    }
+    let local = a.get(&page).send().await?;
+    assert_eq!(local.status(), 429, "the local budget of three is spent");
+    assert!(header(&local, "agentgate-decision").contains("code=agents_md.rate_limit"));
+    child.logged(&["limits store unavailable", "on_failure", "local"], 1).await?;
+
+    let redis = RedisServer::start_on(port).await?;
+    // The local budget is spent, so the first 200 is Redis answering again (empty: it restarted).
+    until_status(&a, &page, 200).await?;
+    assert_eq!(b.get(&page).send().await?.status(), 200);
+    assert_eq!(a.get(&page).send().await?.status(), 200);
+    let refused = b.get(&page).send().await?;
+    assert_eq!(refused.status(), 429, "three in the restarted Redis, spent across both proxies");
+    assert_eq!(origin.hits("/page"), 7);
+    child.stop().await?;
+    drop(redis);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_hung_redis_gives_503_under_deny_and_no_limit_under_allow() -> TestResult {
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let origin =
+        Origin::https_site(&ca, markdown_site(agents_md("## Rate Limits\n- requests-per-minute: 2\n"))).await?;
+    let deny = TestProxy::start_with(&ca, shared(&redis.url(), OnFailure::Deny)).await?;
+    let allow = TestProxy::start_with(&ca, shared(&redis.url(), OnFailure::Allow)).await?;
+    let (deny_client, allow_client) = (deny.client()?, allow.client()?);
+    let page = origin.url("/page");
+    assert_eq!(deny_client.get(&page).send().await?.status(), 200);
+    assert_eq!(allow_client.get(&page).send().await?.status(), 200);
+
+    // Stopped, not dead: connections are accepted and never answered, so only the 50 ms
+    // timeout ends each check.
+    redis.pause(true).await?;
+    let refused = deny_client.get(&page).send().await?;
+    assert_eq!(refused.status(), 503);
+    let decision = header(&refused, "agentgate-decision");
+    assert!(decision.starts_with("deny; source=operator; code=limits.store_unavailable; record="), "{decision}");
+    let record = decision.rsplit("record=").next().unwrap_or_default().to_owned();
+    let body = refused.text().await?;
+    assert!(body.contains("on_failure = \"deny\"") && body.contains("Retry in a few seconds"), "{body}");
+    for i in 0..3 {
+        assert_eq!(allow_client.get(&page).send().await?.status(), 200, "request {i}: uncounted under allow");
+    }
+    assert_eq!(origin.hits("/page"), 5, "the 503 never reached the origin");
+    redis.pause(false).await?;
+
+    let records = deny.finish().await?;
+    let line = by_id(&records, &record)?;
+    assert_eq!(line["event.outcome"], "deny");
+    assert_eq!(line["http.response.status_code"], 503);
+    assert_eq!(line["agentgate.reasons"][0]["code"], "limits.store_unavailable");
+    drop(allow);
+    Ok(())
+}
+
+#[tokio::test]
+async fn concurrent_sessions_span_proxies_and_a_killed_replica_frees_its_slot_within_the_lease() -> TestResult {
+    agentgate::tls::install_default_provider();
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    // Line 7: concurrent-sessions.
+    let origin =
+        Origin::https_site(&ca, markdown_site(agents_md("## Rate Limits\n- concurrent-sessions: 2\n"))).await?;
+    let dir = tempfile::tempdir()?;
+    let config = child_config(dir.path(), &ca, &redis.url(), "lease = \"1s\"\n")?;
+    let child = Agentgate::start(dir.path(), &config, "info").await?;
+    let url = redis.url();
+    let proxy = TestProxy::start_with(&ca, move |config| {
+        shared(&url, OnFailure::Deny)(config);
+        config.limits.redis.lease = Duration::from_secs(1);
+    })
+    .await?;
+    let (k, a) = (child.client()?, proxy.client()?);
+
+    let held_by_child = tokio::spawn(k.get(origin.url("/hold-all")).send());
+    origin.held(1).await;
+    let held_here = tokio::spawn(a.get(origin.url("/hold-all")).send());
+    origin.held(2).await;
+    let third = a.get(origin.url("/page")).send().await?;
+    assert_eq!(third.status(), 429, "two in flight across both proxies: the third is refused");
+    assert!(
+        header(&third, "agentgate-decision")
+            .starts_with("rate_limited; source=AGENTS.md; line=7; code=agents_md.concurrent_sessions;")
+    );
+    assert_eq!(k.get(origin.url("/page")).send().await?.status(), 429, "from either proxy");
+
+    // The child dies holding its slot; nothing removes it but the lease running out.
+    child.signal("KILL").await?;
+    assert!(held_by_child.await?.is_err(), "the killed proxy's client lost its request");
+    until_status(&a, &origin.url("/page"), 200).await?;
+
+    // This proxy's own slot outlived the lease: it was renewed while its request ran, so with
+    // one more request held, both slots are taken again.
+    let held_again = hold(&a, &origin, 3).await?;
+    until_status(&a, &origin.url("/page"), 429).await?;
+    origin.release_all();
+    assert_eq!(held_here.await??.status(), 200);
+    assert_eq!(held_again.await??.status(), 200);
+    Ok(())
+}
