@@ -240,6 +240,11 @@ impl Gate {
         Gate::new(config, self.cache.clone(), Arc::clone(&self.limiter))
     }
 
+    /// The limits store's failures so far ([`Limiter::store_failures`]), for `/metrics`.
+    pub fn limits_store_failures(&self) -> u64 {
+        self.limiter.store_failures()
+    }
+
     /// Phase `identify_agent`: who sent a request on the proxy port, or a CONNECT, from its
     /// `Proxy-Authorization` or its address (DESIGN §3). The credential is never recorded.
     ///

@@ -191,6 +191,15 @@ impl Limiter {
         }
     }
 
+    /// Checks the shared store did not answer in time or answered with an error since start
+    /// (each settled by `on_failure`); 0 in process.
+    pub fn store_failures(&self) -> u64 {
+        match self {
+            Limiter::Local(_) => 0,
+            Limiter::Redis(shared) => shared.failures(),
+        }
+    }
+
     /// How many keys this process holds (rate keys plus in-flight keys; for the Redis store,
     /// those of its fallback).
     pub fn key_count(&self) -> usize {

@@ -95,6 +95,9 @@ pub struct Scraped {
     pub cache_origins: u64,
     /// Bytes of parsed policies the cache holds (its weighted size).
     pub cache_weight_bytes: u64,
+    /// Limit checks the shared store (`[limits] store = "redis"`) did not answer in time or
+    /// answered with an error, each settled by `[limits.redis] on_failure`; 0 in memory.
+    pub limits_store_failures: u64,
 }
 
 /// Every metric of one proxy. Cheap to share behind an `Arc`; every method takes `&self`.
@@ -114,6 +117,7 @@ pub struct Metrics {
     audit_failures: Counter,
     audit_queue_depth: Gauge,
     certs_minted: Counter,
+    limits_store_failures: Counter,
     connections: Gauge,
     cache_origins: Gauge,
     cache_weight_bytes: Gauge,
@@ -152,6 +156,7 @@ impl Metrics {
             audit_failures: Counter::default(),
             audit_queue_depth: Gauge::default(),
             certs_minted: Counter::default(),
+            limits_store_failures: Counter::default(),
             connections: Gauge::default(),
             cache_origins: Gauge::default(),
             cache_weight_bytes: Gauge::default(),
@@ -189,6 +194,11 @@ impl Metrics {
             m.audit_failures.clone(),
         );
         r.register("audit_queue_depth", "Decision records queued for the writer", m.audit_queue_depth.clone());
+        r.register(
+            "limits_store_failures",
+            "Limit checks the shared store did not answer (timeout or error), settled by [limits.redis] on_failure",
+            m.limits_store_failures.clone(),
+        );
         r.register("config_reloads", "Config reloads, by result (ok or error)", m.config_reloads.clone());
         m
     }
@@ -267,6 +277,7 @@ impl Metrics {
         self.audit_written.inner().fetch_max(scraped.audit_written, Ordering::Relaxed);
         self.audit_failures.inner().fetch_max(scraped.audit_failures, Ordering::Relaxed);
         self.certs_minted.inner().fetch_max(scraped.certs_minted, Ordering::Relaxed);
+        self.limits_store_failures.inner().fetch_max(scraped.limits_store_failures, Ordering::Relaxed);
         self.audit_queue_depth.set(gauge(scraped.audit_queue_depth));
         self.connections.set(gauge(scraped.connections));
         self.cache_origins.set(gauge(scraped.cache_origins));

@@ -49,6 +49,8 @@ pub(crate) struct AdminState {
     pub(crate) certs: LeafCertCache,
     /// Connections open on the proxy port.
     pub(crate) connections: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// Limit checks the shared store failed (`crate::limits::Limiter::store_failures`).
+    pub(crate) limits_store_failures: Box<dyn Fn() -> u64 + Send + Sync>,
     /// The token every endpoint but `/healthz` requires, when configured.
     pub(crate) token: Option<TokenDigest>,
     /// Set once the proxy stops accepting: `/readyz` answers 503 from then on.
@@ -66,6 +68,7 @@ impl AdminState {
             audit_queue_depth: self.audit.queue_depth(),
             certs_minted: self.certs.minted_count(),
             connections: (self.connections)(),
+            limits_store_failures: (self.limits_store_failures)(),
             cache_origins: self.cache.len(),
             cache_weight_bytes: self.cache.weighted_size(),
         }

@@ -312,7 +312,7 @@ impl RedisLimiter {
         }
     }
 
-    /// How many checks Redis did not answer in time since start.
+    /// How many checks Redis did not answer in time, or answered with an error, since start.
     pub fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)
     }

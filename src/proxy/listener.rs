@@ -287,9 +287,10 @@ impl RunningProxy {
 /// What the admin API reads of the running proxy.
 fn admin_state(state: &Arc<ProxyState>, cache: PolicyCache, admission: &Arc<Admission>) -> AdminState {
     let admission = Arc::clone(admission);
-    let live = Arc::clone(state);
+    let (live, limiter) = (Arc::clone(state), Arc::clone(state));
     AdminState {
         config: Box::new(move || Arc::clone(&live.generation().config)),
+        limits_store_failures: Box::new(move || limiter.generation().gate.limits_store_failures()),
         cache,
         audit: state.audit.clone(),
         metrics: Arc::clone(&state.metrics),

@@ -43,7 +43,7 @@ async fn get(proxy: &TestProxy, path_and_query: &str) -> TestResult<(u16, String
 }
 
 /// The value of the sample `metric` with exactly `labels` (counter, gauge or untyped).
-fn sample(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
+pub(crate) fn sample(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
     scrape
         .samples
         .iter()
@@ -60,7 +60,7 @@ fn sample(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[(&str, &str
         })
 }
 
-async fn scrape(proxy: &TestProxy) -> TestResult<prometheus_parse::Scrape> {
+pub(crate) async fn scrape(proxy: &TestProxy) -> TestResult<prometheus_parse::Scrape> {
     let response = admin_client()?.get(admin_url(proxy, "/metrics")?).send().await?;
     assert_eq!(response.status(), 200);
     assert!(header(&response, "content-type").starts_with("application/openmetrics-text"), "{response:?}");

@@ -15,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 
+use crate::admin::{sample, scrape};
 use crate::agents::{agent, client_as};
 use crate::limits::{agents_md, markdown_site, over_limit};
 use crate::reload::{base_config, until_status};
@@ -299,6 +300,11 @@ async fn a_hung_redis_gives_503_under_deny_and_no_limit_under_allow() -> TestRes
     }
     assert_eq!(origin.hits("/page"), 5, "the 503 never reached the origin");
     redis.pause(false).await?;
+    // Each unanswered check is counted where an operator looks: one on the deny replica,
+    // three on the allow one.
+    let failures = |scrape| sample(&scrape, "agentgate_limits_store_failures_total", &[]);
+    assert_eq!(failures(scrape(&deny).await?), Some(1.0));
+    assert_eq!(failures(scrape(&allow).await?), Some(3.0));
 
     let records = deny.finish().await?;
     let line = by_id(&records, &record)?;
