@@ -13,7 +13,8 @@
 #
 # Environment: BENCH_SECONDS (10), BENCH_CONNECTIONS (50), BENCH_UNSEEN (unseen origins
 # the origin listens as, 10000 or what the open-file limit allows), BENCH_IDLE (idle connections, 1000), BENCH_KEEP=1 keeps
-# the work directory (configs, oha JSON, decision log, agentgate's stderr). BENCH_PERF=1
+# the work directory (configs, oha JSON, decision log, agentgate's stderr). BENCH_AGENTGATE=PATH
+# runs a kept release binary instead of building this checkout (before/after). BENCH_PERF=1
 # records each run through agentgate with `perf record` (installs linux-perf with apt if
 # missing) and leaves the self cost per function in WORK/NAME.perf.txt (implies BENCH_KEEP).
 # Everything listens on and connects to 127.0.0.0/8 only.
@@ -65,11 +66,14 @@ fi
 ulimit -n "$hard" 2>/dev/null || ulimit -n 1048576
 
 say "building agentgate and the origin (release)"
-cargo build --release --quiet --bin agentgate
+if [ -z "${BENCH_AGENTGATE:-}" ]; then
+    cargo build --release --quiet --bin agentgate
+fi
 # The origin has its own manifest and lock file; it shares agentgate's target directory
 # so common dependencies are built once.
 CARGO_TARGET_DIR="$ROOT/target" cargo build --release --quiet --manifest-path bench/origin/Cargo.toml
-AGENTGATE="$ROOT/target/release/agentgate"
+# BENCH_AGENTGATE: a binary kept from an earlier build, to compare two builds in one sitting.
+AGENTGATE=${BENCH_AGENTGATE:-"$ROOT/target/release/agentgate"}
 ORIGIN_BIN="$ROOT/target/release/agentgate-bench-origin"
 
 # --- processes, all cleaned up on exit -------------------------------------------------
