@@ -524,19 +524,25 @@ struct Rotation {
 
 /// What the writer needs of its file: append, and undo a failed append.
 trait LogFile: Send {
-    /// Appends `bytes` and flushes them to the operating system.
-    fn append(&mut self, bytes: &[u8]) -> io::Result<()>;
-    /// The length to truncate back to after a failed append; `None` when the sink cannot
-    /// be truncated (stdout).
+    /// Writes some of `bytes` at the end, as `io::Write::write` does.
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize>;
+    /// Hands what was written to the operating system.
+    fn flush(&mut self) -> io::Result<()>;
+    /// The file's length, read at open and after a failed append (never per batch: a
+    /// `statx` per write is a system call the hot path does not need); `None` when the sink
+    /// cannot be truncated (stdout, a device).
     fn len(&self) -> Option<u64>;
     fn truncate(&mut self, len: u64) -> io::Result<()>;
     fn sync(&mut self) -> io::Result<()>;
 }
 
 impl LogFile for File {
-    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.write_all(bytes)?;
-        self.flush()
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        Write::write(self, bytes)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Write::flush(self)
     }
 
     fn len(&self) -> Option<u64> {
@@ -559,10 +565,12 @@ impl LogFile for File {
 }
 
 impl LogFile for io::Stdout {
-    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let mut out = self.lock();
-        out.write_all(bytes)?;
-        out.flush()
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        Write::write(self, bytes)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Write::flush(self)
     }
 
     fn len(&self) -> Option<u64> {
@@ -574,7 +582,7 @@ impl LogFile for io::Stdout {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        self.flush()
+        Write::flush(self)
     }
 }
 
@@ -598,21 +606,34 @@ impl Sink {
     }
 
     /// Appends `bytes` whole, or not at all: after a failed write (a full disk may take part
-    /// of it) the file is truncated back to its length before.
+    /// of it) the file is truncated back by what this append wrote. Counting the bytes
+    /// written, rather than reading the length before every append, keeps a system call off
+    /// every batch and stays right when someone else truncated the file meanwhile.
     fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let before = self.out.len();
-        let result = self.out.append(bytes);
-        if result.is_err()
-            && let Some(before) = before
-            && let Err(err) = self.out.truncate(before)
-        {
-            tracing::error!(error = %err, "cannot truncate the decision log back after a failed write; a partial line may remain");
-        }
-        self.size = match (&result, before) {
-            (Ok(()), _) => self.size + bytes.len() as u64,
-            (Err(_), Some(_)) => self.out.len().unwrap_or(self.size),
-            (Err(_), None) => self.size,
+        let mut written = 0;
+        let result = loop {
+            if written == bytes.len() {
+                break self.out.flush();
+            }
+            match self.out.write(&bytes[written..]) {
+                Ok(0) => break Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => written += n,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => break Err(err),
+            }
         };
+        match &result {
+            Ok(()) => self.size += bytes.len() as u64,
+            Err(_) => {
+                if written > 0
+                    && let Some(now) = self.out.len()
+                    && let Err(err) = self.out.truncate(now.saturating_sub(written as u64))
+                {
+                    tracing::error!(error = %err, "cannot truncate the decision log back after a failed write; a partial line may remain");
+                }
+                self.size = self.out.len().unwrap_or(self.size);
+            }
+        }
         result
     }
 
@@ -835,12 +856,16 @@ mod tests {
     struct FillingDisk(Arc<Mutex<(Vec<u8>, usize)>>);
 
     impl LogFile for FillingDisk {
-        fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
             let mut disk = self.0.lock().expect("the test disk lock is not poisoned");
             let room = disk.1.saturating_sub(disk.0.len());
             let taken = room.min(bytes.len());
             disk.0.extend_from_slice(&bytes[..taken]);
-            if taken < bytes.len() { Err(io::Error::from(io::ErrorKind::StorageFull)) } else { Ok(()) }
+            if taken == 0 { Err(io::Error::from(io::ErrorKind::StorageFull)) } else { Ok(taken) }
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
         }
 
         fn len(&self) -> Option<u64> {
