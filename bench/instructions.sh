@@ -87,25 +87,8 @@ wait_for test -f "$WORK/origin.env" || die "origin did not start: $(cat "$WORK/o
 . "$WORK/origin.env"
 [ "$ORIGIN_443" = 1 ] || echo "instructions: origin could not bind port 443: the HTTP scenario runs without AGENTS.md" >&2
 
-# bench/run.sh's configuration.
-cat >"$WORK/agentgate.toml" <<EOF
-listen = "127.0.0.1:0"
-[ca]
-dir = "$WORK/ca"
-[upstream]
-extra_ca_files = ["$WORK/origin-ca.pem"]
-[network]
-allow_cidrs = ["127.0.0.0/8"]
-[connect]
-allowed_ports = ["1-65535"]
-[connections]
-max_connections = 100000
-max_connections_per_client = 100000
-[audit]
-path = "$WORK/decisions.jsonl"
-[admin]
-listen = "off"
-EOF
+# The benchmark configuration, shared with the other script.
+sed "s|@WORK@|$WORK|g" "$ROOT/bench/agentgate.toml.in" >"$WORK/agentgate.toml"
 
 # measure NAME URL [OHA-ARGS...]: one agentgate under callgrind, one scenario.
 measure() {
