@@ -25,15 +25,20 @@ def rss_kib(pid):
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def read_response(sock):
-    """Reads one HTTP/1.1 response with a Content-Length; returns its status code."""
+def read_head(sock, bufsize):
+    """Reads up to the end of a response head; returns (head, what came after it)."""
     data = b""
     while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
+        chunk = sock.recv(bufsize)
         if not chunk:
             raise RuntimeError(f"connection closed after {data!r}")
         data += chunk
-    head, body = data.split(b"\r\n\r\n", 1)
+    return data.split(b"\r\n\r\n", 1)
+
+
+def read_response(sock):
+    """Reads one HTTP/1.1 response with a Content-Length; returns its status code."""
+    head, body = read_head(sock, 65536)
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
     length = 0
@@ -61,14 +66,10 @@ def open_keepalive(proxy, origin):
 def open_mitm(proxy, origin, context):
     sock = socket.create_connection(proxy)
     sock.sendall(f"CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n\r\n".encode())
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise RuntimeError(f"proxy closed the CONNECT after {data!r}")
-        data += chunk
-    if data.split()[1] != b"200":
-        raise RuntimeError(f"CONNECT {origin} answered {data!r}")
+    # Nothing follows the 200 until the client speaks TLS.
+    head, _ = read_head(sock, 4096)
+    if head.split()[1] != b"200":
+        raise RuntimeError(f"CONNECT {origin} answered {head!r}")
     tls = context.wrap_socket(sock, server_hostname=origin.rsplit(":", 1)[0])
     tls.sendall(f"GET /bench/1k HTTP/1.1\r\nHost: {origin}\r\n\r\n".encode())
     status = read_response(tls)
