@@ -105,8 +105,7 @@ impl Permitted {
             return Ok(self);
         }
         let decision = Decision::deny_first(verdict.reasons, std::mem::take(&mut self.record.reasons), Vec::new());
-        self.record.reasons = decision.reasons.clone();
-        self.record.blocking = decision.blocking_reasons().len();
+        self.record.set_reasons(&decision);
         if self.mode == Mode::Monitor {
             self.record.outcome = LogOutcome::WouldDeny;
             return Ok(self);
@@ -266,8 +265,7 @@ impl Gate {
             record.user_agent = headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
             record.instance = Some(Arc::clone(&self.instance));
             let decision = Decision::single(Outcome::Deny, reason);
-            record.reasons = decision.reasons.clone();
-            record.blocking = decision.blocking_reasons().len();
+            record.set_reasons(&decision);
             Box::new(Blocked { decision, record, kind: BlockKind::Unauthenticated })
         })
     }
@@ -310,8 +308,7 @@ impl Gate {
         record.instance = Some(Arc::clone(&self.instance));
         record.purposes = view.purposes.to_vec();
         if decision.outcome != Outcome::Allow {
-            record.reasons = decision.reasons.clone();
-            record.blocking = decision.blocking_reasons().len();
+            record.set_reasons(&decision);
             record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
             return match mode {
                 Mode::Enforce => Verdict::Block(Blocked { decision, record, kind: BlockKind::Policy }),
@@ -350,8 +347,7 @@ impl Gate {
                 };
                 let decision =
                     Decision::deny_first(vec![blocking], std::mem::take(&mut record.reasons), record.limits.clone());
-                record.reasons = decision.reasons.clone();
-                record.blocking = decision.blocking_reasons().len();
+                record.set_reasons(&decision);
                 match mode {
                     Mode::Enforce => {
                         record.outcome = outcome;
@@ -379,8 +375,7 @@ impl Gate {
         let reason = Reason::new(Source::Operator, refusal.code(), refusal.to_string());
         let decision = Decision::single(Outcome::Deny, reason);
         let mut record = self.record_for(LogOutcome::Deny, req);
-        record.reasons = decision.reasons.clone();
-        record.blocking = decision.blocking_reasons().len();
+        record.set_reasons(&decision);
         Blocked { decision, record, kind: BlockKind::Policy }
     }
 
@@ -397,8 +392,7 @@ impl Gate {
         let reason = Reason::new(Source::Operator, "origin.unreachable", rule);
         let decision = Decision::deny_first(vec![reason], decision.reasons.clone(), Vec::new());
         let mut record = self.record_for(LogOutcome::Error, req);
-        record.reasons = decision.reasons.clone();
-        record.blocking = decision.blocking_reasons().len();
+        record.set_reasons(&decision);
         record.error = Some(cause.clone());
         record.error_type = Some(crate::audit::ErrorType::Origin);
         Some(Blocked { decision, record, kind: BlockKind::OriginUnreachable { timed_out: *timed_out } })

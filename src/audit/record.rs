@@ -205,6 +205,12 @@ impl DecisionRecord {
         }
     }
 
+    /// Records `decision`'s reasons, those that decided a block marked as such.
+    pub fn set_reasons(&mut self, decision: &policy::Decision) {
+        self.reasons = decision.reasons.clone();
+        self.blocking = decision.blocking_reasons().len();
+    }
+
     /// The record as one JSON line (with its `\n`), fields in [`field::ORDER`], the URL
     /// redacted unless `log_query`, optional fields left out when empty.
     pub fn to_json_line(&self, log_query: bool) -> String {
