@@ -220,6 +220,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         agents_md: _,
         network: _,
         connect: _,
+        approvals: _,
         // Built once at start, or bound to what was opened then.
         cache,
         ca,
