@@ -298,6 +298,17 @@ mod tests {
         assert!(approvals.settle(&id, approved("alice")).is_err());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_taken_as_time_runs_out_is_honoured() {
+        let approvals = Approvals::new();
+        let hold = approvals.hold(held("r1"), Duration::from_secs(5), 10).expect("room");
+        let id = hold.id().to_owned();
+        tokio::time::advance(Duration::from_secs(6)).await;
+        // The operator was told 200, so the request must not then be refused as timed out.
+        approvals.settle(&id, approved("alice")).expect("still listed until its waiter wakes");
+        assert_eq!(hold.answer().await.decision, ApprovalDecision::Approved);
+    }
+
     #[tokio::test]
     async fn a_grant_is_remembered_per_agent_origin_and_path() {
         let approvals = Approvals::new();

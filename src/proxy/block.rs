@@ -2,7 +2,8 @@
 //! one mapping from a [`ProxyError`] to a status and a plain-text body (pingora's blame rule:
 //! the client's fault is 400, an unreachable origin 502, a slow one 504), and the block answer
 //! built from a gate's `Blocked` (DESIGN.md §6): 403 for a policy, 407 with a
-//! `Proxy-Authenticate` challenge for an unknown agent, 429 with `Retry-After` for a limit.
+//! `Proxy-Authenticate` challenge for an unknown agent, 429 with `Retry-After` for a limit,
+//! and for a request held for a human's approval, how the wait ended (`docs/approvals.md`).
 //! A block answer to HEAD has no body (its headers stay), on HTTP/1.1 and h2 alike.
 //!
 //! Never forwards anything; never decides whether a request is allowed.

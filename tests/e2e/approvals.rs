@@ -410,3 +410,60 @@ async fn the_approval_api_needs_the_token_and_answers_as_documented() -> TestRes
     assert_eq!(the_checkout(&records)?["agentgate.approval.by"], "bob");
     Ok(())
 }
+
+#[tokio::test]
+async fn an_approved_request_still_passes_the_limits() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let policy =
+        agents_md("## Rate Limits\n- requests-per-minute: 1\n\n## Restrictions\n- require-human-approval: /checkout\n");
+    let origin = Origin::https_site(&ca, markdown_site(policy)).await?;
+    let proxy = TestProxy::start_with(&ca, hold).await?;
+    let client = proxy.client()?;
+    assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200, "spends the one request a minute");
+    let waiting = checkout(&client, &origin);
+    let listed = pending(&proxy, None, 1).await?;
+    let id = listed[0]["id"].as_str().ok_or("an id")?;
+    assert_eq!(answer(&proxy, id, None, json!({"decision": "approve"})).await?.0, 200);
+    let response = waiting.await??;
+    assert_eq!(response.status(), 429, "a human's approval is not a budget");
+    assert!(header(&response, "agentgate-decision").starts_with("rate_limited; source=AGENTS.md"), "{response:?}");
+    assert_eq!(origin.hits("/checkout"), 0);
+
+    let records = proxy.finish().await?;
+    let line = the_checkout(&records)?;
+    assert_eq!(line["event.outcome"], "rate_limited");
+    assert_eq!(line["agentgate.approval.decision"], "approved", "the approval is still on record");
+    Ok(())
+}
+
+#[tokio::test]
+async fn deny_mode_and_monitor_mode_never_hold() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = shop(&ca).await?;
+    let proxy = TestProxy::start(&ca).await?;
+    let refused = proxy.client()?.post(origin.url("/checkout")).body("order=42").send().await?;
+    assert_eq!(refused.status(), 403, "deny is the default mode");
+    assert!(!header(&refused, "agentgate-decision").contains("approval="), "{refused:?}");
+    let text = refused.text().await?;
+    assert!(text.contains("does not hold requests for approval"), "{text}");
+    assert!(pending(&proxy, None, 0).await?.is_empty());
+    let records = proxy.finish().await?;
+    let line = the_checkout(&records)?;
+    assert_eq!(line["event.outcome"], "needs_approval");
+    assert!(
+        line.as_object().is_some_and(|fields| !fields.keys().any(|k| k.starts_with("agentgate.approval."))),
+        "{line}"
+    );
+
+    let monitored = TestProxy::start_with(&ca, |config| {
+        hold(config);
+        config.mode = agentgate::config::Mode::Monitor;
+    })
+    .await?;
+    let forwarded = monitored.client()?.post(origin.url("/checkout")).body("order=42").send().await?;
+    assert_eq!(forwarded.status(), 200, "monitor mode forwards without holding");
+    assert_eq!(origin.hits("/checkout"), 1);
+    let records = monitored.finish().await?;
+    assert_eq!(the_checkout(&records)?["event.outcome"], "would_deny");
+    Ok(())
+}
