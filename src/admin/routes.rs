@@ -1,9 +1,10 @@
-//! Routing and answers of the admin API: the bearer-token check, one handler per endpoint,
-//! query parameters checked with errors that name the parameter, `404` for an unknown path,
-//! `405` with `Allow` for a method an endpoint does not take. Every answer is small and
-//! built here in full (no streaming).
+//! Routing and answers of the admin API: the bearer-token check (which also says who the
+//! caller is), one handler per endpoint, query parameters checked with errors that name the
+//! parameter, `404` for an unknown path, `405` with `Allow` for a method an endpoint does not
+//! take. Every answer is small and built here in full (no streaming).
 //!
-//! Never: changes policy, limits or config; the only write is a purge of cached policies.
+//! Never: changes policy, limits or config; the only writes are a purge of cached policies
+//! and an operator's answer to a held request (`super::approvals`).
 
 use bytes::Bytes;
 use http::header::{ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
@@ -11,8 +12,8 @@ use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use serde_json::{Value, json};
 
-use super::policies;
 use super::server::AdminState;
+use super::{approvals, policies};
 use crate::audit::RECENT_CAPACITY;
 
 /// The body of every admin answer.
@@ -21,10 +22,14 @@ pub(super) type AdminBody = Full<Bytes>;
 /// How many records `/decisions/recent` returns without `n`.
 const DEFAULT_RECENT: usize = 100;
 
+/// Who calls when the admin API has no token.
+const ANONYMOUS: &str = "anonymous";
+
 /// The endpoints, with the methods each takes (the `Allow` of a 405) and the query
-/// parameters it reads (any other is a 400, so a misspelt one is not silently ignored).
+/// parameters it reads (any other is a 400, so a misspelt one is not silently ignored). A
+/// path ending in `/` takes one more segment, the id of what it acts on (`/approvals/{id}`).
 type Endpoint = (&'static str, &'static str, &'static [&'static str]);
-const ENDPOINTS: [Endpoint; 7] = [
+const ENDPOINTS: [Endpoint; 9] = [
     ("/healthz", "GET", &[]),
     ("/readyz", "GET", &[]),
     ("/metrics", "GET", &[]),
@@ -32,26 +37,34 @@ const ENDPOINTS: [Endpoint; 7] = [
     ("/policies", "GET, DELETE", &["origin"]),
     ("/explain", "GET", &["url", "method", "agent"]),
     ("/decisions/recent", "GET", &["n"]),
+    ("/approvals", "GET", &[]),
+    ("/approvals/", "POST", &[]),
 ];
 
 /// One admin request, start to answer.
-pub(super) async fn handle<B>(state: &AdminState, request: Request<B>) -> Response<AdminBody> {
+pub(super) async fn handle<B>(state: &AdminState, request: Request<B>) -> Response<AdminBody>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let path = request.uri().path();
     // Liveness stays open so a container health check needs no secret; everything else,
     // unknown paths included, needs the token first.
-    if path != "/healthz" && !authorized(state, &request) {
+    let caller = authorized(state, &request);
+    if path != "/healthz" && caller.is_none() {
         let mut response = error(
             StatusCode::UNAUTHORIZED,
             None,
-            "this admin API needs `Authorization: Bearer TOKEN` ([admin] token_sha256)",
+            "this admin API needs `Authorization: Bearer TOKEN` ([admin] token_sha256 or [[admin.tokens]])",
         );
         response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"agentgate admin\""));
         return response;
     }
-    let Some((path, allowed, parameters)) = ENDPOINTS.iter().find(|(p, _, _)| *p == path).copied() else {
+    let Some((endpoint, allowed, parameters)) = ENDPOINTS.iter().find(|(p, _, _)| routes_to(p, path)).copied() else {
         return error(StatusCode::NOT_FOUND, None, &format!("no admin endpoint at {path}; see docs/admin.md"));
     };
-    let method = request.method();
+    let id = &path[endpoint.len()..];
+    let method = request.method().clone();
     if !allowed.split(", ").any(|m| m == method.as_str()) {
         let mut response =
             error(StatusCode::METHOD_NOT_ALLOWED, None, &format!("{path} answers {allowed}, not {method}"));
@@ -62,7 +75,7 @@ pub(super) async fn handle<B>(state: &AdminState, request: Request<B>) -> Respon
         Ok(query) => query,
         Err(bad) => return bad.response(),
     };
-    let answer = match (path, method) {
+    let answer = match (endpoint, method) {
         ("/healthz", _) => Ok(text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())),
         ("/readyz", _) => Ok(ready(state)),
         ("/metrics", _) => {
@@ -71,20 +84,43 @@ pub(super) async fn handle<B>(state: &AdminState, request: Request<B>) -> Respon
             Ok(text(StatusCode::OK, content_type, state.metrics.encode(scraped)))
         }
         ("/ca.pem", _) => Ok(text(StatusCode::OK, "application/x-pem-file", state.certs.ca_cert_pem().to_owned())),
-        ("/policies", &Method::DELETE) => policies::purge(state, &query).await,
+        ("/policies", Method::DELETE) => policies::purge(state, &query).await,
         ("/policies", _) => policies::show(state, &query).await,
         ("/explain", _) => policies::explain(state, &query).await,
+        ("/approvals", _) => Ok(approvals::list(state)),
+        ("/approvals/", _) => {
+            let caller = caller.unwrap_or_else(|| ANONYMOUS.to_owned());
+            let id = id.to_owned();
+            let (parts, body) = request.into_parts();
+            Ok(approvals::decide(state, &id, caller, &parts.headers, body).await)
+        }
         _ => recent(state, &query),
     };
     answer.unwrap_or_else(BadParameter::response)
 }
 
-/// Whether the request carries the configured token (always, when none is configured).
-fn authorized<B>(state: &AdminState, request: &Request<B>) -> bool {
-    let Some(expected) = &state.token else { return true };
+/// Whether `path` is `endpoint`'s: the same, or for an endpoint ending in `/`, one more
+/// non-empty segment.
+fn routes_to(endpoint: &str, path: &str) -> bool {
+    match endpoint.strip_suffix('/') {
+        Some(_) => path.strip_prefix(endpoint).is_some_and(|id| !id.is_empty() && !id.contains('/')),
+        None => endpoint == path,
+    }
+}
+
+/// Who the caller is: the name of the configured token the request carries (`admin` for
+/// `[admin] token_sha256`), or `anonymous` when none is configured; `None` when tokens are
+/// configured and the request carries none of them. Every digest is compared, so the timing
+/// does not say which name matched.
+fn authorized<B>(state: &AdminState, request: &Request<B>) -> Option<String> {
+    if state.tokens.is_empty() {
+        return Some(ANONYMOUS.to_owned());
+    }
     let presented = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let token = presented.and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
-    token.is_some_and(|token| expected.matches(token.trim()))
+    let token = presented.and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))?.trim();
+    let matched: Vec<&String> =
+        state.tokens.iter().filter(|(_, digest)| digest.matches(token)).map(|(name, _)| name).collect();
+    matched.first().map(|name| (*name).clone())
 }
 
 /// `/readyz`: 200 while the proxy serves with its CA loaded and a healthy decision log.

@@ -296,7 +296,8 @@ fn admin_state(state: &Arc<ProxyState>, cache: PolicyCache, admission: &Arc<Admi
         metrics: Arc::clone(&state.metrics),
         certs: state.certs.clone(),
         connections: Box::new(move || admission.open_connections() as u64),
-        token: state.config.admin.token(),
+        tokens: state.config.admin.tokens(),
+        approvals: state.approvals.clone(),
         draining: AtomicBool::new(false),
     }
 }
