@@ -97,16 +97,31 @@ pub(crate) enum Entry {
     Mitm,
     /// A request inside a CONNECT tunnel that carried plain HTTP (no TLS ClientHello).
     PlainTunnel,
+    /// A CONNECT itself: its host-level decision (a passthrough, or a refused target).
+    Connect,
+    /// A connection the kernel redirected to `[transparent] listen` (`transparent.rs`):
+    /// intercepted TLS (`tls`), or plain HTTP; a passthrough's host-level decision too.
+    Transparent {
+        /// Whether the connection carried TLS (so requests go to the origin over https).
+        tls: bool,
+    },
 }
 
 impl Entry {
-    /// The name used in logs and traces.
+    /// The name used in logs, traces and the decision log's `agentgate.entry`.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Entry::Forward => "forward",
             Entry::Mitm => "mitm",
             Entry::PlainTunnel => "tunnel",
+            Entry::Connect => "connect",
+            Entry::Transparent { .. } => "transparent",
         }
+    }
+
+    /// Whether requests that came in this way reach the origin over TLS.
+    pub(crate) fn is_tls(self) -> bool {
+        matches!(self, Entry::Mitm | Entry::Transparent { tls: true })
     }
 }
 

@@ -22,15 +22,18 @@ mod headers;
 mod idle;
 mod listener;
 mod local;
+mod original_dst;
 mod relay;
 mod resolve;
 mod rewind;
 mod service;
+mod transparent;
 mod upstream;
 
 pub use connect::MitmConfig;
 pub(crate) use context::ProxyState;
 pub use error::{ProxyError, StartError, TunnelError};
+pub use transparent::TransparentConfig;
 pub use listener::{ConnectionsConfig, Proxy, RunningProxy, policy_transport, shutdown_signal};
 pub use upstream::UpstreamConfig;
 
