@@ -309,6 +309,7 @@ impl Gate {
         );
         record.user_agent = user_agent.map(str::to_owned);
         record.instance = Some(Arc::clone(&self.instance));
+        record.entry = Some(req.entry);
         record.purposes = view.purposes.to_vec();
         if decision.outcome != Outcome::Allow {
             record.set_reasons(&decision);

@@ -35,6 +35,7 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
+use rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -209,6 +210,18 @@ impl Origin {
     /// An origin over TLS (certificate from `ca`) serving `site`.
     pub async fn https_site(ca: &TestCa, site: Site) -> TestResult<Origin> {
         Origin::start_site(Some(TlsAcceptor::from(ca.origin_server_config()?)), Some(site)).await
+    }
+
+    /// An origin serving `site` on `listener`, bound by the caller (in another network
+    /// namespace, say), over TLS with `tls` when given.
+    pub fn on_listener(listener: std::net::TcpListener, tls: Option<Arc<ServerConfig>>, site: Site) -> TestResult<Origin> {
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(OriginState::new(Some(site)));
+        let tls = tls.map(TlsAcceptor::from);
+        let task = tokio::spawn(accept_loop(listener, tls.clone(), Arc::clone(&state)));
+        Ok(Origin { addr, tls: tls.is_some(), state, task })
     }
 
     async fn start(tls: Option<TlsAcceptor>) -> TestResult<Origin> {
