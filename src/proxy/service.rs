@@ -53,7 +53,10 @@ enum Target {
     },
     /// A plain-HTTP connection redirected to `[transparent] listen`: each request goes to the
     /// site its `Host` names, once checked to be `original` (`transparent.rs`).
-    Transparent { original: SocketAddr, agent: Identity },
+    Transparent {
+        original: SocketAddr,
+        agent: Identity,
+    },
 }
 
 /// The hyper service for one client connection (the proxy port, or the inside of a tunnel).

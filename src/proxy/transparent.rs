@@ -86,7 +86,12 @@ const MAX_CLIENT_HELLO: usize = 64 * 1024;
 
 /// Accepts redirected connections on `listener` until shutdown starts; each one is admitted
 /// under the `[connections]` caps shared with the proxy port, then served in its own task.
-pub(crate) async fn accept_loop(listener: TcpListener, state: Arc<ProxyState>, admission: Arc<Admission>, drain: Drain) {
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    state: Arc<ProxyState>,
+    admission: Arc<Admission>,
+    drain: Drain,
+) {
     let mut stopping = drain.clone();
     loop {
         let (tcp, client) = tokio::select! {
@@ -306,7 +311,8 @@ fn authority_for(host: &str, port: u16) -> Authority {
 /// `Host` names, on the original destination's port; the original destination itself when
 /// there is no usable `Host` (HTTP/1.0). [`check_host`] then holds the name to that address.
 pub(crate) fn named_authority(headers: &HeaderMap, original: SocketAddr) -> Authority {
-    let named = headers.get(HOST).and_then(|value| value.to_str().ok()).and_then(|value| value.parse::<Authority>().ok());
+    let named =
+        headers.get(HOST).and_then(|value| value.to_str().ok()).and_then(|value| value.parse::<Authority>().ok());
     match named {
         Some(named) => authority_for(named.host().trim_start_matches('[').trim_end_matches(']'), original.port()),
         None => authority_for(&original.ip().to_string(), original.port()),
@@ -329,7 +335,8 @@ pub(crate) async fn check_host(
 ) -> Result<(), Response<ProxyBody>> {
     let headers = request.headers();
     let host = context.authority.host().trim_start_matches('[').trim_end_matches(']');
-    let port_named = headers.get(HOST).and_then(|value| value.to_str().ok()).and_then(|value| value.parse::<Authority>().ok());
+    let port_named =
+        headers.get(HOST).and_then(|value| value.to_str().ok()).and_then(|value| value.parse::<Authority>().ok());
     let other_port = port_named.and_then(|named| named.port_u16()).is_some_and(|port| port != original.port());
     let refusal = match names_destination(state, host, original).await {
         Ok(_) if other_port => Refusal::NotOriginalDestination { host: host.to_owned(), original },
@@ -339,7 +346,11 @@ pub(crate) async fn check_host(
     info!(code = refusal.code(), %original, named = %host, "transparent request refused: {refusal}");
     let Some(origin) = refused_origin(&Scheme::HTTP, host, original) else {
         let authority = context.authority.to_string();
-        return Err(error_response(&ProxyError::BadTunnelRequest { method: "GET".into(), target: host.into(), authority }));
+        return Err(error_response(&ProxyError::BadTunnelRequest {
+            method: "GET".into(),
+            target: host.into(),
+            authority,
+        }));
     };
     let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
     let url = format!("http://{}:{}{path}", origin.host(), origin.port());
@@ -359,7 +370,12 @@ static NO_HEADERS: LazyLock<HeaderMap> = LazyLock::new(HeaderMap::new);
 
 /// The host-level request a refused transparent connection is recorded as: `CONNECT`, as a
 /// refused CONNECT is.
-fn connection_request<'a>(client: SocketAddr, agent: &'a Identity, origin: &'a Origin, url: &'a str) -> GateRequest<'a> {
+fn connection_request<'a>(
+    client: SocketAddr,
+    agent: &'a Identity,
+    origin: &'a Origin,
+    url: &'a str,
+) -> GateRequest<'a> {
     GateRequest {
         client,
         agent,

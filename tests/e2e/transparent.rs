@@ -15,12 +15,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::Value;
 use tokio::process::Command;
 
+use crate::support::TestResult;
 use crate::support::binary::Agentgate;
 use crate::support::curl::{CurlOutput, curl_in_netns};
 use crate::support::log::{self, wait_until};
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
-use crate::support::TestResult;
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
 /// The intercepted site, its HTTP twin, and the passthrough site (`[mitm] passthrough_hosts`).
@@ -229,7 +229,13 @@ fn reasons(record: &Value) -> Vec<(String, Value, String)> {
     let reasons = record["agentgate.reasons"].as_array().cloned().unwrap_or_default();
     reasons
         .iter()
-        .map(|r| (r["code"].as_str().unwrap_or("").to_owned(), r["line"].clone(), r["rule"].as_str().unwrap_or("").to_owned()))
+        .map(|r| {
+            (
+                r["code"].as_str().unwrap_or("").to_owned(),
+                r["line"].clone(),
+                r["rule"].as_str().unwrap_or("").to_owned(),
+            )
+        })
         .collect()
 }
 
@@ -274,7 +280,9 @@ async fn clients_that_ignore_proxy_variables_are_gated_over_https_and_http() -> 
     let records = log::wait_for(&running.log_path, 9).await?;
     let through_proxy = only(&records, "GET", "https://origin.test:443/private/e")?;
     assert_eq!(through_proxy["agentgate.entry"], "mitm");
-    for url in ["https://origin.test:443/private/a", "http://origin.test:80/private/b", "https://origin.test:443/private/c"] {
+    for url in
+        ["https://origin.test:443/private/a", "http://origin.test:80/private/b", "https://origin.test:443/private/c"]
+    {
         let record = only(&records, "GET", url)?;
         assert_eq!(record["agentgate.entry"], "transparent", "{record}");
         assert_eq!(record["event.outcome"], "deny");
@@ -303,7 +311,10 @@ async fn a_passthrough_host_is_spliced_to_the_original_destination_with_the_orig
     assert_eq!(running.pass.hits("/page"), 1);
     // agentgate's CA does not vouch for it: the certificate is the origin's.
     let ca = running.ca_path.display().to_string();
-    let output = running.sandbox.in_client("curl", &["-sS", "--noproxy", "*", "--cacert", &ca, "https://pass.test/page"]).await?;
+    let output = running
+        .sandbox
+        .in_client("curl", &["-sS", "--noproxy", "*", "--cacert", &ca, "https://pass.test/page"])
+        .await?;
     assert!(!output.status.success(), "the origin's certificate is not agentgate's");
 
     let records = wait_until(&running.log_path, "passthrough records", |records| {
@@ -325,12 +336,20 @@ async fn a_host_or_sni_naming_another_site_than_the_original_destination_is_refu
     let fronted = curl_in_netns(c, &["--noproxy", "*", "-H", "Host: other.test", "http://origin.test/page"]).await?;
     let fronted = fronted.ok_or("curl is missing")?;
     assert_eq!(fronted.status, 403);
-    assert!(fronted.headers.contains("code=transparent.host_mismatch") || fronted.headers.contains("transparent.host_mismatch"), "{}", fronted.headers);
+    assert!(
+        fronted.headers.contains("code=transparent.host_mismatch")
+            || fronted.headers.contains("transparent.host_mismatch"),
+        "{}",
+        fronted.headers
+    );
     // TLS to origin.test's address with the SNI other.test: closed before any handshake.
     let resolve = format!("other.test:443:{ORIGIN_IP}");
     let output = running
         .sandbox
-        .in_client("curl", &["-sS", "--noproxy", "*", "--cacert", &ca, "--resolve", &resolve, "https://other.test/page"])
+        .in_client(
+            "curl",
+            &["-sS", "--noproxy", "*", "--cacert", &ca, "--resolve", &resolve, "https://other.test/page"],
+        )
         .await?;
     assert!(!output.status.success(), "a fronted TLS connection is refused");
     assert_eq!(running.http.hits("/page") + running.https.hits("/page"), 0, "nothing reached an origin");
@@ -340,7 +359,10 @@ async fn a_host_or_sni_naming_another_site_than_the_original_destination_is_refu
     })
     .await?;
     let http = only(&records, "GET", "http://other.test:80/page")?;
-    assert_eq!((http["agentgate.entry"].as_str(), http["http.response.status_code"].as_u64()), (Some("transparent"), Some(403)));
+    assert_eq!(
+        (http["agentgate.entry"].as_str(), http["http.response.status_code"].as_u64()),
+        (Some("transparent"), Some(403))
+    );
     let tls = only(&records, "CONNECT", "https://other.test:443/")?;
     assert_eq!(tls["agentgate.entry"], "transparent");
     assert!(tls["agentgate.reasons"][0]["rule"].as_str().is_some_and(|r| r.contains(ORIGIN_IP)), "{tls}");

@@ -32,10 +32,10 @@ use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
-use rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -214,7 +214,11 @@ impl Origin {
 
     /// An origin serving `site` on `listener`, bound by the caller (in another network
     /// namespace, say), over TLS with `tls` when given.
-    pub fn on_listener(listener: std::net::TcpListener, tls: Option<Arc<ServerConfig>>, site: Site) -> TestResult<Origin> {
+    pub fn on_listener(
+        listener: std::net::TcpListener,
+        tls: Option<Arc<ServerConfig>>,
+        site: Site,
+    ) -> TestResult<Origin> {
         listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(listener)?;
         let addr = listener.local_addr()?;
