@@ -26,8 +26,10 @@ const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
 /// The intercepted site, its HTTP twin, and the passthrough site (`[mitm] passthrough_hosts`).
 const ORIGIN_IP: &str = "10.200.2.2";
 const PASS_IP: &str = "10.200.2.3";
+/// The intercepted site over IPv6 (`ip6` nat, `IP6T_SO_ORIGINAL_DST`).
+const ORIGIN6_IP: &str = "fd00:200:2::2";
 /// Names in both namespaces' hosts files; `other.test` is a site nothing listens for.
-const HOSTS: &str = "10.200.2.2 origin.test\n10.200.2.3 pass.test\n10.200.2.9 other.test\n";
+const HOSTS: &str = "10.200.2.2 origin.test\n10.200.2.3 pass.test\n10.200.2.9 other.test\nfd00:200:2::2 origin6.test\n";
 
 static SANDBOXES: AtomicUsize = AtomicUsize::new(0);
 
@@ -91,16 +93,24 @@ impl Sandbox {
         for ip in [ORIGIN_IP, PASS_IP] {
             run(&["ip", "-n", g, "addr", "add", &format!("{ip}/32"), "dev", "lo"])?;
         }
+        // IPv6 beside it; `nodad`: usable at once, no duplicate address detection to wait for.
+        run(&["ip", "-n", c, "addr", "add", "fd00:200:1::2/64", "dev", "vc0", "nodad"])?;
+        run(&["ip", "-n", c, "-6", "route", "add", "default", "via", "fd00:200:1::1"])?;
+        run(&["ip", "-n", g, "addr", "add", "fd00:200:1::1/64", "dev", "vg0", "nodad"])?;
+        run(&["ip", "-n", g, "addr", "add", &format!("{ORIGIN6_IP}/128"), "dev", "lo", "nodad"])?;
         Ok(Some(sandbox))
     }
 
-    /// The nftables rule under test: tcp 80 and 443 arriving from the client's veth go to
-    /// agentgate's transparent `port` (agentgate's own connections, made in `gate`, never
-    /// pass PREROUTING, so they need no exemption).
-    fn redirect_to(&self, port: u16) -> TestResult {
-        let rules = format!(
-            "table ip agentgate_test {{\n chain prerouting {{\n  type nat hook prerouting priority dstnat; policy accept;\n  iifname \"vg0\" tcp dport {{ 80, 443 }} redirect to :{port}\n }}\n}}\n"
-        );
+    /// The nftables rules under test: tcp 80 and 443 arriving from the client's veth go to
+    /// agentgate's transparent ports, `v4` and `v6` (agentgate's own connections, made in
+    /// `gate`, never pass PREROUTING, so they need no exemption).
+    fn redirect_to(&self, v4: u16, v6: u16) -> TestResult {
+        let table = |family: &str, port: u16| {
+            format!(
+                "table {family} agentgate_test {{\n chain prerouting {{\n  type nat hook prerouting priority dstnat; policy accept;\n  iifname \"vg0\" tcp dport {{ 80, 443 }} redirect to :{port}\n }}\n}}\n"
+            )
+        };
+        let rules = table("ip", v4) + &table("ip6", v6);
         let path = std::env::temp_dir().join(format!("{}.nft", self.gate));
         std::fs::write(&path, rules)?;
         let result = run(&["ip", "netns", "exec", &self.gate, "nft", "-f", &path.display().to_string()]);
@@ -137,6 +147,8 @@ struct Running {
     http: Origin,
     /// The passthrough origin.
     pass: Origin,
+    /// The intercepted HTTPS origin on IPv6.
+    https6: Origin,
     origin_ca: TestCa,
     /// agentgate's CA, as the client trusts it.
     ca_path: PathBuf,
@@ -155,19 +167,22 @@ async fn start() -> TestResult<Option<Running>> {
     let http = Origin::on_listener(sandbox.bind_in_gate(at(ORIGIN_IP, 80)?)?, None, site())?;
     let pass_config = origin_ca.server_config_for(&["pass.test"])?;
     let pass = Origin::on_listener(sandbox.bind_in_gate(at(PASS_IP, 443)?)?, Some(pass_config), site())?;
+    let https6_config = origin_ca.server_config_for(&["origin6.test"])?;
+    let https6_addr = format!("[{ORIGIN6_IP}]:443").parse()?;
+    let https6 = Origin::on_listener(sandbox.bind_in_gate(https6_addr)?, Some(https6_config), site())?;
 
     let dir = tempfile::tempdir()?;
     let log_path = dir.path().join("decisions.jsonl");
     let config = format!(
         r#"listen = "10.200.1.1:0"
 [transparent]
-listen = ["0.0.0.0:0"]
+listen = ["0.0.0.0:0", "[::]:0"]
 [ca]
 dir = "{ca}"
 [upstream]
 extra_ca_files = ["{origin_ca}"]
 [network]
-allow_cidrs = ["10.200.2.0/24"]
+allow_cidrs = ["10.200.2.0/24", "fd00:200:2::/64"]
 [mitm]
 passthrough_hosts = ["pass.test"]
 [audit]
@@ -182,17 +197,32 @@ listen = "off"
     let config_path = dir.path().join("agentgate.toml");
     std::fs::write(&config_path, config)?;
     let gate = Agentgate::start_in_netns(&sandbox.gate, dir.path(), &config_path, "agentgate=info").await?;
-    let bound = gate.logged(&["transparent listener bound"], 1).await?;
-    let transparent_port = bound
+    let bound = gate.logged(&["transparent listener bound"], 2).await?;
+    let listeners: Vec<SocketAddr> = bound
         .lines()
-        .find(|line| line.contains("transparent listener bound"))
-        .and_then(|line| line.split_whitespace().find_map(|field| field.strip_prefix("local_addr=")))
-        .and_then(|addr| addr.parse::<SocketAddr>().ok())
-        .ok_or_else(|| format!("no transparent listener address in:\n{bound}"))?
-        .port();
-    sandbox.redirect_to(transparent_port)?;
+        .filter(|line| line.contains("transparent listener bound"))
+        .filter_map(|line| line.split_whitespace().find_map(|field| field.strip_prefix("local_addr=")))
+        .filter_map(|addr| addr.parse().ok())
+        .collect();
+    let port = |v4: bool| listeners.iter().find(|addr| addr.is_ipv4() == v4).map(SocketAddr::port);
+    let (Some(transparent_port), Some(transparent_port6)) = (port(true), port(false)) else {
+        return Err(format!("no IPv4 and IPv6 transparent listeners in:\n{bound}").into());
+    };
+    sandbox.redirect_to(transparent_port, transparent_port6)?;
     let ca_path = dir.path().join("ca/agentgate-ca.pem");
-    Ok(Some(Running { sandbox, gate, https, http, pass, origin_ca, ca_path, log_path, transparent_port, _dir: dir }))
+    Ok(Some(Running {
+        sandbox,
+        gate,
+        https,
+        http,
+        pass,
+        https6,
+        origin_ca,
+        ca_path,
+        log_path,
+        transparent_port,
+        _dir: dir,
+    }))
 }
 
 /// python3's urllib with no proxy at all (an empty `ProxyHandler`), trusting `ca`: the
@@ -383,6 +413,25 @@ async fn a_connection_straight_to_the_transparent_port_is_refused_and_nothing_lo
     assert_eq!(records.len(), 1, "{records:#?}");
     assert_eq!(records[0]["agentgate.reasons"][0]["code"], "network.own_address");
     assert_eq!(records[0]["agentgate.entry"], "transparent");
-    assert_eq!(running.http.connections() + running.https.connections() + running.pass.connections(), 0);
+    let origins = [&running.http, &running.https, &running.pass, &running.https6];
+    assert_eq!(origins.iter().map(|origin| origin.connections()).sum::<usize>(), 0);
+    running.gate.stop().await
+}
+
+#[tokio::test]
+async fn ipv6_connections_are_redirected_and_gated_too() -> TestResult {
+    let Some(running) = start().await? else { return Ok(()) };
+    let (c, ca) = (running.sandbox.client.as_str(), running.ca_path.display().to_string());
+    let allowed = fetch(c, &ca, "https://origin6.test/page").await?;
+    assert_eq!(allowed.status, 200, "{}", allowed.headers);
+    let blocked = fetch(c, &ca, "https://origin6.test/private/a").await?;
+    assert_eq!(blocked.status, 403);
+    assert!(blocked.headers.contains("agentgate-decision: deny; source=robots.txt; line=2"), "{}", blocked.headers);
+    assert_eq!((running.https6.hits("/page"), running.https6.hits("/private/a")), (1, 0));
+    let records = log::wait_for(&running.log_path, 2).await?;
+    let record = only(&records, "GET", "https://origin6.test:443/private/a")?;
+    assert_eq!(record["agentgate.entry"], "transparent");
+    assert_eq!(record["client.address"], "fd00:200:1::2");
+    assert_eq!(record["agentgate.reasons"][0]["code"], "robots.disallow");
     running.gate.stop().await
 }
