@@ -130,7 +130,7 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
         }
     };
     let live = state.generation();
-    let url = format!("https://{}/", authority_for(&original.ip().to_string(), original.port()));
+    let url = format!("https://{original}/");
     let agent = match live.gate.identify_agent(client, "CONNECT", &url, &HeaderMap::new()) {
         Ok(agent) => agent,
         Err(blocked) => {
@@ -228,7 +228,7 @@ async fn passthrough(
         return info!(%client, %authority, "transparent passthrough refused by the gate; closed");
     };
     // The original destination, not whatever the name resolves to now (vetted by the guard).
-    let dial = authority_for(&original.ip().to_string(), original.port());
+    let dial = original_authority(original);
     match open_passthrough(state, permit, &dial).await {
         Ok(Ok(origin)) => {
             let _open = state.metrics.tunnel_opened();
@@ -280,7 +280,7 @@ async fn read_sni(tcp: &mut TcpStream, first: &mut BytesMut) -> Result<Option<St
 /// same `network.*` reason a proxied request would).
 async fn names_destination(state: &ProxyState, host: &str, original: SocketAddr) -> Result<Authority, Refusal> {
     let mismatch = || Refusal::NotOriginalDestination { host: host.to_owned(), original };
-    let authority = authority_for(host, original.port());
+    let authority = authority_for(host, original.port()).ok_or_else(mismatch)?;
     let canonical = canonical_host(host).map_err(|_| mismatch())?;
     let addresses = match state.guard.check(&canonical, original.port()).await {
         Ok(vetted) => vetted.addresses().to_vec(),
@@ -297,14 +297,20 @@ fn names_address(addresses: &[IpAddr], original: IpAddr) -> bool {
     addresses.iter().any(|ip| canonical(*ip) == canonical(original))
 }
 
-/// `host:port`, with brackets around an IPv6 address. An unparsable host (a bad SNI) falls
-/// back to nothing routable: the caller refuses it first (`names_destination`).
-fn authority_for(host: &str, port: u16) -> Authority {
+/// `host:port`, with brackets around an IPv6 address; `None` when `host` cannot be a URI
+/// host (a malformed SNI or `Host`).
+fn authority_for(host: &str, port: u16) -> Option<Authority> {
     let text = match host.parse::<IpAddr>() {
         Ok(IpAddr::V6(v6)) => format!("[{v6}]:{port}"),
         _ => format!("{host}:{port}"),
     };
-    text.parse().unwrap_or_else(|_| Authority::from_static("invalid.invalid:0"))
+    text.parse().ok()
+}
+
+/// The original destination as an authority (`10.0.0.5:443`, `[2001:db8::5]:443`).
+fn original_authority(original: SocketAddr) -> Authority {
+    // `SocketAddr`'s display is `ip:port`, brackets around IPv6: always an authority.
+    original.to_string().parse().expect("a socket address is a valid URI authority")
 }
 
 /// The authority a plain-HTTP request on a transparent connection is routed to: the host its
@@ -314,8 +320,9 @@ pub(crate) fn named_authority(headers: &HeaderMap, original: SocketAddr) -> Auth
     let named =
         headers.get(HOST).and_then(|value| value.to_str().ok()).and_then(|value| value.parse::<Authority>().ok());
     match named {
-        Some(named) => authority_for(named.host().trim_start_matches('[').trim_end_matches(']'), original.port()),
-        None => authority_for(&original.ip().to_string(), original.port()),
+        Some(named) => authority_for(named.host().trim_start_matches('[').trim_end_matches(']'), original.port())
+            .unwrap_or_else(|| original_authority(original)),
+        None => original_authority(original),
     }
 }
 
@@ -392,9 +399,9 @@ fn connection_request<'a>(
 /// The origin of a refused connection's record: `host` on the original port, or the original
 /// destination itself when `host` is not a usable host (a bad SNI).
 fn refused_origin(scheme: &Scheme, host: &str, original: SocketAddr) -> Option<Origin> {
-    Origin::from_parts(scheme, &authority_for(host, original.port()))
-        .or_else(|_| Origin::from_parts(scheme, &authority_for(&original.ip().to_string(), original.port())))
-        .ok()
+    authority_for(host, original.port())
+        .and_then(|authority| Origin::from_parts(scheme, &authority).ok())
+        .or_else(|| Origin::from_parts(scheme, &original_authority(original)).ok())
 }
 
 /// Records a refused connection that got no HTTP answer (TLS, or closed before a request).
@@ -432,7 +439,8 @@ mod tests {
         assert_eq!(named_authority(&HeaderMap::new(), original).as_str(), "10.200.2.2:80", "HTTP/1.0: no Host");
         assert_eq!(named_authority(&headers("a b"), original).as_str(), "10.200.2.2:80", "unparsable");
         let v6: SocketAddr = "[2001:db8::5]:443".parse().expect("a socket address");
-        assert_eq!(authority_for(&v6.ip().to_string(), v6.port()).as_str(), "[2001:db8::5]:443");
+        assert_eq!(original_authority(v6).as_str(), "[2001:db8::5]:443");
+        assert_eq!(authority_for("a b", 443), None, "a malformed SNI or Host routes nowhere");
     }
 
     #[test]
