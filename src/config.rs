@@ -33,7 +33,7 @@ pub use crate::limits::{LimitsConfig, OnFailure, RedisConfig, Store};
 use crate::net::is_host_pattern;
 pub use crate::net::{ConnectConfig, NetworkConfig, PortRange};
 pub use crate::policy::operator::{Mode, RuleAction};
-pub use crate::proxy::{ConnectionsConfig, MitmConfig, UpstreamConfig};
+pub use crate::proxy::{ConnectionsConfig, MitmConfig, TransparentConfig, UpstreamConfig};
 use crate::setting::{duration, nonzero_caps, socket_addr};
 
 /// The documented default config file, exactly as shipped in `config/agentgate.toml`.
@@ -96,6 +96,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// What a request that needs a human's approval gets (`[approvals]`).
     pub approvals: ApprovalsConfig,
+    /// Listeners for connections the kernel redirects to agentgate (`[transparent]`).
+    pub transparent: TransparentConfig,
 }
 
 /// `[ca]`: where the proxy's CA lives.
@@ -174,6 +176,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             admin: AdminConfig::default(),
             approvals: ApprovalsConfig::default(),
+            transparent: TransparentConfig::default(),
         }
     }
 }
@@ -287,6 +290,19 @@ impl Config {
                 "listen = \"{}\" and [admin] listen = \"{admin}\" use the same address; give the admin API its own port, e.g. \"127.0.0.1:9090\"",
                 self.listen
             ));
+        }
+        self.transparent.problems(&mut problems);
+        for addr in &self.transparent.listen {
+            let taken = [("listen", Some(self.listen)), ("[admin] listen", self.admin.listen)];
+            for (key, other) in taken {
+                if let Some(other) = other
+                    && same_socket(*addr, other)
+                {
+                    problems.push(format!(
+                        "[transparent] listen entry \"{addr}\" and {key} = \"{other}\" use the same address; give transparent mode its own port, e.g. \"0.0.0.0:8443\""
+                    ));
+                }
+            }
         }
         problems
     }
@@ -625,6 +641,23 @@ identity = "bad\u0001value"
         for host in ["www.bank.example", "pinned.example", "xpinned.example", "10.0.0.6", "example", ""] {
             assert!(!mitm.is_passthrough(host), "{host}");
         }
+    }
+
+    #[test]
+    fn transparent_listen_must_be_its_own_address() {
+        let text = "listen = \"127.0.0.1:8080\"\n[transparent]\nlisten = [\"0.0.0.0:8080\", \"127.0.0.1:9090\", \"[::]:8443\"]\n";
+        let found = problems(text);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].contains("\"0.0.0.0:8080\" and listen = \"127.0.0.1:8080\""), "{found:?}");
+        assert!(found[0].contains("give transparent mode its own port"), "{found:?}");
+        assert!(found[1].contains("[admin] listen = \"127.0.0.1:9090\""), "{found:?}");
+        let ok = Config::from_toml_str("[transparent]\nlisten = [\"0.0.0.0:8443\", \"[::]:8443\"]\n", "t.toml");
+        assert_eq!(ok.map(|c| c.transparent.listen.len()).ok(), Some(2));
+        let twice = problems("[transparent]\nlisten = [\"0.0.0.0:8443\", \"0.0.0.0:8443\"]\n");
+        assert!(twice[0].contains("listed twice"), "{twice:?}");
+        let bad = syntax("[transparent]\nlisten = [\"8443\"]\n");
+        assert!(bad.contains("invalid socket address \"8443\""), "{bad}");
+        assert!(syntax("[transparent]\nport = 1\n").contains("unknown field"));
     }
 
     #[test]

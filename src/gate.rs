@@ -57,6 +57,9 @@ pub struct GateRequest<'a> {
     /// The addresses the network guard vetted for the origin's host (`crate::net::Guard`),
     /// for operator rules that name an address or a CIDR.
     pub addresses: &'a [IpAddr],
+    /// How the request reached agentgate (`agentgate.entry`: `forward`, `mitm`, `tunnel`,
+    /// `connect`, `transparent`).
+    pub entry: &'static str,
 }
 
 /// A request the gate let through. Only the gate can make one, so a forward without a
@@ -323,6 +326,7 @@ impl Gate {
         );
         record.user_agent = user_agent.map(str::to_owned);
         record.instance = Some(Arc::clone(&self.instance));
+        record.entry = Some(req.entry);
         record.purposes = view.purposes.to_vec();
         if decision.outcome != Outcome::Allow {
             record.set_reasons(&decision);
@@ -452,6 +456,7 @@ impl Gate {
     fn record_for(&self, outcome: LogOutcome, req: &GateRequest<'_>) -> DecisionRecord {
         let mode = req.agent.mode(self.mode);
         let mut record = DecisionRecord::new(outcome, mode, req.client, req.agent.id.to_string(), req.method, req.url);
+        record.entry = Some(req.entry);
         record.user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
         record.instance = Some(Arc::clone(&self.instance));
         record

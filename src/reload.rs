@@ -12,7 +12,7 @@
 //! cache, the upstream pool, the decision log writer and every connection (a request in
 //! flight finishes under the generation it started with). The settings that need a restart
 //! (`listen`, `[cache]`, `[ca]`, `[upstream]`, `[mitm] cert_cache_size`, `[connections]`,
-//! `[audit]`, `[limits]`, `[admin]`: [`in_force`]) keep their running values, each change logged as
+//! `[audit]`, `[limits]`, `[admin]`, `[transparent]`: [`in_force`]) keep their running values, each change logged as
 //! "needs a restart".
 //!
 //! Never: stops the proxy, opens listeners, or decides a request (the gate does, with the
@@ -231,6 +231,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         audit,
         limits,
         admin,
+        transparent,
     } = &mut config;
     keep(&mut needs_restart, "listen", listen, &running.listen);
     keep(&mut needs_restart, "[cache]", cache, &running.cache);
@@ -241,6 +242,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
     keep(&mut needs_restart, "[audit]", audit, &running.audit);
     keep(&mut needs_restart, "[limits]", limits, &running.limits);
     keep(&mut needs_restart, "[admin]", admin, &running.admin);
+    keep(&mut needs_restart, "[transparent]", transparent, &running.transparent);
     (config, needs_restart)
 }
 

@@ -33,6 +33,19 @@ pub(crate) fn socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<
     parse_value(deserializer, |s| SocketAddr::from_str(s).ok(), "socket address", SOCKET_ADDR)
 }
 
+/// A list of socket addresses, each as [`socket_addr`] reads one.
+pub(crate) fn socket_addrs<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<SocketAddr>, D::Error> {
+    let texts = Vec::<String>::deserialize(deserializer)?;
+    texts
+        .iter()
+        .map(|text| {
+            SocketAddr::from_str(text.trim()).map_err(|_| {
+                serde::de::Error::custom(format!("invalid socket address {text:?}; expected a list of {SOCKET_ADDR}"))
+            })
+        })
+        .collect()
+}
+
 pub(crate) fn optional_socket_addr<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<SocketAddr>, D::Error> {
     let parse = |s: &str| match s {
         "off" => Some(None),

@@ -21,6 +21,10 @@ pub const AGENT: &str = "agentgate.agent";
 pub const MODE: &str = "agentgate.mode";
 /// Which replica wrote the record (`instance` in the config; by default the host name).
 pub const INSTANCE: &str = "agentgate.instance";
+/// How the request reached agentgate: `forward` (absolute-form on the proxy port), `connect`
+/// (a CONNECT's own decision), `mitm` (inside an intercepted tunnel), `tunnel` (plain HTTP in
+/// a tunnel), `transparent` (a connection redirected to `[transparent] listen`).
+pub const ENTRY: &str = "agentgate.entry";
 /// The request method as sent (`GET`, `POST`, ...).
 pub const HTTP_REQUEST_METHOD: &str = "http.request.method";
 /// The request URL without user info or fragment, query values redacted unless `log_query`.
@@ -60,7 +64,7 @@ pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line
 /// when they have no value; the rest keep this order.
-pub const ORDER: [&str; 25] = [
+pub const ORDER: [&str; 26] = [
     TIMESTAMP,
     EVENT_ID,
     EVENT_OUTCOME,
@@ -70,6 +74,7 @@ pub const ORDER: [&str; 25] = [
     AGENT,
     MODE,
     INSTANCE,
+    ENTRY,
     HTTP_REQUEST_METHOD,
     URL_FULL,
     URL_DOMAIN,

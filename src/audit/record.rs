@@ -121,6 +121,9 @@ pub struct DecisionRecord {
     pub mode: Mode,
     /// The replica that wrote it (`agentgate.instance`; the gate sets it on every record).
     pub instance: Option<Arc<str>>,
+    /// How the request reached agentgate (`agentgate.entry`; the gate sets it on every
+    /// record of a parsed request or connection).
+    pub entry: Option<&'static str>,
     /// Request head to end of response (`event.duration`, nanoseconds); `None` leaves it out.
     pub duration: Option<Duration>,
     /// The agent's address (`client.address`, `client.port`).
@@ -192,6 +195,7 @@ impl DecisionRecord {
             outcome,
             mode,
             instance: None,
+            entry: None,
             duration: None,
             client,
             agent: agent.into(),
@@ -290,6 +294,9 @@ impl Serialize for Line<'_> {
         map.serialize_entry(field::MODE, rec.mode.as_str())?;
         if let Some(instance) = &rec.instance {
             map.serialize_entry(field::INSTANCE, instance)?;
+        }
+        if let Some(entry) = rec.entry {
+            map.serialize_entry(field::ENTRY, entry)?;
         }
         map.serialize_entry(field::HTTP_REQUEST_METHOD, &rec.method)?;
         map.serialize_entry(field::URL_FULL, &url.full)?;
@@ -579,6 +586,7 @@ mod tests {
         rec.error = Some("origin unreachable: connection refused".to_owned());
         rec.error_type = Some(ErrorType::Origin);
         rec.instance = Some(Arc::from("replica-2"));
+        rec.entry = Some("transparent");
         let line = rec.to_json_line(true);
         let value: serde_json::Value = serde_json::from_str(&line).expect("the encoder writes JSON");
         let keys: Vec<&str> = value.as_object().expect("a line is an object").keys().map(String::as_str).collect();
@@ -594,7 +602,7 @@ mod tests {
                 r#"{"@timestamp":"2023-11-14T22:13:20.123Z","event.id":"0123456789abcdef0123456789abcdef","#,
                 r#""event.outcome":"error","event.duration":1500000,"client.address":"10.0.0.7","client.port":51234,"#,
                 r#""agentgate.agent":"bot-1","agentgate.mode":"monitor","agentgate.instance":"replica-2","#,
-                r#""http.request.method":"GET","#,
+                r#""agentgate.entry":"transparent","http.request.method":"GET","#,
                 r#""url.full":"https://Example.com/private/x?q=secret","url.domain":"example.com","#,
                 r#""user_agent.original":"ExampleBot/1.0 \"quoted\"\n","agentgate.purposes":["search"],"#,
                 r#""http.response.status_code":502,"#,

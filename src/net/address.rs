@@ -167,6 +167,18 @@ pub enum Refusal {
         /// The refused address and port.
         addr: SocketAddr,
     },
+    /// A connection redirected to `[transparent] listen` whose SNI or `Host` names another
+    /// site than the address the client really connected to (domain fronting), or a name
+    /// that does not resolve to it.
+    #[error(
+        "{host} does not resolve to {original}, the address this connection was made to; a transparent connection may only reach the site it was addressed to"
+    )]
+    NotOriginalDestination {
+        /// The SNI or `Host` name as sent.
+        host: String,
+        /// The original destination (`SO_ORIGINAL_DST`).
+        original: SocketAddr,
+    },
     /// A CONNECT to a port outside `[connect] allowed_ports`.
     #[error("CONNECT to port {port} is not allowed; [connect] allowed_ports lists the ports tunnels may open")]
     PortNotAllowed {
@@ -182,6 +194,7 @@ impl Refusal {
             Refusal::PrivateAddress { .. } => "network.private_address",
             Refusal::DeniedCidr { .. } => "network.denied_cidr",
             Refusal::OwnAddress { .. } => "network.own_address",
+            Refusal::NotOriginalDestination { .. } => "transparent.host_mismatch",
             Refusal::PortNotAllowed { .. } => "network.port_not_allowed",
         }
     }
@@ -257,7 +270,10 @@ impl AddressPolicy {
         Ok(())
     }
 
-    fn is_own(&self, addr: SocketAddr) -> bool {
+    /// Whether `addr` is one of agentgate's own listen or admin addresses (a listener on
+    /// `0.0.0.0` or `::` owns its port on loopback too).
+    pub fn is_own(&self, addr: SocketAddr) -> bool {
+        let addr = SocketAddr::new(canonical_ip(addr.ip()), addr.port());
         let own = self.own.read().unwrap_or_else(PoisonError::into_inner);
         own.iter().any(|own| {
             let own_ip = canonical_ip(own.ip());

@@ -20,7 +20,8 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::net::TcpStream;
 use tokio_rustls::LazyConfigAcceptor;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
@@ -147,6 +148,7 @@ pub(crate) async fn handle_connect(
         path_and_query: "/",
         headers: &headers,
         addresses: &[],
+        entry: Entry::Connect.as_str(),
     };
     // agentgate.local is answered inside the tunnel by agentgate itself (`local.rs`): never
     // looked up, vetted or passed through.
@@ -171,21 +173,10 @@ pub(crate) async fn handle_connect(
                 Ok(permit) => permit,
                 Err(blocked) => return Ok(blocked),
             };
-            let started = Instant::now();
-            let opened = state.upstream.open_tunnel(&authority).await;
-            let decided = completed(permit.into_record(), started, opened.as_ref().map(|_| StatusCode::OK));
-            state.metrics.record(&decided);
-            // The audit promise: under `on_failure = "block"` no byte is spliced before the
-            // record is on disk.
-            if opened.is_ok() && state.audit.on_failure() == OnFailure::Block {
-                if let Err(unrecorded) = state.audit.commit(&decided).await {
-                    warn!(error = %unrecorded.cause, "decision log unavailable; refusing to open the tunnel unaudited");
-                    return Ok(audit_unavailable());
-                }
-            } else if let Err(unrecorded) = state.audit.record(&decided).await {
-                warn!(error = %unrecorded.cause, event_id = %decided.id, "decision record not written");
-            }
-            let origin = opened?;
+            let origin = match open_passthrough(state, permit, &authority).await {
+                Ok(opened) => opened?,
+                Err(AuditUnavailable) => return Ok(audit_unavailable()),
+            };
             let open = state.metrics.tunnel_opened();
             tokio::spawn(
                 async move {
@@ -217,10 +208,41 @@ pub(crate) async fn handle_connect(
     Ok(tunnel_established())
 }
 
+/// The decision log could not take a passthrough's record under `[audit] on_failure =
+/// "block"`, so the tunnel was not opened.
+pub(crate) struct AuditUnavailable;
+
+/// Opens a permitted passthrough tunnel's connection to `dial` (through the network guard)
+/// and records the decision with the outcome of that dial. The audit promise: under
+/// `on_failure = "block"` no byte is spliced before the record is on disk.
+///
+/// # Errors
+/// [`AuditUnavailable`] when the record could not be committed (the connection is dropped);
+/// otherwise the dial's own result, recorded either way.
+pub(crate) async fn open_passthrough(
+    state: &ProxyState,
+    permit: Permitted,
+    dial: &Authority,
+) -> Result<Result<TcpStream, ProxyError>, AuditUnavailable> {
+    let started = Instant::now();
+    let opened = state.upstream.open_tunnel(dial).await;
+    let decided = completed(permit.into_record(), started, opened.as_ref().map(|_| StatusCode::OK));
+    state.metrics.record(&decided);
+    if opened.is_ok() && state.audit.on_failure() == OnFailure::Block {
+        if let Err(unrecorded) = state.audit.commit(&decided).await {
+            warn!(error = %unrecorded.cause, "decision log unavailable; refusing to open the tunnel unaudited");
+            return Err(AuditUnavailable);
+        }
+    } else if let Err(unrecorded) = state.audit.record(&decided).await {
+        warn!(error = %unrecorded.cause, event_id = %decided.id, "decision record not written");
+    }
+    Ok(opened)
+}
+
 /// The host-level decision for a passthrough tunnel: the gate decides on `GET /`
 /// over https, since nothing inside the tunnel will be seen; the record says `CONNECT`.
 /// A block is answered (and recorded) here, before any `200`.
-async fn decide_passthrough(
+pub(crate) async fn decide_passthrough(
     state: &ProxyState,
     gate: &Gate,
     request: GateRequest<'_>,
@@ -264,12 +286,11 @@ async fn intercept(
     drain: Drain,
 ) -> Result<(), TunnelError> {
     let handshake_failed = |cause: String| TunnelError::ClientHandshake { authority: authority.to_string(), cause };
-    let tls_failed = |error: std::io::Error| handshake_error(&authority, &error);
     let upgraded = on_upgrade.await.map_err(|error| handshake_failed(error_chain(&error)))?;
     let mut io = TokioIo::new(upgraded);
     let mut first = BytesMut::with_capacity(4096);
     let settings = &state.config.connections;
-    let (first_byte_timeout, handshake_timeout) = (settings.first_byte_timeout, settings.tls_handshake_timeout);
+    let first_byte_timeout = settings.first_byte_timeout;
     let read = tokio::time::timeout(first_byte_timeout, io.read_buf(&mut first)).await;
     match read {
         Ok(Ok(0)) => return Ok(()),
@@ -277,7 +298,7 @@ async fn intercept(
         Ok(Err(error)) => return Err(handshake_failed(error_chain(&error))),
         Err(_elapsed) => return Err(handshake_failed(format!("the client sent nothing for {first_byte_timeout:?}"))),
     }
-    let is_tls = first.first() == Some(&TLS_HANDSHAKE_RECORD);
+    let is_tls = starts_tls(&first);
     let io = Rewind::new(first.freeze(), io);
     if !is_tls {
         debug!("no TLS ClientHello: serving the tunnel as plain HTTP");
@@ -286,7 +307,37 @@ async fn intercept(
         serve_connection(io, service, ServerProtocols::Http1, drain, &settings).await;
         return Ok(());
     }
+    serve_intercepted(state, client, agent, authority, io, Entry::Mitm, drain).await
+}
 
+/// Whether `first`, the first bytes of a connection, start a TLS handshake record.
+pub(crate) fn starts_tls(first: &[u8]) -> bool {
+    first.first() == Some(&TLS_HANDSHAKE_RECORD)
+}
+
+/// Terminates the client's TLS on `io` (whose first bytes are a ClientHello) with a leaf
+/// minted for its SNI name (or `authority`'s host when it sent none), within
+/// `[connections] tls_handshake_timeout`, then serves the inner HTTP/1.1 or h2: every
+/// request routed to `authority` and decided as `agent`'s. A CONNECT tunnel and a
+/// transparent TLS connection (`transparent.rs`) are served here alike.
+///
+/// # Errors
+/// [`TunnelError`] when the handshake fails or a leaf cannot be minted.
+pub(crate) async fn serve_intercepted<I>(
+    state: Arc<ProxyState>,
+    client: SocketAddr,
+    agent: Identity,
+    authority: Authority,
+    io: I,
+    entry: Entry,
+    drain: Drain,
+) -> Result<(), TunnelError>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let handshake_failed = |cause: String| TunnelError::ClientHandshake { authority: authority.to_string(), cause };
+    let tls_failed = |error: std::io::Error| handshake_error(&authority, &error);
+    let handshake_timeout = state.config.connections.tls_handshake_timeout;
     let accept = async {
         let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io).await.map_err(tls_failed)?;
         let sni = start.client_hello().server_name().map(str::to_owned);
@@ -311,7 +362,7 @@ async fn intercept(
         }
     };
     let settings = state.config.connections.clone();
-    let service = ProxyService::for_tunnel(state, client, authority, Entry::Mitm, agent, drain.clone());
+    let service = ProxyService::for_tunnel(state, client, authority, entry, agent, drain.clone());
     serve_connection(tls, service, ServerProtocols::Http1AndH2, drain, &settings).await;
     Ok(())
 }

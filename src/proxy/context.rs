@@ -111,16 +111,31 @@ pub(crate) enum Entry {
     Mitm,
     /// A request inside a CONNECT tunnel that carried plain HTTP (no TLS ClientHello).
     PlainTunnel,
+    /// A CONNECT itself: its host-level decision (a passthrough, or a refused target).
+    Connect,
+    /// A connection the kernel redirected to `[transparent] listen` (`transparent.rs`):
+    /// intercepted TLS (`tls`), or plain HTTP; a passthrough's host-level decision too.
+    Transparent {
+        /// Whether the connection carried TLS (so requests go to the origin over https).
+        tls: bool,
+    },
 }
 
 impl Entry {
-    /// The name used in logs and traces.
+    /// The name used in logs, traces and the decision log's `agentgate.entry`.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Entry::Forward => "forward",
             Entry::Mitm => "mitm",
             Entry::PlainTunnel => "tunnel",
+            Entry::Connect => "connect",
+            Entry::Transparent { .. } => "transparent",
         }
+    }
+
+    /// Whether requests that came in this way reach the origin over TLS.
+    pub(crate) fn is_tls(self) -> bool {
+        matches!(self, Entry::Mitm | Entry::Transparent { tls: true })
     }
 }
 
@@ -151,4 +166,23 @@ pub(crate) struct RequestContext {
     pub(crate) authority: Authority,
     /// When the request head was handed to the service.
     pub(crate) started: Instant,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_is_documented_in_the_decision_log() {
+        let doc = include_str!("../../docs/decision-log.md");
+        let row =
+            doc.lines().find(|line| line.starts_with("| `agentgate.entry`")).expect("docs/decision-log.md has the row");
+        let entries =
+            [Entry::Forward, Entry::Mitm, Entry::PlainTunnel, Entry::Connect, Entry::Transparent { tls: true }];
+        for entry in entries {
+            assert!(row.contains(&format!("`{}`", entry.as_str())), "{} is not in: {row}", entry.as_str());
+        }
+        assert!(Entry::Transparent { tls: true }.is_tls() && !Entry::Transparent { tls: false }.is_tls());
+        assert!(Entry::Mitm.is_tls() && !Entry::PlainTunnel.is_tls());
+    }
 }

@@ -67,6 +67,16 @@ pub enum StartError {
         /// The operating system's error.
         source: io::Error,
     },
+    /// A `[transparent] listen` address could not be bound.
+    #[error(
+        "cannot listen on {addr} for transparent mode: {source}; choose a free address in [transparent] listen, or remove it"
+    )]
+    TransparentBind {
+        /// The address from `[transparent] listen`.
+        addr: SocketAddr,
+        /// The operating system's error.
+        source: io::Error,
+    },
 }
 
 /// Why an intercepted tunnel could not be set up, before any request inside it: logged, never

@@ -27,6 +27,7 @@ use super::first_byte::FirstByte;
 use super::idle::{Activity, Counted};
 use super::resolve::GuardedConnector;
 use super::service::ProxyService;
+use super::transparent;
 use super::upstream::Upstream;
 use crate::admin::{AdminServer, AdminState};
 use crate::audit::{AuditLog, AuditWriter};
@@ -134,6 +135,8 @@ pub struct RunningProxy {
     local_addr: SocketAddr,
     /// The admin API's listener (`[admin] listen`), bound; it serves with the proxy.
     admin: Option<AdminServer>,
+    /// `[transparent] listen`, bound: connections the kernel redirected here.
+    transparent: Vec<TcpListener>,
     cache: PolicyCache,
 }
 
@@ -205,12 +208,22 @@ impl Proxy {
             }
             None => None,
         };
+        let mut transparent = Vec::with_capacity(config.transparent.listen.len());
+        for &addr in &config.transparent.listen {
+            let bind_error = |source| StartError::TransparentBind { addr, source };
+            let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+            let local_addr = listener.local_addr().map_err(bind_error)?;
+            // A connection whose original destination is this port was not redirected: refused.
+            guard.policy().add_own(local_addr);
+            info!(%local_addr, "transparent listener bound: redirect agents' outbound 80/443 here (docs/transparent.md)");
+            transparent.push(listener);
+        }
         // Opened last, so a failure above leaves no writer behind; opened before the first
         // accept, so a bad log path stops start-up instead of the first request.
         let (audit, audit_writer) =
             AuditLog::start(config.audit.clone()).map_err(|source| StartError::Audit { source })?;
         let state = Arc::new(ProxyState::new(config, certs, upstream, guard, gate, audit, metrics));
-        Ok(RunningProxy { state, audit_writer, ca_cert_path, listener, local_addr, admin, cache })
+        Ok(RunningProxy { state, audit_writer, ca_cert_path, listener, local_addr, admin, transparent, cache })
     }
 }
 
@@ -231,6 +244,11 @@ impl RunningProxy {
         Arc::new(Reloader::new(source, Arc::clone(&self.state)))
     }
 
+    /// The addresses `[transparent] listen` is bound to (the real ports where it said 0).
+    pub fn transparent_addrs(&self) -> Vec<SocketAddr> {
+        self.transparent.iter().filter_map(|listener| listener.local_addr().ok()).collect()
+    }
+
     /// The address the admin API listens on (the real port when `[admin] listen` had port
     /// 0); `None` when it is off.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
@@ -241,9 +259,14 @@ impl RunningProxy {
     /// tunnels and WebSocket relays finish for up to `shutdown_grace`; whatever is still
     /// running then is closed. Returns when that is done.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
-        let RunningProxy { state, audit_writer, listener, local_addr, admin, cache, .. } = self;
+        let RunningProxy { state, audit_writer, listener, local_addr, admin, transparent, cache, .. } = self;
         let drain = DrainController::new();
         let admission = Admission::new(&state.config.connections);
+        // Each stops accepting when draining starts; their connections count in the drain.
+        for listener in transparent {
+            let (state, admission) = (Arc::clone(&state), Arc::clone(&admission));
+            tokio::spawn(transparent::accept_loop(listener, state, admission, drain.handle()));
+        }
         let admin = admin.map(|server| {
             server.start(admin_state(&state, cache, &admission), state.generation().config.shutdown_grace)
         });

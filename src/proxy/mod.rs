@@ -23,16 +23,19 @@ mod hold;
 mod idle;
 mod listener;
 mod local;
+mod original_dst;
 mod relay;
 mod resolve;
 mod rewind;
 mod service;
+mod transparent;
 mod upstream;
 
 pub use connect::MitmConfig;
 pub(crate) use context::ProxyState;
 pub use error::{ProxyError, StartError, TunnelError};
 pub use listener::{ConnectionsConfig, Proxy, RunningProxy, policy_transport, shutdown_signal};
+pub use transparent::TransparentConfig;
 pub use upstream::UpstreamConfig;
 
 /// The body of every response the proxy hands to hyper: either the origin's streamed body or

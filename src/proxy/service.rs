@@ -36,6 +36,7 @@ use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop}
 use super::hold;
 use super::local;
 use super::relay::splice;
+use super::transparent;
 use crate::agents::Identity;
 use crate::audit::{DecisionRecord, OnFailure, Outcome as LogOutcome};
 use crate::error_chain::error_chain;
@@ -50,6 +51,12 @@ enum Target {
     Tunnel {
         authority: Authority,
         entry: Entry,
+        agent: Identity,
+    },
+    /// A plain-HTTP connection redirected to `[transparent] listen`: each request goes to the
+    /// site its `Host` names, once checked to be `original` (`transparent.rs`).
+    Transparent {
+        original: SocketAddr,
         agent: Identity,
     },
 }
@@ -83,6 +90,18 @@ impl ProxyService {
         ProxyService { state, client, target: Target::Tunnel { authority, entry, agent }, drain }
     }
 
+    /// The service for a plain-HTTP connection redirected to `[transparent] listen`, whose
+    /// original destination was `original`; every request is `agent`'s.
+    pub(crate) fn for_transparent(
+        state: Arc<ProxyState>,
+        client: SocketAddr,
+        original: SocketAddr,
+        agent: Identity,
+        drain: Drain,
+    ) -> Self {
+        ProxyService { state, client, target: Target::Transparent { original, agent }, drain }
+    }
+
     /// One request, start to response head, inside its tracing span.
     async fn handle(self, request: Request<Incoming>) -> Response<ProxyBody> {
         let started = Instant::now();
@@ -90,6 +109,7 @@ impl ProxyService {
         let entry = match &self.target {
             Target::ProxyPort => Entry::Forward,
             Target::Tunnel { entry, .. } => *entry,
+            Target::Transparent { .. } => Entry::Transparent { tls: false },
         };
         let span = info_span!(
             "request",
@@ -132,7 +152,15 @@ impl ProxyService {
             // request's (issue 11).
             return Box::pin(handle_connect(&self.state, self.client, self.drain.clone(), request)).await;
         }
+
         let (context, request) = self.route(started, request)?;
+        if let Target::Transparent { original, agent } = &self.target {
+            // The site the `Host` names must be the one the client connected to (no fronting).
+            let checked = transparent::check_host(&self.state, *original, agent, &context, &request);
+            if let Err(refused) = Box::pin(checked).await {
+                return Ok(refused);
+            }
+        }
         if local::is_local(context.authority.host()) {
             return Ok(Box::pin(local::answer(&self.state, &context, &request)).await);
         }
@@ -145,10 +173,11 @@ impl ProxyService {
         let port = context.authority.port().map(|p| format!(":{p}")).unwrap_or_default();
         let url = format!("{}://{}{port}{path}", context.scheme, origin.host());
         let method = request.method().as_str();
-        let agent = match &self.target {
-            Target::Tunnel { agent, .. } => agent.clone(),
+        let (agent, entry) = match &self.target {
+            Target::Tunnel { agent, entry, .. } => (agent.clone(), *entry),
+            Target::Transparent { agent, .. } => (agent.clone(), Entry::Transparent { tls: false }),
             Target::ProxyPort => match live.gate.identify_agent(context.client, method, &url, request.headers()) {
-                Ok(agent) => agent,
+                Ok(agent) => (agent, Entry::Forward),
                 Err(blocked) => return Ok(answer_blocked(&self.state, *blocked, request.headers(), started).await),
             },
         };
@@ -161,6 +190,7 @@ impl ProxyService {
             path_and_query: path,
             headers: request.headers(),
             addresses: &[],
+            entry: entry.as_str(),
         };
         // Held until the request is forwarded: the connector dials these addresses.
         let vetted = match check_destination(&self.state, &live, started, gate_request, Ask::Request).await? {
@@ -233,23 +263,36 @@ impl ProxyService {
                 (scheme.clone(), without_user_info(authority))
             }
             Target::Tunnel { authority, entry, .. } => {
-                let starts_with_slash = uri.path_and_query().is_some_and(|p| p.as_str().starts_with('/'));
-                if request.method() == Method::CONNECT || !starts_with_slash {
-                    return Err(ProxyError::BadTunnelRequest {
-                        method: request.method().to_string(),
-                        target: shown_target(uri),
-                        authority: authority.to_string(),
-                    });
-                }
+                in_tunnel_form(&request, authority)?;
                 log_misdirection(authority, &request);
-                let scheme = if *entry == Entry::Mitm { Scheme::HTTPS } else { Scheme::HTTP };
+                let scheme = if entry.is_tls() { Scheme::HTTPS } else { Scheme::HTTP };
                 (scheme, authority.clone())
+            }
+            Target::Transparent { original, .. } => {
+                let authority = transparent::named_authority(request.headers(), *original);
+                in_tunnel_form(&request, &authority)?;
+                (Scheme::HTTP, authority)
             }
         };
         tracing::Span::current().record("authority", field::display(&authority));
         let context = RequestContext { client: self.client, scheme, authority, started };
         Ok((context, request))
     }
+}
+
+/// Inside a tunnel (or a transparent connection) a request is origin-form (`/path`), and
+/// never a CONNECT.
+fn in_tunnel_form(request: &Request<Incoming>, authority: &Authority) -> Result<(), ProxyError> {
+    let uri = request.uri();
+    let starts_with_slash = uri.path_and_query().is_some_and(|p| p.as_str().starts_with('/'));
+    if request.method() == Method::CONNECT || !starts_with_slash {
+        return Err(ProxyError::BadTunnelRequest {
+            method: request.method().to_string(),
+            target: shown_target(uri),
+            authority: authority.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Phase `block`: the answer to a blocked request (403, 407 or 429), recorded.

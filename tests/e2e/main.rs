@@ -34,7 +34,9 @@
 //! - `redis`: limits shared by replicas through a real redis-server (rates, concurrency
 //!   leases, the store failing and coming back, memory and redis stores answering alike);
 //! - `network`: the network guard (loopback spellings, internal ranges never dialled,
-//!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c).
+//!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c);
+//! - `transparent`: transparent mode in real network namespaces (nftables redirect, curl and
+//!   python clients that ignore proxy variables, passthrough, fronting, no loop).
 
 mod admin;
 mod agents;
@@ -57,6 +59,7 @@ mod reload;
 mod shutdown;
 mod startup;
 mod support;
+mod transparent;
 mod tunnel;
 mod unreachable;
 mod websocket;

@@ -32,6 +32,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
@@ -209,6 +210,22 @@ impl Origin {
     /// An origin over TLS (certificate from `ca`) serving `site`.
     pub async fn https_site(ca: &TestCa, site: Site) -> TestResult<Origin> {
         Origin::start_site(Some(TlsAcceptor::from(ca.origin_server_config()?)), Some(site)).await
+    }
+
+    /// An origin serving `site` on `listener`, bound by the caller (in another network
+    /// namespace, say), over TLS with `tls` when given.
+    pub fn on_listener(
+        listener: std::net::TcpListener,
+        tls: Option<Arc<ServerConfig>>,
+        site: Site,
+    ) -> TestResult<Origin> {
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(OriginState::new(Some(site)));
+        let tls = tls.map(TlsAcceptor::from);
+        let task = tokio::spawn(accept_loop(listener, tls.clone(), Arc::clone(&state)));
+        Ok(Origin { addr, tls: tls.is_some(), state, task })
     }
 
     async fn start(tls: Option<TlsAcceptor>) -> TestResult<Origin> {

@@ -39,8 +39,13 @@ impl TestCa {
 
     /// A server config for an origin at `localhost` / `127.0.0.1`, ALPN h2 and http/1.1.
     pub fn origin_server_config(&self) -> TestResult<Arc<ServerConfig>> {
+        self.server_config_for(&["localhost", "127.0.0.1"])
+    }
+
+    /// A server config for an origin whose certificate names `names` (host names or IPs).
+    pub fn server_config_for(&self, names: &[&str]) -> TestResult<Arc<ServerConfig>> {
         let key = KeyPair::generate()?;
-        let params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
+        let params = CertificateParams::new(names.iter().map(|name| (*name).to_owned()).collect::<Vec<_>>())?;
         let leaf = params.signed_by(&key, &self.issuer)?;
         let chain = vec![leaf.der().clone(), self.der.clone()];
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));

@@ -29,7 +29,20 @@ impl Agentgate {
     /// Starts the binary on `config` with `RUST_LOG=rust_log` and waits until it listens; its
     /// CA is under `dir/ca` (the config's `[ca] dir`).
     pub async fn start(dir: &Path, config: &Path, rust_log: &str) -> TestResult<Agentgate> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentgate"))
+        Agentgate::start_with(Command::new(env!("CARGO_BIN_EXE_agentgate")), dir, config, rust_log).await
+    }
+
+    /// Like [`start`](Self::start), inside the network namespace `netns` (`ip netns exec`,
+    /// which also puts `/etc/netns/<netns>/hosts` in place of `/etc/hosts`).
+    pub async fn start_in_netns(netns: &str, dir: &Path, config: &Path, rust_log: &str) -> TestResult<Agentgate> {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", netns, env!("CARGO_BIN_EXE_agentgate")]);
+        Agentgate::start_with(command, dir, config, rust_log).await
+    }
+
+    /// Runs `command` (the binary, or a wrapper that execs it) with `run --config <config>`.
+    async fn start_with(mut command: Command, dir: &Path, config: &Path, rust_log: &str) -> TestResult<Agentgate> {
+        let mut child = command
             .args(["run", "--config"])
             .arg(config)
             .env("RUST_LOG", rust_log)

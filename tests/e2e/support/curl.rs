@@ -19,10 +19,21 @@ pub struct CurlOutput {
 /// Runs `curl -sS <args>`, capturing status, version, headers and body. `None` when curl is
 /// not installed.
 pub async fn curl(args: &[&str]) -> TestResult<Option<CurlOutput>> {
+    run_curl(Command::new("curl"), args).await
+}
+
+/// [`curl`] inside the network namespace `netns` (`ip netns exec`).
+pub async fn curl_in_netns(netns: &str, args: &[&str]) -> TestResult<Option<CurlOutput>> {
+    let mut command = Command::new("ip");
+    command.args(["netns", "exec", netns, "curl"]);
+    run_curl(command, args).await
+}
+
+async fn run_curl(mut command: Command, args: &[&str]) -> TestResult<Option<CurlOutput>> {
     let dir = tempfile::tempdir()?;
     let headers_path = dir.path().join("headers");
     let body_path = dir.path().join("body");
-    let output = Command::new("curl")
+    let output = command
         .args(["-sS", "--noproxy", "", "-w", "%{http_code} %{http_version}", "-D"])
         .arg(&headers_path)
         .arg("-o")

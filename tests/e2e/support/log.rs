@@ -67,6 +67,22 @@ pub async fn wait_for(path: &Path, count: usize) -> TestResult<Vec<Value>> {
     }
 }
 
+/// Waits (up to 5 s) until the records satisfy `ready` (for records with no status: a
+/// connection refused before any HTTP exchange), then returns them; `what` names the wait.
+pub async fn wait_until(path: &Path, what: &str, ready: impl Fn(&[Value]) -> bool) -> TestResult<Vec<Value>> {
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    loop {
+        let records = read(path)?;
+        if ready(&records) {
+            return Ok(records);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("the decision log has no {what} after {WAIT_LIMIT:?}: {records:#?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The record whose `event.id` is `id`; an error when there is not exactly one.
 pub fn by_id<'a>(records: &'a [Value], id: &str) -> TestResult<&'a Value> {
     let found: Vec<&Value> = records.iter().filter(|r| r["event.id"] == id).collect();
