@@ -387,12 +387,15 @@ async fn concurrent_sessions_span_proxies_and_a_killed_replica_frees_its_slot_wi
     let origin =
         Origin::https_site(&ca, markdown_site(agents_md("## Rate Limits\n- concurrent-sessions: 2\n"))).await?;
     let dir = tempfile::tempdir()?;
-    let config = child_config(dir.path(), &ca, &redis.url(), "lease = \"1s\"\n")?;
+    // A 1 s timeout rather than 50 ms: a renewal that misses it is lost, and two lost in a
+    // row on a busy machine let a live slot run out within the 1 s lease.
+    let config = child_config(dir.path(), &ca, &redis.url(), "lease = \"1s\"\ntimeout = \"1s\"\n")?;
     let child = Agentgate::start(dir.path(), &config, "info").await?;
     let url = redis.url();
     let proxy = TestProxy::start_with(&ca, move |config| {
         shared(&url, OnFailure::Deny)(config);
         config.limits.redis.lease = Duration::from_secs(1);
+        config.limits.redis.timeout = Duration::from_secs(1);
     })
     .await?;
     let (k, a) = (child.client()?, proxy.client()?);
