@@ -269,7 +269,7 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     if let Some(duration) = record.duration {
         map.u64(field::EVENT_DURATION, u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX));
     }
-    map.shown(field::CLIENT_ADDRESS, record.client.ip());
+    map.ip(field::CLIENT_ADDRESS, record.client.ip());
     map.u64(field::CLIENT_PORT, record.client.port().into());
     map.str(field::AGENT, &record.agent);
     map.str(field::MODE, record.mode.as_str());
