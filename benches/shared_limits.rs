@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use agentgate::config::{LimitsConfig, Store};
 use agentgate::limits::{Limiter, Usage};
+use agentgate::metrics::StoreMetrics;
 use agentgate::policy::{Limit, LimitKind, LimitScope, Reason, Source};
 
 const CALLERS: usize = 50;
@@ -80,7 +81,8 @@ fn main() {
                 config.redis.url = format!("redis://127.0.0.1:{port}");
                 // A first check may include connecting: a bench measures steady state.
                 config.redis.timeout = Duration::from_secs(5);
-                let limiter = Arc::new(Limiter::from_config(&config).expect("the store starts"));
+                let limiter =
+                    Arc::new(Limiter::from_config(&config, &[], StoreMetrics::default()).expect("the store starts"));
                 let (rps, p50, p99) = run(limiter, Arc::clone(&limits)).await;
                 println!(
                     "{name:<42} {store:<7} {rps:>10.0} checks/s   p50 {p50:>9.1?}   p99 {p99:>9.1?}",

@@ -22,6 +22,7 @@ use std::path::PathBuf;
 pub mod field;
 mod grep;
 mod input;
+mod json;
 mod query;
 mod recent;
 mod record;

@@ -87,6 +87,12 @@ pub enum LimitsError {
         /// The variable's name.
         name: String,
     },
+    /// An `[upstream] extra_ca_files` entry cannot be used to trust a `rediss://` server.
+    #[error("[limits.redis] url: cannot trust the Redis server's certificate: {source}")]
+    Trust {
+        /// What is wrong with the CA file (it names the file).
+        source: crate::tls::TlsError,
+    },
     /// The Redis client refused the URL or its settings.
     #[error("[limits.redis] url: the Redis client refused it: {source}; write e.g. \"redis://127.0.0.1:6379\"")]
     Client {
@@ -152,8 +158,8 @@ impl Permit {
 pub enum Limiter {
     /// In this process (the default).
     Local(LocalLimiter),
-    /// In Redis, shared by every replica.
-    Redis(RedisLimiter),
+    /// In Redis, shared by every replica (boxed: three times the in-process store's size).
+    Redis(Box<RedisLimiter>),
 }
 
 impl Limiter {
@@ -162,15 +168,20 @@ impl Limiter {
         Limiter::Local(LocalLimiter::new(DefaultClock::default()))
     }
 
-    /// The store `[limits]` asks for. Call inside a tokio runtime (the Redis client's
-    /// connection task runs there); it connects on the first check.
+    /// The store `[limits]` asks for, trusting `extra_ca_files` (`[upstream]`) for
+    /// `rediss://` and counting into `metrics`. Call inside a tokio runtime (the Redis
+    /// client's connection task runs there); it connects on the first check.
     ///
     /// # Errors
     /// [`LimitsError`] when the Redis store cannot be set up.
-    pub fn from_config(config: &LimitsConfig) -> Result<Self, LimitsError> {
+    pub fn from_config(
+        config: &LimitsConfig,
+        extra_ca_files: &[std::path::PathBuf],
+        metrics: crate::metrics::StoreMetrics,
+    ) -> Result<Self, LimitsError> {
         match config.store {
             Store::Memory => Ok(Limiter::in_process()),
-            Store::Redis => Ok(Limiter::Redis(RedisLimiter::new(&config.redis)?)),
+            Store::Redis => Ok(Limiter::Redis(Box::new(RedisLimiter::new(&config.redis, extra_ca_files, metrics)?))),
         }
     }
 

@@ -13,6 +13,7 @@
 
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -118,6 +119,7 @@ pub struct Metrics {
     audit_queue_depth: Gauge,
     certs_minted: Counter,
     limits_store_failures: Counter,
+    limits_store: StoreMetrics,
     connections: Gauge,
     cache_origins: Gauge,
     cache_weight_bytes: Gauge,
@@ -157,6 +159,7 @@ impl Metrics {
             audit_queue_depth: Gauge::default(),
             certs_minted: Counter::default(),
             limits_store_failures: Counter::default(),
+            limits_store: StoreMetrics::default(),
             connections: Gauge::default(),
             cache_origins: Gauge::default(),
             cache_weight_bytes: Gauge::default(),
@@ -199,6 +202,16 @@ impl Metrics {
             "Limit checks the shared store did not answer (timeout or error), settled by [limits.redis] on_failure",
             m.limits_store_failures.clone(),
         );
+        r.register(
+            "limits_store_seconds",
+            "Round trip of each limit check to the shared store, answered or not",
+            m.limits_store.round_trips.clone(),
+        );
+        r.register(
+            "limits_store_fallbacks",
+            "Limit checks counted in this replica only because the shared store did not answer (on_failure = local)",
+            m.limits_store.fallbacks.clone(),
+        );
         r.register("config_reloads", "Config reloads, by result (ok or error)", m.config_reloads.clone());
         m
     }
@@ -220,6 +233,11 @@ impl Metrics {
         if let Some(duration) = record.duration {
             self.request_duration.observe(duration.as_secs_f64());
         }
+    }
+
+    /// The shared limits store's metrics, for [`crate::limits::Limiter::from_config`].
+    pub fn limits_store(&self) -> StoreMetrics {
+        self.limits_store.clone()
     }
 
     /// Counts one policy fetch of `file` (its path) and what it came back with.
@@ -295,6 +313,39 @@ fn gauge(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
+/// What the shared limits store (`[limits] store = "redis"`) counts itself: its round trips
+/// and its fallbacks. Its failures are read at scrape time ([`Scraped`]), as they are also
+/// what its log line reports.
+#[derive(Clone, Debug)]
+pub struct StoreMetrics {
+    round_trips: Histogram,
+    fallbacks: Counter,
+}
+
+impl Default for StoreMetrics {
+    /// Registered nowhere: for a store built outside a proxy (benches).
+    fn default() -> Self {
+        // 0.1 ms to about 3.3 s: a loopback Redis answers in well under a millisecond, and
+        // `[limits.redis] timeout` is at most 5 s (the last bucket is +Inf).
+        StoreMetrics {
+            round_trips: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            fallbacks: Counter::default(),
+        }
+    }
+}
+
+impl StoreMetrics {
+    /// Observes one check's round trip, from sending it to its answer, error or timeout.
+    pub fn round_trip(&self, elapsed: Duration) {
+        self.round_trips.observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts one check settled by this replica's own store instead of the shared one.
+    pub fn fallback(&self) {
+        self.fallbacks.inc();
+    }
+}
+
 /// A tunnel counted as open; dropping it counts it closed.
 #[derive(Debug)]
 pub struct OpenTunnel(Gauge);
@@ -353,6 +404,10 @@ mod tests {
         metrics.policy_lookup(true);
         let tunnel = metrics.tunnel_opened();
         metrics.config_reload(false);
+        let store = metrics.limits_store();
+        store.round_trip(Duration::from_micros(300));
+        store.round_trip(Duration::from_millis(50));
+        store.fallback();
         let scraped = Scraped { audit_failures: 4, certs_minted: 2, connections: 7, ..Scraped::default() };
         let text = metrics.encode(scraped);
         assert_eq!(sample(&text, r#"agentgate_policy_fetches_total{file="/robots.txt",status="404"}"#), Some("1"));
@@ -364,6 +419,9 @@ mod tests {
         assert_eq!(sample(&text, "agentgate_audit_failures_total "), Some("4"), "{text}");
         assert_eq!(sample(&text, "agentgate_certs_minted_total "), Some("2"));
         assert_eq!(sample(&text, "agentgate_connections "), Some("7"));
+        assert_eq!(sample(&text, "agentgate_limits_store_seconds_count "), Some("2"), "{text}");
+        assert_eq!(sample(&text, r#"agentgate_limits_store_seconds_bucket{le="0.0004"}"#), Some("1"), "{text}");
+        assert_eq!(sample(&text, "agentgate_limits_store_fallbacks_total "), Some("1"), "{text}");
         drop(tunnel);
         let text = metrics.encode(Scraped::default());
         assert_eq!(sample(&text, "agentgate_tunnels "), Some("0"), "{text}");

@@ -6,10 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::ser::SerializeMap;
-use serde::{Serialize, Serializer};
-
 use super::field;
+use super::json::{self, Object};
 use super::redact::redact_url;
 use crate::approvals::Approval;
 use crate::policy::operator::Mode;
@@ -224,11 +222,10 @@ impl DecisionRecord {
     /// redacted unless `log_query`, optional fields left out when empty.
     pub fn to_json_line(&self, log_query: bool) -> String {
         // Sized for a typical line, so it is written without regrowing.
-        let mut line = Vec::with_capacity(LINE_CAPACITY);
-        serde_json::to_writer(&mut line, &Line { record: self, log_query })
-            .expect("a map with string keys and string or number values always serializes to JSON");
-        line.push(b'\n');
-        String::from_utf8(line).expect("serde_json writes UTF-8")
+        let mut line = String::with_capacity(LINE_CAPACITY);
+        encode(self, log_query, &mut line);
+        line.push('\n');
+        line
     }
 }
 
@@ -271,179 +268,123 @@ pub(super) fn sample(agent: &str, outcome: Outcome, url: &str) -> DecisionRecord
     DecisionRecord::new(outcome, Mode::Enforce, client, agent, "GET", url)
 }
 
-/// The serialized view of a record: serde's derive cannot take constants as key names.
-struct Line<'a> {
-    record: &'a DecisionRecord,
-    log_query: bool,
-}
-
-impl Serialize for Line<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let rec = self.record;
-        let url = redact_url(&rec.url, self.log_query);
-        let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry(field::TIMESTAMP, &Shown(rfc3339_millis(rec.timestamp)))?;
-        map.serialize_entry(field::EVENT_ID, &Shown(rec.id))?;
-        map.serialize_entry(field::EVENT_OUTCOME, rec.outcome.as_str())?;
-        if let Some(duration) = rec.duration {
-            map.serialize_entry(field::EVENT_DURATION, &u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX))?;
-        }
-        map.serialize_entry(field::CLIENT_ADDRESS, &Shown(rec.client.ip()))?;
-        map.serialize_entry(field::CLIENT_PORT, &rec.client.port())?;
-        map.serialize_entry(field::AGENT, &rec.agent)?;
-        map.serialize_entry(field::MODE, rec.mode.as_str())?;
-        if let Some(instance) = &rec.instance {
-            map.serialize_entry(field::INSTANCE, instance)?;
-        }
-        if let Some(entry) = rec.entry {
-            map.serialize_entry(field::ENTRY, entry)?;
-        }
-        map.serialize_entry(field::HTTP_REQUEST_METHOD, &rec.method)?;
-        map.serialize_entry(field::URL_FULL, &url.full)?;
-        if let Some(domain) = &url.domain {
-            map.serialize_entry(field::URL_DOMAIN, domain)?;
-        }
-        if let Some(user_agent) = &rec.user_agent {
-            map.serialize_entry(field::USER_AGENT_ORIGINAL, user_agent)?;
-        }
-        if !rec.purposes.is_empty() {
-            map.serialize_entry(field::PURPOSES, &rec.purposes)?;
-        }
-        if let Some(status) = rec.status {
-            map.serialize_entry(field::HTTP_RESPONSE_STATUS_CODE, &status)?;
-        }
-        if let Some(bytes) = rec.response_bytes {
-            map.serialize_entry(field::HTTP_RESPONSE_BODY_BYTES, &bytes)?;
-        }
-        map.serialize_entry(field::REASONS, &Reasons { reasons: &rec.reasons, blocking: rec.blocking })?;
-        if !rec.limits.is_empty() {
-            map.serialize_entry(field::LIMITS, &Each(&rec.limits, LimitView::from))?;
-        }
-        if let Some(approval) = &rec.approval {
-            map.serialize_entry(field::APPROVAL_DECISION, approval.decision.as_str())?;
-            if let Some(by) = &approval.by {
-                map.serialize_entry(field::APPROVAL_BY, by)?;
-            }
-            if let Some(reason) = &approval.reason {
-                map.serialize_entry(field::APPROVAL_REASON, reason)?;
-            }
-            map.serialize_entry(field::APPROVAL_AT, &Shown(rfc3339_millis(approval.at)))?;
-            if let Some(remember) = approval.remember {
-                map.serialize_entry(field::APPROVAL_REMEMBER, remember.as_str())?;
-            }
-        }
-        if let Some(message) = &rec.error {
-            map.serialize_entry(field::ERROR_MESSAGE, message)?;
-        }
-        if let Some(error_type) = rec.error_type {
-            map.serialize_entry(field::ERROR_TYPE, error_type.as_str())?;
-        }
-        map.end()
+/// Writes `record` as one JSON object, members in the schema's order (`docs/decision-log.md`).
+fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
+    let url = redact_url(&record.url, log_query);
+    let mut map = Object::new(out);
+    map.shown(field::TIMESTAMP, rfc3339_millis(record.timestamp));
+    map.shown(field::EVENT_ID, record.id);
+    map.str(field::EVENT_OUTCOME, record.outcome.as_str());
+    if let Some(duration) = record.duration {
+        map.u64(field::EVENT_DURATION, u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX));
     }
-}
-
-/// A value written as a JSON string through its `Display`, with no `String` in between.
-struct Shown<T>(T);
-
-impl<T: fmt::Display> Serialize for Shown<T> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(&self.0)
+    map.ip(field::CLIENT_ADDRESS, record.client.ip());
+    map.u64(field::CLIENT_PORT, record.client.port().into());
+    map.str(field::AGENT, &record.agent);
+    map.str(field::MODE, record.mode.as_str());
+    if let Some(instance) = &record.instance {
+        map.str(field::INSTANCE, instance);
     }
-}
-
-/// A list written element by element through a view, with no list of views in between.
-struct Each<'a, T, V>(&'a [T], fn(&'a T) -> V);
-
-impl<'a, T, V: Serialize> Serialize for Each<'a, T, V> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(self.1))
+    if let Some(entry) = record.entry {
+        map.str(field::ENTRY, entry);
     }
-}
-
-/// `agentgate.reasons`, element by element: the first `blocking` decided the block.
-struct Reasons<'a> {
-    reasons: &'a [Reason],
-    blocking: usize,
-}
-
-impl Serialize for Reasons<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.reasons.iter().enumerate().map(|(i, r)| ReasonView::new(r, i < self.blocking)))
+    map.str(field::HTTP_REQUEST_METHOD, &record.method);
+    map.str(field::URL_FULL, &url.full);
+    if let Some(domain) = &url.domain {
+        map.str(field::URL_DOMAIN, domain);
     }
-}
-
-/// One `agentgate.reasons` element; a view so that the policy core stays free of serde.
-#[derive(Serialize)]
-struct ReasonView<'a> {
-    source: &'static str,
-    code: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    line: Option<u32>,
-    rule: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    digest: Option<&'a str>,
-    /// Written only when true: this reason decided the block.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    blocking: bool,
-}
-
-impl<'a> ReasonView<'a> {
-    fn new(reason: &'a Reason, blocking: bool) -> Self {
-        ReasonView {
-            source: reason.source.as_str(),
-            code: &reason.code,
-            line: reason.line,
-            rule: &reason.rule,
-            digest: reason.digest.as_deref(),
-            blocking,
+    if let Some(user_agent) = &record.user_agent {
+        map.str(field::USER_AGENT_ORIGINAL, user_agent);
+    }
+    if !record.purposes.is_empty() {
+        map.array(field::PURPOSES, &record.purposes, |out, purpose| json::string(out, purpose));
+    }
+    if let Some(status) = record.status {
+        map.u64(field::HTTP_RESPONSE_STATUS_CODE, status.into());
+    }
+    if let Some(bytes) = record.response_bytes {
+        map.u64(field::HTTP_RESPONSE_BODY_BYTES, bytes);
+    }
+    let blocking = record.blocking;
+    map.array(field::REASONS, record.reasons.iter().enumerate(), |out, (i, r)| reason(out, r, i < blocking));
+    if !record.limits.is_empty() {
+        map.array(field::LIMITS, &record.limits, limit);
+    }
+    if let Some(approval) = &record.approval {
+        map.str(field::APPROVAL_DECISION, approval.decision.as_str());
+        if let Some(by) = &approval.by {
+            map.str(field::APPROVAL_BY, by);
+        }
+        if let Some(reason) = &approval.reason {
+            map.str(field::APPROVAL_REASON, reason);
+        }
+        map.shown(field::APPROVAL_AT, rfc3339_millis(approval.at));
+        if let Some(remember) = approval.remember {
+            map.str(field::APPROVAL_REMEMBER, remember.as_str());
         }
     }
+    if let Some(message) = &record.error {
+        map.str(field::ERROR_MESSAGE, message);
+    }
+    if let Some(error_type) = record.error_type {
+        map.str(field::ERROR_TYPE, error_type.as_str());
+    }
+    map.end();
+}
+
+/// One `agentgate.reasons` element: `{"source", "code", "line", "rule", "digest",
+/// "blocking"}`, `line` and `digest` left out when unknown, `blocking` written only when
+/// true (this reason decided the block).
+fn reason(out: &mut String, reason: &Reason, blocking: bool) {
+    let mut map = Object::new(out);
+    map.str("source", reason.source.as_str());
+    map.str("code", &reason.code);
+    if let Some(line) = reason.line {
+        map.u64("line", line.into());
+    }
+    map.str("rule", &reason.rule);
+    if let Some(digest) = &reason.digest {
+        map.str("digest", digest);
+    }
+    if blocking {
+        map.true_("blocking");
+    }
+    map.end();
 }
 
 /// One `agentgate.limits` element: `{"source", "kind": "rate", "requests", "window_s",
 /// "scope", "line"}`, `{"source", "kind": "delay", "requests": 1, "delay_ms", "scope", "line"}`
 /// (robots.txt `Crawl-delay`) or `{"source", "kind": "concurrent", "max", "scope", "line"}`.
-#[derive(Serialize)]
-struct LimitView {
-    source: &'static str,
-    kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    requests: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    window_s: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    delay_ms: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max: Option<u32>,
-    scope: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    line: Option<u32>,
-}
-
-impl From<&Limit> for LimitView {
-    fn from(limit: &Limit) -> Self {
-        let (kind, requests, window_s, delay_ms, max) = match limit.kind {
-            LimitKind::Rate { requests, window_s } => ("rate", Some(requests), Some(window_s), None, None),
-            LimitKind::Delay { millis } => ("delay", Some(1), None, Some(millis), None),
-            LimitKind::Concurrent { max } => ("concurrent", None, None, None, Some(max)),
-        };
-        let scope = match limit.scope {
-            LimitScope::Agent => "agent",
-            LimitScope::Origin => "origin",
-            LimitScope::Host => "host",
-            LimitScope::Rule { .. } => "rule",
-        };
-        LimitView {
-            source: limit.source.as_str(),
-            kind,
-            requests,
-            window_s,
-            delay_ms,
-            max,
-            scope,
-            line: limit.reason.line,
+fn limit(out: &mut String, limit: &Limit) {
+    let mut map = Object::new(out);
+    map.str("source", limit.source.as_str());
+    match limit.kind {
+        LimitKind::Rate { requests, window_s } => {
+            map.str("kind", "rate");
+            map.u64("requests", requests.into());
+            map.u64("window_s", window_s.into());
+        }
+        LimitKind::Delay { millis } => {
+            map.str("kind", "delay");
+            map.u64("requests", 1);
+            map.u64("delay_ms", millis.into());
+        }
+        LimitKind::Concurrent { max } => {
+            map.str("kind", "concurrent");
+            map.u64("max", max.into());
         }
     }
+    let scope = match limit.scope {
+        LimitScope::Agent => "agent",
+        LimitScope::Origin => "origin",
+        LimitScope::Host => "host",
+        LimitScope::Rule { .. } => "rule",
+    };
+    map.str("scope", scope);
+    if let Some(line) = limit.reason.line {
+        map.u64("line", line.into());
+    }
+    map.end();
 }
 
 fn unix_millis(at: SystemTime) -> u64 {

@@ -23,20 +23,30 @@ pub struct LoggedUrl {
 /// kept as sent. User info and the fragment are removed either way.
 pub fn redact_url(url: &str, log_query: bool) -> LoggedUrl {
     let url = url.split_once('#').map_or(url, |(before, _)| before);
-    let (prefix, domain, path_and_query) = match split_scheme(url) {
+    // Pushed piece by piece into one buffer: `format!` cost a request two formatting passes
+    // per log line (issue 11).
+    let mut full = String::with_capacity(url.len() + 16);
+    let (domain, path_and_query) = match split_scheme(url) {
         Some((scheme, rest)) => {
             let end = rest.find(['/', '?']).unwrap_or(rest.len());
             let (authority, path_and_query) = rest.split_at(end);
             let host_port = authority.rsplit_once('@').map_or(authority, |(_, host_port)| host_port);
             let domain = host_of(host_port).to_ascii_lowercase();
-            (format!("{scheme}://{host_port}"), (!domain.is_empty()).then_some(domain), path_and_query)
+            full.push_str(scheme);
+            full.push_str("://");
+            full.push_str(host_port);
+            ((!domain.is_empty()).then_some(domain), path_and_query)
         }
-        None => (String::new(), None, url),
+        None => (None, url),
     };
-    let full = match path_and_query.split_once('?') {
-        Some((path, query)) if !log_query => format!("{prefix}{path}?{}", redact_query(query)),
-        _ => format!("{prefix}{path_and_query}"),
-    };
+    match path_and_query.split_once('?') {
+        Some((path, query)) if !log_query => {
+            full.push_str(path);
+            full.push('?');
+            full.push_str(&redact_query(query));
+        }
+        _ => full.push_str(path_and_query),
+    }
     LoggedUrl { full, domain }
 }
 

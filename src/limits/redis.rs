@@ -16,16 +16,23 @@
 //!
 //! When Redis does not answer within `timeout`, `on_failure` decides: the in-process store
 //! (`local`, counted, logged at most once a second, Redis tried again on the next check),
-//! a 503 (`deny`) or no limit (`allow`).
+//! a 503 (`deny`) or no limit (`allow`). Each check's round trip and each fallback to the
+//! local store are counted in [`StoreMetrics`].
+//!
+//! `rediss://` connects with rustls (ring) and trusts what origins are trusted with: the
+//! system's roots and `[upstream] extra_ca_files` ([`crate::tls::upstream::trusted_roots_pem`]).
+//! A certificate that does not verify is a store that does not answer, never a plain
+//! connection; its log line says TLS verification failed.
 //!
 //! Never: writes responses, decides which limits apply, logs the URL (it may hold a password).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, IntoConnectionInfo, Script};
+use redis::{Client, IntoConnectionInfo, Script, TlsCertificates};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::runtime::Handle;
@@ -33,6 +40,8 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use super::{Exceeded, LimitsError, LocalLimiter, Permit, Refused, Usage};
+use crate::error_chain::error_chain;
+use crate::metrics::StoreMetrics;
 use crate::policy::{Limit, LimitKind};
 use crate::setting::duration;
 
@@ -109,7 +118,8 @@ return 0
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
-    /// `redis://[user[:password]@]host[:port][/db]` (default `redis://127.0.0.1:6379`).
+    /// `redis://[user[:password]@]host[:port][/db]`, or `rediss://` for TLS (default
+    /// `redis://127.0.0.1:6379`).
     pub url: String,
     /// The environment variable holding the password, if not in the URL ("" for none).
     pub password_env: String,
@@ -155,21 +165,23 @@ impl RedisConfig {
     /// Problems in `[limits.redis]`, each naming the key, its value and the fix.
     pub(crate) fn problems(&self, problems: &mut Vec<String>) {
         match self.url.split_once("://").map(|(scheme, _)| scheme) {
-            Some("redis") => {
+            Some("rediss") if self.url.contains('#') => problems.push(
+                "[limits.redis] url: rediss:// takes no #fragment (#insecure would skip certificate checks); \
+                 add the Redis server's CA to [upstream] extra_ca_files instead"
+                    .to_owned(),
+            ),
+            Some("redis" | "rediss") => {
                 if let Err(err) = self.url.as_str().into_connection_info() {
                     problems.push(format!(
                         "[limits.redis] url: not a Redis URL ({err}); write e.g. \"redis://127.0.0.1:6379\""
                     ));
                 }
             }
-            Some("rediss") => problems.push(
-                "[limits.redis] url: rediss:// (TLS) is not supported yet; use redis:// on a private network \
-                 (or through a TLS tunnel such as stunnel)"
+            // Never echo the URL: it may hold a password.
+            _ => problems.push(
+                "[limits.redis] url: must start with redis:// or rediss:// (TLS), e.g. \"redis://127.0.0.1:6379\""
                     .to_owned(),
             ),
-            // Never echo the URL: it may hold a password.
-            _ => problems
-                .push("[limits.redis] url: must start with redis://, e.g. \"redis://127.0.0.1:6379\"".to_owned()),
         }
         let env = &self.password_env;
         if !env.is_empty()
@@ -212,6 +224,7 @@ pub struct RedisLimiter {
     lease: Duration,
     on_failure: OnFailure,
     fallback: LocalLimiter,
+    metrics: StoreMetrics,
     /// This replica's part of every slot member: random, so two processes on one host
     /// (or a restarted one) never share a member.
     instance: String,
@@ -224,13 +237,16 @@ pub struct RedisLimiter {
 }
 
 impl RedisLimiter {
-    /// A store on `config`; connects on the first check (so a Redis that is down at start
-    /// is `on_failure`'s business, not a start-up error). Call inside a tokio runtime.
+    /// A store on `config`, trusting the system's roots and `extra_ca_files` for
+    /// `rediss://`, counting into `metrics`; connects on the first check (so a Redis that is
+    /// down at start is `on_failure`'s business, not a start-up error). Call inside a tokio
+    /// runtime.
     ///
     /// # Errors
     /// [`LimitsError::PasswordEnv`] when `password_env` names a variable that is not set;
+    /// [`LimitsError::Trust`] when an extra CA file cannot be used;
     /// [`LimitsError::Client`] when the URL is refused by the client.
-    pub fn new(config: &RedisConfig) -> Result<Self, LimitsError> {
+    pub fn new(config: &RedisConfig, extra_ca_files: &[PathBuf], metrics: StoreMetrics) -> Result<Self, LimitsError> {
         let mut info = config.url.as_str().into_connection_info().map_err(|source| LimitsError::Client { source })?;
         if !config.password_env.is_empty() {
             let password = std::env::var(&config.password_env)
@@ -238,7 +254,15 @@ impl RedisLimiter {
             let settings = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(settings);
         }
-        let client = Client::open(info).map_err(|source| LimitsError::Client { source })?;
+        let client = if config.url.starts_with("rediss://") {
+            let roots = crate::tls::upstream::trusted_roots_pem(extra_ca_files)
+                .map_err(|source| LimitsError::Trust { source })?;
+            let trust = TlsCertificates { client_tls: None, root_cert: Some(roots.into_bytes()) };
+            Client::build_with_tls(info, trust)
+        } else {
+            Client::open(info)
+        }
+        .map_err(|source| LimitsError::Client { source })?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.timeout))
             .set_response_timeout(Some(config.timeout))
@@ -256,6 +280,7 @@ impl RedisLimiter {
             lease: config.lease,
             on_failure: config.on_failure,
             fallback: LocalLimiter::new(governor::clock::DefaultClock::default()),
+            metrics,
             instance: format!("{:016x}", rand::random::<u64>()),
             next_slot: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -282,7 +307,9 @@ impl RedisLimiter {
             invocation.arg(*arg);
         }
         let mut connection = self.manager.clone();
+        let sent = Instant::now();
         let answer = tokio::time::timeout(self.timeout, invocation.invoke_async::<(usize, u64)>(&mut connection)).await;
+        self.metrics.round_trip(sent.elapsed());
         match answer {
             Ok(Ok((0, _))) => {
                 let lease = (!call.concurrent_keys.is_empty()).then(|| {
@@ -307,7 +334,7 @@ impl RedisLimiter {
                     &format!("the check script named key {refused} of {}", call.limits.len()),
                 ),
             },
-            Ok(Err(err)) => self.unavailable(usage, limits, &err.to_string()),
+            Ok(Err(err)) => self.unavailable(usage, limits, &describe(&err)),
             Err(_) => self.unavailable(usage, limits, "no answer within [limits.redis] timeout"),
         }
     }
@@ -338,7 +365,10 @@ impl RedisLimiter {
             warn!(failures = self.failures(), "limits store unavailable: {error}; {on_failure}");
         }
         match self.on_failure {
-            OnFailure::Local => self.fallback.check_and_spend(usage, limits).map_err(Refused::Exceeded),
+            OnFailure::Local => {
+                self.metrics.fallback();
+                self.fallback.check_and_spend(usage, limits).map_err(Refused::Exceeded)
+            }
             OnFailure::Deny => Err(Refused::StoreUnavailable),
             OnFailure::Allow => Ok(Permit::default()),
         }
@@ -456,6 +486,21 @@ impl std::fmt::Debug for Lease {
     }
 }
 
+/// A Redis error for the fallback's log line, with every cause; a certificate rustls refused
+/// (`rediss://`) is named as such, with where the trust comes from.
+fn describe(err: &redis::RedisError) -> String {
+    let chain = error_chain(err);
+    // rustls's `Error::InvalidCertificate` reads "invalid peer certificate: …"; the client
+    // hands it over inside an io::Error, whose `source()` skips it, so the text is what is left.
+    if chain.contains("invalid peer certificate") {
+        return format!(
+            "TLS verification failed: {chain}; the server's certificate must chain to a system root or to \
+             [upstream] extra_ca_files and name the host of [limits.redis] url"
+        );
+    }
+    chain
+}
+
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
@@ -488,8 +533,10 @@ mod tests {
         for key in ["url", "password_env", "key_prefix", "timeout", "lease"] {
             assert!(found.iter().any(|p| p.starts_with(&format!("[limits.redis] {key}"))), "{key}: {found:#?}");
         }
-        let tls = problems("[limits.redis]\nurl = \"rediss://127.0.0.1:6379\"\n");
-        assert!(tls[0].contains("not supported yet"), "{tls:?}");
+        let tls = "[limits]\nstore = \"redis\"\n[limits.redis]\nurl = \"rediss://redis.internal:6380\"\n";
+        Config::from_toml_str(tls, "agentgate.toml").expect("rediss:// is TLS to Redis");
+        let insecure = problems("[limits.redis]\nurl = \"rediss://:hunter2@127.0.0.1:6379/#insecure\"\n");
+        assert!(insecure[0].contains("extra_ca_files") && !insecure[0].contains("hunter2"), "{insecure:?}");
         let store = Config::from_toml_str("[limits]\nstore = \"etcd\"\n", "agentgate.toml").expect_err("unknown store");
         assert!(store.to_string().contains("memory"), "{store}");
     }

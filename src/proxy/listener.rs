@@ -175,7 +175,8 @@ impl Proxy {
         let settings = CacheSettings::from(config.cache.clone());
         let metrics = Arc::new(Metrics::new());
         let cache = PolicyCache::new(upstream.clone(), settings, Arc::clone(&metrics));
-        let limiter = Limiter::from_config(&config.limits).map_err(|source| StartError::Limits { source })?;
+        let limiter = Limiter::from_config(&config.limits, &config.upstream.extra_ca_files, metrics.limits_store())
+            .map_err(|source| StartError::Limits { source })?;
         let gate = Gate::new(&config, cache.clone(), Arc::new(limiter));
         Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics })
     }

@@ -1,7 +1,8 @@
 //! Trust for connections from the proxy to origins.
 //!
 //! Owns: the root store (webpki roots, the system's roots, and the operator's
-//! `[upstream] extra_ca_files`) and the rustls client config built from it.
+//! `[upstream] extra_ca_files`) and the rustls client config built from it; the same roots
+//! as PEM for the Redis client (`rediss://`), which takes trust only that way.
 //!
 //! Never does: connect, set ALPN (hyper-rustls does that for the protocols it speaks), or relax
 //! verification: a certificate the store cannot verify is a failed connection, never a downgrade
@@ -9,6 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
+use base64::Engine as _;
+use rustls::pki_types::CertificateDer;
 use rustls::{ClientConfig, RootCertStore};
 
 use super::{TlsError, crypto_provider, read_certs};
@@ -23,7 +26,11 @@ use super::{TlsError, crypto_provider, read_certs};
 /// rustls cannot use as a trust anchor.
 pub fn client_config(extra_ca_files: &[PathBuf]) -> Result<ClientConfig, TlsError> {
     let mut roots = RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    add_system_roots(&mut roots);
+    let (added, ignored) = roots.add_parsable_certificates(system_roots());
+    if ignored > 0 {
+        tracing::warn!(added, ignored, "ignored system root certificates that rustls cannot parse");
+    }
+    tracing::debug!(added, "loaded system root certificates");
     for path in extra_ca_files {
         add_extra_ca_file(&mut roots, path)?;
     }
@@ -35,29 +42,62 @@ pub fn client_config(extra_ca_files: &[PathBuf]) -> Result<ClientConfig, TlsErro
     Ok(config)
 }
 
-/// Adds the operating system's trusted roots; problems are logged, since webpki roots still work.
-fn add_system_roots(roots: &mut RootCertStore) {
+/// The system's roots and every certificate in `extra_ca_files`, as one PEM bundle: the
+/// trust of [`client_config`] for a client that takes PEM only (the Redis client, for
+/// `rediss://`). webpki's built-in roots are left out: they are trust anchors, not
+/// certificates, so they cannot be written as PEM (a distribution's CA bundle holds the same
+/// Mozilla list). System roots rustls cannot use are left out too, as [`client_config`] does.
+///
+/// # Errors
+/// As [`client_config`]: an extra CA file is unreadable, not PEM, empty, or not a trust anchor.
+pub fn trusted_roots_pem(extra_ca_files: &[PathBuf]) -> Result<String, TlsError> {
+    let mut roots = RootCertStore::empty();
+    let mut pem = String::new();
+    for cert in system_roots() {
+        if roots.add(cert.clone()).is_ok() {
+            push_pem(&mut pem, &cert);
+        }
+    }
+    for path in extra_ca_files {
+        for cert in add_extra_ca_file(&mut roots, path)? {
+            push_pem(&mut pem, &cert);
+        }
+    }
+    Ok(pem)
+}
+
+/// The operating system's trusted roots; problems are logged, since webpki roots still work.
+fn system_roots() -> Vec<CertificateDer<'static>> {
     let found = rustls_native_certs::load_native_certs();
     for error in &found.errors {
         tracing::warn!(%error, "could not load some system root certificates; continuing with the rest and the built-in roots");
     }
-    let (added, ignored) = roots.add_parsable_certificates(found.certs);
-    if ignored > 0 {
-        tracing::warn!(added, ignored, "ignored system root certificates that rustls cannot parse");
-    }
-    tracing::debug!(added, "loaded system root certificates");
+    found.certs
 }
 
-/// Adds every certificate in the PEM file at `path` as a trust anchor.
-fn add_extra_ca_file(roots: &mut RootCertStore, path: &Path) -> Result<(), TlsError> {
-    for (position, cert) in read_certs(path)?.into_iter().enumerate() {
-        roots.add(cert).map_err(|source| TlsError::BadTrustAnchor {
+/// Adds every certificate in the PEM file at `path` as a trust anchor, and returns them.
+fn add_extra_ca_file(roots: &mut RootCertStore, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = read_certs(path)?;
+    for (position, cert) in certs.iter().enumerate() {
+        roots.add(cert.clone()).map_err(|source| TlsError::BadTrustAnchor {
             path: path.to_owned(),
             index: position + 1,
             source,
         })?;
     }
-    Ok(())
+    Ok(certs)
+}
+
+/// Appends `cert` as a PEM `CERTIFICATE` block (base64 in lines of 64, RFC 7468).
+fn push_pem(pem: &mut String, cert: &CertificateDer<'_>) {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
+    pem.push_str("-----BEGIN CERTIFICATE-----\n");
+    for line in encoded.as_bytes().chunks(64) {
+        // base64's alphabet is ASCII, so every chunk is UTF-8.
+        pem.push_str(std::str::from_utf8(line).unwrap_or_default());
+        pem.push('\n');
+    }
+    pem.push_str("-----END CERTIFICATE-----\n");
 }
 
 #[cfg(test)]
@@ -91,6 +131,20 @@ mod tests {
     #[test]
     fn default_config_sets_no_alpn() {
         assert!(client_config(&[]).unwrap().alpn_protocols.is_empty());
+    }
+
+    /// The PEM bundle for the Redis client reads back as the system's roots plus the extra CA.
+    #[test]
+    fn trusted_roots_pem_ends_with_the_extra_ca_and_reads_back() {
+        use rustls::pki_types::pem::PemObject;
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CertificateAuthority::create(dir.path(), false).unwrap();
+        let pem = trusted_roots_pem(&[ca.cert_path().to_owned()]).unwrap();
+        let certs: Vec<_> = CertificateDer::pem_slice_iter(pem.as_bytes()).collect::<Result<_, _>>().unwrap();
+        let extra = read_certs(ca.cert_path()).unwrap();
+        assert_eq!(certs.last(), extra.last(), "the extra CA comes last, byte for byte");
+        assert_eq!(certs.len(), trusted_roots_pem(&[]).unwrap().matches("BEGIN CERTIFICATE").count() + 1);
+        assert!(pem.lines().all(|line| line.len() <= 64), "RFC 7468 lines");
     }
 
     /// An origin whose certificate comes from a private CA is trusted once that CA is an extra CA file.

@@ -1,19 +1,25 @@
 //! Limits shared through Redis (`[limits] store = "redis"`, docs/scale-out.md): two proxies
-//! sharing one real `redis-server` spend one budget (rates and concurrency slots), give the
-//! same answers as the in-process store, and keep going as `on_failure` says when Redis
-//! stops or hangs; a replica killed with SIGKILL frees its slots within the lease.
+//! sharing one real `redis-server` spend one budget (rates and concurrency slots), over
+//! `redis://` or `rediss://` (TLS), give the same answers as the in-process store, and keep
+//! going as `on_failure` says when Redis stops, hangs or presents a certificate they do not
+//! trust; a replica killed with SIGKILL frees its slots within the lease.
 //!
 //! Each test starts its own `redis-server` on a free loopback port (no persistence) and
 //! stops it at the end. Without `redis-server` the tests fail: `.ci/run` installs it.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentgate::config::{Config, OnFailure, Store};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
+use tokio_rustls::TlsConnector;
 
 use crate::admin::{sample, scrape};
 use crate::agents::{agent, client_as};
@@ -32,19 +38,59 @@ const READY_LIMIT: Duration = Duration::from_secs(10);
 struct RedisServer {
     child: Child,
     port: u16,
+    /// Set when it speaks TLS only: how `PING` reaches it.
+    tls: Option<TlsConnector>,
+}
+
+/// A free port: bound by the system, then released for redis-server.
+fn free_port() -> TestResult<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 impl RedisServer {
     async fn start() -> TestResult<RedisServer> {
-        // A free port: bound by the system, then released for redis-server.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        RedisServer::start_on(port).await
+        RedisServer::start_on(free_port()?).await
     }
 
     /// Starts (or starts again) on `port`, and waits (bounded) until `PING` answers.
     async fn start_on(port: u16) -> TestResult<RedisServer> {
+        RedisServer::spawn(port, &["--port".to_owned(), port.to_string()], None).await
+    }
+
+    /// Starts with TLS only (`--port 0`) on a free port, its certificate (for `127.0.0.1`)
+    /// signed by `ca` and written into `dir`; waits (bounded) until `PING` answers over TLS.
+    async fn start_tls(ca: &TestCa, dir: &Path) -> TestResult<RedisServer> {
+        let (cert, key) = ca.server_pem_files(dir)?;
+        let port = free_port()?;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from_pem_slice(ca.pem.as_bytes())?)?;
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let path = |p: &Path| p.to_string_lossy().into_owned();
+        let args = [
+            "--port".to_owned(),
+            "0".to_owned(),
+            "--tls-port".to_owned(),
+            port.to_string(),
+            "--tls-cert-file".to_owned(),
+            path(&cert),
+            "--tls-key-file".to_owned(),
+            path(&key),
+            "--tls-ca-cert-file".to_owned(),
+            path(&ca.pem_path),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ];
+        RedisServer::spawn(port, &args, Some(TlsConnector::from(Arc::new(client)))).await
+    }
+
+    /// Runs redis-server on loopback with `listen` (its port options), no persistence.
+    async fn spawn(port: u16, listen: &[String], tls: Option<TlsConnector>) -> TestResult<RedisServer> {
         let spawned = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(listen)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -57,7 +103,7 @@ impl RedisServer {
             Err(err) => return Err(err.into()),
         };
         let deadline = tokio::time::Instant::now() + READY_LIMIT;
-        while !ping(port).await {
+        while !ping(port, tls.as_ref()).await {
             if let Some(status) = child.try_wait()? {
                 return Err(format!("redis-server on port {port} exited: {status}").into());
             }
@@ -66,11 +112,12 @@ impl RedisServer {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Ok(RedisServer { child, port })
+        Ok(RedisServer { child, port, tls })
     }
 
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// SIGKILL, and waits for the exit: every key is gone (no persistence).
@@ -95,8 +142,18 @@ impl Drop for RedisServer {
     }
 }
 
-async fn ping(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)).await else { return false };
+async fn ping(port: u16, tls: Option<&TlsConnector>) -> bool {
+    let Ok(tcp) = TcpStream::connect(("127.0.0.1", port)).await else { return false };
+    let Some(tls) = tls else { return pong(tcp).await };
+    let name = ServerName::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST).into());
+    match tls.connect(name, tcp).await {
+        Ok(stream) => pong(stream).await,
+        Err(_) => false,
+    }
+}
+
+/// Whether `PING` on `stream` is answered `PONG`.
+async fn pong(mut stream: impl AsyncRead + AsyncWrite + Unpin) -> bool {
     let mut answer = [0u8; 7];
     stream.write_all(b"PING\r\n").await.is_ok()
         && stream.read_exact(&mut answer).await.is_ok()
@@ -302,9 +359,15 @@ async fn a_hung_redis_gives_503_under_deny_and_no_limit_under_allow() -> TestRes
     redis.pause(false).await?;
     // Each unanswered check is counted where an operator looks: one on the deny replica,
     // three on the allow one.
-    let failures = |scrape| sample(&scrape, "agentgate_limits_store_failures_total", &[]);
-    assert_eq!(failures(scrape(&deny).await?), Some(1.0));
-    assert_eq!(failures(scrape(&allow).await?), Some(3.0));
+    let failures = |scrape| sample(scrape, "agentgate_limits_store_failures_total", &[]);
+    let (deny_scrape, allow_scrape) = (scrape(&deny).await?, scrape(&allow).await?);
+    assert_eq!(failures(&deny_scrape), Some(1.0));
+    assert_eq!(failures(&allow_scrape), Some(3.0));
+    // Every check is timed, answered or not; neither replica counted one locally instead.
+    let trips = |scrape| sample(scrape, "agentgate_limits_store_seconds_count", &[]);
+    assert_eq!((trips(&deny_scrape), trips(&allow_scrape)), (Some(2.0), Some(4.0)));
+    let fallbacks = |scrape| sample(scrape, "agentgate_limits_store_fallbacks_total", &[]);
+    assert_eq!((fallbacks(&deny_scrape), fallbacks(&allow_scrape)), (Some(0.0), Some(0.0)));
 
     let records = deny.finish().await?;
     let line = by_id(&records, &record)?;
@@ -324,12 +387,15 @@ async fn concurrent_sessions_span_proxies_and_a_killed_replica_frees_its_slot_wi
     let origin =
         Origin::https_site(&ca, markdown_site(agents_md("## Rate Limits\n- concurrent-sessions: 2\n"))).await?;
     let dir = tempfile::tempdir()?;
-    let config = child_config(dir.path(), &ca, &redis.url(), "lease = \"1s\"\n")?;
+    // A 1 s timeout rather than 50 ms: a renewal that misses it is lost, and two lost in a
+    // row on a busy machine let a live slot run out within the 1 s lease.
+    let config = child_config(dir.path(), &ca, &redis.url(), "lease = \"1s\"\ntimeout = \"1s\"\n")?;
     let child = Agentgate::start(dir.path(), &config, "info").await?;
     let url = redis.url();
     let proxy = TestProxy::start_with(&ca, move |config| {
         shared(&url, OnFailure::Deny)(config);
         config.limits.redis.lease = Duration::from_secs(1);
+        config.limits.redis.timeout = Duration::from_secs(1);
     })
     .await?;
     let (k, a) = (child.client()?, proxy.client()?);
@@ -358,5 +424,60 @@ async fn concurrent_sessions_span_proxies_and_a_killed_replica_frees_its_slot_wi
     origin.release_all();
     assert_eq!(held_here.await??.status(), 200);
     assert_eq!(held_again.await??.status(), 200);
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_proxies_share_a_tls_redis_and_one_that_does_not_trust_its_ca_falls_back() -> TestResult {
+    agentgate::tls::install_default_provider();
+    let redis_ca = TestCa::new("redis CA")?;
+    let certs = tempfile::tempdir()?;
+    let redis = RedisServer::start_tls(&redis_ca, certs.path()).await?;
+    let ca = TestCa::new("origin CA")?;
+    let origin =
+        Origin::https_site(&ca, markdown_site(agents_md("## Rate Limits\n- requests-per-minute: 3\n"))).await?;
+    // Trust for Redis comes from [upstream] extra_ca_files, next to the origins' CA. A
+    // generous timeout: a TLS handshake on a busy machine can outlast the default 50 ms.
+    let trusting = |config: &mut Config| {
+        shared(&redis.url(), OnFailure::Deny)(config);
+        config.upstream.extra_ca_files.push(redis_ca.pem_path.clone());
+        config.limits.redis.timeout = Duration::from_secs(2);
+    };
+    let a = TestProxy::start_with(&ca, trusting).await?;
+    let b = TestProxy::start_with(&ca, trusting).await?;
+    let clients = [a.client()?, b.client()?];
+    for i in 0..3 {
+        assert_eq!(clients[i % 2].get(origin.url("/page")).send().await?.status(), 200, "request {i}");
+    }
+    let refused = clients[1].get(origin.url("/page")).send().await?;
+    assert_eq!(refused.status(), 429, "the fourth is refused by the other proxy: one budget over TLS");
+    assert!(header(&refused, "agentgate-decision").contains("code=agents_md.rate_limit"));
+    assert_eq!(origin.hits("/page"), 3);
+    // Every check is one timed round trip; none failed, none fell back.
+    let scraped = scrape(&b).await?;
+    assert_eq!(sample(&scraped, "agentgate_limits_store_seconds_count", &[]), Some(2.0));
+    assert_eq!(sample(&scraped, "agentgate_limits_store_failures_total", &[]), Some(0.0));
+    assert_eq!(sample(&scraped, "agentgate_limits_store_fallbacks_total", &[]), Some(0.0));
+
+    // A replica that trusts only the origins' CA: the store is unavailable, the check falls
+    // back to this replica's own counters, and the log line names the TLS failure.
+    let dir = tempfile::tempdir()?;
+    let config = child_config(dir.path(), &ca, &redis.url(), "on_failure = \"local\"\ntimeout = \"2s\"\n")?;
+    let child = Agentgate::start(dir.path(), &config, "info").await?;
+    assert_eq!(child.client()?.get(origin.url("/page")).send().await?.status(), 200, "counted locally");
+    child.logged(&["limits store unavailable", "TLS verification failed", "extra_ca_files", "on_failure"], 1).await?;
+    child.stop().await?;
+    let untrusting = TestProxy::start_with(&ca, |config| {
+        shared(&redis.url(), OnFailure::Local)(config);
+        config.limits.redis.timeout = Duration::from_secs(2);
+    })
+    .await?;
+    assert_eq!(untrusting.client()?.get(origin.url("/page")).send().await?.status(), 200, "counted locally");
+    let scraped = scrape(&untrusting).await?;
+    assert_eq!(sample(&scraped, "agentgate_limits_store_seconds_count", &[]), Some(1.0), "a failed trip is timed too");
+    assert_eq!(sample(&scraped, "agentgate_limits_store_failures_total", &[]), Some(1.0));
+    assert_eq!(sample(&scraped, "agentgate_limits_store_fallbacks_total", &[]), Some(1.0));
+    assert_eq!(origin.hits("/page"), 5, "both fallbacks reached the origin");
+    drop(a);
     Ok(())
 }

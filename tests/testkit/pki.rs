@@ -1,7 +1,8 @@
 //! Test certificate authorities made with rcgen at test time, and the TLS server config of a
-//! local origin whose certificate one of them signed (SAN `localhost` and `127.0.0.1`).
+//! local origin whose certificate one of them signed (SAN `localhost` and `127.0.0.1`), or
+//! that certificate and its key as PEM files for a server configured by files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
@@ -37,6 +38,23 @@ impl TestCa {
         Ok(TestCa { pem: cert.pem(), der: cert.der().clone(), issuer: Issuer::new(params, key), pem_path, _dir: dir })
     }
 
+    /// A fresh leaf naming `names` (host names or IPs) signed by this CA, and its key.
+    fn leaf_for(&self, names: &[&str]) -> TestResult<(rcgen::Certificate, KeyPair)> {
+        let key = KeyPair::generate()?;
+        let params = CertificateParams::new(names.iter().map(|name| (*name).to_owned()).collect::<Vec<_>>())?;
+        Ok((params.signed_by(&key, &self.issuer)?, key))
+    }
+
+    /// A leaf for `localhost` / `127.0.0.1` written into `dir` as `server.pem` (the leaf,
+    /// then this CA) and `server.key`, for a server that reads files (`redis-server --tls-*`).
+    pub fn server_pem_files(&self, dir: &Path) -> TestResult<(PathBuf, PathBuf)> {
+        let (leaf, key) = self.leaf_for(&["localhost", "127.0.0.1"])?;
+        let (cert_path, key_path) = (dir.join("server.pem"), dir.join("server.key"));
+        std::fs::write(&cert_path, format!("{}{}", leaf.pem(), self.pem))?;
+        std::fs::write(&key_path, key.serialize_pem())?;
+        Ok((cert_path, key_path))
+    }
+
     /// A server config for an origin at `localhost` / `127.0.0.1`, ALPN h2 and http/1.1.
     pub fn origin_server_config(&self) -> TestResult<Arc<ServerConfig>> {
         self.server_config_for(&["localhost", "127.0.0.1"])
@@ -44,9 +62,7 @@ impl TestCa {
 
     /// A server config for an origin whose certificate names `names` (host names or IPs).
     pub fn server_config_for(&self, names: &[&str]) -> TestResult<Arc<ServerConfig>> {
-        let key = KeyPair::generate()?;
-        let params = CertificateParams::new(names.iter().map(|name| (*name).to_owned()).collect::<Vec<_>>())?;
-        let leaf = params.signed_by(&key, &self.issuer)?;
+        let (leaf, key) = self.leaf_for(names)?;
         let chain = vec![leaf.der().clone(), self.der.clone()];
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
         // ring, as agentgate's `tls::crypto_provider`; this module never names agentgate.
