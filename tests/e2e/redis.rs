@@ -185,13 +185,16 @@ async fn hold(
     }
 }
 
-/// Config edit: the Redis store at `url`, falling back as `on_failure` says.
+/// Config edit: the Redis store at `url`, falling back as `on_failure` says. The timeout is
+/// 1 s, not the default 50 ms: on a busy 2-core CI machine a healthy round trip can outlast
+/// 50 ms, and these tests are about shared answers, not about how fast a store must be.
 fn shared(url: &str, on_failure: OnFailure) -> impl FnOnce(&mut Config) {
     let url = url.to_owned();
     move |config| {
         config.limits.store = Store::Redis;
         config.limits.redis.url = url;
         config.limits.redis.on_failure = on_failure;
+        config.limits.redis.timeout = Duration::from_secs(1);
     }
 }
 
@@ -299,7 +302,7 @@ async fn redis_stopped_mid_run_falls_back_to_local_limits_then_the_shared_budget
     let origin =
         Origin::https_site(&ca, markdown_site(agents_md("## Rate Limits\n- requests-per-minute: 3\n"))).await?;
     let dir = tempfile::tempdir()?;
-    let config = child_config(dir.path(), &ca, &redis.url(), "on_failure = \"local\"\n")?;
+    let config = child_config(dir.path(), &ca, &redis.url(), "on_failure = \"local\"\ntimeout = \"1s\"\n")?;
     let child = Agentgate::start(dir.path(), &config, "info").await?;
     let a = child.client()?;
     let b_proxy = TestProxy::start_with(&ca, shared(&redis.url(), OnFailure::Local)).await?;
@@ -342,7 +345,7 @@ async fn a_hung_redis_gives_503_under_deny_and_no_limit_under_allow() -> TestRes
     assert_eq!(deny_client.get(&page).send().await?.status(), 200);
     assert_eq!(allow_client.get(&page).send().await?.status(), 200);
 
-    // Stopped, not dead: connections are accepted and never answered, so only the 50 ms
+    // Stopped, not dead: connections are accepted and never answered, so only the 1 s
     // timeout ends each check.
     redis.pause(true).await?;
     let refused = deny_client.get(&page).send().await?;
