@@ -378,21 +378,30 @@ fn syntax_error(text: &str, origin: &str, error: &toml::de::Error) -> ConfigErro
     ConfigError::Syntax { location: format!("{origin}:{line}:{column}"), message: format!("{table}{shown}: {message}") }
 }
 
+/// What the config tests of every module share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{Config, ConfigError};
+
+    /// The validation problems of `text` (none when it is valid); a syntax error fails the test.
+    pub(crate) fn problems(text: &str) -> Vec<String> {
+        match Config::from_toml_str(text, "agentgate.toml") {
+            Ok(_) => Vec::new(),
+            Err(ConfigError::Invalid { problems, .. }) => problems,
+            Err(other) => panic!("expected validation problems for {text:?}, got {other}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::testing::problems;
     use super::*;
 
     fn syntax(text: &str) -> String {
         match Config::from_toml_str(text, "agentgate.toml") {
             Err(err @ ConfigError::Syntax { .. }) => err.to_string(),
             other => panic!("expected a syntax error for {text:?}, got {other:?}"),
-        }
-    }
-
-    fn problems(text: &str) -> Vec<String> {
-        match Config::from_toml_str(text, "agentgate.toml") {
-            Err(ConfigError::Invalid { problems, .. }) => problems,
-            other => panic!("expected validation problems for {text:?}, got {other:?}"),
         }
     }
 

@@ -109,15 +109,8 @@ impl AdminConfig {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, ConfigError};
-
-    fn problems(text: &str) -> Vec<String> {
-        match Config::from_toml_str(text, "agentgate.toml") {
-            Ok(_) => Vec::new(),
-            Err(ConfigError::Invalid { problems, .. }) => problems,
-            Err(other) => panic!("expected validation problems for {text:?}, got {other}"),
-        }
-    }
+    use crate::config::Config;
+    use crate::config::testing::problems;
 
     /// `printf %s admin-secret | sha256sum`
     const TOKEN_SHA256: &str = "16175223c8ddce5ace0493c948569c211b03c4c6bb3d3e484434999448cffe01";

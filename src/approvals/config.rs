@@ -60,15 +60,8 @@ impl ApprovalsConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::testing::problems;
     use crate::config::{Config, ConfigError};
-
-    fn problems(text: &str) -> Vec<String> {
-        match Config::from_toml_str(text, "agentgate.toml") {
-            Ok(_) => Vec::new(),
-            Err(ConfigError::Invalid { problems, .. }) => problems,
-            Err(other) => panic!("expected validation problems for {text:?}, got {other}"),
-        }
-    }
 
     #[test]
     fn every_key_parses_and_defaults_are_the_documented_ones() {

@@ -507,14 +507,8 @@ fn millis(duration: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, ConfigError};
-
-    fn problems(text: &str) -> Vec<String> {
-        match Config::from_toml_str(text, "agentgate.toml") {
-            Err(ConfigError::Invalid { problems, .. }) => problems,
-            other => panic!("expected validation problems for {text:?}, got {other:?}"),
-        }
-    }
+    use crate::config::Config;
+    use crate::config::testing::problems;
 
     #[test]
     fn redis_settings_parse_and_every_bad_value_is_named_with_its_fix() {
