@@ -1,22 +1,26 @@
 //! Routing and answers of the admin API: the bearer-token check, one handler per endpoint,
 //! query parameters checked with errors that name the parameter, `404` for an unknown path,
 //! `405` with `Allow` for a method an endpoint does not take. Every answer is small and
-//! built here in full (no streaming).
+//! built in full, except the console's live `/decisions/stream` (`super::stream`).
 //!
 //! Never: changes policy, limits or config; the only write is a purge of cached policies.
 
 use bytes::Bytes;
 use http::header::{ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{Either, Full};
 use serde_json::{Value, json};
 
-use super::policies;
 use super::server::AdminState;
+use super::stream::StreamBody;
+use super::{console, policies, stream};
 use crate::audit::RECENT_CAPACITY;
 
-/// The body of every admin answer.
+/// The body of every admin answer but the live stream.
 pub(super) type AdminBody = Full<Bytes>;
+
+/// What the listener sends: a full answer, or the live stream's.
+pub(super) type AnswerBody = Either<AdminBody, StreamBody>;
 
 /// How many records `/decisions/recent` returns without `n`.
 const DEFAULT_RECENT: usize = 100;
@@ -24,7 +28,14 @@ const DEFAULT_RECENT: usize = 100;
 /// The endpoints, with the methods each takes (the `Allow` of a 405) and the query
 /// parameters it reads (any other is a 400, so a misspelt one is not silently ignored).
 type Endpoint = (&'static str, &'static str, &'static [&'static str]);
-const ENDPOINTS: [Endpoint; 7] = [
+const ENDPOINTS: [Endpoint; 14] = [
+    ("/", "GET", &[]),
+    ("/console.js", "GET", &[]),
+    ("/console.css", "GET", &[]),
+    ("/login", "POST", &[]),
+    ("/logout", "POST", &[]),
+    ("/decisions/stream", "GET", &[]),
+    ("/agents/summary", "GET", &[]),
     ("/healthz", "GET", &[]),
     ("/readyz", "GET", &[]),
     ("/metrics", "GET", &[]),
@@ -34,12 +45,37 @@ const ENDPOINTS: [Endpoint; 7] = [
     ("/decisions/recent", "GET", &["n"]),
 ];
 
+/// Paths answered without credentials: liveness (a container health check needs no secret),
+/// the console's static assets (they hold no data) and the login itself.
+const OPEN: [&str; 4] = ["/healthz", "/console.js", "/console.css", "/login"];
+
 /// One admin request, start to answer.
-pub(super) async fn handle<B>(state: &AdminState, request: Request<B>) -> Response<AdminBody> {
+pub(super) async fn handle<B>(state: &AdminState, request: Request<B>) -> Response<AnswerBody>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let path = request.uri().path();
-    // Liveness stays open so a container health check needs no secret; everything else,
-    // unknown paths included, needs the token first.
-    if path != "/healthz" && !authorized(state, &request) {
+    let authorized = OPEN.contains(&path) || authorized(state, &request);
+    // The console's page answers a browser without credentials with its login form.
+    if path == "/" && request.method() == Method::GET {
+        return console::page(state, authorized).map(Either::Left);
+    }
+    if path == "/decisions/stream" && request.method() == Method::GET && authorized {
+        return stream::open(state);
+    }
+    handle_full(state, request, authorized).await.map(Either::Left)
+}
+
+/// Every answer but the live stream's, built in full.
+async fn handle_full<B>(state: &AdminState, request: Request<B>, authorized: bool) -> Response<AdminBody>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let path = request.uri().path();
+    // Everything not open, unknown paths included, needs the token first.
+    if !authorized {
         let mut response = error(
             StatusCode::UNAUTHORIZED,
             None,
@@ -63,6 +99,10 @@ pub(super) async fn handle<B>(state: &AdminState, request: Request<B>) -> Respon
         Err(bad) => return bad.response(),
     };
     let answer = match (path, method) {
+        ("/console.js" | "/console.css", _) => Ok(console::asset(path)),
+        ("/login", _) => Ok(console::login(state, request).await),
+        ("/logout", _) => Ok(console::logout(state, &request)),
+        ("/agents/summary", _) => Ok(console::agents_summary(state)),
         ("/healthz", _) => Ok(text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())),
         ("/readyz", _) => Ok(ready(state)),
         ("/metrics", _) => {
@@ -79,12 +119,13 @@ pub(super) async fn handle<B>(state: &AdminState, request: Request<B>) -> Respon
     answer.unwrap_or_else(BadParameter::response)
 }
 
-/// Whether the request carries the configured token (always, when none is configured).
+/// Whether the request carries the configured token (always, when none is configured), or
+/// the cookie of a console session opened with it (`console::login`).
 fn authorized<B>(state: &AdminState, request: &Request<B>) -> bool {
     let Some(expected) = &state.token else { return true };
     let presented = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());
     let token = presented.and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
-    token.is_some_and(|token| expected.matches(token.trim()))
+    token.is_some_and(|token| expected.matches(token.trim())) || console::has_session(state, request)
 }
 
 /// `/readyz`: 200 while the proxy serves with its CA loaded and a healthy decision log.

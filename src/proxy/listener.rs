@@ -298,6 +298,8 @@ fn admin_state(state: &Arc<ProxyState>, cache: PolicyCache, admission: &Arc<Admi
         connections: Box::new(move || admission.open_connections() as u64),
         token: state.config.admin.token(),
         draining: AtomicBool::new(false),
+        sessions: Default::default(),
+        streams: Default::default(),
     }
 }
 

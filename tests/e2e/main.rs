@@ -27,6 +27,8 @@
 //! - `log_schema`: what docs/decision-log.md promises a reader can check (reason digests);
 //! - `admin`: every admin endpoint, its token, `/metrics` moving with traffic, policy purge,
 //!   `agentgate.local` answered with no lookup or dial;
+//! - `console`: the console's login and session cookie, the live decision stream and per-agent
+//!   counts, and the page in a real headless Chromium (`support::browser`);
 //! - `reload`: config edits and SIGHUP reload without a restart, SIGHUP reopens the decision
 //!   log, size rotation keeps every record once;
 //! - `redis`: limits shared by replicas through a real redis-server (rates, concurrency
@@ -39,6 +41,7 @@ mod agents;
 mod audit;
 mod audit_report;
 mod connections;
+mod console;
 mod docker;
 mod errors;
 mod forward;
