@@ -196,6 +196,13 @@ async fn the_stream_delivers_the_log_line_of_a_request_through_the_proxy_and_the
     .await?;
     assert_eq!(completed["url.full"], origin.url("/page"));
 
+    // The policy view carries each file's text, for the console to number and highlight.
+    let policies =
+        admin_client()?.get(admin_url(&proxy, &format!("/policies?origin={}", origin.url("")))?).send().await?;
+    let policies: Value = serde_json::from_str(&policies.text().await?)?;
+    assert_eq!(policies["files"]["robots.txt"]["text"], ROBOTS, "{policies}");
+    assert_eq!(policies["files"]["AGENTS.md"]["text"], Value::Null, "not served: no text");
+
     let summary = admin_client()?.get(admin_url(&proxy, "/agents/summary")?).send().await?.text().await?;
     let summary: Value = serde_json::from_str(&summary)?;
     let agent = streamed["agentgate.agent"].as_str().ok_or("an agent")?;
@@ -292,10 +299,13 @@ async fn browser_logs_in_and_sees_a_request_live_with_its_reasons_and_deciding_l
         "{reasons}"
     );
 
-    let deciding = "document.querySelector('article.policy-file[data-file=\"robots.txt\"] li.deciding')";
-    browser.wait_until(deciding, "robots.txt with its deciding line highlighted", PAGE_DEADLINE).await?;
-    let line = browser.eval(&format!("[{deciding}.value, {deciding}.textContent]")).await?;
-    assert_eq!(line, serde_json::json!([2, "Disallow: /private"]));
+    // The file is shown whole, numbered, with the lines of the blocking reasons (the group
+    // and the rule) highlighted.
+    let file = "document.querySelector('article.policy-file[data-file=\"robots.txt\"] ol.policy-text')";
+    browser.wait_until(file, "robots.txt's text", PAGE_DEADLINE).await?;
+    let lines =
+        browser.eval(&format!("[...{file}.children].map(li => [li.value, li.textContent, li.className])")).await?;
+    assert_eq!(lines, serde_json::json!([[1, "User-agent: *", "deciding"], [2, "Disallow: /private", "deciding"]]));
 
     // The per-agent figures count the request.
     let agent = logged[0]["agentgate.agent"].as_str().ok_or("an agent")?;

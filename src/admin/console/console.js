@@ -176,7 +176,7 @@ async function showPolicies(id) {
   const response = await api(`/policies?origin=${encodeURIComponent(origin)}`);
   const answer = await response.json();
   if (!response.ok) return target.replaceChildren(el("p", { class: "muted" }, answer.error));
-  const reasons = record["agentgate.reasons"] || [];
+  const reasons = decidingReasons(record);
   const files = Object.entries(answer.files).map(([name, file]) => {
     const deciding = reasons.filter((r) => r.source === name && r.line);
     const diagnostics = el("ul", { class: "diagnostics" },
@@ -196,7 +196,7 @@ async function showPolicies(id) {
 function renderText(file, deciding) {
   const decidingLines = new Set(deciding.map((r) => r.line));
   if (typeof file.text === "string") {
-    const lines = file.text.split("\n");
+    const lines = file.text.replace(/\r?\n$/, "").split(/\r?\n/);
     return el("ol", { class: "policy-text" }, ...lines.map((text, i) =>
       el("li", { class: decidingLines.has(i + 1) ? "deciding" : "", value: String(i + 1) }, text)));
   }
