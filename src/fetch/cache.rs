@@ -158,7 +158,7 @@ macro_rules! snapshot {
 
         /// The text of each file in force ([`text_of`]), one field per format.
         struct Texts {
-            $($field: Option<Arc<str>>,)*
+            $($field: Text,)*
         }
 
         impl Texts {
@@ -429,9 +429,9 @@ impl Inner {
     async fn refresh_file<F: Format>(
         &self,
         origin: &Origin,
-        previous: Option<(&F::State, Freshness, &Option<Arc<str>>)>,
+        previous: Option<(&F::State, Freshness, &Text)>,
         started: Instant,
-    ) -> (F::State, Freshness, Option<Arc<str>>) {
+    ) -> (F::State, Freshness, Text) {
         if let Some((state, freshness, text)) = previous
             && freshness.fresh_until > started
         {
@@ -468,7 +468,7 @@ impl Inner {
     /// second location, that one too (AGENTS.md discovery, C1). Fresh for the shorter
     /// lifetime of the two, so a change at either location is seen.
     /// The text is the one of the location whose state is in force.
-    async fn fetch_format<F: Format>(&self, origin: &Origin) -> (F::State, Duration, Option<Arc<str>>) {
+    async fn fetch_format<F: Format>(&self, origin: &Origin) -> (F::State, Duration, Text) {
         let (first, first_ttl, first_text) = self.fetch_state::<F>(origin, F::PATH).await;
         match F::FALLBACK_PATH {
             Some(path) if F::falls_through(&first) => {
@@ -480,20 +480,19 @@ impl Inner {
     }
 
     /// Fetches one file and hands the outcome to its format's `from_fetch`.
-    async fn fetch_state<F: Format>(
-        &self,
-        origin: &Origin,
-        path: &'static str,
-    ) -> (F::State, Duration, Option<Arc<str>>) {
+    async fn fetch_state<F: Format>(&self, origin: &Origin, path: &'static str) -> (F::State, Duration, Text) {
         let fetched = self.fetcher.fetch(origin, PolicyFile::of::<F>(path)).await;
         self.metrics.policy_fetch(path, &fetched.outcome);
         (F::from_fetch(&fetched.outcome), fetched.ttl, text_of(&fetched.outcome))
     }
 }
 
+/// The text of a policy file as served, when it was (see [`text_of`]).
+type Text = Option<Arc<str>>;
+
 /// The text of a policy file the origin served (2xx), as the console shows it: invalid UTF-8
 /// replaced, at most the format's size cap (the fetcher already cut the body there).
-fn text_of(outcome: &FetchOutcome) -> Option<Arc<str>> {
+fn text_of(outcome: &FetchOutcome) -> Text {
     match outcome {
         FetchOutcome::Response { status: 200..=299, body, .. } if !body.is_empty() => {
             Some(Arc::from(String::from_utf8_lossy(body)))
