@@ -26,6 +26,7 @@ use serde::Deserialize;
 pub use crate::admin::AdminConfig;
 use crate::agents::agent_problems;
 pub use crate::agents::{AgentConfig, AgentLimits, AuthConfig};
+pub use crate::approvals::{ApprovalMode, ApprovalsConfig};
 pub use crate::audit::AuditSettings;
 pub use crate::fetch::CacheConfig;
 pub use crate::limits::{LimitsConfig, OnFailure, RedisConfig, Store};
@@ -93,6 +94,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// The admin API (`[admin]`).
     pub admin: AdminConfig,
+    /// What a request that needs a human's approval gets (`[approvals]`).
+    pub approvals: ApprovalsConfig,
 }
 
 /// `[ca]`: where the proxy's CA lives.
@@ -170,6 +173,7 @@ impl Default for Config {
             audit: AuditSettings::default(),
             limits: LimitsConfig::default(),
             admin: AdminConfig::default(),
+            approvals: ApprovalsConfig::default(),
         }
     }
 }
@@ -225,6 +229,7 @@ impl Config {
         self.connections.problems(&mut problems);
         self.mitm.problems(&mut problems);
         self.admin.problems(&mut problems);
+        self.approvals.problems(&mut problems);
         for pattern in &self.bypass_hosts {
             if pattern != "*" && !is_host_pattern(pattern) {
                 problems.push(format!(

@@ -5,7 +5,9 @@
 //! and spends the limits that apply (`check_limits`), applies the agent's mode, and hands back
 //! either a [`Permitted`] (the only way to reach `forward`) or a [`Blocked`] with the decision,
 //! the kind of block (403, 407 or 429) and its audit record. After the origin answered,
-//! [`Permitted::check_response`] applies the response-time AGENTS.md check (C17).
+//! [`Permitted::check_response`] applies the response-time AGENTS.md check (C17). A request
+//! a human approved is turned from its [`Blocked`] into a [`Permitted`] here too
+//! ([`Gate::approved`]), so it passes the same limits as any allowed request.
 //!
 //! Never: writes responses (the proxy builds block answers from a [`Blocked`]), writes the
 //! decision log (the proxy records once the status is known), parses policy text, keeps a
@@ -18,6 +20,7 @@ use http::HeaderMap;
 use http::header::{PROXY_AUTHORIZATION, USER_AGENT};
 
 use crate::agents::{Agents, AuthFailure, Identity};
+use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
@@ -111,7 +114,7 @@ impl Permitted {
             return Ok(self);
         }
         self.record.outcome = LogOutcome::Deny;
-        Err(Box::new(Blocked { decision, record: self.record, kind: BlockKind::Policy }))
+        Err(Box::new(Blocked { decision, record: self.record, kind: BlockKind::Policy, policies: None }))
     }
 
     /// The decision record, to be completed with the response and written, and the
@@ -156,6 +159,8 @@ pub struct Blocked {
     decision: Decision,
     record: DecisionRecord,
     kind: BlockKind,
+    /// The policies it was decided on, for the response-time check should a human approve it.
+    policies: Option<Arc<Policies>>,
 }
 
 impl Blocked {
@@ -172,6 +177,18 @@ impl Blocked {
     /// Which answer it gets.
     pub fn kind(&self) -> BlockKind {
         self.kind
+    }
+
+    /// True when a human may approve it: a policy asked for one (AGENTS.md
+    /// `require-human-approval`, SEMANTICS C16) and nothing denied it outright.
+    pub fn needs_approval(&self) -> bool {
+        self.kind == BlockKind::Policy && self.decision.outcome == Outcome::NeedsApproval
+    }
+
+    /// How the wait for a human ended, when it ends in this block (denied, timed out, the
+    /// queue full, or the client gone): recorded, and said in the block answer.
+    pub fn set_approval(&mut self, approval: Approval) {
+        self.record.approval = Some(approval);
     }
 
     /// Records a passthrough tunnel's block, decided as `GET /`, as the `CONNECT` it is (as
@@ -266,7 +283,7 @@ impl Gate {
             record.instance = Some(Arc::clone(&self.instance));
             let decision = Decision::single(Outcome::Deny, reason);
             record.set_reasons(&decision);
-            Box::new(Blocked { decision, record, kind: BlockKind::Unauthenticated })
+            Box::new(Blocked { decision, record, kind: BlockKind::Unauthenticated, policies: None })
         })
     }
 
@@ -311,7 +328,7 @@ impl Gate {
             record.set_reasons(&decision);
             record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
             return match mode {
-                Mode::Enforce => Verdict::Block(Blocked { decision, record, kind: BlockKind::Policy }),
+                Mode::Enforce => Verdict::Block(Blocked { decision, record, kind: BlockKind::Policy, policies }),
                 Mode::Monitor => {
                     record.outcome = LogOutcome::WouldDeny;
                     Verdict::Forward(Permitted {
@@ -329,7 +346,35 @@ impl Gate {
         limits.extend(agent.agent.limits.iter().cloned());
         record.reasons = reasons;
         record.limits = limits;
-        let usage = Usage { agent: &agent.id, origin: &view.origin(), host };
+        self.permit(record, mode, inject_headers, policies, &req).await
+    }
+
+    /// A request held for a human's approval (`Blocked::needs_approval`) that an operator
+    /// approved, or that an earlier approval covers: forwarded as if its policies had allowed
+    /// it, once the limits that apply pass (a human's approval is not a budget). Its record's
+    /// outcome becomes `allow`, its reasons stay (none blocking) and it carries `approval`.
+    pub async fn approved(&self, blocked: Blocked, approval: Approval, req: &GateRequest<'_>) -> Verdict {
+        let Blocked { decision, mut record, policies, .. } = blocked;
+        record.outcome = LogOutcome::Allow;
+        record.blocking = 0;
+        record.approval = Some(approval);
+        let mode = req.agent.mode(self.mode);
+        self.permit(record, mode, decision.inject_headers, policies, req).await
+    }
+
+    /// Phase `check_limits` for a request its policies (or a human) allowed: a [`Permitted`]
+    /// holding its slots, or the limit's block (in monitor mode, forwarded as `would_deny`).
+    async fn permit(
+        &self,
+        mut record: DecisionRecord,
+        mode: Mode,
+        inject_headers: Vec<(String, String)>,
+        policies: Option<Arc<Policies>>,
+        req: &GateRequest<'_>,
+    ) -> Verdict {
+        let host = req.origin.host();
+        let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        let usage = Usage { agent: &req.agent.id, origin: &req.origin.to_string(), host };
         match self.check_limits(usage, &record.limits).await {
             Ok(permit) => Verdict::Forward(Permitted { record, mode, inject_headers, permit, policies }),
             Err(refused) => {
@@ -351,7 +396,7 @@ impl Gate {
                 match mode {
                     Mode::Enforce => {
                         record.outcome = outcome;
-                        Verdict::Block(Blocked { decision, record, kind })
+                        Verdict::Block(Blocked { decision, record, kind, policies })
                     }
                     Mode::Monitor => {
                         record.outcome = LogOutcome::WouldDeny;
@@ -376,7 +421,7 @@ impl Gate {
         let decision = Decision::single(Outcome::Deny, reason);
         let mut record = self.record_for(LogOutcome::Deny, req);
         record.set_reasons(&decision);
-        Blocked { decision, record, kind: BlockKind::Policy }
+        Blocked { decision, record, kind: BlockKind::Policy, policies: None }
     }
 
     /// The block for a request whose origin could not be reached when its robots.txt was
@@ -395,7 +440,7 @@ impl Gate {
         record.set_reasons(&decision);
         record.error = Some(cause.clone());
         record.error_type = Some(crate::audit::ErrorType::Origin);
-        Some(Blocked { decision, record, kind: BlockKind::OriginUnreachable { timed_out: *timed_out } })
+        Some(Blocked { decision, record, kind: BlockKind::OriginUnreachable { timed_out: *timed_out }, policies: None })
     }
 
     /// The record of a request that failed before it could be decided (its host does not

@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod agents;
+pub mod approvals;
 pub mod audit;
 pub mod config;
 mod error_chain;

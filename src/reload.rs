@@ -6,8 +6,9 @@
 //!
 //! What a reload changes: the operator's `[[rules]]`, `bypass_hosts`, `[agent]`, `[[agents]]`
 //! and `[auth]`, `mode` and per-agent modes and limits, `instance`, `[mitm] passthrough_hosts`,
-//! `[network]`, `[connect]`, `[robots]`, `[agents_md]` and `shutdown_grace`. What it keeps:
-//! the fetched policies, the rate-limit counters and concurrency slots, the CA and its leaf
+//! `[network]`, `[connect]`, `[robots]`, `[agents_md]`, `[approvals]` and `shutdown_grace`. What it keeps:
+//! the fetched policies, the rate-limit counters and concurrency slots, the requests held for
+//! approval and the remembered approvals, the CA and its leaf
 //! cache, the upstream pool, the decision log writer and every connection (a request in
 //! flight finishes under the generation it started with). The settings that need a restart
 //! (`listen`, `[cache]`, `[ca]`, `[upstream]`, `[mitm] cert_cache_size`, `[connections]`,
@@ -220,6 +221,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         agents_md: _,
         network: _,
         connect: _,
+        approvals: _,
         // Built once at start, or bound to what was opened then.
         cache,
         ca,
@@ -330,7 +332,7 @@ mod tests {
         let edited = config(
             "listen = \"127.0.0.1:9999\"\nmode = \"monitor\"\ninstance = \"replica-2\"\n[[rules]]\nhost = \"*\"\naction = \"deny\"\n\
              [mitm]\npassthrough_hosts = [\"bank.example\"]\ncert_cache_size = 5\n[audit]\npath = \"other.jsonl\"\n\
-             [connect]\nallowed_ports = [443]\n[limits]\nstore = \"redis\"\n",
+             [connect]\nallowed_ports = [443]\n[limits]\nstore = \"redis\"\n[approvals]\nmode = \"hold\"\n",
         );
         let (in_force, needs) = in_force(&running, edited);
         assert_eq!(needs, ["listen", "[mitm] cert_cache_size", "[audit]", "[limits]"]);
@@ -343,6 +345,7 @@ mod tests {
         assert_eq!(in_force.rules.len(), 1);
         assert_eq!(in_force.mitm.passthrough_hosts, ["bank.example"]);
         assert!(!in_force.connect.allows(80));
+        assert_eq!(in_force.approvals.mode, crate::config::ApprovalMode::Hold);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 
-use super::routes::{AdminBody, error, json_response, text};
+use super::routes::{AdminBody, error, json_response, text, token_name};
 use super::server::AdminState;
 
 const PAGE: &str = include_str!("console/index.html");
@@ -27,9 +27,6 @@ const STYLE: &str = include_str!("console/console.css");
 
 /// The largest `/login` form read; a token and its field name fit many times over.
 const MAX_LOGIN_FORM: usize = 4096;
-
-/// The name a session opened with `[admin] token_sha256` acts as (in logs and approvals).
-pub(super) const ADMIN_TOKEN_NAME: &str = "admin";
 
 /// What the page may load: only itself. No inline script or style, no frames around it (the
 /// Approve button must not be clickjacked), forms post only back here.
@@ -42,7 +39,7 @@ pub(super) fn page(state: &AdminState, authorized: bool) -> Response<AdminBody> 
         return login_form(StatusCode::UNAUTHORIZED, "");
     }
     // The logout button only makes sense when there is a session to end.
-    let logout = if state.token.is_some() {
+    let logout = if !state.tokens.is_empty() {
         r#"<form method="post" action="/logout"><button id="logout" type="submit">Log out</button></form>"#
     } else {
         ""
@@ -62,17 +59,18 @@ pub(super) fn asset(path: &str) -> Response<AdminBody> {
     response
 }
 
-/// `POST /login` with form field `token`: a correct token opens a session (an `HttpOnly;
-/// SameSite=Strict` cookie) and redirects to `/`; a wrong one shows the form again with `401`.
+/// `POST /login` with form field `token`: a configured token opens a session acting as that
+/// token's name (an `HttpOnly; SameSite=Strict` cookie) and redirects to `/`; any other shows
+/// the form again with `401`.
 pub(super) async fn login<B>(state: &AdminState, request: Request<B>) -> Response<AdminBody>
 where
     B: hyper::body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let Some(expected) = &state.token else {
+    if state.tokens.is_empty() {
         // Nothing to check: the console is open (loopback only, as the API).
         return redirect_home(None);
-    };
+    }
     if !is_form(request.headers()) {
         return error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -85,13 +83,13 @@ where
         Err(_) => return login_form(StatusCode::BAD_REQUEST, "The form could not be read (at most 4 KiB)."),
     };
     let token = url::form_urlencoded::parse(&form).find(|(name, _)| name == "token").map(|(_, value)| value);
-    if !token.is_some_and(|token| expected.matches(token.trim())) {
-        tracing::info!("console login refused: wrong token");
-        return login_form(StatusCode::UNAUTHORIZED, "That token is not the one configured.");
-    }
-    match state.sessions.open(ADMIN_TOKEN_NAME, Instant::now()) {
+    let Some(name) = token.and_then(|token| token_name(state, token.trim())) else {
+        tracing::info!("console login refused: not a configured token");
+        return login_form(StatusCode::UNAUTHORIZED, "That token is not one of those configured.");
+    };
+    match state.sessions.open(&name, Instant::now()) {
         Ok(cookie) => {
-            tracing::info!(token = ADMIN_TOKEN_NAME, "console session opened");
+            tracing::info!(token = %name, "console session opened");
             redirect_home(Some(cookie))
         }
         Err(no_randomness) => {
@@ -107,15 +105,15 @@ pub(super) fn logout<B>(state: &AdminState, request: &Request<B>) -> Response<Ad
     redirect_home(Some(state.sessions.close(cookies)))
 }
 
-/// Whether the request carries the cookie of a live console session.
-pub(super) fn has_session<B>(state: &AdminState, request: &Request<B>) -> bool {
+/// The token name of the live console session whose cookie the request carries.
+pub(super) fn session_name<B>(state: &AdminState, request: &Request<B>) -> Option<String> {
     let now = Instant::now();
     request
         .headers()
         .get_all(COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
-        .any(|cookies| state.sessions.name(cookies, now).is_some())
+        .find_map(|cookies| state.sessions.name(cookies, now))
 }
 
 /// `GET /agents/summary`: requests per outcome for each agent since start.

@@ -1,9 +1,11 @@
-//! Routing and answers of the admin API: the bearer-token check, one handler per endpoint,
-//! query parameters checked with errors that name the parameter, `404` for an unknown path,
-//! `405` with `Allow` for a method an endpoint does not take. Every answer is small and
-//! built in full, except the console's live `/decisions/stream` (`super::stream`).
+//! Routing and answers of the admin API: the bearer-token check (which also says who the
+//! caller is), one handler per endpoint, query parameters checked with errors that name the
+//! parameter, `404` for an unknown path, `405` with `Allow` for a method an endpoint does not
+//! take. Every answer is small and built in full, except the console's live
+//! `/decisions/stream` (`super::stream`).
 //!
-//! Never: changes policy, limits or config; the only write is a purge of cached policies.
+//! Never: changes policy, limits or config; the only writes are a purge of cached policies
+//! and an operator's answer to a held request (`super::approvals`).
 
 use bytes::Bytes;
 use http::header::{ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
@@ -13,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::server::AdminState;
 use super::stream::StreamBody;
-use super::{console, policies, stream};
+use super::{approvals, console, policies, stream};
 use crate::audit::RECENT_CAPACITY;
 
 /// The body of every admin answer but the live stream.
@@ -25,10 +27,14 @@ pub(super) type AnswerBody = Either<AdminBody, StreamBody>;
 /// How many records `/decisions/recent` returns without `n`.
 const DEFAULT_RECENT: usize = 100;
 
+/// Who calls when the admin API has no token.
+const ANONYMOUS: &str = "anonymous";
+
 /// The endpoints, with the methods each takes (the `Allow` of a 405) and the query
-/// parameters it reads (any other is a 400, so a misspelt one is not silently ignored).
+/// parameters it reads (any other is a 400, so a misspelt one is not silently ignored). A
+/// path ending in `/` takes one more segment, the id of what it acts on (`/approvals/{id}`).
 type Endpoint = (&'static str, &'static str, &'static [&'static str]);
-const ENDPOINTS: [Endpoint; 14] = [
+const ENDPOINTS: [Endpoint; 16] = [
     ("/", "GET", &[]),
     ("/console.js", "GET", &[]),
     ("/console.css", "GET", &[]),
@@ -43,6 +49,8 @@ const ENDPOINTS: [Endpoint; 14] = [
     ("/policies", "GET, DELETE", &["origin"]),
     ("/explain", "GET", &["url", "method", "agent"]),
     ("/decisions/recent", "GET", &["n"]),
+    ("/approvals", "GET", &[]),
+    ("/approvals/", "POST", &[]),
 ];
 
 /// Paths answered without credentials: liveness (a container health check needs no secret),
@@ -56,38 +64,39 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let path = request.uri().path();
-    let authorized = OPEN.contains(&path) || authorized(state, &request);
+    let caller = authorized(state, &request);
     // The console's page answers a browser without credentials with its login form.
     if path == "/" && request.method() == Method::GET {
-        return console::page(state, authorized).map(Either::Left);
+        return console::page(state, caller.is_some()).map(Either::Left);
     }
-    if path == "/decisions/stream" && request.method() == Method::GET && authorized {
+    if path == "/decisions/stream" && request.method() == Method::GET && caller.is_some() {
         return stream::open(state);
     }
-    handle_full(state, request, authorized).await.map(Either::Left)
+    handle_full(state, request, caller).await.map(Either::Left)
 }
 
 /// Every answer but the live stream's, built in full.
-async fn handle_full<B>(state: &AdminState, request: Request<B>, authorized: bool) -> Response<AdminBody>
+async fn handle_full<B>(state: &AdminState, request: Request<B>, caller: Option<String>) -> Response<AdminBody>
 where
     B: hyper::body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let path = request.uri().path();
     // Everything not open, unknown paths included, needs the token first.
-    if !authorized {
+    if !OPEN.contains(&path) && caller.is_none() {
         let mut response = error(
             StatusCode::UNAUTHORIZED,
             None,
-            "this admin API needs `Authorization: Bearer TOKEN` ([admin] token_sha256)",
+            "this admin API needs `Authorization: Bearer TOKEN` ([admin] token_sha256 or [[admin.tokens]])",
         );
         response.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"agentgate admin\""));
         return response;
     }
-    let Some((path, allowed, parameters)) = ENDPOINTS.iter().find(|(p, _, _)| *p == path).copied() else {
+    let Some((endpoint, allowed, parameters)) = ENDPOINTS.iter().find(|(p, _, _)| routes_to(p, path)).copied() else {
         return error(StatusCode::NOT_FOUND, None, &format!("no admin endpoint at {path}; see docs/admin.md"));
     };
-    let method = request.method();
+    let id = &path[endpoint.len()..];
+    let method = request.method().clone();
     if !allowed.split(", ").any(|m| m == method.as_str()) {
         let mut response =
             error(StatusCode::METHOD_NOT_ALLOWED, None, &format!("{path} answers {allowed}, not {method}"));
@@ -98,8 +107,8 @@ where
         Ok(query) => query,
         Err(bad) => return bad.response(),
     };
-    let answer = match (path, method) {
-        ("/console.js" | "/console.css", _) => Ok(console::asset(path)),
+    let answer = match (endpoint, method) {
+        ("/console.js" | "/console.css", _) => Ok(console::asset(endpoint)),
         ("/login", _) => Ok(console::login(state, request).await),
         ("/logout", _) => Ok(console::logout(state, &request)),
         ("/agents/summary", _) => Ok(console::agents_summary(state)),
@@ -111,21 +120,52 @@ where
             Ok(text(StatusCode::OK, content_type, state.metrics.encode(scraped)))
         }
         ("/ca.pem", _) => Ok(text(StatusCode::OK, "application/x-pem-file", state.certs.ca_cert_pem().to_owned())),
-        ("/policies", &Method::DELETE) => policies::purge(state, &query).await,
+        ("/policies", Method::DELETE) => policies::purge(state, &query).await,
         ("/policies", _) => policies::show(state, &query).await,
         ("/explain", _) => policies::explain(state, &query).await,
+        ("/approvals", _) => Ok(approvals::list(state)),
+        ("/approvals/", _) => {
+            let caller = caller.unwrap_or_else(|| ANONYMOUS.to_owned());
+            let id = id.to_owned();
+            let (parts, body) = request.into_parts();
+            Ok(approvals::decide(state, &id, caller, &parts.headers, body).await)
+        }
         _ => recent(state, &query),
     };
     answer.unwrap_or_else(BadParameter::response)
 }
 
-/// Whether the request carries the configured token (always, when none is configured), or
-/// the cookie of a console session opened with it (`console::login`).
-fn authorized<B>(state: &AdminState, request: &Request<B>) -> bool {
-    let Some(expected) = &state.token else { return true };
+/// Whether `path` is `endpoint`'s: the same, or for an endpoint ending in `/`, one more
+/// non-empty segment.
+fn routes_to(endpoint: &str, path: &str) -> bool {
+    match endpoint.strip_suffix('/') {
+        Some(_) => path.strip_prefix(endpoint).is_some_and(|id| !id.is_empty() && !id.contains('/')),
+        None => endpoint == path,
+    }
+}
+
+/// Who the caller is: the name of the configured token the request carries (`admin` for
+/// `[admin] token_sha256`), or of the token that opened its console session (a cookie,
+/// `console::login`), or `anonymous` when none is configured; `None` when tokens are
+/// configured and the request carries none of them.
+fn authorized<B>(state: &AdminState, request: &Request<B>) -> Option<String> {
+    if state.tokens.is_empty() {
+        return Some(ANONYMOUS.to_owned());
+    }
     let presented = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let token = presented.and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
-    token.is_some_and(|token| expected.matches(token.trim())) || console::has_session(state, request)
+    let bearer = presented.and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+    match bearer {
+        Some(token) => token_name(state, token.trim()),
+        None => console::session_name(state, request),
+    }
+}
+
+/// The name of the configured token `token` is. Every digest is compared, so the timing does
+/// not say which name matched.
+pub(super) fn token_name(state: &AdminState, token: &str) -> Option<String> {
+    let matched: Vec<&String> =
+        state.tokens.iter().filter(|(_, digest)| digest.matches(token)).map(|(name, _)| name).collect();
+    matched.first().map(|name| (*name).clone())
 }
 
 /// `/readyz`: 200 while the proxy serves with its CA loaded and a healthy decision log.

@@ -23,6 +23,7 @@ use tracing::{debug, info, warn};
 use super::routes;
 use super::session::Sessions;
 use super::stream::Streams;
+use crate::approvals::Approvals;
 use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::error_chain::error_chain;
@@ -53,8 +54,11 @@ pub(crate) struct AdminState {
     pub(crate) connections: Box<dyn Fn() -> u64 + Send + Sync>,
     /// Limit checks the shared store failed (`crate::limits::Limiter::store_failures`).
     pub(crate) limits_store_failures: Box<dyn Fn() -> u64 + Send + Sync>,
-    /// The token every endpoint but `/healthz` requires, when configured.
-    pub(crate) token: Option<TokenDigest>,
+    /// The tokens (holder's name, digest) of which every endpoint but `/healthz` requires
+    /// one; none configured, none required.
+    pub(crate) tokens: Vec<(String, TokenDigest)>,
+    /// The held requests an operator approves or denies (`/approvals`).
+    pub(crate) approvals: Approvals,
     /// Set once the proxy stops accepting: `/readyz` answers 503 from then on.
     pub(crate) draining: AtomicBool,
     /// The console's browser sessions.

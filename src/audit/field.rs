@@ -40,6 +40,19 @@ pub const HTTP_RESPONSE_BODY_BYTES: &str = "http.response.body.bytes";
 pub const REASONS: &str = "agentgate.reasons";
 /// Limits that applied: an array of `{source, kind, ..., scope, line}` objects.
 pub const LIMITS: &str = "agentgate.limits";
+/// How a request held for a human's approval ended (`docs/approvals.md`): `approved`,
+/// `denied`, `timeout`, `hung_up`, `queue_full`, or `remembered` (an earlier approval let it
+/// through). Only on records of such requests, with the other `agentgate.approval.*` fields.
+pub const APPROVAL_DECISION: &str = "agentgate.approval.decision";
+/// Who decided: the admin token's name (`anonymous` when the admin API has no token); for
+/// `remembered`, who gave the approval it remembers. Absent when nobody decided.
+pub const APPROVAL_BY: &str = "agentgate.approval.by";
+/// The reason the operator gave, when they gave one.
+pub const APPROVAL_REASON: &str = "agentgate.approval.reason";
+/// When it was decided: RFC 3339, UTC, milliseconds.
+pub const APPROVAL_AT: &str = "agentgate.approval.at";
+/// How far an operator's answer reaches: `this-request` or `path-for-agent-15m`.
+pub const APPROVAL_REMEMBER: &str = "agentgate.approval.remember";
 /// What went wrong, when the outcome is `error`.
 pub const ERROR_MESSAGE: &str = "error.message";
 /// Who is at fault, when the outcome is `error`: `client` or `origin`.
@@ -47,7 +60,7 @@ pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line
 /// when they have no value; the rest keep this order.
-pub const ORDER: [&str; 20] = [
+pub const ORDER: [&str; 25] = [
     TIMESTAMP,
     EVENT_ID,
     EVENT_OUTCOME,
@@ -66,6 +79,11 @@ pub const ORDER: [&str; 20] = [
     HTTP_RESPONSE_BODY_BYTES,
     REASONS,
     LIMITS,
+    APPROVAL_DECISION,
+    APPROVAL_BY,
+    APPROVAL_REASON,
+    APPROVAL_AT,
+    APPROVAL_REMEMBER,
     ERROR_MESSAGE,
     ERROR_TYPE,
 ];

@@ -11,6 +11,7 @@ use serde::{Serialize, Serializer};
 
 use super::field;
 use super::redact::redact_url;
+use crate::approvals::Approval;
 use crate::policy::operator::Mode;
 use crate::policy::{self, Limit, LimitKind, LimitScope, Reason};
 
@@ -146,6 +147,9 @@ pub struct DecisionRecord {
     pub blocking: usize,
     /// Limits that applied (`agentgate.limits`).
     pub limits: Vec<Limit>,
+    /// How a request held for a human's approval ended (`agentgate.approval.*`); `None` for
+    /// every other request.
+    pub approval: Option<Approval>,
     /// What went wrong, for outcome `error` (`error.message`). Must not hold header values.
     pub error: Option<String>,
     /// Who is at fault, for outcome `error` (`error.type`).
@@ -200,6 +204,7 @@ impl DecisionRecord {
             reasons: Vec::new(),
             blocking: 0,
             limits: Vec::new(),
+            approval: None,
             error: None,
             error_type: None,
         }
@@ -306,6 +311,19 @@ impl Serialize for Line<'_> {
         map.serialize_entry(field::REASONS, &Reasons { reasons: &rec.reasons, blocking: rec.blocking })?;
         if !rec.limits.is_empty() {
             map.serialize_entry(field::LIMITS, &Each(&rec.limits, LimitView::from))?;
+        }
+        if let Some(approval) = &rec.approval {
+            map.serialize_entry(field::APPROVAL_DECISION, approval.decision.as_str())?;
+            if let Some(by) = &approval.by {
+                map.serialize_entry(field::APPROVAL_BY, by)?;
+            }
+            if let Some(reason) = &approval.reason {
+                map.serialize_entry(field::APPROVAL_REASON, reason)?;
+            }
+            map.serialize_entry(field::APPROVAL_AT, &Shown(rfc3339_millis(approval.at)))?;
+            if let Some(remember) = approval.remember {
+                map.serialize_entry(field::APPROVAL_REMEMBER, remember.as_str())?;
+            }
         }
         if let Some(message) = &rec.error {
             map.serialize_entry(field::ERROR_MESSAGE, message)?;
@@ -551,6 +569,13 @@ mod tests {
                 reason: Reason::new(Source::AgentsMd, "agents_md.concurrent", "concurrent-sessions: 2"),
             },
         ];
+        rec.approval = Some(Approval {
+            decision: crate::approvals::ApprovalDecision::Denied,
+            by: Some("alice".to_owned()),
+            reason: Some("not on a Friday".to_owned()),
+            at: at(1_700_000_001_000),
+            remember: Some(crate::approvals::Remember::ThisRequest),
+        });
         rec.error = Some("origin unreachable: connection refused".to_owned());
         rec.error_type = Some(ErrorType::Origin);
         rec.instance = Some(Arc::from("replica-2"));
@@ -578,6 +603,9 @@ mod tests {
                 r#"{"source":"operator","code":"operator.allow","rule":"host = example.com"}],"#,
                 r#""agentgate.limits":[{"source":"agents.txt","kind":"rate","requests":10,"window_s":60,"scope":"rule","line":3},"#,
                 r#"{"source":"AGENTS.md","kind":"concurrent","max":2,"scope":"host"}],"#,
+                r#""agentgate.approval.decision":"denied","agentgate.approval.by":"alice","#,
+                r#""agentgate.approval.reason":"not on a Friday","agentgate.approval.at":"2023-11-14T22:13:21.000Z","#,
+                r#""agentgate.approval.remember":"this-request","#,
                 r#""error.message":"origin unreachable: connection refused","error.type":"origin"}"#,
                 "\n"
             )

@@ -2,7 +2,8 @@
 //! one mapping from a [`ProxyError`] to a status and a plain-text body (pingora's blame rule:
 //! the client's fault is 400, an unreachable origin 502, a slow one 504), and the block answer
 //! built from a gate's `Blocked` (DESIGN.md §6): 403 for a policy, 407 with a
-//! `Proxy-Authenticate` challenge for an unknown agent, 429 with `Retry-After` for a limit.
+//! `Proxy-Authenticate` challenge for an unknown agent, 429 with `Retry-After` for a limit,
+//! and for a request held for a human's approval, how the wait ended (`docs/approvals.md`).
 //! A block answer to HEAD has no body (its headers stay), on HTTP/1.1 and h2 alike.
 //!
 //! Never forwards anything; never decides whether a request is allowed.
@@ -17,6 +18,7 @@ use serde_json::json;
 
 use super::ProxyBody;
 use super::error::ProxyError;
+use crate::approvals::ApprovalDecision;
 use crate::audit::ErrorType;
 use crate::gate::{BlockKind, Blocked};
 use crate::policy::advice::advice;
@@ -83,6 +85,13 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
     if let (BlockKind::RateLimited { .. }, Some(window)) = (blocked.kind(), limit_window(blocked)) {
         let _ = write!(header, "; window={window}");
     }
+    let approval = blocked.record().approval.as_ref();
+    if let Some(approval) = approval {
+        let _ = write!(header, "; approval={}", approval.decision.as_str());
+        if let Some(by) = &approval.by {
+            let _ = write!(header, "; by={by}");
+        }
+    }
     let _ = write!(header, "; record={record}");
     let summary = summary(blocked, method, url);
     let mut response = if accepts_json(request_headers) {
@@ -93,7 +102,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
                        "digest": r.digest, "advice": advice(r)})
             })
             .collect();
-        let body = json!({
+        let mut body = json!({
             "error": "blocked by agentgate",
             "decision": verdict,
             "record_id": record,
@@ -102,6 +111,10 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
             "message": summary,
             "reasons": reasons,
         });
+        if let Some(approval) = approval {
+            body["approval"] =
+                json!({"decision": approval.decision.as_str(), "by": approval.by, "reason": approval.reason});
+        }
         body_response(format!("{body}\n"), "application/json")
     } else {
         let mut text = format!("{summary}\nDecision: {verdict} (decision record {record})\n\nWhy:\n");
@@ -180,11 +193,37 @@ fn summary(blocked: &Blocked, method: &str, url: &str) -> String {
         (BlockKind::Unauthenticated, _) => format!(
             "agentgate does not know this agent: {method} {url}. Send the id and token your operator gave you as proxy credentials (Proxy-Authorization: Basic, e.g. HTTPS_PROXY=http://id:token@proxy:port)."
         ),
-        (BlockKind::Policy, Outcome::NeedsApproval) => {
-            format!("agentgate held this request for human approval: {method} {url}")
-        }
+        (BlockKind::Policy, Outcome::NeedsApproval) => approval_summary(blocked, method, url),
         (BlockKind::Policy, Outcome::Deny | Outcome::Allow) => {
             format!("agentgate blocked this request: {method} {url}")
+        }
+    }
+}
+
+/// What a request that needed a human's approval is told: who denied it and why, that
+/// nobody answered in time, or that too many requests already wait (docs/approvals.md).
+fn approval_summary(blocked: &Blocked, method: &str, url: &str) -> String {
+    let Some(approval) = &blocked.record().approval else {
+        return format!(
+            "agentgate refused this request because the site reserves it for a human to approve, and this proxy does not hold requests for approval ([approvals] mode = \"deny\"): {method} {url}"
+        );
+    };
+    match approval.decision {
+        ApprovalDecision::Denied => {
+            let by = approval.by.as_deref().unwrap_or("an operator");
+            let reason = approval.reason.as_deref().map(|r| format!(" Their reason: {r}")).unwrap_or_default();
+            format!(
+                "agentgate held this request for a human to approve, and {by} denied it: {method} {url}.{reason} Do not retry it; ask the person you work for."
+            )
+        }
+        ApprovalDecision::Timeout => format!(
+            "agentgate held this request for a human to approve, and nobody approved or denied it within the approval timeout: {method} {url}. Ask the person you work for to watch the approvals, then retry."
+        ),
+        ApprovalDecision::QueueFull => format!(
+            "agentgate refused this request at once: the site reserves it for a human to approve, and too many requests are already waiting for approval ([approvals] max_pending): {method} {url}. Retry later."
+        ),
+        ApprovalDecision::Approved | ApprovalDecision::Remembered | ApprovalDecision::HungUp => {
+            format!("agentgate held this request for human approval: {method} {url}")
         }
     }
 }

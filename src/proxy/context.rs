@@ -16,6 +16,7 @@ use arc_swap::ArcSwap;
 use http::uri::{Authority, Scheme};
 
 use super::upstream::Upstream;
+use crate::approvals::Approvals;
 use crate::audit::AuditLog;
 use crate::config::Config;
 use crate::gate::Gate;
@@ -41,6 +42,8 @@ pub(crate) struct ProxyState {
     pub(crate) audit: AuditLog,
     /// What `/metrics` shows; counted where records are completed and tunnels open.
     pub(crate) metrics: Arc<Metrics>,
+    /// Requests held for a human's approval, shared with the admin API that answers them.
+    pub(crate) approvals: Approvals,
     next_request_id: AtomicU64,
 }
 
@@ -55,7 +58,18 @@ impl ProxyState {
         metrics: Arc<Metrics>,
     ) -> Self {
         let live = ArcSwap::from_pointee(Generation { config: Arc::clone(&config), gate });
-        ProxyState { config, live, certs, upstream, guard, audit, metrics, next_request_id: AtomicU64::new(1) }
+        let approvals = Approvals::new();
+        ProxyState {
+            config,
+            live,
+            certs,
+            upstream,
+            guard,
+            audit,
+            metrics,
+            approvals,
+            next_request_id: AtomicU64::new(1),
+        }
     }
 
     /// The generation in force: a request takes it once, when it starts, and is decided under

@@ -19,6 +19,7 @@ mod drain;
 mod error;
 mod first_byte;
 mod headers;
+mod hold;
 mod idle;
 mod listener;
 mod local;

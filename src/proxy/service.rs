@@ -1,7 +1,8 @@
 //! The one request service. Requests on the proxy port (absolute-form or CONNECT) and
 //! requests inside a CONNECT tunnel (intercepted TLS or plain HTTP) all enter here and run
 //! the same phases: `route` (work out where the request goes: a `RequestContext`), the gate
-//! (`crate::gate::Gate::decide`: block, or a `Permitted`), `forward` (rewrite, send upstream,
+//! (`crate::gate::Gate::decide`: block, or a `Permitted`), `hold` (a block a human may
+//! approve waits for one, `super::hold`), `forward` (rewrite, send upstream,
 //! stream the answer back), then `record` (the decision record, once the status is known).
 //! See `docs/request-flow.md`.
 //!
@@ -32,6 +33,7 @@ use super::destination::{Ask, check_destination};
 use super::drain::Drain;
 use super::error::{ProxyError, shown_target};
 use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
+use super::hold;
 use super::local;
 use super::relay::splice;
 use crate::agents::Identity;
@@ -165,7 +167,13 @@ impl ProxyService {
             Ok(vetted) => vetted,
             Err(blocked) => return Ok(blocked),
         };
-        let verdict = live.gate.decide(GateRequest { addresses: vetted.addresses(), ..gate_request }).await;
+        let decided = GateRequest { addresses: vetted.addresses(), ..gate_request };
+        let verdict = match live.gate.decide(decided).await {
+            Verdict::Block(blocked) if hold::holds(&live.config, &blocked) => {
+                hold::held(&self.state, &live, blocked, decided, started).await
+            }
+            verdict => verdict,
+        };
         let permit = match verdict {
             Verdict::Block(blocked) => {
                 return Ok(answer_blocked(&self.state, blocked, request.headers(), started).await);

@@ -27,11 +27,11 @@ const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
 const TOKEN_SHA256: &str = "16175223c8ddce5ace0493c948569c211b03c4c6bb3d3e484434999448cffe01";
 
 /// A client for the admin API itself (never through a proxy).
-fn admin_client() -> TestResult<reqwest::Client> {
+pub(crate) fn admin_client() -> TestResult<reqwest::Client> {
     Ok(reqwest::Client::builder().no_proxy().build()?)
 }
 
-fn admin_url(proxy: &TestProxy, path_and_query: &str) -> TestResult<String> {
+pub(crate) fn admin_url(proxy: &TestProxy, path_and_query: &str) -> TestResult<String> {
     let addr = proxy.admin_addr.ok_or("the test proxy has no admin address")?;
     Ok(format!("http://{addr}{path_and_query}"))
 }

@@ -113,7 +113,7 @@ async fn with_a_token_the_console_needs_a_login_and_the_session_cookie_works_unt
     let wrong = login(&proxy, "admin-secreT").await?;
     assert_eq!(wrong.status(), 401);
     assert_eq!(header(&wrong, "set-cookie"), "");
-    assert!(wrong.text().await?.contains("That token is not the one configured."));
+    assert!(wrong.text().await?.contains("That token is not one of those configured."));
     let not_a_form = client.post(admin_url(&proxy, "/login")?).body(format!("token={TOKEN}")).send().await?;
     assert_eq!(not_a_form.status(), 415);
 

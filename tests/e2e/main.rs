@@ -25,6 +25,8 @@
 //!   passthrough CONNECT decisions, shutdown with requests in flight;
 //! - `unreachable`: an origin refusing or timing out is 502/504 `origin.unreachable`, not a deny;
 //! - `log_schema`: what docs/decision-log.md promises a reader can check (reason digests);
+//! - `approvals`: requests held for a human's approval, approved, denied, timed out, hung up,
+//!   refused by a full queue or let through by a remembered approval; the approval API's token;
 //! - `admin`: every admin endpoint, its token, `/metrics` moving with traffic, policy purge,
 //!   `agentgate.local` answered with no lookup or dial;
 //! - `console`: the console's login and session cookie, the live decision stream and per-agent
@@ -38,6 +40,7 @@
 
 mod admin;
 mod agents;
+mod approvals;
 mod audit;
 mod audit_report;
 mod connections;

@@ -1,0 +1,113 @@
+//! Human approvals: what happens to a request an AGENTS.md `require-human-approval` path
+//! reserves for a human (SEMANTICS C16) when `[approvals] mode = "hold"`. The request is held
+//! (its client simply waits) in a bounded queue of pending approvals until an operator
+//! approves or denies it through the admin API, its time runs out, or its client hangs up.
+//! An approval may be remembered for the same agent, origin and path for 15 minutes.
+//!
+//! Owns: the `[approvals]` table (`config`), the pending queue with its guard whose drop takes
+//! a held request out of the queue (`queue`), the remembered grants, and the facts of an
+//! approval decision that the decision log records ([`Approval`]).
+//!
+//! Never: speaks HTTP (the proxy holds the request and writes the answer, the admin API takes
+//! the operator's decision), decides whether a request needs approval (the policy core does),
+//! or writes the decision log. The flow is in `docs/approvals.md`.
+
+mod config;
+mod queue;
+
+use std::time::SystemTime;
+
+pub use config::{ApprovalMode, ApprovalsConfig};
+pub use queue::{Approvals, GrantKey, Held, HeldRule, Hold, NotPending, Pending, QueueFull};
+
+/// How long a `path-for-agent-15m` approval lets the same agent's requests to the same origin
+/// and path through without asking again.
+pub const REMEMBER_FOR: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// How far an approval reaches (`remember` in `POST /approvals/{id}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Remember {
+    /// Only the held request (the default).
+    ThisRequest,
+    /// The held request, and for [`REMEMBER_FOR`] every request of the same agent to the same
+    /// origin and path (query aside).
+    PathForAgent15m,
+}
+
+impl Remember {
+    /// Every value, as the API and the log write them.
+    pub const ALL: [Remember; 2] = [Remember::ThisRequest, Remember::PathForAgent15m];
+
+    /// The value in the API and in `agentgate.approval.remember`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Remember::ThisRequest => "this-request",
+            Remember::PathForAgent15m => "path-for-agent-15m",
+        }
+    }
+
+    /// The value written as `text`, if it is one.
+    pub fn parse(text: &str) -> Option<Remember> {
+        Remember::ALL.into_iter().find(|r| r.as_str() == text)
+    }
+}
+
+/// How a held request ended (`agentgate.approval.decision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalDecision {
+    /// An operator approved it: forwarded.
+    Approved,
+    /// An operator denied it: 403.
+    Denied,
+    /// Nobody answered within `[approvals] timeout`: 403.
+    Timeout,
+    /// The client hung up while it was held: nothing was answered or forwarded.
+    HungUp,
+    /// The queue already held `[approvals] max_pending` requests: 403 at once.
+    QueueFull,
+    /// An earlier `path-for-agent-15m` approval let it through without asking.
+    Remembered,
+}
+
+impl ApprovalDecision {
+    /// The value of `agentgate.approval.decision` (and of `decision` in the API's answer).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalDecision::Approved => "approved",
+            ApprovalDecision::Denied => "denied",
+            ApprovalDecision::Timeout => "timeout",
+            ApprovalDecision::HungUp => "hung_up",
+            ApprovalDecision::QueueFull => "queue_full",
+            ApprovalDecision::Remembered => "remembered",
+        }
+    }
+
+    /// True when the request goes on to the origin.
+    pub fn lets_through(self) -> bool {
+        matches!(self, ApprovalDecision::Approved | ApprovalDecision::Remembered)
+    }
+}
+
+/// One approval decision as the decision log records it on the held request's own record
+/// (`agentgate.approval.*`, docs/decision-log.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approval {
+    /// How it ended.
+    pub decision: ApprovalDecision,
+    /// Who decided: the admin token's name (`anonymous` with no admin token); for a
+    /// remembered grant, who approved the request it remembers. `None` when nobody decided.
+    pub by: Option<String>,
+    /// The reason the operator gave, if any.
+    pub reason: Option<String>,
+    /// When it was decided (for a remembered grant: when the grant was given).
+    pub at: SystemTime,
+    /// How far an operator's approval reaches; `None` when nobody decided.
+    pub remember: Option<Remember>,
+}
+
+impl Approval {
+    /// An ending nobody decided (timeout, hang-up, a full queue), stamped now.
+    pub fn undecided(decision: ApprovalDecision) -> Approval {
+        Approval { decision, by: None, reason: None, at: SystemTime::now(), remember: None }
+    }
+}

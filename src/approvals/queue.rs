@@ -1,0 +1,324 @@
+//! The pending approvals: each held request's summary (what the operator is asked about)
+//! and the channel its answer travels on, oldest first and bounded by `max_pending`; and the
+//! remembered `path-for-agent-15m` grants, a TTL cache.
+//!
+//! A held request owns a [`Hold`]: dropping it (the client hung up, so hyper dropped the
+//! request's future) takes the entry out of the queue, so an operator is never asked about a
+//! request nobody waits for. An answer is taken out of the queue as it is sent, so a request
+//! is settled at most once.
+//!
+//! Never: speaks HTTP, reads the config, or writes the decision log.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{Approval, ApprovalDecision, REMEMBER_FOR};
+
+/// Remembered grants kept at most; the oldest go first past it.
+const MAX_GRANTS: u64 = 10_000;
+
+/// The rule that asked for a human, as the operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldRule {
+    /// The policy file (`AGENTS.md`).
+    pub file: &'static str,
+    /// Its line, when known.
+    pub line: Option<u32>,
+    /// The rule as written.
+    pub text: String,
+}
+
+/// What the operator is asked about: a held request's summary. No header, no body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The id of the request's decision record (`event.id`), which its log line carries.
+    pub record_id: String,
+    /// The method as sent.
+    pub method: String,
+    /// The URL, redacted as in the decision log.
+    pub url: String,
+    /// The agent id.
+    pub agent: String,
+    /// `scheme://host:port`.
+    pub origin: String,
+    /// The rule that asked for approval.
+    pub rule: Option<HeldRule>,
+    /// When it was held.
+    pub held_since: SystemTime,
+}
+
+/// One pending approval, as `GET /approvals` lists it.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    /// The id to approve or deny it by.
+    pub id: String,
+    /// The held request.
+    pub held: Held,
+    /// When it times out.
+    pub deadline: Instant,
+}
+
+/// The queue already holds `max_pending` requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{max_pending} requests are already waiting for approval ([approvals] max_pending)")]
+pub struct QueueFull {
+    /// The bound that was reached.
+    pub max_pending: usize,
+}
+
+/// No pending approval has this id: it never existed, or it was settled, timed out or its
+/// client hung up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no pending approval has id {id:?}: it was already answered, timed out, or its client hung up")]
+pub struct NotPending {
+    /// The id asked for.
+    pub id: String,
+}
+
+/// Who the remembered grants are for: the same agent, origin and path (query aside).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GrantKey {
+    /// The agent id.
+    pub agent: String,
+    /// `scheme://host:port`.
+    pub origin: String,
+    /// The path, without its query.
+    pub path: String,
+}
+
+struct Entry {
+    pending: Pending,
+    answer: oneshot::Sender<Approval>,
+}
+
+struct Shared {
+    /// Oldest first; at most `max_pending` long, so a scan is cheap.
+    entries: Mutex<Vec<Entry>>,
+    grants: moka::future::Cache<GrantKey, Arc<Approval>>,
+}
+
+/// The pending approvals and remembered grants of one proxy; cheap to clone (the proxy holds
+/// requests in it, the admin API answers them).
+#[derive(Clone)]
+pub struct Approvals {
+    shared: Arc<Shared>,
+}
+
+impl Default for Approvals {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Approvals {
+    /// An empty queue and no grants.
+    pub fn new() -> Self {
+        let grants = moka::future::Cache::builder().max_capacity(MAX_GRANTS).time_to_live(REMEMBER_FOR).build();
+        Approvals { shared: Arc::new(Shared { entries: Mutex::new(Vec::new()), grants }) }
+    }
+
+    /// Holds `held` until an answer, `timeout`, or the returned [`Hold`] is dropped.
+    ///
+    /// # Errors
+    /// [`QueueFull`] when `max_pending` requests are already held.
+    pub fn hold(&self, held: Held, timeout: Duration, max_pending: usize) -> Result<Hold, QueueFull> {
+        let mut entries = self.entries();
+        if entries.len() >= max_pending {
+            return Err(QueueFull { max_pending });
+        }
+        let id = loop {
+            // Unguessable, so an id cannot be answered by someone who did not list it.
+            let id = format!("{:016x}", rand::random::<u64>());
+            if !entries.iter().any(|e| e.pending.id == id) {
+                break id;
+            }
+        };
+        let (answer, answered) = oneshot::channel();
+        let deadline = Instant::now() + timeout;
+        entries.push(Entry { pending: Pending { id: id.clone(), held, deadline }, answer });
+        Ok(Hold { id, deadline, answered, approvals: self.clone() })
+    }
+
+    /// Every pending approval, oldest first.
+    pub fn pending(&self) -> Vec<Pending> {
+        self.entries().iter().map(|e| e.pending.clone()).collect()
+    }
+
+    /// Hands `approval` to the request held as `id`, and takes it out of the queue.
+    ///
+    /// # Errors
+    /// [`NotPending`] when no request is held as `id` (any more).
+    pub fn settle(&self, id: &str, approval: Approval) -> Result<Held, NotPending> {
+        let entry = {
+            let mut entries = self.entries();
+            let at = entries.iter().position(|e| e.pending.id == id).ok_or_else(|| NotPending { id: id.to_owned() })?;
+            entries.remove(at)
+        };
+        // The receiver is gone only when its request was dropped this very moment.
+        match entry.answer.send(approval) {
+            Ok(()) => Ok(entry.pending.held),
+            Err(_) => Err(NotPending { id: id.to_owned() }),
+        }
+    }
+
+    /// Remembers `approval` for `key` for [`REMEMBER_FOR`].
+    pub async fn remember(&self, key: GrantKey, approval: Approval) {
+        self.shared.grants.insert(key, Arc::new(approval)).await;
+    }
+
+    /// The approval remembered for `key`, as a `remembered` decision naming who gave it.
+    pub async fn remembered(&self, key: &GrantKey) -> Option<Approval> {
+        let grant = self.shared.grants.get(key).await?;
+        Some(Approval { decision: ApprovalDecision::Remembered, ..(*grant).clone() })
+    }
+
+    fn entries(&self) -> MutexGuard<'_, Vec<Entry>> {
+        // A panic while holding the lock leaves a consistent Vec: every change is one call.
+        self.shared.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn forget(&self, id: &str) {
+        self.entries().retain(|e| e.pending.id != id);
+    }
+}
+
+/// A held request's place in the queue. Dropping it takes the request out of the queue.
+pub struct Hold {
+    id: String,
+    deadline: Instant,
+    answered: oneshot::Receiver<Approval>,
+    approvals: Approvals,
+}
+
+impl Hold {
+    /// The id an operator answers it by.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Waits for the operator's answer, or until the deadline: then [`ApprovalDecision::Timeout`].
+    pub async fn answer(mut self) -> Approval {
+        match tokio::time::timeout_at(self.deadline, &mut self.answered).await {
+            Ok(Ok(approval)) => approval,
+            // The sender is dropped only by `forget` (this guard's own drop) or `settle`,
+            // which sends first: treat it as the timeout it cannot be anything but.
+            Ok(Err(_)) => Approval::undecided(ApprovalDecision::Timeout),
+            Err(_) => {
+                // An answer sent as time ran out wins: the operator was told it was taken.
+                self.answered.close();
+                self.answered.try_recv().unwrap_or_else(|_| Approval::undecided(ApprovalDecision::Timeout))
+            }
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.approvals.forget(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::approvals::Remember;
+
+    fn held(record_id: &str) -> Held {
+        Held {
+            record_id: record_id.to_owned(),
+            method: "POST".to_owned(),
+            url: "https://shop.example:443/checkout".to_owned(),
+            agent: "alpha".to_owned(),
+            origin: "https://shop.example:443".to_owned(),
+            rule: Some(HeldRule { file: "AGENTS.md", line: Some(7), text: "/checkout".to_owned() }),
+            held_since: SystemTime::now(),
+        }
+    }
+
+    fn approved(by: &str) -> Approval {
+        Approval {
+            decision: ApprovalDecision::Approved,
+            by: Some(by.to_owned()),
+            reason: Some("ok".to_owned()),
+            at: SystemTime::now(),
+            remember: Some(Remember::ThisRequest),
+        }
+    }
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    #[tokio::test]
+    async fn the_queue_is_bounded_and_lists_oldest_first() {
+        let approvals = Approvals::new();
+        let first = approvals.hold(held("r1"), MINUTE, 2).expect("room for one");
+        let second = approvals.hold(held("r2"), MINUTE, 2).expect("room for two");
+        assert_eq!(approvals.hold(held("r3"), MINUTE, 2).err(), Some(QueueFull { max_pending: 2 }));
+        let listed: Vec<String> = approvals.pending().into_iter().map(|p| p.held.record_id).collect();
+        assert_eq!(listed, ["r1", "r2"]);
+        assert_ne!(first.id(), second.id());
+        drop(first);
+        assert!(approvals.hold(held("r3"), MINUTE, 2).is_ok(), "a dropped hold makes room");
+    }
+
+    #[tokio::test]
+    async fn dropping_the_hold_removes_the_entry() {
+        let approvals = Approvals::new();
+        let hold = approvals.hold(held("r1"), MINUTE, 10).expect("room");
+        let id = hold.id().to_owned();
+        assert_eq!(approvals.pending().len(), 1);
+        drop(hold);
+        assert!(approvals.pending().is_empty());
+        assert_eq!(approvals.settle(&id, approved("alice")), Err(NotPending { id }));
+    }
+
+    #[tokio::test]
+    async fn an_answer_reaches_the_hold_and_a_second_one_finds_nothing() {
+        let approvals = Approvals::new();
+        let hold = approvals.hold(held("r1"), MINUTE, 10).expect("room");
+        let id = hold.id().to_owned();
+        let settled = approvals.settle(&id, approved("alice")).expect("pending");
+        assert_eq!(settled.record_id, "r1");
+        assert!(approvals.pending().is_empty(), "settled is out of the queue");
+        assert_eq!(approvals.settle(&id, approved("bob")), Err(NotPending { id: id.clone() }));
+        let answer = hold.answer().await;
+        assert_eq!((answer.decision, answer.by.as_deref()), (ApprovalDecision::Approved, Some("alice")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nobody_answering_is_a_timeout_that_leaves_the_queue() {
+        let approvals = Approvals::new();
+        let hold = approvals.hold(held("r1"), Duration::from_secs(5), 10).expect("room");
+        let id = hold.id().to_owned();
+        let answer = hold.answer().await;
+        assert_eq!((answer.decision, answer.by), (ApprovalDecision::Timeout, None));
+        assert!(approvals.pending().is_empty());
+        assert!(approvals.settle(&id, approved("alice")).is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_taken_as_time_runs_out_is_honoured() {
+        let approvals = Approvals::new();
+        let hold = approvals.hold(held("r1"), Duration::from_secs(5), 10).expect("room");
+        let id = hold.id().to_owned();
+        tokio::time::advance(Duration::from_secs(6)).await;
+        // The operator was told 200, so the request must not then be refused as timed out.
+        approvals.settle(&id, approved("alice")).expect("still listed until its waiter wakes");
+        assert_eq!(hold.answer().await.decision, ApprovalDecision::Approved);
+    }
+
+    #[tokio::test]
+    async fn a_grant_is_remembered_per_agent_origin_and_path() {
+        let approvals = Approvals::new();
+        let key =
+            GrantKey { agent: "alpha".into(), origin: "https://shop.example:443".into(), path: "/checkout".into() };
+        assert!(approvals.remembered(&key).await.is_none());
+        approvals.remember(key.clone(), approved("alice")).await;
+        let grant = approvals.remembered(&key).await.expect("remembered");
+        assert_eq!((grant.decision, grant.by.as_deref()), (ApprovalDecision::Remembered, Some("alice")));
+        let other = GrantKey { agent: "beta".into(), ..key };
+        assert!(approvals.remembered(&other).await.is_none(), "another agent is asked again");
+    }
+}
