@@ -135,10 +135,10 @@ where
     answer.unwrap_or_else(BadParameter::response)
 }
 
-/// Whether `path` is `endpoint`'s: the same, or for an endpoint ending in `/`, one more
-/// non-empty segment.
+/// Whether `path` is `endpoint`'s: the same, or for an endpoint ending in `/` (the console's
+/// `/` itself aside), one more non-empty segment.
 fn routes_to(endpoint: &str, path: &str) -> bool {
-    match endpoint.strip_suffix('/') {
+    match endpoint.strip_suffix('/').filter(|prefix| !prefix.is_empty()) {
         Some(_) => path.strip_prefix(endpoint).is_some_and(|id| !id.is_empty() && !id.contains('/')),
         None => endpoint == path,
     }

@@ -2,7 +2,8 @@
 //! cookie, the live `/decisions/stream` (Server-Sent Events read with reqwest) and
 //! `/agents/summary` against the real proxy and a loopback origin; then the page itself in a
 //! real headless Chromium (`support::browser`): log in, watch a request arrive live, open its
-//! reasons and the policy file line that decided it.
+//! reasons and the policy file line that decided it; approve and deny a held request with the
+//! page's buttons while a real curl waits for the answer.
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,7 @@ use fantoccini::Locator;
 use serde_json::Value;
 
 use crate::support::browser::{Browser, PAGE_DEADLINE};
+use crate::support::curl::CurlOutput;
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
 use crate::support::{TestProxy, TestResult, header};
@@ -327,5 +329,119 @@ async fn browser_logs_in_and_sees_a_request_live_with_its_reasons_and_deciding_l
     browser.screenshot_for_docs("console.png").await?;
     browser.close().await?;
     proxy.finish().await?;
+    Ok(())
+}
+
+/// An origin whose AGENTS.md reserves `POST /checkout` for a human (line 7).
+async fn shop(ca: &TestCa) -> TestResult<Origin> {
+    let agents_md = crate::limits::agents_md("## Restrictions\n- require-human-approval: /checkout\n");
+    Origin::https_site(ca, crate::limits::markdown_site(agents_md)).await
+}
+
+/// The proxy in `[approvals] mode = "hold"`, with the admin token `alice`.
+fn holding_for_alice(config: &mut agentgate::config::Config) {
+    config.approvals.mode = agentgate::config::ApprovalMode::Hold;
+    config.agent.id = Some("shopper".to_owned());
+    // `printf %s alice-secret | sha256sum`
+    let sha256 = "0c848abb03307b06cf70cd4e29c157dc81af5e94ab3eb1d0c59a120269572376".to_owned();
+    config.admin.tokens = vec![agentgate::admin::AdminToken { name: "alice".to_owned(), sha256 }];
+}
+
+/// A browser logged in to `proxy`'s console as `secret`, showing a held `POST /checkout`
+/// sent with the system curl (running in its own task, waiting while held).
+async fn held_checkout(
+    proxy: &TestProxy,
+    origin: &Origin,
+    secret: &str,
+) -> TestResult<(Browser, tokio::task::JoinHandle<TestResult<Option<CurlOutput>>>)> {
+    let browser = Browser::start().await?;
+    browser.client.goto(&admin_url(proxy, "/")?).await?;
+    browser.client.find(Locator::Id("token")).await?.send_keys(secret).await?;
+    browser.client.find(Locator::Id("login-submit")).await?.click().await?;
+    browser.wait_until("document.getElementById('pending')", "the console after the login", PAGE_DEADLINE).await?;
+
+    let (proxy_url, ca_path, url) = (proxy.url(), proxy.ca_path.display().to_string(), origin.url("/checkout"));
+    let waiting = tokio::spawn(async move {
+        let args = ["-x", &proxy_url, "--cacert", &ca_path, "-X", "POST", "--data", "order=42", &url];
+        crate::support::curl::curl(&args).await
+    });
+    let row = "document.querySelector('#pending tr.pending')";
+    browser.wait_until(row, "the held request in the pending list", PAGE_DEADLINE).await?;
+    let text = browser.eval(&format!("{row}.innerText")).await?;
+    let text = text.as_str().unwrap_or_default();
+    for expected in ["POST", "shopper", &origin.url("/checkout"), "AGENTS.md:7 require-human-approval: /checkout"] {
+        assert!(text.contains(expected), "{expected:?} in {text:?}");
+    }
+    assert_eq!(origin.hits("/checkout"), 0, "nothing reaches the origin while held");
+    Ok((browser, waiting))
+}
+
+/// The curl's answer, bounded; the test fails with a note when curl is not installed.
+async fn finished(waiting: tokio::task::JoinHandle<TestResult<Option<CurlOutput>>>) -> TestResult<CurlOutput> {
+    let output = tokio::time::timeout(PAGE_DEADLINE, waiting).await.map_err(|_| "curl still waits")???;
+    output.ok_or_else(|| "curl is not installed; .ci/run installs it".into())
+}
+
+#[tokio::test]
+async fn browser_approve_lets_the_waiting_curl_through_and_the_log_names_the_approver() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = shop(&ca).await?;
+    let proxy = TestProxy::start_with(&ca, holding_for_alice).await?;
+    let (browser, waiting) = held_checkout(&proxy, &origin, "alice-secret").await?;
+    browser.screenshot_for_docs("console-approvals.png").await?;
+
+    browser.client.find(Locator::Css("#pending tr.pending button.approve")).await?.click().await?;
+    let curl = finished(waiting).await?;
+    assert_eq!(curl.status, 200, "{}", String::from_utf8_lossy(&curl.body));
+    assert_eq!(origin.hits("/checkout"), 1, "the origin saw the approved request");
+    let state = "document.getElementById('approvals-state').textContent";
+    browser.wait_until(&format!("{state} === 'approved by alice'"), "the answer shown", PAGE_DEADLINE).await?;
+    browser
+        .wait_until("!document.querySelector('#pending tr.pending')", "the pending list emptied", PAGE_DEADLINE)
+        .await?;
+    browser.close().await?;
+
+    let records = proxy.finish().await?;
+    let checkout: Vec<&Value> = records.iter().filter(|r| r["http.request.method"] == "POST").collect();
+    let [line] = checkout.as_slice() else { return Err(format!("one POST record: {records:#?}").into()) };
+    assert_eq!(
+        (&line["event.outcome"], &line["http.response.status_code"]),
+        (&Value::from("allow"), &Value::from(200))
+    );
+    assert_eq!(
+        (&line["agentgate.approval.decision"], &line["agentgate.approval.by"]),
+        (&Value::from("approved"), &Value::from("alice"))
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn browser_deny_answers_the_waiting_curl_with_a_403_naming_the_denial() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = shop(&ca).await?;
+    let proxy = TestProxy::start_with(&ca, holding_for_alice).await?;
+    let (browser, waiting) = held_checkout(&proxy, &origin, "alice-secret").await?;
+
+    browser.client.find(Locator::Css("#pending tr.pending input.reason")).await?.send_keys("budget frozen").await?;
+    browser.client.find(Locator::Css("#pending tr.pending button.deny")).await?.click().await?;
+    let curl = finished(waiting).await?;
+    assert_eq!(curl.status, 403);
+    assert!(curl.headers.contains("approval=denied; by=alice"), "{}", curl.headers);
+    let body = String::from_utf8_lossy(&curl.body);
+    assert!(body.contains("alice denied it") && body.contains("budget frozen"), "{body}");
+    assert_eq!(origin.hits("/checkout"), 0);
+    let state = "document.getElementById('approvals-state').textContent";
+    browser.wait_until(&format!("{state} === 'denied by alice'"), "the answer shown", PAGE_DEADLINE).await?;
+    browser.close().await?;
+
+    let records = proxy.finish().await?;
+    let checkout: Vec<&Value> = records.iter().filter(|r| r["http.request.method"] == "POST").collect();
+    let [line] = checkout.as_slice() else { return Err(format!("one POST record: {records:#?}").into()) };
+    assert_eq!(line["event.outcome"], "needs_approval");
+    assert_eq!(
+        (&line["agentgate.approval.decision"], &line["agentgate.approval.by"]),
+        (&Value::from("denied"), &Value::from("alice"))
+    );
+    assert_eq!(line["agentgate.approval.reason"], "budget frozen");
     Ok(())
 }
