@@ -264,7 +264,13 @@ async fn streams_over_the_cap_are_refused_and_shutdown_ends_the_open_ones() -> T
 async fn browser_logs_in_and_sees_a_request_live_with_its_reasons_and_deciding_line() -> TestResult {
     let browser = Browser::start().await?;
     let ca = TestCa::new("origin CA")?;
-    let origin = Origin::http_site(Site::new().file("/robots.txt", ROBOTS)).await?;
+    let site = Site::new().file("/robots.txt", ROBOTS).serve("/agents.txt", 404, &[], "").serve(
+        "/automation-preferences.txt",
+        404,
+        &[],
+        "",
+    );
+    let origin = Origin::http_site(site).await?;
     let proxy = TestProxy::start_with(&ca, with_token).await?;
     let page = &browser.client;
 
@@ -326,6 +332,9 @@ async fn browser_logs_in_and_sees_a_request_live_with_its_reasons_and_deciding_l
     browser
         .wait_until("document.querySelectorAll('tr.decision').length >= 2", "the allowed request", PAGE_DEADLINE)
         .await?;
+    let allowed =
+        format!("document.querySelector('#agent-summary tr[data-agent=\"{agent}\"] td.allowed')?.textContent === '1'");
+    browser.wait_until(&allowed, "the agent's allowed count", PAGE_DEADLINE).await?;
     browser.screenshot_for_docs("console.png").await?;
     browser.close().await?;
     proxy.finish().await?;
@@ -359,6 +368,10 @@ async fn held_checkout(
     browser.client.find(Locator::Id("token")).await?.send_keys(secret).await?;
     browser.client.find(Locator::Id("login-submit")).await?.click().await?;
     browser.wait_until("document.getElementById('pending')", "the console after the login", PAGE_DEADLINE).await?;
+    // Some traffic first, so the page (and its screenshot) shows an agent at work.
+    let agent = proxy.client()?;
+    assert_eq!(agent.get(origin.url("/products")).send().await?.status(), 200);
+    assert_eq!(agent.get(origin.url("/cart")).send().await?.status(), 200);
 
     let (proxy_url, ca_path, url) = (proxy.url(), proxy.ca_path.display().to_string(), origin.url("/checkout"));
     let waiting = tokio::spawn(async move {
@@ -367,6 +380,11 @@ async fn held_checkout(
     });
     let row = "document.querySelector('#pending tr.pending')";
     browser.wait_until(row, "the held request in the pending list", PAGE_DEADLINE).await?;
+    let waits = "document.getElementById('approvals-state').textContent === '1 request waits for a human.'";
+    browser.wait_until(waits, "the count of held requests", PAGE_DEADLINE).await?;
+    browser
+        .wait_until("document.querySelectorAll('tr.decision').length >= 2", "the earlier traffic", PAGE_DEADLINE)
+        .await?;
     let text = browser.eval(&format!("{row}.innerText")).await?;
     let text = text.as_str().unwrap_or_default();
     for expected in ["POST", "shopper", &origin.url("/checkout"), "AGENTS.md:7 require-human-approval: /checkout"] {
@@ -394,7 +412,7 @@ async fn browser_approve_lets_the_waiting_curl_through_and_the_log_names_the_app
     let curl = finished(waiting).await?;
     assert_eq!(curl.status, 200, "{}", String::from_utf8_lossy(&curl.body));
     assert_eq!(origin.hits("/checkout"), 1, "the origin saw the approved request");
-    let state = "document.getElementById('approvals-state').textContent";
+    let state = "document.getElementById('approvals-answer').textContent";
     browser.wait_until(&format!("{state} === 'approved by alice'"), "the answer shown", PAGE_DEADLINE).await?;
     browser
         .wait_until("!document.querySelector('#pending tr.pending')", "the pending list emptied", PAGE_DEADLINE)
@@ -430,7 +448,7 @@ async fn browser_deny_answers_the_waiting_curl_with_a_403_naming_the_denial() ->
     let body = String::from_utf8_lossy(&curl.body);
     assert!(body.contains("alice denied it") && body.contains("budget frozen"), "{body}");
     assert_eq!(origin.hits("/checkout"), 0);
-    let state = "document.getElementById('approvals-state').textContent";
+    let state = "document.getElementById('approvals-answer').textContent";
     browser.wait_until(&format!("{state} === 'denied by alice'"), "the answer shown", PAGE_DEADLINE).await?;
     browser.close().await?;
 

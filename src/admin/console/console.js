@@ -129,6 +129,7 @@ function addLine(line) {
   }
   renderRow(entry);
   entry.row.hidden = !matchesFilters(record);
+  agentsSoon();
   if (id === selected) showPolicies(id);
 }
 
@@ -177,7 +178,10 @@ async function showPolicies(id) {
   const answer = await response.json();
   if (!response.ok) return target.replaceChildren(el("p", { class: "muted" }, answer.error));
   const reasons = decidingReasons(record);
-  const files = Object.entries(answer.files).map(([name, file]) => {
+  // The files that decided come first.
+  const decided = (name) => reasons.some((r) => r.source === name);
+  const entries = Object.entries(answer.files).sort(([a], [b]) => decided(b) - decided(a));
+  const files = entries.map(([name, file]) => {
     const deciding = reasons.filter((r) => r.source === name && r.line);
     const diagnostics = el("ul", { class: "diagnostics" },
       ...file.diagnostics.map((d) => el("li", { class: d.severity },
@@ -216,6 +220,13 @@ async function loadAgents() {
     el("tr", { "data-agent": a.agent }, el("td", {}, a.agent), ...columns.map((c) => el("td", { class: c }, a[c])))));
 }
 
+// A decision just arrived: the counts change too (at most one refresh per 250 ms).
+let agentsPending = null;
+function agentsSoon() {
+  if (agentsPending) return;
+  agentsPending = setTimeout(() => { agentsPending = null; loadAgents().catch(() => {}); }, 250);
+}
+
 // ---- approvals -------------------------------------------------------------------------
 
 async function decide(id, decision, row) {
@@ -228,9 +239,13 @@ async function decide(id, decision, row) {
     body: JSON.stringify({ decision, reason, remember }),
   });
   const answer = await response.json().catch(() => ({}));
-  const state = document.getElementById("approvals-state");
-  state.textContent = response.ok ? `${answer.decision} by ${answer.by}` : (answer.error || `HTTP ${response.status}`);
+  document.getElementById("approvals-answer").textContent =
+    response.ok ? `${answer.decision} by ${answer.by}` : (answer.error || `HTTP ${response.status}`);
   loadApprovals();
+}
+
+function heldText(p) {
+  return `${(p.held_since || "").slice(11, 19)} (${p.expires_in_s}s left)`;
 }
 
 function renderPending(p) {
@@ -243,7 +258,7 @@ function renderPending(p) {
   const approve = el("button", { class: "approve", type: "button", onclick: () => decide(p.id, "approve", row) }, "Approve");
   const deny = el("button", { class: "deny", type: "button", onclick: () => decide(p.id, "deny", row) }, "Deny");
   row.append(
-    el("td", {}, `${p.held_since || ""} (${p.expires_in_s}s left)`),
+    el("td", { class: "held" }, heldText(p)),
     el("td", {}, p.agent),
     el("td", {}, p.method),
     el("td", { class: "url" }, p.url),
@@ -267,9 +282,12 @@ async function loadApprovals() {
   const ids = new Set(pending.map((p) => p.id));
   for (const row of body.querySelectorAll("tr.pending")) if (!ids.has(row.dataset.id)) row.remove();
   for (const p of pending) {
-    if (!body.querySelector(`tr.pending[data-id="${CSS.escape(p.id)}"]`)) body.append(renderPending(p));
+    const row = body.querySelector(`tr.pending[data-id="${CSS.escape(p.id)}"]`);
+    if (row) row.querySelector("td.held").textContent = heldText(p);
+    else body.append(renderPending(p));
   }
-  if (!pending.length && !state.textContent.includes(" by ")) state.textContent = "Nothing is waiting for a human.";
+  state.textContent = pending.length === 1 ? "1 request waits for a human."
+    : pending.length ? `${pending.length} requests wait for a human.` : "Nothing is waiting for a human.";
 }
 
 // ---- start -----------------------------------------------------------------------------
@@ -285,6 +303,6 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   document.getElementById("filters").addEventListener("submit", (event) => event.preventDefault());
   loadRecent().catch(() => {}).finally(connectStream);
-  every(2000, loadAgents);
+  every(5000, loadAgents);
   every(1000, loadApprovals);
 });

@@ -74,7 +74,7 @@ impl Browser {
             "--disable-dev-shm-usage",
             // The admin API is reached directly, never through a proxy from the environment.
             "--no-proxy-server",
-            "--window-size=1400,1000",
+            "--window-size=1400,1500",
         ]
         .into_iter()
         .map(str::to_owned)
