@@ -111,6 +111,12 @@ async fn with_a_token_the_console_needs_a_login_and_the_session_cookie_works_unt
     for path in ["/console.js", "/console.css"] {
         assert_eq!(client.get(admin_url(&proxy, path)?).send().await?.status(), 200, "{path}");
     }
+    // Values from the log (URLs, agent names, rule text) come from clients: the script only
+    // ever writes them as text.
+    let script = client.get(admin_url(&proxy, "/console.js")?).send().await?.text().await?;
+    for markup in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("] {
+        assert!(!script.contains(markup), "console.js uses {markup}");
+    }
 
     let wrong = login(&proxy, "admin-secreT").await?;
     assert_eq!(wrong.status(), 401);
