@@ -65,6 +65,9 @@ pub enum ApprovalDecision {
     HungUp,
     /// The queue already held `[approvals] max_pending` requests: 403 at once.
     QueueFull,
+    /// agentgate began shutting down while it was held: 403 at once, since nobody can
+    /// approve it any more.
+    Shutdown,
     /// An earlier `path-for-agent-15m` approval let it through without asking.
     Remembered,
 }
@@ -78,6 +81,7 @@ impl ApprovalDecision {
             ApprovalDecision::Timeout => "timeout",
             ApprovalDecision::HungUp => "hung_up",
             ApprovalDecision::QueueFull => "queue_full",
+            ApprovalDecision::Shutdown => "shutdown",
             ApprovalDecision::Remembered => "remembered",
         }
     }

@@ -41,7 +41,7 @@ pub const REASONS: &str = "agentgate.reasons";
 /// Limits that applied: an array of `{source, kind, ..., scope, line}` objects.
 pub const LIMITS: &str = "agentgate.limits";
 /// How a request held for a human's approval ended (`docs/approvals.md`): `approved`,
-/// `denied`, `timeout`, `hung_up`, `queue_full`, or `remembered` (an earlier approval let it
+/// `denied`, `timeout`, `hung_up`, `queue_full`, `shutdown`, or `remembered` (an earlier approval let it
 /// through). Only on records of such requests, with the other `agentgate.approval.*` fields.
 pub const APPROVAL_DECISION: &str = "agentgate.approval.decision";
 /// Who decided: the admin token's name (`anonymous` when the admin API has no token); for

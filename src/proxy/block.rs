@@ -222,6 +222,9 @@ fn approval_summary(blocked: &Blocked, method: &str, url: &str) -> String {
         ApprovalDecision::QueueFull => format!(
             "agentgate refused this request at once: the site reserves it for a human to approve, and too many requests are already waiting for approval ([approvals] max_pending): {method} {url}. Retry later."
         ),
+        ApprovalDecision::Shutdown => format!(
+            "agentgate held this request for a human to approve, and is shutting down, so nobody can approve it now: {method} {url}. Retry later."
+        ),
         ApprovalDecision::Approved | ApprovalDecision::Remembered | ApprovalDecision::HungUp => {
             format!("agentgate held this request for human approval: {method} {url}")
         }

@@ -2,7 +2,8 @@
 //! `require-human-approval`, SEMANTICS C16), under `[approvals] mode = "hold"` and in enforce
 //! mode, waits here until an operator answers through the admin API, `[approvals] timeout`
 //! passes, or its client hangs up. An approval remembered for the same agent, origin and path
-//! lets it through without asking; a full queue refuses it at once. See `docs/approvals.md`.
+//! lets it through without asking; a full queue refuses it at once, and so does agentgate's
+//! shutdown one that is held. See `docs/approvals.md`.
 //!
 //! Never: decides allow or deny itself (the gate turns an approved block into a permit,
 //! `Gate::approved`), or writes the answer (a block goes to `super::block` like any other).
@@ -15,6 +16,7 @@ use std::time::{Instant, SystemTime};
 use tracing::{info, warn};
 
 use super::context::{Generation, ProxyState};
+use super::drain::Drain;
 use crate::approvals::{Approval, ApprovalDecision, ApprovalMode, GrantKey, Held, HeldRule, Remember};
 use crate::audit::{DecisionRecord, redact_url};
 use crate::config::Config;
@@ -36,6 +38,7 @@ pub(super) fn held<'a>(
     mut blocked: Blocked,
     req: GateRequest<'a>,
     started: Instant,
+    mut drain: Drain,
 ) -> Pin<Box<dyn Future<Output = Verdict> + Send + 'a>> {
     Box::pin(async move {
         let key = GrantKey {
@@ -59,7 +62,12 @@ pub(super) fn held<'a>(
         info!(id = hold.id(), record_id = %blocked.record().id, "request held for human approval");
         // Written if this future is dropped before it ends: the client hung up while held.
         let mut hung_up = HungUp { state: Arc::clone(state), record: Some(blocked.record().clone()), started };
-        let approval = hold.answer().await;
+        let approval = tokio::select! {
+            approval = hold.answer() => approval,
+            // Nobody can answer once the admin API stops: refuse now rather than at the end
+            // of the grace period, with the record written while the log still takes it.
+            () = drain.draining() => Approval::undecided(ApprovalDecision::Shutdown),
+        };
         let verdict = if approval.decision == ApprovalDecision::Approved {
             if approval.remember == Some(Remember::PathForAgent15m) {
                 state.approvals.remember(key, approval.clone()).await;

@@ -170,7 +170,7 @@ impl ProxyService {
         let decided = GateRequest { addresses: vetted.addresses(), ..gate_request };
         let verdict = match live.gate.decide(decided).await {
             Verdict::Block(blocked) if hold::holds(&live.config, &blocked) => {
-                hold::held(&self.state, &live, blocked, decided, started).await
+                hold::held(&self.state, &live, blocked, decided, started, self.drain.clone()).await
             }
             verdict => verdict,
         };

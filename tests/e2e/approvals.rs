@@ -467,3 +467,30 @@ async fn deny_mode_and_monitor_mode_never_hold() -> TestResult {
     assert_eq!(the_checkout(&records)?["event.outcome"], "would_deny");
     Ok(())
 }
+
+#[tokio::test]
+async fn shutting_down_refuses_a_held_request_at_once_and_records_it() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = shop(&ca).await?;
+    let mut proxy = TestProxy::start_with(&ca, |config| {
+        hold(config);
+        config.shutdown_grace = Duration::from_secs(60);
+    })
+    .await?;
+    let waiting = checkout(&proxy.client()?, &origin);
+    let listed = pending(&proxy, None, 1).await?;
+    let stopped = proxy.shut_down().ok_or("the proxy was running")?;
+    // Answered at once, not at the end of the 60 s grace period nor the 60 s approval timeout.
+    let response = tokio::time::timeout(WAIT_LIMIT, waiting).await???;
+    assert_eq!(response.status(), 403);
+    assert!(header(&response, "agentgate-decision").contains("; approval=shutdown; record="), "{response:?}");
+    assert!(response.text().await?.contains("is shutting down, so nobody can approve it now"));
+    stopped.await?;
+
+    let records = crate::support::log::read(&proxy.log_path)?;
+    let line = the_checkout(&records)?;
+    assert_eq!(line["event.id"], listed[0]["record_id"]);
+    assert_eq!(line["agentgate.approval.decision"], "shutdown");
+    assert_eq!(line["http.response.status_code"], 403);
+    Ok(())
+}
