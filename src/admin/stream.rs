@@ -83,12 +83,9 @@ pub(super) fn open(state: &AdminState) -> Response<AnswerBody> {
                 return; // the client went away
             }
             next = tokio::select! {
-                line = lines.recv() => match line {
-                    Ok(line) => Some(Bytes::from(format!("event: decision\ndata: {line}\n\n"))),
-                    Err(RecvError::Lagged(missed)) => {
-                        Some(Bytes::from(format!("event: lagged\ndata: {{\"missed\":{missed}}}\n\n")))
-                    }
-                    Err(RecvError::Closed) => return,
+                received = lines.recv() => match event(received) {
+                    Some(event) => Some(event),
+                    None => return, // the log is gone: the process is stopping
                 },
                 _ = keep_alive.tick() => Some(Bytes::from_static(b": keep-alive\n\n")),
                 _ = closing.wait_for(|closing| *closing) => return,
@@ -100,4 +97,31 @@ pub(super) fn open(state: &AdminState) -> Response<AnswerBody> {
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
+}
+
+/// The event for what the broadcast gave: a `decision` with the line as written, or a
+/// `lagged` saying how many lines this reader missed; `None` once the log is gone.
+fn event(received: Result<Arc<str>, RecvError>) -> Option<Bytes> {
+    match received {
+        Ok(line) => Some(Bytes::from(format!("event: decision\ndata: {line}\n\n"))),
+        Err(RecvError::Lagged(missed)) => {
+            Some(Bytes::from(format!("event: lagged\ndata: {{\"missed\":{missed}}}\n\n")))
+        }
+        Err(RecvError::Closed) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_is_one_decision_event_and_a_lag_says_how_many_were_missed() {
+        let line: Arc<str> = Arc::from(r#"{"event.id":"01","event.outcome":"deny"}"#);
+        let decision = event(Ok(line)).expect("a line is an event");
+        assert_eq!(&decision[..], b"event: decision\ndata: {\"event.id\":\"01\",\"event.outcome\":\"deny\"}\n\n");
+        let lagged = event(Err(RecvError::Lagged(7))).expect("a lag is an event");
+        assert_eq!(&lagged[..], b"event: lagged\ndata: {\"missed\":7}\n\n");
+        assert_eq!(event(Err(RecvError::Closed)), None);
+    }
 }
