@@ -414,6 +414,8 @@ async fn browser_approve_lets_the_waiting_curl_through_and_the_log_names_the_app
     let (browser, waiting) = held_checkout(&proxy, &origin, "alice-secret").await?;
     browser.screenshot_for_docs("console-approvals.png").await?;
 
+    let remember = browser.client.find(Locator::Css("#pending tr.pending select.remember")).await?;
+    remember.select_by_value("path-for-agent-15m").await?;
     browser.client.find(Locator::Css("#pending tr.pending button.approve")).await?.click().await?;
     let curl = finished(waiting).await?;
     assert_eq!(curl.status, 200, "{}", String::from_utf8_lossy(&curl.body));
@@ -423,6 +425,11 @@ async fn browser_approve_lets_the_waiting_curl_through_and_the_log_names_the_app
     browser
         .wait_until("!document.querySelector('#pending tr.pending')", "the pending list emptied", PAGE_DEADLINE)
         .await?;
+    // The settled request's row says who approved it.
+    let settled = "[...document.querySelectorAll('tr.decision')].find(r => r.innerText.includes('POST'))";
+    browser.wait_until(settled, "the approved request in the live stream", PAGE_DEADLINE).await?;
+    let details = browser.eval(&format!("{settled}.nextElementSibling.textContent")).await?;
+    assert!(details.as_str().unwrap_or_default().contains("approval approved by alice"), "{details}");
     browser.close().await?;
 
     let records = proxy.finish().await?;
@@ -436,6 +443,7 @@ async fn browser_approve_lets_the_waiting_curl_through_and_the_log_names_the_app
         (&line["agentgate.approval.decision"], &line["agentgate.approval.by"]),
         (&Value::from("approved"), &Value::from("alice"))
     );
+    assert_eq!(line["agentgate.approval.remember"], "path-for-agent-15m", "the page's remember choice");
     Ok(())
 }
 

@@ -79,6 +79,12 @@ function renderDetails(record) {
   if (!reasons.length) list.append(el("li", { class: "muted" }, "no reasons recorded"));
   const facts = [`event.id ${record["event.id"]}`];
   if (record["error.message"]) facts.push(`error: ${record["error.message"]}`);
+  const approval = record["agentgate.approval.decision"];
+  if (approval) {
+    const by = record["agentgate.approval.by"] ? ` by ${record["agentgate.approval.by"]}` : "";
+    const why = record["agentgate.approval.reason"] ? `: ${record["agentgate.approval.reason"]}` : "";
+    facts.push(`approval ${approval}${by}${why}`);
+  }
   return el("td", { colspan: "7" }, list, el("p", { class: "muted" }, facts.join(" · ")));
 }
 
