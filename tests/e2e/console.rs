@@ -280,6 +280,12 @@ async fn browser_logs_in_and_sees_a_request_live_with_its_reasons_and_deciding_l
     let proxy = TestProxy::start_with(&ca, with_token).await?;
     let page = &browser.client;
 
+    // A request before the page opens: it comes from /decisions/recent, not the stream.
+    let client = proxy.client()?;
+    assert_eq!(client.get(origin.url("/before")).send().await?.status(), 200);
+    let earlier = proxy.log_lines(1).await?;
+    let earlier = earlier.iter().rev().find_map(|line| line["event.id"].as_str()).ok_or("an event id")?.to_owned();
+
     page.goto(&admin_url(&proxy, "/")?).await?;
     page.find(Locator::Id("token")).await?.send_keys(TOKEN).await?;
     page.find(Locator::Id("login-submit")).await?.click().await?;
@@ -292,10 +298,14 @@ async fn browser_logs_in_and_sees_a_request_live_with_its_reasons_and_deciding_l
         )
         .await?;
 
+    let before = format!("document.querySelectorAll('tr.decision[data-id=\"{earlier}\"]').length === 1");
+    browser.wait_until(&before, "the earlier request, once, from /decisions/recent", PAGE_DEADLINE).await?;
+
     // Within a second in practice; bounded at PAGE_DEADLINE for noisy CI.
-    let client = proxy.client()?;
     assert_eq!(client.get(origin.url("/private/report")).send().await?.status(), 403);
-    let logged = proxy.log_lines(1).await?;
+    let logged = proxy.log_lines(2).await?;
+    let denied: Vec<&Value> = logged.iter().filter(|line| line["event.outcome"] == "deny").collect();
+    let logged = denied.as_slice();
     let id = logged[0]["event.id"].as_str().ok_or("an event id")?;
     let row = format!("document.querySelector('tr.decision[data-id=\"{id}\"]')");
     browser.wait_until(&row, "the denied request in the live stream", PAGE_DEADLINE).await?;
@@ -336,10 +346,10 @@ async fn browser_logs_in_and_sees_a_request_live_with_its_reasons_and_deciding_l
 
     assert_eq!(client.get(origin.url("/docs/intro")).send().await?.status(), 200);
     browser
-        .wait_until("document.querySelectorAll('tr.decision').length >= 2", "the allowed request", PAGE_DEADLINE)
+        .wait_until("document.querySelectorAll('tr.decision').length >= 3", "the allowed request", PAGE_DEADLINE)
         .await?;
     let allowed =
-        format!("document.querySelector('#agent-summary tr[data-agent=\"{agent}\"] td.allowed')?.textContent === '1'");
+        format!("document.querySelector('#agent-summary tr[data-agent=\"{agent}\"] td.allowed')?.textContent === '2'");
     browser.wait_until(&allowed, "the agent's allowed count", PAGE_DEADLINE).await?;
     browser.screenshot_for_docs("console.png").await?;
     browser.close().await?;

@@ -104,7 +104,10 @@ function renderRow(entry) {
   entry.details.replaceChildren(renderDetails(r));
 }
 
-function addLine(line) {
+// A line from the stream goes on top; one from `/decisions/recent` (read once the stream is
+// open, so no line falls between the two) below what the stream already showed, and never
+// over a row the stream already has.
+function addLine(line, fromRecent) {
   let record;
   try {
     record = JSON.parse(line);
@@ -113,6 +116,7 @@ function addLine(line) {
   }
   const id = record["event.id"];
   let entry = decisions.get(id);
+  if (entry && fromRecent) return;
   if (entry) {
     // A forwarded request's completed line supersedes its decision line (same event.id).
     entry.record = record;
@@ -124,9 +128,11 @@ function addLine(line) {
     row.addEventListener("click", () => toggle(id));
     decisions.set(id, entry);
     const body = document.querySelector("#decision-log tbody");
-    body.prepend(row, details);
+    if (fromRecent) body.append(row, details);
+    else body.prepend(row, details);
     if (decisions.size > MAX_ROWS) {
-      const [oldest] = decisions.keys();
+      const rows = body.querySelectorAll("tr.decision");
+      const oldest = rows[rows.length - 1].dataset.id;
       const gone = decisions.get(oldest);
       gone.row.remove();
       gone.details.remove();
@@ -154,7 +160,13 @@ function toggle(id) {
 function connectStream() {
   const state = document.getElementById("stream-state");
   const source = new EventSource("/decisions/stream");
-  source.addEventListener("open", () => { state.textContent = "live"; state.className = "state live"; });
+  let first = true;
+  source.addEventListener("open", () => {
+    state.textContent = "live";
+    state.className = "state live";
+    if (first) loadRecent().catch(() => {});
+    first = false;
+  });
   source.addEventListener("error", () => { state.textContent = "reconnecting…"; state.className = "state"; });
   source.addEventListener("decision", (event) => addLine(event.data));
   source.addEventListener("lagged", (event) => {
@@ -166,8 +178,8 @@ function connectStream() {
 async function loadRecent() {
   const response = await api("/decisions/recent?n=200");
   if (!response.ok) return;
-  const lines = await response.json();
-  for (const record of lines.reverse()) addLine(JSON.stringify(record));
+  // Newest first, each appended below the rows already shown.
+  for (const record of await response.json()) addLine(JSON.stringify(record), true);
 }
 
 // ---- policy files ----------------------------------------------------------------------
@@ -308,7 +320,7 @@ document.addEventListener("DOMContentLoaded", () => {
     for (const event of ["input", "change"]) document.getElementById(id).addEventListener(event, applyFilters);
   }
   document.getElementById("filters").addEventListener("submit", (event) => event.preventDefault());
-  loadRecent().catch(() => {}).finally(connectStream);
+  connectStream();
   every(5000, loadAgents);
   every(1000, loadApprovals);
 });
