@@ -4,8 +4,8 @@
 //! Owns: the [`DecisionRecord`] and its encoding, the field-name constants ([`field`]), URL
 //! redaction ([`redact_url`]), the writer ([`AuditLog`], a handle on a bounded queue, and
 //! [`AuditWriter`], the thread that owns the file, flushes when idle and fsyncs on shutdown),
-//! the ring of the latest lines behind the admin API's `/decisions/recent`
-//! ([`RecentDecisions`]), and the reports behind `agentgate audit`: reading logs back, plain or gzip'd
+//! the ring of the latest lines behind the admin API's `/decisions/recent` and their live
+//! stream ([`RecentDecisions`]), per-agent counts since start ([`AgentTally`]), and the reports behind `agentgate audit`: reading logs back, plain or gzip'd
 //! ([`for_each_line`]), a line as a record and the filters ([`LoggedRecord`], [`Filter`]),
 //! per-group counts ([`summarize_files`]) and matching lines ([`grep`]).
 //!
@@ -28,17 +28,19 @@ mod recent;
 mod record;
 mod redact;
 mod summary;
+mod tally;
 mod writer;
 
 pub use grep::{GrepReport, grep};
 pub use input::for_each_line;
 pub use query::{Filter, LoggedRecord, NotARecord, Since};
-pub use recent::{RECENT_CAPACITY, RecentDecisions};
+pub use recent::{LIVE_CAPACITY, RECENT_CAPACITY, RecentDecisions};
 pub(crate) use record::instance_problems;
 pub(crate) use record::rfc3339_millis;
 pub use record::{DecisionRecord, ErrorType, EventId, Outcome, instance_name};
 pub use redact::{LoggedUrl, REDACTED, redact_url};
 pub use summary::{By, Count, Counts, GroupSummary, MalformedLine, Summary, summarize, summarize_files};
+pub use tally::{AgentTally, MAX_AGENTS, OTHER_AGENTS};
 pub use writer::{AuditLog, AuditSettings, AuditStats, AuditWriter, OnFailure, Unrecorded};
 
 /// What can go wrong with the decision log. Each message names the file and what to do.

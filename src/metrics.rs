@@ -3,13 +3,14 @@
 //! and encoded as Prometheus/OpenMetrics text for the admin API's `/metrics`.
 //!
 //! Owns: every metric name, its labels and help text (the reference is `docs/admin.md`), and
-//! the one call the request path makes per request ([`Metrics::record`]). Values that other
+//! the one call the request path makes per request ([`Metrics::record`]), which also feeds
+//! the console's per-agent counts ([`AgentTally`]). Values that other
 //! modules already count (written and refused log records, minted certificates, open
 //! connections, the policy cache's weight) are copied in at scrape time ([`Scraped`]) rather
 //! than counted twice.
 //!
 //! Never: allocates per request (labels are small enums, `&'static str` or a reason code that
-//! is almost always borrowed), decides anything, or does I/O.
+//! is almost always borrowed; an agent's name is copied once, on its first request), decides anything, or does I/O.
 
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
@@ -22,7 +23,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::audit::{DecisionRecord, Outcome};
+use crate::audit::{AgentTally, DecisionRecord, Outcome};
 use crate::policy::{FetchError, FetchOutcome};
 
 /// Requests by what happened and which source decided.
@@ -123,6 +124,7 @@ pub struct Metrics {
     connections: Gauge,
     cache_origins: Gauge,
     cache_weight_bytes: Gauge,
+    agents: AgentTally,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -163,6 +165,7 @@ impl Metrics {
             connections: Gauge::default(),
             cache_origins: Gauge::default(),
             cache_weight_bytes: Gauge::default(),
+            agents: AgentTally::default(),
         };
         let r = &mut m.registry;
         r.register("requests", "Requests decided, by outcome and deciding source", m.requests.clone());
@@ -233,6 +236,12 @@ impl Metrics {
         if let Some(duration) = record.duration {
             self.request_duration.observe(duration.as_secs_f64());
         }
+        self.agents.count(record);
+    }
+
+    /// Requests per outcome for each agent since start (the console's `/agents/summary`).
+    pub fn agents(&self) -> &AgentTally {
+        &self.agents
     }
 
     /// The shared limits store's metrics, for [`crate::limits::Limiter::from_config`].

@@ -21,7 +21,8 @@ use crate::fetch::Origin;
 /// The agent name `/explain` uses when no `agent` is given: the `[agent]` table.
 const DEFAULT_AGENT: &str = "default";
 
-/// `GET /policies?origin=…`: each cached file's status, digest, diagnostics and freshness.
+/// `GET /policies?origin=…`: each cached file's status, digest, diagnostics, freshness and
+/// text (`null` when the origin served none).
 pub(super) async fn show(state: &AdminState, query: &Query) -> Result<Response<AdminBody>, BadParameter> {
     let origin = origin_of(query, "origin")?;
     let Some(files) = state.cache.cached(&origin).await else {
@@ -35,6 +36,8 @@ pub(super) async fn show(state: &AdminState, query: &Query) -> Result<Response<A
         if let Some(fields) = entry.as_object_mut() {
             fields.insert("fetched_at".to_owned(), json!(rfc3339_millis(file.fetched_at).to_string()));
             fields.insert("fresh_until".to_owned(), json!(rfc3339_millis(file.fresh_until).to_string()));
+            // The console numbers its lines and highlights the one that decided a request.
+            fields.insert("text".to_owned(), file.text.as_deref().map_or(Value::Null, |text| json!(text)));
         }
         shown.insert(file.source.as_str().to_owned(), entry);
     }

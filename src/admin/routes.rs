@@ -1,7 +1,8 @@
 //! Routing and answers of the admin API: the bearer-token check (which also says who the
 //! caller is), one handler per endpoint, query parameters checked with errors that name the
 //! parameter, `404` for an unknown path, `405` with `Allow` for a method an endpoint does not
-//! take. Every answer is small and built here in full (no streaming).
+//! take. Every answer is small and built in full, except the console's live
+//! `/decisions/stream` (`super::stream`).
 //!
 //! Never: changes policy, limits or config; the only writes are a purge of cached policies
 //! and an operator's answer to a held request (`super::approvals`).
@@ -9,15 +10,19 @@
 use bytes::Bytes;
 use http::header::{ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{Either, Full};
 use serde_json::{Value, json};
 
 use super::server::AdminState;
-use super::{approvals, policies};
+use super::stream::StreamBody;
+use super::{approvals, console, policies, stream};
 use crate::audit::RECENT_CAPACITY;
 
-/// The body of every admin answer.
+/// The body of every admin answer but the live stream.
 pub(super) type AdminBody = Full<Bytes>;
+
+/// What the listener sends: a full answer, or the live stream's.
+pub(super) type AnswerBody = Either<AdminBody, StreamBody>;
 
 /// How many records `/decisions/recent` returns without `n`.
 const DEFAULT_RECENT: usize = 100;
@@ -29,7 +34,14 @@ const ANONYMOUS: &str = "anonymous";
 /// parameters it reads (any other is a 400, so a misspelt one is not silently ignored). A
 /// path ending in `/` takes one more segment, the id of what it acts on (`/approvals/{id}`).
 type Endpoint = (&'static str, &'static str, &'static [&'static str]);
-const ENDPOINTS: [Endpoint; 9] = [
+const ENDPOINTS: [Endpoint; 16] = [
+    ("/", "GET", &[]),
+    ("/console.js", "GET", &[]),
+    ("/console.css", "GET", &[]),
+    ("/login", "POST", &[]),
+    ("/logout", "POST", &[]),
+    ("/decisions/stream", "GET", &[]),
+    ("/agents/summary", "GET", &[]),
     ("/healthz", "GET", &[]),
     ("/readyz", "GET", &[]),
     ("/metrics", "GET", &[]),
@@ -41,17 +53,37 @@ const ENDPOINTS: [Endpoint; 9] = [
     ("/approvals/", "POST", &[]),
 ];
 
+/// Paths answered without credentials: liveness (a container health check needs no secret),
+/// the console's static assets (they hold no data) and the login itself.
+const OPEN: [&str; 4] = ["/healthz", "/console.js", "/console.css", "/login"];
+
 /// One admin request, start to answer.
-pub(super) async fn handle<B>(state: &AdminState, request: Request<B>) -> Response<AdminBody>
+pub(super) async fn handle<B>(state: &AdminState, request: Request<B>) -> Response<AnswerBody>
 where
     B: hyper::body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let path = request.uri().path();
-    // Liveness stays open so a container health check needs no secret; everything else,
-    // unknown paths included, needs the token first.
     let caller = authorized(state, &request);
-    if path != "/healthz" && caller.is_none() {
+    // The console's page answers a browser without credentials with its login form.
+    if path == "/" && request.method() == Method::GET {
+        return console::page(state, caller.is_some()).map(Either::Left);
+    }
+    if path == "/decisions/stream" && request.method() == Method::GET && caller.is_some() {
+        return stream::open(state);
+    }
+    handle_full(state, request, caller).await.map(Either::Left)
+}
+
+/// Every answer but the live stream's, built in full.
+async fn handle_full<B>(state: &AdminState, request: Request<B>, caller: Option<String>) -> Response<AdminBody>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let path = request.uri().path();
+    // Everything not open, unknown paths included, needs the token first.
+    if !OPEN.contains(&path) && caller.is_none() {
         let mut response = error(
             StatusCode::UNAUTHORIZED,
             None,
@@ -76,6 +108,10 @@ where
         Err(bad) => return bad.response(),
     };
     let answer = match (endpoint, method) {
+        ("/console.js" | "/console.css", _) => Ok(console::asset(endpoint)),
+        ("/login", _) => Ok(console::login(state, request).await),
+        ("/logout", _) => Ok(console::logout(state, &request)),
+        ("/agents/summary", _) => Ok(console::agents_summary(state)),
         ("/healthz", _) => Ok(text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())),
         ("/readyz", _) => Ok(ready(state)),
         ("/metrics", _) => {
@@ -99,25 +135,34 @@ where
     answer.unwrap_or_else(BadParameter::response)
 }
 
-/// Whether `path` is `endpoint`'s: the same, or for an endpoint ending in `/`, one more
-/// non-empty segment.
+/// Whether `path` is `endpoint`'s: the same, or for an endpoint ending in `/` (the console's
+/// `/` itself aside), one more non-empty segment.
 fn routes_to(endpoint: &str, path: &str) -> bool {
-    match endpoint.strip_suffix('/') {
+    match endpoint.strip_suffix('/').filter(|prefix| !prefix.is_empty()) {
         Some(_) => path.strip_prefix(endpoint).is_some_and(|id| !id.is_empty() && !id.contains('/')),
         None => endpoint == path,
     }
 }
 
 /// Who the caller is: the name of the configured token the request carries (`admin` for
-/// `[admin] token_sha256`), or `anonymous` when none is configured; `None` when tokens are
-/// configured and the request carries none of them. Every digest is compared, so the timing
-/// does not say which name matched.
+/// `[admin] token_sha256`), or of the token that opened its console session (a cookie,
+/// `console::login`), or `anonymous` when none is configured; `None` when tokens are
+/// configured and the request carries none of them.
 fn authorized<B>(state: &AdminState, request: &Request<B>) -> Option<String> {
     if state.tokens.is_empty() {
         return Some(ANONYMOUS.to_owned());
     }
     let presented = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let token = presented.and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))?.trim();
+    let bearer = presented.and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+    match bearer {
+        Some(token) => token_name(state, token.trim()),
+        None => console::session_name(state, request),
+    }
+}
+
+/// The name of the configured token `token` is. Every digest is compared, so the timing does
+/// not say which name matched.
+pub(super) fn token_name(state: &AdminState, token: &str) -> Option<String> {
     let matched: Vec<&String> =
         state.tokens.iter().filter(|(_, digest)| digest.matches(token)).map(|(name, _)| name).collect();
     matched.first().map(|name| (*name).clone())

@@ -21,6 +21,8 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use super::routes;
+use super::session::Sessions;
+use super::stream::Streams;
 use crate::approvals::Approvals;
 use crate::audit::AuditLog;
 use crate::config::Config;
@@ -59,6 +61,10 @@ pub(crate) struct AdminState {
     pub(crate) approvals: Approvals,
     /// Set once the proxy stops accepting: `/readyz` answers 503 from then on.
     pub(crate) draining: AtomicBool,
+    /// The console's browser sessions.
+    pub(crate) sessions: Sessions,
+    /// The console's live decision streams, ended when the server stops.
+    pub(crate) streams: Streams,
 }
 
 impl AdminState {
@@ -183,6 +189,8 @@ impl AdminServer {
             });
         }
         drop(listener);
+        // A live stream never ends by itself: end them, or each would hold the grace period.
+        state.streams.close();
         if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
             warn!(?grace, "admin requests still running at the end of the grace period; closing them");
         }

@@ -112,7 +112,8 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn add(&mut self, outcome: &str) {
+    /// Counts one request with `outcome` (`event.outcome` as written).
+    pub(super) fn add(&mut self, outcome: &str) {
         self.requests += 1;
         let slot = match Outcome::parse(outcome) {
             Some(Outcome::Allow) => &mut self.allowed,

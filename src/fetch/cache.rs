@@ -7,7 +7,9 @@
 //! by its parsed policies) and in origins (`max_origins`); moka evicts by LRU with
 //! frequency-based admission. Lookups (hit or miss), fetches and evictions are counted in
 //! [`crate::metrics::Metrics`]; [`PolicyCache::cached`] shows an origin's files to the admin
-//! API without fetching.
+//! API without fetching, each with the text of the copy in force (kept beside the parsed
+//! state, at most the format's size cap, and weighed with it) so the console can show the
+//! line that decided.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -21,7 +23,7 @@ use super::get::Fetcher;
 use super::transport::PolicyTransport;
 use crate::metrics::Metrics;
 use crate::policy::refresh::{self, Previous};
-use crate::policy::{Format, Policies, PolicyReport, Source, StaleRules, agents_txt, formats};
+use crate::policy::{FetchOutcome, Format, Policies, PolicyReport, Source, StaleRules, agents_txt, formats};
 
 /// `[cache]`: the operator's bounds on the policy cache's memory. Owned here, composed into
 /// the config by `crate::config` (docs/layering.md); the defaults are written only here.
@@ -143,6 +145,7 @@ macro_rules! snapshot {
         struct Snapshot {
             policies: Arc<Policies>,
             freshness: Freshnesses,
+            texts: Texts,
             /// The earliest `fresh_until` of the files.
             fresh_until: Instant,
         }
@@ -151,6 +154,17 @@ macro_rules! snapshot {
         #[derive(Debug, Clone, Copy)]
         struct Freshnesses {
             $($field: Freshness,)*
+        }
+
+        /// The text of each file in force ([`text_of`]), one field per format.
+        struct Texts {
+            $($field: Text,)*
+        }
+
+        impl Texts {
+            fn bytes(&self) -> usize {
+                [$(&self.$field),*].into_iter().flatten().map(|text| text.len()).sum()
+            }
         }
 
         impl Freshnesses {
@@ -167,13 +181,14 @@ macro_rules! snapshot {
                 let ($($field,)*) = tokio::join!($(
                     self.refresh_file::<$format>(
                         origin,
-                        previous.map(|p| (&p.policies.$field, p.freshness.$field)),
+                        previous.map(|p| (&p.policies.$field, p.freshness.$field, &p.texts.$field)),
                         started,
                     )
                 ),*);
                 let freshness = Freshnesses { $($field: $field.1,)* };
+                let texts = Texts { $($field: $field.2,)* };
                 let fresh_until = freshness.all().map(|f| f.fresh_until).min().unwrap_or(started);
-                Snapshot { policies: Arc::new(Policies { $($field: $field.0,)* }), freshness, fresh_until }
+                Snapshot { policies: Arc::new(Policies { $($field: $field.0,)* }), freshness, texts, fresh_until }
             }
         }
     };
@@ -191,6 +206,9 @@ pub struct CachedFile {
     pub fetched_at: SystemTime,
     /// When it goes stale and is fetched again on the next request.
     pub fresh_until: SystemTime,
+    /// The text of the copy in force (invalid UTF-8 replaced), when the origin served one
+    /// with a 2xx status; at most the format's size cap.
+    pub text: Option<Arc<str>>,
 }
 
 macro_rules! cached_files {
@@ -212,6 +230,7 @@ macro_rules! cached_files {
                         report: <$format>::report(&self.policies.$field),
                         fetched_at: at(freshness.stale_since.checked_sub(freshness.lifetime).unwrap_or(freshness.stale_since)),
                         fresh_until: at(freshness.fresh_until),
+                        text: self.texts.$field.clone(),
                     }
                 },)*]
             }
@@ -228,7 +247,7 @@ impl Snapshot {
 
     /// What the origin costs in memory: its parsed policies, the entry and its key.
     fn weight(&self) -> usize {
-        self.policies.weight() + ENTRY_OVERHEAD
+        self.policies.weight() + self.texts.bytes() + ENTRY_OVERHEAD
     }
 }
 
@@ -410,17 +429,18 @@ impl Inner {
     async fn refresh_file<F: Format>(
         &self,
         origin: &Origin,
-        previous: Option<(&F::State, Freshness)>,
+        previous: Option<(&F::State, Freshness, &Text)>,
         started: Instant,
-    ) -> (F::State, Freshness) {
-        if let Some((state, freshness)) = previous
+    ) -> (F::State, Freshness, Text) {
+        if let Some((state, freshness, text)) = previous
             && freshness.fresh_until > started
         {
-            return (state.clone(), freshness);
+            return (state.clone(), freshness, text.clone());
         }
-        let (fetched, ttl) = self.fetch_format::<F>(origin).await;
+        let (fetched, ttl, fetched_text) = self.fetch_format::<F>(origin).await;
+        let previous_text = previous.and_then(|(_, _, text)| text.clone());
         let now = Instant::now();
-        let before = previous.map(|(state, freshness)| {
+        let before = previous.map(|(state, freshness, _)| {
             let previous = Previous {
                 state: state.clone(),
                 stale_for: now.saturating_duration_since(freshness.stale_since),
@@ -440,27 +460,43 @@ impl Inner {
             }
             _ => Freshness::new(now, refreshed.ttl),
         };
-        (refreshed.state, freshness)
+        let text = if refreshed.kept_stale { previous_text } else { fetched_text };
+        (refreshed.state, freshness, text)
     }
 
     /// Fetches a format's file and, when the state falls through and the format has a
     /// second location, that one too (AGENTS.md discovery, C1). Fresh for the shorter
     /// lifetime of the two, so a change at either location is seen.
-    async fn fetch_format<F: Format>(&self, origin: &Origin) -> (F::State, Duration) {
-        let (first, first_ttl) = self.fetch_state::<F>(origin, F::PATH).await;
+    /// The text is the one of the location whose state is in force.
+    async fn fetch_format<F: Format>(&self, origin: &Origin) -> (F::State, Duration, Text) {
+        let (first, first_ttl, first_text) = self.fetch_state::<F>(origin, F::PATH).await;
         match F::FALLBACK_PATH {
             Some(path) if F::falls_through(&first) => {
-                let (fallback, ttl) = self.fetch_state::<F>(origin, path).await;
-                (F::settle(first, Some(fallback), origin.host()), first_ttl.min(ttl))
+                let (fallback, ttl, text) = self.fetch_state::<F>(origin, path).await;
+                (F::settle(first, Some(fallback), origin.host()), first_ttl.min(ttl), text)
             }
-            _ => (F::settle(first, None, origin.host()), first_ttl),
+            _ => (F::settle(first, None, origin.host()), first_ttl, first_text),
         }
     }
 
     /// Fetches one file and hands the outcome to its format's `from_fetch`.
-    async fn fetch_state<F: Format>(&self, origin: &Origin, path: &'static str) -> (F::State, Duration) {
+    async fn fetch_state<F: Format>(&self, origin: &Origin, path: &'static str) -> (F::State, Duration, Text) {
         let fetched = self.fetcher.fetch(origin, PolicyFile::of::<F>(path)).await;
         self.metrics.policy_fetch(path, &fetched.outcome);
-        (F::from_fetch(&fetched.outcome), fetched.ttl)
+        (F::from_fetch(&fetched.outcome), fetched.ttl, text_of(&fetched.outcome))
+    }
+}
+
+/// The text of a policy file as served, when it was (see [`text_of`]).
+type Text = Option<Arc<str>>;
+
+/// The text of a policy file the origin served (2xx), as the console shows it: invalid UTF-8
+/// replaced, at most the format's size cap (the fetcher already cut the body there).
+fn text_of(outcome: &FetchOutcome) -> Text {
+    match outcome {
+        FetchOutcome::Response { status: 200..=299, body, .. } if !body.is_empty() => {
+            Some(Arc::from(String::from_utf8_lossy(body)))
+        }
+        _ => None,
     }
 }

@@ -323,6 +323,8 @@ fn admin_state(state: &Arc<ProxyState>, cache: PolicyCache, admission: &Arc<Admi
         tokens: state.config.admin.tokens(),
         approvals: state.approvals.clone(),
         draining: AtomicBool::new(false),
+        sessions: Default::default(),
+        streams: Default::default(),
     }
 }
 

@@ -29,6 +29,8 @@
 //!   refused by a full queue or let through by a remembered approval; the approval API's token;
 //! - `admin`: every admin endpoint, its token, `/metrics` moving with traffic, policy purge,
 //!   `agentgate.local` answered with no lookup or dial;
+//! - `console`: the console's login and session cookie, the live decision stream and per-agent
+//!   counts, and the page in a real headless Chromium (`support::browser`);
 //! - `reload`: config edits and SIGHUP reload without a restart, SIGHUP reopens the decision
 //!   log, size rotation keeps every record once;
 //! - `redis`: limits shared by replicas through a real redis-server (rates, concurrency
@@ -44,6 +46,7 @@ mod approvals;
 mod audit;
 mod audit_report;
 mod connections;
+mod console;
 mod docker;
 mod errors;
 mod forward;

@@ -4,6 +4,7 @@
 
 pub mod binary;
 pub mod block;
+pub mod browser;
 pub mod curl;
 pub mod log;
 pub mod raw;
