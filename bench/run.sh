@@ -8,7 +8,7 @@
 # benchmark config (decision log on, to a file), drives each scenario with oha (installed
 # with `cargo install oha --locked` if missing) and prints one table: req/s, p50, p99, the
 # ratio to the matching direct run, agentgate's CPU time per request (utime + stime from
-# /proc/PID/stat) and its peak RSS (VmHWM, reset before each run). Then the memory step:
+# /proc/PID/stat, and each of the two: user space and kernel) and its peak RSS (VmHWM, reset before each run). Then the memory step:
 # agentgate's RSS per idle keep-alive connection and per idle MITM tunnel (bench/idle.py).
 #
 # Environment: BENCH_SECONDS (10), BENCH_CONNECTIONS (50), BENCH_UNSEEN (unseen origins
@@ -131,16 +131,17 @@ AG_CA="$WORK/ca/agentgate-ca.pem"
 say "checking the paths (agentgate $PROXY, origin $ORIGIN_IP)"
 curl -sSf -o /dev/null -x "http://$PROXY" "http://$HTTP_ORIGIN/bench/1k" || die "HTTP through agentgate failed"
 curl -sSf -o /dev/null -x "http://$PROXY" --cacert "$AG_CA" "https://$HTTPS_ORIGIN/bench/1k" || die "MITM HTTPS through agentgate failed"
-logged_allows() { [ "$(grep -c '"event.outcome":"allow"' "$WORK/decisions.jsonl" 2>/dev/null || true)" -ge 2 ] 2>/dev/null; }
-wait_for logged_allows || die "decision log has no allow records: $(tail -2 "$WORK/decisions.jsonl")"
+logged_allows() { [ "$(grep -c '"event.outcome":"allow"' "$WORK/log/decisions.jsonl" 2>/dev/null || true)" -ge 2 ] 2>/dev/null; }
+wait_for logged_allows || die "decision log has no allow records: $(tail -2 "$WORK/log/decisions.jsonl")"
 
 # --- the runs ----------------------------------------------------------------------
 CLK_TCK=$(getconf CLK_TCK)
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$AG_PID/stat"; }
+# utime and stime (fields 14 and 15), in clock ticks.
+cpu_ticks() { awk '{ print $14, $15 }' "/proc/$AG_PID/stat"; }
 vm_hwm() { awk '/^VmHWM:/ { print $2 }' "/proc/$AG_PID/status"; }
 
 # run NAME through(proxy|direct) OHA-ARGS... : one oha run, its JSON in $WORK/NAME.json and
-# for proxied runs agentgate's CPU ticks and peak RSS in $WORK/NAME.proc.
+# for proxied runs agentgate's user and system CPU ticks and peak RSS in $WORK/NAME.proc.
 run() {
     local name=$1 through=$2; shift 2
     local proxy_args=()
@@ -151,16 +152,17 @@ run() {
         proxy_args=(--cacert "$WORK/origin-ca.pem")
     fi
     say "$name ($through, ${SECONDS_PER_RUN}s, $CONNECTIONS connections)"
-    local before perf_pid=""
+    local user0 sys0 user1 sys1 perf_pid=""
     if [ "${BENCH_PERF:-0}" = 1 ] && [ "$through" = proxy ]; then
         # The software clock: hardware counters are often missing in VMs and containers.
         perf record -q -e cpu-clock -F 999 -g -p "$AG_PID" -o "$WORK/$name.perf.data" 2>>"$WORK/perf.err" &
         perf_pid=$!
     fi
-    before=$(cpu_ticks)
+    read -r user0 sys0 < <(cpu_ticks)
     oha --no-tui --output-format json -z "${SECONDS_PER_RUN}s" -c "$CONNECTIONS" "${proxy_args[@]}" "$@" >"$WORK/$name.json"
     if [ "$through" = proxy ]; then
-        echo "$(( $(cpu_ticks) - before )) $(vm_hwm)" >"$WORK/$name.proc"
+        read -r user1 sys1 < <(cpu_ticks)
+        echo "$((user1 - user0)) $((sys1 - sys0)) $(vm_hwm)" >"$WORK/$name.proc"
     fi
     if [ -n "$perf_pid" ]; then
         kill -INT "$perf_pid" && wait "$perf_pid" || true

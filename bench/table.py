@@ -3,7 +3,7 @@
 
 usage: table.py WORK CLK_TCK SECONDS CONNECTIONS
 Per run: WORK/NAME.json (oha --output-format json); for runs through agentgate also
-WORK/NAME.proc ("cpu_ticks vm_hwm_kib"); WORK/idle-{keepalive,mitm}.json (bench/idle.py).
+WORK/NAME.proc ("user_ticks system_ticks vm_hwm_kib"); WORK/idle-{keepalive,mitm}.json (bench/idle.py).
 """
 
 import json
@@ -40,30 +40,33 @@ def row(label, result, direct_rps, proc, clk_tck):
     rps = result["metrics"]["requests_per_sec"]
     latency = result["metrics"]["latency_ms"]
     ratio = f"{rps / direct_rps:.2f}" if direct_rps else "–"
-    cpu = rss = "–"
+    cpu = user = system = rss = "–"
     if proc is not None:
-        ticks, hwm_kib = proc
+        user_ticks, system_ticks, hwm_kib = proc
         done = completed(result)
         if done:
-            cpu = f"{ticks / clk_tck / done * 1e6:.0f}"
+            per_request = lambda ticks: f"{ticks / clk_tck / done * 1e6:.0f}"
+            cpu, user, system = (per_request(t) for t in (user_ticks + system_ticks, user_ticks, system_ticks))
         rss = f"{hwm_kib / 1024:.0f}"
-    return f"| {label} | {rps:,.0f} | {latency['p50']:.2f} | {latency['p99']:.2f} | {ratio} | {cpu} | {rss} |"
+    return (f"| {label} | {rps:,.0f} | {latency['p50']:.2f} | {latency['p99']:.2f} | {ratio} | {cpu} | {user} | {system} "
+            f"| {rss} |")
 
 
 def main():
     work, clk_tck, seconds, connections = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     print(f"\n{seconds} s per run, {connections} connections, 1 KiB bodies unless noted; "
-          "ratio = req/s over the matching direct run; CPU and peak RSS are agentgate's.\n")
-    print("| scenario | req/s | p50 ms | p99 ms | ratio to direct | CPU µs/request | peak RSS MiB |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "ratio = req/s over the matching direct run; CPU and peak RSS are agentgate's, CPU split into "
+          "user space (utime) and kernel (stime).\n")
+    print("| scenario | req/s | p50 ms | p99 ms | ratio to direct | CPU µs/request | user µs | sys µs | peak RSS MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     notes = []
     for label, proxied, direct in SCENARIOS:
         d = load(work, direct)
         p = load(work, proxied)
         with open(os.path.join(work, f"{proxied}.proc")) as f:
-            ticks, hwm = (int(x) for x in f.read().split())
+            proc = tuple(int(x) for x in f.read().split())
         print(row(f"{label}: direct", d, 0, None, clk_tck))
-        print(row(f"{label}: agentgate", p, d["metrics"]["requests_per_sec"], (ticks, hwm), clk_tck))
+        print(row(f"{label}: agentgate", p, d["metrics"]["requests_per_sec"], proc, clk_tck))
         for name, result in ((direct, d), (proxied, p)):
             bad = non_200(result)
             if bad:

@@ -153,7 +153,16 @@ impl Reloader {
         let mut hangup = hangup_signal();
         let (changes, watcher) = match &self.source.path {
             Some(path) => match watch(path) {
-                Ok((changes, watcher)) => (Some(changes), Some(watcher)),
+                Ok((changes, watcher)) => {
+                    let log = &self.state.config.audit.path;
+                    if beside(path, log) {
+                        warn!(config = %path.display(), log = %log.display(),
+                            "the decision log is in the config file's directory, which is watched: every write to \
+                             the log wakes the watcher (a thread wake-up and a read per write); put [audit] path in \
+                             a directory of its own, e.g. logs/decisions.jsonl");
+                    }
+                    (Some(changes), Some(watcher))
+                }
                 Err(err) => {
                     warn!(config = %path.display(), error = %err,
                         "cannot watch the config file; reload it with SIGHUP");
@@ -288,14 +297,36 @@ fn hangup_signal() -> mpsc::Receiver<()> {
     rx
 }
 
+/// The directory holding `path`: what [`watch`] watches.
+fn directory_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Whether the decision log `log` is written in the directory holding the config file
+/// `config`. inotify cannot watch a directory for one name only, so then every append to the
+/// log is an event the watcher thread wakes for, reads and drops: about three system calls
+/// and a context switch per write, a third of agentgate's system calls per request in the
+/// benchmark (bench/RESULTS.md, round 3). Stdout (`-`) is never beside anything.
+fn beside(config: &Path, log: &Path) -> bool {
+    if log == Path::new("-") {
+        return false;
+    }
+    let (config_dir, log_dir) = (directory_of(config), directory_of(log));
+    // Both exist by now (the log's directory is created when the log is opened).
+    match (config_dir.canonicalize(), log_dir.canonicalize()) {
+        (Ok(config_dir), Ok(log_dir)) => config_dir == log_dir,
+        _ => config_dir == log_dir,
+    }
+}
+
 /// Watches the directory holding `path` (editors replace a file by renaming another over
 /// it, which a watch on the file itself would miss) for events on the file's name.
 fn watch(path: &Path) -> io::Result<(mpsc::Receiver<()>, RecommendedWatcher)> {
     let name = path.file_name().map(ToOwned::to_owned).ok_or_else(|| io::Error::other("not a file name"))?;
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-        _ => PathBuf::from("."),
-    };
+    let dir = directory_of(path);
     let (tx, rx) = mpsc::channel(1);
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
         Ok(event) => {
@@ -348,6 +379,18 @@ mod tests {
         assert_eq!(in_force.mitm.passthrough_hosts, ["bank.example"]);
         assert!(!in_force.connect.allows(80));
         assert_eq!(in_force.approvals.mode, crate::config::ApprovalMode::Hold);
+    }
+
+    #[test]
+    fn a_decision_log_beside_the_config_is_noticed() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::create_dir(dir.path().join("logs")).expect("a log directory");
+        let config = dir.path().join("agentgate.toml");
+        assert!(beside(&config, &dir.path().join("decisions.jsonl")));
+        assert!(beside(&config, &dir.path().join("logs/../decisions.jsonl")), "the same directory, spelled otherwise");
+        assert!(!beside(&config, &dir.path().join("logs/decisions.jsonl")), "a subdirectory is not watched");
+        assert!(!beside(&config, Path::new("-")), "stdout");
+        assert!(beside(Path::new("agentgate.toml"), Path::new("./decisions.jsonl")));
     }
 
     #[test]
