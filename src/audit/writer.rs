@@ -1,8 +1,7 @@
 //! The writer: [`AuditLog`] handles encode records and push their lines into a bounded
 //! queue; one blocking thread ([`AuditWriter`]) owns the file, gathers what is queued into a
-//! batch, appends and flushes it whenever the queue is momentarily empty and a commit waits
-//! (lines nobody waits for linger up to `LINGER`, 5 ms, for company), and flushes and fsyncs
-//! on shutdown.
+//! batch, appends and flushes it whenever the queue is momentarily empty, and flushes and
+//! fsyncs on shutdown.
 //!
 //! Accounting: a line counts as written once the append and flush of its batch succeeded,
 //! and as failed when it was refused or cancelled, or its batch failed. A failed batch
@@ -24,8 +23,6 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
@@ -262,15 +259,10 @@ impl AuditLog {
     pub fn start(settings: AuditSettings) -> Result<(AuditLog, AuditWriter), AuditError> {
         let sink = Sink::open(&settings.path, settings.rotation())
             .map_err(|source| AuditError::Open { path: settings.path.clone(), source })?;
-        Self::start_with(settings, sink, LINGER)
+        Self::start_with(settings, sink)
     }
 
-    /// [`AuditLog::start`] on `sink`, lines nobody waits for lingering up to `linger`.
-    fn start_with(
-        settings: AuditSettings,
-        sink: Sink,
-        linger: Duration,
-    ) -> Result<(AuditLog, AuditWriter), AuditError> {
+    fn start_with(settings: AuditSettings, sink: Sink) -> Result<(AuditLog, AuditWriter), AuditError> {
         if settings.queue_capacity == 0 {
             return Err(AuditError::ZeroQueueCapacity);
         }
@@ -290,7 +282,7 @@ impl AuditLog {
         // stall a runtime worker that is serving agents.
         let thread = tokio::task::spawn_blocking({
             let shared = Arc::clone(&shared);
-            move || write_lines(rx, sink, &shared, linger)
+            move || write_lines(rx, sink, &shared)
         });
         let log = AuditLog { tx: tx.clone(), shared: Arc::clone(&shared) };
         Ok((log, AuditWriter { tx, thread, shared }))
@@ -425,74 +417,10 @@ struct Batch {
     acks: Vec<oneshot::Sender<bool>>,
 }
 
-/// How long lines nobody waits for ([`AuditLog::record`]) may stay in the batch, waiting for
-/// company, before they are written. An allowed request under `on_failure = "block"` writes
-/// two lines, its commit and, after the response, its outcome record; written at once, the
-/// record took a `write` of its own (1.5 writes per request at 10 connections). Lingering, it
-/// goes out with the next commit, or after this long when no commit comes (`tail -f` still
-/// sees it within milliseconds). A commit is never held back: its batch is written as soon as
-/// the queue is empty, as before.
-const LINGER: Duration = Duration::from_millis(5);
-
-/// What the writer thread waits for next.
-enum Next {
-    Message(Message),
-    /// The queue is closed and empty.
-    Closed,
-    /// The lingering batch's time is up.
-    TimedOut,
-}
-
-/// Wakes the writer thread when the queue has a message: a thread park, cheaper than the
-/// mutex and condition variable of `blocking_recv`, and one that can time out.
-struct Unpark(std::thread::Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// The next message, parking the thread while the queue is empty, until `deadline` if any.
-fn next(rx: &mut mpsc::Receiver<Message>, waker: &Waker, deadline: Option<Instant>) -> Next {
-    let mut cx = Context::from_waker(waker);
-    loop {
-        match rx.poll_recv(&mut cx) {
-            Poll::Ready(Some(message)) => return Next::Message(message),
-            Poll::Ready(None) => return Next::Closed,
-            Poll::Pending => {}
-        }
-        // Unparked by the waker, by a spurious wake-up, or at the deadline: poll again.
-        match deadline {
-            None => std::thread::park(),
-            Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => std::thread::park_timeout(left),
-                _ => return Next::TimedOut,
-            },
-        }
-    }
-}
-
 /// The writer thread's loop; returns when the queue is closed and empty.
-fn write_lines(mut rx: mpsc::Receiver<Message>, mut sink: Sink, shared: &Shared, linger: Duration) {
+fn write_lines(mut rx: mpsc::Receiver<Message>, mut sink: Sink, shared: &Shared) {
     let mut batch = Batch::default();
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    // When the lines in the batch, none of them waited for, must be written.
-    let mut linger_until = None;
-    loop {
-        let message = match next(&mut rx, &waker, linger_until) {
-            Next::Message(message) => message,
-            Next::Closed => break,
-            Next::TimedOut => {
-                write_batch(&mut sink, &mut batch, shared);
-                linger_until = None;
-                continue;
-            }
-        };
+    while let Some(message) = rx.blocking_recv() {
         match message {
             // Stop accepting; the loop goes on until what is queued is drained.
             Message::Shutdown => rx.close(),
@@ -512,16 +440,10 @@ fn write_lines(mut rx: mpsc::Receiver<Message>, mut sink: Sink, shared: &Shared,
                 batch.acks.extend(ack);
             }
         }
-        // Write when a commit waits and nothing else is queued, so a burst still goes out in
-        // large writes; lines nobody waits for linger a little for company (`LINGER`).
-        let waited_for = !batch.acks.is_empty() && rx.is_empty();
-        if waited_for || batch.bytes.len() >= MAX_BATCH_BYTES {
+        // Write whenever nothing else is waiting, so `tail -f` sees lines promptly and a
+        // burst still goes out in large writes.
+        if rx.is_empty() || batch.bytes.len() >= MAX_BATCH_BYTES {
             write_batch(&mut sink, &mut batch, shared);
-        }
-        if batch.lines == 0 {
-            linger_until = None;
-        } else if linger_until.is_none() {
-            linger_until = Some(Instant::now() + linger);
         }
     }
     write_batch(&mut sink, &mut batch, shared);
@@ -931,11 +853,10 @@ mod tests {
     /// A disk of `capacity` bytes that takes what fits of a write, then fails with ENOSPC,
     /// as a full filesystem does; `capacity` can be raised (space freed) while it runs.
     #[derive(Clone, Default)]
-    struct FillingDisk(Arc<Mutex<(Vec<u8>, usize)>>, Arc<AtomicU64>);
+    struct FillingDisk(Arc<Mutex<(Vec<u8>, usize)>>);
 
     impl LogFile for FillingDisk {
         fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.1.fetch_add(1, Ordering::Relaxed);
             let mut disk = self.0.lock().expect("the test disk lock is not poisoned");
             let room = disk.1.saturating_sub(disk.0.len());
             let taken = room.min(bytes.len());
@@ -978,8 +899,7 @@ mod tests {
         // Room for three lines and a half.
         disk.set_capacity(line_len * 7 / 2);
         let sink = Sink::over(Box::new(disk.clone()), None, None);
-        let (log, writer) =
-            AuditLog::start_with(settings(PathBuf::from("test-disk")), sink, LINGER).expect("the log starts");
+        let (log, writer) = AuditLog::start_with(settings(PathBuf::from("test-disk")), sink).expect("the log starts");
         let mut committed = 0;
         for n in 0..10 {
             let rec = sample("bot-1", Outcome::Allow, &format!("http://h/{n}"));
@@ -1003,32 +923,6 @@ mod tests {
         assert_eq!((stats.written, stats.failed), (4, 7));
         assert!(stats.error.is_none(), "{:?}", stats.error);
         assert_eq!(disk.text().lines().count(), 4);
-    }
-
-    /// A record nobody waits for lingers in the batch and goes out in one `write` with the next
-    /// commit, which is not held back; shutdown writes what still lingers (issue 11, round 3).
-    #[tokio::test]
-    async fn a_record_lingers_for_the_next_commit_and_shutdown_writes_what_lingers() {
-        let disk = FillingDisk::default();
-        disk.set_capacity(usize::MAX);
-        let sink = Sink::over(Box::new(disk.clone()), None, None);
-        // A linger far longer than the test: only the commit and the shutdown write.
-        let (log, writer) = AuditLog::start_with(settings(PathBuf::from("test-disk")), sink, Duration::from_secs(3600))
-            .expect("the log starts");
-        let (first, second, third) = (
-            sample("bot-1", Outcome::Allow, "http://h/1"),
-            sample("bot-1", Outcome::Allow, "http://h/2"),
-            sample("bot-1", Outcome::Allow, "http://h/3"),
-        );
-        log.record(&first).await.expect("queued");
-        log.commit(&second).await.expect("written, without waiting out the linger");
-        assert_eq!(disk.text(), first.to_json_line(false) + &second.to_json_line(false));
-        assert_eq!(disk.1.load(Ordering::Relaxed), 1, "the record went out with the commit, in one write");
-        log.record(&third).await.expect("queued");
-        let stats = writer.shutdown().await;
-        assert_eq!((stats.written, stats.failed), (3, 0));
-        assert_eq!(disk.text().lines().count(), 3, "shutdown wrote the lingering record");
-        assert_eq!(disk.1.load(Ordering::Relaxed), 2);
     }
 
     /// Every line of every file in `paths`, in order, each checked to be a whole JSON object.
