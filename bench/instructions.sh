@@ -36,30 +36,19 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 say() { printf '== %s\n' "$*" >&2; }
 die() { printf 'instructions: %s\n' "$*" >&2; exit 1; }
+# valgrind starts slowly: wait up to 120 s for it.
+WAIT_TRIES=1200
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 command -v valgrind >/dev/null || die "valgrind is missing (apt-get install valgrind)"
 command -v callgrind_control >/dev/null || die "callgrind_control is missing (it comes with valgrind)"
 command -v oha >/dev/null || die "oha is missing (cargo install oha --locked)"
 
-if [ -n "${BENCH_AGENTGATE:-}" ]; then
-    AGENTGATE=$BENCH_AGENTGATE   # a binary kept from an earlier build, to compare
-else
-    say "building agentgate (release)"
-    cargo build --release --quiet --bin agentgate
-    AGENTGATE="$ROOT/target/release/agentgate"
-fi
-say "building the origin (release)"
-CARGO_TARGET_DIR="$ROOT/target" cargo build --release --quiet --manifest-path bench/origin/Cargo.toml
-ORIGIN_BIN="$ROOT/target/release/agentgate-bench-origin"
+build_binaries
 
 WORK=$(mktemp -d -t agentgate-instructions.XXXXXX)
 ORIGIN_PID=""
 AG_PID=""
-stop_agentgate() {
-    if [ -n "$AG_PID" ]; then
-        kill "$AG_PID" 2>/dev/null && wait "$AG_PID" 2>/dev/null || true
-    fi
-    AG_PID=""
-}
 cleanup() {
     local status=$?
     stop_agentgate
@@ -70,42 +59,21 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Waits (polling, at most 120 s: valgrind starts slowly) until "$@" succeeds.
-wait_for() {
-    local tries=1200
-    until "$@"; do
-        tries=$((tries - 1))
-        [ "$tries" -gt 0 ] || return 1
-        sleep 0.1
-    done
-}
-
-"$ORIGIN_BIN" --dir "$WORK" --unseen 0 2>"$WORK/origin.err" &
-ORIGIN_PID=$!
-wait_for test -f "$WORK/origin.env" || die "origin did not start: $(cat "$WORK/origin.err")"
-# shellcheck source=/dev/null
-. "$WORK/origin.env"
+start_origin 0
 [ "$ORIGIN_443" = 1 ] || echo "instructions: origin could not bind port 443: the HTTP scenario runs without AGENTS.md" >&2
 
-# The benchmark configuration, shared with the other script.
-sed "s|@WORK@|$WORK|g" "$ROOT/bench/agentgate.toml.in" >"$WORK/agentgate.toml"
+write_config
 
 # measure NAME URL [OHA-ARGS...]: one agentgate under callgrind, one scenario.
 measure() {
     local name=$1 url=$2
     local out="$WORK/callgrind.$name"
-    : >"$WORK/agentgate-$name.out"
-    valgrind --tool=callgrind --callgrind-out-file="$out.%p" \
-        "$AGENTGATE" run --config "$WORK/agentgate.toml" >"$WORK/agentgate-$name.out" 2>"$WORK/agentgate-$name.err" &
-    AG_PID=$!
-    wait_for grep -q "listening on http://" "$WORK/agentgate-$name.out" || die "agentgate did not start: $(tail -5 "$WORK/agentgate-$name.err")"
-    local proxy
-    proxy=$(sed -n 's|.*listening on http://\([0-9.:]*\) .*|\1|p' "$WORK/agentgate-$name.out")
-    curl -sSf -o /dev/null --max-time 60 -x "http://$proxy" --cacert "$WORK/ca/agentgate-ca.pem" "$url" \
+    start_agentgate "agentgate-$name" valgrind --tool=callgrind --callgrind-out-file="$out.%p"
+    curl -sSf -o /dev/null --max-time 60 -x "http://$PROXY" --cacert "$WORK/ca/agentgate-ca.pem" "$url" \
         || die "$name: warm-up request through agentgate failed"
     callgrind_control --zero "$AG_PID" >/dev/null 2>&1
     timeout "$TIMEOUT" oha --no-tui --output-format json -n "$REQUESTS" -c "$CONNECTIONS" \
-        -x "http://$proxy" --cacert "$WORK/ca/agentgate-ca.pem" "$url" >"$WORK/$name.json"
+        -x "http://$PROXY" --cacert "$WORK/ca/agentgate-ca.pem" "$url" >"$WORK/$name.json"
     callgrind_control --dump="$name" "$AG_PID" >/dev/null 2>&1
     stop_agentgate
     local answered oks dump instructions

@@ -29,6 +29,8 @@ cd "$ROOT"
 
 say() { printf '\n== %s\n' "$*" >&2; }
 die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 
 # --- what the script needs, installed if missing (Debian/Ubuntu apt, rustup) ---------
 need_apt=()
@@ -65,16 +67,7 @@ if [ "$hard" != unlimited ] && [ "$hard" -lt $((2 * UNSEEN + IDLE + 1024)) ]; th
 fi
 ulimit -n "$hard" 2>/dev/null || ulimit -n 1048576
 
-say "building agentgate and the origin (release)"
-if [ -z "${BENCH_AGENTGATE:-}" ]; then
-    cargo build --release --quiet --bin agentgate
-fi
-# The origin has its own manifest and lock file; it shares agentgate's target directory
-# so common dependencies are built once.
-CARGO_TARGET_DIR="$ROOT/target" cargo build --release --quiet --manifest-path bench/origin/Cargo.toml
-# BENCH_AGENTGATE: a binary kept from an earlier build, to compare two builds in one sitting.
-AGENTGATE=${BENCH_AGENTGATE:-"$ROOT/target/release/agentgate"}
-ORIGIN_BIN="$ROOT/target/release/agentgate-bench-origin"
+build_binaries
 
 # --- processes, all cleaned up on exit -------------------------------------------------
 WORK=$(mktemp -d -t agentgate-bench.XXXXXX)
@@ -90,41 +83,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Waits (polling, at most 60 s) until "$@" succeeds.
-wait_for() {
-    local tries=600
-    until "$@"; do
-        tries=$((tries - 1))
-        [ "$tries" -gt 0 ] || return 1
-        sleep 0.1
-    done
-}
-
 say "starting the origin ($UNSEEN unseen origins)"
-"$ORIGIN_BIN" --dir "$WORK" --unseen "$UNSEEN" 2>"$WORK/origin.err" &
-ORIGIN_PID=$!
-wait_for test -f "$WORK/origin.env" || die "origin did not start: $(cat "$WORK/origin.err")"
-# shellcheck source=/dev/null
-. "$WORK/origin.env"
+start_origin "$UNSEEN"
 [ "$ORIGIN_443" = 1 ] || echo "bench: origin could not bind port 443: AGENTS.md of http origins is not served" >&2
 HTTP_ORIGIN="$ORIGIN_IP:$ORIGIN_HTTP_PORT"
 HTTPS_ORIGIN="$ORIGIN_IP:$ORIGIN_HTTPS_PORT"
 
-# The benchmark configuration, shared with the other script.
-sed "s|@WORK@|$WORK|g" "$ROOT/bench/agentgate.toml.in" >"$WORK/agentgate.toml"
-
-start_agentgate() {
-    : >"$WORK/agentgate.out"
-    "$AGENTGATE" run --config "$WORK/agentgate.toml" >"$WORK/agentgate.out" 2>>"$WORK/agentgate.err" &
-    AG_PID=$!
-    wait_for grep -q "listening on http://" "$WORK/agentgate.out" || die "agentgate did not start: $(tail -5 "$WORK/agentgate.err")"
-    PROXY=$(sed -n 's|.*listening on http://\([0-9.:]*\) .*|\1|p' "$WORK/agentgate.out")
-}
-stop_agentgate() {
-    kill "$AG_PID" && wait "$AG_PID" 2>/dev/null || true
-    AG_PID=""
-}
-start_agentgate
+write_config
+start_agentgate agentgate
 AG_CA="$WORK/ca/agentgate-ca.pem"
 
 # --- smoke check: both paths answer 200 and are logged as allowed ----------------------
@@ -192,7 +158,7 @@ echo $((unseen_after - unseen_before)) >"$WORK/proxy-unseen.fetched"
 # --- memory: a fresh agentgate per measurement ----------------------------------------
 for mode in keepalive mitm; do
     stop_agentgate
-    start_agentgate
+    start_agentgate agentgate
     say "memory: $IDLE idle $mode connections"
     origin=$HTTP_ORIGIN; [ "$mode" = mitm ] && origin=$HTTPS_ORIGIN
     python3 "$ROOT/bench/idle.py" "$mode" --proxy "$PROXY" --origin "$origin" --pid "$AG_PID" \

@@ -29,25 +29,18 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 say() { printf '== %s\n' "$*" >&2; }
 die() { printf 'syscalls: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 for tool in strace perf oha; do command -v "$tool" >/dev/null || die "$tool is missing"; done
 
-if [ -n "${BENCH_AGENTGATE:-}" ]; then
-    AGENTGATE=$BENCH_AGENTGATE
-else
-    say "building agentgate (release)"
-    cargo build --release --quiet --bin agentgate
-    AGENTGATE="$ROOT/target/release/agentgate"
-fi
-say "building the origin (release)"
-CARGO_TARGET_DIR="$ROOT/target" cargo build --release --quiet --manifest-path bench/origin/Cargo.toml
-ORIGIN_BIN="$ROOT/target/release/agentgate-bench-origin"
+build_binaries
 
 WORK=$(mktemp -d -t agentgate-syscalls.XXXXXX)
 ORIGIN_PID=""
 AG_PID=""
 cleanup() {
     local status=$?
-    [ -n "$AG_PID" ] && kill "$AG_PID" 2>/dev/null && wait "$AG_PID" 2>/dev/null || true
+    stop_agentgate
     [ -n "$ORIGIN_PID" ] && kill "$ORIGIN_PID" 2>/dev/null && wait "$ORIGIN_PID" 2>/dev/null || true
     echo "syscalls: work directory: $WORK" >&2
     exit "$status"
@@ -55,25 +48,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-wait_for() {
-    local tries=600
-    until "$@"; do
-        tries=$((tries - 1))
-        [ "$tries" -gt 0 ] || return 1
-        sleep 0.1
-    done
-}
-
-"$ORIGIN_BIN" --dir "$WORK" --unseen 0 2>"$WORK/origin.err" &
-ORIGIN_PID=$!
-wait_for test -f "$WORK/origin.env" || die "origin did not start: $(cat "$WORK/origin.err")"
-# shellcheck source=/dev/null
-. "$WORK/origin.env"
-sed "s|@WORK@|$WORK|g" "$ROOT/bench/agentgate.toml.in" >"$WORK/agentgate.toml"
-"$AGENTGATE" run --config "$WORK/agentgate.toml" >"$WORK/agentgate.out" 2>"$WORK/agentgate.err" &
-AG_PID=$!
-wait_for grep -qs "listening on http://" "$WORK/agentgate.out" || die "agentgate did not start: $(tail -5 "$WORK/agentgate.err")"
-PROXY=$(sed -n 's|.*listening on http://\([0-9.:]*\) .*|\1|p' "$WORK/agentgate.out")
+start_origin 0
+write_config
+start_agentgate agentgate
 # Measurement output goes to its own directory: the config's directory is watched for
 # changes, and a file written there would wake agentgate's watcher.
 mkdir -p "$WORK/out"

@@ -1,0 +1,68 @@
+# What bench/run.sh, bench/instructions.sh and bench/syscalls.sh share; sourced, never run.
+# The sourcing script sets ROOT (the checkout), defines say and die, and sets WORK before it
+# starts anything. Loopback only: the origin and agentgate listen on 127.0.0.0/8.
+
+# Polls "$@" every 0.1 s until it succeeds, at most WAIT_TRIES times (600: 60 s).
+WAIT_TRIES=${WAIT_TRIES:-600}
+wait_for() {
+    local tries=$WAIT_TRIES
+    until "$@"; do
+        tries=$((tries - 1))
+        [ "$tries" -gt 0 ] || return 1
+        sleep 0.1
+    done
+}
+
+# Builds what is measured, in release: agentgate (unless BENCH_AGENTGATE names a binary kept
+# from an earlier build, to compare two builds in one sitting) and the origin, which has its
+# own manifest and lock file and shares agentgate's target directory so common dependencies
+# are built once. Sets AGENTGATE and ORIGIN_BIN.
+build_binaries() {
+    if [ -n "${BENCH_AGENTGATE:-}" ]; then
+        AGENTGATE=$BENCH_AGENTGATE
+    else
+        say "building agentgate (release)"
+        cargo build --release --quiet --bin agentgate
+        AGENTGATE="$ROOT/target/release/agentgate"
+    fi
+    say "building the origin (release)"
+    CARGO_TARGET_DIR="$ROOT/target" cargo build --release --quiet --manifest-path "$ROOT/bench/origin/Cargo.toml"
+    ORIGIN_BIN="$ROOT/target/release/agentgate-bench-origin"
+}
+
+# start_origin UNSEEN: starts the origin in WORK with UNSEEN extra origins, waits for its
+# origin.env and reads it (ORIGIN_IP, ORIGIN_HTTP_PORT, ORIGIN_HTTPS_PORT, ORIGIN_443, ...).
+# Sets ORIGIN_PID.
+start_origin() {
+    "$ORIGIN_BIN" --dir "$WORK" --unseen "$1" 2>"$WORK/origin.err" &
+    ORIGIN_PID=$!
+    wait_for test -f "$WORK/origin.env" || die "origin did not start: $(cat "$WORK/origin.err")"
+    # shellcheck source=/dev/null
+    . "$WORK/origin.env"
+}
+
+# write_config: the benchmark configuration (bench/agentgate.toml.in) into WORK.
+write_config() {
+    sed "s|@WORK@|$WORK|g" "$ROOT/bench/agentgate.toml.in" >"$WORK/agentgate.toml"
+}
+
+# start_agentgate NAME [WRAPPER...]: runs agentgate on WORK's config (under WRAPPER, e.g.
+# valgrind, if given), its output in WORK/NAME.out and NAME.err, and waits for its start-up
+# line. Sets AG_PID and PROXY (host:port of the proxy port).
+start_agentgate() {
+    local name=$1
+    shift
+    : >"$WORK/$name.out"
+    "$@" "$AGENTGATE" run --config "$WORK/agentgate.toml" >"$WORK/$name.out" 2>>"$WORK/$name.err" &
+    AG_PID=$!
+    wait_for grep -qs "listening on http://" "$WORK/$name.out" || die "agentgate did not start: $(tail -5 "$WORK/$name.err")"
+    PROXY=$(sed -n 's|.*listening on http://\([0-9.:]*\) .*|\1|p' "$WORK/$name.out")
+}
+
+# Stops the agentgate start_agentgate started, if any.
+stop_agentgate() {
+    if [ -n "${AG_PID:-}" ]; then
+        kill "$AG_PID" 2>/dev/null && wait "$AG_PID" 2>/dev/null || true
+    fi
+    AG_PID=""
+}
