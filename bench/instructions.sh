@@ -46,18 +46,7 @@ command -v oha >/dev/null || die "oha is missing (cargo install oha --locked)"
 
 build_binaries
 
-WORK=$(mktemp -d -t agentgate-instructions.XXXXXX)
-ORIGIN_PID=""
-AG_PID=""
-cleanup() {
-    local status=$?
-    stop_agentgate
-    [ -n "$ORIGIN_PID" ] && kill "$ORIGIN_PID" 2>/dev/null && wait "$ORIGIN_PID" 2>/dev/null || true
-    echo "instructions: work directory (callgrind files): $WORK" >&2
-    exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+open_work instructions "1"
 
 start_origin 0
 [ "$ORIGIN_443" = 1 ] || echo "instructions: origin could not bind port 443: the HTTP scenario runs without AGENTS.md" >&2

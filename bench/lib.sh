@@ -66,3 +66,25 @@ stop_agentgate() {
     fi
     AG_PID=""
 }
+
+# open_work NAME KEEP: makes WORK (a fresh agentgate-NAME.XXXXXX under the temp directory)
+# and arranges that on exit, whatever the cause, agentgate and the origin are stopped and
+# WORK is kept (its path printed) when KEEP is 1, removed otherwise.
+open_work() {
+    WORK=$(mktemp -d -t "agentgate-$1.XXXXXX")
+    WORK_NAME=$1
+    WORK_KEEP=$2
+    ORIGIN_PID=""
+    AG_PID=""
+    trap close_work EXIT
+    trap 'exit 130' INT TERM
+}
+close_work() {
+    local status=$?
+    stop_agentgate
+    if [ -n "$ORIGIN_PID" ]; then
+        kill "$ORIGIN_PID" 2>/dev/null && wait "$ORIGIN_PID" 2>/dev/null || true
+    fi
+    if [ "$WORK_KEEP" = 1 ]; then echo "$WORK_NAME: work directory kept: $WORK" >&2; else rm -rf "$WORK"; fi
+    exit "$status"
+}

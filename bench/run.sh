@@ -70,18 +70,7 @@ ulimit -n "$hard" 2>/dev/null || ulimit -n 1048576
 build_binaries
 
 # --- processes, all cleaned up on exit -------------------------------------------------
-WORK=$(mktemp -d -t agentgate-bench.XXXXXX)
-ORIGIN_PID=""
-AG_PID=""
-cleanup() {
-    local status=$?
-    [ -n "$AG_PID" ] && kill "$AG_PID" 2>/dev/null && wait "$AG_PID" 2>/dev/null || true
-    [ -n "$ORIGIN_PID" ] && kill "$ORIGIN_PID" 2>/dev/null && wait "$ORIGIN_PID" 2>/dev/null || true
-    if [ "${BENCH_KEEP:-0}" = 1 ]; then echo "bench: work directory kept: $WORK" >&2; else rm -rf "$WORK"; fi
-    exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+open_work bench "${BENCH_KEEP:-0}"
 
 say "starting the origin ($UNSEEN unseen origins)"
 start_origin "$UNSEEN"

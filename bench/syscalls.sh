@@ -35,18 +35,7 @@ for tool in strace perf oha; do command -v "$tool" >/dev/null || die "$tool is m
 
 build_binaries
 
-WORK=$(mktemp -d -t agentgate-syscalls.XXXXXX)
-ORIGIN_PID=""
-AG_PID=""
-cleanup() {
-    local status=$?
-    stop_agentgate
-    [ -n "$ORIGIN_PID" ] && kill "$ORIGIN_PID" 2>/dev/null && wait "$ORIGIN_PID" 2>/dev/null || true
-    echo "syscalls: work directory: $WORK" >&2
-    exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+open_work syscalls "1"
 
 start_origin 0
 write_config
