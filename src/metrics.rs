@@ -74,6 +74,12 @@ impl EncodeLabelValue for FetchStatus {
     }
 }
 
+/// Requests a human was asked about, by how their wait ended (`agentgate.approval.decision`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApprovalLabels {
+    decision: &'static str,
+}
+
 /// Config reloads by result.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
@@ -100,6 +106,8 @@ pub struct Scraped {
     /// Limit checks the shared store (`[limits] store = "redis"`) did not answer in time or
     /// answered with an error, each settled by `[limits.redis] on_failure`; 0 in memory.
     pub limits_store_failures: u64,
+    /// Requests held for a human's approval now (`crate::approvals::Approvals`).
+    pub approvals_pending: u64,
 }
 
 /// Every metric of one proxy. Cheap to share behind an `Arc`; every method takes `&self`.
@@ -108,6 +116,8 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     blocks: Family<BlockLabels, Counter>,
     rate_limited: Counter,
+    approvals: Family<ApprovalLabels, Counter>,
+    approvals_pending: Gauge,
     request_duration: Histogram,
     policy_fetches: Family<FetchLabels, Counter>,
     cache_hits: Counter,
@@ -147,6 +157,8 @@ impl Metrics {
             requests: Family::default(),
             blocks: Family::default(),
             rate_limited: Counter::default(),
+            approvals: Family::default(),
+            approvals_pending: Gauge::default(),
             // 1 ms to about 33 s: a cached allow is a millisecond, a first fetch up to the
             // 10 s fetch timeout, a long download more.
             request_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
@@ -171,6 +183,12 @@ impl Metrics {
         r.register("requests", "Requests decided, by outcome and deciding source", m.requests.clone());
         r.register("blocks", "Requests blocked (403, 407 or 429), by deciding reason code", m.blocks.clone());
         r.register("rate_limited", "Requests refused by a rate or concurrency limit (429)", m.rate_limited.clone());
+        r.register(
+            "approvals",
+            "Requests that needed a human's approval, by how it ended (approved, denied, timeout, hung_up, queue_full, shutdown, remembered)",
+            m.approvals.clone(),
+        );
+        r.register("approvals_pending", "Requests held for a human's approval now", m.approvals_pending.clone());
         r.register(
             "request_duration_seconds",
             "Request head to response head (to tunnel open for CONNECT), every outcome",
@@ -220,8 +238,8 @@ impl Metrics {
     }
 
     /// Counts one completed decision record: the request by outcome and deciding source, a
-    /// block by its reason code, a rate-limited request, and its duration. The one call the
-    /// request path makes, where the record is completed.
+    /// block by its reason code, a rate-limited request, how a wait for approval ended, and its
+    /// duration. The one call the request path makes, where the record is completed.
     pub fn record(&self, record: &DecisionRecord) {
         let deciding = record.reasons.first();
         let source = deciding.map_or("none", |reason| reason.source.as_str());
@@ -232,6 +250,9 @@ impl Metrics {
         }
         if record.outcome == Outcome::RateLimited {
             self.rate_limited.inc();
+        }
+        if let Some(approval) = &record.approval {
+            self.approvals.get_or_create(&ApprovalLabels { decision: approval.decision.as_str() }).inc();
         }
         if let Some(duration) = record.duration {
             self.request_duration.observe(duration.as_secs_f64());
@@ -306,6 +327,7 @@ impl Metrics {
         self.certs_minted.inner().fetch_max(scraped.certs_minted, Ordering::Relaxed);
         self.limits_store_failures.inner().fetch_max(scraped.limits_store_failures, Ordering::Relaxed);
         self.audit_queue_depth.set(gauge(scraped.audit_queue_depth));
+        self.approvals_pending.set(gauge(scraped.approvals_pending));
         self.connections.set(gauge(scraped.connections));
         self.cache_origins.set(gauge(scraped.cache_origins));
         self.cache_weight_bytes.set(gauge(scraped.cache_weight_bytes));

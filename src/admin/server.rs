@@ -81,6 +81,7 @@ impl AdminState {
             limits_store_failures: (self.limits_store_failures)(),
             cache_origins: self.cache.len(),
             cache_weight_bytes: self.cache.weighted_size(),
+            approvals_pending: self.approvals.pending_count() as u64,
         }
     }
 

@@ -142,6 +142,11 @@ impl Approvals {
         Ok(Hold { id, deadline, answered, approvals: self.clone() })
     }
 
+    /// How many requests are held now (`agentgate_approvals_pending`).
+    pub fn pending_count(&self) -> usize {
+        self.entries().len()
+    }
+
     /// Every pending approval, oldest first.
     pub fn pending(&self) -> Vec<Pending> {
         self.entries().iter().map(|e| e.pending.clone()).collect()

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use crate::admin::{admin_client, admin_url};
+use crate::admin::{admin_client, admin_url, sample, scrape};
 use crate::agents::{agent, client_as};
 use crate::limits::{agents_md, markdown_site};
 use crate::support::log::for_request;
@@ -167,6 +167,7 @@ async fn a_denied_request_gets_a_403_naming_the_denier_and_the_reason() -> TestR
     let waiting = checkout(&proxy.client()?, &origin);
     let listed = pending(&proxy, None, 1).await?;
     let id = listed[0]["id"].as_str().ok_or("an id")?;
+    assert_eq!(sample(&scrape(&proxy).await?, "agentgate_approvals_pending", &[]), Some(1.0));
 
     let body = json!({"decision": "deny", "reason": "budget frozen this week"});
     let (status, answered) = answer(&proxy, id, None, body).await?;
@@ -181,6 +182,9 @@ async fn a_denied_request_gets_a_403_naming_the_denier_and_the_reason() -> TestR
     let text = response.text().await?;
     assert!(text.contains("anonymous denied it") && text.contains("Their reason: budget frozen this week"), "{text}");
     assert_eq!(origin.hits("/checkout"), 0);
+    let metrics = scrape(&proxy).await?;
+    assert_eq!(sample(&metrics, "agentgate_approvals_pending", &[]), Some(0.0));
+    assert_eq!(sample(&metrics, "agentgate_approvals_total", &[("decision", "denied")]), Some(1.0));
 
     let records = proxy.finish().await?;
     let line = the_checkout(&records)?;
