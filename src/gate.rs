@@ -295,8 +295,7 @@ impl Gate {
         let agent = req.agent;
         let user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok());
         let declared = declared_purposes(req.headers);
-        let host = req.origin.host();
-        let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        let host = req.origin.bare_host();
         let view = RequestView {
             method: req.method,
             scheme: req.origin.scheme().as_str(),
@@ -376,8 +375,7 @@ impl Gate {
         policies: Option<Arc<Policies>>,
         req: &GateRequest<'_>,
     ) -> Verdict {
-        let host = req.origin.host();
-        let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        let host = req.origin.bare_host();
         let usage = Usage { agent: &req.agent.id, origin: &req.origin.to_string(), host };
         match self.check_limits(usage, &record.limits).await {
             Ok(permit) => Verdict::Forward(Permitted { record, mode, inject_headers, permit, policies }),

@@ -121,6 +121,12 @@ impl Origin {
         &self.host
     }
 
+    /// The canonical host without an IPv6 address's brackets (`::1`): what the policy core
+    /// and the limit keys name.
+    pub fn bare_host(&self) -> &str {
+        self.host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(&self.host)
+    }
+
     /// The port, explicit or the scheme's default.
     pub fn port(&self) -> u16 {
         self.port
