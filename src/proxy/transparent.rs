@@ -354,7 +354,7 @@ pub(crate) async fn check_host(
     let Some(origin) = refused_origin(&Scheme::HTTP, host, original) else {
         let authority = context.authority.to_string();
         return Err(error_response(&ProxyError::BadTunnelRequest {
-            method: "GET".into(),
+            method: request.method().to_string(),
             target: host.into(),
             authority,
         }));
