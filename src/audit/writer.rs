@@ -546,14 +546,22 @@ impl Drop for CommitWait<'_> {
 /// not write, and reopens; on close writes everything pending, fsyncs and returns.
 fn flush_lines(shared: &Shared) {
     let mut queue = shared.lock_queue();
+    // Lines queued when the flusher last looked: while they keep coming it keeps lingering
+    // on its own clock, so under load nobody has to wake it.
+    let mut seen = 0;
     loop {
         let lingered = queue.linger_until.map(|until| until.saturating_duration_since(Instant::now()));
-        if lingered == Some(Duration::ZERO) && queue.lines == 0 {
-            // A commit carried the lines away.
-            queue.linger_until = None;
+        let urgent = queue.urgent || queue.closed || !queue.reopens.is_empty();
+        if lingered == Some(Duration::ZERO) && !urgent && (queue.lines == 0 || queue.writing) {
+            // A commit carried the lines away, or is writing now and one behind it will
+            // likely carry them: look again after another linger while lines keep coming,
+            // sleep until the next line once they stop.
+            let queued = shared.queued.load(Ordering::Relaxed);
+            queue.linger_until = (queued != seen || queue.lines > 0).then(|| Instant::now() + LINGER);
+            seen = queued;
             continue;
         }
-        let due = queue.urgent || queue.closed || !queue.reopens.is_empty() || lingered == Some(Duration::ZERO);
+        let due = urgent || lingered == Some(Duration::ZERO);
         if !due || queue.writing {
             queue.flusher = if due { Flusher::WaitingForRole } else { Flusher::Sleeping };
             queue = match lingered.filter(|_| !due) {
@@ -564,7 +572,8 @@ fn flush_lines(shared: &Shared) {
             continue;
         }
         queue.urgent = false;
-        queue.linger_until = None;
+        queue.linger_until = Some(Instant::now() + LINGER);
+        seen = shared.queued.load(Ordering::Relaxed);
         let reopens = std::mem::take(&mut queue.reopens);
         let closing = queue.closed;
         let taken = queue.take();
