@@ -27,6 +27,7 @@ mod query;
 mod recent;
 mod record;
 mod redact;
+mod sink;
 mod summary;
 mod tally;
 mod writer;
