@@ -27,6 +27,7 @@ mod query;
 mod recent;
 mod record;
 mod redact;
+mod sink;
 mod summary;
 mod tally;
 mod writer;
@@ -90,7 +91,7 @@ pub enum AuditError {
     /// `[audit] queue_capacity` is zero.
     #[error("[audit] queue_capacity = 0: the queue must hold at least one record (the default is 8192)")]
     ZeroQueueCapacity,
-    /// The writer thread panicked (a bug); records still queued were counted as failed.
+    /// The flusher thread panicked (a bug); records still queued were counted as failed.
     #[error("the decision log writer for {} stopped unexpectedly; this is a bug, please report it", path.display())]
     WriterPanicked {
         /// The configured `[audit] path`.

@@ -1,5 +1,5 @@
 //! `GET /decisions/stream`: the decision-log lines as Server-Sent Events, live, for the
-//! console. Each line the writer thread hands to `/decisions/recent` is sent as one
+//! console. Each line the log's writer hands to `/decisions/recent` is sent as one
 //! `decision` event holding the line as written (redacted as the log is); a subscriber that
 //! fell behind gets a `lagged` event with how many lines it missed; a comment every
 //! [`KEEP_ALIVE`] keeps proxies and browsers from closing an idle stream.

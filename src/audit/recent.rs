@@ -1,5 +1,5 @@
 //! The latest decision-log lines, kept in memory for the admin API's `/decisions/recent`: a
-//! bounded ring fed by the writer thread with each line as it was encoded for the file, so
+//! bounded ring fed by the writer of each batch with each line as it was encoded for the file, so
 //! what the API shows is byte for byte what the log holds (redaction included) and the
 //! request path pays nothing for it. The same lines go out live to the console's
 //! `/decisions/stream` subscribers through a bounded broadcast channel.

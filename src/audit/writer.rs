@@ -1,7 +1,11 @@
-//! The writer: [`AuditLog`] handles encode records and push their lines into a bounded
-//! queue; one blocking thread ([`AuditWriter`]) owns the file, gathers what is queued into a
-//! batch, appends and flushes it whenever the queue is momentarily empty, and flushes and
-//! fsyncs on shutdown.
+//! The writer: [`AuditLog`] handles encode records and append their lines to one pending
+//! buffer (bounded by `[audit] queue_capacity` lines); whoever holds the writer role takes
+//! everything pending and appends and flushes it in one `write`. A committing request takes
+//! the role itself when it is free (group commit, no thread hop); lines nobody waits for ride
+//! with the next commit, or are written by the flusher thread ([`AuditWriter`]) after
+//! [`LINGER`]. The flusher also does what must not block a runtime worker: stdout and other
+//! non-files, a batch that needs a rotation, a reopen, a disk that turned slow, and the final
+//! fsync on shutdown.
 //!
 //! Accounting: a line counts as written once the append and flush of its batch succeeded,
 //! and as failed when it was refused or cancelled, or its batch failed. A failed batch
@@ -16,18 +20,23 @@
 //! written twice: [`AuditLog::reopen`] (SIGHUP, after logrotate renamed the file) closes it and
 //! opens `[audit] path` afresh, and with `[audit] max_file_size` a line that would take the file
 //! past the size first rotates it (`path` → `path.1` → … → `path.N`, the oldest deleted).
-//! See `docs/decision-log.md`.
+//! See `docs/decision-log.md` ("Durability", "Who writes").
+//!
+//! Never: encodes a record itself (`DecisionRecord::to_json_line` does), drops a line
+//! without counting it, or fsyncs on a runtime worker.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::pin::pin;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
+use super::sink::{Rotation, Sink};
 use super::{AuditError, DecisionRecord, RECENT_CAPACITY, RecentDecisions};
 use crate::setting::{byte_size, nonzero_caps};
 
@@ -159,19 +168,27 @@ pub struct AuditStats {
     pub error: Option<AuditError>,
 }
 
-enum Message {
-    /// A line, and where to say whether it reached the disk ([`AuditLog::commit`]).
-    Line(String, Option<oneshot::Sender<bool>>),
-    /// Close the file and open `[audit] path` again ([`AuditLog::reopen`]); the error, if any.
-    Reopen(oneshot::Sender<Result<(), String>>),
-    Shutdown,
-}
+/// How long a line nobody waits for ([`AuditLog::record`]) may stay pending before the
+/// flusher thread writes it, when no commit carries it first. Under load a commit comes
+/// every few hundred microseconds and takes it along, so the flusher wakes at most once per
+/// linger rather than once per line; when traffic stops, `tail -f`, the console's stream and
+/// `/decisions/recent` still see the line within 2 ms, below anything a person notices.
+/// A crash loses at most this much of lines nobody waited for (see `docs/decision-log.md`).
+const LINGER: Duration = Duration::from_millis(2);
 
-/// State shared by the handles and the writer thread.
+/// A batch written on a runtime worker that took longer than this marks the disk as slow:
+/// the flusher thread writes every batch until one of its writes is quick again, so a
+/// stalling disk holds the flusher, not the workers serving agents. A page-cache append of
+/// a batch takes microseconds; 20 ms is well past any healthy local disk.
+const SLOW_WRITE: Duration = Duration::from_millis(20);
+
+/// State shared by the handles, the committing tasks and the flusher thread.
 struct Shared {
     path: PathBuf,
     log_query: bool,
     on_failure: OnFailure,
+    /// `[audit] queue_capacity`: pending lines before [`AuditLog::record`] waits.
+    capacity: u64,
     /// Lines accepted into the queue.
     queued: AtomicU64,
     /// Lines flushed to the file.
@@ -183,8 +200,132 @@ struct Shared {
     /// The error of the last failed write while the log is failing; `None` once a write
     /// succeeds again.
     failure: Mutex<Option<String>>,
-    /// The latest lines, fed by the writer thread (off the request path).
+    /// The latest lines, fed by the writer of each batch in the file's order.
     recent: RecentDecisions,
+    /// The pending lines and who writes them. Held only to append or take, never to write.
+    queue: Mutex<Queue>,
+    /// Wakes the flusher thread (see [`Flusher`] for when).
+    wake: Condvar,
+    /// Told whenever a batch is taken, so records waiting for room try again.
+    room: Notify,
+    /// The file. Locked only by the holder of the writer role (`Queue::writing`), so it is
+    /// never contended.
+    sink: Mutex<Sink>,
+}
+
+/// The lines not yet written, and the writer role.
+struct Queue {
+    /// Encoded lines, in the order they go to the file.
+    text: String,
+    lines: u64,
+    /// Whether a line of `text` is a commit's, whose task waits for it.
+    commits: bool,
+    /// The outcome the commits in `text` wait for.
+    batch: Arc<Batch>,
+    /// The emptied buffer of the last batch written, reused so no buffer grows per batch.
+    spare: String,
+    /// Someone (a committing task or the flusher) has taken the pending lines and is
+    /// writing them; nobody else touches the file meanwhile.
+    writing: bool,
+    /// How many bytes a batch may hold for a runtime worker to write it: 0 when only the
+    /// flusher writes (stdout, a device, a slow disk), else the room before a rotation.
+    inline_room: u64,
+    /// Shutdown has begun: nothing more is accepted.
+    closed: bool,
+    /// When the flusher writes the lines nobody waits for; `None` while nothing lingers.
+    linger_until: Option<Instant>,
+    /// The flusher should write what is pending now, not after the linger.
+    urgent: bool,
+    /// Callers of [`AuditLog::reopen`] waiting for the flusher to reopen the file.
+    reopens: Vec<oneshot::Sender<Result<(), String>>>,
+    flusher: Flusher,
+}
+
+/// What the flusher thread is doing, so it is woken only when it must be: on the
+/// transition to a line lingering, for urgent work, or when the writer role it waits for is
+/// released, never once per line.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flusher {
+    Running,
+    /// Waiting for work, or for `linger_until`.
+    Sleeping,
+    /// Waiting for the writer role.
+    WaitingForRole,
+}
+
+/// The outcome of one batch, which every commit whose line it holds waits for.
+#[derive(Default)]
+struct Batch {
+    /// [`PENDING`], [`WRITTEN`] or [`LOST`].
+    outcome: AtomicU8,
+    /// Told when the batch is written or lost, and when the writer role is released while
+    /// the batch is still pending (one of its committers then writes it).
+    changed: Notify,
+}
+
+const PENDING: u8 = 0;
+const WRITTEN: u8 = 1;
+const LOST: u8 = 2;
+
+impl Batch {
+    /// `Some(true)` once written, `Some(false)` once lost.
+    fn outcome(&self) -> Option<bool> {
+        match self.outcome.load(Ordering::Acquire) {
+            PENDING => None,
+            outcome => Some(outcome == WRITTEN),
+        }
+    }
+
+    fn finish(&self, written: bool) {
+        self.outcome.store(if written { WRITTEN } else { LOST }, Ordering::Release);
+        self.changed.notify_waiters();
+    }
+}
+
+/// Lines taken from the queue by the holder of the writer role.
+struct Taken {
+    text: String,
+    lines: u64,
+    batch: Arc<Batch>,
+}
+
+impl Queue {
+    fn append(&mut self, line: &str, commit: bool) {
+        self.text.push_str(line);
+        self.lines += 1;
+        self.commits |= commit;
+    }
+
+    /// Takes every pending line and the writer role.
+    fn take(&mut self) -> Taken {
+        self.writing = true;
+        self.commits = false;
+        let text = std::mem::replace(&mut self.text, std::mem::take(&mut self.spare));
+        let batch = std::mem::take(&mut self.batch);
+        Taken { text, lines: std::mem::take(&mut self.lines), batch }
+    }
+
+    /// Takes the pending lines for a runtime worker to write, when the role is free and the
+    /// batch is one a worker may write.
+    fn take_inline(&mut self) -> Option<Taken> {
+        let fits = self.text.len() as u64 <= self.inline_room;
+        (!self.writing && self.lines > 0 && fits).then(|| self.take())
+    }
+
+    /// Asks the flusher to write what is pending now; true when it must be woken.
+    fn call_flusher(&mut self) -> bool {
+        self.urgent = true;
+        self.flusher == Flusher::Sleeping
+    }
+
+    /// Starts the linger clock if it is not running; true when the flusher must be woken.
+    fn linger(&mut self) -> bool {
+        if self.linger_until.is_some() {
+            return false;
+        }
+        self.linger_until = Some(Instant::now() + LINGER);
+        self.flusher == Flusher::Sleeping
+    }
 }
 
 impl Shared {
@@ -217,6 +358,266 @@ impl Shared {
                 "decision log writable again; records resume");
         }
     }
+
+    fn lock_queue(&self) -> MutexGuard<'_, Queue> {
+        // The queue is consistent after every statement that changes it: a panic elsewhere
+        // leaves nothing half-done in it.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_sink(&self) -> MutexGuard<'_, Sink> {
+        self.sink.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Appends `line` once fewer than `[audit] queue_capacity` lines are pending, waiting
+    /// otherwise (backpressure, never a drop); returns the batch it joined. While the queue is
+    /// full and the writer role free, the waiting task writes the queue itself.
+    ///
+    /// # Errors
+    /// `Err(())` once the log is closed.
+    async fn enqueue(&self, line: &str, commit: bool) -> Result<Arc<Batch>, ()> {
+        loop {
+            let mut room = pin!(self.room.notified());
+            room.as_mut().enable();
+            {
+                let mut queue = self.lock_queue();
+                if queue.closed {
+                    return Err(());
+                }
+                if queue.lines < self.capacity {
+                    queue.append(line, commit);
+                    self.queued.fetch_add(1, Ordering::Relaxed);
+                    if !commit && queue.linger() {
+                        self.wake.notify_one();
+                    }
+                    return Ok(Arc::clone(&queue.batch));
+                }
+                if let Some(taken) = queue.take_inline() {
+                    drop(queue);
+                    self.write_inline(taken);
+                    continue;
+                }
+                if !queue.writing && queue.call_flusher() {
+                    self.wake.notify_one();
+                }
+            }
+            room.await;
+        }
+    }
+
+    /// Waits until `batch` is written or lost, writing it on this task when the writer role
+    /// is free: the group commit. Every commit that joined the batch meanwhile rides along.
+    async fn wait_for(&self, batch: &Arc<Batch>) -> bool {
+        let _cancelled = CommitWait { shared: self, batch };
+        loop {
+            let mut changed = pin!(batch.changed.notified());
+            changed.as_mut().enable();
+            if let Some(written) = batch.outcome() {
+                return written;
+            }
+            let taken = {
+                let mut queue = self.lock_queue();
+                if queue.writing || !Arc::ptr_eq(&queue.batch, batch) {
+                    // Someone writes it, or will release the role and tell this batch.
+                    None
+                } else if let Some(taken) = queue.take_inline() {
+                    Some(taken)
+                } else {
+                    if queue.call_flusher() {
+                        self.wake.notify_one();
+                    }
+                    None
+                }
+            };
+            match taken {
+                Some(taken) => self.write_inline(taken),
+                None => changed.await,
+            }
+        }
+    }
+
+    /// Writes a batch taken by a runtime worker, then releases the role. Synchronous: a
+    /// cancelled request cannot stop it half-way.
+    fn write_inline(&self, taken: Taken) {
+        self.room.notify_waiters();
+        let mut sink = self.lock_sink();
+        let started = Instant::now();
+        let written = self.write_batch(&mut sink, &taken);
+        let took = started.elapsed();
+        if took > SLOW_WRITE && !sink.slow {
+            sink.slow = true;
+            tracing::warn!(path = %self.path.display(), took_ms = took.as_millis() as u64,
+                "decision log write was slow; the flusher thread writes until the disk is quick again");
+        }
+        let inline_room = sink.inline_room();
+        drop(sink);
+        self.release(taken, written, inline_room);
+    }
+
+    /// Feeds the recent ring and appends `taken`, rotating first where a line would take the
+    /// file past `[audit] max_file_size`; counts each part as written or lost. True when
+    /// every line was written: a commit is told its line is on disk only then (a rotation
+    /// that splits a batch whose second part fails refuses the whole batch's commits).
+    fn write_batch(&self, sink: &mut Sink, taken: &Taken) -> bool {
+        let text = &taken.text;
+        let (mut start, mut end, mut lines, mut written) = (0, 0, 0, true);
+        for line in text.split_inclusive('\n') {
+            self.recent.push(line);
+            if sink.overflows((end - start) as u64, line.len() as u64) {
+                written &= self.append(sink, &text[start..end], lines);
+                sink.rotate();
+                (start, lines) = (end, 0);
+            }
+            end += line.len();
+            lines += 1;
+        }
+        written & self.append(sink, &text[start..end], lines)
+    }
+
+    fn append(&self, sink: &mut Sink, text: &str, lines: u64) -> bool {
+        if lines == 0 {
+            return true;
+        }
+        match sink.append(text.as_bytes()) {
+            Ok(()) => {
+                self.succeed(lines);
+                true
+            }
+            Err(err) => {
+                self.fail(&err, lines);
+                false
+            }
+        }
+    }
+
+    /// Tells the batch's commits how it went, releases the writer role and hands the next
+    /// batch on: to its committers (one of them takes the role), and to the flusher when it
+    /// waits for the role.
+    fn release(&self, taken: Taken, written: bool, inline_room: u64) {
+        let Taken { mut text, batch, .. } = taken;
+        text.clear();
+        let next = {
+            let mut queue = self.lock_queue();
+            queue.writing = false;
+            queue.spare = text;
+            queue.inline_room = inline_room;
+            if queue.flusher == Flusher::WaitingForRole {
+                self.wake.notify_one();
+            }
+            if queue.lines >= self.capacity {
+                // Records wait for room: one of them writes the full queue.
+                self.room.notify_waiters();
+            }
+            queue.commits.then(|| Arc::clone(&queue.batch))
+        };
+        // Told after the role is free, so a woken commit finds the queue as it is now.
+        batch.finish(written);
+        if let Some(next) = next {
+            next.changed.notify_waiters();
+        }
+    }
+
+    /// Stops accepting lines; the flusher writes what is pending, fsyncs and ends.
+    fn close(&self) {
+        let mut queue = self.lock_queue();
+        queue.closed = true;
+        if queue.flusher == Flusher::Sleeping {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// Makes sure the line of a commit whose request was cancelled while it waited is still
+/// written promptly: without its task, nobody else might take the role for its batch.
+struct CommitWait<'a> {
+    shared: &'a Shared,
+    batch: &'a Batch,
+}
+
+impl Drop for CommitWait<'_> {
+    fn drop(&mut self) {
+        if self.batch.outcome().is_none() && self.shared.lock_queue().linger() {
+            self.shared.wake.notify_one();
+        }
+    }
+}
+
+/// The flusher thread's loop: writes lines that lingered [`LINGER`], whatever a worker may
+/// not write, and reopens; on close writes everything pending, fsyncs and returns.
+fn flush_lines(shared: &Shared) {
+    let mut queue = shared.lock_queue();
+    // Lines queued when the flusher last looked: while they keep coming it keeps lingering
+    // on its own clock, so under load nobody has to wake it.
+    let mut seen = 0;
+    loop {
+        let lingered = queue.linger_until.map(|until| until.saturating_duration_since(Instant::now()));
+        let urgent = queue.urgent || queue.closed || !queue.reopens.is_empty();
+        if lingered == Some(Duration::ZERO) && !urgent && (queue.lines == 0 || queue.writing) {
+            // A commit carried the lines away, or is writing now and one behind it will
+            // likely carry them: look again after another linger while lines keep coming,
+            // sleep until the next line once they stop.
+            let queued = shared.queued.load(Ordering::Relaxed);
+            queue.linger_until = (queued != seen || queue.lines > 0).then(|| Instant::now() + LINGER);
+            seen = queued;
+            continue;
+        }
+        let due = urgent || lingered == Some(Duration::ZERO);
+        if !due || queue.writing {
+            queue.flusher = if due { Flusher::WaitingForRole } else { Flusher::Sleeping };
+            queue = match lingered.filter(|_| !due) {
+                Some(left) => shared.wake.wait_timeout(queue, left).unwrap_or_else(PoisonError::into_inner).0,
+                None => shared.wake.wait(queue).unwrap_or_else(PoisonError::into_inner),
+            };
+            queue.flusher = Flusher::Running;
+            continue;
+        }
+        queue.urgent = false;
+        queue.linger_until = Some(Instant::now() + LINGER);
+        seen = shared.queued.load(Ordering::Relaxed);
+        let reopens = std::mem::take(&mut queue.reopens);
+        let closing = queue.closed;
+        let taken = queue.take();
+        drop(queue);
+        shared.room.notify_waiters();
+
+        let mut sink = shared.lock_sink();
+        let started = Instant::now();
+        let written = shared.write_batch(&mut sink, &taken);
+        if sink.slow && taken.lines > 0 && started.elapsed() <= SLOW_WRITE {
+            sink.slow = false;
+            tracing::info!(path = %shared.path.display(), "decision log writes are quick again");
+        }
+        if !reopens.is_empty() {
+            let reopened = sink.reopen().map_err(|err| err.to_string());
+            for reply in reopens {
+                // The caller may have given up waiting; the file is reopened all the same.
+                let _ = reply.send(reopened.clone());
+            }
+        }
+        if closing {
+            // Nothing was accepted after `closed`, so this batch held the last lines; the
+            // role is kept so nothing writes after the fsync.
+            if let Err(err) = sink.sync() {
+                shared.fail(&err, 0);
+            }
+            taken.batch.finish(written);
+            return;
+        }
+        let inline_room = sink.inline_room();
+        drop(sink);
+        shared.release(taken, written, inline_room);
+        queue = shared.lock_queue();
+    }
+}
+
+/// Closes the log when the last handle ([`AuditLog`] clones and the [`AuditWriter`]) is
+/// dropped, so the flusher drains and ends even without [`AuditWriter::shutdown`].
+struct Open(Arc<Shared>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 /// Counts a record as refused when dropped armed: a `record` future cancelled while it
@@ -231,24 +632,24 @@ impl Drop for RefusalGuard<'_> {
     }
 }
 
-/// A cheap, cloneable handle for recording decisions. Every clone feeds the same writer.
+/// A cheap, cloneable handle for recording decisions. Every clone feeds the same log.
 #[derive(Clone)]
 pub struct AuditLog {
-    tx: mpsc::Sender<Message>,
     shared: Arc<Shared>,
+    _open: Arc<Open>,
 }
 
-/// Owns the writer thread; [`AuditWriter::shutdown`] drains, flushes and fsyncs the log.
+/// Owns the flusher thread; [`AuditWriter::shutdown`] drains, flushes and fsyncs the log.
 /// Dropping it without shutdown still drains once every [`AuditLog`] is gone, and the
 /// tokio runtime waits for that on exit, but nothing then reports the counts.
 pub struct AuditWriter {
-    tx: mpsc::Sender<Message>,
     thread: JoinHandle<()>,
     shared: Arc<Shared>,
+    _open: Arc<Open>,
 }
 
 impl AuditLog {
-    /// Opens the log (append mode, parent directories created) and starts its writer.
+    /// Opens the log (append mode, parent directories created) and starts its flusher.
     ///
     /// # Errors
     /// [`AuditError::Open`] naming the path when it cannot be opened, so a bad path fails at
@@ -266,62 +667,78 @@ impl AuditLog {
         if settings.queue_capacity == 0 {
             return Err(AuditError::ZeroQueueCapacity);
         }
-        let (tx, rx) = mpsc::channel(settings.queue_capacity);
+        let queue = Queue {
+            text: String::new(),
+            lines: 0,
+            commits: false,
+            batch: Arc::default(),
+            spare: String::new(),
+            writing: false,
+            inline_room: sink.inline_room(),
+            closed: false,
+            linger_until: None,
+            urgent: false,
+            reopens: Vec::new(),
+            flusher: Flusher::Running,
+        };
         let shared = Arc::new(Shared {
             path: settings.path,
             log_query: settings.log_query,
             on_failure: settings.on_failure,
+            capacity: settings.queue_capacity as u64,
             queued: AtomicU64::new(0),
             written: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             failure: Mutex::new(None),
             recent: RecentDecisions::new(RECENT_CAPACITY),
+            queue: Mutex::new(queue),
+            wake: Condvar::new(),
+            room: Notify::new(),
+            sink: Mutex::new(sink),
         });
-        // A blocking thread, not an async task: file writes and fsync block, and must not
-        // stall a runtime worker that is serving agents.
+        // A blocking thread, not an async task: it waits on a condition variable, and its
+        // writes (stdout, a slow disk, rotation) and the final fsync block.
         let thread = tokio::task::spawn_blocking({
             let shared = Arc::clone(&shared);
-            move || write_lines(rx, sink, &shared)
+            move || flush_lines(&shared)
         });
-        let log = AuditLog { tx: tx.clone(), shared: Arc::clone(&shared) };
-        Ok((log, AuditWriter { tx, thread, shared }))
+        let open = Arc::new(Open(Arc::clone(&shared)));
+        let log = AuditLog { shared: Arc::clone(&shared), _open: Arc::clone(&open) };
+        Ok((log, AuditWriter { thread, shared, _open: open }))
     }
 
     /// Queues `record` for writing, waiting while the queue is full (backpressure, never a
-    /// drop). Returns once the line is queued, not written: a write that fails later is
-    /// counted in [`AuditLog::failed_records`].
+    /// drop). Returns once the line is queued, not written: it goes out with the next commit's
+    /// write, or the flusher's after [`LINGER`]; a write that fails later is counted in
+    /// [`AuditLog::failed_records`].
     ///
     /// # Errors
     /// [`Unrecorded`] when the log is shut down; the record is counted in
     /// [`AuditLog::failed_records`] and the gate applies [`Unrecorded::on_failure`].
     pub async fn record(&self, record: &DecisionRecord) -> Result<(), Unrecorded> {
-        self.send(record, None).await
+        self.enqueue(record, false).await.map(drop)
     }
 
     /// Writes `record` and returns once it is appended and flushed: what the gate waits for
-    /// before it forwards a request under `on_failure = "block"`.
+    /// before it forwards a request under `on_failure = "block"`. When no batch is being
+    /// written, the calling task writes the pending lines itself (its own and any queued
+    /// before it); otherwise it waits for the batch holding its line.
     ///
     /// # Errors
     /// [`Unrecorded`] when the write failed (the file is left without a partial line) or the
     /// log is shut down; the record is counted in [`AuditLog::failed_records`].
     pub async fn commit(&self, record: &DecisionRecord) -> Result<(), Unrecorded> {
-        let (ack, written) = oneshot::channel();
-        self.send(record, Some(ack)).await?;
-        match written.await {
-            Ok(true) => Ok(()),
-            // `false`, or the writer gone: either way the line was counted as lost there.
-            Ok(false) | Err(_) => Err(self.unavailable()),
-        }
+        let batch = self.enqueue(record, true).await?;
+        if self.shared.wait_for(&batch).await { Ok(()) } else { Err(self.unavailable()) }
     }
 
-    async fn send(&self, record: &DecisionRecord, ack: Option<oneshot::Sender<bool>>) -> Result<(), Unrecorded> {
+    async fn enqueue(&self, record: &DecisionRecord, commit: bool) -> Result<Arc<Batch>, Unrecorded> {
         let mut guard = RefusalGuard(Some(&self.shared));
         let line = record.to_json_line(self.shared.log_query);
-        self.tx.send(Message::Line(line, ack)).await.map_err(|_| self.unavailable())?;
+        let batch = self.shared.enqueue(&line, commit).await.map_err(|()| self.unavailable())?;
         guard.0 = None;
-        self.shared.queued.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(batch)
     }
 
     /// Closes the log file and opens `[audit] path` again, between two batches: what SIGHUP
@@ -334,7 +751,16 @@ impl AuditLog {
     pub async fn reopen(&self) -> Result<(), AuditError> {
         let closed = || AuditError::Closed { path: self.shared.path.clone() };
         let (ack, reopened) = oneshot::channel();
-        self.tx.send(Message::Reopen(ack)).await.map_err(|_| closed())?;
+        {
+            let mut queue = self.shared.lock_queue();
+            if queue.closed {
+                return Err(closed());
+            }
+            queue.reopens.push(ack);
+            if queue.call_flusher() {
+                self.shared.wake.notify_one();
+            }
+        }
         match reopened.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(cause)) => Err(AuditError::Reopen { path: self.shared.path.clone(), cause }),
@@ -386,9 +812,7 @@ impl AuditWriter {
     /// only flushed), and returns the counts. Records offered afterwards are refused and
     /// counted. Call it after the proxy has drained its in-flight requests.
     pub async fn shutdown(self) -> AuditStats {
-        // Fails only when the writer thread is already gone.
-        let _ = self.tx.send(Message::Shutdown).await;
-        drop(self.tx);
+        self.shared.close();
         let panicked = self.thread.await.is_err();
         let shared = &self.shared;
         let error = if panicked {
@@ -405,294 +829,6 @@ impl AuditWriter {
     }
 }
 
-/// A batch is written once it holds this much, even while more lines wait.
-const MAX_BATCH_BYTES: usize = 1 << 20;
-
-/// The lines gathered for one append. One batch is reused for the writer's life, so its
-/// buffer grows once rather than for every line (issue 11).
-#[derive(Default)]
-struct Batch {
-    bytes: Vec<u8>,
-    lines: u64,
-    acks: Vec<oneshot::Sender<bool>>,
-}
-
-/// The writer thread's loop; returns when the queue is closed and empty.
-fn write_lines(mut rx: mpsc::Receiver<Message>, mut sink: Sink, shared: &Shared) {
-    let mut batch = Batch::default();
-    while let Some(message) = rx.blocking_recv() {
-        match message {
-            // Stop accepting; the loop goes on until what is queued is drained.
-            Message::Shutdown => rx.close(),
-            Message::Reopen(ack) => {
-                write_batch(&mut sink, &mut batch, shared);
-                // The caller may have given up waiting; the file is reopened all the same.
-                let _ = ack.send(sink.reopen().map_err(|err| err.to_string()));
-            }
-            Message::Line(line, ack) => {
-                if sink.overflows(batch.bytes.len() as u64, line.len() as u64) {
-                    write_batch(&mut sink, &mut batch, shared);
-                    sink.rotate();
-                }
-                shared.recent.push(&line);
-                batch.bytes.extend_from_slice(line.as_bytes());
-                batch.lines += 1;
-                batch.acks.extend(ack);
-            }
-        }
-        // Write whenever nothing else is waiting, so `tail -f` sees lines promptly and a
-        // burst still goes out in large writes.
-        if rx.is_empty() || batch.bytes.len() >= MAX_BATCH_BYTES {
-            write_batch(&mut sink, &mut batch, shared);
-        }
-    }
-    write_batch(&mut sink, &mut batch, shared);
-    if let Err(err) = sink.sync() {
-        shared.fail(&err, 0);
-    }
-}
-
-/// Opens `path` for appending, creating its parent directories.
-fn open_file(path: &Path) -> io::Result<Box<dyn LogFile>> {
-    if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    Ok(Box::new(OpenOptions::new().create(true).append(true).open(path)?))
-}
-
-/// `path.N` for rotated file number `n`.
-fn rotated_path(path: &Path, n: usize) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(format!(".{n}"));
-    PathBuf::from(name)
-}
-
-/// Moves `path.1` … `path.(keep-1)` one number up (replacing `path.keep`), then `path` to `path.1`.
-fn shift_rotated(path: &Path, keep: usize) -> io::Result<()> {
-    for n in (1..keep).rev() {
-        match std::fs::rename(rotated_path(path, n), rotated_path(path, n + 1)) {
-            Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
-            _ => {}
-        }
-    }
-    std::fs::rename(path, rotated_path(path, 1))
-}
-
-/// Appends one batch, or, on failure, truncates the file back so no partial line stays.
-/// Leaves `batch` empty, its buffer kept.
-fn write_batch(sink: &mut Sink, batch: &mut Batch, shared: &Shared) {
-    if batch.lines == 0 {
-        return;
-    }
-    let ok = match sink.append(&batch.bytes) {
-        Ok(()) => {
-            shared.succeed(batch.lines);
-            true
-        }
-        Err(err) => {
-            shared.fail(&err, batch.lines);
-            false
-        }
-    };
-    for ack in batch.acks.drain(..) {
-        // The waiting request may be gone (the agent hung up); nothing to tell then.
-        let _ = ack.send(ok);
-    }
-    // The buffer keeps its capacity: at most MAX_BATCH_BYTES plus one line.
-    batch.bytes.clear();
-    batch.lines = 0;
-}
-
-/// Where lines go: a file, stdout, or (in tests) a disk that fills up.
-struct Sink {
-    out: Box<dyn LogFile>,
-    /// The file's path, to reopen and rotate it; `None` for stdout.
-    path: Option<PathBuf>,
-    /// Bytes in the current file, as far as this writer knows (read again on every open).
-    size: u64,
-    rotation: Option<Rotation>,
-    /// Whether the last rotation failed (logged once until one succeeds).
-    rotation_failing: bool,
-}
-
-/// `[audit] max_file_size` and `max_files`.
-#[derive(Debug, Clone, Copy)]
-struct Rotation {
-    max_bytes: u64,
-    keep: usize,
-}
-
-/// What the writer needs of its file: append, and undo a failed append.
-trait LogFile: Send {
-    /// Writes some of `bytes` at the end, as `io::Write::write` does.
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize>;
-    /// Hands what was written to the operating system.
-    fn flush(&mut self) -> io::Result<()>;
-    /// The file's length, read at open and after a failed append (never per batch: a
-    /// `statx` per write is a system call the hot path does not need); `None` when the sink
-    /// cannot be truncated (stdout, a device).
-    fn len(&self) -> Option<u64>;
-    fn truncate(&mut self, len: u64) -> io::Result<()>;
-    fn sync(&mut self) -> io::Result<()>;
-}
-
-impl LogFile for File {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        Write::write(self, bytes)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Write::flush(self)
-    }
-
-    fn len(&self) -> Option<u64> {
-        // A device such as /dev/full has no length to go back to.
-        self.metadata().ok().filter(std::fs::Metadata::is_file).map(|meta| meta.len())
-    }
-
-    fn truncate(&mut self, len: u64) -> io::Result<()> {
-        self.set_len(len)
-    }
-
-    fn sync(&mut self) -> io::Result<()> {
-        // A device (`path = "/dev/null"`, a FIFO) has nothing to make durable, and fsync on
-        // one fails with EINVAL: that is no write failure (issue 12).
-        if self.metadata().is_ok_and(|meta| !meta.is_file()) {
-            return Ok(());
-        }
-        self.sync_all()
-    }
-}
-
-impl LogFile for io::Stdout {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        Write::write(self, bytes)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Write::flush(self)
-    }
-
-    fn len(&self) -> Option<u64> {
-        None
-    }
-
-    fn truncate(&mut self, _len: u64) -> io::Result<()> {
-        Ok(())
-    }
-
-    fn sync(&mut self) -> io::Result<()> {
-        Write::flush(self)
-    }
-}
-
-impl Sink {
-    fn open(path: &Path, rotation: Option<Rotation>) -> io::Result<Sink> {
-        if path == Path::new("-") {
-            return Ok(Sink::over(Box::new(io::stdout()), None, None));
-        }
-        Ok(Sink::over(open_file(path)?, Some(path.to_owned()), rotation))
-    }
-
-    fn over(out: Box<dyn LogFile>, path: Option<PathBuf>, rotation: Option<Rotation>) -> Sink {
-        let size = out.len();
-        // Only a regular file is rotated: a device (`/dev/null`) or a pipe has no size to
-        // keep, and renaming it would move the device itself.
-        if rotation.is_some() && size.is_none() {
-            tracing::warn!(path = ?path, "the decision log is not a regular file; [audit] max_file_size is ignored");
-        }
-        let rotation = rotation.filter(|_| size.is_some());
-        Sink { out, path, size: size.unwrap_or(0), rotation, rotation_failing: false }
-    }
-
-    /// Appends `bytes` whole, or not at all: after a failed write (a full disk may take part
-    /// of it) the file is truncated back by what this append wrote. Counting the bytes
-    /// written, rather than reading the length before every append, keeps a system call off
-    /// every batch and stays right when someone else truncated the file meanwhile.
-    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
-        let mut written = 0;
-        let result = loop {
-            if written == bytes.len() {
-                break self.out.flush();
-            }
-            match self.out.write(&bytes[written..]) {
-                Ok(0) => break Err(io::Error::from(io::ErrorKind::WriteZero)),
-                Ok(n) => written += n,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => break Err(err),
-            }
-        };
-        match &result {
-            Ok(()) => self.size += bytes.len() as u64,
-            Err(_) => {
-                if written > 0
-                    && let Some(now) = self.out.len()
-                    && let Err(err) = self.out.truncate(now.saturating_sub(written as u64))
-                {
-                    tracing::error!(error = %err, "cannot truncate the decision log back after a failed write; a partial line may remain");
-                }
-                self.size = self.out.len().unwrap_or(self.size);
-            }
-        }
-        result
-    }
-
-    /// Whether a line of `next` bytes, after `pending` bytes not yet written, would take a
-    /// file that is not empty past `[audit] max_file_size`: then the file is rotated first.
-    fn overflows(&self, pending: u64, next: u64) -> bool {
-        self.rotation.is_some_and(|r| self.size + pending > 0 && self.size + pending + next > r.max_bytes)
-    }
-
-    /// Renames the file to `path.1` (after moving `path.1` to `path.2` and so on, the last
-    /// one replaced) and opens a new one. On failure the old file stays in use: lines are
-    /// never lost to a rotation, the file only grows past its size.
-    fn rotate(&mut self) {
-        let (Some(path), Some(rotation)) = (&self.path, self.rotation) else { return };
-        if self.size == 0 {
-            return;
-        }
-        let rotated = shift_rotated(path, rotation.keep).and_then(|()| open_file(path));
-        match rotated {
-            Ok(file) => {
-                self.replace(file);
-                self.rotation_failing = false;
-            }
-            Err(err) => {
-                if !self.rotation_failing {
-                    tracing::error!(path = %path.display(), error = %err,
-                        "cannot rotate the decision log; writing on past [audit] max_file_size");
-                }
-                self.rotation_failing = true;
-            }
-        }
-    }
-
-    /// Closes the file (fsynced) and opens its path again; stdout is left as it is.
-    fn reopen(&mut self) -> io::Result<()> {
-        let Some(path) = &self.path else { return Ok(()) };
-        let file = open_file(path)?;
-        self.replace(file);
-        Ok(())
-    }
-
-    fn replace(&mut self, file: Box<dyn LogFile>) {
-        if let Err(err) = self.out.sync() {
-            tracing::warn!(error = %err, "cannot fsync the decision log before closing it");
-        }
-        let size = file.len();
-        if size.is_none() {
-            // Reopened as a device or a pipe: never renamed (see `over`).
-            self.rotation = None;
-        }
-        self.size = size.unwrap_or(0);
-        self.out = file;
-    }
-
-    fn sync(&mut self) -> io::Result<()> {
-        self.out.sync()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
@@ -700,6 +836,7 @@ mod tests {
 
     use super::*;
     use crate::audit::record::sample;
+    use crate::audit::sink::{LogFile, rotated_path};
     use crate::audit::{Outcome, field};
 
     fn settings(path: PathBuf) -> AuditSettings {
@@ -1049,6 +1186,322 @@ mod tests {
         assert!(urls(&rotated_path(&path, 1))[0].contains("h/3"));
         assert!(urls(&rotated_path(&path, 2))[0].contains("h/2"));
         assert!(!rotated_path(&path, 3).exists(), "only max_files rotated files are kept");
+    }
+
+    /// Reads a file until it holds `lines` lines or 10 s pass (a bound for a stuck writer,
+    /// never a timing assertion).
+    async fn wait_for_lines(path: &Path, lines: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = read(path);
+            // A line counts once whole: a read may see a `write` half done.
+            if (text.lines().count() >= lines && text.ends_with('\n')) || Instant::now() > deadline {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Waits (bounded, as above) until `done` holds.
+    async fn wait_until(mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_commits_from_many_tasks_each_land_once_and_whole() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("decisions.jsonl");
+        let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+        // As the gate does: a commit before forwarding, a record after the response.
+        let tasks: Vec<_> = (0..16)
+            .map(|task| {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    for n in 0..50 {
+                        let rec = sample(&format!("agent-{task}"), Outcome::Allow, &format!("http://h/{n}"));
+                        log.commit(&rec).await.expect("every commit is written");
+                        log.record(&sample(&format!("agent-{task}"), Outcome::Deny, &format!("http://h/{n}")))
+                            .await
+                            .expect("queued");
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("a committing task finishes");
+        }
+        let stats = writer.shutdown().await;
+        assert_eq!((stats.written, stats.failed), (1600, 0));
+        let text = read(&path);
+        assert!(text.ends_with('\n'));
+        let ids = event_ids(std::slice::from_ref(&path));
+        let distinct: HashSet<&String> = ids.iter().collect();
+        assert_eq!((ids.len(), distinct.len()), (1600, 1600), "each line once and whole");
+    }
+
+    /// A disk whose writes wait at a gate the test opens, counting each `write` and
+    /// failing while `failing` is set.
+    #[derive(Clone)]
+    struct GatedDisk {
+        state: Arc<Mutex<GatedState>>,
+        opened: Arc<Condvar>,
+        regular: bool,
+    }
+
+    #[derive(Default)]
+    struct GatedState {
+        text: Vec<u8>,
+        writes: usize,
+        /// Writes let through; a write beyond waits.
+        allowed: usize,
+        failing: bool,
+    }
+
+    impl GatedDisk {
+        fn new(regular: bool) -> Self {
+            GatedDisk { state: Arc::default(), opened: Arc::new(Condvar::new()), regular }
+        }
+
+        fn lock(&self) -> MutexGuard<'_, GatedState> {
+            self.state.lock().expect("the test disk lock is not poisoned")
+        }
+
+        fn allow(&self, writes: usize, failing: bool) {
+            let mut state = self.lock();
+            state.allowed = writes;
+            state.failing = failing;
+            self.opened.notify_all();
+        }
+    }
+
+    impl LogFile for GatedDisk {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            let mut state = self.lock();
+            state.writes += 1;
+            while state.writes > state.allowed {
+                state = self.opened.wait(state).expect("the test disk lock is not poisoned");
+            }
+            if state.failing {
+                return Err(io::Error::from(io::ErrorKind::StorageFull));
+            }
+            state.text.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+
+        fn len(&self) -> Option<u64> {
+            self.regular.then(|| self.lock().text.len() as u64)
+        }
+
+        fn truncate(&mut self, len: u64) -> io::Result<()> {
+            self.lock().text.truncate(len as usize);
+            Ok(())
+        }
+
+        fn sync(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_commit_behind_a_failed_batch_is_unrecorded() {
+        let disk = GatedDisk::new(true);
+        let sink = Sink::over(Box::new(disk.clone()), None, None);
+        let (log, writer) = AuditLog::start_with(settings(PathBuf::from("gated")), sink).expect("the log starts");
+        // The first commit takes the writer role and waits in its `write`.
+        let first = tokio::spawn({
+            let log = log.clone();
+            async move { log.commit(&sample("bot-1", Outcome::Allow, "http://h/first")).await }
+        });
+        wait_until(|| disk.lock().writes == 1).await;
+        assert_eq!(disk.lock().writes, 1, "the first commit is writing");
+        // Two more commits queue behind it: one batch, written once the role is free.
+        let behind: Vec<_> = (0..2)
+            .map(|n| {
+                let log = log.clone();
+                tokio::spawn(
+                    async move { log.commit(&sample("bot-1", Outcome::Allow, &format!("http://h/{n}"))).await },
+                )
+            })
+            .collect();
+        wait_until(|| log.queue_depth() == 3).await;
+        assert_eq!(log.queue_depth(), 3, "three lines pending");
+        // The disk fails both writes.
+        disk.allow(2, true);
+        let first = first.await.expect("the task finishes").expect_err("the first batch failed");
+        assert!(first.blocks_request() && matches!(first.cause, AuditError::Write { .. }), "{first:?}");
+        for commit in behind {
+            let refused = commit.await.expect("the task finishes").expect_err("the batch behind failed too");
+            assert!(refused.blocks_request(), "{refused:?}");
+        }
+        assert_eq!(disk.lock().writes, 2, "the two commits behind went out in one write");
+        assert_eq!((log.written_records(), log.failed_records()), (0, 3));
+        assert!(disk.lock().text.is_empty(), "no partial line");
+
+        // The disk recovers: the next commit is written.
+        disk.allow(usize::MAX, false);
+        log.commit(&sample("bot-1", Outcome::Allow, "http://h/after")).await.expect("written");
+        let stats = writer.shutdown().await;
+        assert_eq!((stats.written, stats.failed), (1, 3));
+    }
+
+    #[tokio::test]
+    async fn record_lines_with_no_commit_after_them_reach_the_file() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("decisions.jsonl");
+        let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+        let mut live = log.recent().subscribe();
+        let recs: Vec<_> = (0..3).map(|n| sample("bot-1", Outcome::Deny, &format!("http://h/{n}"))).collect();
+        for rec in &recs {
+            log.record(rec).await.expect("queued");
+        }
+        // The flusher writes them after the linger: no commit, no shutdown.
+        let text = wait_for_lines(&path, 3).await;
+        let expected: String = recs.iter().map(|rec| rec.to_json_line(false)).collect();
+        assert_eq!(text, expected);
+        assert_eq!(log.written_records(), 3);
+        // The ring and the live stream hold them in the file's order.
+        let latest: Vec<String> = log.recent().latest(3).iter().rev().map(|line| format!("{line}\n")).collect();
+        assert_eq!(latest.concat(), expected);
+        for line in expected.lines() {
+            assert_eq!(live.recv().await.expect("a live line").as_ref(), line);
+        }
+        writer.shutdown().await;
+    }
+
+    /// Polls `fut` once: true when it is still waiting.
+    async fn still_waiting<F: Future>(mut fut: std::pin::Pin<&mut F>) -> bool {
+        std::future::poll_fn(move |cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_pending())).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_wait_at_capacity_and_none_is_dropped() {
+        // Not a regular file: only the flusher writes, so it alone can hold the role.
+        let disk = GatedDisk::new(false);
+        let sink = Sink::over(Box::new(disk.clone()), None, None);
+        let audit = AuditSettings { queue_capacity: 2, ..settings(PathBuf::from("gated")) };
+        let (log, writer) = AuditLog::start_with(audit, sink).expect("the log starts");
+        let rec = |n: usize| sample("bot-1", Outcome::Allow, &format!("http://h/{n}"));
+        log.record(&rec(0)).await.expect("queued");
+        // The flusher takes the first line after its linger and waits in `write`.
+        wait_until(|| disk.lock().writes == 1).await;
+        log.record(&rec(1)).await.expect("queued");
+        log.record(&rec(2)).await.expect("queued");
+        // Two lines pending: the next record waits for room.
+        let third = rec(3);
+        let mut waiting = pin!(log.record(&third));
+        assert!(still_waiting(waiting.as_mut()).await, "a full queue makes record wait");
+        {
+            // One that gives up while it waits is counted, not silently dropped.
+            let fourth = rec(4);
+            let mut cancelled = pin!(log.record(&fourth));
+            assert!(still_waiting(cancelled.as_mut()).await);
+        }
+        assert_eq!(log.failed_records(), 1, "the cancelled record is counted");
+        disk.allow(usize::MAX, false);
+        waiting.await.expect("queued once there is room");
+        let stats = writer.shutdown().await;
+        assert_eq!((stats.written, stats.failed), (4, 1));
+        let text = String::from_utf8(disk.lock().text.clone()).expect("UTF-8");
+        let expected: String = (0..4).map(|n| rec(n).to_json_line(false)).collect();
+        // Same records, same order (ids and timestamps differ between two `sample` calls).
+        let urls = |text: &str| -> Vec<String> {
+            text.lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON")["url.full"].to_string())
+                .collect()
+        };
+        assert_eq!(urls(&text), urls(&expected));
+    }
+
+    #[tokio::test]
+    async fn shutdown_writes_every_pending_line() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("decisions.jsonl");
+        let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+        for n in 0..100 {
+            log.record(&sample("bot-1", Outcome::Allow, &format!("http://h/{n}"))).await.expect("queued");
+        }
+        // Lingering lines, no commit: shutdown writes them all and fsyncs.
+        let stats = writer.shutdown().await;
+        assert_eq!((stats.written, stats.failed), (100, 0));
+        assert_eq!(event_ids(std::slice::from_ref(&path)).len(), 100);
+        let refused = log.commit(&sample("bot-1", Outcome::Allow, "http://h/late")).await.expect_err("closed");
+        assert!(matches!(refused.cause, AuditError::Closed { .. }), "{refused:?}");
+    }
+
+    /// A disk whose first write takes longer than [`SLOW_WRITE`], then is quick.
+    #[derive(Clone, Default)]
+    struct SlowOnceDisk(Arc<Mutex<(Vec<u8>, bool)>>);
+
+    impl LogFile for SlowOnceDisk {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            let mut disk = self.0.lock().expect("the test disk lock is not poisoned");
+            if !disk.1 {
+                disk.1 = true;
+                // The disk stalls (a simulated device, not a test timing).
+                std::thread::sleep(SLOW_WRITE * 2);
+            }
+            disk.0.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+
+        fn len(&self) -> Option<u64> {
+            Some(self.0.lock().expect("the test disk lock is not poisoned").0.len() as u64)
+        }
+
+        fn truncate(&mut self, len: u64) -> io::Result<()> {
+            self.0.lock().expect("the test disk lock is not poisoned").0.truncate(len as usize);
+            Ok(())
+        }
+
+        fn sync(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_write_hands_writing_to_the_flusher() {
+        let disk = SlowOnceDisk::default();
+        let sink = Sink::over(Box::new(disk.clone()), None, None);
+        let (log, writer) = AuditLog::start_with(settings(PathBuf::from("slow")), sink).expect("the log starts");
+        let inline_room = || log.shared.lock_queue().inline_room;
+        assert_eq!(inline_room(), u64::MAX, "a regular file: workers write");
+        log.commit(&sample("bot-1", Outcome::Allow, "http://h/1")).await.expect("written, slowly");
+        assert_eq!(inline_room(), 0, "after a slow write only the flusher writes");
+        // The flusher writes the next commit, quickly: workers write again.
+        log.commit(&sample("bot-1", Outcome::Allow, "http://h/2")).await.expect("written by the flusher");
+        assert_eq!(inline_room(), u64::MAX, "quick again");
+        assert_eq!(writer.shutdown().await.written, 2);
+    }
+
+    #[tokio::test]
+    async fn stdout_and_devices_are_written_by_the_flusher_only() {
+        assert_eq!(Sink::open(Path::new("-"), None).expect("stdout").inline_room(), 0);
+        let (log, writer) = AuditLog::start(settings(PathBuf::from("/dev/null"))).expect("/dev/null opens");
+        assert_eq!(log.shared.lock_queue().inline_room, 0);
+        log.commit(&sample("bot-1", Outcome::Allow, "http://h/")).await.expect("the flusher writes it");
+        assert_eq!(writer.shutdown().await.written, 1);
+    }
+
+    #[test]
+    fn a_worker_writes_only_a_batch_that_fits_before_a_rotation() {
+        let disk = FillingDisk::default();
+        disk.set_capacity(usize::MAX);
+        let rotation = Some(Rotation { max_bytes: 4096, keep: 2 });
+        let mut sink = Sink::over(Box::new(disk), Some(PathBuf::from("test-disk")), rotation);
+        assert_eq!(sink.inline_room(), 4096);
+        sink.append(&[b'x'; 1000]).expect("appended");
+        assert_eq!(sink.inline_room(), 3096, "what is left before the rotation");
     }
 
     #[test]

@@ -80,3 +80,73 @@ async fn with_the_log_on_a_full_disk_block_forwards_nothing_and_continue_forward
     assert_eq!(origin.hits("/echo"), 1);
     Ok(())
 }
+
+/// `[audit] path = "-"`: stdout, a pipe here that a reader may stop reading, is written by
+/// the log's flusher thread, never by a runtime worker (`docs/decision-log.md`, "Who
+/// writes"). Each forwarded request's committed decision line and its completed line arrive
+/// whole, the decision first.
+#[tokio::test]
+async fn a_decision_log_on_stdout_holds_both_lines_of_every_request() -> TestResult {
+    use std::process::Stdio;
+
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    use crate::support::binary::WAIT_LIMIT;
+    use crate::support::origin::Site;
+
+    agentgate::tls::install_default_provider();
+    let origin = Origin::http_site(Site::new()).await?;
+    let dir = tempfile::tempdir()?;
+    let config_path = dir.path().join("agentgate.toml");
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\nbypass_hosts = [\"*\"]\n[ca]\ndir = {ca:?}\n[network]\n\
+         allow_cidrs = [\"127.0.0.0/8\"]\n[audit]\npath = \"-\"\n[admin]\nlisten = \"off\"\n",
+        ca = dir.path().join("ca"),
+    );
+    std::fs::write(&config_path, config)?;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentgate"))
+        .args(["run", "--config"])
+        .arg(&config_path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+    let next_line = async |stdout: &mut tokio::io::Lines<_>| -> TestResult<String> {
+        let line = tokio::time::timeout(WAIT_LIMIT, stdout.next_line()).await??;
+        Ok(line.ok_or("agentgate closed stdout")?)
+    };
+    let banner = next_line(&mut stdout).await?;
+    let addr = banner
+        .strip_prefix("agentgate listening on http://")
+        .and_then(|rest| rest.split_whitespace().next())
+        .ok_or_else(|| format!("unexpected banner: {banner}"))?
+        .to_owned();
+    let client = reqwest::Client::builder().proxy(reqwest::Proxy::http(format!("http://{addr}"))?).build()?;
+    const REQUESTS: usize = 5;
+    for n in 0..REQUESTS {
+        assert_eq!(client.get(origin.url(&format!("/stdout/{n}"))).send().await?.status(), 200);
+    }
+    let mut text = String::new();
+    while text.lines().count() < 2 * REQUESTS {
+        let line = next_line(&mut stdout).await?;
+        if line.starts_with('{') {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    child.kill().await?;
+    for n in 0..REQUESTS {
+        let decision = text
+            .lines()
+            .find(|line| line.contains(&format!("/stdout/{n}\"")))
+            .ok_or_else(|| format!("no line for request {n}:\n{text}"))?;
+        let id = serde_json::from_str::<Value>(decision)?["event.id"].as_str().ok_or("an event.id")?.to_owned();
+        let lines = decision_lines(&text, &id)?;
+        assert_eq!(lines.len(), 2, "a decision line and a completed line: {lines:#?}");
+        assert!(lines[0]["http.response.status_code"].is_null(), "the decision first: {lines:#?}");
+        assert_eq!(lines[1]["http.response.status_code"], 200, "{lines:#?}");
+        assert_eq!(lines[1]["event.outcome"], "allow");
+    }
+    Ok(())
+}
