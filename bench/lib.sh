@@ -16,7 +16,7 @@ wait_for() {
 # Builds what is measured, in release: agentgate (unless BENCH_AGENTGATE names a binary kept
 # from an earlier build, to compare two builds in one sitting) and the origin, which has its
 # own manifest and lock file and shares agentgate's target directory so common dependencies
-# are built once. Sets AGENTGATE and ORIGIN_BIN.
+# are built once. Sets AGENTGATE, ORIGIN_BIN and FLOOR_BIN (the floor proxy, same package).
 build_binaries() {
     if [ -n "${BENCH_AGENTGATE:-}" ]; then
         AGENTGATE=$BENCH_AGENTGATE
@@ -28,6 +28,7 @@ build_binaries() {
     say "building the origin (release)"
     CARGO_TARGET_DIR="$ROOT/target" cargo build --release --quiet --manifest-path "$ROOT/bench/origin/Cargo.toml"
     ORIGIN_BIN="$ROOT/target/release/agentgate-bench-origin"
+    FLOOR_BIN="$ROOT/target/release/agentgate-bench-floor"
 }
 
 # start_origin UNSEEN: starts the origin in WORK with UNSEEN extra origins, waits for its
@@ -67,8 +68,27 @@ stop_agentgate() {
     AG_PID=""
 }
 
+# start_floor: runs the floor proxy (bench/origin/src/bin/floor.rs: hyper's server and pooled
+# client, no policy, no log), its output in WORK/floor.out, and waits for its start-up line.
+# Sets FLOOR_PID and FLOOR (host:port).
+start_floor() {
+    "$FLOOR_BIN" >"$WORK/floor.out" 2>"$WORK/floor.err" &
+    FLOOR_PID=$!
+    wait_for grep -qs "listening on " "$WORK/floor.out" || die "floor proxy did not start: $(cat "$WORK/floor.err")"
+    FLOOR=$(sed -n 's|^listening on \([0-9.:]*\)$|\1|p' "$WORK/floor.out")
+}
+
+# Stops the floor proxy start_floor started, if any.
+stop_floor() {
+    if [ -n "${FLOOR_PID:-}" ]; then
+        kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
+    fi
+    FLOOR_PID=""
+}
+
 # open_work NAME KEEP: makes WORK (a fresh agentgate-NAME.XXXXXX under the temp directory)
-# and arranges that on exit, whatever the cause, agentgate and the origin are stopped and
+# and arranges that on exit, whatever the cause, agentgate, the origin and the floor proxy
+# (start_floor) are stopped and
 # WORK is kept (its path printed) when KEEP is 1, removed otherwise.
 open_work() {
     WORK=$(mktemp -d -t "agentgate-$1.XXXXXX")
@@ -76,12 +96,14 @@ open_work() {
     WORK_KEEP=$2
     ORIGIN_PID=""
     AG_PID=""
+    FLOOR_PID=""
     trap close_work EXIT
     trap 'exit 130' INT TERM
 }
 close_work() {
     local status=$?
     stop_agentgate
+    stop_floor
     if [ -n "$ORIGIN_PID" ]; then
         kill "$ORIGIN_PID" 2>/dev/null && wait "$ORIGIN_PID" 2>/dev/null || true
     fi

@@ -7,7 +7,8 @@
 # Builds agentgate (release) and the in-repo origin (bench/origin), starts both with a
 # benchmark config (decision log on, to a file), drives each scenario with oha (installed
 # with `cargo install oha --locked` if missing) and prints one table: req/s, p50, p99, the
-# ratio to the matching direct run, agentgate's CPU time per request (utime + stime from
+# ratio to the matching direct run (and, for HTTP, the same for a floor proxy: hyper's
+# server and client with nothing else), agentgate's CPU time per request (utime + stime from
 # /proc/PID/stat, and each of the two: user space and kernel) and its peak RSS (VmHWM, reset before each run). Then the memory step:
 # agentgate's RSS per idle keep-alive connection and per idle MITM tunnel (bench/idle.py).
 #
@@ -91,21 +92,22 @@ wait_for logged_allows || die "decision log has no allow records: $(tail -2 "$WO
 
 # --- the runs ----------------------------------------------------------------------
 CLK_TCK=$(getconf CLK_TCK)
-# utime and stime (fields 14 and 15), in clock ticks.
-cpu_ticks() { awk '{ print $14, $15 }' "/proc/$AG_PID/stat"; }
-vm_hwm() { awk '/^VmHWM:/ { print $2 }' "/proc/$AG_PID/status"; }
+# utime and stime (fields 14 and 15) of process $1, in clock ticks.
+cpu_ticks() { awk '{ print $14, $15 }' "/proc/$1/stat"; }
+vm_hwm() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
 
-# run NAME through(proxy|direct) OHA-ARGS... : one oha run, its JSON in $WORK/NAME.json and
-# for proxied runs agentgate's user and system CPU ticks and peak RSS in $WORK/NAME.proc.
+# run NAME through(proxy|floor|direct) OHA-ARGS... : one oha run, its JSON in $WORK/NAME.json
+# and for runs through a proxy (agentgate, or the floor proxy) that proxy's user and system
+# CPU ticks and peak RSS in $WORK/NAME.proc.
 run() {
     local name=$1 through=$2; shift 2
-    local proxy_args=()
-    if [ "$through" = proxy ]; then
-        proxy_args=(-x "http://$PROXY" --cacert "$AG_CA")
-        echo 5 >"/proc/$AG_PID/clear_refs"   # resets VmHWM to the current RSS
-    else
-        proxy_args=(--cacert "$WORK/origin-ca.pem")
-    fi
+    local proxy_args=() pid=""
+    case $through in
+        proxy) proxy_args=(-x "http://$PROXY" --cacert "$AG_CA"); pid=$AG_PID ;;
+        floor) proxy_args=(-x "http://$FLOOR"); pid=$FLOOR_PID ;;
+        *) proxy_args=(--cacert "$WORK/origin-ca.pem") ;;
+    esac
+    [ -z "$pid" ] || echo 5 >"/proc/$pid/clear_refs"   # resets VmHWM to the current RSS
     say "$name ($through, ${SECONDS_PER_RUN}s, $CONNECTIONS connections)"
     local user0 sys0 user1 sys1 perf_pid=""
     if [ "${BENCH_PERF:-0}" = 1 ] && [ "$through" = proxy ]; then
@@ -113,11 +115,11 @@ run() {
         perf record -q -e cpu-clock -F 999 -g -p "$AG_PID" -o "$WORK/$name.perf.data" 2>>"$WORK/perf.err" &
         perf_pid=$!
     fi
-    read -r user0 sys0 < <(cpu_ticks)
+    [ -z "$pid" ] || read -r user0 sys0 < <(cpu_ticks "$pid")
     oha --no-tui --output-format json -z "${SECONDS_PER_RUN}s" -c "$CONNECTIONS" "${proxy_args[@]}" "$@" >"$WORK/$name.json"
-    if [ "$through" = proxy ]; then
-        read -r user1 sys1 < <(cpu_ticks)
-        echo "$((user1 - user0)) $((sys1 - sys0)) $(vm_hwm)" >"$WORK/$name.proc"
+    if [ -n "$pid" ]; then
+        read -r user1 sys1 < <(cpu_ticks "$pid")
+        echo "$((user1 - user0)) $((sys1 - sys0)) $(vm_hwm "$pid")" >"$WORK/$name.proc"
     fi
     if [ -n "$perf_pid" ]; then
         kill -INT "$perf_pid" && wait "$perf_pid" || true
@@ -129,6 +131,12 @@ run() {
 
 run direct-http direct "http://$HTTP_ORIGIN/bench/1k"
 run proxy-http proxy "http://$HTTP_ORIGIN/bench/1k"
+# The floor: the same run through the least a proxy on agentgate's stack costs (hyper's
+# server and pooled client, no policy, no log), so the table shows what is the stack's.
+start_floor
+curl -sSf -o /dev/null -x "http://$FLOOR" "http://$HTTP_ORIGIN/bench/1k" || die "HTTP through the floor proxy failed"
+run floor-http floor "http://$HTTP_ORIGIN/bench/1k"
+stop_floor
 run direct-https direct "https://$HTTPS_ORIGIN/bench/1k"
 run mitm-keepalive proxy "https://$HTTPS_ORIGIN/bench/1k"
 run direct-https-newconn direct --disable-keepalive "https://$HTTPS_ORIGIN/bench/1k"

@@ -2,7 +2,7 @@
 """Prints bench/run.sh's table (Markdown) from the files its runs left in WORK.
 
 usage: table.py WORK CLK_TCK SECONDS CONNECTIONS
-Per run: WORK/NAME.json (oha --output-format json); for runs through agentgate also
+Per run: WORK/NAME.json (oha --output-format json); for runs through agentgate or the floor proxy also
 WORK/NAME.proc ("user_ticks system_ticks vm_hwm_kib"); WORK/idle-{keepalive,mitm}.json (bench/idle.py).
 """
 
@@ -18,6 +18,9 @@ SCENARIOS = [
     ("MITM HTTPS, 1 MiB, keep-alive", "mitm-1m", "direct-https-1m"),
     ("HTTP, first request to an unseen origin", "proxy-unseen", "direct-unseen"),
 ]
+# The floor proxy's run beside an agentgate run: the same requests through hyper's server and
+# pooled client with nothing else (bench/origin/src/bin/floor.rs).
+FLOORS = {"proxy-http": "floor-http"}
 
 
 def load(work, name):
@@ -55,19 +58,25 @@ def row(label, result, direct_rps, proc, clk_tck):
 def main():
     work, clk_tck, seconds, connections = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     print(f"\n{seconds} s per run, {connections} connections, 1 KiB bodies unless noted; "
-          "ratio = req/s over the matching direct run; CPU and peak RSS are agentgate's, CPU split into "
+          "ratio = req/s over the matching direct run; CPU and peak RSS are the proxy's (agentgate's, or the "
+          "floor proxy's: hyper's server and pooled client, no policy, no log), CPU split into "
           "user space (utime) and kernel (stime).\n")
     print("| scenario | req/s | p50 ms | p99 ms | ratio to direct | CPU µs/request | user µs | sys µs | peak RSS MiB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     notes = []
     for label, proxied, direct in SCENARIOS:
         d = load(work, direct)
-        p = load(work, proxied)
-        with open(os.path.join(work, f"{proxied}.proc")) as f:
-            proc = tuple(int(x) for x in f.read().split())
         print(row(f"{label}: direct", d, 0, None, clk_tck))
-        print(row(f"{label}: agentgate", p, d["metrics"]["requests_per_sec"], proc, clk_tck))
-        for name, result in ((direct, d), (proxied, p)):
+        runs = [(direct, d)]
+        for who, name in (("floor proxy", FLOORS.get(proxied)), ("agentgate", proxied)):
+            if name is None:
+                continue
+            result = load(work, name)
+            with open(os.path.join(work, f"{name}.proc")) as f:
+                proc = tuple(int(x) for x in f.read().split())
+            print(row(f"{label}: {who}", result, d["metrics"]["requests_per_sec"], proc, clk_tck))
+            runs.append((name, result))
+        for name, result in runs:
             bad = non_200(result)
             if bad:
                 notes.append(f"{name}: {bad} responses not 200 or errors "
