@@ -7,11 +7,13 @@
 
 use std::error::Error as StdError;
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use hyper::rt::{Read, Write};
+use hyper::server::conn::http1;
 use hyper_util::rt::TokioExecutor;
-use hyper_util::server::conn::auto::UpgradeableConnection;
+use hyper_util::server::conn::auto;
 use tokio::sync::watch;
 
 use super::idle::Counted;
@@ -72,26 +74,52 @@ impl Drain {
     /// connection's idle timeout), asks hyper to finish the in-flight requests and close (h1:
     /// after the current response; h2: GOAWAY); on stop, or once `quiet()` completes again
     /// (an h2 client that never acknowledges the GOAWAY's PING), drops it.
-    pub(crate) async fn serve<I, Q>(
+    pub(crate) async fn serve<C, E, Q>(
         mut self,
-        conn: UpgradeableConnection<'_, I, Counted, TokioExecutor>,
+        conn: C,
         quiet: impl Fn() -> Q,
     ) -> Result<(), Box<dyn StdError + Send + Sync>>
     where
-        I: Read + Write + Unpin + Send + 'static,
+        C: Graceful<Output = Result<(), E>>,
+        E: Into<Box<dyn StdError + Send + Sync>>,
         Q: Future<Output = ()>,
     {
         tokio::pin!(conn);
         tokio::select! {
-            result = conn.as_mut() => return result,
+            result = conn.as_mut() => return result.map_err(Into::into),
             () = self.draining() => {}
             () = quiet() => {}
         }
         conn.as_mut().graceful_shutdown();
         tokio::select! {
-            result = conn.as_mut() => result,
+            result = conn.as_mut() => result.map_err(Into::into),
             () = self.stopped() => Ok(()),
             () = quiet() => Ok(()),
         }
+    }
+}
+
+/// A server connection that hyper can close gracefully: hyper's own HTTP/1.1 connection (the
+/// proxy port and plain tunnels) and hyper-util's h1-or-h2 one (intercepted TLS).
+pub(crate) trait Graceful: Future {
+    /// Finish the in-flight requests and close (h1: after the current response; h2: GOAWAY).
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I> Graceful for http1::UpgradeableConnection<I, Counted>
+where
+    I: Read + Write + Unpin + Send + 'static,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        http1::UpgradeableConnection::graceful_shutdown(self);
+    }
+}
+
+impl<I> Graceful for auto::UpgradeableConnection<'_, I, Counted, TokioExecutor>
+where
+    I: Read + Write + Unpin + Send + 'static,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        auto::UpgradeableConnection::graceful_shutdown(self);
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use hyper::server::conn::http1;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use serde::Deserialize;
@@ -378,14 +379,24 @@ pub(crate) async fn serve_connection<I>(
     let io = TokioIo::new(FirstByte::new(io, settings.first_byte_timeout));
     let activity = Activity::new();
     let service = Counted { service, activity: activity.clone() };
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
-    builder.http2().timer(TokioTimer::new());
-    if protocols == ServerProtocols::Http1 {
-        builder = builder.http1_only();
-    }
-    let conn = builder.serve_connection_with_upgrades(io, service);
-    if let Err(error) = drain.serve(conn, || activity.quiet_for(settings.idle_timeout)).await {
+    let quiet = || activity.quiet_for(settings.idle_timeout);
+    let served = match protocols {
+        // hyper's own HTTP/1.1 connection: hyper-util's `auto` one, even limited to HTTP/1.1,
+        // first reads a possible h2 preface on its own and costs ~5.5 KiB more per idle
+        // connection (bench/RESULTS.md, Round 5).
+        ServerProtocols::Http1 => {
+            let mut builder = http1::Builder::new();
+            builder.timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
+            drain.serve(builder.serve_connection(io, service).with_upgrades(), quiet).await
+        }
+        ServerProtocols::Http1AndH2 => {
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
+            builder.http2().timer(TokioTimer::new());
+            drain.serve(builder.serve_connection_with_upgrades(io, service), quiet).await
+        }
+    };
+    if let Err(error) = served {
         debug!(error = %error_chain(&*error), "connection closed with an error");
     }
 }

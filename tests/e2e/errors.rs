@@ -1,6 +1,6 @@
 //! What the proxy answers when something is at fault: the origin's certificate does not
 //! verify (502 naming the cause), the origin is down (502) or silent (504), the client sent
-//! garbage or a request that is not for a proxy (400).
+//! garbage or a request that is not for a proxy (400), or an HTTP/2 preface (closed).
 
 use tokio::net::TcpListener;
 
@@ -68,6 +68,19 @@ async fn malformed_request_line_is_400() -> TestResult {
     let proxy = TestProxy::start(&ca).await?;
     let answer = exchange(proxy.addr, b"THIS IS NOT HTTP\r\n\r\n").await?;
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_http2_preface_on_the_proxy_port_is_closed_and_the_port_keeps_serving() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let proxy = TestProxy::start(&ca).await?;
+    // The proxy port speaks HTTP/1.1 only (CONNECT and Upgrade live there): an h2
+    // prior-knowledge client gets the connection closed, not an h2 session.
+    let answer = exchange(proxy.addr, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await?;
+    assert_eq!(answer, "", "no HTTP/2 SETTINGS frame, no HTTP/1.1 answer either");
+    let next = exchange(proxy.addr, b"THIS IS NOT HTTP\r\n\r\n").await?;
+    assert!(next.starts_with("HTTP/1.1 400"), "{next:?}");
     Ok(())
 }
 
