@@ -361,9 +361,11 @@ where
             return Err(handshake_failed(format!("the TLS handshake did not finish in {handshake_timeout:?}")));
         }
     };
+    let protocols =
+        if tls.get_ref().1.alpn_protocol() == Some(b"h2") { ServerProtocols::Http2 } else { ServerProtocols::Http1 };
     let settings = state.config.connections.clone();
     let service = ProxyService::for_tunnel(state, client, authority, entry, agent, drain.clone());
-    serve_connection(tls, service, ServerProtocols::Http1AndH2, drain, &settings).await;
+    serve_connection(tls, service, protocols, drain, &settings).await;
     Ok(())
 }
 

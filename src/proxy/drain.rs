@@ -11,9 +11,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use hyper::rt::{Read, Write};
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::TokioExecutor;
-use hyper_util::server::conn::auto;
 use tokio::sync::watch;
 
 use super::idle::Counted;
@@ -99,8 +98,8 @@ impl Drain {
     }
 }
 
-/// A server connection that hyper can close gracefully: hyper's own HTTP/1.1 connection (the
-/// proxy port and plain tunnels) and hyper-util's h1-or-h2 one (intercepted TLS).
+/// A server connection that hyper can close gracefully: its HTTP/1.1 one (with upgrades) and
+/// its HTTP/2 one.
 pub(crate) trait Graceful: Future {
     /// Finish the in-flight requests and close (h1: after the current response; h2: GOAWAY).
     fn graceful_shutdown(self: Pin<&mut Self>);
@@ -115,11 +114,11 @@ where
     }
 }
 
-impl<I> Graceful for auto::UpgradeableConnection<'_, I, Counted, TokioExecutor>
+impl<I> Graceful for http2::Connection<I, Counted, TokioExecutor>
 where
     I: Read + Write + Unpin + Send + 'static,
 {
     fn graceful_shutdown(self: Pin<&mut Self>) {
-        auto::UpgradeableConnection::graceful_shutdown(self);
+        http2::Connection::graceful_shutdown(self);
     }
 }

@@ -12,9 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
@@ -350,14 +349,15 @@ fn accept(state: &Arc<ProxyState>, admission: &Arc<Admission>, tcp: TcpStream, c
     );
 }
 
-/// Which HTTP versions a server connection speaks.
+/// Which HTTP version a server connection speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ServerProtocols {
-    /// The proxy port and plain tunnels: HTTP/1.1 (CONNECT and Upgrade live there).
+    /// HTTP/1.1 with upgrades: the proxy port and plain tunnels (CONNECT and Upgrade live
+    /// there), and intercepted TLS that did not negotiate `h2`.
     Http1,
-    /// Intercepted TLS: h2 or HTTP/1.1 as negotiated by ALPN (hyper-util sniffs the preface,
-    /// so ALPN and the protocol cannot disagree).
-    Http1AndH2,
+    /// HTTP/2: intercepted TLS whose ALPN chose `h2` (RFC 9113 §3.3: h2 over TLS is chosen by
+    /// ALPN only, never sniffed).
+    Http2,
 }
 
 /// Serves one client connection (the proxy port, or the inside of a tunnel) with `service`
@@ -380,20 +380,19 @@ pub(crate) async fn serve_connection<I>(
     let activity = Activity::new();
     let service = Counted { service, activity: activity.clone() };
     let quiet = || activity.quiet_for(settings.idle_timeout);
+    // hyper's own connections, one per version: hyper-util's `auto`, which sniffs for an h2
+    // preface itself before hyper reads the request, costs ~5.5 KiB more per idle connection
+    // (bench/RESULTS.md, Round 5).
     let served = match protocols {
-        // hyper's own HTTP/1.1 connection: hyper-util's `auto` one, even limited to HTTP/1.1,
-        // first reads a possible h2 preface on its own and costs ~5.5 KiB more per idle
-        // connection (bench/RESULTS.md, Round 5).
         ServerProtocols::Http1 => {
             let mut builder = http1::Builder::new();
             builder.timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
             drain.serve(builder.serve_connection(io, service).with_upgrades(), quiet).await
         }
-        ServerProtocols::Http1AndH2 => {
-            let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
-            builder.http2().timer(TokioTimer::new());
-            drain.serve(builder.serve_connection_with_upgrades(io, service), quiet).await
+        ServerProtocols::Http2 => {
+            let mut builder = http2::Builder::new(TokioExecutor::new());
+            builder.timer(TokioTimer::new());
+            drain.serve(builder.serve_connection(io, service), quiet).await
         }
     };
     if let Err(error) = served {
