@@ -9,7 +9,8 @@
 # Builds agentgate and the origin (release, as bench/run.sh does), starts the origin
 # (bench/origin, loopback only) and agentgate under `valgrind --tool=callgrind` with
 # bench/run.sh's configuration (decision log on, to a file; default log level). For each
-# scenario, HTTP keep-alive and MITM HTTPS keep-alive, it sends one warm-up request (the
+# scenario, HTTP keep-alive and MITM HTTPS keep-alive (and, when asked for, MITM HTTPS with
+# a new connection per request: `mitm-newconn`), it sends one warm-up request (the
 # origin's policies are fetched, the leaf certificate minted, the upstream connection
 # pooled), zeroes callgrind's counters (`callgrind_control --zero`), sends BENCH_REQUESTS
 # requests with oha (`-n`, BENCH_CONNECTIONS connections, keep-alive), dumps the counters
@@ -21,7 +22,7 @@
 # callgrind files stay in the work directory it prints (`callgrind_annotate FILE` shows
 # where the instructions go, `--inclusive=yes` for inclusive costs).
 # Environment: BENCH_REQUESTS (2000), BENCH_CONNECTIONS (10), BENCH_TIMEOUT (300),
-# BENCH_SCENARIOS ("http mitm"), BENCH_AGENTGATE (a release binary to measure instead of
+# BENCH_SCENARIOS ("http mitm"; also "mitm-newconn"), BENCH_AGENTGATE (a release binary to measure instead of
 # building this checkout's, e.g. a copy kept from before a change). Needs valgrind and oha (~/.cargo/bin). Everything listens
 # on and connects to 127.0.0.0/8 only.
 set -euo pipefail
@@ -56,13 +57,14 @@ write_config
 # measure NAME URL [OHA-ARGS...]: one agentgate under callgrind, one scenario.
 measure() {
     local name=$1 url=$2
+    shift 2
     local out="$WORK/callgrind.$name"
     start_agentgate "agentgate-$name" valgrind --tool=callgrind --callgrind-out-file="$out.%p"
     curl -sSf -o /dev/null --max-time 60 -x "http://$PROXY" --cacert "$WORK/ca/agentgate-ca.pem" "$url" \
         || die "$name: warm-up request through agentgate failed"
     callgrind_control --zero "$AG_PID" >/dev/null 2>&1
     timeout "$TIMEOUT" oha --no-tui --output-format json -n "$REQUESTS" -c "$CONNECTIONS" \
-        -x "http://$PROXY" --cacert "$WORK/ca/agentgate-ca.pem" "$url" >"$WORK/$name.json"
+        -x "http://$PROXY" --cacert "$WORK/ca/agentgate-ca.pem" "$@" "$url" >"$WORK/$name.json"
     callgrind_control --dump="$name" "$AG_PID" >/dev/null 2>&1
     stop_agentgate
     local answered oks dump instructions
@@ -83,6 +85,7 @@ for scenario in $SCENARIOS; do
     case $scenario in
         http) measure http "http://$ORIGIN_IP:$ORIGIN_HTTP_PORT/bench/1k" ;;
         mitm) measure mitm "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT/bench/1k" ;;
-        *) die "unknown scenario $scenario (http, mitm)" ;;
+        mitm-newconn) measure mitm-newconn "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT/bench/1k" --disable-keepalive ;;
+        *) die "unknown scenario $scenario (http, mitm, mitm-newconn)" ;;
     esac
 done

@@ -29,7 +29,7 @@ use rustls::server::ResolvesServerCertUsingSni;
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
 
 use super::ca::{BACKDATE, random_serial};
-use super::{CertificateAuthority, TlsError, crypto_provider};
+use super::{CertificateAuthority, TlsError, crypto_provider, interception_provider};
 
 /// How long a minted leaf is valid: 30 days, far inside the 397-day cap browsers enforce
 /// (and Apple's 825 days), so no client rejects it for its lifetime.
@@ -66,13 +66,15 @@ impl LeafCertCache {
     ///
     /// When full, the least recently useful hosts are evicted and minted again on their next use.
     pub fn new(ca: Arc<CertificateAuthority>, capacity: u64) -> Self {
-        let mut template = ServerConfig::builder_with_provider(crypto_provider())
+        let mut template = ServerConfig::builder_with_provider(interception_provider())
             .with_safe_default_protocol_versions()
             .expect("the ring provider supports TLS 1.2 and 1.3, the safe default versions")
             .with_no_client_auth()
             // Placeholder: every per-host clone replaces it with that host's certificate.
             .with_cert_resolver(Arc::new(ResolvesServerCertUsingSni::new()));
         template.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // Ours, not the client's: AES-128-GCM first (see `interception_provider`).
+        template.ignore_client_order = true;
         Self {
             ca,
             cache: Cache::builder().max_capacity(capacity).time_to_live(CACHE_TTL).build(),
@@ -274,7 +276,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn handshake_over_duplex_negotiates_h2() {
+    async fn handshake_over_duplex_negotiates_h2_and_our_aes_128_gcm() {
         let (_dir, ca) = test_ca();
         let cache = LeafCertCache::new(Arc::clone(&ca), 16);
         let server_config = cache.server_config("[::1]").await.unwrap();
@@ -297,6 +299,12 @@ mod tests {
         let mut tls = tokio_rustls::TlsConnector::from(Arc::new(client_config)).connect(name, client_io).await.unwrap();
         let (_, session) = tls.get_ref();
         assert_eq!(session.alpn_protocol(), Some(&b"h2"[..]));
+        // The client lists AES-256-GCM first (ring's order, as OpenSSL's); the leaf chooses.
+        assert_eq!(crypto_provider().cipher_suites[0].suite(), rustls::CipherSuite::TLS13_AES_256_GCM_SHA384);
+        assert_eq!(
+            session.negotiated_cipher_suite().map(|suite| suite.suite()),
+            Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256)
+        );
         let chain = session.peer_certificates().unwrap();
         assert_eq!(chain.len(), 2);
         assert_eq!(&chain[1], ca.cert_der());
