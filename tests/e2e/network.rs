@@ -409,7 +409,7 @@ async fn issue_8_monitor_mode_does_not_open_the_network() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_8_one_lookup_per_request_no_rebinding() -> TestResult {
+async fn issue_8_one_lookup_per_request_no_rebinding_and_none_on_a_pooled_connection() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new()).await?;
     let resolver = Arc::new(Rebinding::default());
@@ -427,5 +427,10 @@ async fn issue_8_one_lookup_per_request_no_rebinding() -> TestResult {
     assert!(dialed.contains(&origin.addr), "{dialed:?}");
     assert!(dialed.iter().all(|a| a.ip() == origin.addr.ip()), "only the vetted address: {dialed:?}");
     assert!(origin.policy_fetches().iter().any(|(_, n)| *n > 0), "the policy files came from the vetted address");
+    // The next request uses the pinned answer (and the pooled connection when it is back in
+    // the pool): no second lookup.
+    let again = get(&proxy, &format!("http://rebind.test:{}/hello", origin.addr.port())).await?;
+    assert_eq!(again.status, 200, "{}", again.text);
+    assert_eq!(*resolver.0.lock().unwrap_or_else(PoisonError::into_inner), 1, "no second lookup");
     Ok(())
 }

@@ -1,16 +1,20 @@
 //! CONNECT (RFC 9110 §9.3.6): interception with h2 and HTTP/1.1 on either side, IP targets
-//! without SNI, pooled upstream connections across tunnels, passthrough hosts, and plain HTTP
-//! inside a tunnel.
+//! without SNI, pooled upstream connections across tunnels, TLS session resumption on both
+//! sides, passthrough hosts, and plain HTTP inside a tunnel.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use http::Version;
+use rustls::HandshakeKind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::forward::{LARGE_BODY, large_body_both_directions};
 use crate::support::curl::curl;
 use crate::support::origin::Origin;
 use crate::support::pki::TestCa;
-use crate::support::raw::{connect_tunnel, tls_client};
-use crate::support::{TestProxy, TestResult, header};
+use crate::support::raw::{connect_tunnel, tls_client, tls_client_config, tls_client_with};
+use crate::support::{TestProxy, TestResult, bypass_all, header};
 
 #[tokio::test]
 async fn mitm_get_and_post_with_h2_on_both_sides() -> TestResult {
@@ -98,6 +102,44 @@ async fn upstream_connections_are_pooled_across_tunnels() -> TestResult {
         }
     }
     assert_eq!(origin.connections(), 1, "one pooled h2 connection to the origin");
+    Ok(())
+}
+
+/// TLS 1.3 resumption both ways. A client that comes back with the ticket the intercepting
+/// leaf gave it resumes (no certificate, no signature), and agentgate resumes towards an
+/// origin once the pooled connection it had there is gone.
+#[tokio::test]
+async fn tls_sessions_resume_towards_the_client_and_towards_the_origin() -> TestResult {
+    /// A guard against a hang, not a timing assertion.
+    const GUARD: Duration = Duration::from_secs(30);
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let proxy = TestProxy::start_with(&ca, |config| {
+        bypass_all(config);
+        // The pooled connection to the origin ends soon after each request, so the second
+        // request needs a new handshake there.
+        config.upstream.idle_timeout = Duration::from_millis(100);
+    })
+    .await?;
+    // One config for both tunnels: its session cache keeps the first tunnel's ticket.
+    let client_config = tls_client_config(&proxy.ca_pem, &[b"http/1.1"])?;
+    let mut client_handshakes = Vec::new();
+    for round in 1..=2 {
+        let (tunnel, head) = connect_tunnel(proxy.addr, &origin.authority()).await?;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let mut tls = tls_client_with(tunnel, "localhost", Arc::clone(&client_config)).await?;
+        client_handshakes.push(tls.get_ref().1.handshake_kind());
+        let request = format!("GET /hello HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", origin.authority());
+        tls.write_all(request.as_bytes()).await?;
+        // Reading to the end also reads the session tickets sent after the handshake.
+        let mut answer = Vec::new();
+        tokio::time::timeout(GUARD, tls.read_to_end(&mut answer)).await??;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "round {round}: {answer}");
+        tokio::time::timeout(GUARD, origin.closed(round)).await?;
+    }
+    assert_eq!(client_handshakes, [Some(HandshakeKind::Full), Some(HandshakeKind::Resumed)], "client to agentgate");
+    assert_eq!(origin.handshakes(), [HandshakeKind::Full, HandshakeKind::Resumed], "agentgate to the origin");
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! A real local origin: a hyper server (HTTP/1.1 and h2, auto-detected) on `127.0.0.1:0`,
 //! over plain TCP or TLS with a certificate from a test CA. It counts the TCP connections it
-//! accepts (and those that ended) and reports, in response headers, what it saw of each request.
+//! accepts (and those that ended), keeps how each TLS handshake went (full or resumed), and
+//! reports, in response headers, what it saw of each request.
 //!
 //! Routes: `/echo` (method, version, `Host`, `Via`, hop-by-hop fields seen; the body streamed
 //! back), `/hello` (a fixed body with a length, for HEAD), `/bytes/<n>` (n pattern bytes made
@@ -32,7 +33,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use rustls::ServerConfig;
+use rustls::{HandshakeKind, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
@@ -140,6 +141,8 @@ struct OriginState {
     /// Connections that have ended, and a signal on every end.
     closed: AtomicUsize,
     closed_changed: Notify,
+    /// How each TLS handshake that completed went, in completion order.
+    handshakes: Mutex<Vec<HandshakeKind>>,
     arrived: Notify,
     release: Notify,
     /// Whether the origin was started with a site (`/hold-all`, pages for unknown paths).
@@ -163,6 +166,7 @@ impl OriginState {
             connections: AtomicUsize::new(0),
             closed: AtomicUsize::new(0),
             closed_changed: Notify::new(),
+            handshakes: Mutex::default(),
             arrived: Notify::new(),
             release: Notify::new(),
             site: site.is_some(),
@@ -264,6 +268,11 @@ impl Origin {
         self.state.connections.load(Ordering::SeqCst)
     }
 
+    /// How each completed TLS handshake went (full or resumed), in completion order.
+    pub fn handshakes(&self) -> Vec<HandshakeKind> {
+        self.state.handshakes.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// Waits until `/hold`, `/trickle` or `/trickle-upload` reached its waiting point.
     pub async fn arrived(&self) {
         self.state.arrived.notified().await;
@@ -332,6 +341,9 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, state: Arc
             match tls {
                 Some(acceptor) => {
                     if let Ok(stream) = acceptor.accept(tcp).await {
+                        if let Some(kind) = stream.get_ref().1.handshake_kind() {
+                            state.handshakes.lock().unwrap_or_else(PoisonError::into_inner).push(kind);
+                        }
                         serve(stream, Arc::clone(&state)).await;
                     }
                 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use rustls::ClientConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -49,15 +50,30 @@ pub async fn tls_client(
     ca_pem: &str,
     alpn: &[&[u8]],
 ) -> TestResult<TlsStream<TcpStream>> {
+    tls_client_with(stream, server_name, tls_client_config(ca_pem, alpn)?).await
+}
+
+/// A client config trusting only the CA in `ca_pem`, offering `alpn`. Connections made with
+/// one config share its session cache, so a second connection can resume the first's session.
+pub fn tls_client_config(ca_pem: &str, alpn: &[&[u8]]) -> TestResult<Arc<ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(cert?)?;
     }
-    let mut config = rustls::ClientConfig::builder_with_provider(agentgate::tls::crypto_provider())
+    let mut config = ClientConfig::builder_with_provider(agentgate::tls::crypto_provider())
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(config))
+}
+
+/// TLS over `stream` to `server_name` with `config`.
+pub async fn tls_client_with(
+    stream: TcpStream,
+    server_name: &str,
+    config: Arc<ClientConfig>,
+) -> TestResult<TlsStream<TcpStream>> {
     let name = ServerName::try_from(server_name.to_owned())?;
-    Ok(TlsConnector::from(Arc::new(config)).connect(name, stream).await?)
+    Ok(TlsConnector::from(config).connect(name, stream).await?)
 }
