@@ -7,6 +7,9 @@
 //!   can be bound, which is where agentgate fetches AGENTS.md for an `http://` origin;
 //! - `--unseen N` origins for the first-request scenario: 127.1.x.y, HTTP on one free port
 //!   and HTTPS on 443 (when bindable), each its own origin to agentgate's policy cache.
+//!   They close every connection after one answer: a client that pools its connections
+//!   to every origin it has seen (agentgate keeps them `[upstream] idle_timeout`) would
+//!   otherwise hold thousands open here and exhaust this process's open-file limit.
 //!
 //! It makes a CA at start with rcgen (written to `DIR/origin-ca.pem`, which run.sh gives
 //! agentgate as `[upstream] extra_ca_files`) and a leaf certificate per listening address.
@@ -200,7 +203,7 @@ fn write_env(dir: &Path, http: u16, https: u16, port_443: bool, unseen_port: u16
 fn serve(listener: TcpListener, tls: Option<TlsAcceptor>, kind: Kind, state: Arc<State>) {
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Some(stream) = accept(&listener).await else { continue };
             tokio::spawn(connection(stream, tls.clone(), kind, state.clone()));
         }
     });
@@ -211,7 +214,7 @@ fn serve_lazy_tls(listener: TcpListener, ip: IpAddr, pki: Arc<Pki>, state: Arc<S
     tokio::spawn(async move {
         let acceptor: OnceLock<TlsAcceptor> = OnceLock::new();
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Some(stream) = accept(&listener).await else { continue };
             let tls = match acceptor.get() {
                 Some(tls) => tls.clone(),
                 None => match pki.acceptor(ip) {
@@ -227,13 +230,27 @@ fn serve_lazy_tls(listener: TcpListener, ip: IpAddr, pki: Arc<Pki>, state: Arc<S
     });
 }
 
+/// The next connection; on an error (out of file descriptors, say) a short pause instead of
+/// a loop that spins on the same error, then `None`.
+async fn accept(listener: &TcpListener) -> Option<TcpStream> {
+    match listener.accept().await {
+        Ok((stream, _)) => Some(stream),
+        Err(error) => {
+            eprintln!("origin: accept failed: {error}");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            None
+        }
+    }
+}
+
 async fn connection(stream: TcpStream, tls: Option<TlsAcceptor>, kind: Kind, state: Arc<State>) {
     let _ = stream.set_nodelay(true);
     let service = service_fn(move |request| {
         let state = state.clone();
         async move { Ok::<_, Infallible>(respond(&request, kind, &state)) }
     });
-    let http = hyper::server::conn::http1::Builder::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.keep_alive(!matches!(kind, Kind::Unseen));
     // Errors are the client going away mid-response (oha's deadline): nothing to report.
     match tls {
         None => {

@@ -44,7 +44,10 @@ async fn main() -> Result<(), BoxError> {
 }
 
 /// Forwards an absolute-form request to its loopback origin; anything else is a 400.
-async fn forward(client: Client<HttpConnector, Incoming>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn forward(
+    client: Client<HttpConnector, Incoming>,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     let loopback = request.uri().host().and_then(|host| host.parse::<IpAddr>().ok()).is_some_and(|ip| ip.is_loopback());
     if !loopback {
         return Ok(answer(StatusCode::BAD_REQUEST, "absolute-form request to a 127.0.0.0/8 origin expected"));
