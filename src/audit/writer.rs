@@ -987,18 +987,30 @@ mod tests {
         }
     }
 
-    /// A disk of `capacity` bytes that takes what fits of a write, then fails with ENOSPC,
-    /// as a full filesystem does; `capacity` can be raised (space freed) while it runs.
+    /// An in-memory disk of `capacity` bytes that takes what fits of a write, then fails with
+    /// ENOSPC, as a full filesystem does; `capacity` can be raised (space freed) while it
+    /// runs. With `stall_once`, its first write takes longer than [`SLOW_WRITE`].
     #[derive(Clone, Default)]
-    struct FillingDisk(Arc<Mutex<(Vec<u8>, usize)>>);
+    struct TestDisk(Arc<Mutex<DiskState>>);
 
-    impl LogFile for FillingDisk {
+    #[derive(Default)]
+    struct DiskState {
+        bytes: Vec<u8>,
+        capacity: usize,
+        stall_once: bool,
+    }
+
+    impl LogFile for TestDisk {
         fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            let mut disk = self.0.lock().expect("the test disk lock is not poisoned");
-            let room = disk.1.saturating_sub(disk.0.len());
+            let mut disk = self.lock();
+            if std::mem::take(&mut disk.stall_once) {
+                // The disk stalls (a simulated device, not a test timing).
+                std::thread::sleep(SLOW_WRITE * 2);
+            }
+            let room = disk.capacity.saturating_sub(disk.bytes.len());
             let taken = room.min(bytes.len());
-            disk.0.extend_from_slice(&bytes[..taken]);
-            if taken == 0 { Err(io::Error::from(io::ErrorKind::StorageFull)) } else { Ok(taken) }
+            disk.bytes.extend_from_slice(&bytes[..taken]);
+            if taken == 0 && !bytes.is_empty() { Err(io::Error::from(io::ErrorKind::StorageFull)) } else { Ok(taken) }
         }
 
         fn flush(&mut self) -> io::Result<()> {
@@ -1006,11 +1018,11 @@ mod tests {
         }
 
         fn len(&self) -> Option<u64> {
-            Some(self.0.lock().expect("the test disk lock is not poisoned").0.len() as u64)
+            Some(self.lock().bytes.len() as u64)
         }
 
         fn truncate(&mut self, len: u64) -> io::Result<()> {
-            self.0.lock().expect("the test disk lock is not poisoned").0.truncate(len as usize);
+            self.lock().bytes.truncate(len as usize);
             Ok(())
         }
 
@@ -1019,22 +1031,35 @@ mod tests {
         }
     }
 
-    impl FillingDisk {
+    impl TestDisk {
+        /// A disk with room for `capacity` bytes.
+        fn filling(capacity: usize) -> Self {
+            TestDisk(Arc::new(Mutex::new(DiskState { capacity, ..DiskState::default() })))
+        }
+
+        /// A roomy disk whose first write is slow, then quick.
+        fn slow_once() -> Self {
+            TestDisk(Arc::new(Mutex::new(DiskState { capacity: usize::MAX, stall_once: true, ..DiskState::default() })))
+        }
+
+        fn lock(&self) -> std::sync::MutexGuard<'_, DiskState> {
+            self.0.lock().expect("the test disk lock is not poisoned")
+        }
+
         fn text(&self) -> String {
-            String::from_utf8(self.0.lock().expect("the test disk lock is not poisoned").0.clone()).expect("UTF-8")
+            String::from_utf8(self.lock().bytes.clone()).expect("UTF-8")
         }
 
         fn set_capacity(&self, capacity: usize) {
-            self.0.lock().expect("the test disk lock is not poisoned").1 = capacity;
+            self.lock().capacity = capacity;
         }
     }
 
     #[tokio::test]
     async fn a_full_disk_keeps_only_whole_lines_and_the_log_recovers_when_space_returns() {
-        let disk = FillingDisk::default();
         let line_len = sample("bot-1", Outcome::Allow, "http://h/0").to_json_line(false).len();
         // Room for three lines and a half.
-        disk.set_capacity(line_len * 7 / 2);
+        let disk = TestDisk::filling(line_len * 7 / 2);
         let sink = Sink::over(Box::new(disk.clone()), None, None);
         let (log, writer) = AuditLog::start_with(settings(PathBuf::from("test-disk")), sink).expect("the log starts");
         let mut committed = 0;
@@ -1435,43 +1460,9 @@ mod tests {
         assert!(matches!(refused.cause, AuditError::Closed { .. }), "{refused:?}");
     }
 
-    /// A disk whose first write takes longer than [`SLOW_WRITE`], then is quick.
-    #[derive(Clone, Default)]
-    struct SlowOnceDisk(Arc<Mutex<(Vec<u8>, bool)>>);
-
-    impl LogFile for SlowOnceDisk {
-        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            let mut disk = self.0.lock().expect("the test disk lock is not poisoned");
-            if !disk.1 {
-                disk.1 = true;
-                // The disk stalls (a simulated device, not a test timing).
-                std::thread::sleep(SLOW_WRITE * 2);
-            }
-            disk.0.extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-
-        fn len(&self) -> Option<u64> {
-            Some(self.0.lock().expect("the test disk lock is not poisoned").0.len() as u64)
-        }
-
-        fn truncate(&mut self, len: u64) -> io::Result<()> {
-            self.0.lock().expect("the test disk lock is not poisoned").0.truncate(len as usize);
-            Ok(())
-        }
-
-        fn sync(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
     #[tokio::test]
     async fn a_slow_write_hands_writing_to_the_flusher() {
-        let disk = SlowOnceDisk::default();
+        let disk = TestDisk::slow_once();
         let sink = Sink::over(Box::new(disk.clone()), None, None);
         let (log, writer) = AuditLog::start_with(settings(PathBuf::from("slow")), sink).expect("the log starts");
         let inline_room = || log.shared.lock_queue().inline_room;
@@ -1495,8 +1486,7 @@ mod tests {
 
     #[test]
     fn a_worker_writes_only_a_batch_that_fits_before_a_rotation() {
-        let disk = FillingDisk::default();
-        disk.set_capacity(usize::MAX);
+        let disk = TestDisk::filling(usize::MAX);
         let rotation = Some(Rotation { max_bytes: 4096, keep: 2 });
         let mut sink = Sink::over(Box::new(disk), Some(PathBuf::from("test-disk")), rotation);
         assert_eq!(sink.inline_room(), 4096);

@@ -87,11 +87,7 @@ async fn with_the_log_on_a_full_disk_block_forwards_nothing_and_continue_forward
 /// whole, the decision first.
 #[tokio::test]
 async fn a_decision_log_on_stdout_holds_both_lines_of_every_request() -> TestResult {
-    use std::process::Stdio;
-
-    use tokio::io::{AsyncBufReadExt, BufReader};
-
-    use crate::support::binary::WAIT_LIMIT;
+    use crate::support::binary::{WAIT_LIMIT, run_reading_stdout};
     use crate::support::origin::Site;
 
     agentgate::tls::install_default_provider();
@@ -104,14 +100,7 @@ async fn a_decision_log_on_stdout_holds_both_lines_of_every_request() -> TestRes
         ca = dir.path().join("ca"),
     );
     std::fs::write(&config_path, config)?;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentgate"))
-        .args(["run", "--config"])
-        .arg(&config_path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+    let (mut child, mut stdout) = run_reading_stdout(&config_path)?;
     let next_line = async |stdout: &mut tokio::io::Lines<_>| -> TestResult<String> {
         let line = tokio::time::timeout(WAIT_LIMIT, stdout.next_line()).await??;
         Ok(line.ok_or("agentgate closed stdout")?)

@@ -2,12 +2,10 @@
 //! wait for, then the config, mode, decision log and admin address in use and the client
 //! recipe; `agentgate config check` names the mode as the file spells it.
 
-use std::process::Stdio;
-
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 use crate::support::TestResult;
+use crate::support::binary::run_reading_stdout;
 
 #[tokio::test]
 async fn run_prints_where_everything_is_and_the_client_recipe() -> TestResult {
@@ -19,14 +17,7 @@ async fn run_prints_where_everything_is_and_the_client_recipe() -> TestResult {
     );
     let config_path = dir.path().join("agentgate.toml");
     std::fs::write(&config_path, config)?;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentgate"))
-        .args(["run", "--config"])
-        .arg(&config_path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let mut stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+    let (mut child, mut stdout) = run_reading_stdout(&config_path)?;
     let mut lines = Vec::new();
     while let Some(line) = stdout.next_line().await? {
         let last = line.starts_with("NO_PROXY");

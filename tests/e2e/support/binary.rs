@@ -7,14 +7,29 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 use super::TestResult;
 
 /// How long a test waits for the binary to log something, act on a signal or exit.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(15);
+
+/// `agentgate run --config <config>` with its stdout as lines and stderr discarded, for a
+/// test about what it prints there (the ready line, the start-up summary, a decision log on
+/// `-`). Killed when the child is dropped.
+pub fn run_reading_stdout(config: &Path) -> TestResult<(Child, Lines<BufReader<ChildStdout>>)> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentgate"))
+        .args(["run", "--config"])
+        .arg(config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+    Ok((child, stdout))
+}
 
 /// `agentgate run --config <file>`, running.
 pub struct Agentgate {
