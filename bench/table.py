@@ -57,7 +57,8 @@ def row(label, result, direct_rps, proc, clk_tck):
 
 def main():
     work, clk_tck, seconds, connections = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    print(f"\n{seconds} s per run, {connections} connections, 1 KiB bodies unless noted; "
+    print(f"\n{seconds} s per run (the unseen-origin runs: a count of requests, see the note), "
+          f"{connections} connections, 1 KiB bodies unless noted; "
           "ratio = req/s over the matching direct run; CPU and peak RSS are the proxy's (agentgate's, or the "
           "floor proxy's: hyper's server and pooled client, no policy, no log), CPU split into "
           "user space (utime) and kernel (stime).\n")
