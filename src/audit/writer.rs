@@ -832,6 +832,7 @@ impl AuditWriter {
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
+    use std::sync::atomic::AtomicBool;
     use std::time::{Duration, Instant};
 
     use super::*;
@@ -1107,28 +1108,38 @@ mod tests {
         let path = dir.path().join("decisions.jsonl");
         let renamed = dir.path().join("decisions.jsonl.old");
         let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+        // Records keep coming until the test has seen 50 written after the reopen: a fixed
+        // count could all be written before the rename on a fast machine (as it once was).
+        let stop = Arc::new(AtomicBool::new(false));
         let sender = {
-            let log = log.clone();
+            let (log, stop) = (log.clone(), Arc::clone(&stop));
             tokio::spawn(async move {
-                for n in 0..400 {
-                    log.record(&sample("bot-1", Outcome::Allow, &format!("http://h/{n}"))).await.expect("queued");
+                let mut sent = 0_u64;
+                while !stop.load(Ordering::Relaxed) && sent < 100_000 {
+                    log.record(&sample("bot-1", Outcome::Allow, &format!("http://h/{sent}"))).await.expect("queued");
+                    sent += 1;
+                    tokio::task::yield_now().await;
                 }
+                sent
             })
         };
         // logrotate's rename, then SIGHUP's reopen, while records keep coming.
-        while log.written_records() < 50 {
-            tokio::task::yield_now().await;
-        }
+        wait_until(|| log.written_records() >= 50).await;
         std::fs::rename(&path, &renamed).expect("rename the live log");
         log.reopen().await.expect("the path opens again");
-        sender.await.expect("the sender finishes");
+        // Everything written from here on goes to the new file.
+        let at_reopen = log.written_records();
+        wait_until(|| log.written_records() >= at_reopen + 50).await;
+        stop.store(true, Ordering::Relaxed);
+        let sent = sender.await.expect("the sender finishes");
         let stats = writer.shutdown().await;
-        assert_eq!((stats.written, stats.failed), (400, 0));
+        assert_eq!((stats.written, stats.failed), (sent, 0));
 
         let (before, after) = (event_ids(std::slice::from_ref(&renamed)), event_ids(std::slice::from_ref(&path)));
-        assert!(before.len() >= 50 && !after.is_empty(), "{} before, {} after", before.len(), after.len());
+        assert!(before.len() >= 50 && after.len() >= 50, "{} before, {} after", before.len(), after.len());
         let all: HashSet<String> = before.iter().chain(&after).cloned().collect();
-        assert_eq!((before.len() + after.len(), all.len()), (400, 400), "each record once");
+        let sent = usize::try_from(sent).expect("a test-sized count");
+        assert_eq!((before.len() + after.len(), all.len()), (sent, sent), "each record once");
     }
 
     #[tokio::test]
