@@ -10,6 +10,7 @@
 //! Never: decides what a match means (allow or deny is the caller's), reads files.
 
 use crate::policy::Weigh;
+use crate::policy::text::split_ascii;
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
@@ -75,7 +76,7 @@ pub fn matches_normalized(pattern: &str, path: &str) -> bool {
         None => (pattern, false),
     };
     // Literal pieces between `*`s; the first must be a prefix of the path.
-    let mut pieces = body.split('*').peekable();
+    let mut pieces = split_ascii(body, b'*').peekable();
     let first = pieces.next().unwrap_or_default();
     if !text.starts_with(first.as_bytes()) {
         return false;

@@ -1,6 +1,6 @@
 //! Text plumbing every policy parser shares: BOM stripping, line splitting on CR, LF and
-//! CRLF (RFC 9309 NL, SEMANTICS B2, C26, D19), SHA-256 digests as hex, the bounded list of
-//! findings, lossless decoding of invalid UTF-8, RFC 9110 tokens, and the closest known
+//! CRLF (RFC 9309 NL, SEMANTICS B2, C26, D19), splitting at an ASCII byte, SHA-256 digests
+//! as hex, the bounded list of findings, lossless decoding of invalid UTF-8, RFC 9110 tokens, and the closest known
 //! name for "did you mean" hints. See `docs/policy-text.md`.
 //!
 //! Never: knows what a line means in any format.
@@ -11,6 +11,28 @@ use std::fmt::Write as _;
 use sha2::{Digest, Sha256};
 
 use crate::policy::{Diagnostic, Severity};
+
+/// `text` split at every `separator`, as `str::split` does (empty pieces kept, one piece
+/// for an empty text), scanning bytes: the separator is ASCII, so every piece is still a
+/// `str`. `str::split` with a char pattern sets up a searcher per piece, which cost more
+/// than the pieces themselves on the short paths and patterns matched on every request.
+pub(crate) fn split_ascii(text: &str, separator: u8) -> impl Iterator<Item = &str> {
+    debug_assert!(separator.is_ascii(), "a non-ASCII separator would cut a character");
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let current = rest?;
+        match current.bytes().position(|b| b == separator) {
+            Some(at) => {
+                rest = Some(&current[at + 1..]);
+                Some(&current[..at])
+            }
+            None => {
+                rest = None;
+                Some(current)
+            }
+        }
+    })
+}
 
 /// The UTF-8 byte order mark.
 const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -254,6 +276,14 @@ mod tests {
 
     fn split(text: &[u8]) -> Vec<(u32, &[u8], &[u8])> {
         lines(text).map(|l| (l.number, l.bytes, l.eol)).collect()
+    }
+
+    #[test]
+    fn split_ascii_gives_the_pieces_str_split_gives() {
+        for text in ["", "*", "**", "/a*b", "a*", "*a", "/é*ü*", "/a/*.pdf$", "no separator"] {
+            let expected: Vec<&str> = text.split('*').collect();
+            assert_eq!(split_ascii(text, b'*').collect::<Vec<_>>(), expected, "{text:?}");
+        }
     }
 
     #[test]

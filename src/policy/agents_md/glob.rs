@@ -16,6 +16,7 @@
 
 use crate::policy::Weigh;
 use crate::policy::pattern::normalize;
+use crate::policy::text::split_ascii;
 
 /// A compiled AGENTS.md path pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,7 +109,12 @@ impl Glob {
 
 /// The segments of a normalised path, for [`Glob::matches`].
 pub(crate) fn segments(path: &str) -> Vec<&str> {
-    path.strip_prefix('/').unwrap_or(path).split('/').collect()
+    let path = path.strip_prefix('/').unwrap_or(path);
+    // Sized first: collected as they come, the vector starts at four and is reallocated
+    // past them (a typical path has five).
+    let mut segments = Vec::with_capacity(path.bytes().filter(|&b| b == b'/').count() + 1);
+    segments.extend(split_ascii(path, b'/'));
+    segments
 }
 
 fn match_blocks(blocks: &[Vec<Segment>], subtree: bool, segments: &[&str]) -> bool {
@@ -266,6 +272,14 @@ mod tests {
         assert_eq!(Glob::new("/").1, Reading::RootOnly);
         assert!(check("/", "/") && !check("/", "/a"));
         assert!(Glob::new("/a/b/c").0.specificity() > Glob::new("/a/*").0.specificity());
+    }
+
+    #[test]
+    fn segments_are_the_path_split_at_each_slash_after_the_first() {
+        for path in ["", "/", "//", "/a", "/a/", "a/b", "/a//b", "/é/ü/", "/catalog/item?id=4/2"] {
+            let split: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
+            assert_eq!(segments(path), split, "{path:?}");
+        }
     }
 
     #[test]
