@@ -1,7 +1,7 @@
 //! Text plumbing every policy parser shares: BOM stripping, line splitting on CR, LF and
 //! CRLF (RFC 9309 NL, SEMANTICS B2, C26, D19), splitting at an ASCII byte, SHA-256 digests
-//! as hex, the bounded list of findings, lossless decoding of invalid UTF-8, RFC 9110 tokens, and the closest known
-//! name for "did you mean" hints. See `docs/policy-text.md`.
+//! as hex, the bounded list of findings, lossless decoding of invalid UTF-8, RFC 9110
+//! tokens, and the closest known name for "did you mean" hints. See `docs/policy-text.md`.
 //!
 //! Never: knows what a line means in any format.
 
