@@ -12,7 +12,8 @@
 # /proc/PID/stat, and each of the two: user space and kernel) and its peak RSS (VmHWM, reset before each run). Then the memory step:
 # agentgate's RSS per idle keep-alive connection and per idle MITM tunnel (bench/idle.py).
 #
-# Environment: BENCH_SECONDS (10), BENCH_CONNECTIONS (50), BENCH_UNSEEN (unseen origins
+# Environment: BENCH_SECONDS (10; the unseen-origin scenario runs BENCH_UNSEEN / 4 requests
+# instead, each bounded by it), BENCH_CONNECTIONS (50), BENCH_UNSEEN (unseen origins
 # the origin listens as, 10000 or what the open-file limit allows), BENCH_IDLE (idle connections, 1000), BENCH_KEEP=1 keeps
 # the work directory (configs, oha JSON, decision log, agentgate's stderr). BENCH_AGENTGATE=PATH
 # runs a kept release binary instead of building this checkout (before/after). BENCH_PERF=1
