@@ -13,6 +13,7 @@
 pub mod address;
 pub mod guard;
 pub mod host;
+pub mod interfaces;
 pub mod lookup;
 
 pub use address::{AddressPolicy, ConnectConfig, NetworkConfig, PortRange, Refusal};

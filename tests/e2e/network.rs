@@ -176,7 +176,7 @@ async fn issue_8_internal_ranges_and_names_are_never_dialled() -> TestResult {
     let names = Names::new(&[
         ("metadata.test", &["169.254.169.254"]),
         // Every address is vetted: a public answer first does not smuggle the second in.
-        ("mixed.test", &["203.0.113.7", "127.0.0.2"]),
+        ("mixed.test", &["93.184.215.14", "127.0.0.2"]),
         ("empty.test", &[]),
     ]);
     let dialer = Arc::new(Recorder::default());
