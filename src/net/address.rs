@@ -1,12 +1,12 @@
 //! Which addresses agentgate may connect to. Denied by default: every block of the IANA IPv4
 //! and IPv6 Special-Purpose Address Registries that is not globally reachable (loopback,
 //! RFC 1918, CGNAT, link-local and cloud metadata, `192.0.0.0/24`, benchmarking,
-//! documentation, discard-only, unique-local, ...), with the registry's globally reachable
+//! documentation, discard-only, unique-local, ...), except the registry's globally reachable
 //! exceptions inside them (`192.0.0.9`, `2001:3::/32`, ...); multicast, reserved and
 //! broadcast IPv4; IPv6 multicast and deprecated site-local `fec0::/10`; and the
 //! IPv4-mapped, IPv4-compatible, NAT64, 6to4 and Teredo forms of a denied IPv4 address
 //! (Teredo by its server and its decoded client, RFC 4380 §4). The tables are
-//! [`SPECIAL_V4`] and [`SPECIAL_V6`], one row per registry entry, the most specific row
+//! `SPECIAL_V4` and `SPECIAL_V6`, one row per registry entry, the most specific row
 //! deciding. `[network] allow_cidrs` punches holes in that default, `[network] deny_cidrs`
 //! wins over both, and agentgate's own listen and admin addresses are refused whatever the
 //! lists say: for a listener on `0.0.0.0` or `::`, its port on loopback and on every address
@@ -389,8 +389,8 @@ fn on_this_host(mut targets: impl Iterator<Item = IpAddr>) -> bool {
     }
 }
 
-/// Whether `ip` is in the default deny set: the most specific row of [`SPECIAL_V4`] or
-/// [`SPECIAL_V6`] says not globally reachable, or the IPv4 address it carries is.
+/// Whether `ip` is in the default deny set: the most specific row of `SPECIAL_V4` or
+/// `SPECIAL_V6` says not globally reachable, or the IPv4 address it carries is.
 pub fn is_denied_by_default(ip: IpAddr) -> bool {
     leads_to(ip).any(|ip| reach(ip) == Some(Local))
 }
