@@ -196,7 +196,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_address_is_vetted() {
-        let public: IpAddr = [203, 0, 113, 7].into();
+        let public: IpAddr = [93, 184, 215, 14].into();
         let (guard, _) = guard(vec![vec![public, [127, 0, 0, 1].into()]]);
         let err = guard.check("mixed.test", 443).await.expect_err("loopback second");
         assert!(matches!(err, GuardError::Refused(Refusal::PrivateAddress { .. })), "{err}");
@@ -204,7 +204,7 @@ mod tests {
 
     #[tokio::test]
     async fn dns_rebinding_gets_the_pinned_answer() {
-        let public: IpAddr = [203, 0, 113, 7].into();
+        let public: IpAddr = [93, 184, 215, 14].into();
         let (guard, resolver) = guard(vec![vec![public], vec![[127, 0, 0, 1].into()]]);
         let lease = guard.check("rebind.test", 80).await.expect("public first");
         let dial = guard.addresses_to_dial("REBIND.test.", 80).await.expect("pinned");

@@ -1,7 +1,8 @@
 //! The network guard (DESIGN.md §9): agentgate must never be the way into the operator's
 //! network. This module owns the one canonical spelling of a host ([`host`]), which
 //! addresses may be reached ([`address`]: the default deny set, `[network] allow_cidrs` and
-//! `deny_cidrs`, agentgate's own addresses), and the [`Guard`] that resolves a name once,
+//! `deny_cidrs`, agentgate's own addresses, with the host's [`interfaces`] for listeners on
+//! `0.0.0.0` or `::`), and the [`Guard`] that resolves a name once,
 //! vets every address, and pins that vetted answer so the connector dials nothing else
 //! ([`guard`]). The resolver and the dialer are seams ([`lookup`]), so tests can prove that
 //! no connect to a refused address is ever attempted.
@@ -13,6 +14,7 @@
 pub mod address;
 pub mod guard;
 pub mod host;
+pub mod interfaces;
 pub mod lookup;
 
 pub use address::{AddressPolicy, ConnectConfig, NetworkConfig, PortRange, Refusal};

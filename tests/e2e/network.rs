@@ -1,6 +1,8 @@
-//! The network guard end to end (issue 8, `docs/security.md`): every spelling of loopback,
-//! the internal ranges, names that resolve inside, policy-file redirects, CONNECT ports and
-//! agentgate's own address, operator rules on canonical hosts and CIDRs, and `Upgrade: h2c`.
+//! The network guard end to end (issues 8 and 25, `docs/security.md`): every spelling of
+//! loopback, the internal and special-purpose ranges (Teredo by its client), names that
+//! resolve inside, policy-file redirects, CONNECT ports and agentgate's own address (on every
+//! interface address for a listener on `0.0.0.0`), operator rules on canonical hosts and
+//! CIDRs, and `Upgrade: h2c`.
 //! Destinations outside loopback are only ever handed to a recording dialer that refuses to
 //! leave loopback: "no connect attempted" is proven by what it was asked, never by traffic.
 
@@ -23,6 +25,10 @@ use crate::support::{TestProxy, TestResult};
 /// Every way an agent can write 127.0.0.1 in a URL (the system resolver maps `localhost`).
 const LOOPBACK: [&str; 7] =
     ["127.0.0.1", "127.1", "0177.0.0.1", "0x7f.1", "2130706433", "[::ffff:127.0.0.1]", "localhost"];
+
+/// A Teredo address (RFC 4380 §4) whose server is 65.54.227.120 and whose client, the last 32
+/// bits inverted, is 127.0.0.1.
+const TEREDO_LOOPBACK: &str = "2001:0:4136:e378:8000:63bf:80ff:fffe";
 
 /// Names from a table, the rest from the system: a stand-in for `/etc/hosts` and for DNS
 /// servers that answer what a test needs.
@@ -176,7 +182,7 @@ async fn issue_8_internal_ranges_and_names_are_never_dialled() -> TestResult {
     let names = Names::new(&[
         ("metadata.test", &["169.254.169.254"]),
         // Every address is vetted: a public answer first does not smuggle the second in.
-        ("mixed.test", &["203.0.113.7", "127.0.0.2"]),
+        ("mixed.test", &["93.184.215.14", "127.0.0.2"]),
         ("empty.test", &[]),
     ]);
     let dialer = Arc::new(Recorder::default());
@@ -239,6 +245,8 @@ async fn issue_8_robots_redirect_to_a_denied_address_is_not_followed() -> TestRe
     let redirect = |to: &str| Site::new().serve("/robots.txt", 302, &[("location", to)], "");
     let metadata = Origin::http_site(redirect("http://169.254.169.254/latest/meta-data/")).await?;
     let other_loopback = Origin::http_site(redirect("http://127.0.0.2:9/internal?leak=1")).await?;
+    // Issue 25: Teredo whose client is 127.0.0.1; allowing 127.0.0.1/32 does not open it.
+    let teredo = Origin::http_site(redirect(&format!("http://[{TEREDO_LOOPBACK}]/robots.txt"))).await?;
     let normal = Origin::http_site(Site::new()).await?;
     let dialer = Arc::new(Recorder::default());
     let origins_only = |config: &mut Config| {
@@ -256,12 +264,12 @@ async fn issue_8_robots_redirect_to_a_denied_address_is_not_followed() -> TestRe
         advice: "could not be fetched",
     };
     let mut ids = Vec::new();
-    for origin in [&metadata, &other_loopback] {
+    for origin in [&metadata, &other_loopback, &teredo] {
         let response = client.get(format!("http://127.0.0.1:{}/page", origin.addr.port())).send().await?;
         ids.push(block::plain(response, &unreachable).await?);
         assert_eq!(origin.hits("/page"), 0);
     }
-    let records = proxy.log_lines(2).await?;
+    let records = proxy.log_lines(ids.len()).await?;
     for id in &ids {
         block::logged(&records, id, "GET", &unreachable)?;
     }
@@ -432,5 +440,134 @@ async fn issue_8_one_lookup_per_request_no_rebinding_and_none_on_a_pooled_connec
     let again = get(&proxy, &format!("http://rebind.test:{}/hello", origin.addr.port())).await?;
     assert_eq!(again.status, 200, "{}", again.text);
     assert_eq!(*resolver.0.lock().unwrap_or_else(PoisonError::into_inner), 1, "no second lookup");
+    Ok(())
+}
+
+/// Issue 25: one address in each special-purpose block the IANA registries mark not globally
+/// reachable (and Teredo carrying 127.0.0.1), with the `allow_cidrs` entry that opens it.
+const SPECIAL_PURPOSE: [(&str, &str); 16] = [
+    ("192.0.0.192", "192.0.0.0/24"),
+    ("192.0.0.8", "192.0.0.0/24"),
+    ("198.18.0.1", "198.18.0.0/15"),
+    ("192.0.2.1", "192.0.2.0/24"),
+    ("198.51.100.7", "198.51.100.0/24"),
+    ("203.0.113.7", "203.0.113.0/24"),
+    ("fec0::1", "fec0::/10"),
+    ("100::1", "100::/64"),
+    ("2001:db8::1", "2001:db8::/32"),
+    ("2001:10::1", "2001:10::/28"),
+    ("2001:2::1", "2001:2::/48"),
+    ("3fff::1", "3fff::/20"),
+    ("5f00::1", "5f00::/16"),
+    ("64:ff9b:1::5db8:d70e", "64:ff9b:1::/48"),
+    ("64:ff9b::c000:201", "64:ff9b::/96"),
+    (TEREDO_LOOPBACK, "2001::/32"),
+];
+
+/// `ip` and `port` as a URL authority (IPv6 in brackets).
+fn authority(ip: IpAddr, port: u16) -> String {
+    SocketAddr::new(ip, port).to_string()
+}
+
+#[tokio::test]
+async fn issue_25_special_purpose_ranges_and_teredo_loopback_are_refused_unless_allowed() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let names = Names::new(&[("docs.test", &["192.0.2.10"]), ("teredo.test", &[TEREDO_LOOPBACK])]);
+    let dialer = Arc::new(Recorder::default());
+    let proxy = TestProxy::start_with_network(&ca, names.clone(), dialer.clone(), shipped_network).await?;
+    let mut answers = Vec::new();
+    let ips: Vec<IpAddr> = SPECIAL_PURPOSE.iter().map(|(ip, _)| ip.parse()).collect::<Result<_, _>>()?;
+    for ip in &ips {
+        answers.push((authority(*ip, 80), get(&proxy, &format!("http://{}/x", authority(*ip, 80))).await?));
+    }
+    for host in ["docs.test", "teredo.test"] {
+        answers.push((host.to_owned(), get(&proxy, &format!("http://{host}/x")).await?));
+    }
+    for target in ["192.0.0.192:443".to_owned(), format!("[{TEREDO_LOOPBACK}]:443"), "teredo.test:443".to_owned()] {
+        let (_, head) = connect_tunnel(proxy.addr, &target).await?;
+        assert!(head.starts_with("HTTP/1.1 403"), "CONNECT {target}: {head}");
+        assert!(head.contains("code=network.private_address"), "CONNECT {target}: {head}");
+    }
+    let records = proxy.log_lines(answers.len() + 3).await?;
+    for (host, answer) in &answers {
+        refused(answer, "network.private_address", &records, host)?;
+    }
+    assert_eq!(dialer.dialed(), Vec::<SocketAddr>::new(), "no connect was attempted");
+
+    // Each block's allow_cidrs entry opens it: the guard lets the request through to the
+    // dialer (which connects to loopback only, so the robots.txt fetch fails there).
+    let dialer = Arc::new(Recorder::default());
+    let allow_all_of_them = |config: &mut Config| {
+        shipped_network(config);
+        config.network.allow_cidrs = SPECIAL_PURPOSE.iter().map(|(_, cidr)| cidr.parse().expect("test CIDR")).collect();
+    };
+    let proxy = TestProxy::start_with_network(&ca, names, dialer.clone(), allow_all_of_them).await?;
+    for ip in &ips {
+        let answer = get(&proxy, &format!("http://{}/x", authority(*ip, 80))).await?;
+        assert!(!answer.decision.contains("code=network."), "{ip} is allowed: {}", answer.decision);
+        assert!(dialer.dialed().contains(&SocketAddr::new(*ip, 80)), "{ip}: {:?}", dialer.dialed());
+    }
+    Ok(())
+}
+
+/// The host's interface addresses other than loopback, as agentgate enumerates them; when the
+/// machine has none, its loopback interface addresses, said loudly.
+fn interface_addresses() -> TestResult<Vec<IpAddr>> {
+    let all = agentgate::net::interfaces::addresses()?;
+    let lan: Vec<IpAddr> = all.iter().copied().filter(|ip| !ip.is_loopback()).collect();
+    if lan.is_empty() {
+        eprintln!(
+            "NOTE: this machine has no interface address but loopback ({all:?}); the LAN case of issue 25 item 7 is checked on loopback only"
+        );
+        assert!(!all.is_empty(), "getifaddrs listed no address at all, not even loopback");
+        return Ok(all);
+    }
+    Ok(lan)
+}
+
+#[tokio::test]
+async fn issue_25_an_unspecified_admin_listen_refuses_the_hosts_interface_addresses() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let lan = interface_addresses()?;
+    let first = lan[0].to_string();
+    let names = Names::new(&[("lan.test", &[first.as_str()])]);
+    let dialer = Arc::new(Recorder::default());
+    let everything_allowed = |config: &mut Config| {
+        shipped_network(config);
+        config.network.allow_cidrs = vec!["0.0.0.0/0".parse().expect("CIDR"), "::/0".parse().expect("CIDR")];
+        config.admin.listen = Some(SocketAddr::from(([0, 0, 0, 0], 0)));
+        // Listening beyond loopback: a token nobody holds keeps the API closed meanwhile.
+        config.admin.token_sha256 = Some("ab".repeat(32));
+    };
+    let proxy = TestProxy::start_with_network(&ca, names, dialer.clone(), everything_allowed).await?;
+    let admin = proxy.admin_addr.ok_or("the admin API listens")?;
+    assert!(admin.ip().is_unspecified(), "{admin}");
+    let mut answers = Vec::new();
+    for ip in &lan {
+        let url = format!("http://{}/approvals", authority(*ip, admin.port()));
+        answers.push((url.clone(), get(&proxy, &url).await?));
+    }
+    let by_name = format!("http://lan.test:{}/", admin.port());
+    answers.push((by_name.clone(), get(&proxy, &by_name).await?));
+    for ip in &lan {
+        let target = authority(*ip, admin.port());
+        let (_, head) = connect_tunnel(proxy.addr, &target).await?;
+        assert!(head.starts_with("HTTP/1.1 403"), "CONNECT {target}: {head}");
+        assert!(head.contains("code=network.own_address"), "CONNECT {target}: {head}");
+    }
+    let records = proxy.log_lines(answers.len() + lan.len()).await?;
+    for (url, answer) in &answers {
+        refused(answer, "network.own_address", &records, url)?;
+    }
+    assert_eq!(dialer.dialed(), Vec::<SocketAddr>::new(), "nothing was dialled: the admin API saw nothing");
+
+    // Another port of the same address is not agentgate's: the guard hands it to the dialer
+    // (which connects to loopback only; a loopback fallback address is not tried).
+    if !lan[0].is_loopback() {
+        let other = SocketAddr::new(lan[0], admin.port().wrapping_add(1).max(1));
+        let answer = get(&proxy, &format!("http://{other}/x")).await?;
+        assert!(!answer.decision.contains("code=network."), "{other}: {}", answer.decision);
+        assert!(dialer.dialed().contains(&other), "{:?}", dialer.dialed());
+    }
     Ok(())
 }
