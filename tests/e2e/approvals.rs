@@ -530,6 +530,7 @@ async fn run_to_end(args: &[&OsStr]) -> TestResult<(std::process::ExitStatus, St
 
 #[tokio::test]
 async fn hold_without_an_admin_token_is_refused_at_start_and_by_config_check_and_starts_with_one() -> TestResult {
+    agentgate::tls::install_default_provider();
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("agentgate.toml");
     let common = format!(
@@ -560,6 +561,9 @@ async fn hold_without_an_admin_token_is_refused_at_start_and_by_config_check_and
     let (status, stderr) = run_to_end(&[OsStr::new("config"), OsStr::new("check"), path.as_os_str()]).await?;
     assert!(status.success(), "{stderr}");
     let agentgate = Agentgate::start(dir.path(), &path, "info").await?;
+    // Served (agentgate answers this itself), so its SIGTERM handler is in place for stop.
+    let served = agentgate.client()?.get("http://agentgate.local/ca.pem").send().await?;
+    assert_eq!(served.status(), 200);
     agentgate.stop().await?;
     Ok(())
 }
