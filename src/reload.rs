@@ -134,7 +134,7 @@ impl Reloader {
                 .map(|problem| {
                     format!(
                         "{problem} (checked with the running {kept}, which a reload does not change: \
-                         restart agentgate to put the file's in force)"
+                         restart agentgate to put the file's {kept} in force)"
                     )
                 })
                 .collect();
