@@ -219,7 +219,9 @@ impl Config {
     }
 
     /// Every semantic problem in the config, each naming the key, its value and the fix.
-    fn problems(&self) -> Vec<String> {
+    /// `crate::reload` asks it again of the config it would put in force, whose tables that
+    /// need a restart keep their running values.
+    pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let grace = self.shutdown_grace;
         if grace.is_zero() || grace > MAX_SHUTDOWN_GRACE {
@@ -233,6 +235,9 @@ impl Config {
         self.mitm.problems(&mut problems);
         self.admin.problems(&mut problems);
         self.approvals.problems(&mut problems);
+        if self.approvals.mode == ApprovalMode::Hold {
+            self.admin.holding_problems("[approvals] mode = \"hold\"", &mut problems);
+        }
         for pattern in &self.bypass_hosts {
             if pattern != "*" && !is_host_pattern(pattern) {
                 problems.push(format!(

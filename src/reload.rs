@@ -123,6 +123,26 @@ impl Reloader {
             }
         };
         let (config, needs_restart) = in_force(&running, config);
+        // The file is valid on its own; what would run is its live settings beside the running
+        // values of those that need a restart, and a rule across tables (`[approvals] mode =
+        // "hold"` needs an `[admin]` token) must hold for that too.
+        let problems = config.problems();
+        if !problems.is_empty() {
+            let kept = needs_restart.join(", ");
+            let problems = problems
+                .into_iter()
+                .map(|problem| {
+                    format!(
+                        "{problem} (checked with the running {kept}, which a reload does not change: \
+                         restart agentgate to put the file's {kept} in force)"
+                    )
+                })
+                .collect();
+            let err = ConfigError::Invalid { origin, problems };
+            self.state.metrics.config_reload(false);
+            log_rejection(&err);
+            return Err(err);
+        }
         for key in &needs_restart {
             warn!(config = %origin, "config change needs a restart: {key}; the running value is kept");
         }
@@ -359,14 +379,18 @@ mod tests {
         Config::from_toml_str(text, "test.toml").expect("a valid test config")
     }
 
+    /// `[admin]` with a token (`printf %s admin-secret | sha256sum`), which holding needs.
+    const ADMIN_TOKEN: &str =
+        "[admin]\ntoken_sha256 = \"16175223c8ddce5ace0493c948569c211b03c4c6bb3d3e484434999448cffe01\"\n";
+
     #[test]
     fn live_settings_change_and_restart_settings_keep_their_running_values() {
-        let running = config("listen = \"127.0.0.1:8080\"\n");
-        let edited = config(
+        let running = config(&format!("listen = \"127.0.0.1:8080\"\n{ADMIN_TOKEN}"));
+        let edited = config(&format!(
             "listen = \"127.0.0.1:9999\"\nmode = \"monitor\"\ninstance = \"replica-2\"\n[[rules]]\nhost = \"*\"\naction = \"deny\"\n\
              [mitm]\npassthrough_hosts = [\"bank.example\"]\ncert_cache_size = 5\n[audit]\npath = \"other.jsonl\"\n\
-             [connect]\nallowed_ports = [443]\n[limits]\nstore = \"redis\"\n[approvals]\nmode = \"hold\"\n",
-        );
+             [connect]\nallowed_ports = [443]\n[limits]\nstore = \"redis\"\n[approvals]\nmode = \"hold\"\n{ADMIN_TOKEN}"
+        ));
         let (in_force, needs) = in_force(&running, edited);
         assert_eq!(needs, ["listen", "[mitm] cert_cache_size", "[audit]", "[limits]"]);
         assert_eq!(in_force.limits, running.limits, "the limiter is built once, at start");

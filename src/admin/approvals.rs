@@ -51,7 +51,9 @@ pub(super) fn list(state: &AdminState) -> Response<AdminBody> {
 }
 
 /// `POST /approvals/{id}`: `{"decision": "approve"|"deny", "reason": "…", "remember": "…"}`
-/// from `by` (the admin token's name).
+/// from `by` (the admin token's name). Without a configured token nobody can answer (`403`):
+/// the caller could be the agent whose request is held (a config file cannot ask for holding
+/// without a token, `AdminConfig::holding_problems`; this holds for a config built in code too).
 pub(super) async fn decide<B>(
     state: &AdminState,
     id: &str,
@@ -63,6 +65,11 @@ where
     B: hyper::body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
+    if state.access.is_open() {
+        let message = "answering a held request needs an admin token, so that the agent whose request is held \
+            cannot answer it: set [admin] token_sha256 (or add [[admin.tokens]]) and send `Authorization: Bearer TOKEN`";
+        return error(StatusCode::FORBIDDEN, None, message);
+    }
     let json_body = headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -1,8 +1,11 @@
-//! `[admin]`: where the admin API listens and the bearer tokens that guard it (`token_sha256`,
-//! named "admin", and any named `[[admin.tokens]]`). Owned here, composed into the config by
-//! `crate::config` (docs/layering.md).
+//! `[admin]`: where the admin API listens, the bearer tokens that guard it (`token_sha256`,
+//! named "admin", and any named `[[admin.tokens]]`), and the extra names it answers to
+//! (`hosts`). Owned here, composed into the config by `crate::config` (docs/layering.md).
+//! Also the rule every setting that holds a request for a human shares: holding needs an
+//! admin token ([`AdminConfig::holding_problems`]).
 //!
-//! Never: opens the listener (`super::server` does) or keeps the token in clear.
+//! Never: opens the listener (`super::server` does), checks a request's `Host`
+//! (`super::hosts` does), or keeps the token in clear.
 
 use std::net::SocketAddr;
 
@@ -25,6 +28,10 @@ pub struct AdminConfig {
     /// Named tokens (`[[admin.tokens]]`), each as good as `token_sha256`; an approval records
     /// the name of the token that gave it.
     pub tokens: Vec<AdminToken>,
+    /// Names (or addresses) the admin API is reached by beside its listen address and
+    /// loopback, `host` (any port) or `host:port`: a request whose `Host` is none of them is
+    /// answered `421` (DNS rebinding, `docs/admin.md`). Empty by default.
+    pub hosts: Vec<String>,
 }
 
 /// The name of the holder of `[admin] token_sha256`.
@@ -42,7 +49,12 @@ pub struct AdminToken {
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        Self { listen: Some(SocketAddr::from(([127, 0, 0, 1], 9090))), token_sha256: None, tokens: Vec::new() }
+        Self {
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
+            token_sha256: None,
+            tokens: Vec::new(),
+            hosts: Vec::new(),
+        }
     }
 }
 
@@ -57,6 +69,36 @@ impl AdminConfig {
             .chain(named)
             .filter_map(|(name, hash)| TokenDigest::from_hex(hash).map(|digest| (name.to_owned(), digest)))
             .collect()
+    }
+
+    /// Whether any admin token is configured (`token_sha256` or `[[admin.tokens]]`): then
+    /// every endpoint but `/healthz` needs one, and a caller has a name.
+    pub fn has_token(&self) -> bool {
+        self.token_sha256.is_some() || !self.tokens.is_empty()
+    }
+
+    /// The problem with `setting` (written as the file says it, e.g. `[approvals] mode =
+    /// "hold"`), which holds requests for a human's answer, when no admin token is configured:
+    /// without one anybody who reaches the admin API, the agent whose request is held
+    /// included, could answer it (issue 25). Every setting that holds for a human calls this,
+    /// so the rule and its message are one (test
+    /// `approvals::config::tests::hold_needs_an_admin_token`).
+    pub fn holding_problems(&self, setting: &str, problems: &mut Vec<String>) {
+        if !self.has_token() {
+            problems.push(format!(
+                "{setting} holds requests for a human's approval, but no admin token is configured \
+                 ([admin] token_sha256 or [[admin.tokens]]), so any process that reaches the admin API, \
+                 the agent itself included, could approve its own request; set [admin] token_sha256 \
+                 (or add [[admin.tokens]]) to {HOW_TO_HASH} and approve with `Authorization: Bearer TOKEN` \
+                 or the console's login, or set it to \"deny\""
+            ));
+        }
+    }
+
+    /// `hosts` as (canonical host, port if given), the entries [`problems`](Self::problems)
+    /// accepts; an entry it reports is left out.
+    pub(crate) fn host_names(&self) -> Vec<(String, Option<u16>)> {
+        self.hosts.iter().filter_map(|entry| host_and_port(entry)).collect()
     }
 
     /// Problems in `[admin]`, each naming the key, its value and the fix: a malformed
@@ -93,10 +135,18 @@ impl AdminConfig {
                 ));
             }
         }
+        for (i, entry) in self.hosts.iter().enumerate() {
+            if host_and_port(entry).is_none() {
+                problems.push(format!(
+                    "[admin] hosts entry #{} {entry:?}: not a host name or address with an optional port; \
+                     write e.g. \"admin.internal\" (any port) or \"admin.internal:9090\"",
+                    i + 1
+                ));
+            }
+        }
         if let Some(listen) = self.listen
             && !listen.ip().is_loopback()
-            && self.token_sha256.is_none()
-            && self.tokens.is_empty()
+            && !self.has_token()
         {
             problems.push(format!(
                 "[admin] listen = \"{listen}\" is reachable beyond loopback but [admin] token_sha256 is not set; \
@@ -107,8 +157,42 @@ impl AdminConfig {
     }
 }
 
+/// `host` or `host:port` (an IPv6 address in brackets) with the host in canonical form
+/// (`crate::net::host`): how a `Host` header, an `Origin`'s authority and an `[admin] hosts`
+/// entry are read. `None` for anything else (a scheme, a path, user info, a bad host or
+/// port, a wildcard).
+pub(crate) fn host_and_port(authority: &str) -> Option<(String, Option<u16>)> {
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(bracketed) => {
+            let (inside, after) = bracketed.split_once(']')?;
+            inside.parse::<std::net::Ipv6Addr>().ok()?;
+            let port = if after.is_empty() { None } else { Some(after.strip_prefix(':')?) };
+            (inside, port)
+        }
+        // A `:` left in the host is an IPv6 address without brackets.
+        None => match authority.rsplit_once(':') {
+            Some((host, _)) if host.contains(':') => return None,
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let port = match port {
+        None => None,
+        Some(digits) if (1..=5).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()) => {
+            Some(digits.parse::<u16>().ok()?)
+        }
+        Some(_) => return None,
+    };
+    // The WHATWG host parser allows `*`.
+    if host.contains('*') {
+        return None;
+    }
+    Some((crate::net::canonical_host(host).ok()?, port))
+}
+
 #[cfg(test)]
 mod tests {
+    use super::host_and_port;
     use crate::config::Config;
     use crate::config::testing::problems;
 
@@ -147,6 +231,28 @@ mod tests {
         assert!(found[0].starts_with("[[admin.tokens]] #1 sha256 = \"abc\": must be 64 hex digits"), "{found:?}");
         assert!(found[1].starts_with("[[admin.tokens]] #1 name = \"admin\": used by another token"), "{found:?}");
         assert!(found[2].starts_with("[[admin.tokens]] #2 name = \"two words\""), "{found:?}");
+    }
+
+    #[test]
+    fn hosts_are_names_or_addresses_with_an_optional_port() {
+        let text = "[admin]\nhosts = [\"Admin.Internal.\", \"agentgate:9090\", \"[::1]:9\", \"10.0.0.5\"]\n";
+        let config = Config::from_toml_str(text, "t.toml").expect("valid");
+        assert_eq!(
+            config.admin.host_names(),
+            [
+                ("admin.internal".to_owned(), None),
+                ("agentgate".to_owned(), Some(9090)),
+                ("::1".to_owned(), Some(9)),
+                ("10.0.0.5".to_owned(), None),
+            ]
+        );
+        let bad =
+            "[admin]\nhosts = [\"http://admin\", \"*.internal\", \"a b\", \"admin:\", \"\", \"x:99999\", \"u@h\"]\n";
+        let found = problems(bad);
+        assert_eq!(found.len(), 7, "{found:?}");
+        assert!(found[0].starts_with("[admin] hosts entry #1 \"http://admin\": not a host name"), "{found:?}");
+        assert!(found[6].contains("write e.g. \"admin.internal\""), "{found:?}");
+        assert_eq!(host_and_port("0x7f.1:9090"), Some(("127.0.0.1".to_owned(), Some(9090))));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! renders a value from the log into HTML on the server (the script writes every value as
 //! text, never as markup), keeps or logs a token, or decides anything.
 
+use std::net::IpAddr;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -17,7 +18,7 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 
-use super::routes::{AdminBody, error, json_response, text, token_name};
+use super::routes::{AdminBody, error, json_response, text};
 use super::server::AdminState;
 
 const PAGE: &str = include_str!("console/index.html");
@@ -39,7 +40,7 @@ pub(super) fn page(state: &AdminState, authorized: bool) -> Response<AdminBody> 
         return login_form(StatusCode::UNAUTHORIZED, "");
     }
     // The logout button only makes sense when there is a session to end.
-    let logout = if !state.tokens.is_empty() {
+    let logout = if !state.access.is_open() {
         r#"<form method="post" action="/logout"><button id="logout" type="submit">Log out</button></form>"#
     } else {
         ""
@@ -61,13 +62,13 @@ pub(super) fn asset(path: &str) -> Response<AdminBody> {
 
 /// `POST /login` with form field `token`: a configured token opens a session acting as that
 /// token's name (an `HttpOnly; SameSite=Strict` cookie) and redirects to `/`; any other shows
-/// the form again with `401`.
-pub(super) async fn login<B>(state: &AdminState, request: Request<B>) -> Response<AdminBody>
+/// the form again with `401`, after the wait the throttle gives `client` (`super::throttle`).
+pub(super) async fn login<B>(state: &AdminState, request: Request<B>, client: IpAddr) -> Response<AdminBody>
 where
     B: hyper::body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    if state.tokens.is_empty() {
+    if state.access.is_open() {
         // Nothing to check: the console is open (loopback only, as the API).
         return redirect_home(None);
     }
@@ -83,11 +84,11 @@ where
         Err(_) => return login_form(StatusCode::BAD_REQUEST, "The form could not be read (at most 4 KiB)."),
     };
     let token = url::form_urlencoded::parse(&form).find(|(name, _)| name == "token").map(|(_, value)| value);
-    let Some(name) = token.and_then(|token| token_name(state, token.trim())) else {
-        tracing::info!("console login refused: not a configured token");
+    // A form without the field is a failed attempt like a wrong token.
+    let Some(name) = state.access.check(token.as_deref().unwrap_or_default(), client, true).await else {
         return login_form(StatusCode::UNAUTHORIZED, "That token is not one of those configured.");
     };
-    match state.sessions.open(&name, Instant::now()) {
+    match state.access.sessions.open(&name, Instant::now()) {
         Ok(cookie) => {
             tracing::info!(token = %name, "console session opened");
             redirect_home(Some(cookie))
@@ -102,18 +103,7 @@ where
 /// `POST /logout`: forgets the session and clears its cookie.
 pub(super) fn logout<B>(state: &AdminState, request: &Request<B>) -> Response<AdminBody> {
     let cookies = request.headers().get(COOKIE).and_then(|v| v.to_str().ok());
-    redirect_home(Some(state.sessions.close(cookies)))
-}
-
-/// The token name of the live console session whose cookie the request carries.
-pub(super) fn session_name<B>(state: &AdminState, request: &Request<B>) -> Option<String> {
-    let now = Instant::now();
-    request
-        .headers()
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .find_map(|cookies| state.sessions.name(cookies, now))
+    redirect_home(Some(state.access.sessions.close(cookies)))
 }
 
 /// `GET /agents/summary`: requests per outcome for each agent since start.
@@ -169,7 +159,10 @@ fn html(status: StatusCode, body: String) -> Response<AdminBody> {
     headers.insert("content-security-policy", HeaderValue::from_static(CONTENT_SECURITY_POLICY));
     headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
     headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
-    headers.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    // `same-origin`, not `no-referrer`: under `no-referrer` a browser sends `Origin: null`
+    // with the page's own form posts (the login), which the admin API refuses as another
+    // site's (`super::hosts`); no request leaves the page for another origin with a Referer.
+    headers.insert("referrer-policy", HeaderValue::from_static("same-origin"));
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }

@@ -7,21 +7,27 @@
 //! endpoint but `/healthz` (and the console's login and static assets) needs
 //! `Authorization: Bearer TOKEN` or a console session. The reference is `docs/admin.md`.
 //!
-//! Owns: the listener and its connections (`server`), routing, authentication and the
-//! answers (`routes`), the policy-cache views (`policies`), the approval endpoints
-//! (`approvals`), the console page and its login (`console`, `session`), the live decision
-//! stream (`stream`), and the `[admin]` table (`config`). Never: changes policy, limits or
+//! Owns: the listener and its connections (`server`), routing and the answers (`routes`),
+//! who may call (`access`: the `Host`/`Origin` check against DNS rebinding in `hosts`, the
+//! tokens, the console sessions in `session`, failed attempts answered late in `throttle`),
+//! the policy-cache views (`policies`), the approval endpoints (`approvals`), the console
+//! page and its login (`console`), the live decision stream (`stream`), and the `[admin]`
+//! table (`config`). Never: changes policy, limits or
 //! config (a purge only forgets a cached copy, which the next request fetches again), or
 //! shares the proxy port.
 
+mod access;
 mod approvals;
 mod config;
 mod console;
+mod hosts;
 mod policies;
 mod routes;
 mod server;
 mod session;
 mod stream;
+mod throttle;
 
+pub(crate) use access::AdminAccess;
 pub use config::{ADMIN_TOKEN_NAME, AdminConfig, AdminToken};
 pub(crate) use server::{AdminServer, AdminState};

@@ -8,11 +8,13 @@
 //! and an operator's answer to a held request (`super::approvals`).
 
 use bytes::Bytes;
-use http::header::{ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use http::header::{ALLOW, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{Either, Full};
 use serde_json::{Value, json};
 
+use super::access::ANONYMOUS;
+use super::hosts::Arrival;
 use super::server::AdminState;
 use super::stream::StreamBody;
 use super::{approvals, console, policies, stream};
@@ -26,9 +28,6 @@ pub(super) type AnswerBody = Either<AdminBody, StreamBody>;
 
 /// How many records `/decisions/recent` returns without `n`.
 const DEFAULT_RECENT: usize = 100;
-
-/// Who calls when the admin API has no token.
-const ANONYMOUS: &str = "anonymous";
 
 /// The endpoints, with the methods each takes (the `Allow` of a 405) and the query
 /// parameters it reads (any other is a 400, so a misspelt one is not silently ignored). A
@@ -57,14 +56,19 @@ const ENDPOINTS: [Endpoint; 16] = [
 /// the console's static assets (they hold no data) and the login itself.
 const OPEN: [&str; 4] = ["/healthz", "/console.js", "/console.css", "/login"];
 
-/// One admin request, start to answer.
-pub(super) async fn handle<B>(state: &AdminState, request: Request<B>) -> Response<AnswerBody>
+/// One admin request, start to answer: first whether it is addressed to this API at all
+/// (`super::hosts`), then who calls (`super::access`, a wrong token answered late), then the
+/// endpoint.
+pub(super) async fn handle<B>(state: &AdminState, request: Request<B>, at: Arrival) -> Response<AnswerBody>
 where
     B: hyper::body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
+    if let Some(refused) = state.access.hosts.refusal(&request, &at) {
+        return refused.map(Either::Left);
+    }
     let path = request.uri().path();
-    let caller = authorized(state, &request);
+    let caller = state.access.caller(&request, at.peer.ip(), !OPEN.contains(&path)).await;
     // The console's page answers a browser without credentials with its login form.
     if path == "/" && request.method() == Method::GET {
         return console::page(state, caller.is_some()).map(Either::Left);
@@ -72,11 +76,16 @@ where
     if path == "/decisions/stream" && request.method() == Method::GET && caller.is_some() {
         return stream::open(state);
     }
-    handle_full(state, request, caller).await.map(Either::Left)
+    handle_full(state, request, caller, at).await.map(Either::Left)
 }
 
 /// Every answer but the live stream's, built in full.
-async fn handle_full<B>(state: &AdminState, request: Request<B>, caller: Option<String>) -> Response<AdminBody>
+async fn handle_full<B>(
+    state: &AdminState,
+    request: Request<B>,
+    caller: Option<String>,
+    at: Arrival,
+) -> Response<AdminBody>
 where
     B: hyper::body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -109,7 +118,7 @@ where
     };
     let answer = match (endpoint, method) {
         ("/console.js" | "/console.css", _) => Ok(console::asset(endpoint)),
-        ("/login", _) => Ok(console::login(state, request).await),
+        ("/login", _) => Ok(console::login(state, request, at.peer.ip()).await),
         ("/logout", _) => Ok(console::logout(state, &request)),
         ("/agents/summary", _) => Ok(console::agents_summary(state)),
         ("/healthz", _) => Ok(text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())),
@@ -142,30 +151,6 @@ fn routes_to(endpoint: &str, path: &str) -> bool {
         Some(_) => path.strip_prefix(endpoint).is_some_and(|id| !id.is_empty() && !id.contains('/')),
         None => endpoint == path,
     }
-}
-
-/// Who the caller is: the name of the configured token the request carries (`admin` for
-/// `[admin] token_sha256`), or of the token that opened its console session (a cookie,
-/// `console::login`), or `anonymous` when none is configured; `None` when tokens are
-/// configured and the request carries none of them.
-fn authorized<B>(state: &AdminState, request: &Request<B>) -> Option<String> {
-    if state.tokens.is_empty() {
-        return Some(ANONYMOUS.to_owned());
-    }
-    let presented = request.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let bearer = presented.and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
-    match bearer {
-        Some(token) => token_name(state, token.trim()),
-        None => console::session_name(state, request),
-    }
-}
-
-/// The name of the configured token `token` is. Every digest is compared, so the timing does
-/// not say which name matched.
-pub(super) fn token_name(state: &AdminState, token: &str) -> Option<String> {
-    let matched: Vec<&String> =
-        state.tokens.iter().filter(|(_, digest)| digest.matches(token)).map(|(name, _)| name).collect();
-    matched.first().map(|name| (*name).clone())
 }
 
 /// `/readyz`: 200 while the proxy serves with its CA loaded and a healthy decision log.

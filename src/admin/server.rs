@@ -20,8 +20,9 @@ use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+use super::access::AdminAccess;
+use super::hosts::Arrival;
 use super::routes;
-use super::session::Sessions;
 use super::stream::Streams;
 use crate::approvals::Approvals;
 use crate::audit::AuditLog;
@@ -30,7 +31,6 @@ use crate::error_chain::error_chain;
 use crate::fetch::PolicyCache;
 use crate::metrics::{Metrics, Scraped};
 use crate::tls::LeafCertCache;
-use crate::token::TokenDigest;
 
 /// Admin connections open at once; past it new ones are closed. The API is for a handful of
 /// operators and one scraper, so a small cap keeps a stuck client from holding much.
@@ -54,15 +54,13 @@ pub(crate) struct AdminState {
     pub(crate) connections: Box<dyn Fn() -> u64 + Send + Sync>,
     /// Limit checks the shared store failed (`crate::limits::Limiter::store_failures`).
     pub(crate) limits_store_failures: Box<dyn Fn() -> u64 + Send + Sync>,
-    /// The tokens (holder's name, digest) of which every endpoint but `/healthz` requires
-    /// one; none configured, none required.
-    pub(crate) tokens: Vec<(String, TokenDigest)>,
+    /// Who may call: the accepted hosts, the tokens, the console sessions and the throttle
+    /// of failed attempts, built from the `[admin]` table in force at start.
+    pub(crate) access: AdminAccess,
     /// The held requests an operator approves or denies (`/approvals`).
     pub(crate) approvals: Approvals,
     /// Set once the proxy stops accepting: `/readyz` answers 503 from then on.
     pub(crate) draining: AtomicBool,
-    /// The console's browser sessions.
-    pub(crate) sessions: Sessions,
     /// The console's live decision streams, ended when the server stops.
     pub(crate) streams: Streams,
 }
@@ -172,10 +170,13 @@ impl AdminServer {
                 debug!(%client, "admin API connection cap reached; closing the new connection");
                 continue;
             };
+            // The address it arrived on: one of the host's own when `listen` is unspecified.
+            let local = tcp.local_addr().unwrap_or(local_addr);
+            let at = Arrival { listen: local_addr, local, peer: client };
             let state = Arc::clone(&state);
             let service = service_fn(move |request| {
                 let state = Arc::clone(&state);
-                async move { Ok::<_, std::convert::Infallible>(routes::handle(&state, request).await) }
+                async move { Ok::<_, std::convert::Infallible>(routes::handle(&state, request, at).await) }
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())

@@ -63,10 +63,14 @@ mod tests {
     use crate::config::testing::problems;
     use crate::config::{Config, ConfigError};
 
+    /// `[admin]` with a token (`printf %s admin-secret | sha256sum`), which holding needs.
+    const ADMIN_TOKEN: &str =
+        "[admin]\ntoken_sha256 = \"16175223c8ddce5ace0493c948569c211b03c4c6bb3d3e484434999448cffe01\"\n";
+
     #[test]
     fn every_key_parses_and_defaults_are_the_documented_ones() {
         let config = Config::from_toml_str(
-            "[approvals]\nmode = \"hold\"\ntimeout = \"90s\"\nmax_pending = 3\n",
+            &format!("[approvals]\nmode = \"hold\"\ntimeout = \"90s\"\nmax_pending = 3\n{ADMIN_TOKEN}"),
             "agentgate.toml",
         )
         .expect("a valid [approvals] table");
@@ -95,6 +99,25 @@ mod tests {
             ["[approvals] timeout = \"2h\": must be more than 0s and at most 1h; the default is \"60s\""]
         );
         assert!(problems("[approvals]\ntimeout = \"1h\"\nmax_pending = 1\n").is_empty());
+    }
+
+    #[test]
+    fn hold_needs_an_admin_token() {
+        let found = problems("[approvals]\nmode = \"hold\"\n");
+        assert_eq!(found.len(), 1, "{found:?}");
+        for part in [
+            "[approvals] mode = \"hold\" holds requests for a human's approval, but no admin token is configured",
+            "the agent itself included, could approve its own request",
+            "set [admin] token_sha256 (or add [[admin.tokens]]) to the output of `printf %s TOKEN | sha256sum`",
+            "or set it to \"deny\"",
+        ] {
+            assert!(found[0].contains(part), "{part:?} in {found:?}");
+        }
+        assert!(problems(&format!("[approvals]\nmode = \"hold\"\n{ADMIN_TOKEN}")).is_empty());
+        let named = "[approvals]\nmode = \"hold\"\n[[admin.tokens]]\nname = \"alice\"\n\
+                     sha256 = \"0c848abb03307b06cf70cd4e29c157dc81af5e94ab3eb1d0c59a120269572376\"\n";
+        assert!(problems(named).is_empty(), "a named token is a token");
+        assert!(problems("[approvals]\nmode = \"deny\"\n").is_empty(), "nothing is held: no token needed");
     }
 
     #[test]

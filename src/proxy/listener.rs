@@ -29,7 +29,7 @@ use super::resolve::GuardedConnector;
 use super::service::ProxyService;
 use super::transparent;
 use super::upstream::Upstream;
-use crate::admin::{AdminServer, AdminState};
+use crate::admin::{AdminAccess, AdminServer, AdminState};
 use crate::audit::{AuditLog, AuditWriter};
 use crate::config::Config;
 use crate::error_chain::error_chain;
@@ -320,10 +320,9 @@ fn admin_state(state: &Arc<ProxyState>, cache: PolicyCache, admission: &Arc<Admi
         metrics: Arc::clone(&state.metrics),
         certs: state.certs.clone(),
         connections: Box::new(move || admission.open_connections() as u64),
-        tokens: state.config.admin.tokens(),
+        access: AdminAccess::new(&state.config.admin),
         approvals: state.approvals.clone(),
         draining: AtomicBool::new(false),
-        sessions: Default::default(),
         streams: Default::default(),
     }
 }

@@ -5,10 +5,12 @@
 //! the policy files again, readiness (a failing decision log, the drain at shutdown), the
 //! connection cap and start-up on a taken address, and `http://agentgate.local/` answered by
 //! agentgate itself with no lookup and no connection (proven by a recording resolver and
-//! dialer).
+//! dialer). Issue 25: a DNS-rebinding page (a foreign `Host`, a foreign `Origin`) is refused,
+//! and repeated wrong tokens are answered late while a right one is served.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use agentgate::audit::OnFailure;
 use agentgate::net::{Dial, NetFuture, Resolve};
@@ -16,9 +18,10 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::approvals::{ADMIN, checkout, hold, pending, shop};
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
-use crate::support::raw::connect_tunnel;
+use crate::support::raw::{connect_tunnel, exchange};
 use crate::support::{TestProxy, TestResult, header};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
@@ -61,7 +64,16 @@ pub(crate) fn sample(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[
 }
 
 pub(crate) async fn scrape(proxy: &TestProxy) -> TestResult<prometheus_parse::Scrape> {
-    let response = admin_client()?.get(admin_url(proxy, "/metrics")?).send().await?;
+    scrape_as(proxy, None).await
+}
+
+/// [`scrape`] with the admin token `bearer`, when the proxy has one.
+pub(crate) async fn scrape_as(proxy: &TestProxy, bearer: Option<&str>) -> TestResult<prometheus_parse::Scrape> {
+    let mut request = admin_client()?.get(admin_url(proxy, "/metrics")?);
+    if let Some(bearer) = bearer {
+        request = request.bearer_auth(bearer);
+    }
+    let response = request.send().await?;
     assert_eq!(response.status(), 200);
     assert!(header(&response, "content-type").starts_with("application/openmetrics-text"), "{response:?}");
     let text = response.text().await?;
@@ -417,5 +429,132 @@ async fn agentgate_local_serves_the_ca_without_any_lookup_or_dial() -> TestResul
     assert_eq!(pem_record["http.response.status_code"], 200, "{pem_record}");
     assert_eq!(pem_record["agentgate.reasons"][0]["code"], "operator.served_locally", "{pem_record}");
     assert_eq!(pem_record["agentgate.reasons"][0]["source"], "operator", "{pem_record}");
+    Ok(())
+}
+
+/// One request written by hand to the admin API, as a browser on another name would send it
+/// (`Host` and `Origin` exactly as given): the status and the body.
+async fn by_hand(proxy: &TestProxy, head: &str, body: &str) -> TestResult<(u16, String)> {
+    let addr = proxy.admin_addr.ok_or("no admin address")?;
+    let request = format!("{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    let answer = exchange(addr, request.as_bytes()).await?;
+    let status = answer.get(9..12).and_then(|code| code.parse().ok()).ok_or_else(|| format!("no status: {answer}"))?;
+    let body = answer.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    Ok((status, body))
+}
+
+#[tokio::test]
+async fn a_dns_rebinding_page_can_neither_read_nor_approve() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = shop(&ca).await?;
+    let proxy = TestProxy::start_with(&ca, |config| {
+        hold(config);
+        config.admin.hosts = vec!["admin.internal".to_owned()];
+    })
+    .await?;
+    let port = proxy.admin_addr.ok_or("no admin address")?.port();
+    let waiting = checkout(&proxy.client()?, &origin);
+    let id = pending(&proxy, Some(ADMIN), 1).await?[0]["id"].as_str().ok_or("an id")?.to_owned();
+
+    // The page at rebind.attacker.example:PORT, its name now resolving to 127.0.0.1: the
+    // browser sends the page's own name as Host, and its origin on a write. Even with the
+    // token (which such a page should not have) nothing is answered.
+    let rebound = format!("rebind.attacker.example:{port}");
+    let auth = format!("Authorization: Bearer {ADMIN}");
+    for path in ["/approvals", "/decisions/recent", "/", "/metrics"] {
+        let (status, body) = by_hand(&proxy, &format!("GET {path} HTTP/1.1\r\nHost: {rebound}\r\n{auth}"), "").await?;
+        assert_eq!(status, 421, "GET {path}: {body}");
+        assert!(body.contains(&format!("localhost:{port}")) && body.contains("[admin] hosts"), "{body}");
+    }
+    let approve = r#"{"decision": "approve", "remember": "path-for-agent-15m"}"#;
+    let post = |host: &str, origin: Option<&str>| {
+        let origin = origin.map(|o| format!("\r\nOrigin: {o}")).unwrap_or_default();
+        format!("POST /approvals/{id} HTTP/1.1\r\nHost: {host}\r\n{auth}\r\nContent-Type: application/json{origin}")
+    };
+    let from_page = format!("http://{rebound}");
+    let (status, body) = by_hand(&proxy, &post(&rebound, Some(&from_page)), approve).await?;
+    assert_eq!(status, 421, "{body}");
+    // The right Host, a foreign Origin (a page that got the Host right some other way).
+    let own = format!("127.0.0.1:{port}");
+    for origin in [from_page.as_str(), "null"] {
+        let (status, body) = by_hand(&proxy, &post(&own, Some(origin)), approve).await?;
+        assert_eq!(status, 403, "Origin {origin}: {body}");
+    }
+    assert_eq!(pending(&proxy, Some(ADMIN), 1).await?[0]["id"], id.as_str(), "still held: nothing approved it");
+    let (status, body) = by_hand(&proxy, &format!("GET /approvals HTTP/1.1\r\n{auth}"), "").await?;
+    assert_eq!(status, 400, "HTTP/1.1 without a Host: {body}");
+
+    // What the API is reached by: a configured name, loopback names, and liveness from anywhere.
+    for host in [format!("admin.internal:{port}"), "admin.internal".to_owned(), format!("localhost:{port}")] {
+        let (status, body) = by_hand(&proxy, &format!("GET /approvals HTTP/1.1\r\nHost: {host}\r\n{auth}"), "").await?;
+        assert_eq!(status, 200, "Host {host}: {body}");
+    }
+    let (status, _) = by_hand(&proxy, &format!("GET /healthz HTTP/1.1\r\nHost: {rebound}"), "").await?;
+    assert_eq!(status, 200, "liveness is exempt: a health checker may name the service its own way");
+    // The console's own origin, and no Origin at all (curl, scripts): the write goes through.
+    let (status, body) =
+        by_hand(&proxy, &post(&own, Some(&format!("http://{own}"))), r#"{"decision": "bogus"}"#).await?;
+    assert_eq!(status, 400, "past the Origin check to the body's own check: {body}");
+    let (status, body) = by_hand(&proxy, &post(&own, None), approve).await?;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(waiting.await??.status(), 200);
+    proxy.finish().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_a_token_a_rebinding_page_still_cannot_read_the_log() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let proxy = TestProxy::start(&ca).await?;
+    let port = proxy.admin_addr.ok_or("no admin address")?.port();
+    for path in ["/decisions/recent", "/approvals", "/policies?origin=http://a.test", "/decisions/stream"] {
+        let head = format!("GET {path} HTTP/1.1\r\nHost: rebind.attacker.example:{port}");
+        assert_eq!(by_hand(&proxy, &head, "").await?.0, 421, "{path}");
+    }
+    let head = format!(
+        "DELETE /policies?origin=http://a.test HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://rebind.attacker.example:{port}"
+    );
+    assert_eq!(by_hand(&proxy, &head, "").await?.0, 403, "a purge from another origin");
+    assert_eq!(get(&proxy, "/decisions/recent").await?.0, 200, "the API's own address works");
+    proxy.finish().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn repeated_wrong_tokens_are_answered_late_and_a_right_token_is_served() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let proxy = TestProxy::start_with(&ca, |config| config.admin.token_sha256 = Some(TOKEN_SHA256.to_owned())).await?;
+    // The login's `303` is read, not followed.
+    let client = reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build()?;
+    let url = admin_url(&proxy, "/decisions/recent")?;
+    // Five failures from one address are free.
+    for _ in 0..5 {
+        assert_eq!(client.get(&url).bearer_auth("guess").send().await?.status(), 401);
+    }
+    // The sixth waits at least 250 ms, the seventh (a console login: the same count) 500 ms.
+    let started = Instant::now();
+    assert_eq!(client.get(&url).bearer_auth("guess").send().await?.status(), 401);
+    assert!(started.elapsed() >= Duration::from_millis(250), "the sixth failure was answered at once");
+    let started = Instant::now();
+    let login = client
+        .post(admin_url(&proxy, "/login")?)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("token=guess")
+        .send()
+        .await?;
+    assert_eq!(login.status(), 401);
+    assert!(started.elapsed() >= Duration::from_millis(500), "the seventh failure was answered too soon");
+    // The right token from the same address right after: served, never refused. (That it does
+    // not wait is proved in paused time: `admin::access::tests::wrong_tokens_wait_and_a_right_one_right_after_never_does`.)
+    let right = client.get(&url).bearer_auth("admin-secret").send().await?;
+    assert_eq!(right.status(), 200);
+    let session = client
+        .post(admin_url(&proxy, "/login")?)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("token=admin-secret")
+        .send()
+        .await?;
+    assert_eq!(session.status(), 303, "a console session opened");
+    proxy.finish().await?;
     Ok(())
 }

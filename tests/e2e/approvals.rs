@@ -4,8 +4,11 @@
 //! with `POST /approvals/{id}` on the admin API. Each way a held request ends — approved,
 //! denied, timed out, its client hanging up, refused by a full queue, let through by a
 //! remembered approval — is checked at the client, at the origin and in the decision log,
-//! where it is recorded once.
+//! where it is recorded once. Holding needs an admin token (issue 25): without one the
+//! binary refuses to start, `config check` refuses the file, and a reload that would hold is
+//! rejected while the running config stays.
 
+use std::ffi::OsStr;
 use std::time::Duration;
 
 use agentgate::admin::AdminToken;
@@ -14,9 +17,11 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use crate::admin::{admin_client, admin_url, sample, scrape};
+use crate::admin::{admin_client, admin_url, sample, scrape_as};
 use crate::agents::{agent, client_as};
 use crate::limits::{agents_md, markdown_site};
+use crate::reload::{base_config, replace_file};
+use crate::support::binary::{self, Agentgate};
 use crate::support::log::for_request;
 use crate::support::origin::Origin;
 use crate::support::pki::TestCa;
@@ -28,14 +33,18 @@ const RULE_LINE: u64 = 7;
 /// How long a test waits for a held request to show up in (or leave) `GET /approvals`.
 const WAIT_LIMIT: Duration = Duration::from_secs(5);
 
+/// The admin token [`hold`] configures, named `admin`.
+pub(crate) const ADMIN: &str = "admin-secret";
+
 /// An origin whose AGENTS.md reserves `POST /checkout` for a human (line 7).
-async fn shop(ca: &TestCa) -> TestResult<Origin> {
+pub(crate) async fn shop(ca: &TestCa) -> TestResult<Origin> {
     Origin::https_site(ca, markdown_site(agents_md("## Restrictions\n- require-human-approval: /checkout\n"))).await
 }
 
-/// Config edit: hold requests for approval.
-fn hold(config: &mut Config) {
+/// Config edit: hold requests for approval, with the admin token [`ADMIN`] that holding needs.
+pub(crate) fn hold(config: &mut Config) {
     config.approvals.mode = ApprovalMode::Hold;
+    config.admin.token_sha256 = Some(hex::encode(Sha256::digest(ADMIN.as_bytes())));
 }
 
 /// A named admin token `name` whose secret is `secret`.
@@ -60,7 +69,7 @@ async fn json_answer(response: reqwest::Response) -> TestResult<(u16, Value)> {
 }
 
 /// Polls `GET /approvals` (bounded) until it lists exactly `count` held requests.
-async fn pending(proxy: &TestProxy, bearer: Option<&str>, count: usize) -> TestResult<Vec<Value>> {
+pub(crate) async fn pending(proxy: &TestProxy, bearer: Option<&str>, count: usize) -> TestResult<Vec<Value>> {
     let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
     loop {
         let (status, body) = list(proxy, bearer).await?;
@@ -91,7 +100,10 @@ async fn answer(proxy: &TestProxy, id: &str, bearer: Option<&str>, body: Value) 
 }
 
 /// A `POST /checkout` through the proxy, sent in its own task: it waits while held.
-fn checkout(client: &reqwest::Client, origin: &Origin) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+pub(crate) fn checkout(
+    client: &reqwest::Client,
+    origin: &Origin,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
     let request = client.post(origin.url("/checkout")).header("content-type", "text/plain").body("order=42");
     tokio::spawn(request.send())
 }
@@ -165,24 +177,24 @@ async fn a_denied_request_gets_a_403_naming_the_denier_and_the_reason() -> TestR
     let origin = shop(&ca).await?;
     let proxy = TestProxy::start_with(&ca, hold).await?;
     let waiting = checkout(&proxy.client()?, &origin);
-    let listed = pending(&proxy, None, 1).await?;
+    let listed = pending(&proxy, Some(ADMIN), 1).await?;
     let id = listed[0]["id"].as_str().ok_or("an id")?;
-    assert_eq!(sample(&scrape(&proxy).await?, "agentgate_approvals_pending", &[]), Some(1.0));
+    assert_eq!(sample(&scrape_as(&proxy, Some(ADMIN)).await?, "agentgate_approvals_pending", &[]), Some(1.0));
 
     let body = json!({"decision": "deny", "reason": "budget frozen this week"});
-    let (status, answered) = answer(&proxy, id, None, body).await?;
-    assert_eq!((status, answered), (200, json!({"id": id, "decision": "denied", "by": "anonymous"})));
+    let (status, answered) = answer(&proxy, id, Some(ADMIN), body).await?;
+    assert_eq!((status, answered), (200, json!({"id": id, "decision": "denied", "by": "admin"})));
     let response = waiting.await??;
     assert_eq!(response.status(), 403);
     let decision = header(&response, "agentgate-decision");
     let prefix = format!(
-        "needs_approval; source=AGENTS.md; line={RULE_LINE}; code=agents_md.requires_human_approval; approval=denied; by=anonymous; record="
+        "needs_approval; source=AGENTS.md; line={RULE_LINE}; code=agents_md.requires_human_approval; approval=denied; by=admin; record="
     );
     assert!(decision.starts_with(&prefix), "{decision}");
     let text = response.text().await?;
-    assert!(text.contains("anonymous denied it") && text.contains("Their reason: budget frozen this week"), "{text}");
+    assert!(text.contains("admin denied it") && text.contains("Their reason: budget frozen this week"), "{text}");
     assert_eq!(origin.hits("/checkout"), 0);
-    let metrics = scrape(&proxy).await?;
+    let metrics = scrape_as(&proxy, Some(ADMIN)).await?;
     assert_eq!(sample(&metrics, "agentgate_approvals_pending", &[]), Some(0.0));
     assert_eq!(sample(&metrics, "agentgate_approvals_total", &[("decision", "denied")]), Some(1.0));
 
@@ -192,7 +204,7 @@ async fn a_denied_request_gets_a_403_naming_the_denier_and_the_reason() -> TestR
     assert_eq!(line["event.outcome"], "needs_approval");
     assert_eq!(line["http.response.status_code"], 403);
     assert_eq!(line["agentgate.approval.decision"], "denied");
-    assert_eq!(line["agentgate.approval.by"], "anonymous");
+    assert_eq!(line["agentgate.approval.by"], "admin");
     assert_eq!(line["agentgate.approval.reason"], "budget frozen this week");
     assert_eq!(line["agentgate.reasons"][0]["code"], "agents_md.requires_human_approval");
     Ok(())
@@ -220,7 +232,7 @@ async fn nobody_answering_in_time_is_a_403_saying_so() -> TestResult {
     assert!(body["message"].as_str().is_some_and(|m| m.contains("nobody approved or denied it")), "{body}");
     assert_eq!(body["approval"], json!({"decision": "timeout", "by": null, "reason": null}));
     assert_eq!(origin.hits("/checkout"), 0);
-    assert!(pending(&proxy, None, 0).await?.is_empty(), "a timed-out request leaves the queue");
+    assert!(pending(&proxy, Some(ADMIN), 0).await?.is_empty(), "a timed-out request leaves the queue");
 
     let records = proxy.finish().await?;
     let line = the_checkout(&records)?;
@@ -238,21 +250,21 @@ async fn a_client_that_hangs_up_leaves_the_queue_and_is_recorded_as_hung_up() ->
     let proxy = TestProxy::start_with(&ca, hold).await?;
     // h2 through the MITM'd tunnel: dropping the request resets its stream.
     let waiting = checkout(&proxy.client()?, &origin);
-    let listed = pending(&proxy, None, 1).await?;
+    let listed = pending(&proxy, Some(ADMIN), 1).await?;
     waiting.abort();
-    pending(&proxy, None, 0).await?;
+    pending(&proxy, Some(ADMIN), 0).await?;
     // HTTP/1.1 in a MITM'd tunnel: the client closes its connection.
     let (tunnel, _) = connect_tunnel(proxy.addr, &origin.authority()).await?;
     let mut tls = tls_client(tunnel, "localhost", &proxy.ca_pem, &[b"http/1.1"]).await?;
     let request =
         format!("POST /checkout HTTP/1.1\r\nHost: {}\r\nContent-Length: 8\r\n\r\norder=42", origin.authority());
     tls.write_all(request.as_bytes()).await?;
-    let second = pending(&proxy, None, 1).await?;
+    let second = pending(&proxy, Some(ADMIN), 1).await?;
     drop(tls);
-    pending(&proxy, None, 0).await?;
+    pending(&proxy, Some(ADMIN), 0).await?;
     assert_eq!(origin.hits("/checkout"), 0, "neither reached the origin");
     let (status, _) =
-        answer(&proxy, listed[0]["id"].as_str().ok_or("an id")?, None, json!({"decision": "approve"})).await?;
+        answer(&proxy, listed[0]["id"].as_str().ok_or("an id")?, Some(ADMIN), json!({"decision": "approve"})).await?;
     assert_eq!(status, 404, "a request whose client left cannot be approved");
 
     let records = proxy.finish().await?;
@@ -278,17 +290,17 @@ async fn past_max_pending_a_request_is_refused_at_once() -> TestResult {
     .await?;
     let client = proxy.client()?;
     let first = checkout(&client, &origin);
-    let listed = pending(&proxy, None, 1).await?;
+    let listed = pending(&proxy, Some(ADMIN), 1).await?;
 
     let second = client.post(origin.url("/checkout")).body("order=43").send().await?;
     assert_eq!(second.status(), 403);
     assert!(header(&second, "agentgate-decision").contains("; approval=queue_full; record="));
     let text = second.text().await?;
     assert!(text.contains("too many requests are already waiting for approval"), "{text}");
-    assert_eq!(pending(&proxy, None, 1).await?[0]["id"], listed[0]["id"], "the first is still held");
+    assert_eq!(pending(&proxy, Some(ADMIN), 1).await?[0]["id"], listed[0]["id"], "the first is still held");
 
     let id = listed[0]["id"].as_str().ok_or("an id")?;
-    assert_eq!(answer(&proxy, id, None, json!({"decision": "approve"})).await?.0, 200);
+    assert_eq!(answer(&proxy, id, Some(ADMIN), json!({"decision": "approve"})).await?.0, 200);
     assert_eq!(first.await??.status(), 200);
     let records = proxy.finish().await?;
     let decisions: Vec<&Value> =
@@ -425,9 +437,9 @@ async fn an_approved_request_still_passes_the_limits() -> TestResult {
     let client = proxy.client()?;
     assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200, "spends the one request a minute");
     let waiting = checkout(&client, &origin);
-    let listed = pending(&proxy, None, 1).await?;
+    let listed = pending(&proxy, Some(ADMIN), 1).await?;
     let id = listed[0]["id"].as_str().ok_or("an id")?;
-    assert_eq!(answer(&proxy, id, None, json!({"decision": "approve"})).await?.0, 200);
+    assert_eq!(answer(&proxy, id, Some(ADMIN), json!({"decision": "approve"})).await?.0, 200);
     let response = waiting.await??;
     assert_eq!(response.status(), 429, "a human's approval is not a budget");
     assert!(header(&response, "agentgate-decision").starts_with("rate_limited; source=AGENTS.md"), "{response:?}");
@@ -451,6 +463,11 @@ async fn deny_mode_and_monitor_mode_never_hold() -> TestResult {
     let text = refused.text().await?;
     assert!(text.contains("does not hold requests for approval"), "{text}");
     assert!(pending(&proxy, None, 0).await?.is_empty());
+    // Without an admin token nobody may answer a held request, not even one held by a
+    // config built in code: the caller could be the agent itself.
+    let (status, body) = answer(&proxy, "0000000000000000", None, json!({"decision": "approve"})).await?;
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"].as_str().is_some_and(|e| e.contains("needs an admin token")), "{body}");
     let records = proxy.finish().await?;
     let line = the_checkout(&records)?;
     assert_eq!(line["event.outcome"], "needs_approval");
@@ -482,7 +499,7 @@ async fn shutting_down_refuses_a_held_request_at_once_and_records_it() -> TestRe
     })
     .await?;
     let waiting = checkout(&proxy.client()?, &origin);
-    let listed = pending(&proxy, None, 1).await?;
+    let listed = pending(&proxy, Some(ADMIN), 1).await?;
     let stopped = proxy.shut_down().ok_or("the proxy was running")?;
     // Answered at once, not at the end of the 60 s grace period nor the 60 s approval timeout.
     let response = tokio::time::timeout(WAIT_LIMIT, waiting).await???;
@@ -496,5 +513,101 @@ async fn shutting_down_refuses_a_held_request_at_once_and_records_it() -> TestRe
     assert_eq!(line["event.id"], listed[0]["record_id"]);
     assert_eq!(line["agentgate.approval.decision"], "shutdown");
     assert_eq!(line["http.response.status_code"], 403);
+    Ok(())
+}
+
+/// `[admin]` with the token [`ADMIN`] (`printf %s admin-secret | sha256sum`).
+const ADMIN_TABLE: &str = "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_sha256 = \"16175223c8ddce5ace0493c948569c211b03c4c6bb3d3e484434999448cffe01\"\n";
+
+/// Runs the real binary with `args` to its end (bounded); its exit status and stderr.
+async fn run_to_end(args: &[&OsStr]) -> TestResult<(std::process::ExitStatus, String)> {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentgate"));
+    command.args(args).kill_on_drop(true);
+    let output =
+        tokio::time::timeout(binary::WAIT_LIMIT, command.output()).await.map_err(|_| "agentgate did not exit")??;
+    Ok((output.status, String::from_utf8_lossy(&output.stderr).into_owned()))
+}
+
+#[tokio::test]
+async fn hold_without_an_admin_token_is_refused_at_start_and_by_config_check_and_starts_with_one() -> TestResult {
+    agentgate::tls::install_default_provider();
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("agentgate.toml");
+    let common = format!(
+        "listen = \"127.0.0.1:0\"\n[ca]\ndir = {:?}\n[audit]\npath = {:?}\n[approvals]\nmode = \"hold\"\n",
+        dir.path().join("ca"),
+        dir.path().join("decisions.jsonl")
+    );
+    std::fs::write(&path, format!("{common}[admin]\nlisten = \"127.0.0.1:0\"\n"))?;
+    for command in ["run --config", "config check"] {
+        let mut args: Vec<&OsStr> = command.split(' ').map(OsStr::new).collect();
+        args.push(path.as_os_str());
+        let (status, stderr) = run_to_end(&args).await?;
+        assert!(!status.success(), "agentgate {command} accepted hold without a token:\n{stderr}");
+        for part in [
+            "[approvals] mode = \"hold\" holds requests for a human's approval, but no admin token is configured",
+            "[admin] token_sha256",
+            "[[admin.tokens]]",
+            "printf %s TOKEN | sha256sum",
+            "or set it to \"deny\"",
+        ] {
+            assert!(stderr.contains(part), "agentgate {command}: {part:?} missing from:\n{stderr}");
+        }
+    }
+    assert!(!dir.path().join("decisions.jsonl").exists(), "nothing was served");
+
+    // With a token the same file starts, and holds.
+    std::fs::write(&path, format!("{common}{ADMIN_TABLE}"))?;
+    let (status, stderr) = run_to_end(&[OsStr::new("config"), OsStr::new("check"), path.as_os_str()]).await?;
+    assert!(status.success(), "{stderr}");
+    let agentgate = Agentgate::start(dir.path(), &path, "info").await?;
+    // Served (agentgate answers this itself), so its SIGTERM handler is in place for stop.
+    let served = agentgate.client()?.get("http://agentgate.local/ca.pem").send().await?;
+    assert_eq!(served.status(), 200);
+    agentgate.stop().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reload_that_would_hold_without_a_running_admin_token_is_rejected_and_nothing_is_held() -> TestResult {
+    agentgate::tls::install_default_provider();
+    let ca = TestCa::new("origin CA")?;
+    let origin = shop(&ca).await?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("agentgate.toml");
+    // `[admin]` is the file's last table: a line appended lands in it.
+    let base = base_config(dir.path(), &ca);
+    std::fs::write(&path, &base)?;
+    let agentgate = Agentgate::start(dir.path(), &path, "info").await?;
+    let client = agentgate.client()?;
+    let refused_at_once = |response: reqwest::Response| async move {
+        assert_eq!(response.status(), 403);
+        let text = response.text().await?;
+        assert!(text.contains("does not hold requests for approval"), "{text}");
+        TestResult::Ok(())
+    };
+    refused_at_once(client.post(origin.url("/checkout")).body("order=42").send().await?).await?;
+
+    // Hold without a token: the file is invalid, rejected, and the running config stays.
+    let hold = "[approvals]\nmode = \"hold\"\n";
+    replace_file(&path, &format!("{base}{hold}"))?;
+    let rejected = ["config reload rejected", "[approvals] mode = \"hold\" holds requests", "no admin token"];
+    agentgate.logged(&rejected, 1).await?;
+    refused_at_once(client.post(origin.url("/checkout")).body("order=42").send().await?).await?;
+
+    // Hold with a token in the same edit: the file is valid alone, but `[admin]` needs a
+    // restart, so the running (token-less) `[admin]` would stay beside `hold`: rejected too.
+    let token = "token_sha256 = \"16175223c8ddce5ace0493c948569c211b03c4c6bb3d3e484434999448cffe01\"\n";
+    replace_file(&path, &format!("{base}{token}{hold}"))?;
+    let stderr = agentgate
+        .logged(
+            &["config reload rejected", "no admin token", "checked with the running [admin]", "restart agentgate"],
+            1,
+        )
+        .await?;
+    assert!(!stderr.contains("config reloaded"), "no reload was put in force:\n{stderr}");
+    refused_at_once(client.post(origin.url("/checkout")).body("order=42").send().await?).await?;
+    assert_eq!(origin.hits("/checkout"), 0);
+    agentgate.stop().await?;
     Ok(())
 }

@@ -34,7 +34,7 @@ pub(crate) fn base_config(dir: &Path, origin_ca: &TestCa) -> String {
 }
 
 /// Replaces the config file the way editors do: write a sibling, rename it over the file.
-fn replace_file(path: &Path, text: &str) -> TestResult {
+pub(crate) fn replace_file(path: &Path, text: &str) -> TestResult {
     let sibling = path.with_extension("toml.tmp");
     std::fs::write(&sibling, text)?;
     std::fs::rename(&sibling, path)?;
