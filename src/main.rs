@@ -252,6 +252,9 @@ fn run_proxy(args: RunArgs) -> anyhow::Result<()> {
         let config = std::sync::Arc::new(config);
         let config_path = source.path.clone();
         let running = Proxy::new(std::sync::Arc::clone(&config))?.bind().await?;
+        // Before the banner: a SIGTERM sent as soon as it is printed must stop agentgate
+        // gracefully, not kill it (the handlers are installed by this call).
+        let shutdown = shutdown_signal();
         // Before the banner: from now on SIGHUP reloads and reopens the log, never stops agentgate.
         running.reloader(source).start();
         let addr = running.local_addr();
@@ -267,7 +270,7 @@ fn run_proxy(args: RunArgs) -> anyhow::Result<()> {
             admin: running.admin_addr(),
         };
         print!("{}", startup.render());
-        running.run_until(shutdown_signal()).await;
+        running.run_until(shutdown).await;
         Ok(())
     })
 }

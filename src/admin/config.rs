@@ -84,7 +84,13 @@ impl AdminConfig {
     /// so the rule and its message are one (test
     /// `approvals::config::tests::hold_needs_an_admin_token`).
     pub fn holding_problems(&self, setting: &str, problems: &mut Vec<String>) {
-        if !self.has_token() {
+        if self.listen.is_none() {
+            problems.push(format!(
+                "{setting} holds requests for a human's approval, but [admin] listen = \"off\": nobody \
+                 could answer them and every held request would wait out [approvals] timeout; give \
+                 [admin] listen an address (with a token) or set it to \"deny\""
+            ));
+        } else if !self.has_token() {
             problems.push(format!(
                 "{setting} holds requests for a human's approval, but no admin token is configured \
                  ([admin] token_sha256 or [[admin.tokens]]), so any process that reaches the admin API, \

@@ -121,6 +121,13 @@ mod tests {
     }
 
     #[test]
+    fn hold_needs_an_admin_api_to_answer_on() {
+        let found = problems(&format!("[approvals]\nmode = \"hold\"\n{ADMIN_TOKEN}listen = \"off\"\n"));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("but [admin] listen = \"off\": nobody could answer them"), "{found:?}");
+    }
+
+    #[test]
     fn an_unknown_mode_or_key_is_a_syntax_error() {
         for text in ["[approvals]\nmode = \"ask\"\n", "[approvals]\nmax_pendng = 3\n"] {
             let err = Config::from_toml_str(text, "agentgate.toml").expect_err("rejected");

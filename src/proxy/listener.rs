@@ -399,34 +399,52 @@ pub(crate) async fn serve_connection<I>(
     }
 }
 
-/// Completes on SIGTERM or SIGINT (Ctrl-C): the signal to pass to
-/// [`RunningProxy::run_until`]. If a signal handler cannot be installed, that signal is
-/// logged and ignored rather than taken as a request to stop.
-pub async fn shutdown_signal() {
-    let interrupt = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            warn!(%error, "cannot listen for SIGINT; use SIGTERM to stop");
-            std::future::pending::<()>().await;
+/// A future that completes on SIGTERM or SIGINT (Ctrl-C): the signal to pass to
+/// [`RunningProxy::run_until`]. The handlers are installed when this is called, not when the
+/// future is first polled, so a signal sent as soon as the start-up banner is printed (call
+/// this before printing it) is a graceful shutdown, never the default action that kills the
+/// process. If a handler cannot be installed, that signal is logged and ignored rather than
+/// taken as a request to stop.
+///
+/// Must be called inside the runtime.
+#[cfg(unix)]
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let install = |kind: SignalKind, name: &'static str, other: &'static str| match signal(kind) {
+        Ok(signal) => Some(signal),
+        Err(error) => {
+            warn!(%error, "cannot listen for {name}; use {other} to stop");
+            None
         }
     };
-    #[cfg(unix)]
-    let terminate = async {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut signal) => {
+    let interrupt = install(SignalKind::interrupt(), "SIGINT", "SIGTERM");
+    let terminate = install(SignalKind::terminate(), "SIGTERM", "SIGINT");
+    let received = |signal: Option<tokio::signal::unix::Signal>| async move {
+        match signal {
+            Some(mut signal) => {
                 signal.recv().await;
             }
-            Err(error) => {
-                warn!(%error, "cannot listen for SIGTERM; use SIGINT to stop");
-                std::future::pending::<()>().await;
-            }
+            None => std::future::pending::<()>().await,
         }
     };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => info!("SIGINT received"),
-        () = terminate => info!("SIGTERM received"),
+    async move {
+        tokio::select! {
+            () = received(interrupt) => info!("SIGINT received"),
+            () = received(terminate) => info!("SIGTERM received"),
+        }
+    }
+}
+
+/// A future that completes on Ctrl-C (the only stop signal off Unix).
+#[cfg(not(unix))]
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    let interrupt = tokio::signal::ctrl_c();
+    async move {
+        if let Err(error) = interrupt.await {
+            warn!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+        info!("Ctrl-C received");
     }
 }
 

@@ -3,6 +3,7 @@
 
 use tokio::net::TcpStream;
 
+use crate::support::binary::Agentgate;
 use crate::support::origin::Origin;
 use crate::support::pki::TestCa;
 use crate::support::{TestProxy, TestResult, header};
@@ -29,5 +30,22 @@ async fn in_flight_request_completes_during_graceful_shutdown() -> TestResult {
     assert_eq!(header(&response, "via"), "1.1 agentgate");
     assert_eq!(response.text().await?, "released");
     stopped.await?;
+    Ok(())
+}
+
+/// The stop signals are handled from the moment the ready line is printed: a supervisor (or a
+/// test) that sends SIGTERM as soon as it reads that line gets a graceful exit (status 0, the
+/// log flushed), never the default action that kills the process. Five times, because the
+/// window this closes was a race.
+#[tokio::test]
+async fn a_sigterm_right_after_the_ready_line_stops_agentgate_gracefully() -> TestResult {
+    agentgate::tls::install_default_provider();
+    let ca = TestCa::new("origin CA")?;
+    let dir = tempfile::tempdir()?;
+    let config_path = dir.path().join("agentgate.toml");
+    std::fs::write(&config_path, crate::reload::base_config(dir.path(), &ca))?;
+    for _ in 0..5 {
+        Agentgate::start(dir.path(), &config_path, "info").await?.stop().await?;
+    }
     Ok(())
 }
