@@ -170,7 +170,7 @@ impl Limiter {
 
     /// The store `[limits]` asks for, trusting `extra_ca_files` (`[upstream]`) for
     /// `rediss://` and counting into `metrics`. Call inside a tokio runtime (the Redis
-    /// client's connection task runs there); it connects on the first check.
+    /// client's connection task runs there); it connects when [warmed](Self::warm).
     ///
     /// # Errors
     /// [`LimitsError`] when the Redis store cannot be set up.
@@ -182,6 +182,15 @@ impl Limiter {
         match config.store {
             Store::Memory => Ok(Limiter::in_process()),
             Store::Redis => Ok(Limiter::Redis(Box::new(RedisLimiter::new(&config.redis, extra_ca_files, metrics)?))),
+        }
+    }
+
+    /// Gets the store ready before the proxy serves: for Redis, connects, loads the scripts
+    /// and reads its clock, waiting a bounded time and logging when it cannot
+    /// ([`RedisLimiter::warm`]); nothing to do in process.
+    pub async fn warm(&self) {
+        if let Limiter::Redis(shared) = self {
+            shared.warm().await;
         }
     }
 

@@ -124,6 +124,8 @@ pub struct Proxy {
     /// The gate's policy cache, shared with the admin API.
     cache: PolicyCache,
     metrics: Arc<Metrics>,
+    /// The gate's limits store, warmed before the proxy binds.
+    limiter: Arc<Limiter>,
 }
 
 /// A proxy bound to its listen address; [`run_until`](Self::run_until) serves it.
@@ -177,8 +179,9 @@ impl Proxy {
         let cache = PolicyCache::new(upstream.clone(), settings, Arc::clone(&metrics));
         let limiter = Limiter::from_config(&config.limits, &config.upstream.extra_ca_files, metrics.limits_store())
             .map_err(|source| StartError::Limits { source })?;
-        let gate = Gate::new(&config, cache.clone(), Arc::new(limiter));
-        Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics })
+        let limiter = Arc::new(limiter);
+        let gate = Gate::new(&config, cache.clone(), Arc::clone(&limiter));
+        Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics, limiter })
     }
 
     /// The PEM file of the CA that agents must trust.
@@ -186,14 +189,16 @@ impl Proxy {
         &self.ca_cert_path
     }
 
-    /// Binds `listen` from the config (port 0 picks a free port; see
-    /// [`RunningProxy::local_addr`]).
+    /// Gets the limits store ready ([`Limiter::warm`]: for Redis, waits a bounded time and
+    /// logs when it cannot be reached), then binds `listen` from the config (port 0 picks a
+    /// free port; see [`RunningProxy::local_addr`]).
     ///
     /// # Errors
     /// [`StartError::Bind`] when the address is taken or not available,
     /// [`StartError::AdminBind`] when `[admin] listen` is.
     pub async fn bind(self) -> Result<RunningProxy, StartError> {
-        let Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics } = self;
+        let Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics, limiter } = self;
+        limiter.warm().await;
         let addr = config.listen;
         let bind_error = |source| StartError::Bind { addr, source };
         let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
