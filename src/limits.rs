@@ -462,6 +462,24 @@ mod tests {
         assert!(limiter.check_and_spend(usage("a"), &[concurrent(1)]).is_ok(), "the slot was not kept");
     }
 
+    /// SEMANTICS R10, a known limit pinned on purpose: a site's limits are kept per host as
+    /// the request names it, so the same site under its IP literal has its own budget, in
+    /// process and in the keys the Redis store uses. Keying by address would merge unrelated
+    /// sites behind one CDN address; change this only with R10.
+    #[test]
+    fn r10_a_site_under_its_ip_literal_has_its_own_budget_keys_are_per_host_as_named() {
+        let limiter = LocalLimiter::new(FakeRelativeClock::default());
+        let limits = [rate(1, 60)];
+        let by_name = usage("a");
+        let by_address = Usage { agent: "a", origin: "https://93.184.215.14:443", host: "93.184.215.14" };
+        assert!(limiter.check_and_spend(by_name, &limits).is_ok());
+        assert!(limiter.check_and_spend(by_name, &limits).is_err(), "the name's budget of one is spent");
+        assert!(limiter.check_and_spend(by_address, &limits).is_ok(), "the IP literal starts its own budget");
+        let key = |u: Usage<'_>| limits[0].key(u.agent, u.origin, u.host);
+        assert_ne!(key(by_name), key(by_address), "the shared store's keys differ the same way");
+        assert!(key(by_name).contains("example.com") && key(by_address).contains("93.184.215.14"));
+    }
+
     #[test]
     fn idle_keys_are_evicted_after_traffic_stops() {
         let clock = FakeRelativeClock::default();
