@@ -262,8 +262,9 @@ impl RunningProxy {
     }
 
     /// Serves until `shutdown` completes, then stops accepting and lets in-flight requests,
-    /// tunnels and WebSocket relays finish for up to `shutdown_grace`; whatever is still
-    /// running then is closed. Returns when that is done.
+    /// tunnels, WebSocket relays and admin requests finish for up to `shutdown_grace`, one
+    /// period for all of them; whatever is still running then is closed. Returns when that
+    /// is done and the decision log is flushed.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
         let RunningProxy { state, audit_writer, listener, local_addr, admin, transparent, cache, .. } = self;
         let drain = DrainController::new();
@@ -273,9 +274,7 @@ impl RunningProxy {
             let (state, admission) = (Arc::clone(&state), Arc::clone(&admission));
             tokio::spawn(transparent::accept_loop(listener, state, admission, drain.handle()));
         }
-        let admin = admin.map(|server| {
-            server.start(admin_state(&state, cache, &admission), state.generation().config.shutdown_grace)
-        });
+        let admin = admin.map(|server| server.start(admin_state(&state, cache, &admission)));
         let accept_errors = Throttled::new();
         tokio::pin!(shutdown);
         loop {
@@ -293,18 +292,21 @@ impl RunningProxy {
                 },
             }
         }
+        // One grace period for everything that serves (issue 25: the admin API's own grace
+        // began where the proxy's ended, so a 10 s grace could answer for 20 s).
+        let grace = state.generation().config.shutdown_grace;
+        let deadline = tokio::time::Instant::now() + grace;
         drop(listener);
         if let Some(admin) = &admin {
             admin.start_draining();
         }
-        let grace = state.generation().config.shutdown_grace;
         info!(?grace, "shutting down: no new connections, waiting for in-flight requests");
-        let remaining = drain.drain(grace).await;
+        let remaining = drain.drain(deadline).await;
         if remaining > 0 {
             warn!(remaining, "shutdown grace period over; closing the connections still open");
         }
         if let Some(admin) = admin {
-            admin.stop().await;
+            admin.stop(deadline).await;
         }
         // Every request has recorded its decision by now (or was cut off by the grace
         // period): drain the queue to disk.
@@ -344,14 +346,13 @@ fn accept(state: &Arc<ProxyState>, admission: &Arc<Admission>, tcp: TcpStream, c
     let service = ProxyService::for_proxy_port(Arc::clone(state), client, drain.clone());
     let state = Arc::clone(state);
     let span = debug_span!("connection", client = %client);
-    tokio::spawn(
-        async move {
-            debug!("accepted");
-            serve_connection(tcp, service, ServerProtocols::Http1, drain, &state.config.connections).await;
-            drop(admitted);
-        }
-        .instrument(span),
-    );
+    let until_stopped = drain.clone();
+    let connection = async move {
+        debug!("accepted");
+        serve_connection(tcp, service, ServerProtocols::Http1, drain, &state.config.connections).await;
+        drop(admitted);
+    };
+    tokio::spawn(until_stopped.until_stopped(connection).instrument(span));
 }
 
 /// Which HTTP version a server connection speaks.
