@@ -55,7 +55,7 @@ pub fn redact_url(url: &str, log_query: bool) -> LoggedUrl {
         _ => full.push_str(path_and_query),
     }
     // ASCII apart from controls is the common case and needs no second pass.
-    if full.bytes().any(|b| b < 0x20 || b >= 0x7f) {
+    if full.bytes().any(|b| !(0x20..0x7f).contains(&b)) {
         full = percent_encode_unsafe(&full);
     }
     LoggedUrl { full, domain }
