@@ -170,7 +170,7 @@ impl Limiter {
 
     /// The store `[limits]` asks for, trusting `extra_ca_files` (`[upstream]`) for
     /// `rediss://` and counting into `metrics`. Call inside a tokio runtime (the Redis
-    /// client's connection task runs there); it connects on the first check.
+    /// client's connection task runs there); it connects when [warmed](Self::warm).
     ///
     /// # Errors
     /// [`LimitsError`] when the Redis store cannot be set up.
@@ -182,6 +182,15 @@ impl Limiter {
         match config.store {
             Store::Memory => Ok(Limiter::in_process()),
             Store::Redis => Ok(Limiter::Redis(Box::new(RedisLimiter::new(&config.redis, extra_ca_files, metrics)?))),
+        }
+    }
+
+    /// Gets the store ready before the proxy serves: for Redis, connects, loads the scripts
+    /// and reads its clock, waiting a bounded time and logging when it cannot
+    /// ([`RedisLimiter::warm`]); nothing to do in process.
+    pub async fn warm(&self) {
+        if let Limiter::Redis(shared) = self {
+            shared.warm().await;
         }
     }
 
@@ -451,6 +460,24 @@ mod tests {
         drop(permit);
         assert!(limiter.check_and_spend(usage("a"), &limits).is_err(), "the rate refuses");
         assert!(limiter.check_and_spend(usage("a"), &[concurrent(1)]).is_ok(), "the slot was not kept");
+    }
+
+    /// SEMANTICS R10, a known limit pinned on purpose: a site's limits are kept per host as
+    /// the request names it, so the same site under its IP literal has its own budget, in
+    /// process and in the keys the Redis store uses. Keying by address would merge unrelated
+    /// sites behind one CDN address; change this only with R10.
+    #[test]
+    fn r10_a_site_under_its_ip_literal_has_its_own_budget_keys_are_per_host_as_named() {
+        let limiter = LocalLimiter::new(FakeRelativeClock::default());
+        let limits = [rate(1, 60)];
+        let by_name = usage("a");
+        let by_address = Usage { agent: "a", origin: "https://93.184.215.14:443", host: "93.184.215.14" };
+        assert!(limiter.check_and_spend(by_name, &limits).is_ok());
+        assert!(limiter.check_and_spend(by_name, &limits).is_err(), "the name's budget of one is spent");
+        assert!(limiter.check_and_spend(by_address, &limits).is_ok(), "the IP literal starts its own budget");
+        let key = |u: Usage<'_>| limits[0].key(u.agent, u.origin, u.host);
+        assert_ne!(key(by_name), key(by_address), "the shared store's keys differ the same way");
+        assert!(key(by_name).contains("example.com") && key(by_address).contains("93.184.215.14"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The admin listener: binds `[admin] listen` at start-up (so a taken port stops `run`
 //! before any agent is served), serves HTTP/1.1 connections with hyper until the proxy shuts
-//! down, then lets the admin requests in flight finish (bounded by `shutdown_grace`).
+//! down, then lets the admin requests in flight finish until the proxy's shutdown deadline
+//! (the same `shutdown_grace`, not one more) and closes the rest.
 //!
 //! Never: answers a request itself (`super::routes` does), or serves the proxy port.
 
@@ -16,8 +17,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::access::AdminAccess;
@@ -92,7 +94,8 @@ impl AdminState {
 /// The admin API while it serves.
 pub(crate) struct RunningAdmin {
     state: Arc<AdminState>,
-    stop: oneshot::Sender<()>,
+    /// Carries the deadline for the admin requests in flight.
+    stop: oneshot::Sender<Instant>,
     task: JoinHandle<()>,
 }
 
@@ -103,9 +106,10 @@ impl RunningAdmin {
         self.state.draining.store(true, Ordering::Relaxed);
     }
 
-    /// Stops accepting, lets admin requests in flight finish (bounded), and returns then.
-    pub(crate) async fn stop(self) {
-        let _ = self.stop.send(());
+    /// Stops accepting, lets admin requests in flight finish until `deadline` (the proxy's
+    /// shutdown deadline), closes what is still open then, and returns.
+    pub(crate) async fn stop(self, deadline: Instant) {
+        let _ = self.stop.send(deadline);
         if let Err(error) = self.task.await {
             warn!(%error, "the admin API task failed");
         }
@@ -135,28 +139,30 @@ impl AdminServer {
     }
 
     /// Starts serving `state` in its own task; the handle stops it.
-    pub(crate) fn start(self, state: AdminState, grace: Duration) -> RunningAdmin {
+    pub(crate) fn start(self, state: AdminState) -> RunningAdmin {
         let state = Arc::new(state);
-        let (stop, stopped) = oneshot::channel::<()>();
+        let (stop, stopped) = oneshot::channel::<Instant>();
         let shutdown = async move {
-            // Dropped or sent: either way the proxy is done with the admin API.
-            let _ = stopped.await;
+            // Dropped rather than sent: the proxy is gone, so nothing waits for the rest.
+            stopped.await.unwrap_or_else(|_| Instant::now())
         };
-        let task = tokio::spawn(self.serve(Arc::clone(&state), shutdown, grace));
+        let task = tokio::spawn(self.serve(Arc::clone(&state), shutdown));
         RunningAdmin { state, stop, task }
     }
 
-    /// Serves until `shutdown` completes, then waits up to `grace` for the admin requests in
-    /// flight (a live `/explain` may be fetching policies) and closes the rest.
-    async fn serve(self, state: Arc<AdminState>, shutdown: impl Future<Output = ()>, grace: Duration) {
+    /// Serves until `shutdown` completes with a deadline, then lets the admin requests in
+    /// flight (a live `/explain` may be fetching policies) finish until it, and closes the
+    /// rest: their connection tasks end, so nothing answers past the deadline.
+    async fn serve(self, state: Arc<AdminState>, shutdown: impl Future<Output = Instant>) {
         let AdminServer { listener, local_addr } = self;
         info!(%local_addr, "admin API listening");
         let graceful = GracefulShutdown::new();
         let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let (close, closed) = watch::channel(false);
         tokio::pin!(shutdown);
-        loop {
+        let deadline = loop {
             let (tcp, client) = tokio::select! {
-                () = &mut shutdown => break,
+                deadline = &mut shutdown => break deadline,
                 accepted = listener.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(error) => {
@@ -183,18 +189,23 @@ impl AdminServer {
                 .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(tcp), service);
             let conn = graceful.watch(conn);
+            let mut closed = closed.clone();
             tokio::spawn(async move {
-                if let Err(error) = conn.await {
-                    debug!(error = %error_chain(&error), %client, "admin connection closed with an error");
+                tokio::select! {
+                    served = conn => if let Err(error) = served {
+                        debug!(error = %error_chain(&error), %client, "admin connection closed with an error");
+                    },
+                    _ = closed.wait_for(|closed| *closed) => debug!(%client, "admin connection closed: shutdown grace period over"),
                 }
                 drop(slot);
             });
-        }
+        };
         drop(listener);
         // A live stream never ends by itself: end them, or each would hold the grace period.
         state.streams.close();
-        if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
-            warn!(?grace, "admin requests still running at the end of the grace period; closing them");
+        if tokio::time::timeout_at(deadline, graceful.shutdown()).await.is_err() {
+            warn!("admin requests still running at the end of the grace period; closing them");
         }
+        let _ = close.send(true);
     }
 }

@@ -1,7 +1,11 @@
 //! What of a request URL reaches the decision log. The log is read by people who must not
 //! learn agents' secrets from it: user info never appears, fragments never appear (they are
 //! never sent to an origin, and OAuth implicit flows put tokens there), and query values are
-//! replaced by [`REDACTED`] unless the operator sets `[audit] log_query = true`.
+//! replaced by [`REDACTED`] unless the operator sets `[audit] log_query = true`. Nor may a
+//! URL disguise itself to its reader: characters that reorder or hide text
+//! ([`is_display_unsafe`]) are percent-encoded.
+
+use std::fmt::Write as _;
 
 /// What a query value is replaced with.
 pub const REDACTED: &str = "REDACTED";
@@ -9,7 +13,8 @@ pub const REDACTED: &str = "REDACTED";
 /// A request URL as the decision log shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoggedUrl {
-    /// The URL for `url.full`: no user info, no fragment, query values redacted unless asked.
+    /// The URL for `url.full`: no user info, no fragment, query values redacted unless asked,
+    /// display-unsafe characters percent-encoded.
     pub full: String,
     /// The host for `url.domain`, lower-cased; IPv6 literals keep their brackets (ECS).
     /// `None` for a URL without an authority (origin-form such as `/path`).
@@ -20,7 +25,9 @@ pub struct LoggedUrl {
 /// becomes `REDACTED` (`?q=REDACTED&page=REDACTED`); a query component without `=` may
 /// itself be a secret (`?AKIA...`), so it becomes `REDACTED` as a whole. `&` is the only
 /// separator, so an encoded `%26` stays inside its value. With `log_query` the query is
-/// kept as sent. User info and the fragment are removed either way.
+/// kept as sent. User info and the fragment are removed either way, and every
+/// [display-unsafe](is_display_unsafe) character left (the request line may carry them as
+/// raw UTF-8) is percent-encoded, as RFC 3986 wants any non-ASCII octet anyway.
 pub fn redact_url(url: &str, log_query: bool) -> LoggedUrl {
     let url = url.split_once('#').map_or(url, |(before, _)| before);
     // Pushed piece by piece into one buffer: `format!` cost a request two formatting passes
@@ -47,7 +54,38 @@ pub fn redact_url(url: &str, log_query: bool) -> LoggedUrl {
         }
         _ => full.push_str(path_and_query),
     }
+    // ASCII apart from controls is the common case and needs no second pass.
+    if full.bytes().any(|b| !(0x20..0x7f).contains(&b)) {
+        full = percent_encode_unsafe(&full);
+    }
     LoggedUrl { full, domain }
+}
+
+/// Whether `c` must never reach a reader raw: the C0 and C1 controls and DEL (a terminal or
+/// viewer acts on them), the bidirectional formatting characters (U+061C, U+200E, U+200F,
+/// U+202A–U+202E, U+2066–U+2069: they reorder what follows, so `/invoice` + U+202E +
+/// `fdp.exe` reads as `/invoiceexe.pdf`) and the line and paragraph separators (U+2028,
+/// U+2029, line breaks to many viewers). The console's script escapes the same set
+/// (`src/admin/console/console.js`, `visible`).
+pub(crate) fn is_display_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with each [display-unsafe](is_display_unsafe) character percent-encoded (its
+/// UTF-8 octets, upper-case hex).
+fn percent_encode_unsafe(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_display_unsafe(c) {
+            for byte in c.encode_utf8(&mut [0; 4]).bytes() {
+                let _ = write!(encoded, "%{byte:02X}");
+            }
+        } else {
+            encoded.push(c);
+        }
+    }
+    encoded
 }
 
 /// Splits `scheme://rest` when `url` starts with a valid scheme (RFC 3986 §3.1), so that a
@@ -172,6 +210,35 @@ mod tests {
         for (input, domain) in cases {
             assert_eq!(redact_url(input, false).domain.as_deref(), domain, "{input}");
         }
+    }
+
+    /// Issue 25: a right-to-left override in a path made `url.full` read backwards in any
+    /// viewer. Bidi controls, C0 and C1 controls, DEL and the line separators are
+    /// percent-encoded, in the query too (kept with `log_query`); other non-ASCII text stays
+    /// as sent, and what was already percent-encoded is not encoded twice.
+    #[test]
+    fn issue_25_bidi_and_control_characters_are_percent_encoded() {
+        let cases = [
+            ("https://example.com/invoice\u{202e}fdp.exe", "https://example.com/invoice%E2%80%AEfdp.exe"),
+            (
+                "https://example.com/a\u{2066}b\u{2069}\u{200e}\u{200f}\u{061c}",
+                "https://example.com/a%E2%81%A6b%E2%81%A9%E2%80%8E%E2%80%8F%D8%9C",
+            ),
+            (
+                "https://example.com/\u{202a}\u{202b}\u{202c}\u{202d}",
+                "https://example.com/%E2%80%AA%E2%80%AB%E2%80%AC%E2%80%AD",
+            ),
+            ("https://example.com/c0\u{1b}[2J\u{7f}", "https://example.com/c0%1B[2J%7F"),
+            ("https://example.com/c1\u{85}\u{9b}", "https://example.com/c1%C2%85%C2%9B"),
+            ("https://example.com/line\u{2028}para\u{2029}", "https://example.com/line%E2%80%A8para%E2%80%A9"),
+            ("https://example.com/café/%E2%80%AE", "https://example.com/café/%E2%80%AE"),
+        ];
+        for (input, logged) in cases {
+            assert_eq!(redact_url(input, false).full, logged, "{input:?}");
+        }
+        let query = redact_url("https://example.com/p?q=\u{202e}x", true);
+        assert_eq!(query.full, "https://example.com/p?q=%E2%80%AEx", "kept queries too");
+        assert!(!is_display_unsafe('é') && !is_display_unsafe('\u{200d}'), "text, not a control");
     }
 
     #[test]

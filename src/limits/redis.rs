@@ -19,6 +19,13 @@
 //! a 503 (`deny`) or no limit (`allow`). Each check's round trip and each fallback to the
 //! local store are counted in [`StoreMetrics`].
 //!
+//! A check the replica stopped waiting for spends nothing, however late it reaches Redis (a
+//! Redis frozen, then resumed, runs the commands it had queued): every check carries a
+//! deadline on Redis's clock, and the script answers "expired" past it without touching a
+//! key. The replica estimates Redis's clock by [`RedisClock`] from the `TIME` of every answer.
+//! [`RedisLimiter::warm`] connects, loads the scripts and reads that clock once before the
+//! proxy serves, so no first check pays for a cold connection.
+//!
 //! `rediss://` connects with rustls (ring) and trusts what origins are trusted with: the
 //! system's roots and `[upstream] extra_ca_files` ([`crate::tls::upstream::trusted_roots_pem`]).
 //! A certificate that does not verify is a store that does not answer, never a plain
@@ -28,7 +35,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -37,7 +44,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{Exceeded, LimitsError, LocalLimiter, Permit, Refused, Usage};
 use crate::error_chain::error_chain;
@@ -55,38 +62,55 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(5);
 const LEASE_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3600));
 /// How often the store's fallback is logged at most.
 const WARN_INTERVAL: Duration = Duration::from_secs(1);
+/// How long start-up waits for Redis ([`RedisLimiter::warm`]) before serving without it.
+const WARM_LIMIT: Duration = Duration::from_secs(2);
+/// `timeout`'s default. A healthy check is one round trip of a small script: well under a
+/// millisecond on a LAN, 1.4 ms at p99 with 50 checks in flight on the project's loaded 2-core
+/// machine (docs/scale-out.md, Speed). The timeout must also cover a replica whose runtime
+/// polls the answer late because its threads are busy, and a reconnect after Redis restarted
+/// (a TCP or TLS handshake and a script load); 50 ms did not on a loaded host (issue 25). It
+/// is also what every limited request waits while Redis hangs, before `on_failure` answers:
+/// half a second stays a delay an agent barely notices.
+const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Takes every slot and spends every rate of one request, or nothing.
+/// Takes every slot and spends every rate of one request, or nothing; past its deadline,
+/// touches nothing.
 ///
-/// KEYS: the concurrency keys, then the rate keys. ARGV: the number of concurrency keys,
-/// this slot's member, the lease (ms), each concurrency key's maximum, then per rate key its
-/// period and tolerance in ms (governor's `t` and `tau = t * (burst - 1)`); period 0 is a
-/// zero limit, refused for its tolerance (the window). Answers `{0, 0}` when all passed, or
-/// `{i, wait_ms}` for the first key `i` (1-based) that refused.
+/// KEYS: the concurrency keys, then the rate keys. ARGV: the deadline (ms on Redis's clock;
+/// 0 for none), the number of concurrency keys, this slot's member, the lease (ms), each
+/// concurrency key's maximum, then per rate key its period and tolerance in ms (governor's
+/// `t` and `tau = t * (burst - 1)`); period 0 is a zero limit, refused for its tolerance (the
+/// window). Answers `{0, 0, now}` when all passed, `{i, wait_ms, now}` for the first key `i`
+/// (1-based) that refused, or `{-1, 0, now}` when it ran after its deadline; `now` is Redis's
+/// clock in ms.
 const CHECK: &str = r"
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local concurrent = tonumber(ARGV[1])
-local member = ARGV[2]
-local lease = tonumber(ARGV[3])
+local deadline = tonumber(ARGV[1])
+if deadline > 0 and now > deadline then
+  return {-1, 0, now}
+end
+local concurrent = tonumber(ARGV[2])
+local member = ARGV[3]
+local lease = tonumber(ARGV[4])
 for i = 1, concurrent do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
-  if redis.call('ZCARD', KEYS[i]) >= tonumber(ARGV[3 + i]) then
-    return {i, 1000}
+  if redis.call('ZCARD', KEYS[i]) >= tonumber(ARGV[4 + i]) then
+    return {i, 1000, now}
   end
 end
 local tats = {}
 for i = concurrent + 1, #KEYS do
-  local at = 3 + concurrent + 2 * (i - concurrent) - 1
+  local at = 4 + concurrent + 2 * (i - concurrent) - 1
   local period = tonumber(ARGV[at])
   local tau = tonumber(ARGV[at + 1])
   if period == 0 then
-    return {i, tau}
+    return {i, tau, now}
   end
   local tat = tonumber(redis.call('GET', KEYS[i])) or now
   local earliest = tat - tau
   if now < earliest then
-    return {i, math.ceil(earliest - now)}
+    return {i, math.ceil(earliest - now), now}
   end
   tats[i] = math.max(tat, now) + period
 end
@@ -97,7 +121,7 @@ end
 for i = concurrent + 1, #KEYS do
   redis.call('SET', KEYS[i], tats[i], 'PX', math.max(1, math.ceil(tats[i] - now)))
 end
-return {0, 0}
+return {0, 0, now}
 ";
 
 /// Pushes a lease's expiry to now + lease on each of its keys where the member still is.
@@ -125,7 +149,7 @@ pub struct RedisConfig {
     pub password_env: String,
     /// Prepended to every key (default `agentgate:`).
     pub key_prefix: String,
-    /// How long a check may wait for Redis before `on_failure` applies (default `50ms`).
+    /// How long a check may wait for Redis before `on_failure` applies (default `500ms`).
     #[serde(deserialize_with = "duration")]
     pub timeout: Duration,
     /// What a check does when Redis does not answer (default `local`).
@@ -141,7 +165,7 @@ impl Default for RedisConfig {
             url: "redis://127.0.0.1:6379".to_owned(),
             password_env: String::new(),
             key_prefix: "agentgate:".to_owned(),
-            timeout: Duration::from_millis(50),
+            timeout: DEFAULT_TIMEOUT,
             on_failure: OnFailure::Local,
             lease: Duration::from_secs(30),
         }
@@ -159,6 +183,17 @@ pub enum OnFailure {
     Deny,
     /// Lets every request through uncounted.
     Allow,
+}
+
+impl OnFailure {
+    /// What the store does meanwhile, for its log lines.
+    fn meaning(self) -> &'static str {
+        match self {
+            OnFailure::Local => "counting in this replica only (on_failure = \"local\")",
+            OnFailure::Deny => "refusing limited requests (on_failure = \"deny\")",
+            OnFailure::Allow => "letting limited requests through uncounted (on_failure = \"allow\")",
+        }
+    }
 }
 
 impl RedisConfig {
@@ -201,7 +236,7 @@ impl RedisConfig {
         }
         if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
             problems.push(format!(
-                "[limits.redis] timeout = \"{}\": must be more than 0s and at most 5s; the default is \"50ms\"",
+                "[limits.redis] timeout = \"{}\": must be more than 0s and at most 5s; the default is \"500ms\"",
                 humantime::format_duration(self.timeout)
             ));
         }
@@ -229,6 +264,8 @@ pub struct RedisLimiter {
     /// (or a restarted one) never share a member.
     instance: String,
     next_slot: AtomicU64,
+    /// Redis's clock, for each check's deadline.
+    clock: RedisClock,
     /// Checks Redis did not answer in time (each fell back to `on_failure`).
     failures: AtomicU64,
     /// When the last fallback was logged, in ms since `started`.
@@ -238,9 +275,9 @@ pub struct RedisLimiter {
 
 impl RedisLimiter {
     /// A store on `config`, trusting the system's roots and `extra_ca_files` for
-    /// `rediss://`, counting into `metrics`; connects on the first check (so a Redis that is
-    /// down at start is `on_failure`'s business, not a start-up error). Call inside a tokio
-    /// runtime.
+    /// `rediss://`, counting into `metrics`; connects when [warmed](Self::warm) or on the
+    /// first check (so a Redis that is down at start is `on_failure`'s business, not a
+    /// start-up error). Call inside a tokio runtime.
     ///
     /// # Errors
     /// [`LimitsError::PasswordEnv`] when `password_env` names a variable that is not set;
@@ -283,6 +320,7 @@ impl RedisLimiter {
             metrics,
             instance: format!("{:016x}", rand::random::<u64>()),
             next_slot: AtomicU64::new(0),
+            clock: RedisClock::new(config.timeout),
             failures: AtomicU64::new(0),
             last_warn_ms: AtomicU64::new(0),
             started: Instant::now(),
@@ -302,16 +340,35 @@ impl RedisLimiter {
         for key in call.concurrent_keys.iter().chain(&call.rate_keys) {
             invocation.key(key);
         }
+        let sent = Instant::now();
+        invocation.arg(self.clock.deadline(sent));
         invocation.arg(call.concurrent_keys.len()).arg(&call.member).arg(millis(self.lease));
         for arg in &call.args {
             invocation.arg(*arg);
         }
         let mut connection = self.manager.clone();
-        let sent = Instant::now();
-        let answer = tokio::time::timeout(self.timeout, invocation.invoke_async::<(usize, u64)>(&mut connection)).await;
+        let attempts = async {
+            match invocation.invoke_async::<(i64, u64, i64)>(&mut connection).await {
+                // The connection was gone (Redis restarted, say): the manager has begun
+                // replacing it, so try once more on the new one, with the same deadline. If
+                // the first one ran after all and only its answer was lost, this spends
+                // twice for one request: stricter than the limit, never looser.
+                Err(err) if err.is_unrecoverable_error() => invocation.invoke_async(&mut connection).await,
+                answered => answered,
+            }
+        };
+        let answer = tokio::time::timeout(self.timeout, attempts).await;
         self.metrics.round_trip(sent.elapsed());
+        if let Ok(Ok((_, _, redis_now))) = answer {
+            self.clock.learn(redis_now, Instant::now());
+        }
         match answer {
-            Ok(Ok((0, _))) => {
+            Ok(Ok((EXPIRED, _, _))) => self.unavailable(
+                usage,
+                limits,
+                "the check reached Redis after its deadline ([limits.redis] timeout) and spent nothing",
+            ),
+            Ok(Ok((0, _, _))) => {
                 let lease = (!call.concurrent_keys.is_empty()).then(|| {
                     Lease::start(
                         self.manager.clone(),
@@ -323,7 +380,7 @@ impl RedisLimiter {
                 });
                 Ok(Permit { slots: Vec::new(), lease })
             }
-            Ok(Ok((refused, wait_ms))) => match call.limits.get(refused - 1) {
+            Ok(Ok((refused, wait_ms, _))) => match usize::try_from(refused - 1).ok().and_then(|i| call.limits.get(i)) {
                 Some(limit) => {
                     let limit = (*limit).clone();
                     Err(Refused::Exceeded(Exceeded { limit, retry_after: Duration::from_millis(wait_ms) }))
@@ -336,6 +393,32 @@ impl RedisLimiter {
             },
             Ok(Err(err)) => self.unavailable(usage, limits, &describe(&err)),
             Err(_) => self.unavailable(usage, limits, "no answer within [limits.redis] timeout"),
+        }
+    }
+
+    /// Connects, loads both scripts and reads Redis's clock (one round trip once connected),
+    /// waiting at most [`WARM_LIMIT`], so the first checks find a warm connection and carry a
+    /// deadline. Start-up calls it before serving. When Redis does not answer, logs so at WARN
+    /// with what `on_failure` will do, and returns: each check then tries Redis again.
+    pub async fn warm(&self) {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SCRIPT").arg("LOAD").arg(CHECK).ignore();
+        pipe.cmd("SCRIPT").arg("LOAD").arg(RENEW).ignore();
+        pipe.cmd("TIME");
+        let mut connection = self.manager.clone();
+        let answer = tokio::time::timeout(WARM_LIMIT, pipe.query_async::<((i64, i64),)>(&mut connection)).await;
+        let on_failure = self.on_failure.meaning();
+        match answer {
+            Ok(Ok(((seconds, micros),))) => {
+                self.clock.learn(seconds.saturating_mul(1000).saturating_add(micros / 1000), Instant::now());
+                info!("limits store ready: connected to Redis, scripts loaded");
+            }
+            Ok(Err(err)) => {
+                warn!("limits store unreachable at start: {}; {on_failure} until it answers", describe(&err))
+            }
+            Err(_) => warn!(
+                "limits store unreachable at start: no answer within {WARM_LIMIT:?}; {on_failure} until it answers"
+            ),
         }
     }
 
@@ -357,11 +440,7 @@ impl RedisLimiter {
         let due = last == 0 || now_ms.saturating_sub(last) >= millis(WARN_INTERVAL);
         if due && self.last_warn_ms.compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed).is_ok()
         {
-            let on_failure = match self.on_failure {
-                OnFailure::Local => "counting in this replica only (on_failure = \"local\")",
-                OnFailure::Deny => "refusing limited requests (on_failure = \"deny\")",
-                OnFailure::Allow => "letting limited requests through uncounted (on_failure = \"allow\")",
-            };
+            let on_failure = self.on_failure.meaning();
             warn!(failures = self.failures(), "limits store unavailable: {error}; {on_failure}");
         }
         match self.on_failure {
@@ -416,6 +495,67 @@ impl RedisLimiter {
         }
         let digest = Sha256::digest(parts.as_bytes());
         format!("{}{kind}:sha256:{}", self.prefix, hex::encode(digest))
+    }
+}
+
+/// The check script's answer when it ran after its deadline.
+const EXPIRED: i64 = -1;
+
+/// Redis's clock as this replica sees it, for the deadline each check carries ([`CHECK`]):
+/// the offset of Redis's `TIME` (ms) from this replica's monotonic clock, learned from every
+/// answer. An answer's time was read before the answer arrived, so `redis_ms - arrived_ms`
+/// is never more than the true offset: the estimate is never ahead of Redis, and a check
+/// sent at `t` carries a deadline no later than Redis's clock at `t` plus the timeout, when
+/// the replica stops waiting. It is behind by at most one round trip of the answer it came
+/// from (a check that reaches Redis that close to its timeout may be refused as expired),
+/// so the tightest (largest) sample is kept; a sample lower than the estimate by more than
+/// the timeout (no round trip that was waited for is that long) means Redis's clock went
+/// back, and replaces it. A step back shorter than the timeout, or Redis's clock running
+/// slower than the replica's, leaves the estimate ahead by less than the timeout until then.
+struct RedisClock {
+    /// The replica's zero.
+    origin: Instant,
+    /// Redis ms minus replica ms; [`UNKNOWN`] until Redis has answered once.
+    offset_ms: AtomicI64,
+    /// The check timeout, in ms.
+    timeout_ms: i64,
+}
+
+/// [`RedisClock::offset_ms`] before any answer.
+const UNKNOWN: i64 = i64::MIN;
+
+impl RedisClock {
+    fn new(timeout: Duration) -> Self {
+        RedisClock {
+            origin: Instant::now(),
+            offset_ms: AtomicI64::new(UNKNOWN),
+            timeout_ms: i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX),
+        }
+    }
+
+    fn millis(&self, at: Instant) -> i64 {
+        i64::try_from(at.saturating_duration_since(self.origin).as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// The deadline on Redis's clock for a check sent at `sent`: 0 (none) until Redis has
+    /// answered once, since the clock is not known before.
+    fn deadline(&self, sent: Instant) -> u64 {
+        let offset = self.offset_ms.load(Ordering::Relaxed);
+        if offset == UNKNOWN {
+            return 0;
+        }
+        let deadline = offset.saturating_add(self.millis(sent)).saturating_add(self.timeout_ms);
+        u64::try_from(deadline).unwrap_or(0).max(1)
+    }
+
+    /// Learns from an answer whose `TIME` was `redis_ms` and which arrived at `arrived`.
+    fn learn(&self, redis_ms: i64, arrived: Instant) {
+        let sample = redis_ms.saturating_sub(self.millis(arrived));
+        let _ = self.offset_ms.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |estimate| {
+            let tighter = estimate == UNKNOWN || sample > estimate;
+            let went_back = sample < estimate.saturating_sub(self.timeout_ms);
+            (tighter || went_back).then_some(sample)
+        });
     }
 }
 
@@ -507,8 +647,34 @@ fn millis(duration: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use super::RedisClock;
     use crate::config::Config;
     use crate::config::testing::problems;
+
+    #[test]
+    fn issue_25_the_deadline_is_on_redis_clock_never_ahead_of_it_and_follows_it_back() {
+        let clock = RedisClock::new(Duration::from_millis(500));
+        let at = |ms| clock.origin + Duration::from_millis(ms);
+        assert_eq!(clock.deadline(at(0)), 0, "no deadline before Redis has answered once");
+        // Redis read 1_000_000 before the answer arrived at replica ms 10: the offset is at
+        // least 999_990, and the deadline is the send time on Redis's clock plus the timeout.
+        clock.learn(1_000_000, at(10));
+        assert_eq!(clock.deadline(at(20)), 999_990 + 20 + 500);
+        // A slower answer is a looser bound and changes nothing; a faster one tightens it.
+        clock.learn(1_000_050, at(100));
+        assert_eq!(clock.deadline(at(20)), 999_990 + 20 + 500);
+        clock.learn(1_000_095, at(100));
+        assert_eq!(clock.deadline(at(20)), 999_995 + 20 + 500);
+        // Lower by less than the timeout: could be a slow answer, kept as it is.
+        clock.learn(1_000_000, at(400));
+        assert_eq!(clock.deadline(at(20)), 999_995 + 20 + 500);
+        // Lower by more than the timeout, which no answer waited for can be: Redis's clock
+        // went back (a minute), and the estimate follows it.
+        clock.learn(940_000, at(500));
+        assert_eq!(clock.deadline(at(600)), 939_500 + 600 + 500);
+    }
 
     #[test]
     fn redis_settings_parse_and_every_bad_value_is_named_with_its_fix() {

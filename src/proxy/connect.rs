@@ -178,31 +178,31 @@ pub(crate) async fn handle_connect(
                 Err(AuditUnavailable) => return Ok(audit_unavailable()),
             };
             let open = state.metrics.tunnel_opened();
-            tokio::spawn(
-                async move {
-                    let _open = open;
-                    match on_upgrade.await {
-                        Ok(upgraded) => splice(TokioIo::new(upgraded), origin, drain, "passthrough tunnel").await,
-                        Err(error) => debug!(error = %error_chain(&error), "client left before the tunnel opened"),
-                    }
+            let until_stopped = drain.clone();
+            let tunnel = async move {
+                let _open = open;
+                match on_upgrade.await {
+                    Ok(upgraded) => splice(TokioIo::new(upgraded), origin, drain, "passthrough tunnel").await,
+                    Err(error) => debug!(error = %error_chain(&error), "client left before the tunnel opened"),
                 }
-                .instrument(span),
-            );
+            };
+            tokio::spawn(until_stopped.until_stopped(tunnel).instrument(span));
         }
         Tunnel::Mitm => {
             let state = Arc::clone(state);
             let open = state.metrics.tunnel_opened();
-            tokio::spawn(
-                async move {
-                    let _open = open;
-                    match intercept(state, client, agent, authority, on_upgrade, drain).await {
-                        Ok(()) => {}
-                        Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "tunnel closed"),
-                        Err(error) => warn!(error = %error, "tunnel failed"),
-                    }
+            // Until the grace period ends: the client's first byte and TLS handshake have
+            // timeouts of their own, longer than a shutdown may take.
+            let until_stopped = drain.clone();
+            let tunnel = async move {
+                let _open = open;
+                match intercept(state, client, agent, authority, on_upgrade, drain).await {
+                    Ok(()) => {}
+                    Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "tunnel closed"),
+                    Err(error) => warn!(error = %error, "tunnel failed"),
                 }
-                .instrument(span),
-            );
+            };
+            tokio::spawn(until_stopped.until_stopped(tunnel).instrument(span));
         }
     }
     Ok(tunnel_established())

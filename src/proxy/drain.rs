@@ -8,12 +8,12 @@
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Duration;
 
 use hyper::rt::{Read, Write};
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::idle::Counted;
 
@@ -45,11 +45,12 @@ impl DrainController {
         Drain { rx: self.tx.subscribe() }
     }
 
-    /// Tells every holder to drain, waits up to `grace` for all of them to finish, then tells
-    /// the rest to stop. Returns how many were still running when the grace period ended.
-    pub(crate) async fn drain(self, grace: Duration) -> usize {
+    /// Tells every holder to drain, waits until `deadline` (the end of the grace period) for
+    /// all of them to finish, then tells the rest to stop. Returns how many were still
+    /// running when the grace period ended.
+    pub(crate) async fn drain(self, deadline: Instant) -> usize {
         self.tx.send_replace(Phase::Draining);
-        let remaining = match tokio::time::timeout(grace, self.tx.closed()).await {
+        let remaining = match tokio::time::timeout_at(deadline, self.tx.closed()).await {
             Ok(()) => 0,
             Err(_elapsed) => self.tx.receiver_count(),
         };
@@ -67,6 +68,18 @@ impl Drain {
     /// Resolves once the grace period is over (or the controller is gone).
     pub(crate) async fn stopped(&mut self) {
         let _ = self.rx.wait_for(|phase| *phase == Phase::Stopped).await;
+    }
+
+    /// Runs `task`, a connection's or tunnel's whole task, until it ends or the grace period
+    /// is over, whichever comes first; then it is dropped and its connection closed. So no
+    /// wait inside it (a first byte, a TLS handshake, an upgrade, a policy fetch) outlives
+    /// shutdown, and a task the grace period ended before it began never runs (issue 25).
+    pub(crate) async fn until_stopped(mut self, task: impl Future<Output = ()>) {
+        tokio::select! {
+            biased;
+            () = self.stopped() => tracing::debug!("closed: shutdown grace period over"),
+            () = task => {}
+        }
     }
 
     /// Drives one HTTP connection to completion: on draining, or once `quiet()` completes (the

@@ -124,6 +124,8 @@ pub struct Proxy {
     /// The gate's policy cache, shared with the admin API.
     cache: PolicyCache,
     metrics: Arc<Metrics>,
+    /// The gate's limits store, warmed before the proxy binds.
+    limiter: Arc<Limiter>,
 }
 
 /// A proxy bound to its listen address; [`run_until`](Self::run_until) serves it.
@@ -177,8 +179,9 @@ impl Proxy {
         let cache = PolicyCache::new(upstream.clone(), settings, Arc::clone(&metrics));
         let limiter = Limiter::from_config(&config.limits, &config.upstream.extra_ca_files, metrics.limits_store())
             .map_err(|source| StartError::Limits { source })?;
-        let gate = Gate::new(&config, cache.clone(), Arc::new(limiter));
-        Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics })
+        let limiter = Arc::new(limiter);
+        let gate = Gate::new(&config, cache.clone(), Arc::clone(&limiter));
+        Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics, limiter })
     }
 
     /// The PEM file of the CA that agents must trust.
@@ -186,14 +189,16 @@ impl Proxy {
         &self.ca_cert_path
     }
 
-    /// Binds `listen` from the config (port 0 picks a free port; see
-    /// [`RunningProxy::local_addr`]).
+    /// Gets the limits store ready ([`Limiter::warm`]: for Redis, waits a bounded time and
+    /// logs when it cannot be reached), then binds `listen` from the config (port 0 picks a
+    /// free port; see [`RunningProxy::local_addr`]).
     ///
     /// # Errors
     /// [`StartError::Bind`] when the address is taken or not available,
     /// [`StartError::AdminBind`] when `[admin] listen` is.
     pub async fn bind(self) -> Result<RunningProxy, StartError> {
-        let Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics } = self;
+        let Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics, limiter } = self;
+        limiter.warm().await;
         let addr = config.listen;
         let bind_error = |source| StartError::Bind { addr, source };
         let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
@@ -257,8 +262,9 @@ impl RunningProxy {
     }
 
     /// Serves until `shutdown` completes, then stops accepting and lets in-flight requests,
-    /// tunnels and WebSocket relays finish for up to `shutdown_grace`; whatever is still
-    /// running then is closed. Returns when that is done.
+    /// tunnels, WebSocket relays and admin requests finish for up to `shutdown_grace`, one
+    /// period for all of them; whatever is still running then is closed. Returns when that
+    /// is done and the decision log is flushed.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
         let RunningProxy { state, audit_writer, listener, local_addr, admin, transparent, cache, .. } = self;
         let drain = DrainController::new();
@@ -268,9 +274,7 @@ impl RunningProxy {
             let (state, admission) = (Arc::clone(&state), Arc::clone(&admission));
             tokio::spawn(transparent::accept_loop(listener, state, admission, drain.handle()));
         }
-        let admin = admin.map(|server| {
-            server.start(admin_state(&state, cache, &admission), state.generation().config.shutdown_grace)
-        });
+        let admin = admin.map(|server| server.start(admin_state(&state, cache, &admission)));
         let accept_errors = Throttled::new();
         tokio::pin!(shutdown);
         loop {
@@ -288,18 +292,21 @@ impl RunningProxy {
                 },
             }
         }
+        // One grace period for everything that serves (issue 25: the admin API's own grace
+        // began where the proxy's ended, so a 10 s grace could answer for 20 s).
+        let grace = state.generation().config.shutdown_grace;
+        let deadline = tokio::time::Instant::now() + grace;
         drop(listener);
         if let Some(admin) = &admin {
             admin.start_draining();
         }
-        let grace = state.generation().config.shutdown_grace;
         info!(?grace, "shutting down: no new connections, waiting for in-flight requests");
-        let remaining = drain.drain(grace).await;
+        let remaining = drain.drain(deadline).await;
         if remaining > 0 {
             warn!(remaining, "shutdown grace period over; closing the connections still open");
         }
         if let Some(admin) = admin {
-            admin.stop().await;
+            admin.stop(deadline).await;
         }
         // Every request has recorded its decision by now (or was cut off by the grace
         // period): drain the queue to disk.
@@ -338,14 +345,13 @@ fn accept(state: &Arc<ProxyState>, admission: &Arc<Admission>, tcp: TcpStream, c
     let service = ProxyService::for_proxy_port(Arc::clone(state), client, drain.clone());
     let state = Arc::clone(state);
     let span = debug_span!("connection", client = %client);
-    tokio::spawn(
-        async move {
-            debug!("accepted");
-            serve_connection(tcp, service, ServerProtocols::Http1, drain, &state.config.connections).await;
-            drop(admitted);
-        }
-        .instrument(span),
-    );
+    let until_stopped = drain.clone();
+    let connection = async move {
+        debug!("accepted");
+        serve_connection(tcp, service, ServerProtocols::Http1, drain, &state.config.connections).await;
+        drop(admitted);
+    };
+    tokio::spawn(until_stopped.until_stopped(connection).instrument(span));
 }
 
 /// Which HTTP version a server connection speaks.

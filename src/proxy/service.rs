@@ -356,7 +356,8 @@ async fn forward(
     match client_upgrade {
         Some(client_upgrade) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
             let origin_upgrade = hyper::upgrade::on(&mut response);
-            tokio::spawn(relay_upgraded(client_upgrade, origin_upgrade, drain).in_current_span());
+            let relay = drain.clone().until_stopped(relay_upgraded(client_upgrade, origin_upgrade, drain));
+            tokio::spawn(relay.in_current_span());
             Ok(to_client(response, Upgrade::Keep))
         }
         _ => Ok(to_client(response, Upgrade::Drop)),

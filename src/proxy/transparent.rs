@@ -107,15 +107,13 @@ pub(crate) async fn accept_loop(
             },
         };
         let Ok(admitted) = admission.admit(client.ip()) else { continue };
-        let (state, drain) = (Arc::clone(&state), drain.clone());
+        let (state, connection_drain) = (Arc::clone(&state), drain.clone());
         let span = debug_span!("transparent", client = %client);
-        tokio::spawn(
-            async move {
-                serve(state, tcp, client, drain).await;
-                drop(admitted);
-            }
-            .instrument(span),
-        );
+        let connection = async move {
+            serve(state, tcp, client, connection_drain).await;
+            drop(admitted);
+        };
+        tokio::spawn(drain.clone().until_stopped(connection).instrument(span));
     }
 }
 

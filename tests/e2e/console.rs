@@ -487,3 +487,56 @@ async fn browser_deny_answers_the_waiting_curl_with_a_403_naming_the_denial() ->
     assert_eq!(line["agentgate.approval.reason"], "budget frozen");
     Ok(())
 }
+
+/// Issue 25: bidi controls in what the console shows could disguise it (a right-to-left
+/// override makes `/evil` U+202E `gpj.exe` read `/evilexe.jpg`). The URL reaches the page
+/// percent-encoded from the log (`url.full`); a rule and a policy file from the site still
+/// carry the raw character, and the page shows it escaped, as `\u202E`, in the row, the
+/// reasons and the file's text.
+#[tokio::test]
+async fn browser_shows_bidi_controls_escaped_in_urls_rules_and_policy_files() -> TestResult {
+    let browser = Browser::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let robots = "User-agent: *\nDisallow: /evil\u{202e}gpj.exe\n";
+    let site = Site::new().file("/robots.txt", robots).serve("/agents.txt", 404, &[], "").serve(
+        "/automation-preferences.txt",
+        404,
+        &[],
+        "",
+    );
+    let origin = Origin::http_site(site).await?;
+    let proxy = TestProxy::start(&ca).await?;
+    let denied = proxy.client()?.get(origin.url("/evil%E2%80%AEgpj.exe")).send().await?;
+    assert_eq!(denied.status(), 403, "the rule matches its percent-encoded spelling");
+    let logged = proxy.log_lines(1).await?;
+    let line = logged.iter().find(|line| line["event.outcome"] == "deny").ok_or("the deny line")?;
+    assert_eq!(line["url.full"], origin.url("/evil%E2%80%AEgpj.exe"));
+    assert_eq!(line["agentgate.reasons"][0]["rule"], "Disallow: /evil\u{202e}gpj.exe", "the log keeps the file's text");
+    let id = line["event.id"].as_str().ok_or("an event id")?;
+
+    let page = &browser.client;
+    page.goto(&admin_url(&proxy, "/")?).await?;
+    let row = format!("document.querySelector('tr.decision[data-id=\"{id}\"]')");
+    browser.wait_until(&row, "the denied request, from /decisions/recent", PAGE_DEADLINE).await?;
+    page.find(Locator::Css(&format!("tr.decision[data-id=\"{id}\"]"))).await?.click().await?;
+    let file = "document.querySelector('article.policy-file[data-file=\"robots.txt\"] ol.policy-text')";
+    browser.wait_until(file, "robots.txt's text", PAGE_DEADLINE).await?;
+    let shown = browser
+        .eval(&format!(
+            "[{row}.innerText, {row}.nextElementSibling.innerText, {file}.children[1].textContent, \
+             document.body.innerText.includes('\\u202e')]"
+        ))
+        .await?;
+    let [row_text, reasons, file_line, raw_anywhere] = shown.as_array().map(Vec::as_slice).unwrap_or_default() else {
+        return Err(format!("four values: {shown}").into());
+    };
+    let row_text = row_text.as_str().unwrap_or_default();
+    assert!(row_text.contains("/evil%E2%80%AEgpj.exe"), "the URL as logged: {row_text:?}");
+    assert!(row_text.contains("Disallow: /evil\\u202Egpj.exe"), "the rule escaped in the row: {row_text:?}");
+    assert!(reasons.as_str().unwrap_or_default().contains("Disallow: /evil\\u202Egpj.exe"), "{reasons}");
+    assert_eq!(file_line, "Disallow: /evil\\u202Egpj.exe", "the file's line escaped");
+    assert_eq!(raw_anywhere, false, "no raw U+202E anywhere on the page");
+    browser.close().await?;
+    proxy.finish().await?;
+    Ok(())
+}

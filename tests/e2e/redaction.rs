@@ -87,3 +87,34 @@ async fn no_secret_reaches_stderr_or_the_decision_log() -> TestResult {
     }
     Ok(())
 }
+
+/// Issue 25: a right-to-left override (U+202E) sent raw in the request line made `url.full`
+/// read backwards in any viewer (`/invoice` U+202E `fdp.exe` shows as `/invoiceexe.pdf`). It is logged
+/// percent-encoded, like every bidi and control character; the same character sent
+/// percent-encoded (`%E2%80%AE`) is logged as sent. No raw one reaches the log.
+#[tokio::test]
+async fn bidi_and_control_characters_in_a_path_are_logged_percent_encoded() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http().await?;
+    let proxy = crate::support::TestProxy::start_with(&ca, crate::support::bypass_all).await?;
+    let raw = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        origin.url("/invoice\u{202e}fdp.exe?x=\u{2066}1"),
+        origin.addr
+    );
+    let head = exchange(proxy.addr, raw.as_bytes()).await?;
+    assert!(head.starts_with("HTTP/1.1 "), "{head}");
+    let encoded = proxy.client()?.get(origin.url("/invoice%E2%80%AEfdp.exe")).send().await?;
+    assert_eq!(encoded.status(), 404, "the origin has no such page; it was forwarded");
+
+    let (records, text) = proxy.finish_with_text().await?;
+    let logged: Vec<&str> = records
+        .iter()
+        .filter_map(|record| record["url.full"].as_str())
+        .filter(|url| url.contains("/invoice"))
+        .collect();
+    assert!(logged.contains(&origin.url("/invoice%E2%80%AEfdp.exe?x=REDACTED").as_str()), "{logged:?}");
+    assert!(logged.iter().all(|url| url.ends_with("/invoice%E2%80%AEfdp.exe") || url.ends_with("?x=REDACTED")));
+    assert!(!text.contains('\u{202e}') && !text.contains('\u{2066}'), "no raw bidi control in the log:\n{text}");
+    Ok(())
+}

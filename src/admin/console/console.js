@@ -1,10 +1,23 @@
 // agentgate console: reads the admin API it is served from. Every value from the log is
-// written with textContent, never as markup: URLs and agent names come from clients.
+// written with textContent, never as markup: URLs and agent names come from clients. And
+// never raw when it could disguise itself: see `visible`.
 "use strict";
 
 const MAX_ROWS = 500;
 const decisions = new Map(); // event.id -> {record, row, details}
 let selected = null; // the event.id whose policies are shown
+
+// Characters that reorder or hide the text around them: C0 controls but tab and newline, DEL,
+// C1 controls, the bidirectional formatting characters (U+061C, U+200E, U+200F,
+// U+202A-U+202E, U+2066-U+2069) and the line and paragraph separators (U+2028, U+2029).
+// The same set as `is_display_unsafe` in src/audit/redact.rs, which percent-encodes them in
+// `url.full`; rule text, policy files and agent names can still carry them.
+const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]/g;
+
+// `text` with each unsafe character shown as its escape (`\u202E`), so it is seen, not obeyed.
+function visible(text) {
+  return text.replace(UNSAFE, (c) => "\\u" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0"));
+}
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -14,7 +27,7 @@ function el(tag, attrs, ...children) {
     else node.setAttribute(name, value);
   }
   for (const child of children) {
-    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : visible(String(child)));
   }
   return node;
 }
@@ -190,7 +203,7 @@ async function showPolicies(id) {
   const record = entry.record;
   const origin = originOf(record["url.full"] || "");
   const target = document.getElementById("policy-files");
-  document.getElementById("policies-origin").textContent = origin || "(no origin)";
+  document.getElementById("policies-origin").textContent = visible(origin) || "(no origin)";
   if (!origin) return target.replaceChildren();
   const response = await api(`/policies?origin=${encodeURIComponent(origin)}`);
   const answer = await response.json();
@@ -258,7 +271,7 @@ async function decide(id, decision, row) {
   });
   const answer = await response.json().catch(() => ({}));
   document.getElementById("approvals-answer").textContent =
-    response.ok ? `${answer.decision} by ${answer.by}` : (answer.error || `HTTP ${response.status}`);
+    visible(response.ok ? `${answer.decision} by ${answer.by}` : (answer.error || `HTTP ${response.status}`));
   loadApprovals();
 }
 
