@@ -8,12 +8,11 @@
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::CONTENT_TYPE;
 use http::{HeaderMap, Response, StatusCode};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::{Value, json};
 
-use super::routes::{AdminBody, error, json_response};
+use super::routes::{AdminBody, error, json_response, read_body};
 use super::server::AdminState;
 use crate::approvals::{Approval, ApprovalDecision, Remember};
 use crate::audit::rfc3339_millis;
@@ -80,15 +79,9 @@ where
             "the body must be JSON sent as `Content-Type: application/json`, e.g. {\"decision\": \"approve\"}";
         return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, None, message);
     }
-    let too_large = || error(StatusCode::PAYLOAD_TOO_LARGE, None, &format!("the body is over {MAX_BODY} bytes"));
-    let declared = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > MAX_BODY as u64) {
-        return too_large();
-    }
-    let bytes = match Limited::new(body, MAX_BODY).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(cause) if cause.downcast_ref::<LengthLimitError>().is_some() => return too_large(),
-        Err(cause) => return error(StatusCode::BAD_REQUEST, None, &format!("cannot read the body: {cause}")),
+    let bytes = match read_body(headers, body, MAX_BODY).await {
+        Ok(bytes) => bytes,
+        Err(cause) => return error(cause.status(), None, &cause.to_string()),
     };
     let (decision, reason, remember) = match parse(&bytes) {
         Ok(parsed) => parsed,

@@ -15,10 +15,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 
-use super::routes::{AdminBody, error, json_response, text};
+use super::routes::{AdminBody, error, json_response, read_body, text};
 use super::server::AdminState;
 
 const PAGE: &str = include_str!("console/index.html");
@@ -79,9 +78,12 @@ where
             "POST /login takes a form (application/x-www-form-urlencoded) with the field token",
         );
     }
-    let form = match Limited::new(request.into_body(), MAX_LOGIN_FORM).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(_) => return login_form(StatusCode::BAD_REQUEST, "The form could not be read (at most 4 KiB)."),
+    let (head, body) = request.into_parts();
+    let form = match read_body(&head.headers, body, MAX_LOGIN_FORM).await {
+        Ok(form) => form,
+        Err(cause) => {
+            return login_form(cause.status(), &format!("The form could not be read (at most 4 KiB): {cause}."));
+        }
     };
     let token = url::form_urlencoded::parse(&form).find(|(name, _)| name == "token").map(|(_, value)| value);
     // A form without the field is a failed attempt like a wrong token.
