@@ -24,8 +24,8 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 pub use crate::admin::AdminConfig;
-use crate::agents::agent_problems;
-pub use crate::agents::{AgentConfig, AgentLimits, AuthConfig};
+pub use crate::agents::{AgentConfig, AgentLimits, AuthConfig, Unlisted};
+use crate::agents::{agent_problems, holding_tables};
 pub use crate::approvals::{ApprovalMode, ApprovalsConfig};
 pub use crate::audit::AuditSettings;
 pub use crate::fetch::CacheConfig;
@@ -122,6 +122,9 @@ pub struct RuleConfig {
     /// Methods the rule applies to, e.g. `["POST", "DELETE"]` (default: every method).
     #[serde(default)]
     pub methods: Vec<String>,
+    /// The agent ids the rule applies to, e.g. `["sbx"]` (default: every agent).
+    #[serde(default)]
+    pub agents: Vec<String>,
     /// `allow` (forward without consulting site policies) or `deny` (block).
     pub action: RuleAction,
     /// Why, shown to the agent and in the log (default: the rule itself).
@@ -203,7 +206,10 @@ impl Config {
     /// form (the first such problem, at `origin:line:column`); [`ConfigError::Invalid`] listing
     /// every semantic problem when the file parses.
     pub fn from_toml_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| syntax_error(text, origin, &e))?;
+        let mut config: Config = toml::from_str(text).map_err(|e| syntax_error(text, origin, &e))?;
+        for agent in std::iter::once(&mut config.agent).chain(&mut config.agents) {
+            agent.locate(text, origin);
+        }
         let problems = config.problems();
         if problems.is_empty() { Ok(config) } else { Err(ConfigError::Invalid { origin: origin.to_owned(), problems }) }
     }
@@ -263,8 +269,26 @@ impl Config {
                     ));
                 }
             }
+            let known: Vec<&str> =
+                std::iter::once(&self.agent).chain(&self.agents).filter_map(|a| a.id.as_deref()).collect();
+            for agent in rule.agents.iter().filter(|a| !known.contains(&a.as_str())) {
+                problems.push(format!(
+                    "[[rules]] #{} agents entry {agent:?}: no [agent] or [[agents]] has this id (configured: {}); write one of them",
+                    i + 1,
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                ));
+            }
         }
         agent_problems(&self.agent, &self.agents, &mut problems);
+        if !admin_token_configured(&self.admin) {
+            for table in holding_tables(&self.agent, &self.agents) {
+                problems.push(format!(
+                    "{table} unlisted = \"hold\": holding a request for a human needs an admin token, or the agent itself \
+                     could approve its own request through the admin API; set [admin] token_sha256 (or add \
+                     [[admin.tokens]]), or use unlisted = \"deny\""
+                ));
+            }
+        }
         self.connect.problems(&mut problems);
         nonzero_caps(
             &mut problems,
@@ -306,6 +330,12 @@ impl Config {
         }
         problems
     }
+}
+
+/// Whether the admin API requires a token, so that only a holder of one can answer a request
+/// held for a human (an agent on the same host could otherwise approve its own).
+fn admin_token_configured(admin: &AdminConfig) -> bool {
+    admin.token_sha256.is_some() || !admin.tokens.is_empty()
 }
 
 /// Whether two listeners would collide: same port (other than 0, which picks a free one) on the

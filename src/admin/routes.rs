@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::server::AdminState;
 use super::stream::StreamBody;
-use super::{approvals, console, policies, stream};
+use super::{agents, approvals, console, policies, stream};
 use crate::audit::RECENT_CAPACITY;
 
 /// The body of every admin answer but the live stream.
@@ -34,7 +34,7 @@ const ANONYMOUS: &str = "anonymous";
 /// parameters it reads (any other is a 400, so a misspelt one is not silently ignored). A
 /// path ending in `/` takes one more segment, the id of what it acts on (`/approvals/{id}`).
 type Endpoint = (&'static str, &'static str, &'static [&'static str]);
-const ENDPOINTS: [Endpoint; 16] = [
+const ENDPOINTS: [Endpoint; 17] = [
     ("/", "GET", &[]),
     ("/console.js", "GET", &[]),
     ("/console.css", "GET", &[]),
@@ -42,6 +42,7 @@ const ENDPOINTS: [Endpoint; 16] = [
     ("/logout", "POST", &[]),
     ("/decisions/stream", "GET", &[]),
     ("/agents/summary", "GET", &[]),
+    ("/agents", "GET", &[]),
     ("/healthz", "GET", &[]),
     ("/readyz", "GET", &[]),
     ("/metrics", "GET", &[]),
@@ -112,6 +113,7 @@ where
         ("/login", _) => Ok(console::login(state, request).await),
         ("/logout", _) => Ok(console::logout(state, &request)),
         ("/agents/summary", _) => Ok(console::agents_summary(state)),
+        ("/agents", _) => Ok(agents::list(state)),
         ("/healthz", _) => Ok(text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())),
         ("/readyz", _) => Ok(ready(state)),
         ("/metrics", _) => {
