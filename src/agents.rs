@@ -338,6 +338,15 @@ impl Agents {
         Ok(self.identity(&self.default, client))
     }
 
+    /// The `[[agents]]` entry whose id is `id`, or the `[agent]` table when `id` is `None` or
+    /// is its id: what `agentgate explain --agent` and the admin `/explain` decide for.
+    pub fn named(&self, id: Option<&str>) -> Option<&Arc<Agent>> {
+        match id {
+            None => Some(&self.default),
+            Some(id) => self.entries.iter().chain([&self.default]).find(|agent| agent.id() == Some(id)),
+        }
+    }
+
     fn identity(&self, agent: &Arc<Agent>, client: IpAddr) -> Identity {
         let id = agent.id.clone().unwrap_or_else(|| Arc::from(client.to_canonical().to_string()));
         Identity { agent: Arc::clone(agent), id }

@@ -33,7 +33,8 @@ enum Command {
     /// Check configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
-    /// Evaluate one request against policy files in a directory and explain the decision.
+    /// Evaluate one request against policy files in a directory and explain the decision
+    /// (with --config and --agent, the agent's egress lists and the operator's rules first).
     Explain(ExplainArgs),
     /// Check policy files like a compiler: `file:line: severity: message [code]`.
     Lint(LintArgs),
@@ -180,15 +181,20 @@ struct ExplainArgs {
     /// automation-preferences.txt (each optional, each with an optional `<file>.headers`).
     #[arg(long)]
     policy_dir: PathBuf,
+    /// An agentgate config: the agent (--agent, else [agent]) is decided as the proxy decides
+    /// it, its egress lists and the operator's [[rules]] and bypass_hosts first; its
+    /// product_token, trust_level and purposes apply unless given here.
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// The agent's product token, matched against robots.txt and autoctl user-agent groups.
     #[arg(long)]
     user_agent: Option<String>,
-    /// The agent id.
+    /// The agent id (with --config, an [[agents]] id of that config).
     #[arg(long)]
     agent: Option<String>,
-    /// The agent's AGENTS.md trust level (0-5).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=5))]
-    trust_level: u8,
+    /// The agent's AGENTS.md trust level (0-5; default 0).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=5))]
+    trust_level: Option<u8>,
     /// A purpose the agent declares (repeatable).
     #[arg(long = "purpose")]
     purposes: Vec<String>,
@@ -371,17 +377,43 @@ fn init_tracing(format: LogFormat) {
 
 /// Exit 0 when allowed, 1 when not, 2 on a usage error (conformance README).
 fn run_explain(args: ExplainArgs) -> ExitCode {
-    let request = ExplainRequest {
+    let mut request = ExplainRequest {
         policy_dir: args.policy_dir,
         user_agent: args.user_agent,
         agent: args.agent,
-        trust_level: args.trust_level,
+        trust_level: args.trust_level.unwrap_or(0),
         purposes: args.purposes,
         headers: args.headers,
         method: args.method,
         url: args.url,
     };
-    match explain::explain(&request) {
+    let explained = match args.config {
+        None => explain::explain(&request),
+        Some(path) => {
+            let operator = Config::load(&path).map_err(|e| e.to_string()).and_then(|config| {
+                explain::Operator::new(&config, request.agent.as_deref()).map_err(|e| e.to_string())
+            });
+            let operator = match operator {
+                Ok(operator) => operator,
+                Err(e) => {
+                    eprintln!("agentgate explain: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let agent = operator.agent();
+            request.user_agent = request.user_agent.or_else(|| agent.product_token.clone());
+            request.trust_level = args.trust_level.unwrap_or(agent.trust_level);
+            if request.purposes.is_empty() {
+                request.purposes.clone_from(&agent.purposes);
+            }
+            match explain::explain_operator(&request, &operator) {
+                Ok(Some(explanation)) => Ok(explanation),
+                Ok(None) => explain::explain(&request),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    match explained {
         Ok(explanation) => {
             match args.format {
                 OutputFormat::Json => println!("{}", explanation.to_json()),

@@ -4,11 +4,12 @@
 //! a bad one is rejected with every error logged while the last good config keeps running.
 //! SIGHUP also reopens the decision log (logrotate's `postrotate`).
 //!
-//! What a reload changes: the operator's `[[rules]]`, `bypass_hosts`, `[agent]`, `[[agents]]`
-//! and `[auth]`, `mode` and per-agent modes and limits, `instance`, `[mitm] passthrough_hosts`,
+//! What a reload changes: the operator's `[[rules]]` (and the agents they are scoped to),
+//! `bypass_hosts`, `[agent]`, `[[agents]]` (their egress lists `allow_hosts`, `deny_hosts` and
+//! `unlisted` included) and `[auth]`, `mode` and per-agent modes and limits, `instance`, `[mitm] passthrough_hosts`,
 //! `[network]`, `[connect]`, `[robots]`, `[agents_md]`, `[approvals]` and `shutdown_grace`. What it keeps:
 //! the fetched policies, the rate-limit counters and concurrency slots, the requests held for
-//! approval and the remembered approvals, the CA and its leaf
+//! approval, the remembered approvals and the hosts granted to agents, the CA and its leaf
 //! cache, the upstream pool, the decision log writer and every connection (a request in
 //! flight finishes under the generation it started with). The settings that need a restart
 //! (`listen`, `[cache]`, `[ca]`, `[upstream]`, `[mitm] cert_cache_size`, `[connections]`,

@@ -437,3 +437,103 @@ async fn a_new_host_held_for_a_human_is_granted_to_its_agent_for_a_while_or_deni
     );
     Ok(())
 }
+
+/// Runs the real `agentgate` with `args`: exit code, stdout, stderr.
+async fn agentgate(args: &[&str]) -> TestResult<(i32, String, String)> {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentgate")).args(args).output().await?;
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    Ok((output.status.code().unwrap_or(-1), text(&output.stdout), text(&output.stderr)))
+}
+
+#[tokio::test]
+async fn explain_and_the_admin_explain_take_the_agents_lists_and_scoped_rules_into_account() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let policies = dir.path().join("site");
+    std::fs::create_dir(&policies)?;
+    std::fs::write(policies.join("robots.txt"), ROBOTS)?;
+    let rule = "[[rules]]\nhost = \"site.test\"\npath = \"/admin\"\nagents = [\"sbx\"]\naction = \"deny\"\n";
+    let toml = format!("{}{}{rule}", agent_toml("sbx", "allow_hosts = [\"site.test\"]\n"), agent_toml("open", ""));
+    let config = dir.path().join("agentgate.toml");
+    std::fs::write(&config, &toml)?;
+    let line = line_of(&toml, "id = \"sbx\"", "allow_hosts")?;
+    let (config_arg, dir_arg) = (config.display().to_string(), policies.display().to_string());
+    let explain = |agent: &'static str, url: &'static str| {
+        let (config_arg, dir_arg) = (config_arg.clone(), dir_arg.clone());
+        async move {
+            let args = ["explain", "--config", &config_arg, "--agent", agent, "--policy-dir", &dir_arg, url];
+            let (code, stdout, stderr) = agentgate(&args).await?;
+            let json: Value = if code == 2 { Value::Null } else { serde_json::from_str(&stdout)? };
+            TestResult::Ok((code, json, stderr))
+        }
+    };
+    let (code, json, _) = explain("sbx", "http://other.test/page").await?;
+    assert_eq!((code, &json["decision"]), (1, &json!("deny")), "{json:#}");
+    assert_eq!(json["reasons"][0]["code"], "operator.not_allowlisted");
+    assert_eq!(json["reasons"][0]["line"], line);
+    let rule_text = json["reasons"][0]["rule"].as_str().unwrap_or_default();
+    assert!(
+        rule_text.starts_with(&format!("{config_arg}:{line}: [[agents]] #1 id = \"sbx\" allow_hosts")),
+        "{rule_text}"
+    );
+    assert_eq!(json["policies"], json!({}), "the site's files are not read for a refused host");
+    let (code, json, _) = explain("sbx", "http://site.test/private").await?;
+    assert_eq!((code, &json["reasons"][0]["code"]), (1, &json!("robots.disallow")), "a listed host: the site decides");
+    let (code, json, _) = explain("sbx", "http://SITE.test./admin").await?;
+    assert_eq!((code, &json["reasons"][0]["code"]), (1, &json!("operator.deny")), "the rule scoped to sbx: {json:#}");
+    let (code, json, _) = explain("open", "http://site.test/admin").await?;
+    assert_eq!((code, &json["decision"]), (0, &json!("allow")), "not scoped to open: {json:#}");
+    let (code, _, stderr) = explain("nobody", "http://site.test/").await?;
+    assert_eq!(code, 2);
+    assert!(stderr.contains("agent \"nobody\"") && stderr.contains("sbx, open"), "{stderr}");
+
+    // The admin API's /explain: the same decision, and nothing looked up or fetched for it.
+    let ca = TestCa::new("origin CA")?;
+    let net = Net::new(&[("site.test", "127.0.0.1"), ("other.test", "127.0.0.2")])?;
+    let proxy = start(&ca, &net, &toml).await?;
+    let url = admin_url(&proxy, "/explain?agent=sbx&url=http://other.test:8080/page")?;
+    let explained: Value = serde_json::from_str(&admin_client()?.get(url).send().await?.text().await?)?;
+    assert_eq!(explained["decision"], "deny", "{explained:#}");
+    assert_eq!(explained["reasons"][0]["code"], "operator.not_allowlisted");
+    assert!(!net.looked_up("other.test"), "{:?}", net.lookups());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reload_that_adds_a_host_to_a_running_agents_list_admits_it() -> TestResult {
+    agentgate::tls::install_default_provider();
+    let other = site_on("127.0.0.2", Site::new())?;
+    let net = Net::new(&[("site.test", "127.0.0.1"), ("other.test", "127.0.0.2")])?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("agentgate.toml");
+    let base = format!(
+        "listen = \"127.0.0.1:0\"\n[ca]\ndir = {:?}\n[audit]\npath = {:?}\n[admin]\nlisten = \"off\"\n\
+         [network]\nallow_cidrs = [\"127.0.0.0/8\"]\n",
+        dir.path().join("ca"),
+        dir.path().join("decisions.jsonl"),
+    );
+    std::fs::write(&path, format!("{base}{}", agent_toml("sbx", "allow_hosts = [\"site.test\"]\n")))?;
+    let source = agentgate::reload::ConfigSource { path: Some(path.clone()), ..Default::default() };
+    let proxy = agentgate::proxy::Proxy::with_network(
+        Arc::new(source.load()?),
+        Arc::clone(&net) as Arc<dyn Resolve>,
+        Arc::clone(&net) as Arc<dyn Dial>,
+    )?;
+    let running = proxy.bind().await?;
+    let (addr, reloader) = (running.local_addr(), running.reloader(source));
+    let task = tokio::spawn(running.run_until(std::future::pending()));
+    let sbx = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!("http://{addr}"))?.basic_auth("sbx", "sbx-secret"))
+        .build()?;
+    let url = format!("http://other.test:{}/page", other.addr.port());
+    let refused = sbx.get(&url).send().await?;
+    assert_eq!(refused.status(), 403);
+    assert!(header(&refused, "agentgate-decision").contains("code=operator.not_allowlisted"));
+
+    let listed = agent_toml("sbx", "allow_hosts = [\"site.test\", \"other.test\"]\n");
+    std::fs::write(&path, format!("{base}{listed}"))?;
+    assert!(reloader.reload()?.needs_restart.is_empty());
+    assert_eq!(sbx.get(&url).send().await?.status(), 200, "admitted without a restart, on the same client");
+    assert_eq!(other.hits("/page"), 1);
+    task.abort();
+    Ok(())
+}
