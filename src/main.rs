@@ -76,6 +76,16 @@ enum AuditCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Print, per agent, the allow_hosts line its requests need (learned from a monitor run),
+    /// with request counts as comments; hosts the network guard refused are left out.
+    Suggest {
+        /// Only this agent: its allow_hosts line alone.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Decision logs, plain or gzip'd, oldest first.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
     /// Print the records that match, as the JSON lines they are.
     Grep {
         #[command(flatten)]
@@ -233,6 +243,7 @@ fn main() -> ExitCode {
         Command::Lint(args) => return run_lint(args),
         Command::Audit(AuditCommand::Summary { by, since, format, files }) => audit_summary(&files, by, since, format),
         Command::Audit(AuditCommand::Grep { filter, files }) => audit_grep(&files, filter),
+        Command::Audit(AuditCommand::Suggest { agent, files }) => audit_suggest(&files, agent.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -347,6 +358,22 @@ fn audit_grep(files: &[PathBuf], args: GrepFilter) -> anyhow::Result<()> {
         eprintln!(
             "agentgate audit grep: {} lines are not records and were skipped (first: {}:{}: {})",
             report.malformed_lines,
+            first.file.display(),
+            first.line,
+            first.error
+        );
+    }
+    Ok(())
+}
+
+/// The suggested lines on stdout; malformed lines counted on stderr, as a note.
+fn audit_suggest(files: &[PathBuf], agent: Option<&str>) -> anyhow::Result<()> {
+    let suggestion = audit::suggest(files, agent)?;
+    print!("{}", suggestion.render(agent.is_some()));
+    if let Some(first) = &suggestion.first_malformed {
+        eprintln!(
+            "agentgate audit suggest: {} lines are not records and were skipped (first: {}:{}: {})",
+            suggestion.malformed_lines,
             first.file.display(),
             first.line,
             first.error

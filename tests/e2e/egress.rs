@@ -537,3 +537,114 @@ async fn a_reload_that_adds_a_host_to_a_running_agents_list_admits_it() -> TestR
     task.abort();
     Ok(())
 }
+
+/// What the scripted agent of the `audit suggest` test does: three hosts, two over plain
+/// HTTP and one over HTTPS through a CONNECT.
+async fn scripted_run(client: &reqwest::Client, ports: [u16; 3]) -> TestResult<Vec<u16>> {
+    let [a, b, c] = ports;
+    let mut statuses = Vec::new();
+    for url in [
+        format!("http://a.test:{a}/one"),
+        format!("http://a.test:{a}/two"),
+        format!("http://a.test:{a}/three"),
+        format!("http://b.test:{b}/one"),
+        format!("http://b.test:{b}/two"),
+        format!("https://c.test:{c}/one"),
+    ] {
+        statuses.push(client.get(url).send().await?.status().as_u16());
+    }
+    Ok(statuses)
+}
+
+#[tokio::test]
+async fn audit_suggest_learns_an_allowlist_from_a_monitor_run_that_config_check_and_enforce_mode_accept() -> TestResult
+{
+    use std::io::Write as _;
+
+    let ca = TestCa::new("origin CA")?;
+    let a = site_on("127.0.0.1", Site::new())?;
+    let b = site_on("127.0.0.2", Site::new())?;
+    let c_listener = std::net::TcpListener::bind(("127.0.0.3", 0))?;
+    let c = Origin::on_listener(c_listener, Some(ca.server_config_for(&["c.test"])?), Site::new())?;
+    let d = site_on("127.0.0.4", Site::new())?;
+    let names = [
+        ("a.test", "127.0.0.1"),
+        ("b.test", "127.0.0.2"),
+        ("c.test", "127.0.0.3"),
+        ("d.test", "127.0.0.4"),
+        ("meta.test", "169.254.169.254"),
+    ];
+    let ports = [a.addr.port(), b.addr.port(), c.addr.port()];
+    let meta = "http://meta.test/latest/meta-data";
+
+    // The monitor run: sbx may reach nothing yet, and is only watched.
+    let net = Net::new(&names)?;
+    let monitor =
+        format!("{}{}", agent_toml("sbx", "mode = \"monitor\"\nallow_hosts = []\n"), agent_toml("helper", ""));
+    let proxy = start(&ca, &net, &monitor).await?;
+    let sbx = client_as(&proxy, "sbx", "sbx-secret")?;
+    assert_eq!(scripted_run(&sbx, ports).await?, [200; 6], "monitor mode forwards");
+    assert_eq!(sbx.get(meta).send().await?.status(), 403, "the network guard refuses in monitor mode too");
+    let helper = client_as(&proxy, "helper", "helper-secret")?;
+    assert_eq!(helper.get(format!("http://d.test:{}/", d.addr.port())).send().await?.status(), 200);
+    let (records, text) = proxy.finish_with_text().await?;
+    let would_deny = records.iter().filter(|r| r["event.outcome"] == "would_deny").count();
+    assert_eq!(would_deny, 6, "what the empty list would have stopped");
+
+    // The log as logrotate leaves it: the older half gzip'd.
+    let dir = tempfile::tempdir()?;
+    let lines: Vec<&str> = text.lines().collect();
+    let (old, new) = lines.split_at(lines.len() / 2);
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gzip.write_all(format!("{}\n", old.join("\n")).as_bytes())?;
+    let (rotated, current) = (dir.path().join("decisions.jsonl.1"), dir.path().join("decisions.jsonl"));
+    std::fs::write(&rotated, gzip.finish()?)?;
+    std::fs::write(&current, format!("{}\n", new.join("\n")))?;
+    let logs = [rotated.display().to_string(), current.display().to_string()];
+
+    let (code, suggested, stderr) = agentgate(&["audit", "suggest", "--agent", "sbx", &logs[0], &logs[1]]).await?;
+    assert_eq!(code, 0, "{stderr}");
+    let [pa, pb, pc] = ports;
+    for expected in [
+        format!("\"a.test:{pa}\",  # 3 requests"),
+        format!("\"b.test:{pb}\",  # 2 requests"),
+        format!("\"c.test:{pc}\",  # 1 request"),
+        "#   meta.test:80: network.private_address, 1 request".to_owned(),
+    ] {
+        assert!(suggested.contains(&expected), "{expected:?} in:\n{suggested}");
+    }
+    assert!(suggested.starts_with("allow_hosts = [\n"), "with --agent, its line alone:\n{suggested}");
+    assert!(!suggested.contains("d.test"), "another agent's host:\n{suggested}");
+    let (code, every, _) = agentgate(&["audit", "suggest", &logs[0], &logs[1]]).await?;
+    assert_eq!(code, 0);
+    assert!(every.contains("# agent \"helper\": 1 request to 1 host;"), "{every}");
+    assert!(every.contains("# agent \"sbx\": 7 requests to 3 hosts;"), "{every}");
+
+    // Pasted into sbx's table in place of its lists: config check accepts it.
+    let enforce = format!("{}{}", agent_toml("sbx", &suggested), agent_toml("helper", ""));
+    let config = dir.path().join("agentgate.toml");
+    std::fs::write(&config, &enforce)?;
+    let (code, stdout, stderr) = agentgate(&["config", "check", &config.display().to_string()]).await?;
+    assert_eq!(code, 0, "config check accepts the suggestion:\n{enforce}\n{stderr}");
+    assert!(stdout.contains(": ok"), "{stdout}");
+
+    // The same traffic in enforce mode: nothing the list refuses; a fourth host is refused.
+    let net = Net::new(&names)?;
+    let proxy = start(&ca, &net, &enforce).await?;
+    let sbx = client_as(&proxy, "sbx", "sbx-secret")?;
+    assert_eq!(scripted_run(&sbx, ports).await?, [200; 6]);
+    let records = proxy.log_lines(6).await?;
+    assert!(
+        records
+            .iter()
+            .all(|r| r["event.outcome"] == "allow" && r["agentgate.reasons"][0]["code"] != "operator.not_allowlisted"),
+        "{records:#?}"
+    );
+    let fourth = sbx.get(format!("http://d.test:{}/", d.addr.port())).send().await?;
+    assert_eq!(fourth.status(), 403);
+    assert!(header(&fourth, "agentgate-decision").contains("code=operator.not_allowlisted"));
+    // The host the guard refused was left out, so it is refused before it is even looked up.
+    assert_eq!(sbx.get(meta).send().await?.status(), 403);
+    assert!(!net.looked_up("meta.test") && !net.looked_up("d.test"), "{:?}", net.lookups());
+    Ok(())
+}
