@@ -648,3 +648,82 @@ async fn audit_suggest_learns_an_allowlist_from_a_monitor_run_that_config_check_
     assert!(!net.looked_up("meta.test") && !net.looked_up("d.test"), "{:?}", net.lookups());
     Ok(())
 }
+
+#[tokio::test]
+async fn a_held_connect_approved_for_this_request_opens_its_tunnel_and_each_request_inside_is_recorded() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let listener = std::net::TcpListener::bind(("127.0.0.2", 0))?;
+    let site = Site::new().file("/robots.txt", ROBOTS);
+    let secure = Origin::on_listener(listener, Some(ca.server_config_for(&["secure.test"])?), site)?;
+    let net = Net::new(&[("site.test", "127.0.0.1"), ("secure.test", "127.0.0.2")])?;
+    let proxy = start(&ca, &net, &hold_toml()).await?;
+    let sbx = client_as(&proxy, "sbx", "sbx-secret")?;
+    let port = secure.addr.port();
+
+    let waiting = tokio::spawn(sbx.get(format!("https://secure.test:{port}/page")).send());
+    let listed = pending(&proxy, 1).await?;
+    assert_eq!((&listed[0]["method"], &listed[0]["new_host"]), (&json!("CONNECT"), &json!("secure.test")));
+    assert!(!net.looked_up("secure.test"), "held before its lookup");
+    let held_record = listed[0]["record_id"].as_str().ok_or("a record id")?.to_owned();
+    let (status, _) = answer(&proxy, listed[0]["id"].as_str().ok_or("an id")?, json!({"decision": "approve"})).await?;
+    assert_eq!(status, 200);
+    assert_eq!(waiting.await??.status(), 200, "the tunnel opened and its request went on");
+    // Inside the approved tunnel the site's files still decide; nothing more is held.
+    let private = sbx.get(format!("https://secure.test:{port}/private")).send().await?;
+    assert_eq!(private.status(), 403);
+    assert!(header(&private, "agentgate-decision").contains("code=robots.disallow"));
+    assert!(pending(&proxy, 0).await?.is_empty());
+
+    let records = proxy.finish().await?;
+    let connect = by_id(&records, &held_record)?;
+    assert_eq!((&connect["http.request.method"], &connect["event.outcome"]), (&json!("CONNECT"), &json!("allow")));
+    assert_eq!(
+        (&connect["agentgate.approval.decision"], &connect["agentgate.approval.by"]),
+        (&json!("approved"), &json!("alice"))
+    );
+    let page = for_request(&records, "GET", "/page");
+    let [page] = page.as_slice() else { return Err(format!("one GET /page: {records:#?}").into()) };
+    assert_ne!(page["event.id"], held_record.as_str(), "each request inside has its own record");
+    let reasons = page["agentgate.reasons"].as_array().ok_or("reasons")?;
+    let approved = reasons.iter().find(|r| r["code"] == "operator.host_approved").ok_or("the approval is cited")?;
+    assert!(approved["rule"].as_str().is_some_and(|r| r.ends_with("alice approved this request")), "{approved}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_console_shows_a_new_host_and_grants_it_to_the_agent() -> TestResult {
+    use fantoccini::Locator;
+
+    use crate::support::browser::{Browser, PAGE_DEADLINE};
+
+    let ca = TestCa::new("origin CA")?;
+    let other = site_on("127.0.0.2", Site::new())?;
+    let net = Net::new(&[("site.test", "127.0.0.1"), ("other.test", "127.0.0.2")])?;
+    let proxy = start(&ca, &net, &hold_toml()).await?;
+    let browser = Browser::start().await?;
+    browser.client.goto(&admin_url(&proxy, "/")?).await?;
+    browser.client.find(Locator::Id("token")).await?.send_keys("alice-secret").await?;
+    browser.client.find(Locator::Id("login-submit")).await?.click().await?;
+    browser.wait_until("document.getElementById('pending')", "the console after the login", PAGE_DEADLINE).await?;
+
+    let url = format!("http://other.test:{}/page", other.addr.port());
+    let waiting = tokio::spawn(client_as(&proxy, "sbx", "sbx-secret")?.get(&url).send());
+    let row = "document.querySelector('#pending tr.pending')";
+    browser.wait_until(row, "the held request in the pending list", PAGE_DEADLINE).await?;
+    let text = browser.eval(&format!("{row}.innerText")).await?;
+    assert!(text.as_str().unwrap_or_default().contains("agent sbx wants to reach other.test"), "{text}");
+    let remember = browser.client.find(Locator::Css("#pending tr.pending select.remember")).await?;
+    remember.select_by_value("host-for-agent").await?;
+    browser.client.find(Locator::Css("#pending tr.pending button.approve")).await?.click().await?;
+    let response = tokio::time::timeout(PAGE_DEADLINE, waiting).await.map_err(|_| "still held")???;
+    assert_eq!(response.status(), 200);
+    let grant = "[...document.querySelectorAll('#grants tr.grant')].find(r => r.innerText.includes('other.test'))";
+    browser.wait_until(grant, "the grant in the host grants table", PAGE_DEADLINE).await?;
+    let text = browser.eval(&format!("{grant}.innerText")).await?;
+    let text = text.as_str().unwrap_or_default();
+    assert!(text.contains("sbx") && text.contains("alice"), "{text}");
+    browser.close().await?;
+    let again = client_as(&proxy, "sbx", "sbx-secret")?.get(&url).send().await?;
+    assert_eq!(again.status(), 200, "granted for a while: no hold");
+    Ok(())
+}
