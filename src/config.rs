@@ -225,7 +225,9 @@ impl Config {
     }
 
     /// Every semantic problem in the config, each naming the key, its value and the fix.
-    fn problems(&self) -> Vec<String> {
+    /// A reload checks again the config it would put in force, whose restart-only tables are
+    /// the running ones (`crate::reload::in_force`).
+    pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let grace = self.shutdown_grace;
         if grace.is_zero() || grace > MAX_SHUTDOWN_GRACE {

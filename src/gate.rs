@@ -94,11 +94,12 @@ impl Admitted {
         self.record.is_some()
     }
 
-    /// The admission as the requests inside an approved CONNECT's tunnel carry it: each has
-    /// its own record, so none takes the CONNECT's record id.
-    pub fn for_tunnel(mut self) -> Self {
-        self.record = None;
-        self
+    /// The admission as the requests inside an approved CONNECT's tunnel carry it (each has
+    /// its own record, so none takes the CONNECT's record id); `None` for a grant, which each
+    /// request inside looks up again, so the tunnel outlives no grant.
+    pub fn for_tunnel(mut self) -> Option<Self> {
+        self.record.take()?;
+        Some(self)
     }
 
     /// The non-blocking reason a request it admitted carries: who admitted the host, and

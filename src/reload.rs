@@ -124,6 +124,19 @@ impl Reloader {
             }
         };
         let (config, needs_restart) = in_force(&running, config);
+        // The file was valid on its own; with the running values of what needs a restart it
+        // may not be (a new `unlisted = "hold"` beside an admin token the running admin API
+        // does not have yet): checked again as it would run.
+        let problems = config.problems();
+        if !problems.is_empty() {
+            let err = ConfigError::Invalid {
+                origin: format!("{origin} (with the running values of the settings that need a restart)"),
+                problems,
+            };
+            self.state.metrics.config_reload(false);
+            log_rejection(&err);
+            return Err(err);
+        }
         for key in &needs_restart {
             warn!(config = %origin, "config change needs a restart: {key}; the running value is kept");
         }
@@ -380,6 +393,20 @@ mod tests {
         assert_eq!(in_force.mitm.passthrough_hosts, ["bank.example"]);
         assert!(!in_force.connect.allows(80));
         assert_eq!(in_force.approvals.mode, crate::config::ApprovalMode::Hold);
+    }
+
+    #[test]
+    fn holding_for_a_human_checks_the_admin_token_that_runs_not_the_one_in_the_file() {
+        let running = config("");
+        let token = "[admin]\ntoken_sha256 = \"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"\n";
+        let edited = config(&format!("{token}[agent]\nallow_hosts = [\"a.example\"]\nunlisted = \"hold\"\n"));
+        let (in_force, needs) = in_force(&running, edited);
+        assert_eq!(needs, ["[admin]"], "the token needs a restart");
+        let problems = in_force.problems();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("[agent] unlisted = \"hold\": holding a request for a human needs an admin token")
+        );
     }
 
     #[test]

@@ -212,7 +212,7 @@ pub(crate) async fn handle_connect(
                 // inside the tunnel gets its own record.
                 record(state, live.gate.approved_tunnel(&connect), started, Ok(StatusCode::OK)).await;
             }
-            let admitted = admitted.map(|admitted| Arc::new(admitted.for_tunnel()));
+            let admitted = admitted.and_then(Admitted::for_tunnel).map(Arc::new);
             let state = Arc::clone(state);
             let open = state.metrics.tunnel_opened();
             tokio::spawn(

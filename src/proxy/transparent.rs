@@ -221,7 +221,7 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
         let request = GateRequest { admitted: Some(admitted), ..connection_request(client, &agent, &origin, &url) };
         record(&state, live.gate.approved_tunnel(&request), started, Ok(http::StatusCode::OK)).await;
     }
-    let admitted = admitted.map(|admitted| Arc::new(admitted.for_tunnel()));
+    let admitted = admitted.and_then(Admitted::for_tunnel).map(Arc::new);
     match serve_intercepted(state, client, (agent, admitted), authority, io, entry, drain).await {
         Ok(()) => {}
         Err(error @ crate::proxy::TunnelError::ClientHungUp { .. }) => debug!(error = %error, "connection closed"),
