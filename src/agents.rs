@@ -3,7 +3,8 @@
 //! token`), else the entry whose `clients` networks hold its address, else the default
 //! `[agent]`. Tokens are compared as SHA-256 digests in constant time, so neither the
 //! token's length nor its first differing byte shows in the timing. Owns the `[agent]`,
-//! `[[agents]]` and `[auth]` tables and their checks (`agent_problems`).
+//! `[[agents]]` and `[auth]` tables and their checks (`agent_problems`), and compiles each
+//! agent's egress lists (`allow_hosts`, `deny_hosts`) into canonical form for the gate.
 //!
 //! Never: writes responses (the proxy answers 407), logs or keeps a credential (only the
 //! digest of a configured token is held), counts requests (`crate::limits` does).
@@ -17,9 +18,10 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::config::Config;
-use crate::policy::operator::Mode;
+use crate::net::{canonical_pattern, is_host_pattern};
+use crate::policy::operator::{EgressLists, HostList, Mode, split_host_port};
 use crate::policy::{Limit, LimitKind, LimitScope, Reason, Source};
-use crate::setting::networks;
+use crate::setting::{Located, networks};
 use crate::token::{HOW_TO_HASH, TokenDigest, is_sha256_hex};
 
 /// `[auth]`: proxy authentication (`Proxy-Authorization`).
@@ -63,6 +65,46 @@ pub struct AgentConfig {
     pub identity: Option<String>,
     /// The operator's rate limits for this agent (`limits`); 0 means none.
     pub limits: AgentLimits,
+    /// The only hosts this agent may reach (`docs.example`, `*.example.com`,
+    /// `api.example:8443`, an address or a CIDR); unset: every host. `[]` admits none.
+    pub allow_hosts: Option<Located<Vec<String>>>,
+    /// Hosts this agent may never reach, whatever `allow_hosts` says (same patterns).
+    pub deny_hosts: Option<Located<Vec<String>>>,
+    /// What a host `allow_hosts` does not list gets: refused (`deny`, the default) or held
+    /// for a human's approval (`hold`).
+    pub unlisted: Unlisted,
+}
+
+/// `unlisted` of an agent: what a request to a host outside its `allow_hosts` gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unlisted {
+    /// `403 operator.not_allowlisted` at once.
+    #[default]
+    Deny,
+    /// Held in the approval queue until an operator admits the host (for this request, or
+    /// for the agent for a while) or denies it (`docs/approvals.md`).
+    Hold,
+}
+
+impl Unlisted {
+    /// The value as the config and the admin API write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unlisted::Deny => "deny",
+            Unlisted::Hold => "hold",
+        }
+    }
+}
+
+impl AgentConfig {
+    /// Records the file and line of the egress lists (`origin` is the file name, `text` its
+    /// whole content), so their reasons point at them.
+    pub(crate) fn locate(&mut self, text: &str, origin: &str) {
+        for list in [&mut self.allow_hosts, &mut self.deny_hosts].into_iter().flatten() {
+            list.locate(text, origin);
+        }
+    }
 }
 
 /// `limits` of an agent: the operator's own rate limits, on top of every site's (all apply).
@@ -98,6 +140,10 @@ pub struct Agent {
     identity: Option<String>,
     /// The operator's limits for this agent, as [`Limit`]s with source `operator`.
     pub limits: Vec<Limit>,
+    /// The hosts it may and may not reach, in canonical form.
+    pub egress: EgressLists,
+    /// What a host its allowlist does not name gets.
+    pub unlisted: Unlisted,
     credential: Option<TokenDigest>,
     clients: Vec<IpNet>,
 }
@@ -119,10 +165,60 @@ impl Agent {
             mode: config.mode,
             identity: config.identity.clone(),
             limits: operator_limits(config, &name),
+            egress: EgressLists::new(
+                config.allow_hosts.as_ref().map(|list| host_list(&name, "allow_hosts", list)),
+                config.deny_hosts.as_ref().map(|list| host_list(&name, "deny_hosts", list)),
+            ),
+            unlisted: config.unlisted,
             credential,
             clients: config.clients.clone(),
         }
     }
+
+    /// The configured id; `None` for a default agent without one.
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+}
+
+/// One egress list compiled: each entry split into host and port, the host canonical
+/// (`crate::net::host`), so every spelling of an address and an IDN's U-label match.
+/// `name` is the agent's table (`[[agents]] id = "sbx"`); the reasons it gives name it, the
+/// key, and the file and line when the list was read from one.
+fn host_list(name: &str, key: &str, list: &Located<Vec<String>>) -> HostList {
+    let (described, line) = match &list.at {
+        Some((file, line)) => (format!("{file}:{line}: {name} {key}"), Some(*line)),
+        None => (format!("{name} {key}"), None),
+    };
+    let entries = list
+        .value
+        .iter()
+        .filter_map(|written| {
+            let (host, port) = split_host_port(written.trim())?;
+            Some((written.clone(), canonical_pattern(host), port))
+        })
+        .collect();
+    HostList::new(described, line, entries)
+}
+
+/// The problem with one egress list entry, if any: what it must look like.
+fn entry_problem(entry: &str) -> Option<&'static str> {
+    let entry = entry.trim();
+    if entry.contains("://") {
+        return Some("no scheme or path: write the host alone");
+    }
+    if entry.contains('/') {
+        let cidr_with_port = entry.rsplit_once(':').is_some_and(|(net, _)| net.parse::<IpNet>().is_ok());
+        return match entry.parse::<IpNet>() {
+            Ok(_) => None,
+            Err(_) if cidr_with_port => Some("a CIDR takes no port"),
+            Err(_) => Some("not a CIDR (an address, `/` and a prefix length: `10.0.0.0/8`)"),
+        };
+    }
+    let Some((host, _)) = split_host_port(entry) else {
+        return Some("the port must be a number from 1 to 65535 after the host (`api.example:8443`, `[::1]:8443`)");
+    };
+    (host != "*" && !is_host_pattern(host)).then_some("not a host name, `*.suffix`, `*`, an address or a CIDR")
 }
 
 /// The operator's per-agent limits (`limits` of `[agent]` or `[[agents]]`) as limits the
@@ -242,6 +338,15 @@ impl Agents {
         Ok(self.identity(&self.default, client))
     }
 
+    /// The `[[agents]]` entry whose id is `id`, or the `[agent]` table when `id` is `None` or
+    /// is its id: what `agentgate explain --agent` and the admin `/explain` decide for.
+    pub fn named(&self, id: Option<&str>) -> Option<&Arc<Agent>> {
+        match id {
+            None => Some(&self.default),
+            Some(id) => self.entries.iter().chain([&self.default]).find(|agent| agent.id() == Some(id)),
+        }
+    }
+
     fn identity(&self, agent: &Arc<Agent>, client: IpAddr) -> Identity {
         let id = agent.id.clone().unwrap_or_else(|| Arc::from(client.to_canonical().to_string()));
         Identity { agent: Arc::clone(agent), id }
@@ -295,6 +400,20 @@ pub(crate) fn agent_problems(default: &AgentConfig, agents: &[AgentConfig], prob
         {
             problems.push(format!("{table} identity = {identity:?}: not a valid header value; use visible ASCII"));
         }
+        for (key, list) in [("allow_hosts", &agent.allow_hosts), ("deny_hosts", &agent.deny_hosts)] {
+            for entry in list.iter().flat_map(|list| &list.value) {
+                if let Some(why) = entry_problem(entry) {
+                    problems.push(format!(
+                        "{table} {key} entry {entry:?}: {why}; write e.g. \"docs.example\", \"*.example.com\", \"api.example:8443\" or \"10.0.0.0/8\" (no scheme or path)"
+                    ));
+                }
+            }
+        }
+        if agent.unlisted == Unlisted::Hold && agent.allow_hosts.is_none() {
+            problems.push(format!(
+                "{table} unlisted = \"hold\": has no effect without allow_hosts (every host is listed); add allow_hosts or remove unlisted"
+            ));
+        }
     }
     let mut seen = Vec::new();
     for (i, agent) in agents.iter().enumerate() {
@@ -328,6 +447,14 @@ pub(crate) fn agent_problems(default: &AgentConfig, agents: &[AgentConfig], prob
     }
 }
 
+/// The tables (`[agent]`, `[[agents]] #2`) whose `unlisted = "hold"` holds requests for a
+/// human: what needs an admin token (`crate::config` checks it across tables).
+pub(crate) fn holding_tables(default: &AgentConfig, agents: &[AgentConfig]) -> Vec<String> {
+    let tables = std::iter::once(("[agent]".to_owned(), default))
+        .chain(agents.iter().enumerate().map(|(i, a)| (format!("[[agents]] #{}", i + 1), a)));
+    tables.filter(|(_, agent)| agent.unlisted == Unlisted::Hold).map(|(table, _)| table).collect()
+}
+
 /// Whether `token` is the agent's: the SHA-256 digests compared in constant time.
 fn token_matches(agent: &Agent, token: &str) -> bool {
     agent.credential.is_some_and(|expected| expected.matches(token))
@@ -336,6 +463,7 @@ fn token_matches(agent: &Agent, token: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::operator::Egress;
 
     fn agents(text: &str) -> Agents {
         Agents::new(&Config::from_toml_str(text, "test.toml").expect("a valid test config"))
@@ -413,5 +541,76 @@ clients = ["127.0.0.3/32"]
         assert_eq!(&*limits[0].reason.rule, "[[agents]] #1 id = \"gamma\" limits.requests_per_minute = 5");
         assert_eq!(limits[1].kind, LimitKind::Rate { requests: 7, window_s: 3600 });
         assert_eq!(limits[1].scope, LimitScope::Origin);
+    }
+
+    #[test]
+    fn egress_lists_are_canonical_and_their_reasons_name_file_and_line() {
+        let text = "[[agents]]\nid = \"sbx\"\ntoken = \"t\"\n# the agent's hosts\nallow_hosts = [\"Site.TEST.\", \"0x7f.1:8080\", \"*.Bücher.example\"]\ndeny_hosts = [\"bad.site.test\"]\n";
+        let config = Config::from_toml_str(text, "egress.toml").expect("a valid config");
+        let listed = config.agents[0].allow_hosts.as_ref().expect("allow_hosts is set");
+        assert_eq!(listed.value, ["Site.TEST.", "0x7f.1:8080", "*.Bücher.example"]);
+        assert_eq!(listed.at, Some((Arc::from("egress.toml"), 5)));
+        let agents = Agents::new(&config);
+        let sbx = agents.identify(LOCAL, Some(&basic("sbx", "t"))).expect("right token");
+        let egress = &sbx.agent.egress;
+        assert_eq!(egress.decide("site.test", 80, &[]), Egress::Admitted, "case and trailing dot");
+        assert_eq!(egress.decide("127.0.0.1", 8080, &[]), Egress::Admitted, "every IPv4 spelling");
+        assert_eq!(egress.decide("a.xn--bcher-kva.example", 443, &[]), Egress::Admitted, "IDN");
+        let Egress::Unlisted(reason) = egress.decide("127.0.0.1", 80, &[]) else { panic!("another port") };
+        assert!(
+            reason.rule.starts_with("egress.toml:5: [[agents]] #1 id = \"sbx\" allow_hosts = [\"Site.TEST.\""),
+            "{}",
+            reason.rule
+        );
+        assert_eq!(reason.line, Some(5));
+        let Egress::Denied(reason) = egress.decide("bad.site.test", 80, &[]) else { panic!("denied") };
+        assert!(
+            reason.rule.starts_with("egress.toml:6: [[agents]] #1 id = \"sbx\" deny_hosts entry \"bad.site.test\""),
+            "{}",
+            reason.rule
+        );
+        let default = agents.identify(LOCAL, None).expect("the default agent");
+        assert_eq!(default.agent.egress.decide("anything.test", 80, &[]), Egress::Admitted, "no lists: every host");
+    }
+
+    #[test]
+    fn egress_list_problems_name_the_entry_and_the_fix() {
+        use crate::config::testing::problems;
+        let found = problems(
+            "[agent]\nallow_hosts = [\"https://a.example/\", \"a.example:0\", \"10.0.0.0/8:443\", \"10.0.0.0/33\", \"ok.example:443\", \"*\"]\n\
+             [[agents]]\nid = \"a\"\ntoken = \"t\"\nunlisted = \"hold\"\n",
+        );
+        let joined = found.join("\n");
+        for expected in [
+            "[agent] allow_hosts entry \"https://a.example/\": no scheme or path",
+            "[agent] allow_hosts entry \"a.example:0\": the port must be a number",
+            "[agent] allow_hosts entry \"10.0.0.0/8:443\": a CIDR takes no port",
+            "[agent] allow_hosts entry \"10.0.0.0/33\": not a CIDR",
+            "[[agents]] #1 unlisted = \"hold\": has no effect without allow_hosts",
+            "[[agents]] #1 unlisted = \"hold\" holds requests for a human's approval, but no admin token is configured",
+        ] {
+            assert!(joined.contains(expected), "{expected:?} missing from:\n{joined}");
+        }
+        assert_eq!(found.len(), 6, "{joined}");
+        let with_token = "[admin]\ntoken_sha256 = \"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"\n\
+                          [agent]\nallow_hosts = [\"a.example\"]\nunlisted = \"hold\"\n";
+        assert!(problems(with_token).is_empty(), "{:?}", problems(with_token));
+    }
+
+    #[test]
+    fn a_scoped_rule_must_name_configured_agents() {
+        use crate::config::testing::problems;
+        let rule = |agents: &str| {
+            format!(
+                "[[agents]]\nid = \"sbx\"\ntoken = \"t\"\n[[rules]]\nhost = \"*\"\nagents = {agents}\naction = \"deny\"\n"
+            )
+        };
+        assert!(problems(&rule("[\"sbx\"]")).is_empty());
+        assert_eq!(
+            problems(&rule("[\"sbx\", \"sxb\"]")),
+            [
+                "[[rules]] #1 agents entry \"sxb\": no [agent] or [[agents]] has this id (configured: sbx); write one of them"
+            ]
+        );
     }
 }

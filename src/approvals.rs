@@ -1,12 +1,14 @@
 //! Human approvals: what happens to a request an AGENTS.md `require-human-approval` path
-//! reserves for a human (SEMANTICS C16) when `[approvals] mode = "hold"`. The request is held
-//! (its client simply waits) in a bounded queue of pending approvals until an operator
-//! approves or denies it through the admin API, its time runs out, or its client hangs up.
-//! An approval may be remembered for the same agent, origin and path for 15 minutes.
+//! reserves for a human (SEMANTICS C16) when `[approvals] mode = "hold"`, and to a request
+//! for a host outside its agent's `allow_hosts` when that agent has `unlisted = "hold"`. The
+//! request is held (its client simply waits) in a bounded queue of pending approvals until an
+//! operator approves or denies it through the admin API, its time runs out, or its client
+//! hangs up. An approval may be remembered for the same agent, origin and path for 15
+//! minutes, or (for a new host) grant the host to the agent for a while.
 //!
 //! Owns: the `[approvals]` table (`config`), the pending queue with its guard whose drop takes
-//! a held request out of the queue (`queue`), the remembered grants, and the facts of an
-//! approval decision that the decision log records ([`Approval`]).
+//! a held request out of the queue (`queue`), the remembered approvals and the host grants,
+//! and the facts of an approval decision that the decision log records ([`Approval`]).
 //!
 //! Never: speaks HTTP (the proxy holds the request and writes the answer, the admin API takes
 //! the operator's decision), decides whether a request needs approval (the policy core does),
@@ -18,11 +20,17 @@ mod queue;
 use std::time::SystemTime;
 
 pub use config::{ApprovalMode, ApprovalsConfig};
-pub use queue::{Approvals, GrantKey, Held, HeldRule, Hold, NotPending, Pending, QueueFull};
+pub use queue::{Approvals, GrantKey, Held, HeldRule, Hold, HostGrant, HostGrantKey, NotPending, Pending, QueueFull};
 
 /// How long a `path-for-agent-15m` approval lets the same agent's requests to the same origin
 /// and path through without asking again.
 pub const REMEMBER_FOR: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// How long a `host-for-agent` grant lasts when the operator names no `ttl`.
+pub const HOST_GRANT_DEFAULT: std::time::Duration = std::time::Duration::from_secs(60 * 60);
+
+/// The longest `host-for-agent` grant: past a day, the host belongs in `allow_hosts`.
+pub const HOST_GRANT_MAX: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
 
 /// How far an approval reaches (`remember` in `POST /approvals/{id}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,17 +40,21 @@ pub enum Remember {
     /// The held request, and for [`REMEMBER_FOR`] every request of the same agent to the same
     /// origin and path (query aside).
     PathForAgent15m,
+    /// A request held because its host is not on the agent's `allow_hosts`: that host, on
+    /// any port, for the same agent, until [`Approval::until`] (a grant).
+    HostForAgent,
 }
 
 impl Remember {
     /// Every value, as the API and the log write them.
-    pub const ALL: [Remember; 2] = [Remember::ThisRequest, Remember::PathForAgent15m];
+    pub const ALL: [Remember; 3] = [Remember::ThisRequest, Remember::PathForAgent15m, Remember::HostForAgent];
 
     /// The value in the API and in `agentgate.approval.remember`.
     pub fn as_str(self) -> &'static str {
         match self {
             Remember::ThisRequest => "this-request",
             Remember::PathForAgent15m => "path-for-agent-15m",
+            Remember::HostForAgent => "host-for-agent",
         }
     }
 
@@ -68,7 +80,8 @@ pub enum ApprovalDecision {
     /// agentgate began shutting down while it was held: 403 at once, since nobody can
     /// approve it any more.
     Shutdown,
-    /// An earlier `path-for-agent-15m` approval let it through without asking.
+    /// An earlier `path-for-agent-15m` approval, or a `host-for-agent` grant, let it through
+    /// without asking.
     Remembered,
 }
 
@@ -107,11 +120,13 @@ pub struct Approval {
     pub at: SystemTime,
     /// How far an operator's approval reaches; `None` when nobody decided.
     pub remember: Option<Remember>,
+    /// When a `host-for-agent` grant ends; `None` for every other approval.
+    pub until: Option<SystemTime>,
 }
 
 impl Approval {
     /// An ending nobody decided (timeout, hang-up, a full queue), stamped now.
     pub fn undecided(decision: ApprovalDecision) -> Approval {
-        Approval { decision, by: None, reason: None, at: SystemTime::now(), remember: None }
+        Approval { decision, by: None, reason: None, at: SystemTime::now(), remember: None, until: None }
     }
 }

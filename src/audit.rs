@@ -7,7 +7,8 @@
 //! the ring of the latest lines behind the admin API's `/decisions/recent` and their live
 //! stream ([`RecentDecisions`]), per-agent counts since start ([`AgentTally`]), and the reports behind `agentgate audit`: reading logs back, plain or gzip'd
 //! ([`for_each_line`]), a line as a record and the filters ([`LoggedRecord`], [`Filter`]),
-//! per-group counts ([`summarize_files`]) and matching lines ([`grep`]).
+//! per-group counts ([`summarize_files`]), matching lines ([`grep`]) and the `allow_hosts` each
+//! agent needs ([`suggest`]).
 //!
 //! Never: changes a decision (the gate decides, then records; on a write failure it is the
 //! gate that applies `[audit] on_failure`), or drops a record without counting it: every
@@ -28,6 +29,7 @@ mod recent;
 mod record;
 mod redact;
 mod sink;
+mod suggest;
 mod summary;
 mod tally;
 mod writer;
@@ -40,6 +42,7 @@ pub(crate) use record::instance_problems;
 pub(crate) use record::rfc3339_millis;
 pub use record::{DecisionRecord, ErrorType, EventId, Outcome, instance_name};
 pub use redact::{LoggedUrl, REDACTED, redact_url};
+pub use suggest::{AgentHosts, Suggestion, suggest};
 pub use summary::{By, Count, Counts, GroupSummary, MalformedLine, Summary, summarize, summarize_files};
 pub use tally::{AgentTally, MAX_AGENTS, OTHER_AGENTS};
 pub use writer::{AuditLog, AuditSettings, AuditStats, AuditWriter, OnFailure, Unrecorded};

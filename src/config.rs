@@ -24,8 +24,8 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 pub use crate::admin::AdminConfig;
-use crate::agents::agent_problems;
-pub use crate::agents::{AgentConfig, AgentLimits, AuthConfig};
+pub use crate::agents::{AgentConfig, AgentLimits, AuthConfig, Unlisted};
+use crate::agents::{agent_problems, holding_tables};
 pub use crate::approvals::{ApprovalMode, ApprovalsConfig};
 pub use crate::audit::AuditSettings;
 pub use crate::fetch::CacheConfig;
@@ -122,6 +122,9 @@ pub struct RuleConfig {
     /// Methods the rule applies to, e.g. `["POST", "DELETE"]` (default: every method).
     #[serde(default)]
     pub methods: Vec<String>,
+    /// The agent ids the rule applies to, e.g. `["sbx"]` (default: every agent).
+    #[serde(default)]
+    pub agents: Vec<String>,
     /// `allow` (forward without consulting site policies) or `deny` (block).
     pub action: RuleAction,
     /// Why, shown to the agent and in the log (default: the rule itself).
@@ -203,7 +206,10 @@ impl Config {
     /// form (the first such problem, at `origin:line:column`); [`ConfigError::Invalid`] listing
     /// every semantic problem when the file parses.
     pub fn from_toml_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| syntax_error(text, origin, &e))?;
+        let mut config: Config = toml::from_str(text).map_err(|e| syntax_error(text, origin, &e))?;
+        for agent in std::iter::once(&mut config.agent).chain(&mut config.agents) {
+            agent.locate(text, origin);
+        }
         let problems = config.problems();
         if problems.is_empty() { Ok(config) } else { Err(ConfigError::Invalid { origin: origin.to_owned(), problems }) }
     }
@@ -219,8 +225,8 @@ impl Config {
     }
 
     /// Every semantic problem in the config, each naming the key, its value and the fix.
-    /// `crate::reload` asks it again of the config it would put in force, whose tables that
-    /// need a restart keep their running values.
+    /// A reload checks again the config it would put in force, whose restart-only tables are
+    /// the running ones (`crate::reload::in_force`).
     pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let grace = self.shutdown_grace;
@@ -268,8 +274,20 @@ impl Config {
                     ));
                 }
             }
+            let known: Vec<&str> =
+                std::iter::once(&self.agent).chain(&self.agents).filter_map(|a| a.id.as_deref()).collect();
+            for agent in rule.agents.iter().filter(|a| !known.contains(&a.as_str())) {
+                problems.push(format!(
+                    "[[rules]] #{} agents entry {agent:?}: no [agent] or [[agents]] has this id (configured: {}); write one of them",
+                    i + 1,
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                ));
+            }
         }
         agent_problems(&self.agent, &self.agents, &mut problems);
+        for table in holding_tables(&self.agent, &self.agents) {
+            self.admin.holding_problems(&format!("{table} unlisted = \"hold\""), &mut problems);
+        }
         self.connect.problems(&mut problems);
         nonzero_caps(
             &mut problems,

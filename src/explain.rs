@@ -5,7 +5,11 @@
 //! Owns: reading `--policy-dir` (each file and its `<file>.headers` sidecar) into the same
 //! [`FetchOutcome`]s the fetcher produces (each file read up to its format's cap plus one
 //! byte, as a fetch reads it, so the oversize rules apply: X6, B23, C4, D15), parsing the target URL into a [`RequestView`],
-//! and rendering the result. Never: policy semantics (all of that is `policy::`), network.
+//! and rendering the result. Given a config and a configured agent ([`Operator`], `--config
+//! FILE --agent ID` and the admin `/explain`), the operator's side first, as the gate decides
+//! it: the agent's egress lists, then the `[[rules]]` that apply to it and `bypass_hosts`;
+//! when they decide, the site's files are not read. Never: policy semantics (all of that is
+//! `policy::`), network.
 //!
 //! The interface is fixed by `../shared/conformance/README.md`.
 
@@ -14,8 +18,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use crate::agents::{Agent, Agents};
+use crate::config::Config;
+use crate::policy::operator::{Egress, OperatorRules};
 use crate::policy::{
-    self, Decision, FetchOutcome, Format, Headers, LimitKind, Policies, PolicyReport, PolicyStatus, Reason,
+    self, Decision, FetchOutcome, Format, Headers, LimitKind, Outcome, Policies, PolicyReport, PolicyStatus, Reason,
     RequestView, Severity, Source, formats,
 };
 
@@ -56,6 +63,16 @@ pub enum ExplainError {
     /// The URL has no `scheme://`.
     #[error("url {0:?}: expected an absolute http or https URL such as https://example.com/path")]
     Url(String),
+    /// `--agent` names no agent of `--config`.
+    #[error(
+        "agent {id:?}: no [agent] or [[agents]] entry of the config has this id (configured: {known}); leave it out for [agent]"
+    )]
+    UnknownAgent {
+        /// The id asked for.
+        id: String,
+        /// The ids the config has, comma-separated (`none`).
+        known: String,
+    },
 }
 
 /// What the caller asked about.
@@ -84,8 +101,9 @@ pub struct ExplainRequest {
 pub struct Explanation {
     /// The combined decision.
     pub decision: Decision,
-    /// The policy states it was made from, one per format.
-    pub policies: Policies,
+    /// The policy states it was made from, one per format; `None` when the operator's
+    /// lists or rules decided and the site's files were not read.
+    pub policies: Option<Policies>,
     /// The agent id, origin and host the request was evaluated for (limit keys).
     agent: String,
     origin: String,
@@ -109,32 +127,73 @@ pub fn explain(req: &ExplainRequest) -> Result<Explanation, ExplainError> {
 /// When a header in `req.headers` or the URL cannot be used.
 pub fn explain_with(req: &ExplainRequest, policies: Policies) -> Result<Explanation, ExplainError> {
     let target = Target::parse(&req.url)?;
+    let headers = request_headers(req)?;
+    let view = target.view(req, &headers);
+    let decision = policy::evaluate(&policies, &view);
+    Ok(Explanation::new(decision, Some(policies), &view))
+}
+
+/// The operator's side of a decision for one configured agent: its egress lists
+/// (`allow_hosts`, `deny_hosts`) and the `[[rules]]` and `bypass_hosts` that apply to it,
+/// compiled from a config exactly as the gate compiles them.
+pub struct Operator {
+    agent: std::sync::Arc<Agent>,
+    rules: OperatorRules,
+}
+
+impl Operator {
+    /// The operator's side for agent `id` of `config` (`None`: the `[agent]` table).
+    ///
+    /// # Errors
+    /// [`ExplainError::UnknownAgent`] when no agent of the config has the id.
+    pub fn new(config: &Config, id: Option<&str>) -> Result<Operator, ExplainError> {
+        let agents = Agents::new(config);
+        let agent = agents.named(id).ok_or_else(|| {
+            let known: Vec<&str> =
+                std::iter::once(&config.agent).chain(&config.agents).filter_map(|a| a.id.as_deref()).collect();
+            let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+            ExplainError::UnknownAgent { id: id.unwrap_or_default().to_owned(), known }
+        })?;
+        Ok(Operator { agent: std::sync::Arc::clone(agent), rules: crate::gate::operator_rules(config) })
+    }
+
+    /// The agent: its product token, trust level and purposes fill an [`ExplainRequest`].
+    pub fn agent(&self) -> &Agent {
+        &self.agent
+    }
+}
+
+/// The operator's decision on one request for `operator`'s agent, as the gate makes it before
+/// any site file is read: a host its lists refuse (`operator.denied_host`,
+/// `operator.not_allowlisted`), else the first rule that applies, else a bypass host. `None`
+/// when the site's files decide ([`explain`], [`explain_with`]).
+///
+/// # Errors
+/// When a header in `req.headers` or the URL cannot be used.
+pub fn explain_operator(req: &ExplainRequest, operator: &Operator) -> Result<Option<Explanation>, ExplainError> {
+    let mut target = Target::parse(&req.url)?;
+    // The gate matches the canonical host (`crate::net::host`), as the proxy routes it.
+    if let Ok(host) = crate::net::canonical_host(&target.host) {
+        target.host = host;
+    }
+    let headers = request_headers(req)?;
+    let view = target.view(req, &headers);
+    let agent = operator.agent.id().unwrap_or_default();
+    let decision = match operator.agent.egress.decide(&target.host, target.port, &[]) {
+        Egress::Denied(reason) | Egress::Unlisted(reason) => Some(Decision::single(Outcome::Deny, reason)),
+        Egress::Admitted => operator.rules.evaluate(&view, agent, &[]),
+    };
+    Ok(decision.map(|decision| Explanation::new(decision, None, &view)))
+}
+
+/// `req.headers` (`Name: value` each) as the policy core reads them.
+fn request_headers(req: &ExplainRequest) -> Result<Headers, ExplainError> {
     let mut headers = Headers::default();
     for raw in &req.headers {
         let (name, value) = split_header(raw).ok_or_else(|| ExplainError::HeaderArg(raw.clone()))?;
         headers.push(name, value);
     }
-    let view = RequestView {
-        method: &req.method,
-        scheme: &target.scheme,
-        host: &target.host,
-        port: target.port,
-        path_and_query: &target.path_and_query,
-        product_token: req.user_agent.as_deref(),
-        user_agent: headers.get("user-agent"),
-        agent_id: req.agent.as_deref().unwrap_or("explain"),
-        trust_level: req.trust_level,
-        purposes: &req.purposes,
-        headers: &headers,
-    };
-    let decision = policy::evaluate(&policies, &view);
-    Ok(Explanation {
-        decision,
-        policies,
-        agent: view.agent_id.to_owned(),
-        origin: view.origin(),
-        host: target.host.clone(),
-    })
+    Ok(headers)
 }
 
 /// Reads the policy files of one origin from a directory, with the same fetch-outcome
@@ -205,6 +264,23 @@ struct Target {
 }
 
 impl Target {
+    /// The request the policy core evaluates: this target, as `req` asks for it.
+    fn view<'a>(&'a self, req: &'a ExplainRequest, headers: &'a Headers) -> RequestView<'a> {
+        RequestView {
+            method: &req.method,
+            scheme: &self.scheme,
+            host: &self.host,
+            port: self.port,
+            path_and_query: &self.path_and_query,
+            product_token: req.user_agent.as_deref(),
+            user_agent: headers.get("user-agent"),
+            agent_id: req.agent.as_deref().unwrap_or("explain"),
+            trust_level: req.trust_level,
+            purposes: &req.purposes,
+            headers,
+        }
+    }
+
     fn parse(url: &str) -> Result<Target, ExplainError> {
         if url.is_empty() {
             // Google's matcher maps the empty URL to "/" (GoogleOnly_SystemTest).
@@ -246,6 +322,16 @@ fn split_authority(authority: &str, default_port: u16) -> Option<(String, u16)> 
 }
 
 impl Explanation {
+    fn new(decision: Decision, policies: Option<Policies>, view: &RequestView<'_>) -> Self {
+        Explanation {
+            decision,
+            policies,
+            agent: view.agent_id.to_owned(),
+            origin: view.origin(),
+            host: view.host.to_owned(),
+        }
+    }
+
     /// The JSON object the conformance checkers read (`../shared/conformance/README.md`),
     /// with structured diagnostics and headers to inject added.
     pub fn to_json(&self) -> Value {
@@ -340,7 +426,7 @@ impl Explanation {
     /// other records (Sitemap, Crawl-delay, ...), agents.txt metadata comments (B6), the
     /// AGENTS.md location that applied and its entries (C25, C27).
     fn informational(&self, source: Source) -> Vec<(String, Value)> {
-        let p = &self.policies;
+        let Some(p) = &self.policies else { return Vec::new() };
         match source {
             Source::Robots => {
                 let other =
@@ -366,9 +452,10 @@ impl Explanation {
         }
     }
 
-    /// Each format's source and report, in the order of [`formats!`].
+    /// Each format's source and report, in the order of [`formats!`]; none when the site's
+    /// files were not read.
     fn reports(&self) -> Vec<(Source, PolicyReport)> {
-        let p = &self.policies;
+        let Some(p) = &self.policies else { return Vec::new() };
         macro_rules! reports {
             ($($field:ident: $format:ty),* $(,)?) => {
                 vec![$((<$format>::SOURCE, <$format>::report(&p.$field)),)*]

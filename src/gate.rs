@@ -1,6 +1,7 @@
 //! The gate: the one place a request is decided. For every request — plain HTTP, MITM'd
 //! HTTPS, and the host-level check of a passthrough tunnel — it identifies the agent
-//! (`identify_agent`, proxy authentication), applies the operator's rules, loads the origin's
+//! (`identify_agent`, proxy authentication), checks the agent's egress lists
+//! (`check_egress`, before anything is resolved), applies the operator's rules, loads the origin's
 //! policies (waiting for the first fetch), evaluates them with the pure policy core, checks
 //! and spends the limits that apply (`check_limits`), applies the agent's mode, and hands back
 //! either a [`Permitted`] (the only way to reach `forward`) or a [`Blocked`] with the decision,
@@ -19,14 +20,14 @@ use std::sync::Arc;
 use http::HeaderMap;
 use http::header::{PROXY_AUTHORIZATION, USER_AGENT};
 
-use crate::agents::{Agents, AuthFailure, Identity};
+use crate::agents::{Agents, AuthFailure, Identity, Unlisted};
 use crate::approvals::Approval;
-use crate::audit::{DecisionRecord, Outcome as LogOutcome};
+use crate::audit::{DecisionRecord, EventId, Outcome as LogOutcome, rfc3339_millis};
 use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
 use crate::limits::{Limiter, Permit, Refused, Usage};
 use crate::net::{Refusal, canonical_pattern};
-use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
+use crate::policy::operator::{Egress, HOST_APPROVED, Mode, NOT_ALLOWLISTED, OperatorRule, OperatorRules};
 use crate::policy::{
     self, Decision, HeaderLookup, Opinion, Outcome, Policies, PolicyStatus, Reason, RequestView, Source,
 };
@@ -60,6 +61,69 @@ pub struct GateRequest<'a> {
     /// How the request reached agentgate (`agentgate.entry`: `forward`, `mitm`, `tunnel`,
     /// `connect`, `transparent`).
     pub entry: &'static str,
+    /// A human's admission of this request's host, which the agent's `allow_hosts` does not
+    /// list: a grant for the agent and host, or the approval of this request (or of the
+    /// CONNECT whose tunnel it is in). `None` for every other request.
+    pub admitted: Option<&'a Admitted>,
+}
+
+/// A host outside an agent's `allow_hosts` that a human let it reach (docs/approvals.md): by
+/// a grant for the agent and the host that lasts a while, or by approving one held request
+/// (a CONNECT's approval covers its tunnel). It admits that host only; the deny list, the
+/// network guard, the site's files and the limits still decide.
+#[derive(Debug, Clone)]
+pub struct Admitted {
+    /// The canonical host it admits.
+    host: String,
+    /// Who admitted it, when, and for how long (`remember`, `until`).
+    approval: Approval,
+    /// The held request's record id, which that request's record keeps (one record per
+    /// request); `None` for a grant, which admits later requests, each with its own record.
+    record: Option<EventId>,
+}
+
+impl Admitted {
+    /// `host` (canonical) admitted by `approval`; `record` is the held request's record id
+    /// when this is that request's own approval.
+    pub fn new(host: &str, approval: Approval, record: Option<EventId>) -> Self {
+        Admitted { host: host.to_owned(), approval, record }
+    }
+
+    /// Whether this is one held request's own approval (rather than a grant).
+    pub fn is_held_request(&self) -> bool {
+        self.record.is_some()
+    }
+
+    /// The admission as the requests inside an approved CONNECT's tunnel carry it (each has
+    /// its own record, so none takes the CONNECT's record id); `None` for a grant, which each
+    /// request inside looks up again, so the tunnel outlives no grant.
+    pub fn for_tunnel(mut self) -> Option<Self> {
+        self.record.take()?;
+        Some(self)
+    }
+
+    /// The non-blocking reason a request it admitted carries: who admitted the host, and
+    /// until when for a grant.
+    fn reason(&self, agent: &str) -> Reason {
+        let by = self.approval.by.as_deref().unwrap_or("an operator");
+        let rule = match self.approval.until {
+            Some(until) => format!(
+                "{} is not on agent {agent:?}'s allow_hosts; {by} granted it to this agent until {}",
+                self.host,
+                rfc3339_millis(until)
+            ),
+            None => format!("{} is not on agent {agent:?}'s allow_hosts; {by} approved this request", self.host),
+        };
+        Reason::new(Source::Operator, HOST_APPROVED, rule)
+    }
+}
+
+/// What an agent's egress lists (and a human's admission) say about a request's host.
+enum HostVerdict<'r> {
+    /// Listed, or admitted by a human (then `Some`).
+    Admitted(Option<&'r Admitted>),
+    /// On the denylist, or not on the allowlist (`unlisted`) and not admitted.
+    Refused { reason: Reason, unlisted: bool },
 }
 
 /// A request the gate let through. Only the gate can make one, so a forward without a
@@ -194,6 +258,12 @@ impl Blocked {
         self.record.approval = Some(approval);
     }
 
+    /// True when the agent's `allow_hosts` does not list the host (and nothing on the deny
+    /// list named it): what a human may admit.
+    pub fn is_unlisted_host(&self) -> bool {
+        self.decision.blocking_reasons().first().is_some_and(|reason| reason.code == NOT_ALLOWLISTED)
+    }
+
     /// Records a passthrough tunnel's block, decided as `GET /`, as the `CONNECT` it is (as
     /// [`Permitted::mark_passthrough`] does for one let through).
     pub fn mark_passthrough(&mut self) {
@@ -230,19 +300,10 @@ pub struct Gate {
 impl Gate {
     /// A gate for `config`, loading policies through `cache`, counting limits in `limiter`.
     pub fn new(config: &Config, cache: PolicyCache, limiter: Arc<Limiter>) -> Self {
-        let rules = config
-            .rules
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                OperatorRule::new(i + 1, &canonical_pattern(&r.host), &r.path, &r.methods, r.action, &r.reason)
-            })
-            .collect();
-        let bypass_hosts = config.bypass_hosts.iter().map(|p| canonical_pattern(p)).collect();
         Gate {
             mode: config.mode,
             agents: Agents::new(config),
-            rules: OperatorRules::new(bypass_hosts, rules),
+            rules: operator_rules(config),
             cache,
             limiter,
             instance: crate::audit::instance_name(&config.instance),
@@ -290,7 +351,46 @@ impl Gate {
         })
     }
 
-    /// Phases `load_policies`, `evaluate`, `check_limits`: decides one request.
+    /// Phase `check_egress`: the agent's egress lists, decided on the host and port the
+    /// request is routed to, before the network guard resolves anything (`req.addresses` is
+    /// empty then): a refused host is never looked up, dialled or fetched for policies.
+    ///
+    /// # Errors
+    /// In enforce mode, a [`Blocked`] (403) for a host on `deny_hosts` (`operator.denied_host`)
+    /// or not on `allow_hosts` (`operator.not_allowlisted`) that no human admitted; with the
+    /// agent's `unlisted = "hold"`, an unlisted host's block is `needs_approval`, which the
+    /// proxy holds for a human. In monitor mode never: [`Gate::decide`] records the same
+    /// reason as `would_deny` and the request goes on.
+    pub fn check_egress(&self, req: &GateRequest<'_>) -> Result<(), Box<Blocked>> {
+        if req.agent.mode(self.mode) == Mode::Monitor {
+            return Ok(());
+        }
+        let HostVerdict::Refused { reason, unlisted } = self.host_verdict(req) else { return Ok(()) };
+        let hold = unlisted && req.agent.agent.unlisted == Unlisted::Hold;
+        let decision = Decision::single(if hold { Outcome::NeedsApproval } else { Outcome::Deny }, reason);
+        let mut record = self.record_for(LogOutcome::from(decision.outcome), req);
+        record.set_reasons(&decision);
+        Err(Box::new(Blocked { decision, record, kind: BlockKind::Policy, policies: None }))
+    }
+
+    /// The agent's egress lists on the request's host and port, with the vetted addresses
+    /// when there are some, and a human's admission of an unlisted host.
+    fn host_verdict<'r>(&self, req: &GateRequest<'r>) -> HostVerdict<'r> {
+        let host = req.origin.bare_host();
+        match req.agent.agent.egress.decide(host, req.origin.port(), req.addresses) {
+            Egress::Admitted => HostVerdict::Admitted(None),
+            Egress::Denied(reason) => HostVerdict::Refused { reason, unlisted: false },
+            Egress::Unlisted(reason) => match req.admitted {
+                Some(admitted) if admitted.host == host => HostVerdict::Admitted(Some(admitted)),
+                _ => HostVerdict::Refused { reason, unlisted: true },
+            },
+        }
+    }
+
+    /// Phases `load_policies`, `evaluate`, `check_limits`: decides one request. The agent's
+    /// egress lists come first (a refused host loads no policy); in enforce mode
+    /// [`Gate::check_egress`] has refused such a host already, so here they decide monitor
+    /// mode's `would_deny` and a denylist CIDR that the vetted addresses fall in.
     pub async fn decide(&self, req: GateRequest<'_>) -> Verdict {
         let agent = req.agent;
         let user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok());
@@ -310,9 +410,19 @@ impl Gate {
             purposes: declared.as_deref().unwrap_or(&agent.agent.purposes),
             headers: req.headers,
         };
-        let (decision, policies) = self.evaluate(&view, req.origin, req.addresses).await;
+        let (mut decision, policies, admitted) = match self.host_verdict(&req) {
+            HostVerdict::Refused { reason, .. } => (Decision::single(Outcome::Deny, reason), None, None),
+            HostVerdict::Admitted(admitted) => {
+                let (decision, policies) = self.evaluate(&view, &agent.id, req.origin, req.addresses).await;
+                (decision, policies, admitted)
+            }
+        };
         if let Some(blocked) = policies.as_deref().and_then(|p| self.origin_unreachable(p, &decision, &req)) {
             return Verdict::Block(blocked);
+        }
+        if let Some(admitted) = admitted {
+            // Not blocking: it follows the reasons that decided, whatever they decided.
+            decision.reasons.push(admitted.reason(&agent.id));
         }
         let mode = agent.mode(self.mode);
         let mut record = DecisionRecord::new(
@@ -327,6 +437,11 @@ impl Gate {
         record.instance = Some(Arc::clone(&self.instance));
         record.entry = Some(req.entry);
         record.purposes = view.purposes.to_vec();
+        if let Some(Admitted { approval, record: Some(id), .. }) = admitted {
+            // The held request's own approval: its one record keeps the id the queue listed.
+            record.id = *id;
+            record.approval = Some(approval.clone());
+        }
         if decision.outcome != Outcome::Allow {
             record.set_reasons(&decision);
             record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
@@ -451,23 +566,41 @@ impl Gate {
         self.record_for(LogOutcome::Error, req)
     }
 
+    /// The record of an approved CONNECT whose tunnel is intercepted: `allow`, with the
+    /// approval and the reason naming who admitted the host (each request inside is decided
+    /// and recorded on its own). It keeps the id the approval queue listed.
+    pub fn approved_tunnel(&self, req: &GateRequest<'_>) -> DecisionRecord {
+        let mut record = self.record_for(LogOutcome::Allow, req);
+        if let Some(admitted) = req.admitted {
+            record.reasons.push(admitted.reason(&req.agent.id));
+        }
+        record
+    }
+
     fn record_for(&self, outcome: LogOutcome, req: &GateRequest<'_>) -> DecisionRecord {
         let mode = req.agent.mode(self.mode);
         let mut record = DecisionRecord::new(outcome, mode, req.client, req.agent.id.to_string(), req.method, req.url);
         record.entry = Some(req.entry);
         record.user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
         record.instance = Some(Arc::clone(&self.instance));
+        if let Some(Admitted { approval, record: Some(id), .. }) = req.admitted {
+            // A held request a human admitted: however it ends, its one record keeps its id.
+            record.id = *id;
+            record.approval = Some(approval.clone());
+        }
         record
     }
 
-    /// Operator rules first, then the origin's policies (kept for the response-time check).
+    /// Operator rules first (those for every agent and those scoped to `agent`), then the
+    /// origin's policies (kept for the response-time check).
     async fn evaluate(
         &self,
         view: &RequestView<'_>,
+        agent: &str,
         origin: &Origin,
         addresses: &[IpAddr],
     ) -> (Decision, Option<Arc<Policies>>) {
-        match self.rules.evaluate(view, addresses) {
+        match self.rules.evaluate(view, agent, addresses) {
             Some(decision) => (decision, None),
             None => {
                 let policies = self.cache.policies(origin).await;
@@ -484,6 +617,22 @@ impl Gate {
         }
         self.limiter.check_and_spend(usage, limits).await
     }
+}
+
+/// The operator's `[[rules]]` and `bypass_hosts` of `config`, compiled with canonical hosts:
+/// what the gate applies, and `agentgate explain --config` with it.
+pub fn operator_rules(config: &Config) -> OperatorRules {
+    let rules = config
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let host = canonical_pattern(&r.host);
+            OperatorRule::new(i + 1, &host, &r.path, &r.methods, &r.agents, r.action, &r.reason)
+        })
+        .collect();
+    let bypass_hosts = config.bypass_hosts.iter().map(|p| canonical_pattern(p)).collect();
+    OperatorRules::new(bypass_hosts, rules)
 }
 
 /// What the 407's reason says: the failure without the credential.

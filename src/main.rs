@@ -33,7 +33,8 @@ enum Command {
     /// Check configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
-    /// Evaluate one request against policy files in a directory and explain the decision.
+    /// Evaluate one request against policy files in a directory and explain the decision
+    /// (with --config and --agent, the agent's egress lists and the operator's rules first).
     Explain(ExplainArgs),
     /// Check policy files like a compiler: `file:line: severity: message [code]`.
     Lint(LintArgs),
@@ -72,6 +73,16 @@ enum AuditCommand {
         format: SummaryFormat,
         /// Decision logs, plain or gzip'd, oldest first (decisions.jsonl.2 decisions.jsonl.1
         /// decisions.jsonl).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print, per agent, the allow_hosts line its requests need (learned from a monitor run),
+    /// with request counts as comments; hosts the network guard refused are left out.
+    Suggest {
+        /// Only this agent: its allow_hosts line alone.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Decision logs, plain or gzip'd, oldest first.
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -180,15 +191,20 @@ struct ExplainArgs {
     /// automation-preferences.txt (each optional, each with an optional `<file>.headers`).
     #[arg(long)]
     policy_dir: PathBuf,
+    /// An agentgate config: the agent (--agent, else [agent]) is decided as the proxy decides
+    /// it, its egress lists and the operator's [[rules]] and bypass_hosts first; its
+    /// product_token, trust_level and purposes apply unless given here.
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// The agent's product token, matched against robots.txt and autoctl user-agent groups.
     #[arg(long)]
     user_agent: Option<String>,
-    /// The agent id.
+    /// The agent id (with --config, an [[agents]] id of that config).
     #[arg(long)]
     agent: Option<String>,
-    /// The agent's AGENTS.md trust level (0-5).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=5))]
-    trust_level: u8,
+    /// The agent's AGENTS.md trust level (0-5; default 0).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=5))]
+    trust_level: Option<u8>,
     /// A purpose the agent declares (repeatable).
     #[arg(long = "purpose")]
     purposes: Vec<String>,
@@ -227,6 +243,7 @@ fn main() -> ExitCode {
         Command::Lint(args) => return run_lint(args),
         Command::Audit(AuditCommand::Summary { by, since, format, files }) => audit_summary(&files, by, since, format),
         Command::Audit(AuditCommand::Grep { filter, files }) => audit_grep(&files, filter),
+        Command::Audit(AuditCommand::Suggest { agent, files }) => audit_suggest(&files, agent.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -352,6 +369,22 @@ fn audit_grep(files: &[PathBuf], args: GrepFilter) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The suggested lines on stdout; malformed lines counted on stderr, as a note.
+fn audit_suggest(files: &[PathBuf], agent: Option<&str>) -> anyhow::Result<()> {
+    let suggestion = audit::suggest(files, agent)?;
+    print!("{}", suggestion.render(agent.is_some()));
+    if let Some(first) = &suggestion.first_malformed {
+        eprintln!(
+            "agentgate audit suggest: {} lines are not records and were skipped (first: {}:{}: {})",
+            suggestion.malformed_lines,
+            first.file.display(),
+            first.line,
+            first.error
+        );
+    }
+    Ok(())
+}
+
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     let config = Config::load(file).map_err(|e: ConfigError| anyhow::anyhow!("{e}"))?;
     tls::upstream::client_config(&config.upstream.extra_ca_files)?;
@@ -374,17 +407,43 @@ fn init_tracing(format: LogFormat) {
 
 /// Exit 0 when allowed, 1 when not, 2 on a usage error (conformance README).
 fn run_explain(args: ExplainArgs) -> ExitCode {
-    let request = ExplainRequest {
+    let mut request = ExplainRequest {
         policy_dir: args.policy_dir,
         user_agent: args.user_agent,
         agent: args.agent,
-        trust_level: args.trust_level,
+        trust_level: args.trust_level.unwrap_or(0),
         purposes: args.purposes,
         headers: args.headers,
         method: args.method,
         url: args.url,
     };
-    match explain::explain(&request) {
+    let explained = match args.config {
+        None => explain::explain(&request),
+        Some(path) => {
+            let operator = Config::load(&path).map_err(|e| e.to_string()).and_then(|config| {
+                explain::Operator::new(&config, request.agent.as_deref()).map_err(|e| e.to_string())
+            });
+            let operator = match operator {
+                Ok(operator) => operator,
+                Err(e) => {
+                    eprintln!("agentgate explain: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let agent = operator.agent();
+            request.user_agent = request.user_agent.or_else(|| agent.product_token.clone());
+            request.trust_level = args.trust_level.unwrap_or(agent.trust_level);
+            if request.purposes.is_empty() {
+                request.purposes.clone_from(&agent.purposes);
+            }
+            match explain::explain_operator(&request, &operator) {
+                Ok(Some(explanation)) => Ok(explanation),
+                Ok(None) => explain::explain(&request),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    match explained {
         Ok(explanation) => {
             match args.format {
                 OutputFormat::Json => println!("{}", explanation.to_json()),

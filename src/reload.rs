@@ -4,11 +4,12 @@
 //! a bad one is rejected with every error logged while the last good config keeps running.
 //! SIGHUP also reopens the decision log (logrotate's `postrotate`).
 //!
-//! What a reload changes: the operator's `[[rules]]`, `bypass_hosts`, `[agent]`, `[[agents]]`
-//! and `[auth]`, `mode` and per-agent modes and limits, `instance`, `[mitm] passthrough_hosts`,
+//! What a reload changes: the operator's `[[rules]]` (and the agents they are scoped to),
+//! `bypass_hosts`, `[agent]`, `[[agents]]` (their egress lists `allow_hosts`, `deny_hosts` and
+//! `unlisted` included) and `[auth]`, `mode` and per-agent modes and limits, `instance`, `[mitm] passthrough_hosts`,
 //! `[network]`, `[connect]`, `[robots]`, `[agents_md]`, `[approvals]` and `shutdown_grace`. What it keeps:
 //! the fetched policies, the rate-limit counters and concurrency slots, the requests held for
-//! approval and the remembered approvals, the CA and its leaf
+//! approval, the remembered approvals and the hosts granted to agents, the CA and its leaf
 //! cache, the upstream pool, the decision log writer and every connection (a request in
 //! flight finishes under the generation it started with). The settings that need a restart
 //! (`listen`, `[cache]`, `[ca]`, `[upstream]`, `[mitm] cert_cache_size`, `[connections]`,
@@ -403,6 +404,21 @@ mod tests {
         assert_eq!(in_force.mitm.passthrough_hosts, ["bank.example"]);
         assert!(!in_force.connect.allows(80));
         assert_eq!(in_force.approvals.mode, crate::config::ApprovalMode::Hold);
+    }
+
+    #[test]
+    fn holding_for_a_human_checks_the_admin_token_that_runs_not_the_one_in_the_file() {
+        let running = config("");
+        let token = "[admin]\ntoken_sha256 = \"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"\n";
+        let edited = config(&format!("{token}[agent]\nallow_hosts = [\"a.example\"]\nunlisted = \"hold\"\n"));
+        let (in_force, needs) = in_force(&running, edited);
+        assert_eq!(needs, ["[admin]"], "the token needs a restart");
+        let problems = in_force.problems();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0]
+                .starts_with("[agent] unlisted = \"hold\" holds requests for a human's approval, but no admin token")
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! One config value as written: durations, socket addresses and networks, parsed with
-//! messages that say what was expected, and the checks every table makes on its values
-//! (a timeout above zero, a cap of at least one). The modules that own a config table use
+//! messages that say what was expected, a value with the file and line it was written on
+//! ([`Located`]), and the checks every table makes on its values (a timeout above zero, a cap
+//! of at least one). The modules that own a config table use
 //! these in their serde attributes and `problems` methods; `config` composes the tables.
 //!
 //! Never: knows a table or a key of its own, opens files or sockets.
@@ -123,6 +124,40 @@ pub(crate) fn networks<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec
             })
         })
         .collect()
+}
+
+/// A config value and where it was written (`file:line`), for reasons that point the reader
+/// at it. Read from TOML with its span; the config fills in the file and line once the whole
+/// text is parsed ([`Located::locate`]). A value built in code has no place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located<T> {
+    /// The value as written.
+    pub value: T,
+    span: std::ops::Range<usize>,
+    /// `file:line` of the value, once located.
+    pub at: Option<(std::sync::Arc<str>, u32)>,
+}
+
+impl<T> Located<T> {
+    /// A value with no place (built in code, not read from a file).
+    pub fn new(value: T) -> Self {
+        Located { value, span: 0..0, at: None }
+    }
+
+    /// Records where the value is: `origin` (the file name) and the 1-based line of its span
+    /// in `text`, the whole file it was read from.
+    pub(crate) fn locate(&mut self, text: &str, origin: &str) {
+        let start = self.span.start.min(text.len());
+        let line = text.as_bytes()[..start].iter().filter(|b| **b == b'\n').count() + 1;
+        self.at = Some((std::sync::Arc::from(origin), u32::try_from(line).unwrap_or(u32::MAX)));
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Located<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let spanned = toml::Spanned::<T>::deserialize(deserializer)?;
+        Ok(Located { span: spanned.span(), value: spanned.into_inner(), at: None })
+    }
 }
 
 /// Reports each `(key, timeout)` that is zero: a zero timeout would end every connection at once.

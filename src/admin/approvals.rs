@@ -1,11 +1,13 @@
 //! The admin API's approval endpoints: `GET /approvals` (the held requests, oldest first) and
-//! `POST /approvals/{id}` (an operator approves or denies one). The body is JSON and must say
-//! so in `Content-Type`, so a cross-site HTML form cannot post it; it is read up to 16 KiB.
+//! `POST /approvals/{id}` (an operator approves or denies one; a request held for a new host
+//! may be approved with a grant of the host to its agent for a while). The body is JSON and
+//! must say so in `Content-Type`, so a cross-site HTML form cannot post it; it is read up to
+//! 16 KiB.
 //!
 //! Never: holds or forwards a request (the proxy does, `crate::approvals` carries the answer)
 //! or writes the decision log (the held request's own record says who decided).
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
@@ -14,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::routes::{AdminBody, error, json_response, read_body};
 use super::server::AdminState;
-use crate::approvals::{Approval, ApprovalDecision, Remember};
+use crate::approvals::{Approval, ApprovalDecision, HOST_GRANT_DEFAULT, HOST_GRANT_MAX, Remember};
 use crate::audit::rfc3339_millis;
 
 /// The largest body `POST /approvals/{id}` reads.
@@ -41,6 +43,7 @@ pub(super) fn list(state: &AdminState) -> Response<AdminBody> {
                 "agent": p.held.agent,
                 "origin": p.held.origin,
                 "rule": rule,
+                "new_host": p.held.new_host,
                 "held_since": rfc3339_millis(p.held.held_since).to_string(),
                 "expires_in_s": expires_in_s,
             })
@@ -49,10 +52,11 @@ pub(super) fn list(state: &AdminState) -> Response<AdminBody> {
     json_response(StatusCode::OK, &json!({"pending": pending}))
 }
 
-/// `POST /approvals/{id}`: `{"decision": "approve"|"deny", "reason": "…", "remember": "…"}`
-/// from `by` (the admin token's name). Without a configured token nobody can answer (`403`):
-/// the caller could be the agent whose request is held (a config file cannot ask for holding
-/// without a token, `AdminConfig::holding_problems`; this holds for a config built in code too).
+/// `POST /approvals/{id}`: `{"decision": "approve"|"deny", "reason": "…", "remember": "…",
+/// "ttl": "…"}` from `by` (the admin token's name). Without a configured token nobody can
+/// answer (`403`): the caller could be the agent whose request is held (a config file cannot
+/// ask for holding without a token, `AdminConfig::holding_problems`; this holds for a config
+/// built in code too).
 pub(super) async fn decide<B>(
     state: &AdminState,
     id: &str,
@@ -83,11 +87,27 @@ where
         Ok(bytes) => bytes,
         Err(cause) => return error(cause.status(), None, &cause.to_string()),
     };
-    let (decision, reason, remember) = match parse(&bytes) {
+    let Answer { decision, reason, remember, ttl } = match parse(&bytes) {
         Ok(parsed) => parsed,
         Err((field, message)) => return error(StatusCode::BAD_REQUEST, Some(field), &message),
     };
-    let approval = Approval { decision, by: Some(by.clone()), reason, at: SystemTime::now(), remember: Some(remember) };
+    // What may be remembered depends on why the request is held.
+    let Some(pending) = state.approvals.pending().into_iter().find(|p| p.id == id) else {
+        return error(StatusCode::NOT_FOUND, None, &crate::approvals::NotPending { id: id.to_owned() }.to_string());
+    };
+    let held_for_host = pending.held.new_host.is_some();
+    let misplaced = match remember {
+        Remember::HostForAgent if !held_for_host => Some("it is held for a site's rule, not for its host"),
+        Remember::PathForAgent15m if held_for_host => Some("it is held for its host: remember \"host-for-agent\""),
+        _ => None,
+    };
+    if let Some(why) = misplaced {
+        let message = format!("remember = \"{}\" does not apply to this request: {why}", remember.as_str());
+        return error(StatusCode::BAD_REQUEST, Some("remember"), &message);
+    }
+    let at = SystemTime::now();
+    let until = (remember == Remember::HostForAgent).then(|| at + ttl.unwrap_or(HOST_GRANT_DEFAULT));
+    let approval = Approval { decision, by: Some(by.clone()), reason, at, remember: Some(remember), until };
     match state.approvals.settle(id, approval) {
         Ok(held) => {
             tracing::info!(id, by, decision = decision.as_str(), record_id = held.record_id, "approval answered");
@@ -97,14 +117,24 @@ where
     }
 }
 
-/// The body's decision, reason and reach; or the field at fault and why.
-fn parse(bytes: &[u8]) -> Result<(ApprovalDecision, Option<String>, Remember), (&'static str, String)> {
+/// An operator's answer as the body gives it.
+#[derive(Debug, PartialEq, Eq)]
+struct Answer {
+    decision: ApprovalDecision,
+    reason: Option<String>,
+    remember: Remember,
+    /// How long a `host-for-agent` grant lasts (default [`HOST_GRANT_DEFAULT`]).
+    ttl: Option<Duration>,
+}
+
+/// The body's decision, reason, reach and a grant's length; or the field at fault and why.
+fn parse(bytes: &[u8]) -> Result<Answer, (&'static str, String)> {
     let value: Value = serde_json::from_slice(bytes).map_err(|e| ("body", format!("the body is not JSON: {e}")))?;
     let Value::Object(fields) = value else {
         return Err(("body", "the body must be a JSON object, e.g. {\"decision\": \"approve\"}".to_owned()));
     };
-    if let Some(unknown) = fields.keys().find(|k| !["decision", "reason", "remember"].contains(&k.as_str())) {
-        let message = format!("unknown field {unknown:?}; the body takes decision, reason and remember");
+    if let Some(unknown) = fields.keys().find(|k| !["decision", "reason", "remember", "ttl"].contains(&k.as_str())) {
+        let message = format!("unknown field {unknown:?}; the body takes decision, reason, remember and ttl");
         return Err(("body", message));
     }
     let decision = match fields.get("decision").and_then(Value::as_str) {
@@ -137,23 +167,50 @@ fn parse(bytes: &[u8]) -> Result<(ApprovalDecision, Option<String>, Remember), (
             format!("remember = \"{}\" applies to approve only; a denial covers this request", remember.as_str());
         return Err(("remember", message));
     }
-    Ok((decision, reason, remember))
+    let max = humantime::format_duration(HOST_GRANT_MAX);
+    let ttl = match fields.get("ttl") {
+        None | Some(Value::Null) => None,
+        Some(_) if remember != Remember::HostForAgent => {
+            return Err(("ttl", "ttl applies to remember = \"host-for-agent\" only".to_owned()));
+        }
+        Some(given) => match given.as_str().and_then(|text| humantime::parse_duration(text).ok()) {
+            Some(ttl) if !ttl.is_zero() && ttl <= HOST_GRANT_MAX => Some(ttl),
+            _ => {
+                return Err((
+                    "ttl",
+                    format!("ttl = {given}: must be a duration above 0s and at most {max}, e.g. \"1h\""),
+                ));
+            }
+        },
+    };
+    Ok(Answer { decision, reason, remember, ttl })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn answer(decision: ApprovalDecision, reason: Option<&str>, remember: Remember, ttl: Option<u64>) -> Answer {
+        Answer { decision, reason: reason.map(str::to_owned), remember, ttl: ttl.map(Duration::from_secs) }
+    }
+
     #[test]
     fn a_body_is_a_decision_an_optional_reason_and_an_optional_reach() {
-        assert_eq!(parse(br#"{"decision": "approve"}"#), Ok((ApprovalDecision::Approved, None, Remember::ThisRequest)));
+        assert_eq!(
+            parse(br#"{"decision": "approve"}"#),
+            Ok(answer(ApprovalDecision::Approved, None, Remember::ThisRequest, None))
+        );
         assert_eq!(
             parse(br#"{"decision": "approve", "reason": "ok", "remember": "path-for-agent-15m"}"#),
-            Ok((ApprovalDecision::Approved, Some("ok".to_owned()), Remember::PathForAgent15m))
+            Ok(answer(ApprovalDecision::Approved, Some("ok"), Remember::PathForAgent15m, None))
         );
         assert_eq!(
             parse(br#"{"decision": "deny", "reason": null}"#),
-            Ok((ApprovalDecision::Denied, None, Remember::ThisRequest))
+            Ok(answer(ApprovalDecision::Denied, None, Remember::ThisRequest, None))
+        );
+        assert_eq!(
+            parse(br#"{"decision": "approve", "remember": "host-for-agent", "ttl": "2h"}"#),
+            Ok(answer(ApprovalDecision::Approved, None, Remember::HostForAgent, Some(7200)))
         );
         let long = format!(r#"{{"decision": "deny", "reason": "{}"}}"#, "x".repeat(501));
         for (body, field) in [
@@ -166,6 +223,11 @@ mod tests {
             (long.as_bytes(), "reason"),
             (br#"{"decision": "approve", "remember": "forever"}"#, "remember"),
             (br#"{"decision": "deny", "remember": "path-for-agent-15m"}"#, "remember"),
+            (br#"{"decision": "deny", "remember": "host-for-agent"}"#, "remember"),
+            (br#"{"decision": "approve", "ttl": "1h"}"#, "ttl"),
+            (br#"{"decision": "approve", "remember": "host-for-agent", "ttl": "0s"}"#, "ttl"),
+            (br#"{"decision": "approve", "remember": "host-for-agent", "ttl": "2days"}"#, "ttl"),
+            (br#"{"decision": "approve", "remember": "host-for-agent", "ttl": 60}"#, "ttl"),
         ] {
             assert_eq!(parse(body).map_err(|(f, _)| f), Err(field), "{}", String::from_utf8_lossy(body));
         }

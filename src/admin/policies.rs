@@ -1,12 +1,13 @@
 //! The admin API's views of the policy cache: `GET /policies` (what is cached for an origin,
 //! file by file), `DELETE /policies` (forget it, so the next request fetches every file
-//! again) and `GET /explain` (a live decision: the origin's policies through the cache,
-//! fetched if needed behind the same network guard as the proxy, evaluated for a configured
-//! agent and rendered exactly as `agentgate explain` renders it).
+//! again) and `GET /explain` (a live decision for a configured agent: its egress lists and
+//! the operator's rules that apply to it first, then the origin's policies through the cache,
+//! fetched if needed behind the same network guard as the proxy, rendered exactly as
+//! `agentgate explain --config --agent` renders it).
 //!
-//! Never: evaluates or renders policy itself (`crate::explain` and `crate::policy` do), or
-//! applies operator rules and limits (`/explain` answers what the site's files say, as the
-//! CLI does; see docs/admin.md).
+//! Never: evaluates or renders policy itself (`crate::explain` and `crate::policy` do),
+//! fetches the policies of a host the operator's side decided (a refused host is never
+//! fetched), or checks limits (`/explain` never spends an agent's budget; see docs/admin.md).
 
 use http::{Method, Response, StatusCode, Uri};
 use serde_json::{Value, json};
@@ -15,7 +16,7 @@ use super::routes::{AdminBody, BadParameter, Query, error, json_response};
 use super::server::AdminState;
 use crate::audit::rfc3339_millis;
 use crate::config::{AgentConfig, Config};
-use crate::explain::{ExplainRequest, explain_with, report_json};
+use crate::explain::{ExplainRequest, Operator, explain_operator, explain_with, report_json};
 use crate::fetch::Origin;
 
 /// The agent name `/explain` uses when no `agent` is given: the `[agent]` table.
@@ -62,6 +63,8 @@ pub(super) async fn explain(state: &AdminState, query: &Query) -> Result<Respons
     }
     let config = (state.config)();
     let (name, agent) = agent(&config, query.get("agent"))?;
+    let operator = Operator::new(&config, query.get("agent"))
+        .map_err(|problem| BadParameter::new("agent", problem.to_string()))?;
     let request = ExplainRequest {
         user_agent: agent.product_token.clone(),
         agent: Some(name.to_owned()),
@@ -71,9 +74,11 @@ pub(super) async fn explain(state: &AdminState, query: &Query) -> Result<Respons
         url: query.get("url").unwrap_or_default().to_owned(),
         ..ExplainRequest::default()
     };
-    let policies = state.cache.policies(&origin).await;
-    let explanation =
-        explain_with(&request, (*policies).clone()).map_err(|problem| BadParameter::new("url", problem.to_string()))?;
+    let bad_url = |problem: crate::explain::ExplainError| BadParameter::new("url", problem.to_string());
+    let explanation = match explain_operator(&request, &operator).map_err(bad_url)? {
+        Some(decided) => decided,
+        None => explain_with(&request, (*state.cache.policies(&origin).await).clone()).map_err(bad_url)?,
+    };
     Ok(json_response(StatusCode::OK, &explanation.to_json()))
 }
 

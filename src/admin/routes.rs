@@ -17,7 +17,7 @@ use super::access::ANONYMOUS;
 use super::hosts::Arrival;
 use super::server::AdminState;
 use super::stream::StreamBody;
-use super::{approvals, console, policies, stream};
+use super::{agents, approvals, console, policies, stream};
 use crate::audit::RECENT_CAPACITY;
 
 /// The body of every admin answer but the live stream.
@@ -33,7 +33,7 @@ const DEFAULT_RECENT: usize = 100;
 /// parameters it reads (any other is a 400, so a misspelt one is not silently ignored). A
 /// path ending in `/` takes one more segment, the id of what it acts on (`/approvals/{id}`).
 type Endpoint = (&'static str, &'static str, &'static [&'static str]);
-const ENDPOINTS: [Endpoint; 16] = [
+const ENDPOINTS: [Endpoint; 17] = [
     ("/", "GET", &[]),
     ("/console.js", "GET", &[]),
     ("/console.css", "GET", &[]),
@@ -41,6 +41,7 @@ const ENDPOINTS: [Endpoint; 16] = [
     ("/logout", "POST", &[]),
     ("/decisions/stream", "GET", &[]),
     ("/agents/summary", "GET", &[]),
+    ("/agents", "GET", &[]),
     ("/healthz", "GET", &[]),
     ("/readyz", "GET", &[]),
     ("/metrics", "GET", &[]),
@@ -121,6 +122,7 @@ where
         ("/login", _) => Ok(console::login(state, request, at.peer.ip()).await),
         ("/logout", _) => Ok(console::logout(state, &request)),
         ("/agents/summary", _) => Ok(console::agents_summary(state)),
+        ("/agents", _) => Ok(agents::list(state)),
         ("/healthz", _) => Ok(text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())),
         ("/readyz", _) => Ok(ready(state)),
         ("/metrics", _) => {

@@ -1,6 +1,7 @@
 //! The pending approvals: each held request's summary (what the operator is asked about)
-//! and the channel its answer travels on, oldest first and bounded by `max_pending`; and the
-//! remembered `path-for-agent-15m` grants, a TTL cache.
+//! and the channel its answer travels on, oldest first and bounded by `max_pending`; the
+//! remembered `path-for-agent-15m` grants, a TTL cache; and the `host-for-agent` grants, a
+//! cache whose entries each end at their own `until`.
 //!
 //! A held request owns a [`Hold`]: dropping it (the client hung up, so hyper dropped the
 //! request's future) takes the entry out of the queue, so an operator is never asked about a
@@ -15,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::{Approval, ApprovalDecision, REMEMBER_FOR};
+use super::{Approval, ApprovalDecision, HOST_GRANT_MAX, REMEMBER_FOR};
 
 /// Remembered grants kept at most; the oldest go first past it.
 const MAX_GRANTS: u64 = 10_000;
@@ -46,6 +47,9 @@ pub struct Held {
     pub origin: String,
     /// The rule that asked for approval.
     pub rule: Option<HeldRule>,
+    /// The host the agent wants to reach that its `allow_hosts` does not list, when that is
+    /// why it is held (a human may grant it); `None` for a path a site reserves for a human.
+    pub new_host: Option<String>,
     /// When it was held.
     pub held_since: SystemTime,
 }
@@ -89,6 +93,26 @@ pub struct GrantKey {
     pub path: String,
 }
 
+/// Who a host grant is for: one agent and one canonical host (on any port).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostGrantKey {
+    /// The agent id.
+    pub agent: String,
+    /// The canonical host.
+    pub host: String,
+}
+
+/// A live `host-for-agent` grant, as the admin API lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostGrant {
+    /// The agent it admits.
+    pub agent: String,
+    /// The host it admits.
+    pub host: String,
+    /// Who granted it, when, why and until when.
+    pub approval: Approval,
+}
+
 struct Entry {
     pending: Pending,
     answer: oneshot::Sender<Approval>,
@@ -98,6 +122,22 @@ struct Shared {
     /// Oldest first; at most `max_pending` long, so a scan is cheap.
     entries: Mutex<Vec<Entry>>,
     grants: moka::future::Cache<GrantKey, Arc<Approval>>,
+    hosts: moka::future::Cache<HostGrantKey, Arc<Approval>>,
+}
+
+/// A host grant lives until its approval's `until`.
+struct UntilExpiry;
+
+impl moka::Expiry<HostGrantKey, Arc<Approval>> for UntilExpiry {
+    fn expire_after_create(
+        &self,
+        _key: &HostGrantKey,
+        grant: &Arc<Approval>,
+        _created_at: std::time::Instant,
+    ) -> Option<Duration> {
+        let left = grant.until.and_then(|until| until.duration_since(SystemTime::now()).ok());
+        Some(left.unwrap_or(Duration::ZERO).min(HOST_GRANT_MAX))
+    }
 }
 
 /// The pending approvals and remembered grants of one proxy; cheap to clone (the proxy holds
@@ -117,7 +157,8 @@ impl Approvals {
     /// An empty queue and no grants.
     pub fn new() -> Self {
         let grants = moka::future::Cache::builder().max_capacity(MAX_GRANTS).time_to_live(REMEMBER_FOR).build();
-        Approvals { shared: Arc::new(Shared { entries: Mutex::new(Vec::new()), grants }) }
+        let hosts = moka::future::Cache::builder().max_capacity(MAX_GRANTS).expire_after(UntilExpiry).build();
+        Approvals { shared: Arc::new(Shared { entries: Mutex::new(Vec::new()), grants, hosts }) }
     }
 
     /// Holds `held` until an answer, `timeout`, or the returned [`Hold`] is dropped.
@@ -180,6 +221,40 @@ impl Approvals {
         Some(Approval { decision: ApprovalDecision::Remembered, ..(*grant).clone() })
     }
 
+    /// Grants `key`'s host to its agent until `approval.until` (at most [`HOST_GRANT_MAX`]).
+    pub async fn grant_host(&self, key: HostGrantKey, approval: Approval) {
+        self.shared.hosts.insert(key, Arc::new(approval)).await;
+    }
+
+    /// The live grant of `key`'s host to its agent, as a `remembered` decision naming who
+    /// gave it and until when.
+    pub async fn host_grant(&self, key: &HostGrantKey) -> Option<Approval> {
+        let grant = self.shared.hosts.get(key).await?;
+        // The cache ends an entry on its own clock; the grant ends at `until` whatever it says.
+        if grant.until.is_none_or(|until| until <= SystemTime::now()) {
+            return None;
+        }
+        Some(Approval { decision: ApprovalDecision::Remembered, ..(*grant).clone() })
+    }
+
+    /// Every live host grant, by agent then host.
+    pub fn host_grants(&self) -> Vec<HostGrant> {
+        let now = SystemTime::now();
+        let mut grants: Vec<HostGrant> = self
+            .shared
+            .hosts
+            .iter()
+            .filter(|(_, grant)| grant.until.is_some_and(|until| until > now))
+            .map(|(key, grant)| HostGrant {
+                agent: key.agent.clone(),
+                host: key.host.clone(),
+                approval: (*grant).clone(),
+            })
+            .collect();
+        grants.sort_by(|a, b| (&a.agent, &a.host).cmp(&(&b.agent, &b.host)));
+        grants
+    }
+
     fn entries(&self) -> MutexGuard<'_, Vec<Entry>> {
         // A panic while holding the lock leaves a consistent Vec: every change is one call.
         self.shared.entries.lock().unwrap_or_else(PoisonError::into_inner)
@@ -239,6 +314,7 @@ mod tests {
             agent: "alpha".to_owned(),
             origin: "https://shop.example:443".to_owned(),
             rule: Some(HeldRule { file: "AGENTS.md", line: Some(7), text: "/checkout".to_owned() }),
+            new_host: None,
             held_since: SystemTime::now(),
         }
     }
@@ -250,6 +326,7 @@ mod tests {
             reason: Some("ok".to_owned()),
             at: SystemTime::now(),
             remember: Some(Remember::ThisRequest),
+            until: None,
         }
     }
 
@@ -325,5 +402,31 @@ mod tests {
         assert_eq!((grant.decision, grant.by.as_deref()), (ApprovalDecision::Remembered, Some("alice")));
         let other = GrantKey { agent: "beta".into(), ..key };
         assert!(approvals.remembered(&other).await.is_none(), "another agent is asked again");
+    }
+
+    #[tokio::test]
+    async fn a_host_grant_admits_its_agent_and_host_until_it_ends() {
+        let approvals = Approvals::new();
+        let key = HostGrantKey { agent: "sbx".into(), host: "new.example".into() };
+        assert!(approvals.host_grant(&key).await.is_none());
+        let until = SystemTime::now() + Duration::from_secs(3600);
+        let grant = Approval { remember: Some(Remember::HostForAgent), until: Some(until), ..approved("alice") };
+        approvals.grant_host(key.clone(), grant).await;
+        let found = approvals.host_grant(&key).await.expect("granted");
+        assert_eq!(
+            (found.decision, found.by.as_deref(), found.until),
+            (ApprovalDecision::Remembered, Some("alice"), Some(until))
+        );
+        let other_agent = HostGrantKey { agent: "other".into(), ..key.clone() };
+        assert!(approvals.host_grant(&other_agent).await.is_none(), "another agent is still refused");
+        let listed = approvals.host_grants();
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].agent.as_str(), listed[0].host.as_str()), ("sbx", "new.example"));
+
+        let ended = HostGrantKey { agent: "sbx".into(), host: "old.example".into() };
+        let past = Approval { until: Some(SystemTime::now() - Duration::from_secs(1)), ..approved("bob") };
+        approvals.grant_host(ended.clone(), past).await;
+        assert!(approvals.host_grant(&ended).await.is_none(), "a grant past its until admits nothing");
+        assert_eq!(approvals.host_grants().len(), 1, "nor is it listed");
     }
 }

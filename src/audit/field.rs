@@ -55,8 +55,11 @@ pub const APPROVAL_BY: &str = "agentgate.approval.by";
 pub const APPROVAL_REASON: &str = "agentgate.approval.reason";
 /// When it was decided: RFC 3339, UTC, milliseconds.
 pub const APPROVAL_AT: &str = "agentgate.approval.at";
-/// How far an operator's answer reaches: `this-request` or `path-for-agent-15m`.
+/// How far an operator's answer reaches: `this-request`, `path-for-agent-15m` or
+/// `host-for-agent`.
 pub const APPROVAL_REMEMBER: &str = "agentgate.approval.remember";
+/// When a `host-for-agent` grant ends: RFC 3339, UTC, milliseconds.
+pub const APPROVAL_UNTIL: &str = "agentgate.approval.until";
 /// What went wrong, when the outcome is `error`.
 pub const ERROR_MESSAGE: &str = "error.message";
 /// Who is at fault, when the outcome is `error`: `client` or `origin`.
@@ -64,7 +67,7 @@ pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line
 /// when they have no value; the rest keep this order.
-pub const ORDER: [&str; 26] = [
+pub const ORDER: [&str; 27] = [
     TIMESTAMP,
     EVENT_ID,
     EVENT_OUTCOME,
@@ -89,6 +92,7 @@ pub const ORDER: [&str; 26] = [
     APPROVAL_REASON,
     APPROVAL_AT,
     APPROVAL_REMEMBER,
+    APPROVAL_UNTIL,
     ERROR_MESSAGE,
     ERROR_TYPE,
 ];

@@ -1,10 +1,12 @@
 //! Reading one decision-log line back for `agentgate audit`: whether it is a record, its
-//! agent, origin, time and the reasons that decided it, and the filters `summary` and `grep`
-//! share (`--since`, `--agent`, `--origin`, `--outcome`).
+//! agent, origin, time and the reasons that decided it, the filters `summary` and `grep`
+//! share (`--since`, `--agent`, `--origin`, `--outcome`), and one record per request
+//! ([`OnePerRequest`]) for the reports that count requests (`summary`, `suggest`).
 //!
 //! Never: writes records, or fails on a line that is not one (that is a [`NotARecord`] the
 //! caller counts).
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value};
@@ -77,6 +79,12 @@ impl LoggedRecord {
         Some(&url[..end])
     }
 
+    /// The `code` of every reason the record carries, deciding or not, in order.
+    pub fn reason_codes(&self) -> impl Iterator<Item = &str> {
+        let reasons = self.fields.get(field::REASONS).and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+        reasons.iter().filter_map(|reason| reason.get("code").and_then(Value::as_str))
+    }
+
     /// `@timestamp`, when present and RFC 3339.
     pub fn timestamp(&self) -> Option<SystemTime> {
         humantime::parse_rfc3339(self.str(field::TIMESTAMP)?).ok()
@@ -103,6 +111,43 @@ impl LoggedRecord {
         } else {
             reasons.first().map(name).into_iter().collect()
         }
+    }
+}
+
+/// One record per request from lines read in order (a forwarded request's decision line may
+/// sit in a rotated file and its completed line in the next): a decision line without
+/// `http.response.status_code` (written before forwarding, `docs/decision-log.md`) waits for
+/// the completed line with its `event.id`, which counts in its place; one never completed
+/// counts on its own at the end.
+#[derive(Debug, Default)]
+pub(super) struct OnePerRequest {
+    /// Decision lines waiting for their completed line, by `event.id`: as many as requests
+    /// were in flight together.
+    awaiting: HashMap<String, LoggedRecord>,
+}
+
+impl OnePerRequest {
+    /// The record to count now for `record`, if any: `None` while it waits for its completed line.
+    pub(super) fn next(&mut self, record: LoggedRecord) -> Option<LoggedRecord> {
+        match record.id().map(str::to_owned) {
+            Some(id) if record.is_decision_line() => {
+                self.awaiting.insert(id, record);
+                None
+            }
+            id => {
+                if let Some(id) = id {
+                    self.awaiting.remove(&id);
+                }
+                Some(record)
+            }
+        }
+    }
+
+    /// The decision lines never completed (the response was cut off), by `event.id`.
+    pub(super) fn unfinished(&mut self) -> Vec<LoggedRecord> {
+        let mut unfinished: Vec<LoggedRecord> = std::mem::take(&mut self.awaiting).into_values().collect();
+        unfinished.sort_by(|a, b| a.id().cmp(&b.id()));
+        unfinished
     }
 }
 

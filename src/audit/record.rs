@@ -322,6 +322,9 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
         if let Some(remember) = approval.remember {
             map.str(field::APPROVAL_REMEMBER, remember.as_str());
         }
+        if let Some(until) = approval.until {
+            map.shown(field::APPROVAL_UNTIL, rfc3339_millis(until));
+        }
     }
     if let Some(message) = &record.error {
         map.str(field::ERROR_MESSAGE, message);
@@ -522,7 +525,8 @@ mod tests {
             by: Some("alice".to_owned()),
             reason: Some("not on a Friday".to_owned()),
             at: at(1_700_000_001_000),
-            remember: Some(crate::approvals::Remember::ThisRequest),
+            remember: Some(crate::approvals::Remember::HostForAgent),
+            until: Some(at(1_700_003_601_000)),
         });
         rec.error = Some("origin unreachable: connection refused".to_owned());
         rec.error_type = Some(ErrorType::Origin);
@@ -554,7 +558,7 @@ mod tests {
                 r#"{"source":"AGENTS.md","kind":"concurrent","max":2,"scope":"host"}],"#,
                 r#""agentgate.approval.decision":"denied","agentgate.approval.by":"alice","#,
                 r#""agentgate.approval.reason":"not on a Friday","agentgate.approval.at":"2023-11-14T22:13:21.000Z","#,
-                r#""agentgate.approval.remember":"this-request","#,
+                r#""agentgate.approval.remember":"host-for-agent","agentgate.approval.until":"2023-11-14T23:13:21.000Z","#,
                 r#""error.message":"origin unreachable: connection refused","error.type":"origin"}"#,
                 "\n"
             )

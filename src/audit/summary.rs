@@ -11,7 +11,7 @@ use comfy_table::{CellAlignment, Table, presets};
 use serde::Serialize;
 
 use super::input::{for_each_line, read_lines};
-use super::query::{Filter, LoggedRecord};
+use super::query::{Filter, LoggedRecord, OnePerRequest};
 use super::{AuditError, Outcome};
 
 /// How many hosts and reasons each group's top lists keep.
@@ -193,15 +193,13 @@ struct Summarizer {
     filter: Filter,
     summary: Summary,
     groups: BTreeMap<String, GroupCounts>,
-    /// Decision lines waiting for their completed line, by `event.id`: as many as requests
-    /// were in flight together.
-    awaiting: HashMap<String, LoggedRecord>,
+    requests: OnePerRequest,
 }
 
 impl Summarizer {
     fn new(by: By, filter: Filter) -> Self {
         let summary = Summary { by, ..Summary::default() };
-        Summarizer { by, filter, summary, groups: BTreeMap::new(), awaiting: HashMap::new() }
+        Summarizer { by, filter, summary, groups: BTreeMap::new(), requests: OnePerRequest::default() }
     }
 
     fn line(&mut self, path: &Path, line: u64, bytes: &[u8]) {
@@ -209,17 +207,11 @@ impl Summarizer {
             return;
         }
         match LoggedRecord::parse(bytes) {
-            Ok(record) => match record.id().map(str::to_owned) {
-                Some(id) if record.is_decision_line() => {
-                    self.awaiting.insert(id, record);
-                }
-                id => {
-                    if let Some(id) = id {
-                        self.awaiting.remove(&id);
-                    }
+            Ok(record) => {
+                if let Some(record) = self.requests.next(record) {
                     self.count(&record);
                 }
-            },
+            }
             Err(not_a_record) => {
                 self.summary.malformed_lines += 1;
                 if self.summary.malformed.len() < MALFORMED_SHOWN {
@@ -248,9 +240,7 @@ impl Summarizer {
 
     fn finish(mut self) -> Summary {
         // A decision line never completed (the response was cut off) counts on its own.
-        let mut unfinished: Vec<LoggedRecord> = std::mem::take(&mut self.awaiting).into_values().collect();
-        unfinished.sort_by(|a, b| a.id().cmp(&b.id()));
-        for record in &unfinished {
+        for record in &self.requests.unfinished() {
             self.count(record);
         }
         let mut summary = self.summary;

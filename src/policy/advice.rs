@@ -25,6 +25,14 @@ pub fn advice(reason: &Reason) -> &'static str {
         return "You already have as many requests in flight to this site as its AGENTS.md allows. Wait for one to \
                 finish, then retry; send requests one after another instead of in parallel.";
     }
+    if code == super::operator::NOT_ALLOWLISTED {
+        return "Your operator lets this agent reach only the hosts on its allowlist (the cited allow_hosts), and \
+                this host is not on it. Do not retry it; use a listed host, or ask your operator to add this one.";
+    }
+    if code == super::operator::DENIED_HOST {
+        return "Your operator forbids this agent to reach this host (the cited deny_hosts). Do not retry it; ask \
+                your operator if you need it.";
+    }
     if code == "origin.unreachable" {
         return "The site did not accept a connection (refused or timed out); nothing forbids the request. Check \
                 the host and port, then retry later.";
@@ -71,6 +79,8 @@ mod tests {
             (Source::AgentsMd, "agents_md.requires_human_approval", "human to approve"),
             (Source::Autoctl, "autoctl.method_not_allowed", "does not allow this HTTP method"),
             (Source::Operator, "operator.deny", "operator"),
+            (Source::Operator, "operator.not_allowlisted", "ask your operator to add this one"),
+            (Source::Operator, "operator.denied_host", "forbids this agent to reach this host"),
             (Source::AgentsMd, "agents_md.rate_limit", "Retry-After"),
             (Source::AgentsTxt, "agents_txt.limit", "Retry-After"),
             (Source::AgentsMd, "agents_md.concurrent_sessions", "in flight"),

@@ -220,7 +220,7 @@ fn approval_summary(blocked: &Blocked, method: &str, url: &str) -> String {
             "agentgate held this request for a human to approve, and nobody approved or denied it within the approval timeout: {method} {url}. Ask the person you work for to watch the approvals, then retry."
         ),
         ApprovalDecision::QueueFull => format!(
-            "agentgate refused this request at once: the site reserves it for a human to approve, and too many requests are already waiting for approval ([approvals] max_pending): {method} {url}. Retry later."
+            "agentgate refused this request at once: it needs a human's approval, and too many requests are already waiting for approval ([approvals] max_pending): {method} {url}. Retry later."
         ),
         ApprovalDecision::Shutdown => format!(
             "agentgate held this request for a human to approve, and is shutting down, so nobody can approve it now: {method} {url}. Retry later."

@@ -1,6 +1,8 @@
-//! CONNECT (RFC 9110 §9.3.6): the network guard and `[connect] allowed_ports` first
-//! (`check_connect`: agentgate's own address, internal ranges and other ports are a 403
-//! before the `200`), then the host-level decision before the `200` (`decide_tunnel`),
+//! CONNECT (RFC 9110 §9.3.6): the agent's egress lists first (`Gate::check_egress`: a host
+//! its `allow_hosts` does not list, or its `deny_hosts` lists, is a 403 before the `200` and
+//! before any lookup, or is held for a human who may admit it), then the network guard and
+//! `[connect] allowed_ports` (agentgate's own address, internal ranges and other ports are a
+//! 403 before the `200`), then the host-level decision before the `200` (`decide_tunnel`),
 //! then either a passthrough splice to the target, or interception: read the tunnel's first
 //! bytes, terminate TLS with a leaf minted for the SNI name (or the CONNECT host), and serve
 //! the inner HTTP/1.1 or h2 with the same request service as the proxy port. A tunnel whose
@@ -31,17 +33,18 @@ use super::context::{Entry, ProxyState};
 use super::destination::{Ask, check_destination};
 use super::drain::Drain;
 use super::error::{ProxyError, TunnelError, shown_target};
+use super::hold;
 use super::listener::{ServerProtocols, serve_connection};
 use super::local;
 use super::relay::splice;
 use super::rewind::Rewind;
-use super::service::{ProxyService, answer_blocked, completed};
+use super::service::{ProxyService, answer_blocked, completed, record};
 use crate::agents::Identity;
 use crate::audit::OnFailure;
 use crate::config::Config;
 use crate::error_chain::error_chain;
 use crate::fetch::Origin;
-use crate::gate::{Gate, GateRequest, Permitted, Verdict};
+use crate::gate::{Admitted, Gate, GateRequest, Permitted, Verdict};
 use crate::net::{canonical_host, canonical_pattern, is_host_pattern};
 use crate::policy::operator::host_matches;
 use crate::setting::nonzero_caps;
@@ -149,15 +152,29 @@ pub(crate) async fn handle_connect(
         headers: &headers,
         addresses: &[],
         entry: Entry::Connect.as_str(),
+        admitted: None,
     };
     // agentgate.local is answered inside the tunnel by agentgate itself (`local.rs`): never
     // looked up, vetted or passed through.
     let is_local = local::is_local(authority.host());
+    // The agent's egress lists, before the target is looked up: a refusal is the CONNECT's
+    // 403; a human admitting the host admits the whole tunnel.
+    let started = Instant::now();
+    let admitted = match live.gate.check_egress(&connect) {
+        Err(blocked) if !is_local => {
+            match hold::admit_host(state, &live, *blocked, connect, started, drain.clone()).await {
+                Ok(admitted) => Some(admitted),
+                Err(blocked) => return Ok(answer_blocked(state, blocked, &headers, started).await),
+            }
+        }
+        _ => None,
+    };
+    let connect = GateRequest { admitted: admitted.as_ref(), ..connect };
     // Held until the passthrough tunnel is open: it dials these addresses.
     let vetted = if is_local {
         None
     } else {
-        match check_destination(state, &live, Instant::now(), connect, Ask::Connect).await? {
+        match check_destination(state, &live, started, connect, Ask::Connect).await? {
             Ok(vetted) => Some(vetted),
             Err(blocked) => return Ok(blocked),
         }
@@ -189,6 +206,12 @@ pub(crate) async fn handle_connect(
             tokio::spawn(until_stopped.until_stopped(tunnel).instrument(span));
         }
         Tunnel::Mitm => {
+            if admitted.as_ref().is_some_and(Admitted::is_held_request) {
+                // The approved CONNECT is recorded once, with its approval; each request
+                // inside the tunnel gets its own record.
+                record(state, live.gate.approved_tunnel(&connect), started, Ok(StatusCode::OK)).await;
+            }
+            let admitted = admitted.and_then(Admitted::for_tunnel).map(Arc::new);
             let state = Arc::clone(state);
             let open = state.metrics.tunnel_opened();
             // Until the grace period ends: the client's first byte and TLS handshake have
@@ -196,7 +219,7 @@ pub(crate) async fn handle_connect(
             let until_stopped = drain.clone();
             let tunnel = async move {
                 let _open = open;
-                match intercept(state, client, agent, authority, on_upgrade, drain).await {
+                match intercept(state, client, (agent, admitted), authority, on_upgrade, drain).await {
                     Ok(()) => {}
                     Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "tunnel closed"),
                     Err(error) => warn!(error = %error, "tunnel failed"),
@@ -280,7 +303,7 @@ fn connect_target(uri: &Uri) -> Result<Authority, ProxyError> {
 async fn intercept(
     state: Arc<ProxyState>,
     client: SocketAddr,
-    agent: Identity,
+    agent: (Identity, Option<Arc<Admitted>>),
     authority: Authority,
     on_upgrade: OnUpgrade,
     drain: Drain,
@@ -303,7 +326,9 @@ async fn intercept(
     if !is_tls {
         debug!("no TLS ClientHello: serving the tunnel as plain HTTP");
         let settings = state.config.connections.clone();
-        let service = ProxyService::for_tunnel(state, client, authority, Entry::PlainTunnel, agent, drain.clone());
+        let (agent, admitted) = agent;
+        let tunnel = (authority, Entry::PlainTunnel);
+        let service = ProxyService::for_tunnel(state, client, tunnel, agent, admitted, drain.clone());
         serve_connection(io, service, ServerProtocols::Http1, drain, &settings).await;
         return Ok(());
     }
@@ -318,15 +343,16 @@ pub(crate) fn starts_tls(first: &[u8]) -> bool {
 /// Terminates the client's TLS on `io` (whose first bytes are a ClientHello) with a leaf
 /// minted for its SNI name (or `authority`'s host when it sent none), within
 /// `[connections] tls_handshake_timeout`, then serves the inner HTTP/1.1 or h2: every
-/// request routed to `authority` and decided as `agent`'s. A CONNECT tunnel and a
-/// transparent TLS connection (`transparent.rs`) are served here alike.
+/// request routed to `authority` and decided as `agent`'s (with a human's admission of the
+/// host, when there is one). A CONNECT tunnel and a transparent TLS connection
+/// (`transparent.rs`) are served here alike.
 ///
 /// # Errors
 /// [`TunnelError`] when the handshake fails or a leaf cannot be minted.
 pub(crate) async fn serve_intercepted<I>(
     state: Arc<ProxyState>,
     client: SocketAddr,
-    agent: Identity,
+    agent: (Identity, Option<Arc<Admitted>>),
     authority: Authority,
     io: I,
     entry: Entry,
@@ -364,7 +390,8 @@ where
     let protocols =
         if tls.get_ref().1.alpn_protocol() == Some(b"h2") { ServerProtocols::Http2 } else { ServerProtocols::Http1 };
     let settings = state.config.connections.clone();
-    let service = ProxyService::for_tunnel(state, client, authority, entry, agent, drain.clone());
+    let (agent, admitted) = agent;
+    let service = ProxyService::for_tunnel(state, client, (authority, entry), agent, admitted, drain.clone());
     serve_connection(tls, service, protocols, drain, &settings).await;
     Ok(())
 }

@@ -5,8 +5,14 @@
 //! lets it through without asking; a full queue refuses it at once, and so does agentgate's
 //! shutdown one that is held. See `docs/approvals.md`.
 //!
+//! A request for a host its agent's `allow_hosts` does not list is admitted here too
+//! (`admit_host`, right after the gate's `check_egress`, before anything is resolved): by a
+//! live grant of the host to the agent, or, when the agent has `unlisted = "hold"`, by a human
+//! answering it in the same queue, who may grant the host for a while.
+//!
 //! Never: decides allow or deny itself (the gate turns an approved block into a permit,
-//! `Gate::approved`), or writes the answer (a block goes to `super::block` like any other).
+//! `Gate::approved`, and an admitted host into an [`Admitted`] its decision reads), or writes
+//! the answer (a block goes to `super::block` like any other).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,10 +23,12 @@ use tracing::{info, warn};
 
 use super::context::{Generation, ProxyState};
 use super::drain::Drain;
-use crate::approvals::{Approval, ApprovalDecision, ApprovalMode, GrantKey, Held, HeldRule, Remember};
+use crate::approvals::{
+    Approval, ApprovalDecision, ApprovalMode, ApprovalsConfig, GrantKey, Held, HeldRule, HostGrantKey, Remember,
+};
 use crate::audit::{DecisionRecord, redact_url};
 use crate::config::Config;
-use crate::gate::{Blocked, GateRequest, Verdict};
+use crate::gate::{Admitted, Blocked, GateRequest, Verdict};
 
 /// Whether `blocked` is held for a human rather than answered at once.
 pub(super) fn holds(config: &Config, blocked: &Blocked) -> bool {
@@ -38,7 +46,7 @@ pub(super) fn held<'a>(
     mut blocked: Blocked,
     req: GateRequest<'a>,
     started: Instant,
-    mut drain: Drain,
+    drain: Drain,
 ) -> Pin<Box<dyn Future<Output = Verdict> + Send + 'a>> {
     Box::pin(async move {
         let key = GrantKey {
@@ -49,42 +57,100 @@ pub(super) fn held<'a>(
         if let Some(grant) = state.approvals.remembered(&key).await {
             return live.gate.approved(blocked, grant, &req).await;
         }
-        let settings = &live.config.approvals;
-        let summary = summary(&blocked, req, state.config.audit.log_query);
-        let hold = match state.approvals.hold(summary, settings.timeout, settings.max_pending) {
-            Ok(hold) => hold,
-            Err(full) => {
-                warn!(%full, "approval queue full; refusing a request that needs approval at once");
-                blocked.set_approval(Approval::undecided(ApprovalDecision::QueueFull));
-                return Verdict::Block(blocked);
+        let summary = summary(&blocked, req, state.config.audit.log_query, None);
+        match ask(state, &live.config.approvals, &mut blocked, summary, started, drain).await {
+            Some(approval) => {
+                if approval.remember == Some(Remember::PathForAgent15m) {
+                    state.approvals.remember(key, approval.clone()).await;
+                }
+                live.gate.approved(blocked, approval, &req).await
             }
-        };
-        info!(id = hold.id(), record_id = %blocked.record().id, "request held for human approval");
-        // Written if this future is dropped before it ends: the client hung up while held.
-        let mut hung_up = HungUp { state: Arc::clone(state), record: Some(blocked.record().clone()), started };
-        let approval = tokio::select! {
-            approval = hold.answer() => approval,
-            // Nobody can answer once the admin API stops: refuse now rather than at the end
-            // of the grace period, with the record written while the log still takes it.
-            () = drain.draining() => Approval::undecided(ApprovalDecision::Shutdown),
-        };
-        let verdict = if approval.decision == ApprovalDecision::Approved {
-            if approval.remember == Some(Remember::PathForAgent15m) {
-                state.approvals.remember(key, approval.clone()).await;
-            }
-            live.gate.approved(blocked, approval, &req).await
-        } else {
-            blocked.set_approval(approval);
-            Verdict::Block(blocked)
-        };
-        hung_up.record = None;
-        verdict
+            None => Verdict::Block(blocked),
+        }
     })
 }
 
+/// Admits the host of `blocked`, a request `Gate::check_egress` refused because its agent's
+/// `allow_hosts` does not list the host: a live grant of the host to the agent admits it at
+/// once; otherwise, when the block is `needs_approval` (the agent's `unlisted = "hold"`), it
+/// waits for a human as [`held`] does. An approval with `remember = "host-for-agent"`
+/// grants the host to the agent until its `until`. Nothing has been resolved yet.
+///
+/// # Errors
+/// `blocked` itself when nothing admits the host (no grant and `unlisted = "deny"`, or a
+/// human denied it, nobody answered, the queue was full): answered like any block.
+pub(super) fn admit_host<'a>(
+    state: &'a Arc<ProxyState>,
+    live: &'a Generation,
+    mut blocked: Blocked,
+    req: GateRequest<'a>,
+    started: Instant,
+    drain: Drain,
+) -> Pin<Box<dyn Future<Output = Result<Admitted, Blocked>> + Send + 'a>> {
+    Box::pin(async move {
+        let host = req.origin.bare_host();
+        let key = HostGrantKey { agent: req.agent.id.to_string(), host: host.to_owned() };
+        if let Some(grant) = state.approvals.host_grant(&key).await {
+            return Ok(Admitted::new(host, grant, None));
+        }
+        if !blocked.needs_approval() {
+            return Err(blocked);
+        }
+        let summary = summary(&blocked, req, state.config.audit.log_query, Some(host.to_owned()));
+        match ask(state, &live.config.approvals, &mut blocked, summary, started, drain).await {
+            Some(approval) => {
+                if approval.remember == Some(Remember::HostForAgent) {
+                    info!(agent = %key.agent, host = %key.host, by = ?approval.by, "host granted to the agent");
+                    state.approvals.grant_host(key, approval.clone()).await;
+                }
+                Ok(Admitted::new(host, approval, Some(blocked.record().id)))
+            }
+            None => Err(blocked),
+        }
+    })
+}
+
+/// Queues `held` (the summary of `blocked`) and waits for an operator's answer, the
+/// timeout, agentgate's shutdown, or the client hanging up (this future dropped: the record
+/// is written as `hung_up`). Returns the approval when an operator approved; otherwise
+/// `blocked` says how the wait ended and `None` is returned.
+async fn ask(
+    state: &Arc<ProxyState>,
+    settings: &ApprovalsConfig,
+    blocked: &mut Blocked,
+    held: Held,
+    started: Instant,
+    mut drain: Drain,
+) -> Option<Approval> {
+    let hold = match state.approvals.hold(held, settings.timeout, settings.max_pending) {
+        Ok(hold) => hold,
+        Err(full) => {
+            warn!(%full, "approval queue full; refusing a request that needs approval at once");
+            blocked.set_approval(Approval::undecided(ApprovalDecision::QueueFull));
+            return None;
+        }
+    };
+    info!(id = hold.id(), record_id = %blocked.record().id, "request held for human approval");
+    // Written if this future is dropped before it ends: the client hung up while held.
+    let mut hung_up = HungUp { state: Arc::clone(state), record: Some(blocked.record().clone()), started };
+    let approval = tokio::select! {
+        approval = hold.answer() => approval,
+        // Nobody can answer once the admin API stops: refuse now rather than at the end
+        // of the grace period, with the record written while the log still takes it.
+        () = drain.draining() => Approval::undecided(ApprovalDecision::Shutdown),
+    };
+    hung_up.record = None;
+    if approval.decision == ApprovalDecision::Approved {
+        Some(approval)
+    } else {
+        blocked.set_approval(approval);
+        None
+    }
+}
+
 /// What the operator sees of a held request: no header, no body, the URL redacted as the
-/// decision log redacts it.
-fn summary(blocked: &Blocked, req: GateRequest<'_>, log_query: bool) -> Held {
+/// decision log redacts it; `new_host` when it is held for its host.
+fn summary(blocked: &Blocked, req: GateRequest<'_>, log_query: bool, new_host: Option<String>) -> Held {
     let record = blocked.record();
     let rule = blocked.decision().blocking_reasons().first().map(|reason| HeldRule {
         file: reason.source.as_str(),
@@ -98,6 +164,7 @@ fn summary(blocked: &Blocked, req: GateRequest<'_>, log_query: bool) -> Held {
         agent: record.agent.clone(),
         origin: req.origin.to_string(),
         rule,
+        new_host,
         held_since: SystemTime::now(),
     }
 }

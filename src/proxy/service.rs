@@ -1,6 +1,8 @@
 //! The one request service. Requests on the proxy port (absolute-form or CONNECT) and
 //! requests inside a CONNECT tunnel (intercepted TLS or plain HTTP) all enter here and run
-//! the same phases: `route` (work out where the request goes: a `RequestContext`), the gate
+//! the same phases: `route` (work out where the request goes: a `RequestContext`), the
+//! agent's egress lists (`Gate::check_egress`, and `super::hold::admit_host` for a host a
+//! human may admit), the network guard (`check_destination`), the gate
 //! (`crate::gate::Gate::decide`: block, or a `Permitted`), `hold` (a block a human may
 //! approve waits for one, `super::hold`), `forward` (rewrite, send upstream,
 //! stream the answer back), then `record` (the decision record, once the status is known).
@@ -41,17 +43,19 @@ use crate::agents::Identity;
 use crate::audit::{DecisionRecord, OnFailure, Outcome as LogOutcome};
 use crate::error_chain::error_chain;
 use crate::fetch::Origin;
-use crate::gate::{Blocked, GateRequest, PURPOSE_HEADER, Permitted, Verdict};
+use crate::gate::{Admitted, Blocked, GateRequest, PURPOSE_HEADER, Permitted, Verdict};
 
 /// Where a connection's requests go: the proxy port, or the inside of one CONNECT tunnel.
 #[derive(Clone, Debug)]
 enum Target {
     ProxyPort,
-    /// Every request in a tunnel is the agent identified at its CONNECT.
+    /// Every request in a tunnel is the agent identified at its CONNECT, and its host is
+    /// admitted when a human admitted the CONNECT's (`admitted`).
     Tunnel {
         authority: Authority,
         entry: Entry,
         agent: Identity,
+        admitted: Option<Arc<Admitted>>,
     },
     /// A plain-HTTP connection redirected to `[transparent] listen`: each request goes to the
     /// site its `Host` names, once checked to be `original` (`transparent.rs`).
@@ -78,16 +82,19 @@ impl ProxyService {
     }
 
     /// The service for the inside of a tunnel to `authority`: every request is routed there,
-    /// whatever its `Host`, `:authority` or SNI says, and is `agent`'s (identified at CONNECT).
+    /// whatever its `Host`, `:authority` or SNI says, and is `agent`'s (identified at CONNECT);
+    /// `admitted` is a human's admission of the tunnel's host, when its agent's `allow_hosts`
+    /// does not list it.
     pub(crate) fn for_tunnel(
         state: Arc<ProxyState>,
         client: SocketAddr,
-        authority: Authority,
-        entry: Entry,
+        tunnel: (Authority, Entry),
         agent: Identity,
+        admitted: Option<Arc<Admitted>>,
         drain: Drain,
     ) -> Self {
-        ProxyService { state, client, target: Target::Tunnel { authority, entry, agent }, drain }
+        let (authority, entry) = tunnel;
+        ProxyService { state, client, target: Target::Tunnel { authority, entry, agent, admitted }, drain }
     }
 
     /// The service for a plain-HTTP connection redirected to `[transparent] listen`, whose
@@ -154,14 +161,11 @@ impl ProxyService {
         }
 
         let (context, request) = self.route(started, request)?;
-        if let Target::Transparent { original, agent } = &self.target {
-            // The site the `Host` names must be the one the client connected to (no fronting).
-            let checked = transparent::check_host(&self.state, *original, agent, &context, &request);
-            if let Err(refused) = Box::pin(checked).await {
-                return Ok(refused);
-            }
-        }
-        if local::is_local(context.authority.host()) {
+        let transparent = match &self.target {
+            Target::Transparent { original, .. } => Some(*original),
+            _ => None,
+        };
+        if transparent.is_none() && local::is_local(context.authority.host()) {
             return Ok(Box::pin(local::answer(&self.state, &context, &request)).await);
         }
         // One config generation for the whole request, whatever a reload swaps in meanwhile.
@@ -173,11 +177,11 @@ impl ProxyService {
         let port = context.authority.port().map(|p| format!(":{p}")).unwrap_or_default();
         let url = format!("{}://{}{port}{path}", context.scheme, origin.host());
         let method = request.method().as_str();
-        let (agent, entry) = match &self.target {
-            Target::Tunnel { agent, entry, .. } => (agent.clone(), *entry),
-            Target::Transparent { agent, .. } => (agent.clone(), Entry::Transparent { tls: false }),
+        let (agent, entry, tunnel_admitted) = match &self.target {
+            Target::Tunnel { agent, entry, admitted, .. } => (agent.clone(), *entry, admitted.as_deref()),
+            Target::Transparent { agent, .. } => (agent.clone(), Entry::Transparent { tls: false }, None),
             Target::ProxyPort => match live.gate.identify_agent(context.client, method, &url, request.headers()) {
-                Ok(agent) => (agent, Entry::Forward),
+                Ok(agent) => (agent, Entry::Forward, None),
                 Err(blocked) => return Ok(answer_blocked(&self.state, *blocked, request.headers(), started).await),
             },
         };
@@ -191,7 +195,29 @@ impl ProxyService {
             headers: request.headers(),
             addresses: &[],
             entry: entry.as_str(),
+            admitted: tunnel_admitted,
         };
+        // The agent's egress lists, before anything about the host is looked up.
+        let admitted = match live.gate.check_egress(&gate_request) {
+            Ok(()) => None,
+            Err(blocked) => {
+                match hold::admit_host(&self.state, &live, *blocked, gate_request, started, self.drain.clone()).await {
+                    Ok(admitted) => Some(admitted),
+                    Err(blocked) => return Ok(answer_blocked(&self.state, blocked, request.headers(), started).await),
+                }
+            }
+        };
+        let gate_request = GateRequest { admitted: admitted.as_ref().or(tunnel_admitted), ..gate_request };
+        if let (Some(original), Target::Transparent { agent, .. }) = (transparent, &self.target) {
+            // The site the `Host` names must be the one the client connected to (no fronting).
+            let checked = transparent::check_host(&self.state, original, agent, &context, &request);
+            if let Err(refused) = Box::pin(checked).await {
+                return Ok(refused);
+            }
+            if local::is_local(context.authority.host()) {
+                return Ok(Box::pin(local::answer(&self.state, &context, &request)).await);
+            }
+        }
         // Held until the request is forwarded: the connector dials these addresses.
         let vetted = match check_destination(&self.state, &live, started, gate_request, Ask::Request).await? {
             Ok(vetted) => vetted,

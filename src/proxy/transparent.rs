@@ -3,7 +3,8 @@
 //! original destination is read (`original_dst`), then it is served by the same code as a
 //! CONNECT tunnel to that destination:
 //! - TLS (a ClientHello in the first bytes, whatever the port): its SNI is read without
-//!   terminating anything, checked to name the original destination, then a passthrough
+//!   terminating anything, held to the agent's egress lists (before it is looked up), checked
+//!   to name the original destination, then a passthrough
 //!   host (`[mitm] passthrough_hosts`) gets the CONNECT's host-level decision and is
 //!   spliced to the original destination untouched; any other is intercepted exactly like a
 //!   MITM'd CONNECT to `SNI:original-port` (`connect::serve_intercepted`);
@@ -40,15 +41,16 @@ use super::connect::{AuditUnavailable, decide_passthrough, open_passthrough, ser
 use super::context::{Entry, ProxyState, RequestContext};
 use super::drain::Drain;
 use super::error::ProxyError;
+use super::hold;
 use super::listener::{ServerProtocols, serve_connection};
 use super::original_dst::original_destination;
 use super::relay::splice;
 use super::rewind::Rewind;
-use super::service::{ProxyService, answer_blocked};
+use super::service::{ProxyService, answer_blocked, record};
 use crate::agents::Identity;
 use crate::error_chain::error_chain;
 use crate::fetch::Origin;
-use crate::gate::{Blocked, GateRequest};
+use crate::gate::{Admitted, Blocked, GateRequest};
 use crate::net::{GuardError, Refusal, canonical_host};
 use crate::setting::socket_addrs;
 
@@ -170,6 +172,27 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     };
     // No SNI (an IP target): the original destination is the authority.
     let host = sni.unwrap_or_else(|| original.ip().to_string());
+    // The agent's egress lists on the name, before it is looked up to be held to the
+    // original destination. A refusal cannot be answered on a TLS connection: recorded, closed.
+    let admitted = match refused_origin(&Scheme::HTTPS, &host, original) {
+        Some(origin) => {
+            let url = format!("https://{}:{}/", origin.host(), origin.port());
+            let request = connection_request(client, &agent, &origin, &url);
+            match live.gate.check_egress(&request) {
+                Ok(()) => None,
+                Err(blocked) => {
+                    match hold::admit_host(&state, &live, *blocked, request, started, drain.clone()).await {
+                        Ok(admitted) => Some(admitted),
+                        Err(blocked) => {
+                            warn!(%client, %original, sni = %host, "transparent TLS connection refused by the agent's egress lists; closed");
+                            return refused_connection(&state, blocked, started).await;
+                        }
+                    }
+                }
+            }
+        }
+        None => None,
+    };
     let authority = match names_destination(&state, &host, original).await {
         Ok(authority) => authority,
         Err(refusal) => {
@@ -185,26 +208,43 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     let io = Rewind::new(first.freeze(), tcp);
     let entry = Entry::Transparent { tls: true };
     if live.config.mitm.is_passthrough(authority.host()) {
-        return passthrough(&state, client, &agent, &authority, original, io, drain).await;
+        let connection = Connection { client, original, admitted: admitted.as_ref() };
+        return passthrough(&state, connection, &agent, &authority, io, drain).await;
     }
-    match serve_intercepted(state, client, agent, authority, io, entry, drain).await {
+    if let Some(admitted) = admitted.as_ref().filter(|admitted| admitted.is_held_request())
+        && let Ok(origin) = Origin::from_parts(&Scheme::HTTPS, &authority)
+    {
+        // The approved connection is recorded once, with its approval, as a CONNECT is.
+        let url = format!("https://{}:{}/", origin.host(), origin.port());
+        let request = GateRequest { admitted: Some(admitted), ..connection_request(client, &agent, &origin, &url) };
+        record(&state, live.gate.approved_tunnel(&request), started, Ok(http::StatusCode::OK)).await;
+    }
+    let admitted = admitted.and_then(Admitted::for_tunnel).map(Arc::new);
+    match serve_intercepted(state, client, (agent, admitted), authority, io, entry, drain).await {
         Ok(()) => {}
         Err(error @ crate::proxy::TunnelError::ClientHungUp { .. }) => debug!(error = %error, "connection closed"),
         Err(error) => warn!(error = %error, "transparent TLS connection failed"),
     }
 }
 
+/// Where a redirected connection came from and went, and a human's admission of its host.
+struct Connection<'a> {
+    client: SocketAddr,
+    original: SocketAddr,
+    admitted: Option<&'a Admitted>,
+}
+
 /// A passthrough host: the CONNECT's host-level decision (`GET /` over https, recorded as
 /// `CONNECT`), then the bytes spliced to the original destination, ClientHello included.
 async fn passthrough(
     state: &Arc<ProxyState>,
-    client: SocketAddr,
+    connection: Connection<'_>,
     agent: &Identity,
     authority: &Authority,
-    original: SocketAddr,
     io: Rewind<TcpStream>,
     drain: Drain,
 ) {
+    let Connection { client, original, admitted } = connection;
     let live = state.generation();
     let Ok(origin) = Origin::from_parts(&Scheme::HTTPS, authority) else { return };
     let url = format!("https://{}:{}/", origin.host(), origin.port());
@@ -220,6 +260,7 @@ async fn passthrough(
         headers: &headers,
         addresses: &addresses,
         entry: Entry::Transparent { tls: true }.as_str(),
+        admitted,
     };
     // A block is recorded there; its answer cannot be sent on a connection that speaks TLS.
     let Ok(permit) = decide_passthrough(state, &live.gate, request).await else {
@@ -391,6 +432,7 @@ fn connection_request<'a>(
         headers: &NO_HEADERS,
         addresses: &[],
         entry: Entry::Transparent { tls: true }.as_str(),
+        admitted: None,
     }
 }
 

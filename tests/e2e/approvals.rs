@@ -575,8 +575,9 @@ async fn a_reload_that_would_hold_without_a_running_admin_token_is_rejected_and_
     let origin = shop(&ca).await?;
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("agentgate.toml");
-    // `[admin]` is the file's last table: a line appended lands in it.
-    let base = base_config(dir.path(), &ca);
+    // `[admin]` is the file's last table: a line appended lands in it. The admin API is on
+    // (holding with it off is refused for another reason: nobody could answer).
+    let base = base_config(dir.path(), &ca).replace("[admin]\nlisten = \"off\"", "[admin]\nlisten = \"127.0.0.1:0\"");
     std::fs::write(&path, &base)?;
     let agentgate = Agentgate::start(dir.path(), &path, "info").await?;
     let client = agentgate.client()?;

@@ -390,6 +390,7 @@ async fn equivalent_spellings_of_a_forbidden_path_are_blocked() -> TestResult {
             host: "127.0.0.1".to_owned(),
             path: "/admin".to_owned(),
             methods: Vec::new(),
+            agents: Vec::new(),
             action: agentgate::config::RuleAction::Deny,
             reason: String::new(),
         }];

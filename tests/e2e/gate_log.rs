@@ -140,6 +140,7 @@ async fn operator_rules_deny_and_bypass_hosts_skip_site_policies() -> TestResult
             host: "127.0.0.1".to_owned(),
             path: "/admin".to_owned(),
             methods: Vec::new(),
+            agents: Vec::new(),
             action: RuleAction::Deny,
             reason: "agents stay out of the admin console".to_owned(),
         }];

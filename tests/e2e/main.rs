@@ -15,6 +15,9 @@
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
 //! - `gate_cache`: one fetch per policy file within max-age and for concurrent first requests;
+//! - `egress`: per-agent egress lists (allowlist, denylist, ports), rules scoped to agents,
+//!   monitor mode, new hosts held for a human and granted for a while, `audit suggest`,
+//!   `explain --config --agent`, reload;
 //! - `agents`: proxy authentication (407, then credentials), agents by client address, trust
 //!   levels, purposes, per-agent monitor mode, HEAD of a blocked path on h1 and h2;
 //! - `limits`: AGENTS.md and agents.txt rate limits (429), concurrent sessions, withheld downloads;
@@ -48,6 +51,7 @@ mod audit_report;
 mod connections;
 mod console;
 mod docker;
+mod egress;
 mod errors;
 mod forward;
 mod gate;

@@ -317,6 +317,7 @@ async fn issue_8_operator_rules_match_every_spelling_and_cidrs() -> TestResult {
             host: host.to_owned(),
             path: path.to_owned(),
             methods: Vec::new(),
+            agents: Vec::new(),
             action: RuleAction::Deny,
             reason: String::new(),
         };

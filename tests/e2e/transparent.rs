@@ -158,6 +158,11 @@ struct Running {
 }
 
 async fn start() -> TestResult<Option<Running>> {
+    start_with("").await
+}
+
+/// [`start`], with `extra` TOML (tables) at the end of the config.
+async fn start_with(extra: &str) -> TestResult<Option<Running>> {
     let Some(sandbox) = Sandbox::create()? else { return Ok(None) };
     let origin_ca = TestCa::new("transparent origin CA")?;
     let site = || Site::new().file("/robots.txt", ROBOTS);
@@ -189,7 +194,7 @@ passthrough_hosts = ["pass.test"]
 path = "{log}"
 [admin]
 listen = "off"
-"#,
+{extra}"#,
         ca = dir.path().join("ca").display(),
         origin_ca = origin_ca.pem_path.display(),
         log = log_path.display(),
@@ -433,5 +438,34 @@ async fn ipv6_connections_are_redirected_and_gated_too() -> TestResult {
     assert_eq!(record["agentgate.entry"], "transparent");
     assert_eq!(record["client.address"], "fd00:200:1::2");
     assert_eq!(record["agentgate.reasons"][0]["code"], "robots.disallow");
+    running.gate.stop().await
+}
+
+#[tokio::test]
+async fn a_transparent_agent_is_held_to_its_egress_list_on_the_name_it_connected_with() -> TestResult {
+    let agent = "[[agents]]\nid = \"boxed\"\nclients = [\"10.200.1.2\"]\nallow_hosts = [\"origin.test\"]\n";
+    let Some(running) = start_with(agent).await? else { return Ok(()) };
+    let (c, ca) = (running.sandbox.client.as_str(), running.ca_path.display().to_string());
+    assert_eq!(fetch(c, &ca, "https://origin.test/page").await?.status, 200, "the listed host");
+    // Plain HTTP to an unlisted name: 403 with the reason, the name never looked up.
+    let refused = fetch(c, &ca, "http://other.test/page").await?;
+    assert_eq!(refused.status, 403);
+    assert!(refused.headers.contains("code=operator.not_allowlisted"), "{}", refused.headers);
+    assert!(
+        String::from_utf8_lossy(&refused.body).contains("allow_hosts = [\"origin.test\"] does not list other.test:80")
+    );
+    // TLS to it: decided on the SNI before the handshake, so the connection is closed.
+    assert!(fetch(c, &ca, "https://other.test/page").await.is_err(), "no TLS session to an unlisted host");
+
+    // A refused TLS connection's record has no status: nothing was answered on it.
+    let records = wait_until(&running.log_path, "three records", |records| records.len() >= 3).await?;
+    for (method, url) in [("GET", "http://other.test:80/page"), ("CONNECT", "https://other.test:443/")] {
+        let record = only(&records, method, url)?;
+        assert_eq!(
+            (&record["agentgate.agent"], &record["agentgate.entry"]),
+            (&Value::from("boxed"), &Value::from("transparent"))
+        );
+        assert_eq!(record["agentgate.reasons"][0]["code"], "operator.not_allowlisted", "{record}");
+    }
     running.gate.stop().await
 }

@@ -281,10 +281,13 @@ function heldText(p) {
 
 function renderPending(p) {
   const row = el("tr", { class: "pending", "data-id": p.id });
-  const rule = p.rule ? `${p.rule.file}:${p.rule.line} ${p.rule.text}` : "";
-  const remember = el("select", { class: "remember" },
-    el("option", { value: "this-request" }, "this request"),
-    el("option", { value: "path-for-agent-15m" }, "this path for this agent, 15 min"));
+  // A new host (the agent's allow_hosts does not list it) or a site's rule asked for a human.
+  const rule = p.new_host ? `agent ${p.agent} wants to reach ${p.new_host}`
+    : p.rule ? `${p.rule.file}:${p.rule.line} ${p.rule.text}` : "";
+  const wider = p.new_host
+    ? el("option", { value: "host-for-agent" }, "this host for this agent, 1 h")
+    : el("option", { value: "path-for-agent-15m" }, "this path for this agent, 15 min");
+  const remember = el("select", { class: "remember" }, el("option", { value: "this-request" }, "this request"), wider);
   const reason = el("input", { class: "reason", type: "text", placeholder: "reason for a deny (optional)" });
   const approve = el("button", { class: "approve", type: "button", onclick: () => decide(p.id, "approve", row) }, "Approve");
   const deny = el("button", { class: "deny", type: "button", onclick: () => decide(p.id, "deny", row) }, "Deny");
@@ -321,6 +324,20 @@ async function loadApprovals() {
     : pending.length ? `${pending.length} requests wait for a human.` : "Nothing is waiting for a human.";
 }
 
+// ---- host grants -----------------------------------------------------------------------
+
+async function loadGrants() {
+  const response = await api("/agents");
+  if (!response.ok) return;
+  const { agents } = await response.json();
+  const grants = agents.flatMap((a) => a.grants);
+  document.querySelector("#grants tbody").replaceChildren(...grants.map((g) =>
+    el("tr", { class: "grant" }, el("td", {}, g.agent), el("td", {}, g.host), el("td", {}, g.by || ""),
+      el("td", {}, (g.until || "").slice(0, 19).replace("T", " ")), el("td", {}, g.reason || ""))));
+  document.getElementById("grants-state").textContent = grants.length
+    ? "" : "No host is granted to an agent now.";
+}
+
 // ---- start -----------------------------------------------------------------------------
 
 function every(ms, task) {
@@ -336,4 +353,5 @@ document.addEventListener("DOMContentLoaded", () => {
   connectStream();
   every(5000, loadAgents);
   every(1000, loadApprovals);
+  every(5000, loadGrants);
 });
