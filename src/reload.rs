@@ -267,7 +267,10 @@ fn log_rejection(err: &ConfigError) {
     match err {
         ConfigError::Invalid { origin, problems } => {
             for problem in problems {
-                error!("config reload rejected, the last good config keeps running: {origin}: {problem}");
+                match problem.location {
+                    Some(_) => error!("config reload rejected, the last good config keeps running: {problem}"),
+                    None => error!("config reload rejected, the last good config keeps running: {origin}: {problem}"),
+                }
             }
         }
         other => error!("config reload rejected, the last good config keeps running: {other}"),
