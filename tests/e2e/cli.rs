@@ -1,7 +1,8 @@
 //! The real binary's subcommands as a shell runs them: printing into a pipe whose reader
 //! leaves early (`| head -c 1`, `| head -1`) ends quietly with the command's own status, for
 //! every command that prints; `agentgate run` keeps serving when nobody reads its banner;
-//! `agentgate config check` lists every problem of a file in one run, each at its line.
+//! `agentgate config check` lists every problem of a file in one run, each at its line; the
+//! AGENTS.md example in docs/ lints clean and `explain` does with it what the docs say.
 
 use std::io::{PipeReader, Read};
 use std::path::{Path, PathBuf};
@@ -205,5 +206,56 @@ fn config_check_lists_every_problem_of_a_file_in_one_run() -> TestResult {
     assert!(stderr.starts_with(&format!("agentgate: {file}: 5 invalid setting(s):\n")), "{stderr}");
     // The missing file's cause is said once.
     assert_eq!(stderr.matches("No such file or directory").count(), 1, "{stderr}");
+    Ok(())
+}
+
+#[test]
+fn the_agents_md_example_lints_clean_and_does_what_the_docs_say() -> TestResult {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples/AGENTS.md");
+    let lint = Command::new(AGENTGATE).arg("lint").arg(&example).output()?;
+    assert!(lint.status.success(), "{lint:?}");
+    assert!(lint.stdout.is_empty() && lint.stderr.is_empty(), "no finding at all: {lint:?}");
+
+    let dir = tempfile::tempdir()?;
+    std::fs::copy(&example, dir.path().join("AGENTS.md"))?;
+    let explain = |trust: &str, method: &str, content_type: Option<&str>, path: &str| -> TestResult<serde_json::Value> {
+        let mut command = Command::new(AGENTGATE);
+        command.args(["explain", "--agent", "bot", "--trust-level", trust, "--method", method, "--policy-dir"]);
+        command.arg(dir.path());
+        if let Some(content_type) = content_type {
+            command.args(["--header", &format!("Content-Type: {content_type}")]);
+        }
+        let output = command.arg(format!("https://shop.example{path}")).output()?;
+        Ok(serde_json::from_slice(&output.stdout)?)
+    };
+    // (trust level, method, content type, path) → decision, the deciding AGENTS.md reason.
+    let form = Some("application/x-www-form-urlencoded");
+    let json = Some("application/json");
+    let multipart = Some("multipart/form-data; boundary=x");
+    for (trust, method, content_type, path, decision, code) in [
+        ("0", "GET", None, "/page", "deny", Some("agents_md.trust_level")),
+        ("1", "GET", None, "/page", "allow", None),
+        ("1", "POST", json, "/api/cart", "allow", Some("agents_md.action_allowed")),
+        ("1", "DELETE", None, "/cart/1", "deny", Some("agents_md.action_denied")),
+        ("1", "POST", multipart, "/profile/photo", "deny", Some("agents_md.action_denied")),
+        ("1", "GET", None, "/admin/users", "deny", Some("agents_md.disallowed_path")),
+        ("1", "POST", form, "/checkout/pay", "needs_approval", Some("agents_md.requires_human_approval")),
+        ("1", "GET", None, "/blog/post", "allow", None),
+        ("1", "POST", json, "/blog/comment", "deny", Some("agents_md.read_only_path")),
+    ] {
+        let answer = explain(trust, method, content_type, path)?;
+        assert_eq!(answer["decision"], decision, "{method} {path} at trust {trust}: {answer:#}");
+        let reasons = answer["reasons"].as_array().cloned().unwrap_or_default();
+        let from_agents_md = reasons.iter().find(|r| r["source"] == "AGENTS.md").map(|r| r["code"].clone());
+        assert_eq!(from_agents_md.as_ref().and_then(|c| c.as_str()), code, "{method} {path}: {answer:#}");
+        // Every answer carries the limits and the identification header.
+        assert_eq!(answer["inject_headers"][0]["name"], "X-Agent-Identity", "{answer:#}");
+        let windows: Vec<(u64, u64)> = answer["limits"]
+            .as_array()
+            .map(|l| l.iter().filter_map(|l| Some((l["requests"].as_u64()?, l["window_s"].as_u64()?))).collect())
+            .unwrap_or_default();
+        assert_eq!(windows, [(30, 60), (500, 3600)], "{answer:#}");
+        assert_eq!(answer["concurrency"][0]["rule"], "- concurrent-sessions: 3", "{answer:#}");
+    }
     Ok(())
 }
