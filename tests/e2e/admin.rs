@@ -455,6 +455,15 @@ async fn agentgate_local_serves_the_ca_without_any_lookup_or_dial() -> TestResul
     {
         assert!(page.contains(client_hint), "{client_hint} missing from:\n{page}");
     }
+    // The CA file is named as docker/trust-ca.sh names it, every time the page names it.
+    let script = include_str!("../../docker/trust-ca.sh");
+    let name = script
+        .lines()
+        .find_map(|line| line.strip_prefix("TARGET=\"$LOCAL_DIR/")?.strip_suffix('"'))
+        .ok_or("docker/trust-ca.sh sets TARGET")?;
+    let named: Vec<&str> = page.split("/usr/local/share/ca-certificates/").skip(1).collect();
+    assert!(!named.is_empty(), "the page names the CA file to fetch:\n{page}");
+    assert!(named.iter().all(|rest| rest.starts_with(name)), "the CA file is {name}:\n{page}");
     let head = client.head("http://agentgate.local/ca.pem").send().await?;
     assert_eq!(head.status(), 200);
     assert_eq!(header(&head, "content-length"), proxy.ca_pem.len().to_string());
