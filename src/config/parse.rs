@@ -185,7 +185,6 @@ pub(super) fn locate(text: &str, origin: &str, at: usize, message: &str) -> Prob
     Problem { location: Some(format!("{origin}:{line}:{column}")), message: format!("{table}{shown}: {message}") }
 }
 
-
 #[cfg(test)]
 mod tests {
     use crate::config::{Config, ConfigError, Problem};
@@ -206,11 +205,13 @@ mod tests {
         let text = "shutdown_grace = 5\n[mitm]\npassthrough = []\n[upstream]\nconnect_timeout = \"1 parsec\"\nidle_timeout = \"soon\"\n[network]\nallow_cidrs = [\"10.0.0.0/33\"]\n[approvals]\ntimeout = \"2h\"\n";
         let found = problems(text);
         let shown = located(&found);
-        let starts = ["a.toml:1:18 shutdown_grace = 5: invalid type: integer `5`, expected a number with a unit",
+        let starts = [
+            "a.toml:1:18 shutdown_grace = 5: invalid type: integer `5`, expected a number with a unit",
             "a.toml:3:1 [mitm] passthrough = []: unknown field `passthrough`",
             "a.toml:5:19 [upstream] connect_timeout = \"1 parsec\": invalid duration",
             "a.toml:6:16 [upstream] idle_timeout = \"soon\": invalid duration",
-            "a.toml:8:15 [network] allow_cidrs = [\"10.0.0.0/33\"]: \"10.0.0.0/33\": invalid network"];
+            "a.toml:8:15 [network] allow_cidrs = [\"10.0.0.0/33\"]: \"10.0.0.0/33\": invalid network",
+        ];
         assert_eq!(shown.len(), starts.len(), "{shown:#?}");
         for (line, start) in shown.iter().zip(starts) {
             assert!(line.starts_with(start), "{line}\nshould start with\n{start}");

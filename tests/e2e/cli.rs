@@ -190,13 +190,19 @@ fn config_check_lists_every_problem_of_a_file_in_one_run() -> TestResult {
     let file = config.display().to_string();
     let expected = [
         format!("{file}:4:19: [mitm] cert_cache_size = \"many\": invalid type: string \"many\""),
-        format!("{file}:7:1: [cache] max_origin = 100: unknown field `max_origin`, expected `max_origins` or `max_bytes`"),
-        format!("{file}:10:19: [upstream] connect_timeout = \"10 parsecs\": invalid duration; expected a number with a unit"),
+        format!(
+            "{file}:7:1: [cache] max_origin = 100: unknown field `max_origin`, expected `max_origins` or `max_bytes`"
+        ),
+        format!(
+            "{file}:10:19: [upstream] connect_timeout = \"10 parsecs\": invalid duration; expected a number with a unit"
+        ),
         format!(
             "{file}:11:19: [upstream] extra_ca_files = [{missing_ca:?}]: cannot read {}: No such file or directory (os error 2); check that the file exists and is readable by the agentgate user",
             missing_ca.display()
         ),
-        format!("{file}:14:15: [network] allow_cidrs = [\"10.0.0.0/33\"]: \"10.0.0.0/33\": invalid network; expected CIDR"),
+        format!(
+            "{file}:14:15: [network] allow_cidrs = [\"10.0.0.0/33\"]: \"10.0.0.0/33\": invalid network; expected CIDR"
+        ),
     ];
     let problems: Vec<&str> = stderr.lines().filter_map(|line| line.strip_prefix("  - ")).collect();
     assert_eq!(problems.len(), expected.len(), "{stderr}");
@@ -218,16 +224,17 @@ fn the_agents_md_example_lints_clean_and_does_what_the_docs_say() -> TestResult 
 
     let dir = tempfile::tempdir()?;
     std::fs::copy(&example, dir.path().join("AGENTS.md"))?;
-    let explain = |trust: &str, method: &str, content_type: Option<&str>, path: &str| -> TestResult<serde_json::Value> {
-        let mut command = Command::new(AGENTGATE);
-        command.args(["explain", "--agent", "bot", "--trust-level", trust, "--method", method, "--policy-dir"]);
-        command.arg(dir.path());
-        if let Some(content_type) = content_type {
-            command.args(["--header", &format!("Content-Type: {content_type}")]);
-        }
-        let output = command.arg(format!("https://shop.example{path}")).output()?;
-        Ok(serde_json::from_slice(&output.stdout)?)
-    };
+    let explain =
+        |trust: &str, method: &str, content_type: Option<&str>, path: &str| -> TestResult<serde_json::Value> {
+            let mut command = Command::new(AGENTGATE);
+            command.args(["explain", "--agent", "bot", "--trust-level", trust, "--method", method, "--policy-dir"]);
+            command.arg(dir.path());
+            if let Some(content_type) = content_type {
+                command.args(["--header", &format!("Content-Type: {content_type}")]);
+            }
+            let output = command.arg(format!("https://shop.example{path}")).output()?;
+            Ok(serde_json::from_slice(&output.stdout)?)
+        };
     // (trust level, method, content type, path) → decision, the deciding AGENTS.md reason.
     let form = Some("application/x-www-form-urlencoded");
     let json = Some("application/json");
