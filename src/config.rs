@@ -15,7 +15,6 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -35,6 +34,8 @@ pub use crate::net::{ConnectConfig, NetworkConfig, PortRange};
 pub use crate::policy::operator::{Mode, RuleAction};
 pub use crate::proxy::{ConnectionsConfig, MitmConfig, TransparentConfig, UpstreamConfig};
 use crate::setting::{duration, nonzero_caps, socket_addr};
+
+mod parse;
 
 /// The documented default config file, exactly as shipped in `config/agentgate.toml`.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../config/agentgate.toml");
@@ -202,16 +203,11 @@ impl Config {
     /// Parses and validates a config from TOML text; `origin` (usually the file name) prefixes every message.
     ///
     /// # Errors
-    /// [`ConfigError::Syntax`] for invalid TOML, an unknown key or a value of the wrong type or
-    /// form (the first such problem, at `origin:line:column`); [`ConfigError::Invalid`] listing
-    /// every semantic problem when the file parses.
+    /// [`ConfigError::Syntax`] when the text is not TOML (the parse stops there);
+    /// [`ConfigError::Invalid`] listing every unknown key and every value of the wrong type or
+    /// form (each at `origin:line:column`), then every semantic problem.
     pub fn from_toml_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let mut config: Config = toml::from_str(text).map_err(|e| syntax_error(text, origin, &e))?;
-        for agent in std::iter::once(&mut config.agent).chain(&mut config.agents) {
-            agent.locate(text, origin);
-        }
-        let problems = config.problems();
-        if problems.is_empty() { Ok(config) } else { Err(ConfigError::Invalid { origin: origin.to_owned(), problems }) }
+        parse::Parsed::new(text, origin)?.into_config()
     }
 
     /// Reads, parses and validates the config file at `path`.
@@ -219,9 +215,27 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Read`] when the file cannot be read; otherwise as [`from_toml_str`](Self::from_toml_str).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text = read(path)?;
         Self::from_toml_str(&text, &path.display().to_string())
+    }
+
+    /// What `agentgate config check` reports: [`load`](Self::load), and whether every file
+    /// the config names that can be tried without starting is usable (each `[upstream]
+    /// extra_ca_files` entry, read by `crate::tls::upstream`), each problem at its line.
+    ///
+    /// # Errors
+    /// As [`load`](Self::load), with the unusable files among the problems.
+    pub fn check(path: &Path) -> Result<Config, ConfigError> {
+        let text = read(path)?;
+        let origin = path.display().to_string();
+        let mut parsed = parse::Parsed::new(&text, &origin)?;
+        let files = parsed.config.as_ref().map(|c| c.upstream.extra_ca_files.clone()).unwrap_or_default();
+        for (index, file) in files.iter().enumerate() {
+            if let Err(error) = crate::tls::upstream::check_extra_ca_file(file) {
+                parsed.problem_at_entry("upstream", "extra_ca_files", index, &error.to_string());
+            }
+        }
+        parsed.into_config()
     }
 
     /// Every semantic problem in the config, each naming the key, its value and the fix.
@@ -350,7 +364,7 @@ pub enum ConfigError {
         /// The underlying I/O error.
         source: std::io::Error,
     },
-    /// The file is not valid TOML, has an unknown key, or a value of the wrong type or form.
+    /// The file is not valid TOML (the parse stops at the first such error).
     #[error("{location}: {message}")]
     Syntax {
         /// `file:line:column` of the problem (1-based), or just the file when TOML gave no position.
@@ -358,18 +372,38 @@ pub enum ConfigError {
         /// What is wrong, with the offending line and what is expected.
         message: String,
     },
-    /// The file parsed, but some values do not make sense; every problem is listed.
+    /// The file is TOML, but keys are unknown, values have the wrong type or form, or do not
+    /// make sense; every problem is listed.
     #[error("{origin}: {} invalid setting(s):{}", problems.len(), Bullets(problems))]
     Invalid {
         /// The file (or other origin) the config came from.
         origin: String,
-        /// One message per problem, each naming the key and its value.
-        problems: Vec<String>,
+        /// Every problem: those at a place in the file first, in file order.
+        problems: Vec<Problem>,
     },
 }
 
+/// One problem in a config file, naming the key, its value and the fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// `file:line:column` (1-based) when the problem is at one place in the file: a key or
+    /// value that did not parse, a file named there that cannot be used.
+    pub location: Option<String>,
+    /// What is wrong and the fix; a located problem starts with its table and line as written.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.location {
+            Some(location) => write!(f, "{location}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
 /// Formats problems as an indented list, one per line.
-struct Bullets<'a>(&'a [String]);
+struct Bullets<'a>(&'a [Problem]);
 
 impl fmt::Display for Bullets<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -377,28 +411,9 @@ impl fmt::Display for Bullets<'_> {
     }
 }
 
-/// Turns toml's error into `origin:line:column: [table] the line: message`.
-fn syntax_error(text: &str, origin: &str, error: &toml::de::Error) -> ConfigError {
-    let message = error.message().trim_end_matches('\n').trim_end_matches('.');
-    let Some(Range { start, .. }) = error.span() else {
-        return ConfigError::Syntax { location: origin.to_owned(), message: message.to_owned() };
-    };
-    let start = start.min(text.len());
-    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
-    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
-    let line = text[..start].matches('\n').count() + 1;
-    let column = text[line_start..start].chars().count() + 1;
-    let source_line = text[line_start..line_end].trim();
-    // The table header above the line says which `listen` or `path` this is.
-    let table = text[..line_start]
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| l.starts_with('[') && !source_line.starts_with('['))
-        .map(|header| format!("{} ", header.split('#').next().unwrap_or(header).trim()))
-        .unwrap_or_default();
-    let shown: String = source_line.chars().take(120).collect();
-    ConfigError::Syntax { location: format!("{origin}:{line}:{column}"), message: format!("{table}{shown}: {message}") }
+/// Reads a config file, naming it in the error.
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })
 }
 
 /// What the config tests of every module share.
@@ -410,7 +425,7 @@ pub(crate) mod testing {
     pub(crate) fn problems(text: &str) -> Vec<String> {
         match Config::from_toml_str(text, "agentgate.toml") {
             Ok(_) => Vec::new(),
-            Err(ConfigError::Invalid { problems, .. }) => problems,
+            Err(ConfigError::Invalid { problems, .. }) => problems.iter().map(ToString::to_string).collect(),
             Err(other) => panic!("expected validation problems for {text:?}, got {other}"),
         }
     }
@@ -421,10 +436,15 @@ mod tests {
     use super::testing::problems;
     use super::*;
 
+    /// The one problem of `text` that is at a place in the file: a TOML syntax error, an
+    /// unknown key, a value of the wrong type or form.
     fn syntax(text: &str) -> String {
         match Config::from_toml_str(text, "agentgate.toml") {
             Err(err @ ConfigError::Syntax { .. }) => err.to_string(),
-            other => panic!("expected a syntax error for {text:?}, got {other:?}"),
+            Err(ConfigError::Invalid { problems, .. }) if problems.len() == 1 && problems[0].location.is_some() => {
+                problems[0].to_string()
+            }
+            other => panic!("expected one located problem for {text:?}, got {other:?}"),
         }
     }
 
@@ -703,6 +723,6 @@ identity = "bad\u0001value"
         let path = dir.path().join("agentgate.toml");
         std::fs::write(&path, "listen = 8080\n").unwrap();
         let err = Config::load(&path).unwrap_err().to_string();
-        assert!(err.starts_with(&format!("{}:1:10: listen = 8080", path.display())), "{err}");
+        assert!(err.contains(&format!("\n  - {}:1:10: listen = 8080", path.display())), "{err}");
     }
 }

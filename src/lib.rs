@@ -11,7 +11,7 @@ pub mod agents;
 pub mod approvals;
 pub mod audit;
 pub mod config;
-mod error_chain;
+pub mod error_chain;
 pub mod explain;
 pub mod fetch;
 pub mod gate;

@@ -1,12 +1,14 @@
 //! The `agentgate` command line: parse arguments, call the library, print one error chain
 //! and return an exit code. No logic lives here that tests cannot reach through the library.
 
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use agentgate::config::{Config, ConfigError};
+use agentgate::config::Config;
+use agentgate::error_chain::error_chain;
 use agentgate::explain::{self, ExplainRequest};
 use agentgate::policy::{FORMATS, FormatInfo};
 use agentgate::proxy::{Proxy, shutdown_signal};
@@ -76,20 +78,20 @@ enum AuditCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Print the records that match, as the JSON lines they are.
+    Grep {
+        #[command(flatten)]
+        filter: GrepFilter,
+        /// Decision logs, plain or gzip'd, oldest first.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
     /// Print, per agent, the allow_hosts line its requests need (learned from a monitor run),
     /// with request counts as comments; hosts the network guard refused are left out.
     Suggest {
         /// Only this agent: its allow_hosts line alone.
         #[arg(long)]
         agent: Option<String>,
-        /// Decision logs, plain or gzip'd, oldest first.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-    },
-    /// Print the records that match, as the JSON lines they are.
-    Grep {
-        #[command(flatten)]
-        filter: GrepFilter,
         /// Decision logs, plain or gzip'd, oldest first.
         #[arg(required = true)]
         files: Vec<PathBuf>,
@@ -191,14 +193,14 @@ struct ExplainArgs {
     /// automation-preferences.txt (each optional, each with an optional `<file>.headers`).
     #[arg(long)]
     policy_dir: PathBuf,
+    /// The agent's product token, matched against robots.txt and autoctl user-agent groups.
+    #[arg(long)]
+    user_agent: Option<String>,
     /// An agentgate config: the agent (--agent, else [agent]) is decided as the proxy decides
     /// it, its egress lists and the operator's [[rules]] and bypass_hosts first; its
     /// product_token, trust_level and purposes apply unless given here.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// The agent's product token, matched against robots.txt and autoctl user-agent groups.
-    #[arg(long)]
-    user_agent: Option<String>,
     /// The agent id (with --config, an [[agents]] id of that config).
     #[arg(long)]
     agent: Option<String>,
@@ -230,31 +232,63 @@ fn main() -> ExitCode {
         }
     };
     tls::install_default_provider();
-    let result = match cli.command {
-        Command::Run(args) => run_proxy(args),
-        Command::Ca(CaCommand::Export { ca_dir }) => {
-            CertificateAuthority::load_or_create(&ca_dir).map(|ca| print!("{}", ca.cert_pem())).map_err(Into::into)
-        }
-        Command::Ca(CaCommand::Init { ca_dir, force }) => CertificateAuthority::create(&ca_dir, force)
-            .map(|ca| eprintln!("agentgate: CA written to {}", ca.cert_path().display()))
-            .map_err(Into::into),
-        Command::Config(ConfigCommand::Check { file }) => check_config(&file),
-        Command::Explain(args) => return run_explain(args),
-        Command::Lint(args) => return run_lint(args),
-        Command::Audit(AuditCommand::Summary { by, since, format, files }) => audit_summary(&files, by, since, format),
-        Command::Audit(AuditCommand::Grep { filter, files }) => audit_grep(&files, filter),
-        Command::Audit(AuditCommand::Suggest { agent, files }) => audit_suggest(&files, agent.as_deref()),
-    };
+    // Everything a command prints goes through `out` (never `print!`, which panics when the
+    // reader has gone): a write error comes back as an error like any other.
+    let mut out = io::BufWriter::new(io::stdout());
+    let result = answer(cli.command, &mut out).and_then(|code| {
+        unless_reader_left(out.flush())?;
+        Ok(code)
+    });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
+        // The reader took what it wanted and closed the pipe (`| head`): not an error.
+        Err(e) if e.chain().any(|cause| cause.downcast_ref::<io::Error>().is_some_and(reader_left)) => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
-            eprintln!("agentgate: {e:#}");
+            eprintln!("agentgate: {}", error_chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }
 }
 
-fn run_proxy(args: RunArgs) -> anyhow::Result<()> {
+/// Runs `command`, printing its answer to `out`; the exit status when it ran.
+fn answer(command: Command, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Run(args) => run_proxy(args, out)?,
+        Command::Ca(CaCommand::Export { ca_dir }) => {
+            write!(out, "{}", CertificateAuthority::load_or_create(&ca_dir)?.cert_pem())?;
+        }
+        Command::Ca(CaCommand::Init { ca_dir, force }) => {
+            let ca = CertificateAuthority::create(&ca_dir, force)?;
+            eprintln!("agentgate: CA written to {}", ca.cert_path().display());
+        }
+        Command::Config(ConfigCommand::Check { file }) => check_config(&file, out)?,
+        Command::Explain(args) => return run_explain(args, out),
+        Command::Lint(args) => return run_lint(args, out),
+        Command::Audit(AuditCommand::Summary { by, since, format, files }) => {
+            audit_summary(&files, by, since, format, out)?;
+        }
+        Command::Audit(AuditCommand::Grep { filter, files }) => audit_grep(&files, filter, out)?,
+        Command::Audit(AuditCommand::Suggest { agent, files }) => audit_suggest(&files, agent.as_deref(), out)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `error` is a write to a pipe whose reader has closed it: standard output is the
+/// only pipe these commands write to.
+fn reader_left(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::BrokenPipe
+}
+
+/// A write, where the reader having left ends the printing without failing the command, so
+/// a command with a verdict (explain, lint) still exits with it.
+fn unless_reader_left(written: io::Result<()>) -> io::Result<()> {
+    written.or_else(|e| if reader_left(&e) { Ok(()) } else { Err(e) })
+}
+
+/// Runs the proxy until a shutdown signal; the banner goes to `out`.
+fn run_proxy(args: RunArgs, out: &mut impl Write) -> anyhow::Result<()> {
     init_tracing(args.log_format);
     let source = ConfigSource { path: args.config, listen: args.listen, ca_dir: args.ca_dir };
     let config = source.load()?;
@@ -286,7 +320,10 @@ fn run_proxy(args: RunArgs) -> anyhow::Result<()> {
             decision_log: &config.audit.path,
             admin: running.admin_addr(),
         };
-        print!("{}", startup.render());
+        // The banner is for whoever reads it; a proxy nobody watches still serves.
+        if let Err(error) = out.write_all(startup.render().as_bytes()).and_then(|()| out.flush()) {
+            tracing::warn!(%error, "cannot print the start-up banner to stdout; running without it");
+        }
         running.run_until(shutdown).await;
         Ok(())
     })
@@ -299,25 +336,30 @@ fn format_parser() -> impl clap::builder::TypedValueParser<Value = FormatInfo> {
         .try_map(|name| FormatInfo::named(&name).ok_or(format!("no format is named {name}")))
 }
 
-/// Exit 0 when no file has errors, 1 when one has, 2 when a file cannot be read.
-fn run_lint(args: LintArgs) -> ExitCode {
+/// Exit 0 when no file has errors, 1 when one has, 2 when a file cannot be read; when the
+/// reader leaves, linting stops there, with the status of the files linted so far.
+fn run_lint(args: LintArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     let format = args.format;
     let mut code = ExitCode::SUCCESS;
     for file in &args.files {
         match lint::lint_file(file, format, args.fix_hash) {
             Ok(report) => {
-                print!("{}", report.render());
                 if report.has_errors() {
                     code = ExitCode::from(1);
                 }
+                if let Err(e) = out.write_all(report.render().as_bytes()) {
+                    unless_reader_left(Err(e))?;
+                    return Ok(code);
+                }
             }
             Err(e) => {
+                unless_reader_left(out.flush())?;
                 eprintln!("agentgate lint: {e}");
-                return ExitCode::from(2);
+                return Ok(ExitCode::from(2));
             }
         }
     }
-    code
+    Ok(code)
 }
 
 fn since(value: Option<&str>) -> anyhow::Result<Option<audit::Since>> {
@@ -329,6 +371,7 @@ fn audit_summary(
     by: SummaryBy,
     since_arg: Option<String>,
     format: SummaryFormat,
+    out: &mut impl Write,
 ) -> anyhow::Result<()> {
     let by = match by {
         SummaryBy::Agent => audit::By::Agent,
@@ -339,24 +382,22 @@ fn audit_summary(
     let filter = audit::Filter { since: since(since_arg.as_deref())?, ..audit::Filter::default() };
     let summary = audit::summarize_files(files, by, filter)?;
     match format {
-        SummaryFormat::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
-        SummaryFormat::Table => print!("{}", summary.render_table()),
+        SummaryFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?,
+        SummaryFormat::Table => write!(out, "{}", summary.render_table())?,
     }
     Ok(())
 }
 
 /// Matching lines on stdout; malformed lines counted on stderr, as a note, not a failure.
-fn audit_grep(files: &[PathBuf], args: GrepFilter) -> anyhow::Result<()> {
+fn audit_grep(files: &[PathBuf], args: GrepFilter, out: &mut impl Write) -> anyhow::Result<()> {
     let filter = audit::Filter {
         since: since(args.since.as_deref())?,
         agents: args.agents,
         origins: args.origins,
         outcomes: args.outcomes,
     };
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    let report = audit::grep(files, &filter, &mut out)?;
-    std::io::Write::flush(&mut out)?;
+    let report = audit::grep(files, &filter, out)?;
+    out.flush()?;
     if let Some(first) = &report.first_malformed {
         eprintln!(
             "agentgate audit grep: {} lines are not records and were skipped (first: {}:{}: {})",
@@ -370,9 +411,9 @@ fn audit_grep(files: &[PathBuf], args: GrepFilter) -> anyhow::Result<()> {
 }
 
 /// The suggested lines on stdout; malformed lines counted on stderr, as a note.
-fn audit_suggest(files: &[PathBuf], agent: Option<&str>) -> anyhow::Result<()> {
+fn audit_suggest(files: &[PathBuf], agent: Option<&str>, out: &mut impl Write) -> anyhow::Result<()> {
     let suggestion = audit::suggest(files, agent)?;
-    print!("{}", suggestion.render(agent.is_some()));
+    out.write_all(suggestion.render(agent.is_some()).as_bytes())?;
     if let Some(first) = &suggestion.first_malformed {
         eprintln!(
             "agentgate audit suggest: {} lines are not records and were skipped (first: {}:{}: {})",
@@ -385,10 +426,9 @@ fn audit_suggest(files: &[PathBuf], agent: Option<&str>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
-    let config = Config::load(file).map_err(|e: ConfigError| anyhow::anyhow!("{e}"))?;
-    tls::upstream::client_config(&config.upstream.extra_ca_files)?;
-    println!("{}: ok (listen {}, mode {})", file.display(), config.listen, config.mode.as_str());
+fn check_config(file: &std::path::Path, out: &mut impl Write) -> anyhow::Result<()> {
+    let config = Config::check(file)?;
+    writeln!(out, "{}: ok (listen {}, mode {})", file.display(), config.listen, config.mode.as_str())?;
     Ok(())
 }
 
@@ -405,8 +445,9 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
-/// Exit 0 when allowed, 1 when not, 2 on a usage error (conformance README).
-fn run_explain(args: ExplainArgs) -> ExitCode {
+/// Exit 0 when allowed, 1 when not (whether or not the reader read it all), 2 on a usage
+/// error (conformance README).
+fn run_explain(args: ExplainArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     let mut request = ExplainRequest {
         policy_dir: args.policy_dir,
         user_agent: args.user_agent,
@@ -427,7 +468,7 @@ fn run_explain(args: ExplainArgs) -> ExitCode {
                 Ok(operator) => operator,
                 Err(e) => {
                     eprintln!("agentgate explain: {e}");
-                    return ExitCode::from(2);
+                    return Ok(ExitCode::from(2));
                 }
             };
             let agent = operator.agent();
@@ -445,15 +486,16 @@ fn run_explain(args: ExplainArgs) -> ExitCode {
     };
     match explained {
         Ok(explanation) => {
-            match args.format {
-                OutputFormat::Json => println!("{}", explanation.to_json()),
-                OutputFormat::Text => print!("{}", explanation.to_text()),
-            }
-            if explanation.decision.is_allowed() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+            let text = match args.format {
+                OutputFormat::Json => format!("{}\n", explanation.to_json()),
+                OutputFormat::Text => explanation.to_text(),
+            };
+            unless_reader_left(out.write_all(text.as_bytes()))?;
+            Ok(if explanation.decision.is_allowed() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Err(e) => {
             eprintln!("agentgate explain: {e}");
-            ExitCode::from(2)
+            Ok(ExitCode::from(2))
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The proxy's metrics: one Prometheus registry with typed families, counted at the edges
 //! where the facts are (a completed decision record, a policy fetch, a cache lookup, a tunnel)
-//! and encoded as Prometheus/OpenMetrics text for the admin API's `/metrics`.
+//! and encoded as OpenMetrics text for the admin API's `/metrics` (which answers it, or the
+//! classic Prometheus text made from it, by the scraper's `Accept`: [`Exposition`]).
 //!
 //! Owns: every metric name, its labels and help text (the reference is `docs/admin.md`), and
 //! the one call the request path makes per request ([`Metrics::record`]), which also feeds
@@ -25,6 +26,9 @@ use prometheus_client::registry::Registry;
 
 use crate::audit::{AgentTally, DecisionRecord, Outcome};
 use crate::policy::{FetchError, FetchOutcome};
+
+mod exposition;
+pub use exposition::Exposition;
 
 /// Requests by what happened and which source decided.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

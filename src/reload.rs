@@ -132,11 +132,12 @@ impl Reloader {
             let kept = needs_restart.join(", ");
             let problems = problems
                 .into_iter()
-                .map(|problem| {
-                    format!(
+                .map(|problem| crate::config::Problem {
+                    location: None,
+                    message: format!(
                         "{problem} (checked with the running {kept}, which a reload does not change: \
                          restart agentgate to put the file's {kept} in force)"
-                    )
+                    ),
                 })
                 .collect();
             let err = ConfigError::Invalid { origin, problems };
@@ -288,7 +289,10 @@ fn log_rejection(err: &ConfigError) {
     match err {
         ConfigError::Invalid { origin, problems } => {
             for problem in problems {
-                error!("config reload rejected, the last good config keeps running: {origin}: {problem}");
+                match problem.location {
+                    Some(_) => error!("config reload rejected, the last good config keeps running: {problem}"),
+                    None => error!("config reload rejected, the last good config keeps running: {origin}: {problem}"),
+                }
             }
         }
         other => error!("config reload rejected, the last good config keeps running: {other}"),
@@ -454,7 +458,7 @@ mod tests {
         let loaded = source.load().expect("loads");
         assert_eq!((loaded.listen.port(), loaded.ca.dir), (0, dir.path().join("ca")));
         std::fs::write(&path, "listen = 8080\n").expect("break the config");
-        let err = source.load().expect_err("a syntax error").to_string();
-        assert!(err.starts_with(&format!("{}:1:10:", path.display())), "{err}");
+        let err = source.load().expect_err("a value of the wrong type").to_string();
+        assert!(err.contains(&format!("\n  - {}:1:10: listen = 8080", path.display())), "{err}");
     }
 }

@@ -24,8 +24,24 @@ fn parse_value<'de, D, T>(
 where
     D: Deserializer<'de>,
 {
-    let text = String::deserialize(deserializer)?;
+    let text = deserializer.deserialize_str(Text(expected))?;
     parse(text.trim()).ok_or_else(|| serde::de::Error::custom(format!("invalid {what}; expected {expected}")))
+}
+
+/// A string; anything else is refused saying what the string should hold (`invalid type:
+/// integer `5`, expected a number with a unit, ...`), not just that it should be a string.
+struct Text<'a>(&'a str);
+
+impl serde::de::Visitor<'_> for Text<'_> {
+    type Value = String;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<String, E> {
+        Ok(value.to_owned())
+    }
 }
 
 const SOCKET_ADDR: &str = "host:port such as 127.0.0.1:8080 or [::1]:8080 (port 1-65535, or 0 for any free port)";

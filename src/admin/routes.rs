@@ -19,6 +19,7 @@ use super::server::AdminState;
 use super::stream::StreamBody;
 use super::{agents, approvals, console, policies, stream};
 use crate::audit::RECENT_CAPACITY;
+use crate::metrics::Exposition;
 
 /// The body of every admin answer but the live stream.
 pub(super) type AdminBody = Full<Bytes>;
@@ -127,8 +128,9 @@ where
         ("/readyz", _) => Ok(ready(state)),
         ("/metrics", _) => {
             let scraped = state.scraped().await;
-            let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-            Ok(text(StatusCode::OK, content_type, state.metrics.encode(scraped)))
+            let accept = request.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
+            let format = Exposition::for_accept(accept);
+            Ok(text(StatusCode::OK, format.content_type(), format.render(state.metrics.encode(scraped))))
         }
         ("/ca.pem", _) => Ok(text(StatusCode::OK, "application/x-pem-file", state.certs.ca_cert_pem().to_owned())),
         ("/policies", Method::DELETE) => policies::purge(state, &query).await,

@@ -61,7 +61,7 @@ impl ApprovalsConfig {
 mod tests {
     use super::*;
     use crate::config::testing::problems;
-    use crate::config::{Config, ConfigError};
+    use crate::config::{Config, ConfigError, Problem};
 
     /// `[admin]` with a token (`printf %s admin-secret | sha256sum`), which holding needs.
     const ADMIN_TOKEN: &str =
@@ -128,10 +128,11 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_mode_or_key_is_a_syntax_error() {
+    fn an_unknown_mode_or_key_is_a_located_problem() {
         for text in ["[approvals]\nmode = \"ask\"\n", "[approvals]\nmax_pendng = 3\n"] {
             let err = Config::from_toml_str(text, "agentgate.toml").expect_err("rejected");
-            assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
+            let located = |problems: &[Problem]| problems.len() == 1 && problems[0].location.is_some();
+            assert!(matches!(&err, ConfigError::Invalid { problems, .. } if located(problems)), "{err}");
             assert!(err.to_string().contains("[approvals]"), "{err}");
         }
     }

@@ -211,7 +211,7 @@ fn approval_summary(blocked: &Blocked, method: &str, url: &str) -> String {
     match approval.decision {
         ApprovalDecision::Denied => {
             let by = approval.by.as_deref().unwrap_or("an operator");
-            let reason = approval.reason.as_deref().map(|r| format!(" Their reason: {r}")).unwrap_or_default();
+            let reason = approval.reason.as_deref().map(quoted_sentence).unwrap_or_default();
             format!(
                 "agentgate held this request for a human to approve, and {by} denied it: {method} {url}.{reason} Do not retry it; ask the person you work for."
             )
@@ -229,6 +229,14 @@ fn approval_summary(blocked: &Blocked, method: &str, url: &str) -> String {
             format!("agentgate held this request for human approval: {method} {url}")
         }
     }
+}
+
+/// ` Their reason: "…".`: the approver's words in quotes, closed as a sentence (unless they
+/// end one already), so the sentence after it never runs on from them.
+fn quoted_sentence(reason: &str) -> String {
+    let reason = reason.trim();
+    let stop = if reason.ends_with(['.', '!', '?']) { "" } else { "." };
+    format!(" Their reason: \"{reason}\"{stop}")
 }
 
 fn accepts_json(headers: &HeaderMap) -> bool {
@@ -267,6 +275,12 @@ mod tests {
             status_for(&ProxyError::UpstreamTimeout { host: host(), cause: cause() }),
             StatusCode::GATEWAY_TIMEOUT
         );
+    }
+
+    #[test]
+    fn a_quoted_reason_ends_its_sentence() {
+        assert_eq!(quoted_sentence("do not check out"), " Their reason: \"do not check out\".");
+        assert_eq!(quoted_sentence(" Not this week! "), " Their reason: \"Not this week!\"");
     }
 
     #[test]

@@ -93,7 +93,7 @@ Set PROXY to agentgate's address as your container reaches it, e.g.
   export PROXY=http://agentgate:8080
 
 1. Fetch the CA (this page's host is answered by agentgate itself; no DNS needed):
-  curl -fsS -x \"$PROXY\" http://agentgate.local/ca.pem -o /usr/local/share/ca-certificates/agentgate.crt
+  curl -fsS -x \"$PROXY\" http://agentgate.local/ca.pem -o /usr/local/share/ca-certificates/agentgate-ca.crt
 
 2. Trust it system-wide:
   Debian/Ubuntu:  update-ca-certificates
@@ -105,7 +105,7 @@ Set PROXY to agentgate's address as your container reaches it, e.g.
                     (curl reads lower-case http_proxy only)
   Python requests:  export REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
   Python (ssl, httpx, aiohttp): export SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
-  Node:             export NODE_EXTRA_CA_CERTS=/usr/local/share/ca-certificates/agentgate.crt
+  Node:             export NODE_EXTRA_CA_CERTS=/usr/local/share/ca-certificates/agentgate-ca.crt
                     (built-in fetch ignores proxy variables: use undici's EnvHttpProxyAgent)
   git:              export GIT_SSL_CAINFO=/etc/ssl/certs/ca-certificates.crt
 

@@ -75,6 +75,15 @@ fn system_roots() -> Vec<CertificateDer<'static>> {
     found.certs
 }
 
+/// Whether the `extra_ca_files` entry `path` can be trusted as [`client_config`] would
+/// (`agentgate config check` asks for each entry, to name its line).
+///
+/// # Errors
+/// As [`client_config`], for this file.
+pub fn check_extra_ca_file(path: &Path) -> Result<(), TlsError> {
+    add_extra_ca_file(&mut RootCertStore::empty(), path).map(drop)
+}
+
 /// Adds every certificate in the PEM file at `path` as a trust anchor, and returns them.
 fn add_extra_ca_file(roots: &mut RootCertStore, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = read_certs(path)?;

@@ -63,13 +63,16 @@ pub(crate) fn sample(scrape: &prometheus_parse::Scrape, metric: &str, labels: &[
         })
 }
 
+/// `/metrics` in OpenMetrics, as Prometheus asks for it, parsed.
 pub(crate) async fn scrape(proxy: &TestProxy) -> TestResult<prometheus_parse::Scrape> {
     scrape_as(proxy, None).await
 }
 
 /// [`scrape`] with the admin token `bearer`, when the proxy has one.
 pub(crate) async fn scrape_as(proxy: &TestProxy, bearer: Option<&str>) -> TestResult<prometheus_parse::Scrape> {
-    let mut request = admin_client()?.get(admin_url(proxy, "/metrics")?);
+    let mut request = admin_client()?
+        .get(admin_url(proxy, "/metrics")?)
+        .header("accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5");
     if let Some(bearer) = bearer {
         request = request.bearer_auth(bearer);
     }
@@ -132,6 +135,79 @@ async fn metrics_parse_as_prometheus_text_and_move_with_traffic() -> TestResult 
         )),
         "{durations:?}"
     );
+    proxy.finish().await?;
+    Ok(())
+}
+
+/// `promtool check metrics` on `text`: its exit status and what it printed.
+async fn promtool_check_metrics(text: &str) -> TestResult<(std::process::ExitStatus, String)> {
+    use tokio::process::Command;
+    let spawned = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err("promtool is not installed; .ci/run installs it (apt-get install prometheus)".into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut stdin = child.stdin.take().ok_or("no stdin")?;
+    stdin.write_all(text.as_bytes()).await?;
+    drop(stdin);
+    let output = child.wait_with_output().await?;
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    Ok((output.status, said))
+}
+
+#[tokio::test]
+async fn metrics_pass_promtool_in_the_classic_format_and_parse_as_openmetrics() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http_site(Site::new().file("/robots.txt", ROBOTS)).await?;
+    let proxy = TestProxy::start_with(&ca, |config| config.agent.limits.requests_per_minute = 1).await?;
+    // Every labelled family gets a sample: an allow, a deny, a rate-limited request, fetches.
+    let client = proxy.client()?;
+    assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
+    assert_eq!(client.get(origin.url("/private/x")).send().await?.status(), 403);
+    assert_eq!(client.get(origin.url("/page")).send().await?.status(), 429);
+    proxy.log_lines(3).await?;
+
+    // No Accept (curl), and the classic format asked for by name: the classic format.
+    for accept in [None, Some("text/plain; version=0.0.4"), Some("*/*")] {
+        let mut request = admin_client()?.get(admin_url(&proxy, "/metrics")?);
+        if let Some(accept) = accept {
+            request = request.header("accept", accept);
+        }
+        let response = request.send().await?;
+        assert_eq!(response.status(), 200);
+        assert_eq!(header(&response, "content-type"), "text/plain; version=0.0.4; charset=utf-8", "{accept:?}");
+        let text = response.text().await?;
+        assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
+        assert!(text.contains("# HELP agentgate_requests_total Requests decided"), "{text}");
+        assert!(text.contains("# TYPE agentgate_requests_total counter"), "{text}");
+        let (status, said) = promtool_check_metrics(&text).await?;
+        assert!(status.success() && said.is_empty(), "promtool check metrics: {status}\n{said}\n{text}");
+    }
+
+    // Asked for OpenMetrics: OpenMetrics, with the same samples.
+    let openmetrics = scrape(&proxy).await?;
+    let classic_text = admin_client()?.get(admin_url(&proxy, "/metrics")?).send().await?.text().await?;
+    let classic = prometheus_parse::Scrape::parse(classic_text.lines().map(|line| Ok(line.to_owned())))?;
+    for (metric, labels) in [
+        ("agentgate_requests_total", &[("outcome", "deny"), ("source", "robots.txt")][..]),
+        ("agentgate_blocks_total", &[("reason", "robots.disallow")]),
+        ("agentgate_rate_limited_total", &[]),
+        ("agentgate_policy_cache_misses_total", &[]),
+    ] {
+        let (om, text) = (sample(&openmetrics, metric, labels), sample(&classic, metric, labels));
+        assert!(om.is_some_and(|v| v >= 1.0), "{metric} {labels:?}: {om:?}");
+        assert_eq!(om, text, "{metric} {labels:?}");
+    }
+    // The classic parse sees each counter's help under its sample name.
+    assert!(classic.docs.get("agentgate_rate_limited_total").is_some_and(|help| help.starts_with("Requests refused")));
     proxy.finish().await?;
     Ok(())
 }
@@ -389,6 +465,15 @@ async fn agentgate_local_serves_the_ca_without_any_lookup_or_dial() -> TestResul
     {
         assert!(page.contains(client_hint), "{client_hint} missing from:\n{page}");
     }
+    // The CA file is named as docker/trust-ca.sh names it, every time the page names it.
+    let script = include_str!("../../docker/trust-ca.sh");
+    let name = script
+        .lines()
+        .find_map(|line| line.strip_prefix("TARGET=\"$LOCAL_DIR/")?.strip_suffix('"'))
+        .ok_or("docker/trust-ca.sh sets TARGET")?;
+    let named: Vec<&str> = page.split("/usr/local/share/ca-certificates/").skip(1).collect();
+    assert!(!named.is_empty(), "the page names the CA file to fetch:\n{page}");
+    assert!(named.iter().all(|rest| rest.starts_with(name)), "the CA file is {name}:\n{page}");
     let head = client.head("http://agentgate.local/ca.pem").send().await?;
     assert_eq!(head.status(), 200);
     assert_eq!(header(&head, "content-length"), proxy.ca_pem.len().to_string());

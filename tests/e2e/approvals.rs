@@ -192,7 +192,8 @@ async fn a_denied_request_gets_a_403_naming_the_denier_and_the_reason() -> TestR
     );
     assert!(decision.starts_with(&prefix), "{decision}");
     let text = response.text().await?;
-    assert!(text.contains("admin denied it") && text.contains("Their reason: budget frozen this week"), "{text}");
+    assert!(text.contains("admin denied it"), "{text}");
+    assert!(text.contains("Their reason: \"budget frozen this week\". Do not retry it;"), "{text}");
     assert_eq!(origin.hits("/checkout"), 0);
     let metrics = scrape_as(&proxy, Some(ADMIN)).await?;
     assert_eq!(sample(&metrics, "agentgate_approvals_pending", &[]), Some(0.0));

@@ -412,7 +412,10 @@ async fn a_new_host_held_for_a_human_is_granted_to_its_agent_for_a_while_or_deni
     assert!(decision.starts_with("needs_approval; source=operator;"), "{decision}");
     assert!(decision.contains("code=operator.not_allowlisted; approval=denied; by=alice"), "{decision}");
     let text = denied.text().await?;
-    assert!(text.contains("alice denied it") && text.contains("Their reason: not for this task"), "{text}");
+    assert!(
+        text.contains("alice denied it") && text.contains("Their reason: \"not for this task\". Do not retry it"),
+        "{text}"
+    );
     assert!(!net.looked_up("third.test") && third.hits("/page") == 0, "a denied host is never reached");
 
     let records = proxy.finish().await?;

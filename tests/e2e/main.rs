@@ -12,6 +12,9 @@
 //!   Dockerfile as the docs describe them;
 //! - `errors`: what the proxy answers when the client or the origin is at fault;
 //! - `startup`: what `agentgate run` and `config check` print for a newcomer;
+//! - `cli`: every printing subcommand in a pipe its reader leaves early, `run` with nobody
+//!   reading its banner, `config check` listing every problem in one run, the docs' AGENTS.md
+//!   example linted and explained;
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
 //! - `gate_cache`: one fetch per policy file within max-age and for concurrent first requests;
@@ -48,6 +51,7 @@ mod agents;
 mod approvals;
 mod audit;
 mod audit_report;
+mod cli;
 mod connections;
 mod console;
 mod docker;
