@@ -15,6 +15,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use super::path::{Reading, decide_all_spellings, decide_both_readings};
 use super::pattern::Pattern;
 use super::{Decision, Outcome, Reason, RequestView, Source};
 
@@ -95,10 +96,10 @@ impl OperatorRule {
         }
     }
 
-    fn matches(&self, req: &RequestView<'_>, addresses: &[IpAddr], path: &str) -> bool {
+    fn matches(&self, req: &RequestView<'_>, addresses: &[IpAddr], path: &str, reading: Reading) -> bool {
         self.matches_host(req.host, addresses)
             && (self.methods.is_empty() || self.methods.iter().any(|m| m.eq_ignore_ascii_case(req.method)))
-            && self.path.matches_normalized(path)
+            && self.path.matches_in(reading, path)
     }
 
     fn matches_host(&self, host: &str, addresses: &[IpAddr]) -> bool {
@@ -126,12 +127,15 @@ impl OperatorRule {
 pub struct OperatorRules {
     bypass_hosts: Vec<String>,
     rules: Vec<OperatorRule>,
+    /// True when a rule's path reads differently decoded (SEMANTICS R9).
+    has_decoded: bool,
 }
 
 impl OperatorRules {
     /// The rules of one config, in file order.
     pub fn new(bypass_hosts: Vec<String>, rules: Vec<OperatorRule>) -> Self {
-        OperatorRules { bypass_hosts, rules }
+        let has_decoded = rules.iter().any(|rule| rule.path.has_decoded());
+        OperatorRules { bypass_hosts, rules, has_decoded }
     }
 
     /// Whether requests to `host` skip site policies (they are still logged).
@@ -144,15 +148,27 @@ impl OperatorRules {
     /// after the rules, so a deny rule still applies to a bypassed host.
     ///
     /// A deny on an equivalent spelling of the path (`/%61dmin` for `/admin`, see
-    /// [`super::path`]) denies too. `addresses` are the vetted addresses of the request's
-    /// host, for rules naming an address or a CIDR (empty when none are known, as in `explain`).
+    /// [`super::path`]) denies too, and so does a deny whose path matches decoded (`/%7Eops`
+    /// stops `/~ops`); an allow's decoded path never opens more than as written. `addresses`
+    /// are the vetted addresses of the request's host, for rules naming an address or a
+    /// CIDR (empty when none are known, as in `explain`).
     pub fn evaluate(&self, req: &RequestView<'_>, addresses: &[IpAddr]) -> Option<Decision> {
-        super::path::decide_all_spellings(req, |req| self.evaluate_as_sent(req, addresses))
+        decide_all_spellings(req, |req| {
+            let path = super::pattern::normalize(req.path_and_query);
+            decide_both_readings(self.has_decoded, |reading| {
+                self.evaluate_as_sent(req, addresses, &reading.path(&path), reading)
+            })
+        })
     }
 
-    fn evaluate_as_sent(&self, req: &RequestView<'_>, addresses: &[IpAddr]) -> Option<Decision> {
-        let path = super::pattern::normalize(req.path_and_query);
-        if let Some(rule) = self.rules.iter().find(|r| r.matches(req, addresses, &path)) {
+    fn evaluate_as_sent(
+        &self,
+        req: &RequestView<'_>,
+        addresses: &[IpAddr],
+        path: &str,
+        reading: Reading,
+    ) -> Option<Decision> {
+        if let Some(rule) = self.rules.iter().find(|r| r.matches(req, addresses, path, reading)) {
             let (outcome, code) = match rule.action {
                 RuleAction::Allow => (Outcome::Allow, "operator.allow"),
                 RuleAction::Deny => (Outcome::Deny, "operator.deny"),
@@ -268,5 +284,28 @@ mod tests {
         assert_eq!((d.outcome, d.reasons[0].code.as_ref()), (Outcome::Allow, "operator.bypass"));
         let d = rules.evaluate(&view("GET", "api.model.example", "/admin/keys", &h), &[]).expect("deny beats bypass");
         assert_eq!(d.outcome, Outcome::Deny);
+    }
+
+    #[test]
+    fn semantics_r9_rule_paths_match_as_written_and_decoded() {
+        let h = Headers::default();
+        let rules = OperatorRules::new(
+            Vec::new(),
+            vec![
+                OperatorRule::new(1, "*", "/%7Eops", &[], RuleAction::Deny, ""),
+                OperatorRule::new(2, "*", "/%7Epub", &[], RuleAction::Allow, ""),
+            ],
+        );
+        let code = |path: &str| {
+            rules.evaluate(&view("GET", "site.example", path, &h), &[]).map(|d| d.reasons[0].code.to_string())
+        };
+        // Issue 25: a deny written with an escape stops the plain spelling, and the others.
+        for path in ["/~ops/x", "/%7eops/x", "//~ops", "/%2F%7Eops"] {
+            assert_eq!(code(path).as_deref(), Some("operator.deny"), "{path}");
+        }
+        // An allow's decoded path opens nothing the written one does not: `/~pub` is left to
+        // the site policies, while the escaped spelling the rule names is allowed as sent.
+        assert_eq!(code("/~pub/x"), None);
+        assert_eq!(code("/%7Epub/x").as_deref(), Some("operator.allow"));
     }
 }
