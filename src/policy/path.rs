@@ -320,6 +320,37 @@ mod tests {
     }
 
     #[test]
+    fn every_spelling_and_reading_keeps_its_limits() {
+        use crate::policy::{Headers, LimitKind, LimitScope, Reason, Source};
+        let limit = |line| Limit {
+            source: Source::AgentsTxt,
+            kind: LimitKind::Rate { requests: 5, window_s: 60 },
+            scope: LimitScope::Rule { line },
+            reason: Reason::new(Source::AgentsTxt, "agents_txt.limit", "/private ALLOW limit=5"),
+        };
+        let allow = |limits: Vec<Limit>| Decision {
+            limits,
+            ..Decision::single(Outcome::Allow, Reason::new(Source::Operator, "x", "x"))
+        };
+        let headers = Headers::default();
+        let req = crate::policy::test_support::request("GET", "example.com", "/%70rivate", 0, &headers);
+        // `ALLOW /private limit=5` matches only the plain spelling: its limit still applies
+        // to `/%70rivate`, and a limit both spellings carry is counted once.
+        let decided = decide_all_spellings(&req, |req| {
+            if req.path_and_query == "/private" { allow(vec![limit(1), limit(2)]) } else { allow(vec![limit(1)]) }
+        });
+        assert_eq!(decided.limits, [limit(1), limit(2)]);
+        let decided =
+            decide_both_readings(true, |reading| allow(vec![limit(if reading == Reading::Written { 1 } else { 3 })]));
+        assert_eq!(decided.limits, [limit(1), limit(3)]);
+        let deny = decide_both_readings(true, |reading| match reading {
+            Reading::Written => allow(vec![limit(1)]),
+            Reading::Decoded => Decision::single(Outcome::Deny, Reason::new(Source::Robots, "robots.disallow", "x")),
+        });
+        assert_eq!((deny.outcome, deny.limits.len()), (Outcome::Deny, 0), "a refusal needs no limit");
+    }
+
+    #[test]
     fn rfc3986_5_2_4_remove_dot_segments() {
         assert_eq!(remove_dot_segments("/a/b/c/./../../g"), "/a/g");
         assert_eq!(remove_dot_segments("/mid/content=5/../6"), "/mid/6");
