@@ -21,6 +21,7 @@ use crate::policy::Weigh;
 use std::sync::Arc;
 
 use self::parse::{Authentication, DEFAULT_AGENT_HEADER, PathRule, Policy, Setting};
+use super::path::{Reading, decide_both_readings};
 use super::pattern::normalized_path;
 use super::text::{sha256_hex, split_bom};
 use super::{
@@ -342,9 +343,10 @@ impl AgentsMdState {
                 verdict.inject_headers.push((name.to_owned(), req.agent_id.to_owned()));
             }
         }
-        let (opinion, reason) = self.decide(policy, req);
+        let decided = self.decide(policy, req);
+        let opinion = decided.opinion;
         verdict.opinion = opinion;
-        verdict.reasons.extend(reason);
+        verdict.reasons = decided.reasons;
         if let Some(setting) = policy.authentication.as_ref().filter(|s| s.value == Authentication::Required) {
             let missing = req.headers.get("authorization").is_none() && req.headers.get("cookie").is_none();
             let code = if missing { "agents_md.authentication_missing" } else { "agents_md.authentication_present" };
@@ -361,44 +363,52 @@ impl AgentsMdState {
         verdict
     }
 
-    fn decide(&self, policy: &Policy, req: &RequestView<'_>) -> (Opinion, Option<Reason>) {
+    /// The opinion and its one reason (none for no opinion): the trust level, then the path
+    /// lists and actions, in both readings of the globs when one reads differently decoded
+    /// (SEMANTICS R9).
+    fn decide(&self, policy: &Policy, req: &RequestView<'_>) -> SourceVerdict {
         if let Some(min) = &policy.minimum_trust_level
             && req.trust_level.min(5) < min.value
         {
-            return (Opinion::Deny, Some(self.reason("agents_md.trust_level", min.line, &min.text)));
+            return SourceVerdict::with(Opinion::Deny, self.reason("agents_md.trust_level", min.line, &min.text));
         }
         let has_paths =
             !(policy.disallowed.is_empty() && policy.require_approval.is_empty() && policy.read_only.is_empty());
         let path = if has_paths { normalized_path(req.path()) } else { std::borrow::Cow::Borrowed("") };
-        let segments = if has_paths { glob::segments(&path) } else { Vec::new() };
-        if let Some(rule) = most_specific(&policy.disallowed, &segments) {
-            return (Opinion::Deny, Some(self.reason("agents_md.disallowed_path", rule.line, &rule.text)));
+        decide_both_readings(policy.has_decoded, |reading| {
+            let path = reading.path(&path);
+            let segments = if has_paths { glob::segments(&path) } else { Vec::new() };
+            self.decide_in(policy, req, &segments, reading)
+        })
+    }
+
+    fn decide_in(&self, policy: &Policy, req: &RequestView<'_>, segments: &[&str], reading: Reading) -> SourceVerdict {
+        let verdict = |opinion, code, line, text| SourceVerdict::with(opinion, self.reason(code, line, text));
+        if let Some(rule) = most_specific(&policy.disallowed, segments, reading) {
+            return verdict(Opinion::Deny, "agents_md.disallowed_path", rule.line, &rule.text);
         }
         let write = !req.is_safe_method();
-        if write && let Some(rule) = most_specific(&policy.require_approval, &segments) {
-            let reason = self.reason("agents_md.requires_human_approval", rule.line, &rule.text);
-            return (Opinion::NeedsApproval, Some(reason));
+        if write && let Some(rule) = most_specific(&policy.require_approval, segments, reading) {
+            return verdict(Opinion::NeedsApproval, "agents_md.requires_human_approval", rule.line, &rule.text);
         }
-        if write && let Some(rule) = most_specific(&policy.read_only, &segments) {
-            return (Opinion::Deny, Some(self.reason("agents_md.read_only_path", rule.line, &rule.text)));
+        if write && let Some(rule) = most_specific(&policy.read_only, segments, reading) {
+            return verdict(Opinion::Deny, "agents_md.read_only_path", rule.line, &rule.text);
         }
         let mut allowed_by = None;
         for action in request_actions(req) {
             match policy.action(action) {
-                (false, Some(s)) => {
-                    return (Opinion::Deny, Some(self.reason("agents_md.action_denied", s.line, &s.text)));
-                }
+                (false, Some(s)) => return verdict(Opinion::Deny, "agents_md.action_denied", s.line, &s.text),
                 (false, None) => {
                     let rule = format!("{action} defaults to false when an AGENTS.md exists (§5.3)");
                     let reason = Reason::new(Source::AgentsMd, "agents_md.action_denied", rule);
-                    return (Opinion::Deny, Some(reason.with_digest(self.digest.clone())));
+                    return SourceVerdict::with(Opinion::Deny, reason.with_digest(self.digest.clone()));
                 }
                 (true, setting) => allowed_by = allowed_by.or(setting),
             }
         }
         match allowed_by {
-            Some(s) if write => (Opinion::Allow, Some(self.reason("agents_md.action_allowed", s.line, &s.text))),
-            _ => (Opinion::NoOpinion, None),
+            Some(s) if write => verdict(Opinion::Allow, "agents_md.action_allowed", s.line, &s.text),
+            _ => SourceVerdict::no_opinion(),
         }
     }
 
@@ -431,10 +441,10 @@ impl AgentsMdState {
     }
 }
 
-/// The most specific matching rule of a list (specificity only picks the rule cited,
-/// C16).
-fn most_specific<'a>(rules: &'a [PathRule], segments: &[&str]) -> Option<&'a PathRule> {
-    rules.iter().filter(|r| r.glob.matches(segments)).max_by_key(|r| r.glob.specificity())
+/// The most specific matching rule of a list in one reading (specificity only picks the
+/// rule cited, C16).
+fn most_specific<'a>(rules: &'a [PathRule], segments: &[&str], reading: Reading) -> Option<&'a PathRule> {
+    rules.iter().filter(|r| r.glob.matches_in(reading, segments)).max_by_key(|r| r.glob.specificity())
 }
 
 /// The actions a request maps to (C17): safe methods read; DELETE deletes; a form body

@@ -18,6 +18,7 @@ use crate::policy::Weigh;
 use std::sync::Arc;
 
 use self::parse::{is_detected, is_significant, parse};
+use super::path::{Reading, decide_both_readings};
 use super::pattern::{Pattern, normalized_path};
 use super::text::{Findings, JoinedDigest, lines, split_bom};
 use super::{
@@ -57,8 +58,9 @@ enum Kind {
     NotApplicable,
     /// Recognised but broken: the whole origin is denied with this reason (B19).
     Restricted(Reason),
-    /// Verified: the rules, in file order.
-    Valid(Vec<Rule>),
+    /// Verified: the rules, in file order; `has_decoded` when a pattern reads differently
+    /// decoded, so the file is decided in both readings (SEMANTICS R9).
+    Valid { rules: Vec<Rule>, has_decoded: bool },
 }
 
 /// One directive line.
@@ -207,50 +209,17 @@ impl AgentsTxtState {
     /// What this file says about one request: restricted denies everything (B19); else
     /// the longest matching rule decides, an ALLOW/DISALLOW tie is DISALLOW (B12), an
     /// ALLOW with `limit=N` adds a rate limit and `limit=0` denies (B16); no match is no
-    /// opinion (B13). Every method and every agent is covered (B14).
+    /// opinion (B13). Every method and every agent is covered (B14). A file whose patterns
+    /// escape unreserved characters is decided with them as written and decoded, the
+    /// stricter answer with the limits of both (SEMANTICS R9).
     pub fn evaluate(&self, req: &RequestView<'_>) -> SourceVerdict {
-        let rules = match &self.kind {
-            Kind::Valid(rules) => rules,
+        let (rules, has_decoded) = match &self.kind {
+            Kind::Valid { rules, has_decoded } => (rules, *has_decoded),
             Kind::Restricted(reason) => return SourceVerdict::with(Opinion::Deny, reason.clone()),
             Kind::Absent | Kind::Unreachable | Kind::NotApplicable => return SourceVerdict::no_opinion(),
         };
         let path = normalized_path(req.path_and_query);
-        let mut best: Option<&Rule> = None;
-        for rule in rules {
-            if !rule.pattern.matches_normalized(&path) {
-                continue;
-            }
-            let better = best.is_none_or(|b| {
-                let (mine, theirs) = (rule.pattern.specificity(), b.pattern.specificity());
-                mine > theirs || (mine == theirs && rule.action == Action::Disallow && b.action == Action::Allow)
-            });
-            if better {
-                best = Some(rule);
-            }
-        }
-        let Some(rule) = best else { return SourceVerdict::no_opinion() };
-        match (rule.action, rule.limit) {
-            (Action::Disallow, _) => SourceVerdict::with(Opinion::Deny, rule.reason.clone()),
-            (Action::Allow, Some(0)) => {
-                let mut reason = rule.reason.clone();
-                reason.code = "agents_txt.limit_zero".into();
-                SourceVerdict::with(Opinion::Deny, reason)
-            }
-            (Action::Allow, Some(requests)) => {
-                let line = rule.reason.line.unwrap_or(0);
-                let mut verdict = SourceVerdict::with(Opinion::Allow, rule.reason.clone());
-                let mut reason = rule.reason.clone();
-                reason.code = "agents_txt.limit".into();
-                verdict.limits.push(Limit {
-                    source: Source::AgentsTxt,
-                    kind: LimitKind::Rate { requests, window_s: LIMIT_WINDOW_S },
-                    scope: LimitScope::Rule { line },
-                    reason,
-                });
-                verdict
-            }
-            (Action::Allow, None) => SourceVerdict::with(Opinion::Allow, rule.reason.clone()),
-        }
+        decide_both_readings(has_decoded, |reading| verdict(rules, &reading.path(&path), reading))
     }
 
     /// Status, content digest (B3: what `check_policy.py` compares) and findings, for
@@ -265,7 +234,7 @@ impl AgentsTxtState {
             Kind::Absent | Kind::Unreachable => PolicyStatus::Absent,
             Kind::NotApplicable => PolicyStatus::NotApplicable,
             Kind::Restricted(_) => PolicyStatus::Malformed,
-            Kind::Valid(_) => PolicyStatus::Valid,
+            Kind::Valid { .. } => PolicyStatus::Valid,
         }
     }
 
@@ -287,12 +256,52 @@ impl AgentsTxtState {
     }
 }
 
+/// The verdict of the longest matching rule in one reading of the patterns (B12, B13, B16).
+fn verdict(rules: &[Rule], path: &str, reading: Reading) -> SourceVerdict {
+    let mut best: Option<&Rule> = None;
+    for rule in rules {
+        if !rule.pattern.matches_in(reading, path) {
+            continue;
+        }
+        let better = best.is_none_or(|b| {
+            let (mine, theirs) = (rule.pattern.specificity_in(reading), b.pattern.specificity_in(reading));
+            mine > theirs || (mine == theirs && rule.action == Action::Disallow && b.action == Action::Allow)
+        });
+        if better {
+            best = Some(rule);
+        }
+    }
+    let Some(rule) = best else { return SourceVerdict::no_opinion() };
+    match (rule.action, rule.limit) {
+        (Action::Disallow, _) => SourceVerdict::with(Opinion::Deny, rule.reason.clone()),
+        (Action::Allow, Some(0)) => {
+            let mut reason = rule.reason.clone();
+            reason.code = "agents_txt.limit_zero".into();
+            SourceVerdict::with(Opinion::Deny, reason)
+        }
+        (Action::Allow, Some(requests)) => {
+            let line = rule.reason.line.unwrap_or(0);
+            let mut verdict = SourceVerdict::with(Opinion::Allow, rule.reason.clone());
+            let mut reason = rule.reason.clone();
+            reason.code = "agents_txt.limit".into();
+            verdict.limits.push(Limit {
+                source: Source::AgentsTxt,
+                kind: LimitKind::Rate { requests, window_s: LIMIT_WINDOW_S },
+                scope: LimitScope::Rule { line },
+                reason,
+            });
+            verdict
+        }
+        (Action::Allow, None) => SourceVerdict::with(Opinion::Allow, rule.reason.clone()),
+    }
+}
+
 impl Weigh for AgentsTxtState {
     fn heap_bytes(&self) -> usize {
         let kind = match &self.kind {
             Kind::Absent | Kind::Unreachable | Kind::NotApplicable => 0,
             Kind::Restricted(reason) => reason.heap_bytes(),
-            Kind::Valid(rules) => rules.heap_bytes(),
+            Kind::Valid { rules, .. } => rules.heap_bytes(),
         };
         kind + self.digest.heap_bytes() + self.diagnostics.heap_bytes() + self.metadata.heap_bytes()
     }

@@ -22,7 +22,8 @@ use std::sync::Arc;
 
 use self::group::{Group, RuleLine, Specificity};
 use self::parse::Parsed;
-use super::pattern::normalized_path;
+use super::path::{Reading, decide_both_readings};
+use super::pattern::{Pattern, normalized_path};
 use super::text::{Findings, sha256_hex, split_bom};
 use super::{
     Diagnostic, FetchError, FetchOutcome, HeaderLookup, Headers, Opinion, PolicyReport, PolicyStatus, Reason,
@@ -64,8 +65,9 @@ enum Policy {
     Silent,
     /// The file could not be used: safe methods only, with this reason (D15).
     SafeMethodsOnly(Reason),
-    /// The file's groups, in file order (D1).
-    Groups(Vec<Group>),
+    /// The file's groups, in file order (D1); `has_decoded` when a scope reads differently
+    /// decoded, so groups are selected in both readings (SEMANTICS R9).
+    Groups { groups: Vec<Group>, has_decoded: bool },
 }
 
 /// The state a fetch of `/automation-preferences.txt` leads to (SEMANTICS D15, D19):
@@ -115,7 +117,12 @@ impl AutoctlState {
                 let opinion = if req.is_safe_method() { Opinion::Allow } else { Opinion::Deny };
                 SourceVerdict::with(opinion, reason.clone())
             }
-            Policy::Groups(groups) => self.evaluate_groups(groups, req),
+            Policy::Groups { groups, has_decoded } => {
+                let path = normalized_path(req.path_and_query);
+                decide_both_readings(*has_decoded, |reading| {
+                    self.evaluate_group(select(groups, req, &reading.path(&path), reading), req)
+                })
+            }
         }
     }
 
@@ -124,8 +131,9 @@ impl AutoctlState {
         self.report.clone()
     }
 
-    fn evaluate_groups(&self, groups: &[Group], req: &RequestView<'_>) -> SourceVerdict {
-        let Some(group) = select(groups, req) else {
+    /// What the group selected for the request says about it; no group, no opinion (D11).
+    fn evaluate_group(&self, group: Option<&Group>, req: &RequestView<'_>) -> SourceVerdict {
+        let Some(group) = group else {
             let rule = "no group's host, scope and user-agent match this request";
             let reason = Reason::new(Source::Autoctl, NO_GROUP, rule).with_digest(self.report.digest.clone());
             return SourceVerdict::with(Opinion::NoOpinion, reason);
@@ -167,13 +175,13 @@ impl AutoctlState {
 }
 
 /// Exactly one group (D10): the greatest (host, scope length, exact user-agent), the later
-/// group on a tie. The request path is normalised once here, not per pattern, and not at
-/// all in the common case of a path that is already normal.
-fn select<'g>(groups: &'g [Group], req: &RequestView<'_>) -> Option<&'g Group> {
-    let path = normalized_path(req.path_and_query);
+/// group on a tie, with the scopes read as `reading` says (SEMANTICS R9). `path` is the
+/// request's, normalised once by the caller, not per pattern, and not at all in the common
+/// case of a path that is already normal.
+fn select<'g>(groups: &'g [Group], req: &RequestView<'_>, path: &str, reading: Reading) -> Option<&'g Group> {
     let mut best: Option<(Specificity, &Group)> = None;
     for group in groups {
-        if let Some(specificity) = group.specificity(req, &path)
+        if let Some(specificity) = group.specificity(req, path, reading)
             && best.as_ref().is_none_or(|(b, _)| specificity >= *b)
         {
             best = Some((specificity, group));
@@ -216,8 +224,9 @@ fn from_body(headers: &Headers, body: &[u8], over_cap: bool, findings: Findings)
         }
         Parsed::Groups(groups, found) => {
             diagnostics.extend(found);
+            let has_decoded = groups.iter().flat_map(|group| &group.scopes).any(Pattern::has_decoded);
             AutoctlState {
-                policy: Policy::Groups(groups),
+                policy: Policy::Groups { groups, has_decoded },
                 report: PolicyReport { status: PolicyStatus::Valid, digest, diagnostics },
             }
         }
@@ -268,7 +277,7 @@ impl Weigh for AutoctlState {
         let policy = match &self.policy {
             Policy::Silent => 0,
             Policy::SafeMethodsOnly(reason) => reason.heap_bytes(),
-            Policy::Groups(groups) => groups.heap_bytes(),
+            Policy::Groups { groups, .. } => groups.heap_bytes(),
         };
         policy + self.report.heap_bytes()
     }

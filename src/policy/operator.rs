@@ -19,6 +19,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use super::path::{Reading, decide_all_spellings, decide_both_readings};
 use super::pattern::Pattern;
 use super::{Decision, Outcome, Reason, RequestView, Source};
 
@@ -140,11 +141,11 @@ impl OperatorRule {
         }
     }
 
-    fn matches(&self, req: &RequestView<'_>, agent: &str, addresses: &[IpAddr], path: &str) -> bool {
+    fn matches(&self, req: &RequestView<'_>, agent: &str, addresses: &[IpAddr], path: &str, reading: Reading) -> bool {
         (self.agents.is_empty() || self.agents.iter().any(|a| a == agent))
             && self.host.matches(req.host, addresses, self.action)
             && (self.methods.is_empty() || self.methods.iter().any(|m| m.eq_ignore_ascii_case(req.method)))
-            && self.path.matches_normalized(path)
+            && self.path.matches_in(reading, path)
     }
 }
 
@@ -153,12 +154,15 @@ impl OperatorRule {
 pub struct OperatorRules {
     bypass_hosts: Vec<String>,
     rules: Vec<OperatorRule>,
+    /// True when a rule's path reads differently decoded (SEMANTICS R9).
+    has_decoded: bool,
 }
 
 impl OperatorRules {
     /// The rules of one config, in file order.
     pub fn new(bypass_hosts: Vec<String>, rules: Vec<OperatorRule>) -> Self {
-        OperatorRules { bypass_hosts, rules }
+        let has_decoded = rules.iter().any(|rule| rule.path.has_decoded());
+        OperatorRules { bypass_hosts, rules, has_decoded }
     }
 
     /// Whether requests to `host` skip site policies (they are still logged).
@@ -172,15 +176,28 @@ impl OperatorRules {
     /// rules, so a deny rule still applies to a bypassed host.
     ///
     /// A deny on an equivalent spelling of the path (`/%61dmin` for `/admin`, see
-    /// [`super::path`]) denies too. `addresses` are the vetted addresses of the request's
-    /// host, for rules naming an address or a CIDR (empty when none are known, as in `explain`).
+    /// [`super::path`]) denies too, and so does a deny whose path matches decoded (`/%7Eops`
+    /// stops `/~ops`); an allow's decoded path never opens more than as written. `addresses`
+    /// are the vetted addresses of the request's host, for rules naming an address or a
+    /// CIDR (empty when none are known, as in `explain`).
     pub fn evaluate(&self, req: &RequestView<'_>, agent: &str, addresses: &[IpAddr]) -> Option<Decision> {
-        super::path::decide_all_spellings(req, |req| self.evaluate_as_sent(req, agent, addresses))
+        decide_all_spellings(req, |req| {
+            let path = super::pattern::normalize(req.path_and_query);
+            decide_both_readings(self.has_decoded, |reading| {
+                self.evaluate_as_sent(req, agent, addresses, &reading.path(&path), reading)
+            })
+        })
     }
 
-    fn evaluate_as_sent(&self, req: &RequestView<'_>, agent: &str, addresses: &[IpAddr]) -> Option<Decision> {
-        let path = super::pattern::normalize(req.path_and_query);
-        if let Some(rule) = self.rules.iter().find(|r| r.matches(req, agent, addresses, &path)) {
+    fn evaluate_as_sent(
+        &self,
+        req: &RequestView<'_>,
+        agent: &str,
+        addresses: &[IpAddr],
+        path: &str,
+        reading: Reading,
+    ) -> Option<Decision> {
+        if let Some(rule) = self.rules.iter().find(|r| r.matches(req, agent, addresses, path, reading)) {
             let (outcome, code) = match rule.action {
                 RuleAction::Allow => (Outcome::Allow, "operator.allow"),
                 RuleAction::Deny => (Outcome::Deny, "operator.deny"),
@@ -545,5 +562,28 @@ mod tests {
         let d = rules.evaluate(&view("GET", "site.test", "/", &h), "a", &[]).expect("applies to a");
         assert_eq!(&*d.reasons[0].rule, "[[rules]] #1 agents=a host=* path=/ deny: not for a");
         assert!(rules.evaluate(&view("GET", "site.test", "/", &h), "b", &[]).is_none(), "b is not named");
+    }
+
+    #[test]
+    fn semantics_r9_rule_paths_match_as_written_and_decoded() {
+        let h = Headers::default();
+        let rules = OperatorRules::new(
+            Vec::new(),
+            vec![
+                OperatorRule::new(1, "*", "/%7Eops", &[], &[], RuleAction::Deny, ""),
+                OperatorRule::new(2, "*", "/%7Epub", &[], &[], RuleAction::Allow, ""),
+            ],
+        );
+        let code = |path: &str| {
+            rules.evaluate(&view("GET", "site.example", path, &h), "", &[]).map(|d| d.reasons[0].code.to_string())
+        };
+        // Issue 25: a deny written with an escape stops the plain spelling, and the others.
+        for path in ["/~ops/x", "/%7eops/x", "//~ops", "/%2F%7Eops"] {
+            assert_eq!(code(path).as_deref(), Some("operator.deny"), "{path}");
+        }
+        // An allow's decoded path opens nothing the written one does not: `/~pub` is left to
+        // the site policies, while the escaped spelling the rule names is allowed as sent.
+        assert_eq!(code("/~pub/x"), None);
+        assert_eq!(code("/%7Epub/x").as_deref(), Some("operator.allow"));
     }
 }

@@ -4,12 +4,15 @@
 //! end anchor. Matching is linear in the path length: the pattern is split at its `*`s as it
 //! is matched and each literal piece is found leftmost with a substring search, which is
 //! exact for `*`-only globs (no backtracking, so `/*a*a*a*b` against 16 KiB costs one pass
-//! per piece). A compiled pattern is its normalised text and a flag, one allocation: the
-//! pieces are not stored, since files with tens of thousands of rules are kept per origin.
+//! per piece). A compiled pattern is its normalised text and, when it escapes an unreserved
+//! character (`/%7Ejoe/`), its decoded form after it in the same allocation (SEMANTICS R9,
+//! [`Reading`]): the pieces are not stored, since files with tens of thousands of rules are
+//! kept per origin.
 //!
 //! Never: decides what a match means (allow or deny is the caller's), reads files.
 
 use crate::policy::Weigh;
+use crate::policy::path::{Reading, decode_unreserved};
 use crate::policy::text::split_ascii;
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -17,30 +20,61 @@ use std::fmt::Write as _;
 /// A compiled path pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pattern {
-    /// The pattern percent-normalised (see [`normalize`]), as its specificity is measured.
-    normalized: Box<str>,
-    /// True when it has no `*` and no anchor: a plain prefix.
+    /// The pattern percent-normalised (see [`normalize`]), as its specificity is measured;
+    /// then, when decoding its unreserved escapes changes it, the decoded form.
+    text: Box<str>,
+    /// Where the written form ends in `text`.
+    written: u32,
+    /// True when it has no `*` and no anchor: a plain prefix (in both forms: decoding never
+    /// makes a `*` or a `$`, which are reserved).
     literal_prefix: bool,
 }
 
 impl Pattern {
-    /// Compiles a pattern as written in a file. An empty pattern matches every path; the
-    /// formats that give an empty value another meaning (robots `Disallow:`) skip it first.
+    /// Compiles a pattern as written in a file, with its decoded form when it has one. An
+    /// empty pattern matches every path; the formats that give an empty value another
+    /// meaning (robots `Disallow:`) skip it first.
     pub fn new(raw: &str) -> Self {
-        let normalized = normalize(raw).into_boxed_str();
-        let literal_prefix = is_literal_prefix(&normalized);
-        Pattern { normalized, literal_prefix }
+        let mut text = normalize(raw);
+        let written = text.len();
+        if let Some(decoded) = decoded_form(&text) {
+            text.push_str(&decoded);
+        }
+        let literal_prefix = is_literal_prefix(&text[..written]);
+        // A pattern is at most a line of a policy file, far below 4 GiB.
+        let written = u32::try_from(written).unwrap_or(u32::MAX);
+        Pattern { text: text.into_boxed_str(), written, literal_prefix }
     }
 
     /// The pattern's length in octets after normalisation: RFC 9309's "most octets", used
     /// to pick the longest (most specific) match.
     pub fn specificity(&self) -> usize {
-        self.normalized.len()
+        self.as_str().len()
     }
 
-    /// The normalised pattern text.
+    /// The pattern's length in a reading: decoded, lengths are counted decoded, so that a
+    /// reading compares like with like (`docs/robots.md`).
+    pub fn specificity_in(&self, reading: Reading) -> usize {
+        self.read(reading).len()
+    }
+
+    /// The normalised pattern text, as written.
     pub fn as_str(&self) -> &str {
-        &self.normalized
+        &self.text[..self.written as usize]
+    }
+
+    /// The pattern in a reading: as written, or decoded (the written text when decoding
+    /// changes nothing).
+    pub fn read(&self, reading: Reading) -> &str {
+        match reading {
+            Reading::Decoded if self.has_decoded() => &self.text[self.written as usize..],
+            Reading::Written | Reading::Decoded => self.as_str(),
+        }
+    }
+
+    /// True when the pattern reads differently decoded: it escapes an unreserved character.
+    pub fn has_decoded(&self) -> bool {
+        self.text.len() > self.written as usize
     }
 
     /// True when the pattern has no wildcard and no anchor, so it is a plain prefix.
@@ -51,13 +85,29 @@ impl Pattern {
     /// Whether the pattern matches a path (with query), given already normalised by
     /// [`normalize`]. Callers matching many patterns normalise the path once.
     pub fn matches_normalized(&self, path: &str) -> bool {
-        matches_normalized(&self.normalized, path)
+        matches_normalized(self.as_str(), path)
+    }
+
+    /// Whether the pattern, read as `reading` says, matches a normalised path.
+    pub fn matches_in(&self, reading: Reading, path: &str) -> bool {
+        matches_normalized(self.read(reading), path)
     }
 
     /// Whether the pattern matches a raw path (normalised here).
     pub fn matches(&self, path: &str) -> bool {
         self.matches_normalized(&normalize(path))
     }
+}
+
+/// A normalised pattern with its unreserved escapes decoded (`/%7Ejoe/` → `/~joe/`,
+/// SEMANTICS R9), or `None` when that changes nothing, which is checked without a copy for
+/// a pattern with no `%`: every pattern but a few.
+pub(crate) fn decoded_form(normalized: &str) -> Option<String> {
+    if !normalized.contains('%') {
+        return None;
+    }
+    let decoded = decode_unreserved(normalized, false);
+    (decoded != normalized).then_some(decoded)
 }
 
 /// True when a normalised pattern has no `*` and no final `$`: every path it matches
@@ -164,7 +214,7 @@ pub(crate) fn normalized_path(raw: &str) -> Cow<'_, str> {
 
 impl Weigh for Pattern {
     fn heap_bytes(&self) -> usize {
-        self.normalized.heap_bytes()
+        self.text.heap_bytes()
     }
 }
 
@@ -216,6 +266,26 @@ mod tests {
         assert_eq!(normalize("/100%"), "/100%");
         assert!(Pattern::new("/foo/bar/ツ").matches("/foo/bar/%e3%83%84"));
         assert!(!Pattern::new("/foo/bar/%62%61%7A").matches("/foo/bar/baz"));
+    }
+
+    #[test]
+    fn semantics_r9_decoded_form_beside_the_written_one() {
+        let p = Pattern::new("/%7ejoe/*.html$");
+        assert!(p.has_decoded());
+        assert_eq!(p.as_str(), "/%7Ejoe/*.html$");
+        assert_eq!(p.read(Reading::Written), "/%7Ejoe/*.html$");
+        assert_eq!(p.read(Reading::Decoded), "/~joe/*.html$");
+        assert_eq!((p.specificity(), p.specificity_in(Reading::Decoded)), (15, 13));
+        assert!(!p.is_literal_prefix());
+        assert!(p.matches_in(Reading::Decoded, "/~joe/a.html") && !p.matches_in(Reading::Written, "/~joe/a.html"));
+        assert!(p.matches_in(Reading::Written, "/%7Ejoe/a.html") && !p.matches_in(Reading::Decoded, "/%7Ejoe/a.html"));
+        for plain in ["/private", "/%2Fa", "/%E3%83%84", "/100%", "/%zz"] {
+            let p = Pattern::new(plain);
+            assert!(!p.has_decoded(), "{plain}: reserved, non-ASCII and broken escapes are no other spelling");
+            assert_eq!(p.read(Reading::Decoded), p.as_str());
+        }
+        assert_eq!(decoded_form("/a%5Fb%2F%41"), Some("/a_b%2FA".to_owned()));
+        assert_eq!(decoded_form("/a_b"), None);
     }
 
     #[test]

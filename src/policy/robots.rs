@@ -21,6 +21,7 @@ use crate::policy::{FetchError, Weigh};
 use std::sync::Arc;
 
 use self::group::{AgentLine, Group, Rule};
+use super::path::{Reading, decide_both_readings};
 use super::pattern::normalized_path;
 use super::text::{Findings, sha256_hex};
 use super::weight::allocation;
@@ -92,6 +93,9 @@ struct RobotsFile {
     groups: Vec<Group>,
     other_lines: Vec<OtherLine>,
     crawl_delays: Vec<CrawlDelay>,
+    /// True when some pattern reads differently decoded: the file is then decided in both
+    /// readings (SEMANTICS R9).
+    has_decoded: bool,
     /// Hex SHA-256 of the bytes served.
     digest: Arc<str>,
     diagnostics: Vec<Diagnostic>,
@@ -259,22 +263,29 @@ impl RobotsFile {
             groups: parsed.groups,
             other_lines: parsed.other_lines,
             crawl_delays: parsed.crawl_delays,
+            has_decoded: parsed.has_decoded,
             digest: Arc::from(sha256_hex(body)),
             diagnostics: parsed.findings.finish(),
         }
     }
 
+    /// The file's verdict: as written and, when a pattern reads differently decoded, with
+    /// the patterns decoded too, the stricter (SEMANTICS R9).
     fn evaluate(&self, req: &RequestView<'_>) -> SourceVerdict {
         let path = normalized_path(req.path_and_query);
+        decide_both_readings(self.has_decoded, |reading| self.evaluate_in(req, &reading.path(&path), reading))
+    }
+
+    fn evaluate_in(&self, req: &RequestView<'_>, path: &str, reading: Reading) -> SourceVerdict {
         let mut best: Option<(&Group, &Rule)> = None;
         let mut named = false;
         for group in self.groups.iter().filter(|g| g.naming_line(req).is_some()) {
             named = true;
-            group.best_match(&self.text, &path, &mut best);
+            group.best_match(&self.text, path, reading, &mut best);
         }
         if !named {
             for group in self.groups.iter().filter(|g| g.any_agent_line().is_some()) {
-                group.best_match(&self.text, &path, &mut best);
+                group.best_match(&self.text, path, reading, &mut best);
             }
         }
         let Some((group, rule)) = best else {

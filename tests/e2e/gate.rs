@@ -476,3 +476,84 @@ async fn redirects_robots_followed_agents_md_never_downgraded() -> TestResult {
     assert_eq!(proxy.finish().await?.len(), 2);
     Ok(())
 }
+
+/// Issue 25 (SEMANTICS R9): an escape never unlocks what robots.txt disallows, through the
+/// real proxy over plain HTTP (raw request line) and MITM'd HTTPS (curl `--path-as-is`). A real
+/// rule of a large site, `Disallow: /*/all_posts$`, must stop `//all%5Fposts` (decided decoded
+/// with its slashes kept); `Disallow: /%7Ejoe/` must stop `/~joe/x` (the pattern decoded); and
+/// `Disallow: /private` must stop `/%2fprivate`, which nginx serves as `//private`. Each is a
+/// 403 citing the rule as written, and none reaches the origin.
+#[tokio::test]
+async fn issue_25_escapes_never_unlock_a_robots_disallow() -> TestResult {
+    const ROBOTS_25: &str = "User-agent: *\nDisallow: /*/all_posts$\nDisallow: /%7Ejoe/\nDisallow: /private\n";
+    let cases: [(&str, Option<(u32, &str)>); 7] = [
+        ("//all%5Fposts", Some((2, "Disallow: /*/all_posts$"))),
+        ("/~joe/x", Some((3, "Disallow: /%7Ejoe/"))),
+        ("/%7ejoe/x", Some((3, "Disallow: /%7Ejoe/"))),
+        ("/%2fprivate", Some((4, "Disallow: /private"))),
+        ("/%2Fprivate", Some((4, "Disallow: /private"))),
+        ("/search?q=%2Fprivate", None),
+        ("/~jane/x", None),
+    ];
+    let ca = TestCa::new("origin CA")?;
+    for over in [Over::Http, Over::Https] {
+        let origin = origin_for(over, &ca, Site::new().file("/robots.txt", ROBOTS_25)).await?;
+        let proxy = TestProxy::start(&ca).await?;
+        let mut sent = Vec::new();
+        for (path, blocked) in cases {
+            let (status, head, body) = match over {
+                Over::Http => {
+                    let request = format!(
+                        "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                        origin.url(path),
+                        origin.authority()
+                    );
+                    let answer = crate::support::raw::exchange(proxy.addr, request.as_bytes()).await?;
+                    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((answer.as_str(), ""));
+                    let status = head.get(9..12).unwrap_or_default().parse::<u16>()?;
+                    (status, head.to_ascii_lowercase(), body.to_owned())
+                }
+                Over::Https => {
+                    let ca_path = proxy.ca_path.display().to_string();
+                    let args = ["-x", &proxy.url(), "--cacert", &ca_path, "--path-as-is"];
+                    let url = origin.url(path);
+                    let Some(out) = crate::support::curl::curl(&[&args[..], &[url.as_str()]].concat()).await? else {
+                        break;
+                    };
+                    (out.status, out.headers.to_ascii_lowercase(), String::from_utf8_lossy(&out.body).into_owned())
+                }
+            };
+            sent.push((path, blocked.is_some()));
+            match blocked {
+                Some((line, rule)) => {
+                    assert_eq!(status, 403, "{over:?} {path} is blocked: {head}\n{body}");
+                    let decision =
+                        format!("agentgate-decision: deny; source=robots.txt; line={line}; code=robots.disallow;");
+                    assert!(head.contains(&decision), "{over:?} {path}: {head}");
+                    assert!(body.contains(rule), "{over:?} {path}: the answer quotes {rule:?} as written: {body}");
+                    let origin_path = path.split('?').next().unwrap_or(path);
+                    assert_eq!(origin.hits(origin_path), 0, "{over:?} {path} never reached the origin");
+                }
+                None => {
+                    assert_eq!(status, 200, "{over:?} {path} is allowed: {head}\n{body}");
+                    assert!(body.starts_with("page GET "), "{over:?} {path}: the origin answered: {body}");
+                }
+            }
+        }
+        let records = proxy.finish().await?;
+        assert_eq!(records.len(), sent.len(), "{over:?}: one record per request: {records:#?}");
+        for (path, blocked) in sent {
+            // The log keeps the path as sent and redacts the query.
+            let sent_path = path.split('?').next().unwrap_or(path);
+            let logged: Vec<&Value> = records
+                .iter()
+                .filter(|r| {
+                    r["url.full"].as_str().and_then(|u| u.split('?').next()).is_some_and(|u| u.ends_with(sent_path))
+                })
+                .collect();
+            assert_eq!(logged.len(), 1, "{over:?} {path} logged as sent: {records:#?}");
+            assert_eq!(logged[0]["event.outcome"], if blocked { "deny" } else { "allow" }, "{over:?} {path}");
+        }
+    }
+    Ok(())
+}

@@ -11,17 +11,23 @@
 //! Matching is linear-ish: blocks between `**`s are placed leftmost, which is exact for
 //! "zero or more segments" (no backtracking), and a segment's pieces are found leftmost.
 //!
+//! A pattern that escapes an unreserved character (`/%7Ejoe/*`) is compiled decoded too
+//! (`/~joe/*`), for the decoded reading of the file (SEMANTICS R9).
+//!
 //! Never: decides what a match means (that is the caller's list: disallowed, read-only,
 //! approval).
 
 use crate::policy::Weigh;
-use crate::policy::pattern::normalize;
+use crate::policy::path;
+use crate::policy::pattern::{decoded_form, normalize};
 use crate::policy::text::split_ascii;
 
 /// A compiled AGENTS.md path pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Glob {
     kind: Kind,
+    /// The pattern with its unreserved escapes decoded, when that changes it (SEMANTICS R9).
+    decoded: Option<Box<Kind>>,
     /// Literal (non-`*`) octets of the normalised pattern: cites the most specific rule.
     specificity: usize,
 }
@@ -62,14 +68,43 @@ pub(crate) enum Reading {
 }
 
 impl Glob {
-    /// Compiles a pattern as written (already trimmed, not empty).
+    /// Compiles a pattern as written (already trimmed, not empty), with its decoded form
+    /// when it has one.
     pub(crate) fn new(raw: &str) -> (Glob, Reading) {
         let normalized = normalize(raw);
         let specificity = normalized.bytes().filter(|&b| b != b'*').count();
+        let (kind, reading) = Kind::new(&normalized);
+        let decoded = decoded_form(&normalized).map(|decoded| Box::new(Kind::new(&decoded).0));
+        (Glob { kind, decoded, specificity }, reading)
+    }
+
+    /// Literal octets of the pattern; more is more specific.
+    pub(crate) fn specificity(&self) -> usize {
+        self.specificity
+    }
+
+    /// True when the pattern reads differently decoded (SEMANTICS R9).
+    pub(crate) fn has_decoded(&self) -> bool {
+        self.decoded.is_some()
+    }
+
+    /// Whether the pattern, read as `reading` says, matches a path given as its segments
+    /// (the normalised path without its leading `/`, split at `/`; `/` itself is one empty
+    /// segment).
+    pub(crate) fn matches_in(&self, reading: path::Reading, segments: &[&str]) -> bool {
+        match (reading, &self.decoded) {
+            (path::Reading::Decoded, Some(decoded)) => decoded.matches(segments),
+            _ => self.kind.matches(segments),
+        }
+    }
+}
+
+impl Kind {
+    /// A normalised pattern compiled, and how it was read.
+    fn new(normalized: &str) -> (Kind, Reading) {
         let Some(rooted) = normalized.strip_prefix('/') else {
             let floating_start = !normalized.starts_with('*');
-            let glob = Glob { kind: Kind::LastSegment(Segment::new(&normalized, floating_start)), specificity };
-            return (glob, Reading::LastSegment);
+            return (Kind::LastSegment(Segment::new(normalized, floating_start)), Reading::LastSegment);
         };
         let mut parts: Vec<&str> = rooted.split('/').collect();
         let subtree = matches!(parts.last(), Some(&("*" | "**")));
@@ -84,23 +119,16 @@ impl Glob {
                 block.push(Segment::new(part, false));
             }
         }
-        let reading = match (subtree, normalized.as_str()) {
+        let reading = match (subtree, normalized) {
             (_, "/") => Reading::RootOnly,
             (true, text) if text.ends_with("/*") => Reading::TrailingStarSubtree,
             _ => Reading::Plain,
         };
-        (Glob { kind: Kind::Path { blocks, subtree }, specificity }, reading)
+        (Kind::Path { blocks, subtree }, reading)
     }
 
-    /// Literal octets of the pattern; more is more specific.
-    pub(crate) fn specificity(&self) -> usize {
-        self.specificity
-    }
-
-    /// Whether the pattern matches a path given as its segments (the normalised path
-    /// without its leading `/`, split at `/`; `/` itself is one empty segment).
-    pub(crate) fn matches(&self, segments: &[&str]) -> bool {
-        match &self.kind {
+    fn matches(&self, segments: &[&str]) -> bool {
+        match self {
             Kind::LastSegment(segment) => segments.last().is_some_and(|last| segment.matches(last)),
             Kind::Path { blocks, subtree } => match_blocks(blocks, *subtree, segments),
         }
@@ -195,7 +223,13 @@ impl Segment {
 
 impl Weigh for Glob {
     fn heap_bytes(&self) -> usize {
-        match &self.kind {
+        self.kind.heap_bytes() + self.decoded.heap_bytes()
+    }
+}
+
+impl Weigh for Kind {
+    fn heap_bytes(&self) -> usize {
+        match self {
             Kind::Path { blocks, .. } => blocks.heap_bytes(),
             Kind::LastSegment(segment) => segment.heap_bytes(),
         }
@@ -213,7 +247,7 @@ mod tests {
     use super::*;
 
     fn check(pattern: &str, path: &str) -> bool {
-        Glob::new(pattern).0.matches(&segments(&normalize(path)))
+        Glob::new(pattern).0.matches_in(path::Reading::Written, &segments(&normalize(path)))
     }
 
     #[test]
@@ -275,6 +309,20 @@ mod tests {
     }
 
     #[test]
+    fn semantics_r9_decoded_glob_beside_the_written_one() {
+        let (glob, _) = Glob::new("/%7ejoe/*");
+        assert!(glob.has_decoded());
+        let plain = segments("/~joe/x");
+        let escaped = segments("/%7Ejoe/x");
+        assert!(glob.matches_in(path::Reading::Decoded, &plain) && !glob.matches_in(path::Reading::Written, &plain));
+        assert!(
+            glob.matches_in(path::Reading::Written, &escaped) && !glob.matches_in(path::Reading::Decoded, &escaped)
+        );
+        assert!(!Glob::new("/a%2Fb/*").0.has_decoded(), "a reserved escape is data");
+        assert!(Glob::new("*.%7A%69%70").0.matches_in(path::Reading::Decoded, &segments("/pkg.zip")));
+    }
+
+    #[test]
     fn segments_are_the_path_split_at_each_slash_after_the_first() {
         for path in ["", "/", "//", "/a", "/a/", "a/b", "/a//b", "/é/ü/", "/catalog/item?id=4/2"] {
             let split: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
@@ -287,9 +335,9 @@ mod tests {
         let path = format!("/{}", "a/".repeat(4000));
         let segs = segments(&path);
         let (glob, _) = Glob::new("/**/a/**/a/**/a/**/a/**/b");
-        assert!(!glob.matches(&segs));
+        assert!(!glob.matches_in(path::Reading::Written, &segs));
         let long_segment = format!("/{}", "a".repeat(16 * 1024));
         let (glob, _) = Glob::new("/*a*a*a*a*a*a*a*b");
-        assert!(!glob.matches(&segments(&long_segment)));
+        assert!(!glob.matches_in(path::Reading::Written, &segments(&long_segment)));
     }
 }

@@ -77,6 +77,9 @@ pub(crate) struct Policy {
     pub disallowed: Vec<PathRule>,
     pub require_approval: Vec<PathRule>,
     pub read_only: Vec<PathRule>,
+    /// True when a path pattern reads differently decoded, so the lists are matched in both
+    /// readings (SEMANTICS R9).
+    pub has_decoded: bool,
     pub require_agent_header: Option<Setting<bool>>,
     pub agent_header_name: Option<Setting<String>>,
     pub require_disclosure: Option<Setting<bool>>,
@@ -334,6 +337,7 @@ impl Parser {
                     "require-human-approval" => &mut self.policy.require_approval,
                     _ => &mut self.policy.read_only,
                 };
+                self.policy.has_decoded |= rules.iter().any(|rule| rule.glob.has_decoded());
                 list.extend(rules);
             }
             (Section::AgentIdentification, "require-agent-header" | "require-disclosure") => {

@@ -499,3 +499,21 @@ fn semantics_c23_authentication_required_is_logged_and_strict_denies_unauthentic
     let v = optional.evaluate(&request("POST", "example.com", "/api", 0, &headers), true);
     assert!(v.reasons.iter().all(|r| !r.code.starts_with("agents_md.authentication")), "{v:?}");
 }
+
+#[test]
+fn semantics_r9_globs_match_as_written_and_decoded() {
+    let s = policy(
+        "## Identity\n- site: example.com\n## Restrictions\n- disallowed-paths: /%7Ejoe/*\n\
+         - require-human-approval: /%6Frders/*\n## Allowed Actions\n- access-api: true\n",
+    );
+    // Issue 25: the decoded glob stops the plain spelling, citing the line as written.
+    for path in ["/~joe/x", "/%7ejoe/x"] {
+        let v = eval(&s, "GET", path, 0, &[]);
+        let cited = v.reasons.first().map(|r| (r.code.as_ref(), r.line, r.rule.as_ref()));
+        assert_eq!(v.opinion, Opinion::Deny, "{path}");
+        assert_eq!(cited, Some(("agents_md.disallowed_path", Some(4), "disallowed-paths: /%7Ejoe/*")), "{path}");
+    }
+    let v = eval(&s, "POST", "/orders/new", 0, &[]);
+    assert_eq!((v.opinion, v.reasons[0].code.as_ref()), (Opinion::NeedsApproval, "agents_md.requires_human_approval"));
+    assert_eq!(eval(&s, "GET", "/~jane/x", 0, &[]).opinion, Opinion::NoOpinion);
+}

@@ -165,7 +165,8 @@ impl Parser {
                 for rule in &mut rules {
                     rule.reason.digest = Some(computed.clone());
                 }
-                Kind::Valid(rules)
+                let has_decoded = rules.iter().any(|rule| rule.pattern.has_decoded());
+                Kind::Valid { rules, has_decoded }
             }
         };
         AgentsTxtState {

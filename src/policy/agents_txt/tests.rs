@@ -97,6 +97,25 @@ fn semantics_b16_limit_zero_denies_and_limit_on_disallow_is_ignored() {
 }
 
 #[test]
+fn semantics_r9_patterns_decide_as_written_and_decoded() {
+    let s = state(&signed("/%7Ejoe/ DISALLOW\n/ ALLOW\n/%7Epub/ ALLOW limit=5\n/~x/ DISALLOW\n/%7Ex/ok ALLOW\n"));
+    // Issue 25: the decoded DISALLOW stops the plain spelling, citing the line as written.
+    let v = verdict(&s, "GET", "/~joe/x");
+    assert_eq!(v.opinion, Opinion::Deny);
+    assert_eq!((v.reasons[0].line, &*v.reasons[0].rule), (Some(2), "/%7Ejoe/ DISALLOW"));
+    assert_eq!(verdict(&s, "GET", "/%7ejoe/x").opinion, Opinion::Deny, "and the escaped one, as written");
+    // A decoded ALLOW never widens: as written, `/~x/ok` is disallowed by line 5.
+    let v = verdict(&s, "GET", "/~x/ok");
+    assert_eq!((v.opinion, v.reasons[0].line), (Opinion::Deny, Some(5)));
+    // Both readings allow `/~pub/x`: the written one's reason, and the decoded one's limit.
+    let v = verdict(&s, "GET", "/~pub/x");
+    assert_eq!((v.opinion, v.reasons[0].line), (Opinion::Allow, Some(3)));
+    assert_eq!(v.limits.len(), 1, "{v:?}");
+    assert_eq!(v.limits[0].scope, LimitScope::Rule { line: 4 });
+    assert_eq!(verdict(&s, "GET", "/%7Epub/x").limits.len(), 1, "the same limit, counted once");
+}
+
+#[test]
 fn semantics_b19_restricted_denies_every_request_with_the_cause() {
     let table: &[(&str, &str, Option<u32>)] = &[
         ("/a ALLOW\n", "agents_txt.hash_missing", Some(1)),

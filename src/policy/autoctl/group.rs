@@ -8,6 +8,7 @@ use crate::policy::Weigh;
 use std::sync::Arc;
 
 use crate::policy::RequestView;
+use crate::policy::path::Reading;
 use crate::policy::pattern::Pattern;
 
 /// How a group's `host` lines match the request host (D8): exact beats wildcard beats absent.
@@ -163,14 +164,16 @@ pub(super) struct Group {
 
 impl Group {
     /// How specifically this group applies to the request, or `None` when it does not
-    /// apply. `path` is the request's path and query, already percent-normalised.
-    pub(super) fn specificity(&self, req: &RequestView<'_>, path: &str) -> Option<Specificity> {
+    /// apply, with its scopes read as `reading` says (SEMANTICS R9). `path` is the request's
+    /// path and query, already percent-normalised.
+    pub(super) fn specificity(&self, req: &RequestView<'_>, path: &str, reading: Reading) -> Option<Specificity> {
         let host = if self.hosts.is_empty() {
             HostRank::Absent
         } else {
             self.hosts.iter().filter_map(|h| h.rank(req.host, req.port)).max()?
         };
-        let scope = self.scopes.iter().filter(|s| s.matches_normalized(path)).map(Pattern::specificity).max()?;
+        let scope =
+            self.scopes.iter().filter(|s| s.matches_in(reading, path)).map(|s| s.specificity_in(reading)).max()?;
         let named = self.agents.iter().any(|token| req.names_agent(token));
         if !named && !self.any_agent {
             return None;

@@ -780,3 +780,21 @@ proptest! {
         prop_assert!(verdict.reasons.iter().all(|r| r.line.is_some() || r.code == "autoctl.no_group"));
     }
 }
+
+#[test]
+fn semantics_r9_scopes_select_as_written_and_decoded() {
+    // Issue 25: a scope that escapes `~` selects its group for the plain spelling too.
+    let escaped =
+        "user-agent: *\nscope: /\nallowed-methods: GET, POST\n\nuser-agent: *\nscope: /%7Ejoe/\nallowed-methods: GET\n";
+    let state = parse(escaped);
+    let not_post: Expected<'_> = (DENY, &[("autoctl.method_not_allowed", Some(7), "allowed-methods: GET")]);
+    assert_verdict(&state, Probe::new("POST", "/~joe/x"), not_post, "decoded scope");
+    assert_verdict(&state, Probe::new("POST", "/%7Ejoe/x"), not_post, "written scope");
+    let get: Expected<'_> = (ALLOW, &[("autoctl.allowed", Some(3), "allowed-methods: GET, POST")]);
+    assert_verdict(&state, Probe::new("GET", "/~joe/x"), get, "both allow: the written reading's reason");
+    // A decoded scope never widens: as written, only the first group scopes `/~joe/`.
+    let plain_first = "user-agent: *\nscope: /~joe/\nallowed-methods: GET\n\nuser-agent: *\nscope: /%7Ejoe/\nallowed-methods: GET, POST\n";
+    let state = parse(plain_first);
+    let not_post: Expected<'_> = (DENY, &[("autoctl.method_not_allowed", Some(3), "allowed-methods: GET")]);
+    assert_verdict(&state, Probe::new("POST", "/~joe/x"), not_post, "written reading");
+}

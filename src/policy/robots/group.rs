@@ -1,6 +1,8 @@
 //! One robots.txt group (RFC 9309 §2.1): its user-agent lines, its rules, and the prefix
 //! index that finds the rules worth testing for a path. Picks the best matching rule by
-//! RFC 9309 §2.2.2: most octets in the (normalised) pattern, `allow` on a tie.
+//! RFC 9309 §2.2.2: most octets in the (normalised) pattern, `allow` on a tie, in one
+//! reading of the file (SEMANTICS R9): a rule whose pattern escapes an unreserved character
+//! is kept twice, as written for [`Reading::Written`] and decoded for [`Reading::Decoded`].
 //!
 //! Never: decides which groups apply to an agent beyond naming its own user-agent lines
 //! (the state merges groups), or what a match means for the request.
@@ -13,7 +15,8 @@ use std::collections::HashMap;
 use super::index::KeyIndex;
 use super::{Span, to_u32};
 use crate::policy::RequestView;
-use crate::policy::pattern::{is_literal_prefix, matches_normalized, normalize};
+use crate::policy::path::Reading;
+use crate::policy::pattern::{decoded_form, is_literal_prefix, matches_normalized, normalize};
 
 /// The product token a `User-agent: *` line carries.
 pub(super) const ANY_AGENT: &str = "*";
@@ -38,6 +41,8 @@ pub(super) struct Rule {
     /// True when the pattern has no `*` and no final `$`, so a path starting with it
     /// matches.
     literal_prefix: bool,
+    /// The readings of the file this rule takes part in.
+    readings: Readings,
     /// 1-based line.
     pub(super) line: u32,
     /// The line as written, without its comment.
@@ -47,10 +52,41 @@ pub(super) struct Rule {
     pattern: Span,
 }
 
+const _: () = assert!(std::mem::size_of::<Rule>() == 24, "a rule is 24 bytes (docs/robots.md, memory per origin)");
+
+/// Which readings of the file (SEMANTICS R9) a rule takes part in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Readings {
+    /// A pattern with no unreserved escape reads the same in both.
+    Both,
+    /// The written form of a pattern that has a decoded one.
+    WrittenOnly,
+    /// The decoded form (`/~joe/` for `/%7Ejoe/`), citing the same line.
+    DecodedOnly,
+}
+
+impl Readings {
+    fn include(self, reading: Reading) -> bool {
+        match self {
+            Readings::Both => true,
+            Readings::WrittenOnly => reading == Reading::Written,
+            Readings::DecodedOnly => reading == Reading::Decoded,
+        }
+    }
+}
+
 impl Rule {
     /// A rule from its value (`raw_pattern`, already free of invalid UTF-8) and its line as
-    /// written (`line_text`), both appended to the file's text buffer.
-    pub(super) fn new(buffer: &mut String, allow: bool, raw_pattern: &str, line: u32, line_text: &str) -> Self {
+    /// written (`line_text`), both appended to the file's text buffer; and, when the
+    /// pattern escapes an unreserved character, the same rule decoded, whose pattern is
+    /// appended too (SEMANTICS R9: `Disallow: /%7Ejoe/` is also read `Disallow: /~joe/`).
+    pub(super) fn new(
+        buffer: &mut String,
+        allow: bool,
+        raw_pattern: &str,
+        line: u32,
+        line_text: &str,
+    ) -> (Self, Option<Self>) {
         let text = Span::push(buffer, line_text);
         let normalized = normalize(raw_pattern);
         let pattern = if line_text.ends_with(normalized.as_str()) {
@@ -58,7 +94,18 @@ impl Rule {
         } else {
             Span::push(buffer, &normalized)
         };
-        Rule { allow, literal_prefix: is_literal_prefix(&normalized), line, text, pattern }
+        // Decoding never makes a `*` or a `$` (both reserved), so both forms are literal
+        // prefixes or neither is.
+        let literal_prefix = is_literal_prefix(&normalized);
+        let written = Rule { allow, literal_prefix, readings: Readings::Both, line, text, pattern };
+        match decoded_form(&normalized) {
+            None => (written, None),
+            Some(decoded) => {
+                let decoded =
+                    Rule { readings: Readings::DecodedOnly, pattern: Span::push(buffer, &decoded), ..written };
+                (Rule { readings: Readings::WrittenOnly, ..written }, Some(decoded))
+            }
+        }
     }
 
     fn specificity(&self) -> usize {
@@ -179,13 +226,19 @@ impl Group {
     }
 
     /// Updates `best` with this group's best rule for `path` (percent-normalised path and
-    /// query), keeping `best` when it outranks every match here. `text` is the file's text
-    /// buffer.
-    pub(super) fn best_match<'g>(&'g self, text: &str, path: &str, best: &mut Option<(&'g Group, &'g Rule)>) {
+    /// query) in `reading`, keeping `best` when it outranks every match here. `text` is the
+    /// file's text buffer.
+    pub(super) fn best_match<'g>(
+        &'g self,
+        text: &str,
+        path: &str,
+        reading: Reading,
+        best: &mut Option<(&'g Group, &'g Rule)>,
+    ) {
         let bytes = path.as_bytes();
         self.by_prefix.for_each_key(text, bytes, |key| {
             for position in self.by_prefix.rules_of(key) {
-                self.consider(position, text, path, best);
+                self.consider(position, text, path, reading, best);
             }
         });
         if self.by_inner_piece.is_empty() {
@@ -207,16 +260,23 @@ impl Group {
                 if seen[word] & (1 << bit) == 0 {
                     seen[word] |= 1 << bit;
                     for position in self.by_inner_piece.rules_of(key) {
-                        self.consider(position, text, path, best);
+                        self.consider(position, text, path, reading, best);
                     }
                 }
             });
         }
     }
 
-    fn consider<'g>(&'g self, position: usize, text: &str, path: &str, best: &mut Option<(&'g Group, &'g Rule)>) {
+    fn consider<'g>(
+        &'g self,
+        position: usize,
+        text: &str,
+        path: &str,
+        reading: Reading,
+        best: &mut Option<(&'g Group, &'g Rule)>,
+    ) {
         let rule = &self.rules[position];
-        if best.is_some_and(|(_, b)| !rule.outranks(b)) {
+        if !rule.readings.include(reading) || best.is_some_and(|(_, b)| !rule.outranks(b)) {
             return;
         }
         if rule.literal_prefix || matches_normalized(rule.pattern.of(text), path) {

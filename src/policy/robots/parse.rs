@@ -39,6 +39,9 @@ pub(super) struct ParsedFile {
     pub(super) other_lines: Vec<OtherLine>,
     pub(super) crawl_delays: Vec<CrawlDelay>,
     pub(super) findings: Findings,
+    /// True when some rule's pattern escapes an unreserved character, so the file reads
+    /// differently decoded (SEMANTICS R9).
+    pub(super) has_decoded: bool,
 }
 
 /// The directive keys that mean something to the matcher.
@@ -310,7 +313,12 @@ impl Parser {
             );
             return;
         };
-        group.push_rule(Rule::new(&mut self.file.text, allow, &pattern, number, &text));
+        let (rule, decoded) = Rule::new(&mut self.file.text, allow, &pattern, number, &text);
+        group.push_rule(rule);
+        if let Some(decoded) = decoded {
+            group.push_rule(decoded);
+            self.file.has_decoded = true;
+        }
     }
 
     /// A `Crawl-delay` line: kept for the group it sits in (lines the matcher does not use

@@ -35,6 +35,15 @@ fn verdict(body: &str, token: &str, path: &str) -> SourceVerdict {
     RobotsState::parse(body.as_bytes()).evaluate(&view(&headers, Some(token), path))
 }
 
+/// The evaluator's decision with only this robots.txt in force, as explain and the proxy
+/// take it: every spelling of the path is decided too (SEMANTICS R9).
+fn decided(body: &str, token: &str, path: &str) -> crate::policy::Decision {
+    let absent = |_: &str, _: usize| Ok::<_, std::convert::Infallible>(crate::policy::FetchOutcome::not_found());
+    let Ok(mut policies) = crate::policy::Policies::read("", absent);
+    policies.robots = RobotsState::parse(body.as_bytes());
+    crate::policy::evaluate(&policies, &view(&Headers::default(), Some(token), path))
+}
+
 /// A reason as (code, line, rule), the parts the tables compare.
 type ReasonParts = (String, Option<u32>, String);
 
@@ -90,14 +99,8 @@ fn conformance_google_and_rfc9309_corpora() {
             let token = case["user_agent"].as_str().expect("every case has a user agent");
             let url = case["url"].as_str().expect("every case has a url");
             let expected = case["allowed"].as_bool().expect("every case has an expectation");
-            let headers = Headers::default();
-            let path = explain_path(url);
             // Through the evaluator, as explain runs it: it also decides equivalent spellings.
-            let absent =
-                |_: &str, _: usize| Ok::<_, std::convert::Infallible>(crate::policy::FetchOutcome::not_found());
-            let Ok(mut policies) = crate::policy::Policies::read("", absent);
-            policies.robots = RobotsState::parse(body.as_bytes());
-            let got = crate::policy::evaluate(&policies, &view(&headers, Some(token), &path));
+            let got = decided(body, token, &explain_path(url));
             let allowed = got.is_allowed();
             match known.iter().find(|(k, _)| *k == id) {
                 Some(_) => {
@@ -269,6 +272,86 @@ fn rfc9309_percent_encoding_is_normalised_on_both_sides() {
     }
     assert_eq!(verdict(body, "x", "/b").opinion, Opinion::NoOpinion, "%62 is not decoded (RFC 9309 §2.2.2 table)");
     assert_eq!(verdict(body, "x", "/%62").opinion, Opinion::Allow);
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 25, SEMANTICS R9: no spelling unlocks a path, and the two readings of the patterns.
+
+#[test]
+fn issue_25_escapes_never_unlock_a_disallowed_path() {
+    let all_posts = "User-agent: *\nDisallow: /*/all_posts$\n";
+    let joe = "User-agent: *\nDisallow: /%7Ejoe/\n";
+    let private = "User-agent: *\nDisallow: /private\n";
+    let cases: &[(&str, &str, &str)] = &[
+        (all_posts, "//all_posts", "Disallow: /*/all_posts$"),
+        (all_posts, "//all%5Fposts", "Disallow: /*/all_posts$"),
+        (all_posts, "//all%5fposts", "Disallow: /*/all_posts$"),
+        (all_posts, "/%2Fall_posts", "Disallow: /*/all_posts$"),
+        (joe, "/~joe/x", "Disallow: /%7Ejoe/"),
+        (joe, "/%7ejoe/x", "Disallow: /%7Ejoe/"),
+        (joe, "//~joe/", "Disallow: /%7Ejoe/"),
+        (private, "/%2fprivate", "Disallow: /private"),
+        (private, "/%2Fprivate", "Disallow: /private"),
+        (private, "/%2F%70rivate/x?y=1", "Disallow: /private"),
+        (private, "/a%2F..%2Fprivate", "Disallow: /private"),
+    ];
+    for (body, path, rule) in cases {
+        let d = decided(body, "FooBot", path);
+        assert_eq!(d.outcome, crate::policy::Outcome::Deny, "{path} against {rule}");
+        let got: Vec<ReasonParts> =
+            d.reasons.iter().map(|r| (r.code.to_string(), r.line, r.rule.to_string())).collect();
+        let want = reasons(&[("robots.disallow", 2, rule), ("robots.group", 1, "User-agent: *")]);
+        assert_eq!(got, want, "{path}: the file, line and rule as written");
+    }
+    // `%2F` is read as `/` in the path only: a query is data.
+    let star = "User-agent: *\nDisallow: /*/private\n";
+    assert!(decided(star, "FooBot", "/search?q=%2Fprivate").is_allowed());
+    assert!(!decided(star, "FooBot", "/search/%2Fprivate").is_allowed());
+    assert!(decided(all_posts, "FooBot", "//all%5Fposts/more").is_allowed(), "the anchor still holds");
+}
+
+#[test]
+fn semantics_r9_a_decoded_allow_never_widens_what_the_written_one_grants() {
+    // Each reading is whole: in the decoded one every pattern is decoded and its length
+    // counted decoded; the stricter reading wins, the written one on a tie (docs/robots.md).
+    let escaped_allow = "User-agent: *\nDisallow: /\nAllow: /%7Ejoe/\n";
+    let plain_disallow = "User-agent: *\nDisallow: /~joe/\nAllow: /%7Ejoe/pub\n";
+    let escaped_disallow = "User-agent: *\nDisallow: /%7Ejoe/\nAllow: /~joe/pub\n";
+    let both_escaped = "User-agent: *\nDisallow: /%7Ea/\nAllow: /%7Ea/b\n";
+    let tie = "User-agent: *\nDisallow: /%7Ea\nAllow: /~a\n";
+    let cases: &[(&str, &str, Opinion, Option<u32>)] = &[
+        // The written Allow grants `/%7Ejoe/…` only; decoded, it does not open `/~joe/`.
+        (escaped_allow, "/~joe/x", Opinion::Deny, Some(2)),
+        (escaped_allow, "/%7Ejoe/x", Opinion::Allow, Some(3)),
+        // Decoded, the Allow (10 octets) would beat the Disallow (6); as written it does not
+        // match, so it does not beat it.
+        (plain_disallow, "/~joe/pub", Opinion::Deny, Some(2)),
+        // The decoded Disallow stops `/~joe/`, and the longer plain Allow still wins below it.
+        (escaped_disallow, "/~joe/x", Opinion::Deny, Some(2)),
+        (escaped_disallow, "/~joe/pub/x", Opinion::Allow, Some(3)),
+        // Escaped alike, the file reads decoded as it reads written: the decoded reading
+        // allows `/~a/b`, about which the written file says nothing (no opinion wins the tie).
+        (both_escaped, "/~a/b", Opinion::NoOpinion, None),
+        (both_escaped, "/~a/c", Opinion::Deny, Some(2)),
+        (tie, "/~a", Opinion::Allow, Some(3)),
+    ];
+    for (body, path, opinion, line) in cases {
+        let v = verdict(body, "x", path);
+        assert_eq!((v.opinion, v.reasons.first().and_then(|r| r.line)), (*opinion, *line), "{body:?} {path}");
+    }
+    // The whole evaluator also decides `/%7Ejoe/x` as `/~joe/x`, which the file refuses.
+    assert!(!decided(escaped_allow, "x", "/%7Ejoe/x").is_allowed());
+    assert!(decided(both_escaped, "x", "/%7Ea/b").is_allowed());
+}
+
+#[test]
+fn semantics_r9_decoded_rules_cost_nothing_without_an_escape() {
+    let plain = RobotsState::parse(b"User-agent: *\nDisallow: /private\nAllow: /%2Fa\nAllow: /%E3%83%84\n");
+    let Kind::Parsed(file) = &plain.kind else { panic!("parsed") };
+    assert!(!file.has_decoded, "reserved and non-ASCII escapes are no other spelling: one reading");
+    let escaped = RobotsState::parse(b"User-agent: *\nDisallow: /%7Ejoe/\n");
+    let Kind::Parsed(file) = &escaped.kind else { panic!("parsed") };
+    assert!(file.has_decoded);
 }
 
 #[test]
