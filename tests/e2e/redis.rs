@@ -5,7 +5,8 @@
 //! trust; a replica killed with SIGKILL frees its slots within the lease.
 //!
 //! Each test starts its own `redis-server` on a free loopback port (no persistence) and
-//! stops it at the end. Without `redis-server` the tests fail: `.ci/run` installs it.
+//! stops it at the end. The tests are ignored by a plain `cargo test` ("needs redis-server");
+//! `scripts/test.sh` installs it and runs them (`support::tools`).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
@@ -29,6 +30,8 @@ use crate::support::binary::Agentgate;
 use crate::support::log::by_id;
 use crate::support::origin::Origin;
 use crate::support::pki::TestCa;
+use crate::support::tools::{self, REDIS_SERVER};
+use crate::support::wait::eventually_within;
 use crate::support::{TestProxy, TestResult, header};
 
 /// How long a test waits for redis-server to answer `PING`.
@@ -88,30 +91,20 @@ impl RedisServer {
 
     /// Runs redis-server on loopback with `listen` (its port options), no persistence.
     async fn spawn(port: u16, listen: &[String], tls: Option<TlsConnector>) -> TestResult<RedisServer> {
-        let spawned = Command::new("redis-server")
+        let mut child = Command::new(tools::need(REDIS_SERVER)?)
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(listen)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
-            .spawn();
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                return Err("redis-server is not installed; .ci/run installs it (apt-get install redis-server)".into());
-            }
-            Err(err) => return Err(err.into()),
-        };
-        let deadline = tokio::time::Instant::now() + READY_LIMIT;
-        while !ping(port, tls.as_ref()).await {
+            .spawn()?;
+        eventually_within(READY_LIMIT, &format!("redis-server on port {port} answering PING"), async || {
             if let Some(status) = child.try_wait()? {
-                return Err(format!("redis-server on port {port} exited: {status}").into());
+                panic!("redis-server on port {port} exited: {status}");
             }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(format!("redis-server on port {port} did not answer PING within {READY_LIMIT:?}").into());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            if ping(port, tls.as_ref()).await { Ok(()) } else { Err("no PONG".into()) }
+        })
+        .await?;
         Ok(RedisServer { child, port, tls })
     }
 
@@ -168,21 +161,18 @@ async fn hold(
     origin: &Origin,
     held: usize,
 ) -> TestResult<tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>> {
-    let deadline = tokio::time::Instant::now() + READY_LIMIT;
-    loop {
+    eventually_within(READY_LIMIT, &format!("a slot for held request {held}"), async || {
         let mut request = tokio::spawn(client.get(origin.url("/hold-all")).send());
         tokio::select! {
-            () = origin.held(held) => return Ok(request),
+            () = origin.held(held) => Ok(request),
             answer = &mut request => {
                 let status = answer??.status();
                 assert_eq!(status, 429, "only a slot not yet given back refuses it");
-                if tokio::time::Instant::now() >= deadline {
-                    return Err(format!("no slot came back within {READY_LIMIT:?}").into());
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                Err("429: the slot is not given back yet".into())
             }
         }
-    }
+    })
+    .await
 }
 
 /// Config edit: the Redis store at `url`, falling back as `on_failure` says. The timeout is
@@ -207,6 +197,7 @@ fn child_config(dir: &Path, ca: &TestCa, url: &str, extra: &str) -> TestResult<s
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
 async fn two_proxies_sharing_redis_let_exactly_six_through_for_requests_per_minute_six() -> TestResult {
     let redis = RedisServer::start().await?;
     let ca = TestCa::new("origin CA")?;
@@ -251,6 +242,7 @@ async fn two_proxies_sharing_redis_let_exactly_six_through_for_requests_per_minu
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
 async fn memory_and_redis_stores_give_the_same_answers_to_the_same_sequence() -> TestResult {
     let redis = RedisServer::start().await?;
     let ca = TestCa::new("origin CA")?;
@@ -295,6 +287,7 @@ async fn memory_and_redis_stores_give_the_same_answers_to_the_same_sequence() ->
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
 async fn redis_stopped_mid_run_falls_back_to_local_limits_then_the_shared_budget_applies_again() -> TestResult {
     agentgate::tls::install_default_provider();
     let redis = RedisServer::start().await?;
@@ -333,6 +326,7 @@ async fn redis_stopped_mid_run_falls_back_to_local_limits_then_the_shared_budget
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
 async fn a_hung_redis_gives_503_under_deny_and_no_limit_under_allow() -> TestResult {
     let redis = RedisServer::start().await?;
     let ca = TestCa::new("origin CA")?;
@@ -382,6 +376,7 @@ async fn a_hung_redis_gives_503_under_deny_and_no_limit_under_allow() -> TestRes
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
 async fn concurrent_sessions_span_proxies_and_a_killed_replica_frees_its_slot_within_the_lease() -> TestResult {
     agentgate::tls::install_default_provider();
     let redis = RedisServer::start().await?;
@@ -431,6 +426,7 @@ async fn concurrent_sessions_span_proxies_and_a_killed_replica_frees_its_slot_wi
 }
 
 #[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
 async fn two_proxies_share_a_tls_redis_and_one_that_does_not_trust_its_ca_falls_back() -> TestResult {
     agentgate::tls::install_default_provider();
     let redis_ca = TestCa::new("redis CA")?;
