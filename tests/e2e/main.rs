@@ -26,6 +26,8 @@
 //!   Dockerfile as the docs describe them;
 //! - `errors`: what the proxy answers when the client or the origin is at fault;
 //! - `startup`: what `agentgate run` and `config check` print for a newcomer;
+//! - `clients`: the printed recipe followed by wget (a wgetrc) and headless Chromium
+//!   (`<-loopback>` and an NSS database) to a loopback HTTPS site through the proxy;
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
 //! - `gate_cache`: one fetch per policy file within max-age and for concurrent first requests;
@@ -59,6 +61,7 @@ mod agents;
 mod approvals;
 mod audit;
 mod audit_report;
+mod clients;
 mod connections;
 mod console;
 mod docker;

@@ -42,6 +42,13 @@ impl Browser {
         Browser::launch(&["--no-proxy-server".to_owned()], None).await
     }
 
+    /// Like [`start`](Self::start), with `flags` in place of `--no-proxy-server` (a proxy
+    /// and its bypass rules, say) and `$HOME` set to `home`, where Chromium on Linux finds
+    /// the NSS database of certificates its user trusts (`~/.pki/nssdb`).
+    pub async fn start_with(flags: &[String], home: &Path) -> TestResult<Browser> {
+        Browser::launch(flags, Some(home)).await
+    }
+
     async fn launch(flags: &[String], home: Option<&Path>) -> TestResult<Browser> {
         let chromium = tools::need(CHROMIUM)?;
         let chromedriver = tools::need(CHROMEDRIVER)?;

@@ -27,6 +27,8 @@ pub struct Tool {
 pub const REDIS_SERVER: Tool = Tool { program: "redis-server", package: "redis-server" };
 pub const CHROMIUM: Tool = Tool { program: "/usr/bin/chromium", package: "chromium" };
 pub const CHROMEDRIVER: Tool = Tool { program: "/usr/bin/chromedriver", package: "chromium-driver" };
+pub const CERTUTIL: Tool = Tool { program: "certutil", package: "libnss3-tools" };
+pub const WGET: Tool = Tool { program: "wget", package: "wget" };
 pub const IP: Tool = Tool { program: "ip", package: "iproute2" };
 pub const NFT: Tool = Tool { program: "nft", package: "nftables" };
 
