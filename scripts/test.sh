@@ -40,7 +40,10 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# Both passes run, and every test binary, whatever fails first: one run shows every failure.
+failed=0
 echo "test: cargo test (what a machine without the tools above runs)"
-AGENTGATE_TEST_BASELINE=1 cargo test -- "$@"
+AGENTGATE_TEST_BASELINE=1 cargo test --no-fail-fast -- "$@" || failed=1
 echo "test: cargo test -- --ignored (the tests that need those tools, or root)"
-cargo test -- --ignored "$@"
+cargo test --no-fail-fast -- --ignored "$@" || failed=1
+exit "$failed"
