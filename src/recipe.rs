@@ -2,8 +2,11 @@
 //! (`agentgate listening on http://ADDR ...`, grepped by bench/run.sh and the tests), where
 //! the decision log, config, mode and admin API are, and the client recipe the README gives:
 //! both proxy variable spellings (curl reads only lowercase `http_proxy`), the CA for every
-//! client family (curl and git ignore `SSL_CERT_FILE`), and the two traps a newcomer falls
-//! into (Node's built-in `fetch` ignores proxy variables; `NO_PROXY` skips the gate).
+//! client family (curl, git and Debian's wget ignore `SSL_CERT_FILE`; Chromium reads its NSS
+//! database), and the traps a newcomer falls into (Node's built-in `fetch` ignores proxy
+//! variables; Chromium sends loopback and link-local addresses past `--proxy-server` unless
+//! told `<-loopback>`; `NO_PROXY` skips the gate). Each client's lines are run by the e2e
+//! tests (`clients`: wget and Chromium as printed here).
 //!
 //! Never: reads the environment or the network; it formats what `main` hands it.
 
@@ -61,6 +64,13 @@ Agents, in a shell (curl reads only the lowercase proxy variables, most others e
 Or fetch the CA through the proxy itself: curl -x http://{addr} -o agentgate-ca.pem http://agentgate.local/ca.pem
 Node.js: the built-in fetch ignores proxy variables; use undici's EnvHttpProxyAgent
   (import {{ setGlobalDispatcher, EnvHttpProxyAgent }} from 'undici'; setGlobalDispatcher(new EnvHttpProxyAgent())).
+wget (Debian's, GnuTLS) ignores SSL_CERT_FILE: give it the CA in its wgetrc (or --ca-certificate={ca}):
+  echo ca_certificate={ca} >> ~/.wgetrc
+Chromium: --proxy-server alone sends localhost, 127.0.0.0/8, [::1] and link-local addresses (169.254.0.0/16,
+  fe80::/10) straight to the site: start it with <-loopback>, and trust the CA in its NSS database
+  (certutil is in Debian's libnss3-tools):
+  mkdir -p ~/.pki/nssdb && certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n agentgate -i {ca}
+  chromium --proxy-server=http://{addr} --proxy-bypass-list='<-loopback>'
 NO_PROXY/no_proxy: hosts listed there (e.g. localhost,127.0.0.1) go past agentgate, neither gated nor logged.
 "
     )
@@ -97,6 +107,9 @@ mod tests {
         assert!(text.contains("export http_proxy=http://127.0.0.1:8080 https_proxy=http://127.0.0.1:8080 "), "{text}");
         assert!(text.contains(&format!("CURL_CA_BUNDLE={ca} GIT_SSL_CAINFO={ca}")), "{text}");
         assert!(text.contains("EnvHttpProxyAgent") && text.contains("neither gated nor logged"), "{text}");
+        assert!(text.contains(&format!("  echo ca_certificate={ca} >> ~/.wgetrc\n")), "{text}");
+        let chromium = "  chromium --proxy-server=http://127.0.0.1:8080 --proxy-bypass-list='<-loopback>'\n";
+        assert!(text.contains(chromium) && text.contains(&format!("-n agentgate -i {ca}\n")), "{text}");
 
         let defaults = Startup { config: None, decision_log: Path::new("-"), admin: None, ..startup }.render();
         assert!(defaults.contains("  config        embedded default (config/agentgate.toml)\n"), "{defaults}");

@@ -108,6 +108,13 @@ Set PROXY to agentgate's address as your container reaches it, e.g.
   Node:             export NODE_EXTRA_CA_CERTS=/usr/local/share/ca-certificates/agentgate-ca.crt
                     (built-in fetch ignores proxy variables: use undici's EnvHttpProxyAgent)
   git:              export GIT_SSL_CAINFO=/etc/ssl/certs/ca-certificates.crt
+  wget:             echo ca_certificate=/usr/local/share/ca-certificates/agentgate-ca.crt >> ~/.wgetrc
+                    (Debian's wget ignores SSL_CERT_FILE)
+  Chromium:         mkdir -p ~/.pki/nssdb && certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n agentgate \\
+                      -i /usr/local/share/ca-certificates/agentgate-ca.crt
+                    chromium --proxy-server=\"$PROXY\" --proxy-bypass-list='<-loopback>'
+                    (certutil is in libnss3-tools; without <-loopback> Chromium sends localhost,
+                    127.0.0.0/8 and link-local addresses straight to the site, past agentgate)
 
 NO_PROXY=localhost,127.0.0.1 sends local requests past agentgate: they are not gated.
 ";

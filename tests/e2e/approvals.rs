@@ -26,6 +26,7 @@ use crate::support::log::for_request;
 use crate::support::origin::Origin;
 use crate::support::pki::TestCa;
 use crate::support::raw::{connect_tunnel, tls_client};
+use crate::support::wait::eventually;
 use crate::support::{TestProxy, TestResult, header};
 
 /// Line 7 of the AGENTS.md: `- require-human-approval: /checkout`.
@@ -70,23 +71,13 @@ async fn json_answer(response: reqwest::Response) -> TestResult<(u16, Value)> {
 
 /// Polls `GET /approvals` (bounded) until it lists exactly `count` held requests.
 pub(crate) async fn pending(proxy: &TestProxy, bearer: Option<&str>, count: usize) -> TestResult<Vec<Value>> {
-    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
-    loop {
+    eventually(&format!("GET /approvals listing {count} held requests"), async || {
         let (status, body) = list(proxy, bearer).await?;
         assert_eq!(status, 200, "{body}");
         let listed = body["pending"].as_array().ok_or("`pending` is an array")?.clone();
-        if listed.len() == count {
-            return Ok(listed);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!(
-                "GET /approvals lists {} after {WAIT_LIMIT:?}, expected {count}: {body}",
-                listed.len()
-            )
-            .into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        if listed.len() == count { Ok(listed) } else { Err(format!("{} listed: {body}", listed.len()).into()) }
+    })
+    .await
 }
 
 /// `POST /approvals/{id}` with a JSON `body` and `bearer` (if any): status and body.

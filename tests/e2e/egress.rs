@@ -160,14 +160,15 @@ async fn an_allowlisted_agent_reaches_its_host_under_the_sites_rules_and_no_othe
     );
     let refused = sbx.get(format!("http://other.test:{other_port}/page")).send().await?;
     let record = block::plain(refused, &unlisted(line, &rule)).await?;
-    if let Some(out) =
-        curl(&["-x", &format!("http://sbx:sbx-secret@{}", proxy.addr), &format!("http://other.test:{other_port}/page")])
-            .await?
-    {
-        assert_eq!(out.status, 403, "curl sees the refusal");
-        assert!(out.headers.contains("code=operator.not_allowlisted"), "{}", out.headers);
-        assert!(String::from_utf8_lossy(&out.body).contains(&rule), "curl reads the reason");
-    }
+    let out = curl(&[
+        "-x",
+        &format!("http://sbx:sbx-secret@{}", proxy.addr),
+        &format!("http://other.test:{other_port}/page"),
+    ])
+    .await?;
+    assert_eq!(out.status, 403, "curl sees the refusal");
+    assert!(out.headers.contains("code=operator.not_allowlisted"), "{}", out.headers);
+    assert!(String::from_utf8_lossy(&out.body).contains(&rule), "curl reads the reason");
     // A CONNECT to it: refused before the 200, the reason in the answer it reads.
     let basic = base64_credentials("sbx", "sbx-secret");
     let connect = format!(
@@ -694,6 +695,7 @@ async fn a_held_connect_approved_for_this_request_opens_its_tunnel_and_each_requ
 }
 
 #[tokio::test]
+#[ignore = "needs chromium and chromium-driver: run by scripts/test.sh"]
 async fn the_console_shows_a_new_host_and_grants_it_to_the_agent() -> TestResult {
     use fantoccini::Locator;
 

@@ -214,8 +214,7 @@ async fn passthrough_connect_is_refused_when_robots_disallows_root() -> TestResu
     let curl_refused = match curl {
         // curl reports a refused CONNECT as a failure naming the status.
         Err(error) => error.to_string().contains("403"),
-        Ok(None) => true,
-        Ok(Some(output)) => output.status == 403,
+        Ok(output) => output.status == 403,
     };
     assert!(curl_refused, "curl sees the CONNECT refused");
 

@@ -5,8 +5,6 @@
 //! reaches the origin, names the limit in `agentgate-decision`, the body and the log, and is
 //! counted per agent by `agentgate audit summary`.
 
-use std::time::Duration;
-
 use agentgate::policy::agents_txt::fix_hash;
 use serde_json::Value;
 
@@ -14,6 +12,7 @@ use crate::agents::{agent, client_as};
 use crate::support::log::for_request;
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
+use crate::support::wait::eventually;
 use crate::support::{TestProxy, TestResult, header};
 
 pub(crate) fn agents_md(extra: &str) -> String {
@@ -153,16 +152,12 @@ async fn concurrent_sessions_refuse_the_excess_at_once_and_slots_come_back() -> 
     drop(hung_up);
     // A bounded wait for the hang-up to reach the proxy (a condition, not a sleep for timing):
     // until it does, two requests are in flight and the next one is refused.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
+    eventually("the slot of a hung-up request given back", async || {
         let status = client.get(origin.url("/after-hangup")).send().await?.status();
-        if status == 200 {
-            break;
-        }
-        assert_eq!(status, 429);
-        assert!(tokio::time::Instant::now() < deadline, "the slot of a hung-up request was never given back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        assert!(status == 200 || status == 429, "{status}");
+        if status == 200 { Ok(()) } else { Err(format!("GET /after-hangup answers {status}").into()) }
+    })
+    .await?;
     drop(holding);
     let records = proxy.finish().await?;
     assert_eq!(for_request(&records, "GET", "/page")[0]["event.outcome"], "rate_limited");

@@ -1,6 +1,20 @@
 //! End-to-end tests of agentgate's proxy edge: the real proxy started in-process on
 //! `127.0.0.1:0`, a real hyper origin (HTTP and HTTPS from a test CA), and real clients
-//! (reqwest, curl, raw sockets). Loopback only, no fixed ports, no sleeps.
+//! (reqwest, curl, raw sockets). Loopback only, no fixed ports.
+//!
+//! No test sleeps to let something happen. What comes true a moment after its cause (a log
+//! line flushed when the writer is idle, a reload, a slot given back) is looked at until it
+//! holds, bounded, by the one helper `support::wait::eventually`, whose pause between two
+//! looks is the suite's only sleep; everything else awaits an event (the origin's `arrived`,
+//! a response, a closed connection) under a `timeout`. Tests of the proxy's own timers
+//! (idle and first-byte timeouts, the approval timeout, Redis leases) set them short and wait
+//! for their effect; the admin API's slowed answers to wrong tokens are the one lower bound on
+//! elapsed time asserted.
+//!
+//! Tests that need more than a fresh machine's Rust, Python 3 and curl (redis-server,
+//! Chromium, wget, root for network namespaces) are `#[ignore = "needs ..."]`: a plain
+//! `cargo test` lists them as ignored with the reason, and `scripts/test.sh` installs what
+//! they need and runs them too (`support::tools`).
 //!
 //! One binary with modules so it links once (STYLE.md §4):
 //! - `forward`: absolute-form HTTP through the proxy (bodies, HEAD/204/304, keep-alive, headers);
@@ -15,6 +29,8 @@
 //! - `cli`: every printing subcommand in a pipe its reader leaves early, `run` with nobody
 //!   reading its banner, `config check` listing every problem in one run, the docs' AGENTS.md
 //!   example linted and explained;
+//! - `clients`: the printed recipe followed by wget (a wgetrc) and headless Chromium
+//!   (`<-loopback>` and an NSS database) to a loopback HTTPS site through the proxy;
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
 //! - `gate_cache`: one fetch per policy file within max-age and for concurrent first requests;
@@ -52,6 +68,7 @@ mod approvals;
 mod audit;
 mod audit_report;
 mod cli;
+mod clients;
 mod connections;
 mod console;
 mod docker;

@@ -9,7 +9,6 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use agentgate::proxy::Proxy;
 use agentgate::reload::{ConfigSource, ReloadCounts};
@@ -19,6 +18,7 @@ use crate::support::block::{self, Expected};
 use crate::support::log;
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
+use crate::support::wait::eventually_within;
 use crate::support::{TestProxy, TestResult, bypass_all, header};
 
 /// The config every child starts from: loopback origins allowed, the log in `dir`.
@@ -44,17 +44,14 @@ pub(crate) fn replace_file(path: &Path, text: &str) -> TestResult {
 /// Asks for `url` until the answer has `status` (bounded): the proxy acts on a file change a
 /// moment after it is written.
 pub(crate) async fn until_status(client: &reqwest::Client, url: &str, status: u16) -> TestResult<reqwest::Response> {
-    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
-    loop {
+    eventually_within(WAIT_LIMIT, &format!("{url} answering {status}"), async || {
         let response = client.get(url).send().await?;
-        if response.status() == status {
-            return Ok(response);
+        match response.status() {
+            answered if answered == status => Ok(response),
+            answered => Err(format!("it answers {answered}").into()),
         }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!("{url} still answers {} after {WAIT_LIMIT:?}", response.status()).into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 const DENY_PAGE: &str = "[[rules]]\nhost = \"*\"\npath = \"/page\"\naction = \"deny\"\nreason = \"reloaded rule\"\n";
@@ -185,12 +182,15 @@ async fn sighup_after_a_rename_reopens_the_log_and_every_record_lands_in_one_fil
     agentgate.signal("HUP").await?;
     agentgate.logged(&["decision log reopened"], 1).await?;
     // Requests keep being answered (SIGHUP does not stop agentgate) and land in the new file.
-    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
-    while log::lines(&log_path)?.is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "nothing reached the reopened log");
+    eventually_within(WAIT_LIMIT, "a request in the reopened log", async || {
+        if !log::lines(&log_path)?.is_empty() {
+            return Ok(());
+        }
         assert_eq!(client.get(origin.url(&format!("/after/{sent}"))).send().await?.status(), 200);
         sent += 1;
-    }
+        Err("the reopened log is empty".into())
+    })
+    .await?;
     for _ in 0..10 {
         assert_eq!(client.get(origin.url(&format!("/after/{sent}"))).send().await?.status(), 200);
         sent += 1;

@@ -11,6 +11,7 @@ use crate::support::binary::Agentgate;
 use crate::support::origin::{Origin, Served, Site};
 use crate::support::pki::TestCa;
 use crate::support::raw::connect_tunnel;
+use crate::support::wait::eventually;
 use crate::support::{TestProxy, TestResult, header};
 
 #[tokio::test]
@@ -24,9 +25,11 @@ async fn in_flight_request_completes_during_graceful_shutdown() -> TestResult {
 
     let stopped = proxy.shut_down().ok_or("the proxy was already shut down")?;
     // Draining has begun once the listener is gone.
-    while TcpStream::connect(proxy.addr).await.is_ok() {
-        tokio::task::yield_now().await;
-    }
+    eventually("the proxy port closed", async || match TcpStream::connect(proxy.addr).await {
+        Ok(_) => Err("it still accepts".into()),
+        Err(_) => Ok(()),
+    })
+    .await?;
     assert!(!stopped.is_finished(), "the in-flight request holds the shutdown open");
 
     origin.release();

@@ -6,7 +6,9 @@
 //! come from `/etc/netns/<ns>/hosts`. Clients ignore proxy variables: curl `--noproxy '*'`
 //! and python3's urllib with an empty `ProxyHandler`. Nothing leaves the namespaces.
 //!
-//! Needs root, `ip` and `nft` (CI installs them); without root the tests say so and skip.
+//! Needs root, `ip` and `nft`: a plain `cargo test` lists these tests as ignored with that
+//! reason; `scripts/test.sh` installs the tools and runs them as root, where anything
+//! missing fails them (`support::tools`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,6 +23,7 @@ use crate::support::curl::{CurlOutput, curl_in_netns};
 use crate::support::log::{self, wait_until};
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
+use crate::support::tools::{self, IP, NFT};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
 /// The intercepted site, its HTTP twin, and the passthrough site (`[mitm] passthrough_hosts`).
@@ -58,21 +61,14 @@ fn run(command: &[&str]) -> TestResult {
     Ok(())
 }
 
-fn is_root() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    // `Uid:` real, effective, saved, filesystem.
-    status.lines().find_map(|line| line.strip_prefix("Uid:")).and_then(|ids| ids.split_whitespace().nth(1)) == Some("0")
-}
-
 impl Sandbox {
     /// Both namespaces, the veth pair between them, the origin addresses on `gate`'s
-    /// loopback, and the hosts files; `None` (after saying why) where namespaces cannot be
-    /// made: not Linux, or not root.
-    fn create() -> TestResult<Option<Sandbox>> {
-        if !cfg!(target_os = "linux") || !is_root() {
-            println!("note: transparent mode tests need root on Linux (ip netns, nft); skipping");
-            return Ok(None);
-        }
+    /// loopback, and the hosts files; an error naming what is missing where namespaces
+    /// cannot be made (not Linux, not root, no `ip` or `nft`).
+    fn create() -> TestResult<Sandbox> {
+        tools::need_root()?;
+        tools::need(IP)?;
+        tools::need(NFT)?;
         let n = SANDBOXES.fetch_add(1, Ordering::SeqCst);
         let pid = std::process::id();
         let sandbox = Sandbox { client: format!("agt-c-{pid}-{n}"), gate: format!("agt-g-{pid}-{n}") };
@@ -98,7 +94,7 @@ impl Sandbox {
         run(&["ip", "-n", c, "-6", "route", "add", "default", "via", "fd00:200:1::1"])?;
         run(&["ip", "-n", g, "addr", "add", "fd00:200:1::1/64", "dev", "vg0", "nodad"])?;
         run(&["ip", "-n", g, "addr", "add", &format!("{ORIGIN6_IP}/128"), "dev", "lo", "nodad"])?;
-        Ok(Some(sandbox))
+        Ok(sandbox)
     }
 
     /// The nftables rules under test: tcp 80 and 443 arriving from the client's veth go to
@@ -157,13 +153,13 @@ struct Running {
     _dir: tempfile::TempDir,
 }
 
-async fn start() -> TestResult<Option<Running>> {
+async fn start() -> TestResult<Running> {
     start_with("").await
 }
 
 /// [`start`], with `extra` TOML (tables) at the end of the config.
-async fn start_with(extra: &str) -> TestResult<Option<Running>> {
-    let Some(sandbox) = Sandbox::create()? else { return Ok(None) };
+async fn start_with(extra: &str) -> TestResult<Running> {
+    let sandbox = Sandbox::create()?;
     let origin_ca = TestCa::new("transparent origin CA")?;
     let site = || Site::new().file("/robots.txt", ROBOTS);
     let at = |ip: &str, port: u16| -> TestResult<SocketAddr> { Ok(format!("{ip}:{port}").parse()?) };
@@ -215,19 +211,7 @@ listen = "off"
     };
     sandbox.redirect_to(transparent_port, transparent_port6)?;
     let ca_path = dir.path().join("ca/agentgate-ca.pem");
-    Ok(Some(Running {
-        sandbox,
-        gate,
-        https,
-        http,
-        pass,
-        https6,
-        origin_ca,
-        ca_path,
-        log_path,
-        transparent_port,
-        _dir: dir,
-    }))
+    Ok(Running { sandbox, gate, https, http, pass, https6, origin_ca, ca_path, log_path, transparent_port, _dir: dir })
 }
 
 /// python3's urllib with no proxy at all (an empty `ProxyHandler`), trusting `ca`: the
@@ -256,7 +240,7 @@ async fn python(running: &Running, url: &str) -> TestResult<(u16, String)> {
 
 /// `curl --noproxy '*'` in the client namespace, trusting `ca`.
 async fn fetch(client: &str, ca: &str, url: &str) -> TestResult<CurlOutput> {
-    Ok(curl_in_netns(client, &["--noproxy", "*", "--cacert", ca, url]).await?.ok_or("curl is missing")?)
+    curl_in_netns(client, &["--noproxy", "*", "--cacert", ca, url]).await
 }
 
 /// The reasons of a record as `(code, line, rule)`, blocking ones first.
@@ -282,8 +266,9 @@ fn only<'a>(records: &'a [Value], method: &str, url: &str) -> TestResult<&'a Val
 }
 
 #[tokio::test]
+#[ignore = "needs root, ip and nft: run by scripts/test.sh"]
 async fn clients_that_ignore_proxy_variables_are_gated_over_https_and_http() -> TestResult {
-    let Some(running) = start().await? else { return Ok(()) };
+    let running = start().await?;
     let (c, ca) = (running.sandbox.client.as_str(), running.ca_path.display().to_string());
     let curl = |url: &'static str| fetch(c, &ca, url);
     let allowed = curl("https://origin.test/page").await?;
@@ -310,7 +295,7 @@ async fn clients_that_ignore_proxy_variables_are_gated_over_https_and_http() -> 
     // The same request through the proxy port, for the comparison.
     let proxy = format!("http://{}", running.gate.addr());
     let proxied = curl_in_netns(c, &["-x", &proxy, "--cacert", &ca, "https://origin.test/private/e"]).await?;
-    assert_eq!(proxied.ok_or("curl is missing")?.status, 403);
+    assert_eq!(proxied.status, 403);
 
     let records = log::wait_for(&running.log_path, 9).await?;
     let through_proxy = only(&records, "GET", "https://origin.test:443/private/e")?;
@@ -334,13 +319,13 @@ async fn clients_that_ignore_proxy_variables_are_gated_over_https_and_http() -> 
 }
 
 #[tokio::test]
+#[ignore = "needs root, ip and nft: run by scripts/test.sh"]
 async fn a_passthrough_host_is_spliced_to_the_original_destination_with_the_origins_certificate() -> TestResult {
-    let Some(running) = start().await? else { return Ok(()) };
+    let running = start().await?;
     let c = running.sandbox.client.as_str();
     let origin_ca = running.origin_ca.pem_path.display().to_string();
     // Verified against the origin's own CA only: agentgate did not terminate TLS.
     let spliced = curl_in_netns(c, &["--noproxy", "*", "--cacert", &origin_ca, "https://pass.test/page"]).await?;
-    let spliced = spliced.ok_or("curl is missing")?;
     assert_eq!(spliced.status, 200);
     assert!(String::from_utf8_lossy(&spliced.body).starts_with("page GET /page"));
     assert_eq!(running.pass.hits("/page"), 1);
@@ -364,12 +349,12 @@ async fn a_passthrough_host_is_spliced_to_the_original_destination_with_the_orig
 }
 
 #[tokio::test]
+#[ignore = "needs root, ip and nft: run by scripts/test.sh"]
 async fn a_host_or_sni_naming_another_site_than_the_original_destination_is_refused() -> TestResult {
-    let Some(running) = start().await? else { return Ok(()) };
+    let running = start().await?;
     let (c, ca) = (running.sandbox.client.as_str(), running.ca_path.display().to_string());
     // Plain HTTP to origin.test's address, asking for other.test: no fronting.
     let fronted = curl_in_netns(c, &["--noproxy", "*", "-H", "Host: other.test", "http://origin.test/page"]).await?;
-    let fronted = fronted.ok_or("curl is missing")?;
     assert_eq!(fronted.status, 403);
     assert!(
         fronted.headers.contains("code=transparent.host_mismatch")
@@ -406,8 +391,9 @@ async fn a_host_or_sni_naming_another_site_than_the_original_destination_is_refu
 }
 
 #[tokio::test]
+#[ignore = "needs root, ip and nft: run by scripts/test.sh"]
 async fn a_connection_straight_to_the_transparent_port_is_refused_and_nothing_loops() -> TestResult {
-    let Some(running) = start().await? else { return Ok(()) };
+    let running = start().await?;
     let url = format!("http://10.200.1.1:{}/page", running.transparent_port);
     let output = running.sandbox.in_client("curl", &["-sS", "--noproxy", "*", &url]).await?;
     assert!(!output.status.success(), "closed without an answer: {output:?}");
@@ -424,8 +410,9 @@ async fn a_connection_straight_to_the_transparent_port_is_refused_and_nothing_lo
 }
 
 #[tokio::test]
+#[ignore = "needs root, ip and nft: run by scripts/test.sh"]
 async fn ipv6_connections_are_redirected_and_gated_too() -> TestResult {
-    let Some(running) = start().await? else { return Ok(()) };
+    let running = start().await?;
     let (c, ca) = (running.sandbox.client.as_str(), running.ca_path.display().to_string());
     let allowed = fetch(c, &ca, "https://origin6.test/page").await?;
     assert_eq!(allowed.status, 200, "{}", allowed.headers);
@@ -442,9 +429,10 @@ async fn ipv6_connections_are_redirected_and_gated_too() -> TestResult {
 }
 
 #[tokio::test]
+#[ignore = "needs root, ip and nft: run by scripts/test.sh"]
 async fn a_transparent_agent_is_held_to_its_egress_list_on_the_name_it_connected_with() -> TestResult {
     let agent = "[[agents]]\nid = \"boxed\"\nclients = [\"10.200.1.2\"]\nallow_hosts = [\"origin.test\"]\n";
-    let Some(running) = start_with(agent).await? else { return Ok(()) };
+    let running = start_with(agent).await?;
     let (c, ca) = (running.sandbox.client.as_str(), running.ca_path.display().to_string());
     assert_eq!(fetch(c, &ca, "https://origin.test/page").await?.status, 200, "the listed host");
     // Plain HTTP to an unlisted name: 403 with the reason, the name never looked up.

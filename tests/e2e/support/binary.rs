@@ -12,6 +12,7 @@ use tokio::process::{Child, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 use super::TestResult;
+use super::wait::eventually_within;
 
 /// How long a test waits for the binary to log something, act on a signal or exit.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(15);
@@ -117,18 +118,13 @@ impl Agentgate {
 
     /// Waits (bounded) until stderr holds `count` lines containing every one of `needles`.
     pub async fn logged(&self, needles: &[&str], count: usize) -> TestResult<String> {
-        let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
-        loop {
+        let what = format!("{count} lines with {needles:?} on agentgate's stderr");
+        eventually_within(WAIT_LIMIT, &what, async || {
             let text = self.stderr();
             let found = text.lines().filter(|line| needles.iter().all(|n| line.contains(n))).count();
-            if found >= count {
-                return Ok(text);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(format!("stderr has {found} lines with {needles:?} after {WAIT_LIMIT:?}:\n{text}").into());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            if found >= count { Ok(text) } else { Err(format!("{found} such lines in:\n{text}").into()) }
+        })
+        .await
     }
 
     /// Sends `signal` (`HUP`, `TERM`) with kill(1).

@@ -1,5 +1,5 @@
-//! The system `curl` as a client. CI installs it; where it is missing, the calling test prints
-//! a note and skips its curl part.
+//! The system `curl` as a client. A fresh machine has it (README); where it is missing the
+//! test fails saying so: a curl part skipped in silence would prove nothing.
 
 use std::io;
 
@@ -16,20 +16,19 @@ pub struct CurlOutput {
     pub body: Vec<u8>,
 }
 
-/// Runs `curl -sS <args>`, capturing status, version, headers and body. `None` when curl is
-/// not installed.
-pub async fn curl(args: &[&str]) -> TestResult<Option<CurlOutput>> {
+/// Runs `curl -sS <args>`, capturing status, version, headers and body.
+pub async fn curl(args: &[&str]) -> TestResult<CurlOutput> {
     run_curl(Command::new("curl"), args).await
 }
 
 /// [`curl`] inside the network namespace `netns` (`ip netns exec`).
-pub async fn curl_in_netns(netns: &str, args: &[&str]) -> TestResult<Option<CurlOutput>> {
+pub async fn curl_in_netns(netns: &str, args: &[&str]) -> TestResult<CurlOutput> {
     let mut command = Command::new("ip");
     command.args(["netns", "exec", netns, "curl"]);
     run_curl(command, args).await
 }
 
-async fn run_curl(mut command: Command, args: &[&str]) -> TestResult<Option<CurlOutput>> {
+async fn run_curl(mut command: Command, args: &[&str]) -> TestResult<CurlOutput> {
     let dir = tempfile::tempdir()?;
     let headers_path = dir.path().join("headers");
     let body_path = dir.path().join("body");
@@ -53,8 +52,7 @@ async fn run_curl(mut command: Command, args: &[&str]) -> TestResult<Option<Curl
     let output = match output {
         Ok(output) => output,
         Err(error) if error.kind() == io::ErrorKind::NotFound => {
-            println!("note: curl is not installed; skipping the curl part of this test");
-            return Ok(None);
+            return Err("curl is missing: the tests need it (apt-get install curl; scripts/test.sh installs it)".into());
         }
         Err(error) => return Err(error.into()),
     };
@@ -63,10 +61,10 @@ async fn run_curl(mut command: Command, args: &[&str]) -> TestResult<Option<Curl
     }
     let summary = String::from_utf8(output.stdout)?;
     let (status, version) = summary.split_once(' ').ok_or_else(|| format!("unexpected curl -w output {summary:?}"))?;
-    Ok(Some(CurlOutput {
+    Ok(CurlOutput {
         status: status.parse()?,
         version: version.to_owned(),
         headers: std::fs::read_to_string(&headers_path)?,
         body: std::fs::read(&body_path).unwrap_or_default(),
-    }))
+    })
 }

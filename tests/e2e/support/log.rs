@@ -1,16 +1,13 @@
 //! Reading the proxy's decision log: one JSON object per line. The writer flushes when its
 //! queue is momentarily empty, so a line may land shortly after the response; [`wait_for`]
-//! polls the file (a bounded wait for a condition, not a sleep for readiness).
+//! reads the file until it holds the lines (`support::wait`, a bounded wait for a condition).
 
 use std::path::Path;
-use std::time::Duration;
 
 use serde_json::Value;
 
 use super::TestResult;
-
-/// How long [`wait_for`] waits for lines before it fails.
-const WAIT_LIMIT: Duration = Duration::from_secs(5);
+use super::wait::eventually;
 
 /// Every request in the log at `path`, one record per `event.id`: under
 /// `[audit] on_failure = "block"` a forwarded request has a decision line written before
@@ -47,40 +44,24 @@ pub fn lines(path: &Path) -> TestResult<Vec<Value>> {
     Ok(records)
 }
 
-/// Waits (up to 5 s) until the log holds at least `count` completed requests (records with
-/// a status), then returns every record.
+/// Waits (bounded) until the log holds at least `count` completed requests (records with a
+/// status), then returns every record.
 pub async fn wait_for(path: &Path, count: usize) -> TestResult<Vec<Value>> {
-    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
-    loop {
-        let records = read(path)?;
-        if records.iter().filter(|r| !r["http.response.status_code"].is_null()).count() >= count {
-            return Ok(records);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!(
-                "the decision log has {} records after {WAIT_LIMIT:?}, expected {count} completed: {records:#?}",
-                records.len()
-            )
-            .into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = format!("{count} completed requests in the decision log");
+    wait_until(path, &what, |records| {
+        records.iter().filter(|r| !r["http.response.status_code"].is_null()).count() >= count
+    })
+    .await
 }
 
-/// Waits (up to 5 s) until the records satisfy `ready` (for records with no status: a
+/// Waits (bounded) until the records satisfy `ready` (for records with no status: a
 /// connection refused before any HTTP exchange), then returns them; `what` names the wait.
 pub async fn wait_until(path: &Path, what: &str, ready: impl Fn(&[Value]) -> bool) -> TestResult<Vec<Value>> {
-    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
-    loop {
+    eventually(what, async || {
         let records = read(path)?;
-        if ready(&records) {
-            return Ok(records);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!("the decision log has no {what} after {WAIT_LIMIT:?}: {records:#?}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        if ready(&records) { Ok(records) } else { Err(format!("{} records: {records:#?}", records.len()).into()) }
+    })
+    .await
 }
 
 /// The record whose `event.id` is `id`; an error when there is not exactly one.

@@ -1,6 +1,8 @@
 //! What every end-to-end test needs: a real origin (`origin`), test CAs (`pki`) and pattern
 //! bodies (`pattern`) from `tests/testkit/`, the real proxy started in-process on `127.0.0.1:0` (`TestProxy`), and
-//! clients: reqwest through the proxy, the system `curl` (`curl`), and raw sockets (`raw`).
+//! clients: reqwest through the proxy, the system `curl` (`curl`), and raw sockets (`raw`);
+//! the one bounded wait (`wait::eventually`) and what a test needs beyond a fresh machine
+//! (`tools`: programs and root, with how such a test is marked ignored).
 
 pub mod binary;
 pub mod block;
@@ -8,6 +10,8 @@ pub mod browser;
 pub mod curl;
 pub mod log;
 pub mod raw;
+pub mod tools;
+pub mod wait;
 // Shared with the fetcher's unit tests, which use parts these tests do not.
 #[allow(dead_code)]
 #[path = "../../testkit/mod.rs"]

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The README's test command: installs with apt what the tests need and a fresh machine
+# (Debian with Rust, Python 3, curl and apt, as root) lacks, then runs every test, the ones
+# a plain `cargo test` leaves ignored included. `.ci/run` runs exactly this.
+#
+# Two passes, each test run once:
+#  1. `cargo test`, as on a machine without the tools below (AGENTGATE_TEST_BASELINE=1): a
+#     test that asks for one of them there fails, naming the #[ignore] it lacks, so a
+#     newcomer's plain `cargo test` never fails for want of a tool;
+#  2. `cargo test -- --ignored`: the tests that need redis-server, Chromium, wget, certutil
+#     or root (network namespaces), each failing, never skipping, when what it needs is
+#     missing (tests/e2e/support/tools.rs).
+# Arguments go to the test binaries of both passes (a name filter, `--nocapture`).
+# Runs from a clean clone with ../shared beside it (the conformance corpora).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "test: run as root: apt installs what is missing, and the transparent-mode tests build network namespaces" >&2
+  exit 1
+fi
+[ -d ../shared/conformance ] || { echo "test: ../shared/conformance is missing: the conformance corpora must sit beside the repository" >&2; exit 1; }
+
+# What the tests run, and the Debian package of each.
+need=()
+want() { command -v "$1" >/dev/null 2>&1 || need+=("$2"); }
+want curl curl                  # the e2e tests' command-line client
+want python3 python3            # the conformance checkers, transparent mode's python client
+want git git                    # the git tests (git through the proxy)
+want redis-server redis-server  # limits shared by replicas
+want ip iproute2                # transparent mode: network namespaces ...
+want nft nftables               # ... and the nftables redirect
+want /usr/bin/chromium chromium # the console's page and the Chromium recipe, headless
+want /usr/bin/chromedriver chromium-driver
+want wget wget                  # the wget recipe (a wgetrc)
+want certutil libnss3-tools     # the Chromium recipe (an NSS database)
+want promtool prometheus        # the metrics test (`promtool check metrics`)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "test: installing ${need[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# Both passes run, and every test binary, whatever fails first: one run shows every failure.
+failed=0
+echo "test: cargo test (what a machine without the tools above runs)"
+AGENTGATE_TEST_BASELINE=1 cargo test --no-fail-fast -- "$@" || failed=1
+echo "test: cargo test -- --ignored (the tests that need those tools, or root)"
+cargo test --no-fail-fast -- --ignored "$@" || failed=1
+exit "$failed"
