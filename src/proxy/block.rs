@@ -1,6 +1,7 @@
 //! Every response agentgate writes itself instead of the origin: the CONNECT `200`, and the
 //! one mapping from a [`ProxyError`] to a status and a plain-text body (pingora's blame rule:
-//! the client's fault is 400, an unreachable origin 502, a slow one 504), and the block answer
+//! the client's fault is 400, an unreachable origin 502, a slow one 504, agentgate's own cap
+//! on connections to origins 503 with `Retry-After`), and the block answer
 //! built from a gate's `Blocked` (DESIGN.md §6): 403 for a policy, 407 with a
 //! `Proxy-Authenticate` challenge for an unknown agent, 429 with `Retry-After` for a limit,
 //! and for a request held for a human's approval, how the wait ended (`docs/approvals.md`).

@@ -259,7 +259,9 @@ impl Pool {
                 }
             }
         }
-        let conn = self.open(key, reuse).await?;
+        // Boxed: a new connection (TCP, TLS, handshake) is the cold path, and every request's
+        // future would otherwise carry its state (issue 11).
+        let conn = Box::pin(self.open(key, reuse)).await?;
         let back = match (&conn, reuse) {
             (Conn::H1(_), Reuse::Pool) => Back::Pool,
             (Conn::H2(sender), Reuse::Pool) => match self.shared.share_h2(key, sender) {
