@@ -26,6 +26,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use foldhash::fast::RandomState;
 use http::header::{HOST, HeaderValue};
 use http::uri::{Authority, Parts, Scheme};
 use http::{Request, Response, Uri};
@@ -688,7 +689,10 @@ impl<C1: Liveness, C2: Liveness> Closed<C1, C2> {
 /// updates, with no allocation once the slab has grown. Generic over the connection handles
 /// so the unit tests can use stand-ins.
 struct Idle<C1, C2> {
-    origins: HashMap<Key, Origin<C2>>,
+    /// foldhash under a per-process random seed, as for limit keys (`crate::limits`): the
+    /// map is looked up a few times per request, and SipHash over the authority, byte by
+    /// byte, was the pool's largest cost.
+    origins: HashMap<Key, Origin<C2>, RandomState>,
     nodes: Vec<Option<Node<C1>>>,
     free: Vec<usize>,
     oldest: Option<usize>,
@@ -700,7 +704,7 @@ struct Idle<C1, C2> {
 impl<C1, C2> Default for Idle<C1, C2> {
     fn default() -> Self {
         Idle {
-            origins: HashMap::new(),
+            origins: HashMap::with_hasher(RandomState::default()),
             nodes: Vec::new(),
             free: Vec::new(),
             oldest: None,
