@@ -250,7 +250,7 @@ impl Config {
                 humantime::format_duration(grace)
             ));
         }
-        self.upstream.problems(&mut problems);
+        self.upstream.problems(self.connections.max_connections, &mut problems);
         self.connections.problems(&mut problems);
         self.mitm.problems(&mut problems);
         self.admin.problems(&mut problems);

@@ -218,6 +218,10 @@ pub enum BlockKind {
     /// The shared limits store did not answer and `[limits.redis] on_failure = "deny"`: 503
     /// (`limits.store_unavailable`).
     LimitsUnavailable,
+    /// agentgate had no connection to spare for the policy fetch (`[upstream]
+    /// max_connections`, every one busy): 503 with `Retry-After`, recorded as an `error`
+    /// (`upstream.at_capacity`, docs/upstream.md).
+    UpstreamAtCapacity,
 }
 
 /// A request the gate refused.
@@ -546,18 +550,35 @@ impl Gate {
     /// it is answered 502/504 `origin.unreachable` rather than RFC 9309's full disallow, which
     /// stays for an origin that answered badly (issue 12). In monitor mode too: there is no
     /// site to forward to. `None` when the origin was reached.
+    ///
+    /// Likewise a robots.txt that was not fetched because agentgate was at its own cap on
+    /// connections to origins ([`policy::FetchError::AtCapacity`]): 503
+    /// `upstream.at_capacity`, blamed on the proxy.
     fn origin_unreachable(&self, policies: &Policies, decision: &Decision, req: &GateRequest<'_>) -> Option<Blocked> {
-        let policy::FetchError::Unreachable { timed_out, cause } = policies.robots.origin_unreachable()? else {
-            return None;
+        let (code, rule, cause, error_type, kind) = match policies.robots.origin_unreachable()? {
+            policy::FetchError::Unreachable { timed_out, cause } => (
+                "origin.unreachable",
+                format!("{} cannot be reached: {cause}", req.origin),
+                cause,
+                crate::audit::ErrorType::Origin,
+                BlockKind::OriginUnreachable { timed_out: *timed_out },
+            ),
+            policy::FetchError::AtCapacity { cause } => (
+                "upstream.at_capacity",
+                format!("the policies of {} were not fetched: {cause}", req.origin),
+                cause,
+                crate::audit::ErrorType::Proxy,
+                BlockKind::UpstreamAtCapacity,
+            ),
+            _ => return None,
         };
-        let rule = format!("{} cannot be reached: {cause}", req.origin);
-        let reason = Reason::new(Source::Operator, "origin.unreachable", rule);
+        let reason = Reason::new(Source::Operator, code, rule);
         let decision = Decision::deny_first(vec![reason], decision.reasons.clone(), Vec::new());
         let mut record = self.record_for(LogOutcome::Error, req);
         record.set_reasons(&decision);
         record.error = Some(cause.clone());
-        record.error_type = Some(crate::audit::ErrorType::Origin);
-        Some(Blocked { decision, record, kind: BlockKind::OriginUnreachable { timed_out: *timed_out }, policies: None })
+        record.error_type = Some(error_type);
+        Some(Blocked { decision, record, kind, policies: None })
     }
 
     /// The record of a request that failed before it could be decided (its host does not

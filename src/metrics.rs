@@ -62,6 +62,7 @@ enum FetchStatus {
     Unreachable,
     TooManyRedirects,
     InsecureRedirect,
+    AtCapacity,
 }
 
 impl EncodeLabelValue for FetchStatus {
@@ -74,6 +75,7 @@ impl EncodeLabelValue for FetchStatus {
             FetchStatus::Unreachable => encoder.write_str("unreachable"),
             FetchStatus::TooManyRedirects => encoder.write_str("too_many_redirects"),
             FetchStatus::InsecureRedirect => encoder.write_str("insecure_redirect"),
+            FetchStatus::AtCapacity => encoder.write_str("at_capacity"),
         }
     }
 }
@@ -135,6 +137,7 @@ pub struct Metrics {
     certs_minted: Counter,
     limits_store_failures: Counter,
     limits_store: StoreMetrics,
+    upstream: UpstreamMetrics,
     connections: Gauge,
     cache_origins: Gauge,
     cache_weight_bytes: Gauge,
@@ -178,6 +181,7 @@ impl Metrics {
             certs_minted: Counter::default(),
             limits_store_failures: Counter::default(),
             limits_store: StoreMetrics::default(),
+            upstream: UpstreamMetrics::default(),
             connections: Gauge::default(),
             cache_origins: Gauge::default(),
             cache_weight_bytes: Gauge::default(),
@@ -238,6 +242,7 @@ impl Metrics {
             m.limits_store.fallbacks.clone(),
         );
         r.register("config_reloads", "Config reloads, by result (ok or error)", m.config_reloads.clone());
+        m.upstream.register(r);
         m
     }
 
@@ -274,6 +279,11 @@ impl Metrics {
         self.limits_store.clone()
     }
 
+    /// The upstream sockets' gauges and counters, for [`crate::proxy`]'s socket budget.
+    pub fn upstream(&self) -> UpstreamMetrics {
+        self.upstream.clone()
+    }
+
     /// Counts one policy fetch of `file` (its path) and what it came back with.
     pub fn policy_fetch(&self, file: &'static str, outcome: &FetchOutcome) {
         let status = match outcome {
@@ -284,6 +294,7 @@ impl Metrics {
                 FetchError::Unreachable { .. } => FetchStatus::Unreachable,
                 FetchError::TooManyRedirects => FetchStatus::TooManyRedirects,
                 FetchError::InsecureRedirect => FetchStatus::InsecureRedirect,
+                FetchError::AtCapacity { .. } => FetchStatus::AtCapacity,
             },
         };
         self.policy_fetches.get_or_create(&FetchLabels { file, status }).inc();
@@ -378,6 +389,92 @@ impl StoreMetrics {
     /// Counts one check settled by this replica's own store instead of the shared one.
     pub fn fallback(&self) {
         self.fallbacks.inc();
+    }
+}
+
+/// What the upstream socket budget counts (`[upstream] max_connections`, `crate::proxy`):
+/// sockets open and idle, the cap, waits for a socket, refusals at the cap and idle
+/// connections closed to make room. Updated where it happens: per socket, and the idle
+/// gauge once when a pooled connection is taken or given back.
+#[derive(Clone, Debug, Default)]
+pub struct UpstreamMetrics {
+    open: Gauge,
+    idle: Gauge,
+    max: Gauge,
+    waits: Counter,
+    at_capacity: Counter,
+    idle_closed: Counter,
+}
+
+impl UpstreamMetrics {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "upstream_connections",
+            "TCP connections to origins open now: pooled (busy or idle), policy fetches, WebSocket, passthrough tunnels",
+            self.open.clone(),
+        );
+        r.register("upstream_connections_idle", "Pooled connections to origins idle now", self.idle.clone());
+        r.register(
+            "upstream_connections_max",
+            "The cap on connections to origins ([upstream] max_connections, or the value derived from the open-file limit)",
+            self.max.clone(),
+        );
+        r.register(
+            "upstream_connection_waits",
+            "New connections to origins that found every socket under the cap busy and waited for one",
+            self.waits.clone(),
+        );
+        r.register(
+            "upstream_at_capacity",
+            "New connections to origins refused after [upstream] connect_queue_timeout at the cap (a 503)",
+            self.at_capacity.clone(),
+        );
+        r.register(
+            "upstream_idle_closed",
+            "Idle pooled connections closed, least recently used first, to make room under the cap",
+            self.idle_closed.clone(),
+        );
+    }
+
+    /// The cap in force.
+    pub(crate) fn set_max(&self, max: usize) {
+        self.max.set(i64::try_from(max).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a socket as open until the returned guard is dropped.
+    pub(crate) fn opened(&self) -> OpenSocket {
+        self.open.inc();
+        OpenSocket(self.open.clone())
+    }
+
+    /// Pooled connections idle now.
+    pub(crate) fn set_idle(&self, idle: usize) {
+        self.idle.set(i64::try_from(idle).unwrap_or(i64::MAX));
+    }
+
+    /// A new connection waited for a socket.
+    pub(crate) fn waited(&self) {
+        self.waits.inc();
+    }
+
+    /// A new connection was refused at the cap.
+    pub(crate) fn refused(&self) {
+        self.at_capacity.inc();
+    }
+
+    /// An idle connection was closed to make room.
+    pub(crate) fn idle_closed(&self) {
+        self.idle_closed.inc();
+    }
+}
+
+/// An upstream socket counted as open; dropping it counts it closed.
+#[derive(Debug)]
+pub struct OpenSocket(Gauge);
+
+impl Drop for OpenSocket {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

@@ -164,14 +164,18 @@ pub enum ErrorType {
     Client,
     /// The origin could not be reached or failed the exchange (502, 504).
     Origin,
+    /// agentgate's own bound refused it: every connection to origins under
+    /// `[upstream] max_connections` was busy (503).
+    Proxy,
 }
 
 impl ErrorType {
-    /// The `error.type` value: `client` or `origin`.
+    /// The `error.type` value: `client`, `origin` or `proxy`.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorType::Client => "client",
             ErrorType::Origin => "origin",
+            ErrorType::Proxy => "proxy",
         }
     }
 }

@@ -10,15 +10,19 @@ use std::time::{Duration, SystemTime};
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request, Uri};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::file::{MAX_REDIRECTS, PolicyFile};
 use super::freshness::TtlBounds;
-use super::transport::PolicyTransport;
+use super::transport::{PolicyBody, PolicyTransport};
 use super::{Origin, USER_AGENT};
 use crate::error_chain::error_chain;
 use crate::policy::{FetchError, FetchOutcome, Headers};
+
+/// How long a fetch refused at agentgate's cap on connections to origins
+/// ([`FetchError::AtCapacity`]) stands: requests queued behind the load share its answer
+/// rather than each waiting for a connection again; the next request after it fetches again.
+const AT_CAPACITY_TTL: Duration = Duration::from_secs(1);
 
 /// One fetched file: what the format's `from_fetch` takes, and how long it is fresh.
 #[derive(Debug)]
@@ -74,7 +78,12 @@ impl Fetcher {
                 Fetched { outcome, ttl }
             }
             Err(error) => {
-                let ttl = self.ttl.failed();
+                let ttl = match error {
+                    // agentgate's own cap, not the origin's answer: kept only long enough for
+                    // the requests waiting on this load to share it, then fetched again.
+                    FetchError::AtCapacity { .. } => AT_CAPACITY_TTL,
+                    _ => self.ttl.failed(),
+                };
                 tracing::info!(
                     origin = %origin, file = file.path(), error = %error, bytes = 0, ttl_s = ttl.as_secs(), ms,
                     "policy file fetch failed"
@@ -121,7 +130,7 @@ impl Fetcher {
 
 /// Reads at most `cap + 1` bytes: enough to know the body is over the cap, never more
 /// buffered. The rest is not read (the connection is dropped with the body).
-async fn read_capped(mut body: Incoming, cap: usize, url: &Uri) -> Result<(Vec<u8>, bool), FetchError> {
+async fn read_capped(mut body: PolicyBody, cap: usize, url: &Uri) -> Result<(Vec<u8>, bool), FetchError> {
     let mut bytes = Vec::new();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| FetchError::Network(format!("{url}: reading the body: {}", error_chain(&e))))?;

@@ -24,7 +24,7 @@ mod tests;
 
 pub use cache::{CacheConfig, CacheSettings, CachedFile, PolicyCache};
 pub use origin::{Origin, OriginError, Scheme};
-pub use transport::{PolicyResponse, PolicyTransport, TransportFuture};
+pub use transport::{PolicyBody, PolicyResponse, PolicyTransport, TransportFuture};
 
 /// The `User-Agent` of every policy fetch (SEMANTICS X3).
 pub const USER_AGENT: &str = concat!("agentgate/", env!("CARGO_PKG_VERSION"), " (+https://github.com/agentgate)");

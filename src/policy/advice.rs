@@ -37,6 +37,10 @@ pub fn advice(reason: &Reason) -> &'static str {
         return "The site did not accept a connection (refused or timed out); nothing forbids the request. Check \
                 the host and port, then retry later.";
     }
+    if code == "upstream.at_capacity" {
+        return "agentgate has as many connections to sites open as it allows, all busy, so it could not ask this \
+                site; nothing forbids the request. Wait for the Retry-After seconds, then retry.";
+    }
     match reason.source {
         Source::Operator if code.starts_with("auth.") => {
             "agentgate needs to know which agent you are. Use the proxy credentials your operator gave you \
@@ -86,6 +90,7 @@ mod tests {
             (Source::AgentsMd, "agents_md.concurrent_sessions", "in flight"),
             (Source::Operator, "auth.invalid", "proxy credentials"),
             (Source::Operator, "limits.store_unavailable", "Retry in a few seconds"),
+            (Source::Operator, "upstream.at_capacity", "Retry-After"),
         ];
         for (source, code, expected) in cases {
             let text = advice(&Reason::new(source, code, "rule"));

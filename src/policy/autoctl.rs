@@ -86,7 +86,10 @@ pub fn from_fetch(outcome: &FetchOutcome) -> AutoctlState {
             unavailable_fetch(format!("automation-preferences.txt answered {status}"))
         }
         FetchOutcome::Failed(
-            error @ (FetchError::Timeout | FetchError::Network(_) | FetchError::Unreachable { .. }),
+            error @ (FetchError::Timeout
+            | FetchError::Network(_)
+            | FetchError::Unreachable { .. }
+            | FetchError::AtCapacity { .. }),
         ) => unavailable_fetch(format!("fetching automation-preferences.txt failed: {error}")),
         FetchOutcome::Failed(error) => AutoctlState {
             policy: Policy::Silent,

@@ -54,6 +54,14 @@ pub enum FetchError {
     TooManyRedirects,
     /// A redirect from HTTPS to plain HTTP (refused for AGENTS.md, SEMANTICS C3).
     InsecureRedirect,
+    /// Nothing was sent: agentgate was at its own cap on connections to origins, every one
+    /// busy, for the whole wait (`[upstream] max_connections`). Says nothing about the
+    /// origin: never kept (lifetime zero), and the gate answers it 503
+    /// `upstream.at_capacity` (docs/upstream.md).
+    AtCapacity {
+        /// The cap and the wait, as the proxy said it.
+        cause: String,
+    },
 }
 
 impl std::fmt::Display for FetchError {
@@ -64,6 +72,7 @@ impl std::fmt::Display for FetchError {
             FetchError::Unreachable { cause, .. } => write!(f, "origin unreachable: {cause}"),
             FetchError::TooManyRedirects => f.write_str("too many redirects"),
             FetchError::InsecureRedirect => f.write_str("redirect from https to http refused"),
+            FetchError::AtCapacity { cause } => write!(f, "not fetched: {cause}"),
         }
     }
 }

@@ -68,7 +68,8 @@ enum Kind {
     Unavailable { status: u16 },
     /// A 5xx, another unusable status, or a failed fetch (RFC 9309 §2.3.1.4): complete
     /// disallow. `why` names the status or error; `origin` is set when the origin itself
-    /// could not be connected to ([`FetchError::Unreachable`]).
+    /// could not be connected to ([`FetchError::Unreachable`]), or when agentgate had no
+    /// connection to spare ([`FetchError::AtCapacity`]).
     Unreachable { why: String, origin: Option<FetchError> },
 }
 
@@ -127,7 +128,8 @@ pub fn from_fetch(outcome: &FetchOutcome) -> RobotsState {
         FetchOutcome::Response { status, .. } => Kind::Unreachable { why: format!("answered {status}"), origin: None },
         FetchOutcome::Failed(error) => Kind::Unreachable {
             why: format!("could not be fetched ({error})"),
-            origin: matches!(error, FetchError::Unreachable { .. }).then(|| error.clone()),
+            origin: matches!(error, FetchError::Unreachable { .. } | FetchError::AtCapacity { .. })
+                .then(|| error.clone()),
         },
     };
     RobotsState { kind }
@@ -159,7 +161,8 @@ impl RobotsState {
     /// The connection failure, when robots.txt failed because the origin itself could not be
     /// reached (refused, no route, connect timeout), not because it answered badly: then the
     /// origin is down, not forbidding (issue 12). robots.txt is fetched from the origin's own
-    /// scheme, host and port, like the request.
+    /// scheme, host and port, like the request. Also [`FetchError::AtCapacity`]: nothing was
+    /// fetched, and the origin was never asked.
     pub fn origin_unreachable(&self) -> Option<&FetchError> {
         match &self.kind {
             Kind::Unreachable { origin, .. } => origin.as_ref(),
@@ -359,7 +362,9 @@ impl Weigh for RobotsState {
             Kind::Unavailable { .. } => 0,
             Kind::Unreachable { why, origin } => {
                 let cause = match origin {
-                    Some(FetchError::Unreachable { cause, .. }) => cause.heap_bytes(),
+                    Some(FetchError::Unreachable { cause, .. } | FetchError::AtCapacity { cause }) => {
+                        cause.heap_bytes()
+                    }
                     _ => 0,
                 };
                 why.heap_bytes() + cause

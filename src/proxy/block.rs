@@ -1,6 +1,7 @@
 //! Every response agentgate writes itself instead of the origin: the CONNECT `200`, and the
 //! one mapping from a [`ProxyError`] to a status and a plain-text body (pingora's blame rule:
-//! the client's fault is 400, an unreachable origin 502, a slow one 504), and the block answer
+//! the client's fault is 400, an unreachable origin 502, a slow one 504, agentgate's own cap
+//! on connections to origins 503 with `Retry-After`), and the block answer
 //! built from a gate's `Blocked` (DESIGN.md §6): 403 for a policy, 407 with a
 //! `Proxy-Authenticate` challenge for an unknown agent, 429 with `Retry-After` for a limit,
 //! and for a request held for a human's approval, how the wait ended (`docs/approvals.md`).
@@ -42,20 +43,33 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         | ProxyError::UpstreamConnect { .. }
         | ProxyError::Upstream { .. } => StatusCode::BAD_GATEWAY,
         ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        ProxyError::UpstreamAtCapacity { .. } => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
 
-/// Who is at fault for `error`, for `error.type`: the side its status blames.
+/// Who is at fault for `error`, for `error.type`: the side its status blames, or agentgate
+/// itself for its own cap.
 pub(crate) fn error_type_for(error: &ProxyError) -> ErrorType {
+    if let ProxyError::UpstreamAtCapacity { .. } = error {
+        return ErrorType::Proxy;
+    }
     let status = status_for(error);
     if status.is_client_error() { ErrorType::Client } else { ErrorType::Origin }
 }
 
+/// Seconds an agent is told to wait (`Retry-After`) when agentgate is at its cap on
+/// connections to origins: busy connections usually finish within that.
+pub(crate) const AT_CAPACITY_RETRY_AFTER_S: u64 = 2;
+
 /// The response for `error`: its status and `agentgate: <message>` as the body, so an agent
-/// (often an LLM) reading it learns what failed, on which host, and why.
+/// (often an LLM) reading it learns what failed, on which host, and why. At the upstream
+/// cap, `Retry-After` says when to try again.
 pub(crate) fn error_response(error: &ProxyError) -> Response<ProxyBody> {
     let mut response = body_response(format!("agentgate: {error}\n"), "text/plain; charset=utf-8");
     *response.status_mut() = status_for(error);
+    if let ProxyError::UpstreamAtCapacity { .. } = error {
+        response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(AT_CAPACITY_RETRY_AFTER_S));
+    }
     response
 }
 
@@ -71,7 +85,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
     let blocking = decision.blocking_reasons();
     let verdict = match blocked.kind() {
         BlockKind::RateLimited { .. } => "rate_limited",
-        BlockKind::OriginUnreachable { .. } => "error",
+        BlockKind::OriginUnreachable { .. } | BlockKind::UpstreamAtCapacity => "error",
         BlockKind::Policy | BlockKind::Unauthenticated | BlockKind::LimitsUnavailable => decision.outcome.as_str(),
     };
     let mut header = verdict.to_owned();
@@ -154,6 +168,10 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
         BlockKind::OriginUnreachable { timed_out: false } => StatusCode::BAD_GATEWAY,
         BlockKind::OriginUnreachable { timed_out: true } => StatusCode::GATEWAY_TIMEOUT,
         BlockKind::LimitsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        BlockKind::UpstreamAtCapacity => {
+            headers.insert(RETRY_AFTER, HeaderValue::from(AT_CAPACITY_RETRY_AFTER_S));
+            StatusCode::SERVICE_UNAVAILABLE
+        }
     };
     response
 }
@@ -186,6 +204,9 @@ fn summary(blocked: &Blocked, method: &str, url: &str) -> String {
         ),
         (BlockKind::OriginUnreachable { .. }, _) => format!(
             "agentgate could not reach the site for this request: {method} {url}. No policy forbade it; the site did not accept a connection. Retry later."
+        ),
+        (BlockKind::UpstreamAtCapacity, _) => format!(
+            "agentgate could not fetch this site's policies for this request: {method} {url}. agentgate is at its cap on connections to origins and every one is busy; nothing was sent to the site. Retry after {AT_CAPACITY_RETRY_AFTER_S} s."
         ),
         (BlockKind::LimitsUnavailable, _) => {
             format!("agentgate cannot check this request's limits (its shared store does not answer): {method} {url}")

@@ -39,6 +39,7 @@ use super::local;
 use super::relay::splice;
 use super::rewind::Rewind;
 use super::service::{ProxyService, answer_blocked, completed, record};
+use super::sockets::Counted;
 use crate::agents::Identity;
 use crate::audit::OnFailure;
 use crate::config::Config;
@@ -246,7 +247,7 @@ pub(crate) async fn open_passthrough(
     state: &ProxyState,
     permit: Permitted,
     dial: &Authority,
-) -> Result<Result<TcpStream, ProxyError>, AuditUnavailable> {
+) -> Result<Result<Counted<TcpStream>, ProxyError>, AuditUnavailable> {
     let started = Instant::now();
     let opened = state.upstream.open_tunnel(dial).await;
     let decided = completed(permit.into_record(), started, opened.as_ref().map(|_| StatusCode::OK));

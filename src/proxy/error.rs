@@ -230,6 +230,19 @@ pub enum ProxyError {
         cause: String,
     },
 
+    /// No connection to the origin could be opened: agentgate was at its cap on connections
+    /// to origins (`[upstream] max_connections`), every one busy, for the whole of
+    /// `[upstream] connect_queue_timeout`. Nothing was sent; answered 503 with `Retry-After`.
+    #[error(
+        "cannot open a connection to {host}: {cause}; agentgate is at its cap on connections to origins, retry in a few seconds"
+    )]
+    UpstreamAtCapacity {
+        /// The origin, `host:port`.
+        host: String,
+        /// The cap and how long the request waited.
+        cause: String,
+    },
+
     /// The origin was reached but the exchange failed (closed early, protocol error).
     #[error("request to {host} failed: {cause}")]
     Upstream {

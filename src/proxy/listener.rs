@@ -36,7 +36,7 @@ use crate::error_chain::error_chain;
 use crate::fetch::{CacheSettings, PolicyCache, PolicyTransport};
 use crate::gate::Gate;
 use crate::limits::Limiter;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, UpstreamMetrics};
 use crate::net::{AddressPolicy, Dial, Guard, Resolve, SystemResolver, TcpDialer};
 use crate::reload::{ConfigSource, Reloader};
 use crate::setting::{duration, nonzero_caps, nonzero_timeouts};
@@ -171,11 +171,13 @@ impl Proxy {
         let ca_cert_path = ca.cert_path().to_owned();
         let certs = LeafCertCache::new(Arc::new(ca), config.mitm.cert_cache_size);
         let guard = Arc::new(guard(&config, resolver));
-        // One client for proxied requests and policy fetches: one pool, guard and trust store.
-        let tcp = GuardedConnector { guard: Arc::clone(&guard), dialer };
-        let upstream = Arc::new(Upstream::new(&config.upstream, tcp)?);
-        let settings = CacheSettings::from(config.cache.clone());
         let metrics = Arc::new(Metrics::new());
+        // One pool for proxied requests and policy fetches: one socket budget, guard and
+        // trust store.
+        let tcp = GuardedConnector { guard: Arc::clone(&guard), dialer };
+        let agents = config.connections.max_connections;
+        let upstream = Arc::new(Upstream::new(&config.upstream, agents, tcp, metrics.upstream())?);
+        let settings = CacheSettings::from(config.cache.clone());
         let cache = PolicyCache::new(upstream.clone(), settings, Arc::clone(&metrics));
         let limiter = Limiter::from_config(&config.limits, &config.upstream.extra_ca_files, metrics.limits_store())
             .map_err(|source| StartError::Limits { source })?;
@@ -463,7 +465,8 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
 pub fn policy_transport(config: &Config) -> Result<Arc<dyn PolicyTransport>, StartError> {
     let tcp =
         GuardedConnector { guard: Arc::new(guard(config, Arc::new(SystemResolver))), dialer: Arc::new(TcpDialer) };
-    Ok(Arc::new(Upstream::new(&config.upstream, tcp)?))
+    let agents = config.connections.max_connections;
+    Ok(Arc::new(Upstream::new(&config.upstream, agents, tcp, UpstreamMetrics::default())?))
 }
 
 /// The network guard for `config`: `[network]`, with the admin address as one of

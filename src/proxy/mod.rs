@@ -1,5 +1,6 @@
 //! The proxy edge: the listener, CONNECT with MITM or passthrough, the one request service
-//! shared by plain HTTP and intercepted HTTPS, the pooled upstream client, the responses
+//! shared by plain HTTP and intercepted HTTPS, the upstream connection pool and its cap on
+//! sockets to origins, the responses
 //! agentgate writes itself (including `http://agentgate.local/`, in `local`), and graceful
 //! shutdown, which starts and stops the admin API (`crate::admin`) with the proxy.
 //!
@@ -24,10 +25,12 @@ mod idle;
 mod listener;
 mod local;
 mod original_dst;
+mod pool;
 mod relay;
 mod resolve;
 mod rewind;
 mod service;
+mod sockets;
 mod transparent;
 mod upstream;
 

@@ -39,6 +39,7 @@ use super::hold;
 use super::local;
 use super::relay::splice;
 use super::transparent;
+use super::upstream::PooledBody;
 use crate::agents::Identity;
 use crate::audit::{DecisionRecord, OnFailure, Outcome as LogOutcome};
 use crate::error_chain::error_chain;
@@ -473,7 +474,7 @@ fn to_origin(
 
 /// The response as the client gets it: hop-by-hop fields out (except an accepted upgrade's),
 /// `Via` in, the origin's body streamed through.
-fn to_client(response: Response<Incoming>, upgrade: Upgrade) -> Response<ProxyBody> {
+fn to_client(response: Response<PooledBody>, upgrade: Upgrade) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
     remove_hop_by_hop(&mut parts.headers, upgrade);
     append_via(&mut parts.headers, parts.version);

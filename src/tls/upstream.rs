@@ -4,7 +4,7 @@
 //! `[upstream] extra_ca_files`) and the rustls client config built from it; the same roots
 //! as PEM for the Redis client (`rediss://`), which takes trust only that way.
 //!
-//! Never does: connect, set ALPN (hyper-rustls does that for the protocols it speaks), or relax
+//! Never does: connect, set ALPN (the upstream pool does, for the protocols it speaks), or relax
 //! verification: a certificate the store cannot verify is a failed connection, never a downgrade
 //! (DESIGN.md §9).
 
@@ -16,7 +16,7 @@ use rustls::{ClientConfig, RootCertStore};
 
 use super::{TlsError, crypto_provider, read_certs};
 
-/// Client TLS config for connections to origins: webpki roots + system roots (rustls-native-certs; failures to load system roots are logged, not fatal) + every PEM in `extra_ca_files` (an unreadable or empty file is an error naming it). No ALPN set here (hyper-rustls sets it).
+/// Client TLS config for connections to origins: webpki roots + system roots (rustls-native-certs; failures to load system roots are logged, not fatal) + every PEM in `extra_ca_files` (an unreadable or empty file is an error naming it). No ALPN set here (the upstream pool sets it).
 ///
 /// System roots matter for corporate networks whose TLS inspection CA is installed in the OS;
 /// `extra_ca_files` is for private CAs that are not (e.g. an internal origin's).

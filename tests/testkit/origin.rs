@@ -1,6 +1,6 @@
 //! A real local origin: a hyper server (HTTP/1.1 and h2, auto-detected) on `127.0.0.1:0`,
 //! over plain TCP or TLS with a certificate from a test CA. It counts the TCP connections it
-//! accepts (and those that ended), keeps how each TLS handshake went (full or resumed), and
+//! accepts (and those that ended, and on request the most its clients held open at once), keeps how each TLS handshake went (full or resumed), and
 //! reports, in response headers, what it saw of each request.
 //!
 //! Routes: `/echo` (method, version, `Host`, `Via`, hop-by-hop fields seen; the body streamed
@@ -138,6 +138,10 @@ impl Site {
 
 struct OriginState {
     connections: AtomicUsize,
+    /// Whether each accept counts the client sockets held open to the origin's port.
+    watch_held: std::sync::atomic::AtomicBool,
+    /// The most client sockets held open at once, at an accept, once watched.
+    peak_held: AtomicUsize,
     /// Connections that have ended, and a signal on every end.
     closed: AtomicUsize,
     closed_changed: Notify,
@@ -164,6 +168,8 @@ impl OriginState {
     fn new(site: Option<Site>) -> Self {
         OriginState {
             connections: AtomicUsize::new(0),
+            watch_held: std::sync::atomic::AtomicBool::new(false),
+            peak_held: AtomicUsize::new(0),
             closed: AtomicUsize::new(0),
             closed_changed: Notify::new(),
             handshakes: Mutex::default(),
@@ -268,6 +274,25 @@ impl Origin {
         self.state.connections.load(Ordering::SeqCst)
     }
 
+    /// How many TCP connections are open now (accepted and not yet ended).
+    pub fn open(&self) -> usize {
+        self.state.connections.load(Ordering::SeqCst) - self.state.closed.load(Ordering::SeqCst)
+    }
+
+    /// From now on, every accept counts the client-side sockets connected to this origin's
+    /// port that a process still holds, in the kernel's table (`/proc/net/tcp`, Linux): a
+    /// socket its client closed loses its inode there at once, before this origin has read
+    /// the close, so the count is exactly what clients hold open.
+    pub fn watch_held(&self) {
+        self.state.watch_held.store(true, Ordering::SeqCst);
+    }
+
+    /// The most client sockets held open at once at an accept since
+    /// [`watch_held`](Self::watch_held).
+    pub fn peak_held(&self) -> usize {
+        self.state.peak_held.load(Ordering::SeqCst)
+    }
+
     /// How each completed TLS handshake went (full or resumed), in completion order.
     pub fn handshakes(&self) -> Vec<HandshakeKind> {
         self.state.handshakes.lock().unwrap_or_else(PoisonError::into_inner).clone()
@@ -320,6 +345,21 @@ impl Origin {
     }
 }
 
+/// IPv4 TCP sockets connected to remote port `port` (the clients' side) that a process still
+/// holds (inode not 0), from `/proc/net/tcp`; 0 where it cannot be read.
+fn held_open_to(port: u16) -> usize {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else { return 0 };
+    let remote_port = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 9 && fields[2].ends_with(&remote_port) && fields[9] != "0"
+        })
+        .count()
+}
+
 /// Waits until `count`, which signals `changed` on every change, is at least `n`.
 async fn reach(count: &AtomicUsize, changed: &Notify, n: usize) {
     loop {
@@ -336,6 +376,10 @@ async fn reach(count: &AtomicUsize, changed: &Notify, n: usize) {
 async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, state: Arc<OriginState>) {
     while let Ok((tcp, _)) = listener.accept().await {
         state.connections.fetch_add(1, Ordering::SeqCst);
+        if state.watch_held.load(Ordering::SeqCst) {
+            let port = listener.local_addr().map(|addr| addr.port()).unwrap_or_default();
+            state.peak_held.fetch_max(held_open_to(port), Ordering::SeqCst);
+        }
         let (tls, state) = (tls.clone(), Arc::clone(&state));
         tokio::spawn(async move {
             match tls {

@@ -89,6 +89,11 @@ impl Agentgate {
         Ok(Agentgate { child, addr, ca_pem, stderr, collector })
     }
 
+    /// Its process id (for `/proc/<pid>/...`); `None` once it has exited.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// The proxy address, `host:port`.
     pub fn addr(&self) -> &str {
         &self.addr
