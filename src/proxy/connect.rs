@@ -21,78 +21,27 @@ use http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::LazyConfigAcceptor;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
-use super::ProxyBody;
-use super::block::{audit_unavailable, tunnel_established};
+use super::answer::{audit_unavailable, tunnel_established};
+use super::body::ProxyBody;
+use super::conn::{Counted, Drain, Rewind, splice};
 use super::context::{Entry, ProxyState};
 use super::destination::{Ask, check_destination};
-use super::drain::Drain;
 use super::error::{ProxyError, TunnelError, shown_target};
 use super::hold;
-use super::listener::{ServerProtocols, serve_connection};
 use super::local;
-use super::relay::splice;
-use super::rewind::Rewind;
+use super::serve::{ServerProtocols, serve_connection};
 use super::service::{ProxyService, answer_blocked, completed, record};
-use super::sockets::Counted;
 use crate::agents::Identity;
 use crate::audit::OnFailure;
 use crate::config::Config;
 use crate::error_chain::error_chain;
 use crate::fetch::Origin;
 use crate::gate::{Admitted, Gate, GateRequest, Permitted, Verdict};
-use crate::net::{canonical_host, canonical_pattern, is_host_pattern};
-use crate::policy::operator::host_matches;
-use crate::setting::nonzero_caps;
-
-/// `[mitm]`: which CONNECT tunnels are intercepted, and the leaf certificate cache.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MitmConfig {
-    /// Hosts whose tunnels are spliced through without interception: `example.com` (that host
-    /// only) or `*.example.com` (its subdomains, not the apex). Default none.
-    pub passthrough_hosts: Vec<String>,
-    /// How many per-host leaf certificates are kept (default 10000).
-    pub cert_cache_size: u64,
-}
-
-impl Default for MitmConfig {
-    fn default() -> Self {
-        Self { passthrough_hosts: Vec::new(), cert_cache_size: 10_000 }
-    }
-}
-
-impl MitmConfig {
-    /// Whether the CONNECT tunnel to `host` is spliced through without interception.
-    ///
-    /// Matches case-insensitively, ignoring a trailing dot and IPv6 brackets: `example.com`
-    /// matches that host only, `*.example.com` matches `a.example.com` and `a.b.example.com`
-    /// but not `example.com` itself.
-    /// Both sides are compared in canonical form (`crate::net::host`), so `0x7f.1` matches
-    /// a `127.0.0.1` entry and `bücher.example` its A-label.
-    pub fn is_passthrough(&self, host: &str) -> bool {
-        let host = canonical_host(host).unwrap_or_else(|_| host.to_ascii_lowercase());
-        self.passthrough_hosts.iter().any(|p| host_matches(&canonical_pattern(p), &host))
-    }
-
-    /// Problems in `[mitm]`, each naming the key, its value and the fix.
-    pub(crate) fn problems(&self, problems: &mut Vec<String>) {
-        let default = Self::default().cert_cache_size;
-        nonzero_caps(problems, &[("[mitm] cert_cache_size", self.cert_cache_size, default)]);
-        for pattern in &self.passthrough_hosts {
-            if !is_host_pattern(pattern) {
-                problems.push(format!(
-                    "[mitm] passthrough_hosts entry {pattern:?}: not a host name or `*.suffix`; write e.g. \"bank.example\" or \"*.bank.example\" (no scheme, port or path)"
-                ));
-            }
-        }
-    }
-}
 
 /// The first byte of a TLS record carrying a handshake message (RFC 8446 §5.1).
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;

@@ -14,7 +14,7 @@ use std::time::Instant;
 use http::Response;
 use tracing::info;
 
-use super::ProxyBody;
+use super::body::ProxyBody;
 use super::context::{Generation, ProxyState};
 use super::error::ProxyError;
 use super::service::{answer_blocked, record};

@@ -21,8 +21,8 @@ use std::time::{Instant, SystemTime};
 
 use tracing::{info, warn};
 
+use super::conn::Drain;
 use super::context::{Generation, ProxyState};
-use super::drain::Drain;
 use crate::approvals::{
     Approval, ApprovalDecision, ApprovalMode, ApprovalsConfig, GrantKey, Held, HeldRule, HostGrantKey, Remember,
 };

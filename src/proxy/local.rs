@@ -16,8 +16,8 @@ use http::header::{ALLOW, CONTENT_LENGTH};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::ProxyBody;
-use super::block::body_response;
+use super::answer::body_response;
+use super::body::ProxyBody;
 use super::context::{ProxyState, RequestContext};
 use super::service::record;
 use crate::audit::{DecisionRecord, Outcome};

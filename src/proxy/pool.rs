@@ -1,7 +1,7 @@
 //! The connection pool to origins, over hyper's own client connections
 //! (`hyper::client::conn::{http1, http2}`): one per proxy, shared by proxied requests,
 //! WebSocket upgrades and policy fetches. It opens each connection under the socket budget
-//! (`sockets.rs`) through the guarded connector (`resolve.rs`), with TLS verified against the
+//! (`conn::sockets`) through the guarded connector (`resolve.rs`), with TLS verified against the
 //! upstream roots (ALPN `h2` and `http/1.1`, or `http/1.1` alone for an upgrade), and keeps
 //! exact lists of what is idle: per origin at most `[upstream] max_idle_per_host` HTTP/1.1
 //! connections, newest reused first, and one shared h2 connection; across origins, one list
@@ -41,9 +41,9 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 use tracing::debug;
 
-use super::ProxyBody;
+use super::body::ProxyBody;
+use super::conn::{AtCapacity, CloseIdle, Counted, Sockets};
 use super::resolve::{ConnectError, GuardedConnector};
-use super::sockets::{AtCapacity, CloseIdle, Counted, Sockets};
 use crate::error_chain::error_chain;
 use crate::metrics::UpstreamMetrics;
 use crate::net::GuardError;

@@ -27,17 +27,16 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
-use super::ProxyBody;
-use super::block::{audit_unavailable, blocked_response, error_response, error_type_for, status_for};
+use super::answer::{audit_unavailable, blocked_response, error_response, error_type_for, status_for};
+use super::body::{ProxyBody, hold_until_body_ends};
+use super::conn::{Drain, splice};
 use super::connect::handle_connect;
 use super::context::{Entry, ProxyState, RequestContext};
 use super::destination::{Ask, check_destination};
-use super::drain::Drain;
 use super::error::{ProxyError, shown_target};
 use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
 use super::hold;
 use super::local;
-use super::relay::splice;
 use super::transparent;
 use super::upstream::PooledBody;
 use crate::agents::Identity;
@@ -336,19 +335,6 @@ pub(crate) fn answer_blocked<'a>(
         let response = blocked_response(&blocked, request_headers);
         record(state, blocked.into_record(), started, Ok(response.status())).await;
         response
-    })
-}
-
-/// The response with `held` tied to its body, released when the body ends or is dropped
-/// (the client hung up mid-response): a request's concurrency slots (C21), or its place in
-/// the connection's requests in flight (`idle.rs`).
-pub(super) fn hold_until_body_ends<H: Send + 'static>(response: Response<ProxyBody>, held: H) -> Response<ProxyBody> {
-    response.map(|body| {
-        body.map_frame(move |frame| {
-            let _held = &held;
-            frame
-        })
-        .boxed_unsync()
     })
 }
 

@@ -1,6 +1,6 @@
 //! Transparent mode (`[transparent] listen`): connections the kernel redirected to agentgate
 //! (nftables/iptables `REDIRECT`), from agents that ignore proxy variables. Each connection's
-//! original destination is read (`original_dst`), then it is served by the same code as a
+//! original destination is read (`conn::original_dst`), then it is served by the same code as a
 //! CONNECT tunnel to that destination:
 //! - TLS (a ClientHello in the first bytes, whatever the port): its SNI is read without
 //!   terminating anything, held to the agent's egress lists (before it is looked up), checked
@@ -29,58 +29,24 @@ use http::header::HOST;
 use http::uri::{Authority, Scheme};
 use http::{HeaderMap, Request, Response};
 use hyper::body::Incoming;
-use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{Instrument, debug, debug_span, info, warn};
 
-use super::ProxyBody;
-use super::admission::Admission;
-use super::block::error_response;
+use super::answer::error_response;
+use super::body::ProxyBody;
+use super::conn::{Admission, Drain, Rewind, original_destination, splice};
 use super::connect::{AuditUnavailable, decide_passthrough, open_passthrough, serve_intercepted, starts_tls};
 use super::context::{Entry, ProxyState, RequestContext};
-use super::drain::Drain;
 use super::error::ProxyError;
 use super::hold;
-use super::listener::{ServerProtocols, serve_connection};
-use super::original_dst::original_destination;
-use super::relay::splice;
-use super::rewind::Rewind;
+use super::serve::{ServerProtocols, serve_connection};
 use super::service::{ProxyService, answer_blocked, record};
 use crate::agents::Identity;
 use crate::error_chain::error_chain;
 use crate::fetch::Origin;
 use crate::gate::{Admitted, Blocked, GateRequest};
 use crate::net::{GuardError, Refusal, canonical_host};
-use crate::setting::socket_addrs;
-
-/// `[transparent]`: listeners for connections the kernel redirects to agentgate.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TransparentConfig {
-    /// Addresses to accept redirected connections on, e.g. `["0.0.0.0:8443"]`; TLS or plain
-    /// HTTP is told by the first bytes, not the port. Default none: transparent mode off.
-    #[serde(deserialize_with = "socket_addrs")]
-    pub listen: Vec<SocketAddr>,
-}
-
-impl TransparentConfig {
-    /// Problems in `[transparent]`, each naming the key, its value and the fix (a listen
-    /// address colliding with `listen` or `[admin] listen` is checked in `crate::config`).
-    pub(crate) fn problems(&self, problems: &mut Vec<String>) {
-        if !self.listen.is_empty() && !cfg!(target_os = "linux") {
-            problems.push(format!(
-                "[transparent] listen = {:?}: transparent mode needs Linux (the kernel's SO_ORIGINAL_DST); remove the key, or set HTTPS_PROXY in the agents instead",
-                self.listen
-            ));
-        }
-        for (i, addr) in self.listen.iter().enumerate() {
-            if self.listen[..i].contains(addr) && addr.port() != 0 {
-                problems.push(format!("[transparent] listen entry \"{addr}\": listed twice; keep one"));
-            }
-        }
-    }
-}
 
 /// The most a ClientHello may take before the SNI is read (TLS records are at most 16 KiB
 /// each; a post-quantum key share makes a ClientHello a few KiB).
@@ -481,15 +447,5 @@ mod tests {
         let v6: SocketAddr = "[2001:db8::5]:443".parse().expect("a socket address");
         assert_eq!(original_authority(v6).as_str(), "[2001:db8::5]:443");
         assert_eq!(authority_for("a b", 443), None, "a malformed SNI or Host routes nowhere");
-    }
-
-    #[test]
-    fn transparent_mode_is_off_by_default_and_linux_only() {
-        let mut problems = Vec::new();
-        TransparentConfig::default().problems(&mut problems);
-        assert!(problems.is_empty());
-        let on = TransparentConfig { listen: vec!["0.0.0.0:8443".parse().expect("a socket address")] };
-        on.problems(&mut problems);
-        assert_eq!(problems.is_empty(), cfg!(target_os = "linux"), "{problems:?}");
     }
 }

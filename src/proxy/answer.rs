@@ -7,7 +7,7 @@
 //! and for a request held for a human's approval, how the wait ended (`docs/approvals.md`).
 //! A block answer to HEAD has no body (its headers stay), on HTTP/1.1 and h2 alike.
 //!
-//! Never forwards anything; never decides whether a request is allowed.
+//! Never forwards anything, decides whether a request is allowed, or writes the decision log.
 
 use std::fmt::Write as _;
 
@@ -17,7 +17,7 @@ use http::{HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use serde_json::json;
 
-use super::ProxyBody;
+use super::body::ProxyBody;
 use super::error::ProxyError;
 use crate::approvals::ApprovalDecision;
 use crate::audit::ErrorType;

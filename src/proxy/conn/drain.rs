@@ -9,13 +9,13 @@ use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
 
+use hyper::body::{Body, Incoming};
+use hyper::rt::bounds::Http2ServerConnExec;
 use hyper::rt::{Read, Write};
 use hyper::server::conn::{http1, http2};
-use hyper_util::rt::TokioExecutor;
+use hyper::service::HttpService;
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-use super::idle::Counted;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Phase {
@@ -118,18 +118,27 @@ pub(crate) trait Graceful: Future {
     fn graceful_shutdown(self: Pin<&mut Self>);
 }
 
-impl<I> Graceful for http1::UpgradeableConnection<I, Counted>
+impl<I, S> Graceful for http1::UpgradeableConnection<I, S>
 where
     I: Read + Write + Unpin + Send + 'static,
+    S: HttpService<Incoming>,
+    S::Error: Into<Box<dyn StdError + Send + Sync>>,
+    S::ResBody: 'static,
+    <S::ResBody as Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
     fn graceful_shutdown(self: Pin<&mut Self>) {
         http1::UpgradeableConnection::graceful_shutdown(self);
     }
 }
 
-impl<I> Graceful for http2::Connection<I, Counted, TokioExecutor>
+impl<I, S, E> Graceful for http2::Connection<I, S, E>
 where
-    I: Read + Write + Unpin + Send + 'static,
+    I: Read + Write + Unpin,
+    S: HttpService<Incoming>,
+    S::Error: Into<Box<dyn StdError + Send + Sync>>,
+    S::ResBody: 'static,
+    <S::ResBody as Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
+    E: Http2ServerConnExec<S::Future, S::ResBody>,
 {
     fn graceful_shutdown(self: Pin<&mut Self>) {
         http2::Connection::graceful_shutdown(self);
