@@ -39,7 +39,8 @@ pub(super) fn holds(config: &Config, blocked: &Blocked) -> bool {
 /// timed out or refused by a full queue (a block saying so).
 ///
 /// Boxed: a held request carries its record across a long wait, and the request path's
-/// future would otherwise carry that space on every request (issue 11).
+/// future would otherwise carry that space on every request (the hot path,
+/// `docs/request-flow.md`).
 pub(super) fn held<'a>(
     state: &'a Arc<ProxyState>,
     live: &'a Generation,

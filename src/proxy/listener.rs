@@ -21,7 +21,7 @@ use super::error::StartError;
 use super::resolve::GuardedConnector;
 use super::serve::{ServerProtocols, serve_connection};
 use super::service::ProxyService;
-use super::transparent;
+use super::tunnel;
 use super::upstream::Upstream;
 use crate::admin::{AdminAccess, AdminServer, AdminState};
 use crate::audit::{AuditLog, AuditWriter};
@@ -200,7 +200,7 @@ impl RunningProxy {
         // Each stops accepting when draining starts; their connections count in the drain.
         for listener in transparent {
             let (state, admission) = (Arc::clone(&state), Arc::clone(&admission));
-            tokio::spawn(transparent::accept_loop(listener, state, admission, drain.handle()));
+            tokio::spawn(tunnel::accept_loop(listener, state, admission, drain.handle()));
         }
         let admin = admin.map(|server| server.start(admin_state(&state, cache, &admission)));
         let accept_errors = Throttled::new();
@@ -220,8 +220,8 @@ impl RunningProxy {
                 },
             }
         }
-        // One grace period for everything that serves (issue 25: the admin API's own grace
-        // began where the proxy's ended, so a 10 s grace could answer for 20 s).
+        // One grace period for everything that serves: were the admin API's own grace to
+        // begin where the proxy's ended, a 10 s grace could answer for 20 s.
         let grace = state.generation().config.shutdown_grace;
         let deadline = tokio::time::Instant::now() + grace;
         drop(listener);

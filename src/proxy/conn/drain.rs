@@ -73,7 +73,7 @@ impl Drain {
     /// Runs `task`, a connection's or tunnel's whole task, until it ends or the grace period
     /// is over, whichever comes first; then it is dropped and its connection closed. So no
     /// wait inside it (a first byte, a TLS handshake, an upgrade, a policy fetch) outlives
-    /// shutdown, and a task the grace period ended before it began never runs (issue 25).
+    /// shutdown, and a task the grace period ended before it began never runs.
     pub(crate) async fn until_stopped(mut self, task: impl Future<Output = ()>) {
         tokio::select! {
             biased;

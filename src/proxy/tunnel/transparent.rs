@@ -7,10 +7,10 @@
 //!   to name the original destination, then a passthrough
 //!   host (`[mitm] passthrough_hosts`) gets the CONNECT's host-level decision and is
 //!   spliced to the original destination untouched; any other is intercepted exactly like a
-//!   MITM'd CONNECT to `SNI:original-port` (`connect::serve_intercepted`);
+//!   MITM'd CONNECT to `SNI:original-port` (`intercept::serve_intercepted`);
 //! - anything else is plain HTTP, served like the inside of a plain tunnel, each request
 //!   routed to the site its `Host` names once that is checked to be the original
-//!   destination (`check_host`, called by the request service).
+//!   destination (`original::check_host`, called by the request service).
 //!
 //! A connection whose original destination is agentgate itself (not redirected, or
 //! redirected to one of its own ports) is refused and closed, never dialled: no loop.
@@ -20,33 +20,31 @@
 //! Never: parses TLS by hand (rustls reads the ClientHello), dials a name the client did not
 //! connect to, decides policy (the gate does). See `docs/transparent.md`.
 
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, LazyLock};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use http::header::HOST;
+use http::HeaderMap;
 use http::uri::{Authority, Scheme};
-use http::{HeaderMap, Request, Response};
-use hyper::body::Incoming;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{Instrument, debug, debug_span, info, warn};
 
-use super::answer::error_response;
-use super::body::ProxyBody;
-use super::conn::{Admission, Drain, Rewind, original_destination, splice};
-use super::connect::{AuditUnavailable, decide_passthrough, open_passthrough, serve_intercepted, starts_tls};
-use super::context::{Entry, ProxyState, RequestContext};
-use super::error::ProxyError;
-use super::hold;
-use super::serve::{ServerProtocols, serve_connection};
-use super::service::{ProxyService, answer_blocked, record};
+use super::intercept::{serve_intercepted, starts_tls};
+use super::original::{connection_request, names_destination, original_authority, refused_origin};
+use super::passthrough::{AuditUnavailable, decide_passthrough, open_passthrough};
 use crate::agents::Identity;
 use crate::error_chain::error_chain;
 use crate::fetch::Origin;
 use crate::gate::{Admitted, Blocked, GateRequest};
-use crate::net::{GuardError, Refusal, canonical_host};
+use crate::net::Refusal;
+use crate::proxy::conn::{Admission, Drain, Rewind, original_destination, splice};
+use crate::proxy::context::{Entry, ProxyState};
+use crate::proxy::error::TunnelError;
+use crate::proxy::hold;
+use crate::proxy::serve::{ServerProtocols, serve_connection};
+use crate::proxy::service::{ProxyService, record};
 
 /// The most a ClientHello may take before the SNI is read (TLS records are at most 16 KiB
 /// each; a post-quantum key share makes a ClientHello a few KiB).
@@ -188,7 +186,7 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     let admitted = admitted.and_then(Admitted::for_tunnel).map(Arc::new);
     match serve_intercepted(state, client, (agent, admitted), authority, io, entry, drain).await {
         Ok(()) => {}
-        Err(error @ crate::proxy::TunnelError::ClientHungUp { .. }) => debug!(error = %error, "connection closed"),
+        Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "connection closed"),
         Err(error) => warn!(error = %error, "transparent TLS connection failed"),
     }
 }
@@ -274,142 +272,6 @@ async fn read_sni(tcp: &mut TcpStream, first: &mut BytesMut) -> Result<Option<St
     }
 }
 
-/// Checks that `host` (an SNI or `Host` name, or an IP) names `original`, the address the
-/// client connected to: the IP itself, or a name whose addresses, as the network guard
-/// resolves and vets them, include it. Returns the authority requests are routed to:
-/// `host:original-port`.
-///
-/// # Errors
-/// [`Refusal::NotOriginalDestination`] for another site or a name that does not resolve;
-/// the guard's own refusal when the name's addresses are refused (so the agent hears the
-/// same `network.*` reason a proxied request would).
-async fn names_destination(state: &ProxyState, host: &str, original: SocketAddr) -> Result<Authority, Refusal> {
-    let mismatch = || Refusal::NotOriginalDestination { host: host.to_owned(), original };
-    let authority = authority_for(host, original.port()).ok_or_else(mismatch)?;
-    let canonical = canonical_host(host).map_err(|_| mismatch())?;
-    let addresses = match state.guard.check(&canonical, original.port()).await {
-        Ok(vetted) => vetted.addresses().to_vec(),
-        Err(GuardError::Refused(refusal)) => return Err(refusal),
-        Err(GuardError::Resolve { .. } | GuardError::BadHost(_)) => return Err(mismatch()),
-    };
-    if names_address(&addresses, original.ip()) { Ok(authority) } else { Err(mismatch()) }
-}
-
-/// Whether `original` is one of `addresses` (an IPv4 address matches its IPv4-mapped IPv6
-/// form: a dual-stack listener sees IPv4 clients that way).
-fn names_address(addresses: &[IpAddr], original: IpAddr) -> bool {
-    let canonical = |ip: IpAddr| ip.to_canonical();
-    addresses.iter().any(|ip| canonical(*ip) == canonical(original))
-}
-
-/// `host:port`, with brackets around an IPv6 address; `None` when `host` cannot be a URI
-/// host (a malformed SNI or `Host`).
-fn authority_for(host: &str, port: u16) -> Option<Authority> {
-    let text = match host.parse::<IpAddr>() {
-        Ok(IpAddr::V6(v6)) => format!("[{v6}]:{port}"),
-        _ => format!("{host}:{port}"),
-    };
-    text.parse().ok()
-}
-
-/// The original destination as an authority (`10.0.0.5:443`, `[2001:db8::5]:443`).
-fn original_authority(original: SocketAddr) -> Authority {
-    // `SocketAddr`'s display is `ip:port`, brackets around IPv6: always an authority.
-    original.to_string().parse().expect("a socket address is a valid URI authority")
-}
-
-/// The authority a plain-HTTP request on a transparent connection is routed to: the host its
-/// `Host` names, on the original destination's port; the original destination itself when
-/// there is no usable `Host` (HTTP/1.0). [`check_host`] then holds the name to that address.
-pub(crate) fn named_authority(headers: &HeaderMap, original: SocketAddr) -> Authority {
-    let named =
-        headers.get(HOST).and_then(|value| value.to_str().ok()).and_then(|value| value.parse::<Authority>().ok());
-    match named {
-        Some(named) => authority_for(named.host().trim_start_matches('[').trim_end_matches(']'), original.port())
-            .unwrap_or_else(|| original_authority(original)),
-        None => original_authority(original),
-    }
-}
-
-/// The `Host` check of a plain-HTTP request on a transparent connection: the site it names
-/// (`context.authority`, from [`named_authority`]) must be `original`, and a port in `Host`
-/// must be the original port. A mismatch is answered `403` with `transparent.host_mismatch`
-/// (recorded), a refused address with the guard's own reason: never forwarded elsewhere.
-///
-/// # Errors
-/// The block answer, already recorded.
-pub(crate) async fn check_host(
-    state: &ProxyState,
-    original: SocketAddr,
-    agent: &Identity,
-    context: &RequestContext,
-    request: &Request<Incoming>,
-) -> Result<(), Response<ProxyBody>> {
-    let headers = request.headers();
-    let host = context.authority.host().trim_start_matches('[').trim_end_matches(']');
-    let port_named =
-        headers.get(HOST).and_then(|value| value.to_str().ok()).and_then(|value| value.parse::<Authority>().ok());
-    let other_port = port_named.and_then(|named| named.port_u16()).is_some_and(|port| port != original.port());
-    let refusal = match names_destination(state, host, original).await {
-        Ok(_) if other_port => Refusal::NotOriginalDestination { host: host.to_owned(), original },
-        Ok(_) => return Ok(()),
-        Err(refusal) => refusal,
-    };
-    info!(code = refusal.code(), %original, named = %host, "transparent request refused: {refusal}");
-    let Some(origin) = refused_origin(&Scheme::HTTP, host, original) else {
-        let authority = context.authority.to_string();
-        return Err(error_response(&ProxyError::BadTunnelRequest {
-            method: request.method().to_string(),
-            target: host.into(),
-            authority,
-        }));
-    };
-    let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
-    let url = format!("http://{}:{}{path}", origin.host(), origin.port());
-    let refused = GateRequest {
-        method: request.method().as_str(),
-        path_and_query: path,
-        headers,
-        entry: Entry::Transparent { tls: false }.as_str(),
-        ..connection_request(context.client, agent, &origin, &url)
-    };
-    let blocked = state.generation().gate.refuse(&refusal, &refused);
-    Err(answer_blocked(state, blocked, headers, context.started).await)
-}
-
-/// No headers: what a refused connection's record is made from (it sent none, or TLS).
-static NO_HEADERS: LazyLock<HeaderMap> = LazyLock::new(HeaderMap::new);
-
-/// The host-level request a refused transparent connection is recorded as: `CONNECT`, as a
-/// refused CONNECT is.
-fn connection_request<'a>(
-    client: SocketAddr,
-    agent: &'a Identity,
-    origin: &'a Origin,
-    url: &'a str,
-) -> GateRequest<'a> {
-    GateRequest {
-        client,
-        agent,
-        origin,
-        url,
-        method: "CONNECT",
-        path_and_query: "/",
-        headers: &NO_HEADERS,
-        addresses: &[],
-        entry: Entry::Transparent { tls: true }.as_str(),
-        admitted: None,
-    }
-}
-
-/// The origin of a refused connection's record: `host` on the original port, or the original
-/// destination itself when `host` is not a usable host (a bad SNI).
-fn refused_origin(scheme: &Scheme, host: &str, original: SocketAddr) -> Option<Origin> {
-    authority_for(host, original.port())
-        .and_then(|authority| Origin::from_parts(scheme, &authority).ok())
-        .or_else(|| Origin::from_parts(scheme, &original_authority(original)).ok())
-}
-
 /// Records a refused connection that got no HTTP answer (TLS, or closed before a request).
 async fn refused_connection(state: &ProxyState, blocked: Blocked, started: Instant) {
     let mut record = blocked.into_record();
@@ -417,35 +279,5 @@ async fn refused_connection(state: &ProxyState, blocked: Blocked, started: Insta
     state.metrics.record(&record);
     if let Err(unrecorded) = state.audit.record(&record).await {
         warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_original_destination_matches_in_any_spelling_of_its_family() {
-        let v4: IpAddr = [10, 200, 2, 2].into();
-        let mapped: IpAddr = "::ffff:10.200.2.2".parse().expect("an IPv6 literal");
-        assert!(names_address(&[v4], v4));
-        assert!(names_address(&[[10, 200, 2, 9].into(), v4], mapped), "a dual-stack listener's view");
-        assert!(names_address(&[mapped], v4));
-        assert!(!names_address(&[[10, 200, 2, 9].into()], v4), "another site");
-        assert!(!names_address(&[], v4), "no address at all");
-    }
-
-    #[test]
-    fn the_host_header_names_the_site_on_the_original_port() {
-        let original: SocketAddr = "10.200.2.2:80".parse().expect("a socket address");
-        let headers = |host: &str| HeaderMap::from_iter([(HOST, host.parse().expect("a header value"))]);
-        assert_eq!(named_authority(&headers("origin.test"), original).as_str(), "origin.test:80");
-        assert_eq!(named_authority(&headers("origin.test:8080"), original).as_str(), "origin.test:80");
-        assert_eq!(named_authority(&headers("[2001:db8::1]:80"), original).as_str(), "[2001:db8::1]:80");
-        assert_eq!(named_authority(&HeaderMap::new(), original).as_str(), "10.200.2.2:80", "HTTP/1.0: no Host");
-        assert_eq!(named_authority(&headers("a b"), original).as_str(), "10.200.2.2:80", "unparsable");
-        let v6: SocketAddr = "[2001:db8::5]:443".parse().expect("a socket address");
-        assert_eq!(original_authority(v6).as_str(), "[2001:db8::5]:443");
-        assert_eq!(authority_for("a b", 443), None, "a malformed SNI or Host routes nowhere");
     }
 }
