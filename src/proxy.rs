@@ -25,6 +25,7 @@ mod hold;
 mod listener;
 mod local;
 mod pool;
+mod record;
 mod resolve;
 mod serve;
 mod service;

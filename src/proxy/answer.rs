@@ -25,6 +25,24 @@ use crate::gate::{BlockKind, Blocked};
 use crate::policy::advice::advice;
 use crate::policy::{LimitKind, Outcome};
 
+/// Why the phases ended a request before it was forwarded, or while it was: an answer
+/// agentgate wrote itself (a block, a local page, the 503 of an unwritable decision log), or
+/// an error, answered by [`error_response`]. Either way the request's record
+/// (`record::RequestRecord`) is finished with it.
+#[derive(Debug)]
+pub(crate) enum Exit {
+    /// Answer with this.
+    Answered(Response<ProxyBody>),
+    /// Answer the error.
+    Failed(ProxyError),
+}
+
+impl From<ProxyError> for Exit {
+    fn from(error: ProxyError) -> Self {
+        Exit::Failed(error)
+    }
+}
+
 /// The header that carries a block's verdict and first reason, e.g.
 /// `agentgate-decision: deny; source=robots.txt; line=4; record=0193…`.
 pub(crate) const DECISION_HEADER: HeaderName = HeaderName::from_static("agentgate-decision");

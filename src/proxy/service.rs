@@ -19,24 +19,24 @@ use std::time::Instant;
 
 use http::header::{ACCEPT, HOST};
 use http::uri::{Authority, Scheme};
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
-use super::answer::{audit_unavailable, blocked_response, error_response, error_type_for, status_for};
-use super::body::{ProxyBody, hold_until_body_ends};
+use super::answer::{Exit, error_response};
+use super::body::ProxyBody;
 use super::conn::Drain;
-use super::context::{Entry, ProxyState, RequestContext};
+use super::context::{Entry, Generation, ProxyState, RequestContext};
 use super::destination::{Ask, check_destination};
 use super::error::{ProxyError, shown_target};
 use super::forward::forward;
 use super::hold;
 use super::local;
+use super::record::{Ending, RequestRecord};
 use super::tunnel::{self, handle_connect};
 use crate::agents::Identity;
-use crate::audit::{DecisionRecord, OnFailure, Outcome as LogOutcome};
 use crate::fetch::Origin;
-use crate::gate::{Admitted, Blocked, GateRequest, Verdict};
+use crate::gate::{Admitted, GateRequest, Permitted, Verdict};
 
 /// Where a connection's requests go: the proxy port, or the inside of one CONNECT tunnel.
 #[derive(Clone, Debug)]
@@ -102,9 +102,11 @@ impl ProxyService {
         ProxyService { state, client, target: Target::Transparent { original, agent }, drain }
     }
 
-    /// One request, start to response head, inside its tracing span.
+    /// One request, start to response head, inside its tracing span, with its one decision
+    /// record: started here, finished here with whatever answer the phases ended with, and
+    /// written from `Drop` should the client hang up first (`record`).
     async fn handle(self, request: Request<Incoming>) -> Response<ProxyBody> {
-        let started = Instant::now();
+        let mut record = RequestRecord::start(Arc::clone(&self.state), self.drain.clone());
         let id = self.state.next_request_id();
         let entry = match &self.target {
             Target::ProxyPort => Entry::Forward,
@@ -120,143 +122,166 @@ impl ProxyService {
             authority = field::Empty,
         );
         async {
-            let result = self.run_phases(started, request).await;
-            let response = result.unwrap_or_else(|error| {
-                let response = error_response(&error);
-                // A client's mistake is routine; an origin or proxy failure deserves attention.
-                if response.status().is_client_error() {
-                    info!(error = %error, "request refused");
-                } else {
-                    warn!(error = %error, "request failed");
+            let response = match self.run_phases(&mut record, request).await {
+                Ok(response) | Err(Exit::Answered(response)) => {
+                    record.finish(Ending::Answered(response.status())).await;
+                    response
                 }
-                response
-            });
+                Err(Exit::Failed(error)) => {
+                    let response = error_response(&error);
+                    // A client's mistake is routine; an origin or proxy failure deserves attention.
+                    if response.status().is_client_error() {
+                        info!(error = %error, "request refused");
+                    } else {
+                        warn!(error = %error, "request failed");
+                    }
+                    record.finish(Ending::Failed(&error)).await;
+                    response
+                }
+            };
             // The decision log is the per-request record; this line is for debugging only
             // (at `info` it cost about a tenth of a request's CPU, bench/RESULTS.md).
-            debug!(status = response.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "response");
+            let elapsed_ms = record.started().elapsed().as_millis() as u64;
+            debug!(status = response.status().as_u16(), elapsed_ms, "response");
             response
         }
         .instrument(span)
         .await
     }
 
-    /// The phases in order. A CONNECT on the proxy port goes to `handle_connect`; every other
-    /// request is routed, then forwarded.
+    /// The phases in order, each named: a CONNECT on the proxy port opens a tunnel; every
+    /// other request is routed, identified, admitted, vetted, decided, then forwarded. A
+    /// phase that answers instead (a block, a local page, an error) ends the request there.
     async fn run_phases(
         &self,
-        started: Instant,
+        record: &mut RequestRecord,
         request: Request<Incoming>,
-    ) -> Result<Response<ProxyBody>, ProxyError> {
+    ) -> Result<Response<ProxyBody>, Exit> {
         if request.method() == Method::CONNECT && matches!(self.target, Target::ProxyPort) {
             // Boxed: once per tunnel, and its future would otherwise be part of every
             // request's (the hot path, `docs/request-flow.md`).
-            return Box::pin(handle_connect(&self.state, self.client, self.drain.clone(), request)).await;
+            return Box::pin(handle_connect(&self.state, self.client, self.drain.clone(), record, request)).await;
         }
-
-        let (context, request) = self.route(started, request)?;
-        let transparent = match &self.target {
-            Target::Transparent { original, .. } => Some(*original),
-            _ => None,
-        };
-        if transparent.is_none() && local::is_local(context.authority.host()) {
-            return Ok(Box::pin(local::answer(&self.state, &context, &request)).await);
+        let (context, request) = self.route(record.started(), request)?;
+        if !matches!(self.target, Target::Transparent { .. }) {
+            self.answer_locally(record, &context, &request)?;
         }
         // One config generation for the whole request, whatever a reload swaps in meanwhile.
         let live = self.state.generation();
-        let origin = Origin::from_parts(&context.scheme, &context.authority)
-            .map_err(|_| ProxyError::UnsupportedScheme { uri: shown_target(request.uri()) })?;
-        let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
-        // The log names the canonical host (`crate::net::host`), with the port as sent.
-        let port = context.authority.port().map(|p| format!(":{p}")).unwrap_or_default();
-        let url = format!("{}://{}{port}{path}", context.scheme, origin.host());
-        let method = request.method().as_str();
-        let (agent, entry, tunnel_admitted) = match &self.target {
-            Target::Tunnel { agent, entry, admitted, .. } => (agent.clone(), *entry, admitted.as_deref()),
-            Target::Transparent { agent, .. } => (agent.clone(), Entry::Transparent { tls: false }, None),
-            Target::ProxyPort => match live.gate.identify_agent(context.client, method, &url, request.headers()) {
-                Ok(agent) => (agent, Entry::Forward, None),
-                Err(blocked) => return Ok(answer_blocked(&self.state, *blocked, request.headers(), started).await),
-            },
-        };
+        let named = Named::of(&context, &request)?;
+        let (agent, entry, tunnel_admitted) = self.identify_agent(&live, record, &context, &named, &request)?;
         let gate_request = GateRequest {
             client: context.client,
             agent: &agent,
-            origin: &origin,
-            url: &url,
-            method,
-            path_and_query: path,
+            origin: &named.origin,
+            url: &named.url,
+            method: request.method().as_str(),
+            path_and_query: path_and_query(&request),
             headers: request.headers(),
             addresses: &[],
             entry: entry.as_str(),
             admitted: tunnel_admitted,
         };
-        // The agent's egress lists, before anything about the host is looked up.
-        let admitted = match live.gate.check_egress(&gate_request) {
-            Ok(()) => None,
-            Err(blocked) => {
-                match hold::admit_host(&self.state, &live, *blocked, gate_request, started, self.drain.clone()).await {
-                    Ok(admitted) => Some(admitted),
-                    Err(blocked) => return Ok(answer_blocked(&self.state, blocked, request.headers(), started).await),
+        record.undecided(live.gate.undecided(&gate_request));
+        let admitted = self.check_egress(&live, record, gate_request).await?;
+        let gate_request = GateRequest { admitted: admitted.as_ref().or(tunnel_admitted), ..gate_request };
+        self.check_host(record, &context, &request).await?;
+        // Held until the request is forwarded: the connector dials these addresses.
+        let vetted = check_destination(&self.state, &live, record, gate_request, Ask::Request).await?;
+        let permit = self.decide(&live, record, GateRequest { addresses: vetted.addresses(), ..gate_request }).await?;
+        // A withheld download (C17) is answered like any block: JSON if the agent accepts it.
+        let accept = request.headers().get(ACCEPT).cloned();
+        let permit = record.forwarding(permit).await?;
+        let response = forward(&self.state, &context, permit, request, self.drain.clone()).await?;
+        Ok(record.answered(response, accept))
+    }
+
+    /// Phase `local`: a request to `agentgate.local` is answered by agentgate itself, before
+    /// anything is looked up (`local.rs`).
+    fn answer_locally(
+        &self,
+        record: &mut RequestRecord,
+        context: &RequestContext,
+        request: &Request<Incoming>,
+    ) -> Result<(), Exit> {
+        if !local::is_local(context.authority.host()) {
+            return Ok(());
+        }
+        Err(Exit::Answered(local::answer(&self.state, record, context, request)))
+    }
+
+    /// Phase `identify_agent`: on the proxy port, the agent of each request (`407` when
+    /// `[auth] required` is not met); inside a tunnel, the one identified at its CONNECT (and
+    /// a human's admission of the tunnel's host); on a transparent connection, the client
+    /// address's.
+    fn identify_agent<'s>(
+        &'s self,
+        live: &Generation,
+        record: &mut RequestRecord,
+        context: &RequestContext,
+        named: &Named,
+        request: &Request<Incoming>,
+    ) -> Result<(Identity, Entry, Option<&'s Admitted>), Exit> {
+        match &self.target {
+            Target::Tunnel { agent, entry, admitted, .. } => Ok((agent.clone(), *entry, admitted.as_deref())),
+            Target::Transparent { agent, .. } => Ok((agent.clone(), Entry::Transparent { tls: false }, None)),
+            Target::ProxyPort => {
+                let (method, headers) = (request.method().as_str(), request.headers());
+                match live.gate.identify_agent(context.client, method, &named.url, headers) {
+                    Ok(agent) => Ok((agent, Entry::Forward, None)),
+                    Err(blocked) => Err(record.block(*blocked, headers)),
                 }
             }
-        };
-        let gate_request = GateRequest { admitted: admitted.as_ref().or(tunnel_admitted), ..gate_request };
-        if let (Some(original), Target::Transparent { agent, .. }) = (transparent, &self.target) {
-            // The site the `Host` names must be the one the client connected to (no fronting).
-            let checked = tunnel::check_host(&self.state, original, agent, &context, &request);
-            if let Err(refused) = Box::pin(checked).await {
-                return Ok(refused);
-            }
-            if local::is_local(context.authority.host()) {
-                return Ok(Box::pin(local::answer(&self.state, &context, &request)).await);
-            }
         }
-        // Held until the request is forwarded: the connector dials these addresses.
-        let vetted = match check_destination(&self.state, &live, started, gate_request, Ask::Request).await? {
-            Ok(vetted) => vetted,
-            Err(blocked) => return Ok(blocked),
-        };
-        let decided = GateRequest { addresses: vetted.addresses(), ..gate_request };
-        let verdict = match live.gate.decide(decided).await {
+    }
+
+    /// Phase `check_egress`: the agent's egress lists, before anything about the host is
+    /// looked up; a host they do not list may be admitted by a grant or a human
+    /// (`hold::admit_host`).
+    async fn check_egress(
+        &self,
+        live: &Generation,
+        record: &mut RequestRecord,
+        request: GateRequest<'_>,
+    ) -> Result<Option<Admitted>, Exit> {
+        let Err(blocked) = live.gate.check_egress(&request) else { return Ok(None) };
+        match hold::admit_host(&self.state, live, record, *blocked, request, self.drain.clone()).await {
+            Ok(admitted) => Ok(Some(admitted)),
+            Err(blocked) => Err(record.block(blocked, request.headers)),
+        }
+    }
+
+    /// Phase `check_host`, on a transparent connection only: the site the `Host` names must
+    /// be the one the client connected to (no fronting); an `agentgate.local` it names is then
+    /// answered locally, as on the proxy port.
+    async fn check_host(
+        &self,
+        record: &mut RequestRecord,
+        context: &RequestContext,
+        request: &Request<Incoming>,
+    ) -> Result<(), Exit> {
+        let Target::Transparent { original, agent } = &self.target else { return Ok(()) };
+        Box::pin(tunnel::check_host(&self.state, record, *original, agent, context, request)).await?;
+        self.answer_locally(record, context, request)
+    }
+
+    /// Phase `decide`: the gate's verdict (`Gate::decide`); a block a human may approve waits
+    /// for one (`hold`).
+    async fn decide(
+        &self,
+        live: &Generation,
+        record: &mut RequestRecord,
+        request: GateRequest<'_>,
+    ) -> Result<Permitted, Exit> {
+        let verdict = match live.gate.decide(request).await {
             Verdict::Block(blocked) if hold::holds(&live.config, &blocked) => {
-                hold::held(&self.state, &live, blocked, decided, started, self.drain.clone()).await
+                hold::held(&self.state, live, record, blocked, request, self.drain.clone()).await
             }
             verdict => verdict,
         };
-        let permit = match verdict {
-            Verdict::Block(blocked) => {
-                return Ok(answer_blocked(&self.state, blocked, request.headers(), started).await);
-            }
-            Verdict::Forward(permit) => permit,
-        };
-        // The audit promise (docs/decision-log.md): under `on_failure = "block"` the decision
-        // is on disk before anything is forwarded; the response facts follow in a second line.
-        if self.state.audit.on_failure() == OnFailure::Block
-            && let Err(unrecorded) = self.state.audit.commit(permit.record()).await
-        {
-            warn!(error = %unrecorded.cause, "decision log unavailable; refusing to forward unaudited");
-            return Ok(audit_unavailable());
-        }
-        // A withheld download (C17) is answered like any block: JSON if the agent accepts it.
-        let accept = request.headers().get(ACCEPT).cloned();
-        let response = match forward(&self.state, &context, &permit, request, self.drain.clone()).await {
-            Ok(response) => response,
-            Err(error) => {
-                record(&self.state, permit.into_record(), started, Err(&error)).await;
-                return Err(error);
-            }
-        };
-        match permit.check_response(response.headers()) {
-            Ok(permit) => {
-                let (decision_record, slots) = permit.into_parts();
-                record(&self.state, decision_record, started, Ok(response.status())).await;
-                Ok(if slots.is_empty() { response } else { hold_until_body_ends(response, slots) })
-            }
-            // The origin's body is dropped unread: the client never gets a byte of it.
-            Err(blocked) => {
-                let accept = HeaderMap::from_iter(accept.map(|value| (ACCEPT, value)));
-                Ok(answer_blocked(&self.state, *blocked, &accept, started).await)
-            }
+        match verdict {
+            Verdict::Forward(permit) => Ok(permit),
+            Verdict::Block(blocked) => Err(record.block(blocked, request.headers)),
         }
     }
 
@@ -299,6 +324,29 @@ impl ProxyService {
     }
 }
 
+/// Where a routed request goes, as the gate and the decision log name it.
+struct Named {
+    /// The origin, its host canonical (`crate::net::host`).
+    origin: Origin,
+    /// `scheme://host[:port]/path?query`: the canonical host, with the port as sent.
+    url: String,
+}
+
+impl Named {
+    fn of(context: &RequestContext, request: &Request<Incoming>) -> Result<Self, ProxyError> {
+        let origin = Origin::from_parts(&context.scheme, &context.authority)
+            .map_err(|_| ProxyError::UnsupportedScheme { uri: shown_target(request.uri()) })?;
+        let port = context.authority.port().map(|p| format!(":{p}")).unwrap_or_default();
+        let url = format!("{}://{}{port}{}", context.scheme, origin.host(), path_and_query(request));
+        Ok(Named { origin, url })
+    }
+}
+
+/// The request's path and query, `/` when it has none.
+fn path_and_query(request: &Request<Incoming>) -> &str {
+    request.uri().path_and_query().map_or("/", |p| p.as_str())
+}
+
 /// Inside a tunnel (or a transparent connection) a request is origin-form (`/path`), and
 /// never a CONNECT.
 fn in_tunnel_form(request: &Request<Incoming>, authority: &Authority) -> Result<(), ProxyError> {
@@ -314,23 +362,6 @@ fn in_tunnel_form(request: &Request<Incoming>, authority: &Authority) -> Result<
     Ok(())
 }
 
-/// Phase `block`: the answer to a blocked request (403, 407 or 429), recorded.
-///
-/// Boxed: a block holds its decision and record across the write, and every caller's
-/// future would otherwise carry that on the allowed path too, copied at each move.
-pub(crate) fn answer_blocked<'a>(
-    state: &'a ProxyState,
-    blocked: Blocked,
-    request_headers: &'a HeaderMap,
-    started: Instant,
-) -> Pin<Box<dyn Future<Output = Response<ProxyBody>> + Send + 'a>> {
-    Box::pin(async move {
-        let response = blocked_response(&blocked, request_headers);
-        record(state, blocked.into_record(), started, Ok(response.status())).await;
-        response
-    })
-}
-
 impl hyper::service::Service<Request<Incoming>> for ProxyService {
     type Response = Response<ProxyBody>;
     type Error = Infallible;
@@ -340,42 +371,6 @@ impl hyper::service::Service<Request<Incoming>> for ProxyService {
         let service = self.clone();
         Box::pin(async move { Ok(service.handle(request).await) })
     }
-}
-
-/// Phase `record`: completes the decision record with the answer and queues it. A record
-/// that cannot be written is counted by the audit log and logged here; the answer already
-/// went out.
-pub(crate) async fn record(
-    state: &ProxyState,
-    record: DecisionRecord,
-    started: Instant,
-    status: Result<StatusCode, &ProxyError>,
-) {
-    let record = completed(record, started, status);
-    state.metrics.record(&record);
-    if let Err(unrecorded) = state.audit.record(&record).await {
-        warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
-    }
-}
-
-/// `record` with the answer: its status, duration, and for a failure the error and who is
-/// at fault.
-pub(crate) fn completed(
-    mut record: DecisionRecord,
-    started: Instant,
-    status: Result<StatusCode, &ProxyError>,
-) -> DecisionRecord {
-    record.duration = Some(started.elapsed());
-    match status {
-        Ok(status) => record.status = Some(status.as_u16()),
-        Err(error) => {
-            record.status = Some(status_for(error).as_u16());
-            record.outcome = LogOutcome::Error;
-            record.error = Some(error.to_string());
-            record.error_type = Some(error_type_for(error));
-        }
-    }
-    record
 }
 
 /// `host:port` without any `user:password@` (RFC 9110 §4.2.4: not sent on).

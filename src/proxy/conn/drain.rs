@@ -17,6 +17,10 @@ use hyper::service::HttpService;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+/// The most the shutdown waits, once the grace period is over, for what it cut off to end
+/// (and for the records of the requests cut off to be handed to the decision log).
+const CUT_OFF_RECORDS: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Phase {
     Serving,
@@ -46,8 +50,8 @@ impl DrainController {
     }
 
     /// Tells every holder to drain, waits until `deadline` (the end of the grace period) for
-    /// all of them to finish, then tells the rest to stop. Returns how many were still
-    /// running when the grace period ended.
+    /// all of them to finish, then tells the rest to stop and lets them end (at most
+    /// [`CUT_OFF_RECORDS`]). Returns how many were still running when the grace period ended.
     pub(crate) async fn drain(self, deadline: Instant) -> usize {
         self.tx.send_replace(Phase::Draining);
         let remaining = match tokio::time::timeout_at(deadline, self.tx.closed()).await {
@@ -55,6 +59,12 @@ impl DrainController {
             Err(_elapsed) => self.tx.receiver_count(),
         };
         self.tx.send_replace(Phase::Stopped);
+        if remaining > 0 {
+            // What is cut off now ends at its next poll, and a request cut off writes its
+            // decision record then (`record::RequestRecord`): let those reach the log before
+            // it closes. Bounded, should anything hold a handle without being cut off.
+            let _ = tokio::time::timeout(CUT_OFF_RECORDS, self.tx.closed()).await;
+        }
         remaining
     }
 }
@@ -63,6 +73,11 @@ impl Drain {
     /// Resolves once draining has started (or the controller is gone).
     pub(crate) async fn draining(&mut self) {
         let _ = self.rx.wait_for(|phase| *phase >= Phase::Draining).await;
+    }
+
+    /// Whether the grace period is over: what is still running is being cut off.
+    pub(crate) fn is_stopped(&self) -> bool {
+        *self.rx.borrow() == Phase::Stopped
     }
 
     /// Resolves once the grace period is over (or the controller is gone).

@@ -12,21 +12,20 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use http::uri::{Authority, Scheme};
-use http::{Request, Response, StatusCode, Uri};
+use http::{Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tracing::{Instrument, debug, field, info_span, warn};
 
 use super::intercept::intercept;
-use super::passthrough::{AuditUnavailable, decide_passthrough, open_passthrough};
+use super::passthrough::{decide_passthrough, open_passthrough};
 use crate::config::Config;
 use crate::error_chain::error_chain;
 use crate::fetch::Origin;
 use crate::gate::{Admitted, GateRequest};
-use crate::proxy::answer::{audit_unavailable, tunnel_established};
+use crate::proxy::answer::{Exit, tunnel_established};
 use crate::proxy::body::ProxyBody;
 use crate::proxy::conn::{Drain, splice};
 use crate::proxy::context::{Entry, ProxyState};
@@ -34,7 +33,7 @@ use crate::proxy::destination::{Ask, check_destination};
 use crate::proxy::error::{ProxyError, TunnelError, shown_target};
 use crate::proxy::hold;
 use crate::proxy::local;
-use crate::proxy::service::{answer_blocked, record};
+use crate::proxy::record::RequestRecord;
 
 /// What happens to a tunnel once the `200` is sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,19 +51,24 @@ pub(crate) fn decide_tunnel(config: &Config, authority: &Authority) -> Tunnel {
     if config.mitm.is_passthrough(authority.host()) { Tunnel::Passthrough } else { Tunnel::Mitm }
 }
 
-/// Phase `handle_connect`: checks the target (form, destination, port), decides, and
-/// answers `200`; the tunnel itself runs in its own task once hyper hands over the connection.
+/// Phase `handle_connect`: checks the target (form, the agent's egress lists, destination,
+/// port), decides, and answers `200`; the tunnel itself runs in its own task once hyper
+/// hands over the connection. A passthrough tunnel's decision is the CONNECT's record; an
+/// intercepted tunnel's requests are each recorded (and an approved CONNECT, with its
+/// approval, once).
 ///
 /// # Errors
 /// [`ProxyError::BadConnectTarget`] for a target that is not `host:port`;
 /// [`ProxyError::UpstreamResolve`] when its host does not resolve; for passthrough,
-/// the `Upstream*` variants when the target cannot be reached (answered before the `200`).
+/// the `Upstream*` variants when the target cannot be reached (answered before the `200`);
+/// a block answer for a refused agent, host or destination.
 pub(crate) async fn handle_connect(
     state: &Arc<ProxyState>,
     client: SocketAddr,
     drain: Drain,
+    record: &mut RequestRecord,
     mut request: Request<Incoming>,
-) -> Result<Response<ProxyBody>, ProxyError> {
+) -> Result<Response<ProxyBody>, Exit> {
     let authority = connect_target(request.uri())?;
     tracing::Span::current().record("authority", field::display(&authority));
     let origin = Origin::from_parts(&Scheme::HTTPS, &authority)
@@ -80,7 +84,7 @@ pub(crate) async fn handle_connect(
     let live = state.generation();
     let agent = match live.gate.identify_agent(client, "CONNECT", &url, &headers) {
         Ok(agent) => agent,
-        Err(blocked) => return Ok(answer_blocked(state, *blocked, &headers, Instant::now()).await),
+        Err(blocked) => return Err(record.block(*blocked, &headers)),
     };
     let connect = GateRequest {
         client,
@@ -94,31 +98,25 @@ pub(crate) async fn handle_connect(
         entry: Entry::Connect.as_str(),
         admitted: None,
     };
+    record.undecided(live.gate.undecided(&connect));
     // agentgate.local is answered inside the tunnel by agentgate itself (`local.rs`): never
     // looked up, vetted or passed through.
     let is_local = local::is_local(authority.host());
     // The agent's egress lists, before the target is looked up: a refusal is the CONNECT's
     // 403; a human admitting the host admits the whole tunnel.
-    let started = Instant::now();
     let admitted = match live.gate.check_egress(&connect) {
         Err(blocked) if !is_local => {
-            match hold::admit_host(state, &live, *blocked, connect, started, drain.clone()).await {
+            match hold::admit_host(state, &live, record, *blocked, connect, drain.clone()).await {
                 Ok(admitted) => Some(admitted),
-                Err(blocked) => return Ok(answer_blocked(state, blocked, &headers, started).await),
+                Err(blocked) => return Err(record.block(blocked, &headers)),
             }
         }
         _ => None,
     };
     let connect = GateRequest { admitted: admitted.as_ref(), ..connect };
     // Held until the passthrough tunnel is open: it dials these addresses.
-    let vetted = if is_local {
-        None
-    } else {
-        match check_destination(state, &live, started, connect, Ask::Connect).await? {
-            Ok(vetted) => Some(vetted),
-            Err(blocked) => return Ok(blocked),
-        }
-    };
+    let vetted =
+        if is_local { None } else { Some(check_destination(state, &live, record, connect, Ask::Connect).await?) };
     let on_upgrade = hyper::upgrade::on(&mut request);
     let tunnel = if is_local { Tunnel::Mitm } else { decide_tunnel(&live.config, &authority) };
     let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
@@ -126,14 +124,8 @@ pub(crate) async fn handle_connect(
         Tunnel::Passthrough => {
             let addresses = vetted.as_ref().map_or(&[][..], |vetted| vetted.addresses());
             let passthrough = GateRequest { method: "GET", addresses, ..connect };
-            let permit = match decide_passthrough(state, &live.gate, passthrough).await {
-                Ok(permit) => permit,
-                Err(blocked) => return Ok(blocked),
-            };
-            let origin = match open_passthrough(state, permit, &authority).await {
-                Ok(opened) => opened?,
-                Err(AuditUnavailable) => return Ok(audit_unavailable()),
-            };
+            let permit = decide_passthrough(&live.gate, record, passthrough).await?;
+            let origin = open_passthrough(state, record, permit, &authority).await?;
             let open = state.metrics.tunnel_opened();
             let until_stopped = drain.clone();
             let tunnel = async move {
@@ -147,9 +139,10 @@ pub(crate) async fn handle_connect(
         }
         Tunnel::Mitm => {
             if admitted.as_ref().is_some_and(Admitted::is_held_request) {
-                // The approved CONNECT is recorded once, with its approval; each request
-                // inside the tunnel gets its own record.
-                record(state, live.gate.approved_tunnel(&connect), started, Ok(StatusCode::OK)).await;
+                // The approved CONNECT is recorded once, with its approval.
+                record.decided(live.gate.approved_tunnel(&connect));
+            } else {
+                record.recorded_inside();
             }
             let admitted = admitted.and_then(Admitted::for_tunnel).map(Arc::new);
             let state = Arc::clone(state);

@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use http::header::HOST;
 use http::uri::{Authority, Scheme};
-use http::{HeaderMap, Request, Response};
+use http::{HeaderMap, Request};
 use hyper::body::Incoming;
 use tracing::info;
 
@@ -19,11 +19,10 @@ use crate::agents::Identity;
 use crate::fetch::Origin;
 use crate::gate::GateRequest;
 use crate::net::{GuardError, Refusal, canonical_host};
-use crate::proxy::answer::error_response;
-use crate::proxy::body::ProxyBody;
+use crate::proxy::answer::Exit;
 use crate::proxy::context::{Entry, ProxyState, RequestContext};
 use crate::proxy::error::ProxyError;
-use crate::proxy::service::answer_blocked;
+use crate::proxy::record::RequestRecord;
 
 /// Checks that `host` (an SNI or `Host` name, or an IP) names `original`, the address the
 /// client connected to: the IP itself, or a name whose addresses, as the network guard
@@ -95,11 +94,12 @@ pub(crate) fn named_authority(headers: &HeaderMap, original: SocketAddr) -> Auth
 /// The block answer, already recorded.
 pub(crate) async fn check_host(
     state: &ProxyState,
+    record: &mut RequestRecord,
     original: SocketAddr,
     agent: &Identity,
     context: &RequestContext,
     request: &Request<Incoming>,
-) -> Result<(), Response<ProxyBody>> {
+) -> Result<(), Exit> {
     let headers = request.headers();
     let host = context.authority.host().trim_start_matches('[').trim_end_matches(']');
     let port_named =
@@ -113,11 +113,8 @@ pub(crate) async fn check_host(
     info!(code = refusal.code(), %original, named = %host, "transparent request refused: {refusal}");
     let Some(origin) = refused_origin(&Scheme::HTTP, host, original) else {
         let authority = context.authority.to_string();
-        return Err(error_response(&ProxyError::BadTunnelRequest {
-            method: request.method().to_string(),
-            target: host.into(),
-            authority,
-        }));
+        let method = request.method().to_string();
+        return Err(ProxyError::BadTunnelRequest { method, target: host.into(), authority }.into());
     };
     let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
     let url = format!("http://{}:{}{path}", origin.host(), origin.port());
@@ -129,7 +126,7 @@ pub(crate) async fn check_host(
         ..connection_request(context.client, agent, &origin, &url)
     };
     let blocked = state.generation().gate.refuse(&refusal, &refused);
-    Err(answer_blocked(state, blocked, headers, context.started).await)
+    Err(record.block(blocked, headers))
 }
 
 /// No headers: what a refused connection's record is made from (it sent none, or TLS).

@@ -6,61 +6,45 @@
 //!
 //! Never splices bytes itself (the caller does, `conn::relay`), never reads them.
 
-use std::time::Instant;
-
+use http::StatusCode;
 use http::uri::Authority;
-use http::{Response, StatusCode};
 use tokio::net::TcpStream;
-use tracing::warn;
 
-use crate::audit::OnFailure;
 use crate::gate::{Gate, GateRequest, Permitted, Verdict};
-use crate::proxy::body::ProxyBody;
+use crate::proxy::answer::Exit;
 use crate::proxy::conn::Counted;
 use crate::proxy::context::ProxyState;
-use crate::proxy::error::ProxyError;
-use crate::proxy::service::{answer_blocked, completed};
+use crate::proxy::record::RequestRecord;
 
-/// The decision log could not take a passthrough's record under `[audit] on_failure =
-/// "block"`, so the tunnel was not opened.
-pub(crate) struct AuditUnavailable;
-
-/// Opens a permitted passthrough tunnel's connection to `dial` (through the network guard)
-/// and records the decision with the outcome of that dial. The audit promise: under
+/// Opens a permitted passthrough tunnel's connection to `dial` (through the network guard),
+/// then writes the decision, completed with its `200`. The audit promise: under
 /// `on_failure = "block"` no byte is spliced before the record is on disk.
 ///
 /// # Errors
-/// [`AuditUnavailable`] when the record could not be committed (the connection is dropped);
-/// otherwise the dial's own result, recorded either way.
-pub(crate) async fn open_passthrough(
+/// The dial's error (the request's record is completed with it), or the 503 answer when the
+/// record could not be committed (the connection is dropped).
+pub(super) async fn open_passthrough(
     state: &ProxyState,
+    record: &mut RequestRecord,
     permit: Permitted,
     dial: &Authority,
-) -> Result<Result<Counted<TcpStream>, ProxyError>, AuditUnavailable> {
-    let started = Instant::now();
-    let opened = state.upstream.open_tunnel(dial).await;
-    let decided = completed(permit.into_record(), started, opened.as_ref().map(|_| StatusCode::OK));
-    state.metrics.record(&decided);
-    if opened.is_ok() && state.audit.on_failure() == OnFailure::Block {
-        if let Err(unrecorded) = state.audit.commit(&decided).await {
-            warn!(error = %unrecorded.cause, "decision log unavailable; refusing to open the tunnel unaudited");
-            return Err(AuditUnavailable);
-        }
-    } else if let Err(unrecorded) = state.audit.record(&decided).await {
-        warn!(error = %unrecorded.cause, event_id = %decided.id, "decision record not written");
-    }
+) -> Result<Counted<TcpStream>, Exit> {
+    record.permitted(permit);
+    let opened = state.upstream.open_tunnel(dial).await?;
+    record.answered_now(StatusCode::OK).await?;
     Ok(opened)
 }
 
 /// The host-level decision for a passthrough tunnel: the gate decides on `GET /`
 /// over https, since nothing inside the tunnel will be seen; the record says `CONNECT`.
-/// A block is answered (and recorded) here, before any `200`.
-pub(crate) async fn decide_passthrough(
-    state: &ProxyState,
+///
+/// # Errors
+/// The block answer, before any `200`.
+pub(super) async fn decide_passthrough(
     gate: &Gate,
+    record: &mut RequestRecord,
     request: GateRequest<'_>,
-) -> Result<Permitted, Response<ProxyBody>> {
-    let started = Instant::now();
+) -> Result<Permitted, Exit> {
     match gate.decide(request).await {
         Verdict::Forward(mut permit) => {
             permit.mark_passthrough();
@@ -68,7 +52,7 @@ pub(crate) async fn decide_passthrough(
         }
         Verdict::Block(mut blocked) => {
             blocked.mark_passthrough();
-            Err(answer_blocked(state, blocked, request.headers, started).await)
+            Err(record.block(blocked, request.headers))
         }
     }
 }

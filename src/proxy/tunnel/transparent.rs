@@ -22,29 +22,29 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::BytesMut;
-use http::HeaderMap;
-use http::uri::{Authority, Scheme};
+use http::uri::Scheme;
+use http::{HeaderMap, StatusCode};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{Instrument, debug, debug_span, info, warn};
 
 use super::intercept::{serve_intercepted, starts_tls};
 use super::original::{connection_request, names_destination, original_authority, refused_origin};
-use super::passthrough::{AuditUnavailable, decide_passthrough, open_passthrough};
-use crate::agents::Identity;
+use super::passthrough::{decide_passthrough, open_passthrough};
 use crate::error_chain::error_chain;
-use crate::fetch::Origin;
-use crate::gate::{Admitted, Blocked, GateRequest};
+use crate::gate::{Admitted, GateRequest};
 use crate::net::Refusal;
+use crate::proxy::answer::Exit;
 use crate::proxy::conn::{Admission, Drain, Rewind, original_destination, splice};
 use crate::proxy::context::{Entry, ProxyState};
 use crate::proxy::error::TunnelError;
 use crate::proxy::hold;
+use crate::proxy::record::{Ending, RequestRecord};
 use crate::proxy::serve::{ServerProtocols, serve_connection};
-use crate::proxy::service::{ProxyService, record};
+use crate::proxy::service::ProxyService;
 
 /// The most a ClientHello may take before the SNI is read (TLS records are at most 16 KiB
 /// each; a post-quantum key share makes a ClientHello a few KiB).
@@ -84,8 +84,11 @@ pub(crate) async fn accept_loop(
 }
 
 /// One redirected connection: its original destination, its agent, then TLS or plain HTTP.
+/// A TLS connection's host-level decision is its own record (a refusal, a passthrough, an
+/// approved interception), written before anything is spliced or served; an intercepted or
+/// plain-HTTP connection's requests are each recorded.
 async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain: Drain) {
-    let started = Instant::now();
+    let mut record = RequestRecord::start(Arc::clone(&state), drain.clone());
     let original = match original_destination(&tcp) {
         Ok(original) => original,
         Err(error) => {
@@ -99,7 +102,7 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
         Ok(agent) => agent,
         Err(blocked) => {
             warn!(%client, %original, "transparent connection refused: the client address is no known agent and [auth] requires one; closed");
-            return refused_connection(&state, *blocked, started).await;
+            return record.refused(*blocked).await;
         }
     };
     let own = tcp.local_addr().is_ok_and(|local| local == original) || state.guard.policy().is_own(original);
@@ -108,8 +111,7 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
         let host = original.ip().to_string();
         if let Some(origin) = refused_origin(&Scheme::HTTPS, &host, original) {
             let refusal = Refusal::OwnAddress { host, addr: original };
-            let blocked = live.gate.refuse(&refusal, &connection_request(client, &agent, &origin, &url));
-            refused_connection(&state, blocked, started).await;
+            record.refused(live.gate.refuse(&refusal, &connection_request(client, &agent, &origin, &url))).await;
         }
         return;
     }
@@ -136,54 +138,44 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     };
     // No SNI (an IP target): the original destination is the authority.
     let host = sni.unwrap_or_else(|| original.ip().to_string());
+    // The original destination itself when the name is unusable: always an origin.
+    let Some(origin) = refused_origin(&Scheme::HTTPS, &host, original) else { return };
+    let url = format!("https://{}:{}/", origin.host(), origin.port());
+    let request = connection_request(client, &agent, &origin, &url);
+    record.undecided(live.gate.undecided(&request));
     // The agent's egress lists on the name, before it is looked up to be held to the
     // original destination. A refusal cannot be answered on a TLS connection: recorded, closed.
-    let admitted = match refused_origin(&Scheme::HTTPS, &host, original) {
-        Some(origin) => {
-            let url = format!("https://{}:{}/", origin.host(), origin.port());
-            let request = connection_request(client, &agent, &origin, &url);
-            match live.gate.check_egress(&request) {
-                Ok(()) => None,
-                Err(blocked) => {
-                    match hold::admit_host(&state, &live, *blocked, request, started, drain.clone()).await {
-                        Ok(admitted) => Some(admitted),
-                        Err(blocked) => {
-                            warn!(%client, %original, sni = %host, "transparent TLS connection refused by the agent's egress lists; closed");
-                            return refused_connection(&state, blocked, started).await;
-                        }
-                    }
-                }
+    let admitted = match live.gate.check_egress(&request) {
+        Ok(()) => None,
+        Err(blocked) => match hold::admit_host(&state, &live, &mut record, *blocked, request, drain.clone()).await {
+            Ok(admitted) => Some(admitted),
+            Err(blocked) => {
+                warn!(%client, %original, sni = %host, "transparent TLS connection refused by the agent's egress lists; closed");
+                return record.refused(blocked).await;
             }
-        }
-        None => None,
+        },
     };
     let authority = match names_destination(&state, &host, original).await {
         Ok(authority) => authority,
         Err(refusal) => {
             warn!(%client, %original, sni = %host, code = refusal.code(), "transparent TLS connection refused: {refusal}; closed");
-            if let Some(origin) = refused_origin(&Scheme::HTTPS, &host, original) {
-                let url = format!("https://{}:{}/", origin.host(), origin.port());
-                let blocked = live.gate.refuse(&refusal, &connection_request(client, &agent, &origin, &url));
-                refused_connection(&state, blocked, started).await;
-            }
-            return;
+            return record.refused(live.gate.refuse(&refusal, &request)).await;
         }
     };
+    let request = GateRequest { admitted: admitted.as_ref(), ..request };
     let io = Rewind::new(first.freeze(), tcp);
-    let entry = Entry::Transparent { tls: true };
     if live.config.mitm.is_passthrough(authority.host()) {
-        let connection = Connection { client, original, admitted: admitted.as_ref() };
-        return passthrough(&state, connection, &agent, &authority, io, drain).await;
+        return passthrough(&state, &mut record, request, original, io, drain).await;
     }
-    if let Some(admitted) = admitted.as_ref().filter(|admitted| admitted.is_held_request())
-        && let Ok(origin) = Origin::from_parts(&Scheme::HTTPS, &authority)
-    {
+    if request.admitted.is_some_and(Admitted::is_held_request) {
         // The approved connection is recorded once, with its approval, as a CONNECT is.
-        let url = format!("https://{}:{}/", origin.host(), origin.port());
-        let request = GateRequest { admitted: Some(admitted), ..connection_request(client, &agent, &origin, &url) };
-        record(&state, live.gate.approved_tunnel(&request), started, Ok(http::StatusCode::OK)).await;
+        record.decided(live.gate.approved_tunnel(&request));
+        record.finish(Ending::Answered(StatusCode::OK)).await;
+    } else {
+        record.recorded_inside();
     }
     let admitted = admitted.and_then(Admitted::for_tunnel).map(Arc::new);
+    let entry = Entry::Transparent { tls: true };
     match serve_intercepted(state, client, (agent, admitted), authority, io, entry, drain).await {
         Ok(()) => {}
         Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "connection closed"),
@@ -191,54 +183,49 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     }
 }
 
-/// Where a redirected connection came from and went, and a human's admission of its host.
-struct Connection<'a> {
-    client: SocketAddr,
-    original: SocketAddr,
-    admitted: Option<&'a Admitted>,
-}
-
 /// A passthrough host: the CONNECT's host-level decision (`GET /` over https, recorded as
-/// `CONNECT`), then the bytes spliced to the original destination, ClientHello included.
+/// `CONNECT`) on `connection` (its origin and agent), then the bytes spliced to the original
+/// destination, ClientHello included.
 async fn passthrough(
     state: &Arc<ProxyState>,
-    connection: Connection<'_>,
-    agent: &Identity,
-    authority: &Authority,
+    record: &mut RequestRecord,
+    connection: GateRequest<'_>,
+    original: SocketAddr,
     io: Rewind<TcpStream>,
     drain: Drain,
 ) {
-    let Connection { client, original, admitted } = connection;
     let live = state.generation();
-    let Ok(origin) = Origin::from_parts(&Scheme::HTTPS, authority) else { return };
-    let url = format!("https://{}:{}/", origin.host(), origin.port());
-    let headers = HeaderMap::new();
     let addresses = [original.ip()];
-    let request = GateRequest {
-        client,
-        agent,
-        origin: &origin,
-        url: &url,
-        method: "GET",
-        path_and_query: "/",
-        headers: &headers,
-        addresses: &addresses,
-        entry: Entry::Transparent { tls: true }.as_str(),
-        admitted,
-    };
-    // A block is recorded there; its answer cannot be sent on a connection that speaks TLS.
-    let Ok(permit) = decide_passthrough(state, &live.gate, request).await else {
-        return info!(%client, %authority, "transparent passthrough refused by the gate; closed");
+    let request = GateRequest { method: "GET", addresses: &addresses, ..connection };
+    let permit = match decide_passthrough(&live.gate, record, request).await {
+        Ok(permit) => permit,
+        Err(exit) => {
+            info!(client = %request.client, origin = %request.origin, "transparent passthrough refused by the gate; closed");
+            return unsent(record, exit).await;
+        }
     };
     // The original destination, not whatever the name resolves to now (vetted by the guard).
     let dial = original_authority(original);
-    match open_passthrough(state, permit, &dial).await {
-        Ok(Ok(origin)) => {
+    match open_passthrough(state, record, permit, &dial).await {
+        Ok(origin) => {
             let _open = state.metrics.tunnel_opened();
             splice(io, origin, drain, "transparent passthrough").await;
         }
-        Ok(Err(error)) => warn!(error = %error, "transparent passthrough: the original destination cannot be reached"),
-        Err(AuditUnavailable) => {}
+        Err(exit) => {
+            if let Exit::Failed(error) = &exit {
+                warn!(error = %error, "transparent passthrough: the original destination cannot be reached");
+            }
+            unsent(record, exit).await;
+        }
+    }
+}
+
+/// Finishes the record of a connection whose answer cannot be sent (it speaks TLS): a block
+/// with the status it would have had, a failure with its error.
+async fn unsent(record: &mut RequestRecord, exit: Exit) {
+    match exit {
+        Exit::Answered(answer) => record.finish(Ending::Answered(answer.status())).await,
+        Exit::Failed(error) => record.finish(Ending::Failed(&error)).await,
     }
 }
 
@@ -269,15 +256,5 @@ async fn read_sni(tcp: &mut TcpStream, first: &mut BytesMut) -> Result<Option<St
             Ok(_) => {}
             Err(error) => return Err(error_chain(&error)),
         }
-    }
-}
-
-/// Records a refused connection that got no HTTP answer (TLS, or closed before a request).
-async fn refused_connection(state: &ProxyState, blocked: Blocked, started: Instant) {
-    let mut record = blocked.into_record();
-    record.duration = Some(started.elapsed());
-    state.metrics.record(&record);
-    if let Err(unrecorded) = state.audit.record(&record).await {
-        warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
     }
 }
