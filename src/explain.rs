@@ -560,7 +560,7 @@ mod tests {
         explain(&request).expect("explain").to_json()
     }
 
-    /// SEMANTICS B23 (issue 9: explain called a 600 KiB agents.txt valid while the fetcher
+    /// SEMANTICS B23 (explain once called a 600 KiB agents.txt valid while the fetcher
     /// caps it): over the cap, the file is malformed / too-large and restricts the site.
     #[test]
     fn semantics_b23_agents_txt_over_the_cap_is_too_large_and_restricts() {
