@@ -20,6 +20,7 @@
 use std::io;
 use std::path::PathBuf;
 
+mod config;
 pub mod field;
 mod grep;
 mod input;
@@ -28,7 +29,6 @@ mod query;
 mod recent;
 mod record;
 mod redact;
-mod sink;
 mod suggest;
 mod summary;
 mod tally;
@@ -45,7 +45,8 @@ pub use redact::{LoggedUrl, REDACTED, redact_url};
 pub use suggest::{AgentHosts, Suggestion, suggest};
 pub use summary::{By, Count, Counts, GroupSummary, MalformedLine, Summary, summarize, summarize_files};
 pub use tally::{AgentTally, MAX_AGENTS, OTHER_AGENTS};
-pub use writer::{AuditLog, AuditSettings, AuditStats, AuditWriter, OnFailure, Unrecorded};
+pub use config::{AuditConfig, OnFailure};
+pub use writer::{AuditLog, AuditStats, AuditWriter, Unrecorded};
 
 /// What can go wrong with the decision log. Each message names the file and what to do.
 #[derive(Debug, thiserror::Error)]

@@ -371,13 +371,13 @@ mod tests {
     use super::*;
     use crate::audit::query::Since;
     use crate::audit::record::sample;
-    use crate::audit::{AuditLog, AuditSettings, Outcome};
+    use crate::audit::{AuditLog, AuditConfig, Outcome};
     use crate::policy::{Reason, Source};
 
     /// A log written by the real writer, then damaged by hand.
     async fn write_log(path: &Path) {
         let (log, writer) =
-            AuditLog::start(AuditSettings { path: path.to_path_buf(), ..AuditSettings::default() }).expect("opens");
+            AuditLog::start(AuditConfig { path: path.to_path_buf(), ..AuditConfig::default() }).expect("opens");
         let robots = Reason::new(Source::Robots, "robots.disallow", "Disallow: /private").at_line(4);
         let hash = Reason::new(Source::AgentsTxt, "agents_txt.hash_mismatch", "digest differs");
         let allowed = Reason::new(Source::Autoctl, "autoctl.allowed", "allowed-methods: GET").at_line(2);
