@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::input::{for_each_line, read_lines};
 use super::query::{Filter, LoggedRecord, OnePerRequest};
-use super::{AuditError, Outcome};
+use crate::audit::{AuditError, Outcome};
 
 /// How many hosts and reasons each group's top lists keep.
 const TOP: usize = 10;
@@ -49,7 +49,7 @@ impl By {
         match self {
             By::Agent => record.agent().to_owned(),
             By::Origin => record.origin().or(record.domain()).unwrap_or("-").to_owned(),
-            By::Reason => record.deciding_reasons().into_iter().next().unwrap_or_else(|| "-".to_owned()),
+            By::Reason => record.deciding_reason().unwrap_or_else(|| "-".to_owned()),
             By::Outcome => record.outcome().to_owned(),
         }
     }
@@ -84,8 +84,10 @@ pub struct GroupSummary {
     /// `url.domain` of requests refused or that would have been (`deny`, `needs_approval`,
     /// `would_deny`), most first.
     pub top_denied_hosts: Vec<Count>,
-    /// The reasons that decided a `deny`, `needs_approval`, `would_deny` or `rate_limited`
-    /// (`source code`), most first. Reasons that only allowed are not counted.
+    /// The reason that decided each `deny`, `needs_approval`, `would_deny` or `rate_limited`
+    /// (`source code`), most first: one per block, the reason `--by reason` groups it under.
+    /// Reasons that only allowed, and a rule's supporting lines (`robots.group`), are not
+    /// counted.
     pub top_reasons: Vec<Count>,
 }
 
@@ -113,7 +115,7 @@ pub struct Counts {
 
 impl Counts {
     /// Counts one request with `outcome` (`event.outcome` as written).
-    pub(super) fn add(&mut self, outcome: &str) {
+    pub(in crate::audit) fn add(&mut self, outcome: &str) {
         self.requests += 1;
         let slot = match Outcome::parse(outcome) {
             Some(Outcome::Allow) => &mut self.allowed,
@@ -233,7 +235,7 @@ impl Summarizer {
             let host = record.domain().unwrap_or("(no host)");
             *group.denied_hosts.entry(host.to_owned()).or_default() += 1;
         }
-        for reason in record.deciding_reasons() {
+        if let Some(reason) = record.deciding_reason() {
             *group.reasons.entry(reason).or_default() += 1;
         }
     }
@@ -369,9 +371,9 @@ mod tests {
     use std::io::Write;
 
     use super::*;
-    use crate::audit::query::Since;
     use crate::audit::record::sample;
-    use crate::audit::{AuditLog, AuditConfig, Outcome};
+    use crate::audit::report::query::Since;
+    use crate::audit::{AuditConfig, AuditLog, Outcome};
     use crate::policy::{Reason, Source};
 
     /// A log written by the real writer, then damaged by hand.
@@ -457,10 +459,8 @@ mod tests {
                     key: "crawler-b".to_owned(),
                     counts: crawler_b,
                     top_denied_hosts: counts(&[("news.example", 1)]),
-                    top_reasons: counts(&[
-                        ("agents.txt agents_txt.hash_mismatch", 1),
-                        ("robots.txt robots.disallow", 1),
-                    ]),
+                    // Two files blocked it; the first decided, as `--by reason` counts it.
+                    top_reasons: counts(&[("agents.txt agents_txt.hash_mismatch", 1)]),
                 },
             ],
             total: Counts {
@@ -496,7 +496,7 @@ mod tests {
 ";
         assert!(table.starts_with(expected_table), "{table}");
         assert!(table.contains("\ntop reasons for blocks\n| agent     | deciding reason "), "{table}");
-        assert!(table.contains("| crawler-b | robots.txt robots.disallow          |        1 |"), "{table}");
+        assert!(table.contains("| crawler-b | agents.txt agents_txt.hash_mismatch |        1 |"), "{table}");
         assert!(!table.contains("autoctl.allowed"), "{table}");
         assert!(table.contains("\ntop denied hosts\n"), "{table}");
         assert!(table.contains("\nmalformed lines (first 5 of 5)\n"), "{table}");
@@ -539,6 +539,15 @@ mod tests {
             keys(By::Outcome),
             owned(&[("allow", 2), ("defer", 1), ("deny", 3), ("error", 1), ("rate_limited", 1), ("would_deny", 1)])
         );
+        // Each block counts its deciding reason once: every agent's top reasons add up to the
+        // rows by reason.
+        let by_agent = summarize_files(&[&path], By::Agent, Filter::default()).expect("reads");
+        let mut top_reasons = BTreeMap::<String, u64>::new();
+        for count in by_agent.groups.iter().flat_map(|group| &group.top_reasons) {
+            *top_reasons.entry(count.name.clone()).or_default() += count.count;
+        }
+        let blocked: Vec<(String, u64)> = keys(By::Reason).into_iter().filter(|(key, _)| key != "-").collect();
+        assert_eq!(top_reasons.into_iter().collect::<Vec<_>>(), blocked);
         let by_reason = summarize_files(&[&path], By::Reason, Filter::default()).expect("reads").render_table();
         assert!(!by_reason.contains("top reasons for blocks"), "the rows are the reasons already: {by_reason}");
     }

@@ -264,8 +264,7 @@ async fn size_rotation_under_load_keeps_every_record_once_and_each_file_under_th
         task.await.expect("a sender task finishes");
     }
     assert_eq!(writer.shutdown().await.written, 400);
-    let files: Vec<PathBuf> =
-        std::iter::once(path.clone()).chain((1..=1000).map(|n| rotated_path(&path, n))).collect();
+    let files: Vec<PathBuf> = std::iter::once(path.clone()).chain((1..=1000).map(|n| rotated_path(&path, n))).collect();
     let files: Vec<PathBuf> = files.into_iter().filter(|f| f.exists()).collect();
     for file in &files {
         let size = std::fs::metadata(file).expect("a log file").len();
@@ -283,8 +282,7 @@ async fn rotation_keeps_max_files_and_deletes_the_oldest() {
     let path = dir.path().join("d.jsonl");
     let line_len = sample("bot-1", Outcome::Allow, "http://h/00").to_json_line(false).len() as u64;
     // One line per file: a second would not fit (and the size is above the minimum).
-    let audit =
-        AuditConfig { max_file_size: line_len.max(MIN_FILE_SIZE), max_files: 2, ..settings(path.clone()) };
+    let audit = AuditConfig { max_file_size: line_len.max(MIN_FILE_SIZE), max_files: 2, ..settings(path.clone()) };
     let long = "x".repeat(MIN_FILE_SIZE as usize / 2);
     let (log, writer) = AuditLog::start(audit).expect("the log opens");
     for n in 0..5 {

@@ -129,9 +129,7 @@ async fn a_commit_behind_a_failed_batch_is_unrecorded() {
     let behind: Vec<_> = (0..2)
         .map(|n| {
             let log = log.clone();
-            tokio::spawn(
-                async move { log.commit(&sample("bot-1", Outcome::Allow, &format!("http://h/{n}"))).await },
-            )
+            tokio::spawn(async move { log.commit(&sample("bot-1", Outcome::Allow, &format!("http://h/{n}"))).await })
         })
         .collect();
     wait_until(|| log.queue_depth() == 3).await;
