@@ -15,10 +15,10 @@ use std::str::FromStr;
 
 use http::uri::Authority;
 
-use super::AuditError;
 use super::input::for_each_line;
 use super::query::{LoggedRecord, OnePerRequest};
 use super::summary::MalformedLine;
+use crate::audit::AuditError;
 
 /// What `audit suggest` found in the logs.
 #[derive(Debug, Default, PartialEq, Eq)]
