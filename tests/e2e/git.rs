@@ -33,6 +33,7 @@ use tokio::net::TcpListener;
 use tokio::process::Command;
 use tokio_rustls::TlsAcceptor;
 
+use crate::agents::agent;
 use crate::support::block::{self, Expected};
 use crate::support::log::for_request;
 use crate::support::origin::{Origin, Site};
@@ -250,6 +251,88 @@ fn cloned(dir: &Path, into: &str) -> bool {
 /// The records for the repository (`/repo.git/…`), the discovery and the POST.
 fn repository_records(records: &[Value]) -> Vec<&Value> {
     records.iter().filter(|r| r["url.full"].as_str().is_some_and(|url| url.contains("/repo.git/"))).collect()
+}
+
+const GIT_TOKEN: &str = "git-secret";
+
+#[tokio::test]
+#[ignore = "needs git: run by scripts/test.sh"]
+async fn with_auth_required_git_is_challenged_and_named_by_its_token_and_an_address_matched_agent_is_not_challenged()
+-> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let dir = bare_repository().await?;
+    let origin = GitOrigin::start(&ca, &dir.path().join("root"), Some(ALLOWS_GIT)).await?;
+    let proxy = TestProxy::start_with(&ca, |config| {
+        let local = agentgate::config::AgentConfig {
+            id: Some("local-bot".to_owned()),
+            clients: vec!["127.0.0.2/32".parse().expect("a network")],
+            ..Default::default()
+        };
+        config.agents = vec![agent("git-agent", GIT_TOKEN), local];
+        config.auth.required = true;
+    })
+    .await?;
+
+    let user = format!("git-agent:{GIT_TOKEN}");
+    let output = clone(dir.path(), &proxy, Some(&user), &origin.repo_url(), "clone", &[]).await?;
+    assert!(output.status.success(), "git clone failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(cloned(dir.path(), "clone"), "the clone holds the repository's README");
+
+    // An agent matched by its address sends no credentials and is served at once.
+    let local = proxy.client_builder()?.local_address("127.0.0.2".parse::<std::net::IpAddr>()?).build()?;
+    let page = local.get(format!("https://localhost:{}/AGENTS.md", origin.addr.port())).send().await?;
+    assert_eq!(page.status(), 200, "no challenge for an address-matched agent");
+
+    let records = proxy.finish().await?;
+    let repository = repository_records(&records);
+    assert!(repository.len() >= 2, "the discovery and the POST at least: {records:#?}");
+    for record in &repository {
+        assert_eq!(record["agentgate.agent"], "git-agent", "git named by its token: {record:#}");
+        assert_eq!(record["event.outcome"], "allow", "{record:#}");
+    }
+    assert!(
+        repository.iter().any(|r| r["http.request.method"] == "POST"),
+        "git-upload-pack's POST is among them: {repository:#?}"
+    );
+    // git's first CONNECT of each connection carries no credentials: challenged, once each.
+    let challenged: Vec<&Value> = records.iter().filter(|r| r["http.response.status_code"] == 407).collect();
+    assert!(!challenged.is_empty(), "git sent its credentials only after a 407: {records:#?}");
+    assert!(challenged.iter().all(|r| r["client.address"] == "127.0.0.1" && r["http.request.method"] == "CONNECT"));
+    let local: Vec<&Value> = records.iter().filter(|r| r["client.address"] == "127.0.0.2").collect();
+    assert!(!local.is_empty() && local.iter().all(|r| r["agentgate.agent"] == "local-bot"), "{local:#?}");
+    assert!(local.iter().all(|r| r["http.response.status_code"] != 407), "never challenged: {local:#?}");
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs git: run by scripts/test.sh"]
+async fn without_auth_required_git_is_named_only_when_it_sends_its_credentials_at_once() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let dir = bare_repository().await?;
+    let root = dir.path().join("root");
+    // Two sites, one per clone, so their records are told apart by port.
+    let first = GitOrigin::start(&ca, &root, Some(ALLOWS_GIT)).await?;
+    let second = GitOrigin::start(&ca, &root, Some(ALLOWS_GIT)).await?;
+    let proxy = TestProxy::start_with(&ca, |config| config.agents = vec![agent("git-agent", GIT_TOKEN)]).await?;
+
+    let user = format!("git-agent:{GIT_TOKEN}");
+    // git waits for a 407 that never comes: it is the default agent, its address.
+    let output = clone(dir.path(), &proxy, Some(&user), &first.repo_url(), "anyauth", &[]).await?;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // Told to send Basic at once, it is git-agent.
+    let basic = [("GIT_HTTP_PROXY_AUTHMETHOD", "basic")];
+    let output = clone(dir.path(), &proxy, Some(&user), &second.repo_url(), "basic", &basic).await?;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(cloned(dir.path(), "anyauth") && cloned(dir.path(), "basic"));
+
+    let records = proxy.finish().await?;
+    for (origin, named) in [(&first, "127.0.0.1"), (&second, "git-agent")] {
+        let on_site = on(&records, origin);
+        assert!(on_site.len() >= 2, "the discovery and the POST at least: {records:#?}");
+        assert!(on_site.iter().all(|r| r["agentgate.agent"] == named), "{named}: {on_site:#?}");
+    }
+    assert!(records.iter().all(|r| r["http.response.status_code"] != 407), "nothing is challenged: {records:#?}");
+    Ok(())
 }
 
 /// The records for the repository on `origin`.
