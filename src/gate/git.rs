@@ -18,7 +18,7 @@ use crate::policy::{Decision, HeaderLookup, Outcome, Reason, RequestView, Source
 use super::Gate;
 
 /// The reason code of a discovery refused on behalf of its POST.
-pub(crate) const REFUSED_FOR_POST: &str = "git.refused_for_post";
+const REFUSED_FOR_POST: &str = "git.refused_for_post";
 
 /// The POST a git discovery announces: where it goes and its `Content-Type`.
 #[derive(Debug, PartialEq, Eq)]
