@@ -2,7 +2,8 @@
 //! HTTPS, and the host-level check of a passthrough tunnel — it identifies the agent
 //! (`identify_agent`, proxy authentication), checks the agent's egress lists
 //! (`check_egress`, before anything is resolved), applies the operator's rules, loads the origin's
-//! policies (waiting for the first fetch), evaluates them with the pure policy core, checks
+//! policies (waiting for the first fetch), evaluates them with the pure policy core (a git
+//! discovery once more as the POST it announces, `gate::git`), checks
 //! and spends the limits that apply (`check_limits`), applies the agent's mode, and hands back
 //! either a [`Permitted`] (the only way to reach `forward`) or a [`Blocked`] with the decision,
 //! the kind of block (403, 407 or 429) and its audit record. After the origin answered,
@@ -31,6 +32,8 @@ use crate::policy::operator::{Egress, HOST_APPROVED, Mode, NOT_ALLOWLISTED, Oper
 use crate::policy::{
     self, Decision, HeaderLookup, Opinion, Outcome, Policies, PolicyStatus, Reason, RequestView, Source,
 };
+
+mod git;
 
 /// The request header in which an agent declares its purposes for this request
 /// (comma-separated; SEMANTICS D13). It replaces the configured purposes and is stripped
@@ -418,6 +421,11 @@ impl Gate {
             HostVerdict::Refused { reason, .. } => (Decision::single(Outcome::Deny, reason), None, None),
             HostVerdict::Admitted(admitted) => {
                 let (decision, policies) = self.evaluate(&view, &agent.id, req.origin, req.addresses).await;
+                // A git discovery is refused when the POST it announces would be (`gate::git`).
+                let decision = match decision.outcome {
+                    Outcome::Allow => self.git_discovery(&view, &req, decision).await,
+                    _ => decision,
+                };
                 (decision, policies, admitted)
             }
         };

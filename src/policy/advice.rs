@@ -37,6 +37,10 @@ pub fn advice(reason: &Reason) -> &'static str {
         return "The site did not accept a connection (refused or timed out); nothing forbids the request. Check \
                 the host and port, then retry later.";
     }
+    if code == "git.refused_for_post" {
+        return "This is the first request of a git clone, fetch or push; the POST that follows it is refused for \
+                the reasons above, so git cannot go on. Do not retry it; ask your operator if you need this repository.";
+    }
     if code == "upstream.at_capacity" {
         return "agentgate has as many connections to sites open as it allows, all busy, so it could not ask this \
                 site; nothing forbids the request. Wait for the Retry-After seconds, then retry.";
