@@ -1,5 +1,5 @@
 //! What a policy format is: one [`Format`] implementation per file type, listed once in
-//! [`formats!`](crate::policy::formats) (in `policy/mod.rs`), so that the evaluator, the
+//! [`formats!`](crate::policy::formats) (in `policy.rs`), so that the evaluator, the
 //! fetcher's cache, `explain`, `lint` and the CLI iterate over the formats instead of
 //! naming each (`docs/formats.md` says how to add one).
 //!
