@@ -32,7 +32,7 @@ mod weight;
 pub use decision::{Decision, Limit, LimitKind, LimitScope, Opinion, Outcome, Reason, Source, SourceVerdict};
 pub use diagnostic::{Diagnostic, PolicyReport, PolicyStatus, Severity};
 pub use evaluate::{Policies, Settings, evaluate, evaluate_with};
-pub use format::{Format, FormatInfo, StaleRules};
+pub use format::{Format, FormatInfo, MAX_TTL, Previous, Refreshed, StaleRules};
 pub use outcome::{FetchError, FetchOutcome, Headers};
 pub use request::{HeaderLookup, RequestView};
 pub use weight::{ALLOCATION_OVERHEAD, Weigh};

@@ -6,9 +6,11 @@
 //! and evaluation: trust level (C22), restrictions (C16), actions inferred from the
 //! request (C17), rate and concurrency limits (C21), the identification header (C24).
 //!
+//! Also the stale rule (C4, `AgentsMd::refresh`): a policy outlives a failed re-fetch for
+//! [`STALE_GRACE_S`].
+//!
 //! Never: fetches (HTTPS only, redirects and timeouts are `fetch/`'s, C2–C4), caches, or
-//! logs. What the cache needs for the stale rule (C4) is [`AgentsMdState::refetch_failed`]
-//! and [`STALE_GRACE_S`].
+//! logs; `fetch/` carries out the stale rule.
 
 mod glob;
 mod parse;
@@ -19,14 +21,15 @@ mod tests;
 pub use self::parse::Entry;
 use crate::policy::Weigh;
 use std::sync::Arc;
+use std::time::Duration;
 
 use self::parse::{Authentication, DEFAULT_AGENT_HEADER, PathRule, Policy, Setting};
 use super::path::{Reading, decide_both_readings};
 use super::pattern::normalized_path;
 use super::text::{sha256_hex, split_bom};
 use super::{
-    Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason,
-    RequestView, Source, SourceVerdict,
+    Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus,
+    Previous, Reason, Refreshed, RequestView, Source, SourceVerdict, StaleRules,
 };
 
 /// The size cap (§11.3): the fetcher reads at most this many bytes plus one and sets
@@ -497,13 +500,26 @@ impl super::Format for AgentsMd {
         discover(root, well_known).with_fetched_host(host)
     }
 
+    /// When a re-fetch fails (no policy at either location and one of them failed with 5xx,
+    /// a timeout or a network error) and a policy is cached, that policy stays in use until
+    /// it has been stale for [`STALE_GRACE_S`] (§10.3, C4), retried after `ttl`; after that,
+    /// no policy. A 404 is not a failure: the file was removed, so the policy goes.
     fn refresh(
-        previous: Option<super::refresh::Previous<AgentsMdState>>,
+        previous: Option<Previous<AgentsMdState>>,
         fetched: AgentsMdState,
-        ttl: std::time::Duration,
-        _rules: &super::StaleRules,
-    ) -> super::refresh::Refreshed<AgentsMdState> {
-        super::refresh::agents_md(previous, fetched, ttl)
+        ttl: Duration,
+        _rules: &StaleRules,
+    ) -> Refreshed<AgentsMdState> {
+        let grace = Duration::from_secs(STALE_GRACE_S);
+        match previous {
+            Some(previous)
+                if fetched.refetch_failed() && !previous.state.falls_through() && previous.stale_for < grace =>
+            {
+                let left = grace - previous.stale_for;
+                Refreshed::kept(previous, ttl.min(left))
+            }
+            _ => Refreshed::fetched(fetched, ttl),
+        }
     }
 
     /// With `[agents_md] strict_authentication`, C23 applies.

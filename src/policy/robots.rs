@@ -5,11 +5,11 @@
 //! and network failures "unreachable" disallow all), the parser (§2.1–2.2, with the
 //! Google-compatible tolerances listed in `docs/robots.md`), group selection by product
 //! token (§2.2.1, SEMANTICS X2, matching groups merged, else the `*` groups), longest match
-//! with `allow` winning a tie (§2.2.2), the 500 KiB parse cap (§2.5), and `lint`.
+//! with `allow` winning a tie (§2.2.2), the 500 KiB parse cap (§2.5), `lint`, and the
+//! stale rule (a parsed copy outlives an unreachable origin, §2.3.1.4: `Robots::refresh`).
 //!
-//! Never: fetches, caches (keeping a stale copy while unreachable is the cache's job; see
-//! [`RobotsState::is_unreachable`]), looks at the clock, or logs. A disallow denies every
-//! method (SEMANTICS X1, D18); it never looks at the method.
+//! Never: fetches, caches (the cache carries out the stale rule), looks at the clock, or
+//! logs. A disallow denies every method (SEMANTICS X1, D18); it never looks at the method.
 
 mod group;
 mod index;
@@ -19,6 +19,7 @@ mod tests;
 
 use crate::policy::{FetchError, Weigh};
 use std::sync::Arc;
+use std::time::Duration;
 
 use self::group::{AgentLine, Group, Rule};
 use super::path::{Reading, decide_both_readings};
@@ -26,8 +27,8 @@ use super::pattern::normalized_path;
 use super::text::{Findings, sha256_hex};
 use super::weight::allocation;
 use super::{
-    Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason,
-    RequestView, Source, SourceVerdict,
+    Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus,
+    Previous, Reason, Refreshed, RequestView, Source, SourceVerdict, StaleRules,
 };
 
 /// The robots.txt size cap: the first 500 KiB are parsed, the rest ignored with an
@@ -411,13 +412,23 @@ impl super::Format for Robots {
         from_fetch(outcome)
     }
 
+    /// When the origin is unreachable (5xx, timeout, network error) and a parsed copy is
+    /// cached, that copy stays in use instead of "disallow all" (RFC 9309 §2.3.1.4, DESIGN
+    /// §5), for as long as the origin stays unreachable; it is retried after `ttl`. A cached
+    /// "unavailable" (4xx) is not a copy of a file, so it is not kept. Any other fetch
+    /// replaces the cached state.
     fn refresh(
-        previous: Option<super::refresh::Previous<RobotsState>>,
+        previous: Option<Previous<RobotsState>>,
         fetched: RobotsState,
-        ttl: std::time::Duration,
-        _rules: &super::StaleRules,
-    ) -> super::refresh::Refreshed<RobotsState> {
-        super::refresh::robots(previous, fetched, ttl)
+        ttl: Duration,
+        _rules: &StaleRules,
+    ) -> Refreshed<RobotsState> {
+        match previous {
+            Some(previous) if fetched.is_unreachable() && previous.state.report().status == PolicyStatus::Valid => {
+                Refreshed::kept(previous, ttl)
+            }
+            _ => Refreshed::fetched(fetched, ttl),
+        }
     }
 
     /// With `[robots] honor_crawl_delay`, the `Crawl-delay` becomes a limit.

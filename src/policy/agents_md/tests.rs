@@ -4,7 +4,9 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::policy::test_support::{allows, cases, corpus, ok, read, request, status, strings};
+use crate::policy::test_support::{
+    HOUR, MINUTE, allows, cases, corpus, ok, previous, read, refresh, request, status, strings,
+};
 use crate::policy::{FetchError, Headers};
 
 const MD: Option<&str> = Some("text/markdown; charset=utf-8");
@@ -516,4 +518,20 @@ fn semantics_r9_globs_match_as_written_and_decoded() {
     let v = eval(&s, "POST", "/orders/new", 0, &[]);
     assert_eq!((v.opinion, v.reasons[0].code.as_ref()), (Opinion::NeedsApproval, "agents_md.requires_human_approval"));
     assert_eq!(eval(&s, "GET", "/~jane/x", 0, &[]).opinion, Opinion::NoOpinion);
+}
+
+#[test]
+fn c4_agents_md_policy_kept_for_an_hour_after_a_failed_refetch() {
+    let policy = from_fetch(&ok(b"# AGENTS.md\n\n## Identity\n- site: example.com\n", None));
+    assert!(!policy.falls_through());
+    let failed = || from_fetch(&status(502));
+    let kept = refresh::<AgentsMd>(previous(policy.clone(), 20 * MINUTE, HOUR), failed(), 5 * MINUTE);
+    assert!(kept.kept_stale && !kept.state.falls_through());
+    assert_eq!(kept.ttl, 5 * MINUTE);
+    let last = refresh::<AgentsMd>(previous(policy.clone(), 58 * MINUTE, HOUR), failed(), 5 * MINUTE);
+    assert_eq!(last.ttl, 2 * MINUTE);
+    let gone = refresh::<AgentsMd>(previous(policy.clone(), HOUR, HOUR), failed(), 5 * MINUTE);
+    assert!(gone.state.falls_through() && !gone.kept_stale);
+    let removed = refresh::<AgentsMd>(previous(policy, MINUTE, HOUR), from_fetch(&status(404)), HOUR);
+    assert!(removed.state.falls_through() && !removed.kept_stale, "a 404 removes the policy");
 }

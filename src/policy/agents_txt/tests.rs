@@ -4,7 +4,9 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::policy::test_support::{allows, cases, corpus, ok, read, request, status, strings};
+use crate::policy::test_support::{
+    HOUR, MINUTE, allows, cases, corpus, ok, previous, read, refresh, request, status, strings,
+};
 use crate::policy::{FetchError, Headers, Severity};
 
 const BASIC: &str = "# version: 1.0\n*e37fd0bbf5b647010a78772b8755ffa92efe6aa07b2bb0d373b2a61adfc9435a\n/status ALLOW\n\
@@ -495,4 +497,47 @@ proptest! {
         let fixed = fix_hash(body.as_bytes());
         let _ = lint(&fixed);
     }
+}
+
+// The stale rule (B20, B21).
+
+/// A verified agents.txt (the digest of `/private DISALLOW`).
+fn valid() -> AgentsTxtState {
+    state(&signed("/private DISALLOW\n"))
+}
+
+fn fetched_503() -> AgentsTxtState {
+    from_fetch(&status(503))
+}
+
+#[test]
+fn b20_restricted_agents_txt_drops_a_valid_copy_for_the_negative_ttl() {
+    assert_eq!(valid().status(), PolicyStatus::Valid);
+    let broken = state("*0000\n/a ALLOW\n");
+    assert!(broken.is_restricted());
+    let refreshed = refresh::<AgentsTxt>(previous(valid(), MINUTE, HOUR), broken, 24 * HOUR);
+    assert!(refreshed.state.is_restricted() && !refreshed.kept_stale);
+    assert_eq!(refreshed.ttl, 5 * MINUTE, "agents_txt_negative_ttl, whatever the lifetime");
+}
+
+#[test]
+fn b21_unreachable_agents_txt_keeps_a_valid_copy_within_its_lifetime() {
+    let refreshed = refresh::<AgentsTxt>(previous(valid(), 10 * MINUTE, HOUR), fetched_503(), MINUTE);
+    assert!(refreshed.kept_stale);
+    assert_eq!(refreshed.state.status(), PolicyStatus::Valid);
+    assert_eq!(refreshed.ttl, MINUTE);
+
+    let near_end = refresh::<AgentsTxt>(previous(valid(), HOUR - MINUTE / 2, HOUR), fetched_503(), MINUTE);
+    assert_eq!(near_end.ttl, MINUTE / 2, "never kept past one more lifetime");
+
+    let expired = refresh::<AgentsTxt>(previous(valid(), HOUR, HOUR), fetched_503(), MINUTE);
+    assert!(!expired.kept_stale);
+    assert_eq!(expired.state.status(), PolicyStatus::Absent);
+}
+
+#[test]
+fn b21_only_a_valid_copy_is_kept() {
+    let not_applicable = from_fetch(&ok(b"<html>hi</html>", None));
+    let refreshed = refresh::<AgentsTxt>(previous(not_applicable, MINUTE, HOUR), fetched_503(), MINUTE);
+    assert!(!refreshed.kept_stale);
 }

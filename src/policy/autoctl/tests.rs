@@ -4,11 +4,12 @@
 
 use proptest::prelude::*;
 
-use super::{AutoctlState, MAX_BYTES, from_fetch, lint};
-use crate::policy::test_support::{cases, corpus, read};
+use super::{Autoctl, AutoctlState, MAX_BYTES, from_fetch, lint};
+use crate::policy::test_support::{HOUR, MINUTE, cases, corpus, previous, read, refresh};
 use crate::policy::text::{REPORTED_FINDINGS, sha256_hex};
 use crate::policy::{
-    FetchError, FetchOutcome, Headers, Opinion, PolicyStatus, Reason, RequestView, Severity, Source, SourceVerdict,
+    FetchError, FetchOutcome, Headers, MAX_TTL, Opinion, PolicyStatus, Reason, RequestView, Severity, Source,
+    SourceVerdict,
 };
 
 fn text_plain() -> Headers {
@@ -797,4 +798,13 @@ fn semantics_r9_scopes_select_as_written_and_decoded() {
     let state = parse(plain_first);
     let not_post: Expected<'_> = (DENY, &[("autoctl.method_not_allowed", Some(3), "allowed-methods: GET")]);
     assert_verdict(&state, Probe::new("POST", "/~joe/x"), not_post, "written reading");
+}
+
+#[test]
+fn d15_autoctl_failure_replaces_a_good_copy() {
+    let good = previous(from_fetch(&served(b"User-agent: *\nAllowed-methods: GET\n")), MINUTE, HOUR);
+    let failed = FetchOutcome::Response { status: 503, headers: Headers::default(), body: Vec::new(), over_cap: false };
+    let refreshed = refresh::<Autoctl>(good, from_fetch(&failed), 48 * HOUR);
+    assert!(!refreshed.kept_stale);
+    assert_eq!(refreshed.ttl, MAX_TTL);
 }

@@ -6,9 +6,9 @@ use proptest::prelude::*;
 use proptest::sample::select;
 
 use super::*;
-use crate::policy::test_support::{corpus, read};
+use crate::policy::test_support::{HOUR, MINUTE, corpus, previous, read, refresh};
 use crate::policy::text::{REPORTED_FINDINGS, sha256_hex};
-use crate::policy::{FetchError, Headers, Severity};
+use crate::policy::{FetchError, Headers, MAX_TTL, Severity};
 
 const KNOWN_DIFFERENCES: &str =
     include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/conformance/robots-known-differences.txt"));
@@ -853,4 +853,38 @@ fn crawl_delay_never_ends_a_group_and_changes_no_rule() {
     assert_eq!(crawl_delay(body, Some("BarBot")).map(|d| d.0), Some(2000), "one group for both agents");
     assert_eq!(verdict(body, "BarBot", "/private").opinion, Opinion::Deny);
     assert_eq!(verdict(body, "FooBot", "/private").opinion, Opinion::Deny);
+}
+
+// The stale rule (RFC 9309 §2.3.1.4, DESIGN §5).
+
+fn fetched(status: u16) -> RobotsState {
+    from_fetch(&FetchOutcome::Response { status, headers: Headers::default(), body: Vec::new(), over_cap: false })
+}
+
+const CACHED: &[u8] = b"User-agent: *\nDisallow: /private\n";
+
+#[test]
+fn robots_unreachable_keeps_a_parsed_copy_however_long_it_is_stale() {
+    let cached = RobotsState::parse(CACHED);
+    let refreshed = refresh::<Robots>(previous(cached, 30 * 24 * HOUR, HOUR), fetched(503), MINUTE);
+    assert!(refreshed.kept_stale);
+    assert!(!refreshed.state.is_unreachable());
+    assert_eq!(refreshed.ttl, MINUTE);
+}
+
+#[test]
+fn robots_unreachable_without_a_parsed_copy_disallows() {
+    let timed_out = from_fetch(&FetchOutcome::Failed(FetchError::Timeout));
+    let refreshed = refresh::<Robots>(None, timed_out, MINUTE);
+    assert!(refreshed.state.is_unreachable() && !refreshed.kept_stale);
+    let after_404 = refresh::<Robots>(previous(fetched(404), MINUTE, HOUR), fetched(500), MINUTE);
+    assert!(after_404.state.is_unreachable() && !after_404.kept_stale);
+}
+
+#[test]
+fn robots_answer_replaces_the_copy_and_ttl_is_capped() {
+    let cached = RobotsState::parse(CACHED);
+    let refreshed = refresh::<Robots>(previous(cached, MINUTE, HOUR), fetched(404), 48 * HOUR);
+    assert_eq!(refreshed.state.report().status, PolicyStatus::Absent);
+    assert_eq!(refreshed.ttl, MAX_TTL);
 }
