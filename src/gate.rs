@@ -27,9 +27,10 @@ use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
 use crate::limits::{Limiter, Permit, Refused, Usage};
 use crate::net::{Refusal, canonical_pattern};
-use crate::policy::operator::{Egress, HOST_APPROVED, Mode, NOT_ALLOWLISTED, OperatorRule, OperatorRules};
+use crate::policy::operator::{Egress, Mode, OperatorRule, OperatorRules};
 use crate::policy::{
-    self, Decision, HeaderLookup, Opinion, Outcome, Policies, PolicyStatus, Reason, RequestView, Source,
+    self, AutoctlCode, Code, Decision, HeaderLookup, OperatorCode, Opinion, Outcome, Policies, PolicyStatus, Reason,
+    RequestView,
 };
 
 /// The request header in which an agent declares its purposes for this request
@@ -114,7 +115,7 @@ impl Admitted {
             ),
             None => format!("{} is not on agent {agent:?}'s allow_hosts; {by} approved this request", self.host),
         };
-        Reason::new(Source::Operator, HOST_APPROVED, rule)
+        Reason::new(OperatorCode::HostApproved, rule)
     }
 }
 
@@ -152,7 +153,7 @@ impl Permitted {
         self.record.method = "CONNECT".to_owned();
         if self.policies.as_ref().is_some_and(|p| p.autoctl.report().status == PolicyStatus::Valid) {
             let rule = "passthrough tunnel: methods inside it cannot be seen, so allowed-methods is not enforced";
-            self.record.reasons.push(Reason::new(Source::Autoctl, "autoctl.unenforceable", rule));
+            self.record.reasons.push(Reason::new(AutoctlCode::Unenforceable, rule));
         }
     }
 
@@ -265,7 +266,10 @@ impl Blocked {
     /// True when the agent's `allow_hosts` does not list the host (and nothing on the deny
     /// list named it): what a human may admit.
     pub fn is_unlisted_host(&self) -> bool {
-        self.decision.blocking_reasons().first().is_some_and(|reason| reason.code == NOT_ALLOWLISTED)
+        self.decision
+            .blocking_reasons()
+            .first()
+            .is_some_and(|reason| reason.code == Code::Operator(OperatorCode::NotAllowlisted))
     }
 
     /// Records a passthrough tunnel's block, decided as `GET /`, as the `CONNECT` it is (as
@@ -344,7 +348,7 @@ impl Gate {
         headers: &HeaderMap,
     ) -> Result<Identity, Box<Blocked>> {
         self.agents.identify(client.ip(), headers.get(PROXY_AUTHORIZATION)).map_err(|failure| {
-            let reason = Reason::new(Source::Operator, failure.code(), auth_rule(failure));
+            let reason = Reason::new(failure.code(), auth_rule(failure));
             let mut record =
                 DecisionRecord::new(LogOutcome::Deny, self.mode, client, client.ip().to_string(), method, url);
             record.user_agent = headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -507,7 +511,7 @@ impl Gate {
                     Refused::StoreUnavailable => {
                         let rule =
                             "[limits.redis] on_failure = \"deny\": the shared limits store did not answer in time";
-                        let reason = Reason::new(Source::Operator, "limits.store_unavailable", rule);
+                        let reason = Reason::new(OperatorCode::LimitsStoreUnavailable, rule);
                         (reason, LogOutcome::Deny, BlockKind::LimitsUnavailable)
                     }
                 };
@@ -538,7 +542,7 @@ impl Gate {
     /// any policy is loaded. It blocks in monitor mode too: the guard is not a site policy,
     /// and the connector would refuse the connection anyway.
     pub fn refuse(&self, refusal: &Refusal, req: &GateRequest<'_>) -> Blocked {
-        let reason = Reason::new(Source::Operator, refusal.code(), refusal.to_string());
+        let reason = Reason::new(refusal.code(), refusal.to_string());
         let decision = Decision::single(Outcome::Deny, reason);
         let mut record = self.record_for(LogOutcome::Deny, req);
         record.set_reasons(&decision);
@@ -557,14 +561,14 @@ impl Gate {
     fn origin_unreachable(&self, policies: &Policies, decision: &Decision, req: &GateRequest<'_>) -> Option<Blocked> {
         let (code, rule, cause, error_type, kind) = match policies.robots.origin_unreachable()? {
             policy::FetchError::Unreachable { timed_out, cause } => (
-                "origin.unreachable",
+                OperatorCode::OriginUnreachable,
                 format!("{} cannot be reached: {cause}", req.origin),
                 cause,
                 crate::audit::ErrorType::Origin,
                 BlockKind::OriginUnreachable { timed_out: *timed_out },
             ),
             policy::FetchError::AtCapacity { cause } => (
-                "upstream.at_capacity",
+                OperatorCode::UpstreamAtCapacity,
                 format!("the policies of {} were not fetched: {cause}", req.origin),
                 cause,
                 crate::audit::ErrorType::Proxy,
@@ -572,7 +576,7 @@ impl Gate {
             ),
             _ => return None,
         };
-        let reason = Reason::new(Source::Operator, code, rule);
+        let reason = Reason::new(code, rule);
         let decision = Decision::deny_first(vec![reason], decision.reasons.clone(), Vec::new());
         let mut record = self.record_for(LogOutcome::Error, req);
         record.set_reasons(&decision);

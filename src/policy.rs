@@ -13,6 +13,7 @@ pub mod advice;
 pub mod agents_md;
 pub mod agents_txt;
 pub mod autoctl;
+mod code;
 mod decision;
 mod diagnostic;
 mod evaluate;
@@ -29,7 +30,8 @@ mod test_support;
 mod text;
 mod weight;
 
-pub use decision::{Decision, Limit, LimitKind, LimitScope, Opinion, Outcome, Reason, Source, SourceVerdict};
+pub use code::{Advice, AgentsMdCode, AgentsTxtCode, AutoctlCode, Code, OperatorCode, RobotsCode, Source};
+pub use decision::{Decision, Limit, LimitKind, LimitScope, Opinion, Outcome, Reason, SourceVerdict};
 pub use diagnostic::{Diagnostic, PolicyReport, PolicyStatus, Severity};
 pub use evaluate::{Policies, Settings, evaluate, evaluate_with};
 pub use format::{Format, FormatInfo, MAX_TTL, Previous, Refreshed, StaleRules};

@@ -19,12 +19,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::parse::{is_detected, is_significant, parse};
+use super::advice::RATE_LIMIT_ADVICE;
 use super::path::{Reading, decide_both_readings};
 use super::pattern::{Pattern, normalized_path};
 use super::text::{Findings, JoinedDigest, lines, split_bom};
 use super::{
-    Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus,
-    Previous, Reason, Refreshed, RequestView, Source, SourceVerdict, StaleRules,
+    Advice, AgentsTxtCode, Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport,
+    PolicyStatus, Previous, Reason, Refreshed, RequestView, Source, SourceVerdict, StaleRules,
 };
 
 /// The size cap (SEMANTICS X6): the fetcher reads at most this many bytes plus one and
@@ -277,14 +278,14 @@ fn verdict(rules: &[Rule], path: &str, reading: Reading) -> SourceVerdict {
         (Action::Disallow, _) => SourceVerdict::with(Opinion::Deny, rule.reason.clone()),
         (Action::Allow, Some(0)) => {
             let mut reason = rule.reason.clone();
-            reason.code = "agents_txt.limit_zero".into();
+            reason.code = AgentsTxtCode::LimitZero.into();
             SourceVerdict::with(Opinion::Deny, reason)
         }
         (Action::Allow, Some(requests)) => {
             let line = rule.reason.line.unwrap_or(0);
             let mut verdict = SourceVerdict::with(Opinion::Allow, rule.reason.clone());
             let mut reason = rule.reason.clone();
-            reason.code = "agents_txt.limit".into();
+            reason.code = AgentsTxtCode::Limit.into();
             verdict.limits.push(Limit {
                 source: Source::AgentsTxt,
                 kind: LimitKind::Rate { requests, window_s: LIMIT_WINDOW_S },
@@ -311,7 +312,7 @@ impl Weigh for AgentsTxtState {
 impl Weigh for Rule {
     fn heap_bytes(&self) -> usize {
         // The reason's digest is the state's own `Arc`, charged once there, not per rule.
-        self.pattern.heap_bytes() + self.reason.code.heap_bytes() + self.reason.rule.heap_bytes()
+        self.pattern.heap_bytes() + self.reason.rule.heap_bytes()
     }
 }
 
@@ -377,17 +378,28 @@ impl super::Format for AgentsTxt {
     fn lint(body: &[u8]) -> Vec<Diagnostic> {
         lint(body)
     }
+}
 
-    fn advice(code: &str) -> &'static str {
-        match code {
-            "agents_txt.disallow" => {
+/// What an agent blocked by a agents.txt reason may do instead.
+impl Advice for AgentsTxtCode {
+    fn advice(self) -> &'static str {
+        match self {
+            AgentsTxtCode::Disallow => {
                 "The site's agents.txt disallows this path for automated agents. Do not retry it; other paths may be \
                  allowed (read /agents.txt)."
             }
-            "agents_txt.limit_zero" => {
+            AgentsTxtCode::LimitZero => {
                 "The site's agents.txt allows zero automated requests to this path. Do not retry it."
             }
-            _ => {
+            AgentsTxtCode::Limit => RATE_LIMIT_ADVICE,
+            // `allow` never blocks: the file's general advice.
+            AgentsTxtCode::TooLarge
+            | AgentsTxtCode::InvalidUtf8
+            | AgentsTxtCode::HashMissing
+            | AgentsTxtCode::HashLineSyntax
+            | AgentsTxtCode::HashMismatch
+            | AgentsTxtCode::DirectiveSyntax
+            | AgentsTxtCode::Allow => {
                 "The site's agents.txt is malformed or unverifiable, and the agents.txt rules say that restricts the \
                  whole site to agents. Nothing on this site can be fetched until the site publishes a valid file; \
                  tell your user, do not retry."

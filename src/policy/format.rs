@@ -4,7 +4,7 @@
 //! naming each (`docs/formats.md` says how to add one).
 //!
 //! Owns: the shape of a format (its paths and fallback location, size cap, fetch-outcome
-//! semantics, stale rule, lint, verdict, report and advice), what a stale rule is given
+//! semantics, stale rule, lint, verdict and report), what a stale rule is given
 //! and returns ([`Previous`], [`StaleRules`], [`Refreshed`], capped at [`MAX_TTL`]), and
 //! [`FormatInfo`], the same as a value for choosing a format at run time. Never: I/O, the
 //! clock, or the meaning of any one format (that is its own module's, its stale rule
@@ -71,10 +71,6 @@ pub trait Format {
 
     /// Every finding about a body, for `lint`.
     fn lint(body: &[u8]) -> Vec<Diagnostic>;
-
-    /// What an agent blocked by a reason `code` of this file may do instead
-    /// ([`super::advice`]).
-    fn advice(code: &str) -> &'static str;
 }
 
 /// No state is kept longer than this before it is fetched again (B22, C5, D16).

@@ -27,8 +27,8 @@ use super::pattern::normalized_path;
 use super::text::{Findings, sha256_hex};
 use super::weight::allocation;
 use super::{
-    Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus,
-    Previous, Reason, Refreshed, RequestView, Source, SourceVerdict, StaleRules,
+    Advice, Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus,
+    Previous, Reason, Refreshed, RequestView, RobotsCode, Source, SourceVerdict, StaleRules,
 };
 
 /// The robots.txt size cap: the first 500 KiB are parsed, the rest ignored with an
@@ -199,7 +199,7 @@ impl RobotsState {
             source: Source::Robots,
             kind: LimitKind::Delay { millis: delay.millis },
             scope: LimitScope::Origin,
-            reason: file.reason("robots.crawl_delay", delay.line, Arc::clone(&delay.text)),
+            reason: file.reason(RobotsCode::CrawlDelay, delay.line, Arc::clone(&delay.text)),
         })
     }
 
@@ -217,16 +217,14 @@ impl RobotsState {
             Kind::Unavailable { status } => SourceVerdict::with(
                 Opinion::NoOpinion,
                 Reason::new(
-                    Source::Robots,
-                    "robots.unavailable",
+                    RobotsCode::Unavailable,
                     format!("robots.txt answered {status}: unavailable, so no path is restricted (RFC 9309 §2.3.1.3)"),
                 ),
             ),
             Kind::Unreachable { why, .. } => SourceVerdict::with(
                 Opinion::Deny,
                 Reason::new(
-                    Source::Robots,
-                    "robots.unreachable",
+                    RobotsCode::Unreachable,
                     format!("robots.txt {why}: unreachable, so every path is disallowed (RFC 9309 §2.3.1.4)"),
                 ),
             ),
@@ -296,20 +294,20 @@ impl RobotsFile {
             return SourceVerdict::no_opinion();
         };
         let (opinion, code) =
-            if rule.allow { (Opinion::Allow, "robots.allow") } else { (Opinion::Deny, "robots.disallow") };
+            if rule.allow { (Opinion::Allow, RobotsCode::Allow) } else { (Opinion::Deny, RobotsCode::Disallow) };
         // The rule's text is copied out of the file's buffer, once per decision: that is
         // the price of holding no allocation per rule (issue 9).
         let mut reasons = Vec::with_capacity(2);
         reasons.push(self.reason(code, rule.line, Arc::from(rule.text.of(&self.text))));
         let selected_by = if named { group.naming_line(req) } else { group.any_agent_line() };
         if let Some(AgentLine { line, text, .. }) = selected_by {
-            reasons.push(self.reason("robots.group", *line, Arc::clone(text)));
+            reasons.push(self.reason(RobotsCode::Group, *line, Arc::clone(text)));
         }
         SourceVerdict { opinion, reasons, ..SourceVerdict::no_opinion() }
     }
 
-    fn reason(&self, code: &'static str, line: u32, text: Arc<str>) -> Reason {
-        Reason::new(Source::Robots, code, text).at_line(line).with_digest(Some(self.digest.clone()))
+    fn reason(&self, code: RobotsCode, line: u32, text: Arc<str>) -> Reason {
+        Reason::new(code, text).at_line(line).with_digest(Some(self.digest.clone()))
     }
 }
 
@@ -448,14 +446,25 @@ impl super::Format for Robots {
     fn lint(body: &[u8]) -> Vec<Diagnostic> {
         lint(body)
     }
+}
 
-    fn advice(code: &str) -> &'static str {
-        if code == "robots.unreachable" {
-            "The site's robots.txt could not be fetched (server error or network failure); under RFC 9309 the whole \
-             site is off limits until it can be fetched. Try again later; do not work around the block."
-        } else {
-            "The site's robots.txt disallows this path for your user agent. Do not retry it. Paths the file does not \
-             disallow remain available; read /robots.txt on this site to see which."
+/// What an agent blocked by a robots.txt reason may do instead.
+impl Advice for RobotsCode {
+    fn advice(self) -> &'static str {
+        match self {
+            RobotsCode::Unreachable => {
+                "The site's robots.txt could not be fetched (server error or network failure); under RFC 9309 the \
+                 whole site is off limits until it can be fetched. Try again later; do not work around the block."
+            }
+            RobotsCode::CrawlDelay => {
+                "The site's robots.txt asks for a pause between requests (the cited Crawl-delay). Wait for the \
+                 Retry-After seconds, then send one request per delay to this site."
+            }
+            // `allow` and `unavailable` never block: the file's general advice.
+            RobotsCode::Disallow | RobotsCode::Group | RobotsCode::Allow | RobotsCode::Unavailable => {
+                "The site's robots.txt disallows this path for your user agent. Do not retry it. Paths the file does \
+                 not disallow remain available; read /robots.txt on this site to see which."
+            }
         }
     }
 }

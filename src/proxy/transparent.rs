@@ -196,7 +196,7 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     let authority = match names_destination(&state, &host, original).await {
         Ok(authority) => authority,
         Err(refusal) => {
-            warn!(%client, %original, sni = %host, code = refusal.code(), "transparent TLS connection refused: {refusal}; closed");
+            warn!(%client, %original, sni = %host, code = refusal.code().as_str(), "transparent TLS connection refused: {refusal}; closed");
             if let Some(origin) = refused_origin(&Scheme::HTTPS, &host, original) {
                 let url = format!("https://{}:{}/", origin.host(), origin.port());
                 let blocked = live.gate.refuse(&refusal, &connection_request(client, &agent, &origin, &url));
@@ -389,7 +389,7 @@ pub(crate) async fn check_host(
         Ok(_) => return Ok(()),
         Err(refusal) => refusal,
     };
-    info!(code = refusal.code(), %original, named = %host, "transparent request refused: {refusal}");
+    info!(code = refusal.code().as_str(), %original, named = %host, "transparent request refused: {refusal}");
     let Some(origin) = refused_origin(&Scheme::HTTP, host, original) else {
         let authority = context.authority.to_string();
         return Err(error_response(&ProxyError::BadTunnelRequest {

@@ -362,7 +362,7 @@ fn semantics_x1_a_disallow_denies_every_method() {
         let mut req = view(&headers, None, "/api/x");
         req.method = method;
         let v = state.evaluate(&req);
-        assert_eq!((v.opinion, v.reasons[0].code.as_ref()), (Opinion::Deny, "robots.disallow"), "{method}");
+        assert_eq!((v.opinion, v.reasons[0].code.as_str()), (Opinion::Deny, "robots.disallow"), "{method}");
         req.path_and_query = "/api/public/1";
         assert_eq!(state.evaluate(&req).opinion, Opinion::Allow, "{method}");
     }
@@ -457,7 +457,7 @@ fn rfc9309_fetch_outcomes() {
         let state = from_fetch(outcome);
         let v = state.evaluate(&req);
         assert_eq!(v.opinion, *opinion, "{outcome:?}");
-        assert_eq!(v.reasons.first().map(|r| r.code.as_ref()), *code, "{outcome:?}");
+        assert_eq!(v.reasons.first().map(|r| r.code.as_str()), *code, "{outcome:?}");
         if let Some(reason) = v.reasons.first() {
             assert!(reason.rule.contains(rule_part), "{outcome:?}: {}", reason.rule);
             assert_eq!(reason.source, Source::Robots);
@@ -472,7 +472,7 @@ fn rfc9309_reports_per_fetch_outcome() {
     let report = from_fetch(&response(503, b"")).report();
     assert_eq!((report.status, report.digest), (PolicyStatus::Absent, None));
     assert_eq!(
-        report.diagnostics.iter().map(|d| (d.severity, d.code.as_ref())).collect::<Vec<_>>(),
+        report.diagnostics.iter().map(|d| (d.severity, d.code.as_str())).collect::<Vec<_>>(),
         [(Severity::Error, "unreachable")]
     );
     assert!(report.diagnostics[0].message.contains("answered 503"));
@@ -685,7 +685,7 @@ Disallow: /caf\xE9\n\
 Disallow: /nul\0junk\n\
 Sitemap: https://example.com/s.xml\n";
     let owned = lint(body);
-    let found: Vec<(Option<u32>, &str)> = owned.iter().map(|d| (d.line, d.code.as_ref())).collect();
+    let found: Vec<(Option<u32>, &str)> = owned.iter().map(|d| (d.line, d.code.as_str())).collect();
     assert_eq!(
         found,
         [
@@ -719,7 +719,7 @@ fn lint_warns_about_size_and_long_lines() {
     assert_eq!(found, [(Some(2), "long-line".to_string())]);
     let big = "Disallow: /x\n".repeat(MAX_BYTES / 10);
     let found = lint(big.as_bytes());
-    assert_eq!((found[0].line, found[0].code.as_ref()), (None, "over-cap"));
+    assert_eq!((found[0].line, found[0].code.as_str()), (None, "over-cap"));
     assert_eq!(found.len(), 1 + MAX_BYTES / "Disallow: /x\n".len(), "lint keeps every finding");
 }
 
