@@ -259,7 +259,7 @@ async fn passthrough(
         path_and_query: "/",
         headers: &headers,
         addresses: &addresses,
-        entry: Entry::Transparent { tls: true }.as_str(),
+        entry: Entry::Transparent { tls: true },
         admitted,
     };
     // A block is recorded there; its answer cannot be sent on a connection that speaks TLS.
@@ -404,7 +404,7 @@ pub(crate) async fn check_host(
         method: request.method().as_str(),
         path_and_query: path,
         headers,
-        entry: Entry::Transparent { tls: false }.as_str(),
+        entry: Entry::Transparent { tls: false },
         ..connection_request(context.client, agent, &origin, &url)
     };
     let blocked = state.generation().gate.refuse(&refusal, &refused);
@@ -431,7 +431,7 @@ fn connection_request<'a>(
         path_and_query: "/",
         headers: &NO_HEADERS,
         addresses: &[],
-        entry: Entry::Transparent { tls: true }.as_str(),
+        entry: Entry::Transparent { tls: true },
         admitted: None,
     }
 }
