@@ -335,7 +335,7 @@ impl Gate {
     /// The block for a request whose origin could not be reached when its robots.txt was
     /// fetched (refused, no route, connect timeout: [`policy::FetchError::Unreachable`]), so
     /// it is answered 502/504 `origin.unreachable` rather than RFC 9309's full disallow, which
-    /// stays for an origin that answered badly (issue 12). In monitor mode too: there is no
+    /// stays for an origin that answered badly. In monitor mode too: there is no
     /// site to forward to. `None` when the origin was reached.
     ///
     /// Likewise a robots.txt that was not fetched because agentgate was at its own cap on

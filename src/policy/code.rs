@@ -381,7 +381,10 @@ mod tests {
             };
             assert!(code.as_str().starts_with(prefix), "{code} of {}", code.source());
         }
-        assert!(Code::all().all(|code| code.to_string() == code.as_str() && code == code.as_str()));
+        for code in Code::all() {
+            assert_eq!(code.to_string(), code.as_str());
+            assert!(code == code.as_str());
+        }
     }
 
     #[test]

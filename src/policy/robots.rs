@@ -90,7 +90,7 @@ struct CrawlDelay {
 #[derive(Debug)]
 struct RobotsFile {
     /// The text of every rule line, and each pattern that normalising changed: rules are
-    /// spans of it (issue 9: one buffer per file, not an allocation per rule).
+    /// spans of it (one buffer per file, not an allocation per rule).
     text: Box<str>,
     groups: Vec<Group>,
     other_lines: Vec<OtherLine>,
@@ -161,7 +161,7 @@ impl RobotsState {
 
     /// The connection failure, when robots.txt failed because the origin itself could not be
     /// reached (refused, no route, connect timeout), not because it answered badly: then the
-    /// origin is down, not forbidding (issue 12). robots.txt is fetched from the origin's own
+    /// origin is down, not forbidding. robots.txt is fetched from the origin's own
     /// scheme, host and port, like the request. Also [`FetchError::AtCapacity`]: nothing was
     /// fetched, and the origin was never asked.
     pub fn origin_unreachable(&self) -> Option<&FetchError> {
@@ -296,7 +296,7 @@ impl RobotsFile {
         let (opinion, code) =
             if rule.allow { (Opinion::Allow, RobotsCode::Allow) } else { (Opinion::Deny, RobotsCode::Disallow) };
         // The rule's text is copied out of the file's buffer, once per decision: that is
-        // the price of holding no allocation per rule (issue 9).
+        // the price of holding no allocation per rule.
         let mut reasons = Vec::with_capacity(2);
         reasons.push(self.reason(code, rule.line, Arc::from(rule.text.of(&self.text))));
         let selected_by = if named { group.naming_line(req) } else { group.any_agent_line() };
