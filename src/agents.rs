@@ -20,7 +20,7 @@ use serde::Deserialize;
 use crate::config::Config;
 use crate::net::{canonical_pattern, is_host_pattern};
 use crate::policy::operator::{EgressLists, HostList, Mode, split_host_port};
-use crate::policy::{Limit, LimitKind, LimitScope, Reason, Source};
+use crate::policy::{Limit, LimitKind, LimitScope, OperatorCode, Reason, Source};
 use crate::setting::{Located, networks};
 use crate::token::{HOW_TO_HASH, TokenDigest, is_sha256_hex};
 
@@ -246,7 +246,7 @@ fn operator_limits(config: &AgentConfig, name: &str) -> Vec<Limit> {
         source: Source::Operator,
         kind: LimitKind::Rate { requests, window_s },
         scope,
-        reason: Reason::new(Source::Operator, "operator.rate_limit", format!("{name} limits.{key} = {requests}")),
+        reason: Reason::new(OperatorCode::RateLimit, format!("{name} limits.{key} = {requests}")),
     })
     .collect()
 }
@@ -289,10 +289,10 @@ pub enum AuthFailure {
 
 impl AuthFailure {
     /// The reason code in the log and the block answer.
-    pub fn code(self) -> &'static str {
+    pub fn code(self) -> OperatorCode {
         match self {
-            AuthFailure::Missing => "auth.required",
-            AuthFailure::Invalid => "auth.invalid",
+            AuthFailure::Missing => OperatorCode::AuthRequired,
+            AuthFailure::Invalid => OperatorCode::AuthInvalid,
         }
     }
 }

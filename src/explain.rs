@@ -475,7 +475,7 @@ fn scope_name(limit: &policy::Limit) -> &'static str {
 }
 
 fn reason_json(r: &Reason) -> Value {
-    json!({"source": r.source.as_str(), "code": r.code, "line": r.line, "rule": r.rule, "digest": r.digest})
+    json!({"source": r.source.as_str(), "code": r.code.as_str(), "line": r.line, "rule": r.rule, "digest": r.digest})
 }
 
 /// One file's state as JSON: status, digest, and its findings both as `warnings` strings

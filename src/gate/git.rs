@@ -13,12 +13,9 @@
 //! approval leaves its discovery alone: holding the discovery would need a second approval
 //! for the POST.
 
-use crate::policy::{Decision, HeaderLookup, Outcome, Reason, RequestView, Source};
+use crate::policy::{Decision, HeaderLookup, OperatorCode, Outcome, Reason, RequestView};
 
 use super::Gate;
-
-/// The reason code of a discovery refused on behalf of its POST.
-const REFUSED_FOR_POST: &str = "git.refused_for_post";
 
 /// The POST a git discovery announces: where it goes and its `Content-Type`.
 #[derive(Debug, PartialEq, Eq)]
@@ -74,7 +71,7 @@ fn refused_for_post(post: &AnnouncedPost, post_decision: &Decision, discovery: D
         "git sends POST {} (Content-Type: {}) after this discovery request, and that POST is refused for the reasons above; this request is refused with them, so that git shows them",
         post.path, post.content_type
     );
-    blocking.push(Reason::new(Source::Operator, REFUSED_FOR_POST, rule));
+    blocking.push(Reason::new(OperatorCode::RefusedForPost, rule));
     let Decision { reasons, limits, inject_headers, .. } = discovery;
     let mut decision = Decision::deny_first(blocking, reasons, limits);
     decision.inject_headers = inject_headers;
@@ -106,7 +103,7 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::Headers;
+    use crate::policy::{AgentsMdCode, Code, Headers, RobotsCode};
 
     #[test]
     fn a_smart_http_discovery_announces_its_post_and_nothing_else_does() {
@@ -153,9 +150,9 @@ mod tests {
             path: "/repo.git/git-upload-pack".to_owned(),
             content_type: "application/x-git-upload-pack-request",
         };
-        let site = Reason::new(Source::AgentsMd, "agents_md.action_not_allowed", "submit-forms: false").at_line(7);
+        let site = Reason::new(AgentsMdCode::ActionDenied, "submit-forms: false").at_line(7);
         let post_decision = Decision::single(Outcome::Deny, site.clone());
-        let allowed = Reason::new(Source::Robots, "robots.allow", "Allow: /");
+        let allowed = Reason::new(RobotsCode::Allow, "Allow: /");
         let mut discovery = Decision::single(Outcome::Allow, allowed.clone());
         discovery.inject_headers = vec![("X-Agent-Identity".to_owned(), "git-agent".to_owned())];
         let refused = refused_for_post(&post, &post_decision, discovery);
@@ -163,7 +160,7 @@ mod tests {
         let blocking = refused.blocking_reasons();
         assert_eq!(blocking.len(), 2);
         assert_eq!(blocking[0], site, "the site's reason first: agentgate-decision cites it");
-        assert_eq!(&*blocking[1].code, REFUSED_FOR_POST);
+        assert_eq!(blocking[1].code, Code::from(OperatorCode::RefusedForPost));
         assert!(blocking[1].rule.contains("POST /repo.git/git-upload-pack"), "{}", blocking[1].rule);
         assert_eq!(refused.reasons[2], allowed, "the discovery's own reasons follow");
         assert_eq!(refused.inject_headers.len(), 1, "a monitor-mode discovery keeps its injected header");

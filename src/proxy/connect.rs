@@ -152,7 +152,7 @@ pub(crate) async fn handle_connect(
         path_and_query: "/",
         headers: &headers,
         addresses: &[],
-        entry: Entry::Connect.as_str(),
+        entry: Entry::Connect,
         admitted: None,
     };
     // agentgate.local is answered inside the tunnel by agentgate itself (`local.rs`): never

@@ -61,7 +61,7 @@ pub(crate) async fn check_destination(
             return Err(Box::pin(undecided(state, live, started, &request, error)).await);
         }
     };
-    info!(code = refusal.code(), refusal = ?refusal, "destination refused by the network guard");
+    info!(code = refusal.code().as_str(), refusal = ?refusal, "destination refused by the network guard");
     let blocked = live.gate.refuse(&refusal, &request);
     Ok(Err(answer_blocked(state, blocked, request.headers, started).await))
 }

@@ -195,7 +195,7 @@ impl ProxyService {
             path_and_query: path,
             headers: request.headers(),
             addresses: &[],
-            entry: entry.as_str(),
+            entry,
             admitted: tunnel_admitted,
         };
         // The agent's egress lists, before anything about the host is looked up.

@@ -196,7 +196,7 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     let authority = match names_destination(&state, &host, original).await {
         Ok(authority) => authority,
         Err(refusal) => {
-            warn!(%client, %original, sni = %host, code = refusal.code(), "transparent TLS connection refused: {refusal}; closed");
+            warn!(%client, %original, sni = %host, code = refusal.code().as_str(), "transparent TLS connection refused: {refusal}; closed");
             if let Some(origin) = refused_origin(&Scheme::HTTPS, &host, original) {
                 let url = format!("https://{}:{}/", origin.host(), origin.port());
                 let blocked = live.gate.refuse(&refusal, &connection_request(client, &agent, &origin, &url));
@@ -259,7 +259,7 @@ async fn passthrough(
         path_and_query: "/",
         headers: &headers,
         addresses: &addresses,
-        entry: Entry::Transparent { tls: true }.as_str(),
+        entry: Entry::Transparent { tls: true },
         admitted,
     };
     // A block is recorded there; its answer cannot be sent on a connection that speaks TLS.
@@ -389,7 +389,7 @@ pub(crate) async fn check_host(
         Ok(_) => return Ok(()),
         Err(refusal) => refusal,
     };
-    info!(code = refusal.code(), %original, named = %host, "transparent request refused: {refusal}");
+    info!(code = refusal.code().as_str(), %original, named = %host, "transparent request refused: {refusal}");
     let Some(origin) = refused_origin(&Scheme::HTTP, host, original) else {
         let authority = context.authority.to_string();
         return Err(error_response(&ProxyError::BadTunnelRequest {
@@ -404,7 +404,7 @@ pub(crate) async fn check_host(
         method: request.method().as_str(),
         path_and_query: path,
         headers,
-        entry: Entry::Transparent { tls: false }.as_str(),
+        entry: Entry::Transparent { tls: false },
         ..connection_request(context.client, agent, &origin, &url)
     };
     let blocked = state.generation().gate.refuse(&refusal, &refused);
@@ -431,7 +431,7 @@ fn connection_request<'a>(
         path_and_query: "/",
         headers: &NO_HEADERS,
         addresses: &[],
-        entry: Entry::Transparent { tls: true }.as_str(),
+        entry: Entry::Transparent { tls: true },
         admitted: None,
     }
 }

@@ -8,15 +8,15 @@ use super::*;
 use crate::audit::record::sample;
 use crate::audit::report::query::Since;
 use crate::audit::{AuditConfig, AuditLog, Outcome};
-use crate::policy::{Reason, Source};
+use crate::policy::{AgentsTxtCode, AutoctlCode, Reason, RobotsCode};
 
 /// A log written by the real writer, then damaged by hand.
 async fn write_log(path: &Path) {
     let (log, writer) =
         AuditLog::start(AuditConfig { path: path.to_path_buf(), ..AuditConfig::default() }).expect("opens");
-    let robots = Reason::new(Source::Robots, "robots.disallow", "Disallow: /private").at_line(4);
-    let hash = Reason::new(Source::AgentsTxt, "agents_txt.hash_mismatch", "digest differs");
-    let allowed = Reason::new(Source::Autoctl, "autoctl.allowed", "allowed-methods: GET").at_line(2);
+    let robots = Reason::new(RobotsCode::Disallow, "Disallow: /private").at_line(4);
+    let hash = Reason::new(AgentsTxtCode::HashMismatch, "digest differs");
+    let allowed = Reason::new(AutoctlCode::Allowed, "allowed-methods: GET").at_line(2);
     let records = [
         ("bot-a", Outcome::Allow, "https://ok.example/", vec![allowed.clone()], 0),
         ("bot-a", Outcome::Allow, "https://ok.example/x", vec![], 0),
