@@ -10,13 +10,14 @@ use criterion::{Criterion, criterion_group, criterion_main};
 
 use agentgate::limits::{LocalLimiter, Usage};
 use agentgate::policy::{
-    FetchOutcome, Headers, Limit, LimitKind, LimitScope, Policies, Reason, RequestView, Source, agents_txt, evaluate,
+    AgentsMdCode, FetchOutcome, Headers, Limit, LimitKind, LimitScope, Policies, Reason, RequestView, Source,
+    agents_txt, evaluate,
 };
 use governor::clock::DefaultClock;
 
 /// A limit that never refuses at benchmark speed, so every iteration spends.
 fn generous_limit() -> Limit {
-    let reason = Reason::new(Source::AgentsMd, "agents_md.rate_limit", "requests-per-minute: 4000000000").at_line(7);
+    let reason = Reason::new(AgentsMdCode::RateLimit, "requests-per-minute: 4000000000").at_line(7);
     Limit {
         source: Source::AgentsMd,
         kind: LimitKind::Rate { requests: 4_000_000_000, window_s: 60 },

@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 use agentgate::config::{LimitsConfig, Store};
 use agentgate::limits::{Limiter, Usage};
 use agentgate::metrics::StoreMetrics;
-use agentgate::policy::{Limit, LimitKind, LimitScope, Reason, Source};
+use agentgate::policy::{AgentsMdCode, Limit, LimitKind, LimitScope, Reason, Source};
 
 const CALLERS: usize = 50;
 const CHECKS_PER_CALLER: usize = 400;
 
 fn limit(kind: LimitKind, rule: &str) -> Limit {
-    let reason = Reason::new(Source::AgentsMd, "agents_md.rate_limit", rule).at_line(7);
+    let reason = Reason::new(AgentsMdCode::RateLimit, rule).at_line(7);
     Limit { source: Source::AgentsMd, kind, scope: LimitScope::Host, reason }
 }
 

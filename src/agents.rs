@@ -20,7 +20,7 @@ use serde::Deserialize;
 use crate::config::Config;
 use crate::net::{canonical_pattern, is_host_pattern};
 use crate::policy::operator::{EgressLists, HostList, Mode, split_host_port};
-use crate::policy::{Limit, LimitKind, LimitScope, Reason, Source};
+use crate::policy::{Limit, LimitKind, LimitScope, OperatorCode, Reason, Source};
 use crate::setting::{Located, networks};
 use crate::token::{HOW_TO_HASH, TokenDigest, is_sha256_hex};
 
@@ -29,8 +29,17 @@ use crate::token::{HOW_TO_HASH, TokenDigest, is_sha256_hex};
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     /// Whether every client must be a known agent, by credentials or by `clients` network;
-    /// others get `407 Proxy Authentication Required` (default false).
+    /// others get `407 Proxy Authentication Required` (default false). A client matched by
+    /// `clients` is never challenged. Clients that send proxy credentials only after a `407`
+    /// (git: libcurl's "anyauth") are named by their token only with it.
     pub required: bool,
+}
+
+/// Whether an `[[agents]]` entry has a token while `[auth] required = false`: a client that
+/// sends its token only when challenged (git) is then never asked, and is the default
+/// `[agent]` under its address. What `agentgate run` says at start-up (`crate::recipe`).
+pub fn tokens_unchallenged(config: &Config) -> bool {
+    !config.auth.required && config.agents.iter().any(|a| a.token.is_some() || a.token_sha256.is_some())
 }
 
 /// `[agent]` (the default agent, for clients that match no entry) and each `[[agents]]`
@@ -237,7 +246,7 @@ fn operator_limits(config: &AgentConfig, name: &str) -> Vec<Limit> {
         source: Source::Operator,
         kind: LimitKind::Rate { requests, window_s },
         scope,
-        reason: Reason::new(Source::Operator, "operator.rate_limit", format!("{name} limits.{key} = {requests}")),
+        reason: Reason::new(OperatorCode::RateLimit, format!("{name} limits.{key} = {requests}")),
     })
     .collect()
 }
@@ -280,10 +289,10 @@ pub enum AuthFailure {
 
 impl AuthFailure {
     /// The reason code in the log and the block answer.
-    pub fn code(self) -> &'static str {
+    pub fn code(self) -> OperatorCode {
         match self {
-            AuthFailure::Missing => "auth.required",
-            AuthFailure::Invalid => "auth.invalid",
+            AuthFailure::Missing => OperatorCode::AuthRequired,
+            AuthFailure::Invalid => OperatorCode::AuthInvalid,
         }
     }
 }
@@ -524,6 +533,16 @@ clients = ["127.0.0.3/32"]
             AuthFailure::Missing
         );
         assert!(required.identify("127.0.0.3".parse().expect("an address"), None).is_ok(), "clients satisfy auth");
+    }
+
+    #[test]
+    fn tokens_go_unchallenged_only_without_required() {
+        let config = |text: &str| Config::from_toml_str(text, "test.toml").expect("a valid test config");
+        assert!(tokens_unchallenged(&config(TWO_AGENTS)), "tokens, and nobody is challenged");
+        assert!(!tokens_unchallenged(&config(&format!("{TWO_AGENTS}\n[auth]\nrequired = true\n"))));
+        let by_address = "[[agents]]\nid = \"box\"\nclients = [\"10.0.0.0/8\"]\n";
+        assert!(!tokens_unchallenged(&config(by_address)), "no token to ask for");
+        assert!(!tokens_unchallenged(&config("")));
     }
 
     #[test]

@@ -1,14 +1,18 @@
 //! The decision log: one JSON line per request the gate decided, allowed or blocked, for the
 //! security team that audits agents (DESIGN §7, §8; STYLE §2 smokescreen's canonical line).
+//! Its two jobs show in its layout: writing the log, and reading it back (`report`).
 //!
-//! Owns: the [`DecisionRecord`] and its encoding, the field-name constants ([`field`]), URL
-//! redaction ([`redact_url`]), the writer ([`AuditLog`], a handle on a bounded queue, and
-//! [`AuditWriter`], the thread that owns the file, flushes when idle and fsyncs on shutdown),
-//! the ring of the latest lines behind the admin API's `/decisions/recent` and their live
-//! stream ([`RecentDecisions`]), per-agent counts since start ([`AgentTally`]), and the reports behind `agentgate audit`: reading logs back, plain or gzip'd
-//! ([`for_each_line`]), a line as a record and the filters ([`LoggedRecord`], [`Filter`]),
-//! per-group counts ([`summarize_files`]), matching lines ([`grep`]) and the `allow_hosts` each
-//! agent needs ([`suggest`]).
+//! Writing owns: the [`DecisionRecord`] and its encoding, the field-name constants
+//! ([`field`]), URL redaction ([`redact_url`]), the `[audit]` table ([`AuditConfig`]), the
+//! writer ([`AuditLog`], a handle on a bounded queue with group commit, and [`AuditWriter`],
+//! the thread that owns the file, flushes when idle and fsyncs on shutdown), the ring of the
+//! latest lines behind the admin API's `/decisions/recent` and their live stream
+//! ([`RecentDecisions`]), and per-agent counts since start ([`AgentTally`]).
+//!
+//! Reading back (`report`) owns the reports behind `agentgate audit`: reading logs, plain
+//! or gzip'd ([`for_each_line`]), a line as a record and the filters ([`LoggedRecord`],
+//! [`Filter`]), per-group counts ([`summarize_files`]), matching records ([`grep`]) and the
+//! `allow_hosts` each agent needs ([`suggest`]).
 //!
 //! Never: changes a decision (the gate decides, then records; on a write failure it is the
 //! gate that applies `[audit] on_failure`), or drops a record without counting it: every
@@ -20,32 +24,28 @@
 use std::io;
 use std::path::PathBuf;
 
+mod config;
 pub mod field;
-mod grep;
-mod input;
 mod json;
-mod query;
 mod recent;
 mod record;
 mod redact;
-mod sink;
-mod suggest;
-mod summary;
+mod report;
 mod tally;
 mod writer;
 
-pub use grep::{GrepReport, grep};
-pub use input::for_each_line;
-pub use query::{Filter, LoggedRecord, NotARecord, Since};
+pub use config::{AuditConfig, OnFailure};
 pub use recent::{LIVE_CAPACITY, RECENT_CAPACITY, RecentDecisions};
 pub(crate) use record::instance_problems;
 pub(crate) use record::rfc3339_millis;
 pub use record::{DecisionRecord, ErrorType, EventId, Outcome, instance_name};
 pub use redact::{LoggedUrl, REDACTED, redact_url};
-pub use suggest::{AgentHosts, Suggestion, suggest};
-pub use summary::{By, Count, Counts, GroupSummary, MalformedLine, Summary, summarize, summarize_files};
+pub use report::{
+    AgentHosts, By, Count, Counts, Filter, GrepLines, GrepReport, GroupSummary, LoggedRecord, MalformedLine,
+    NotARecord, Since, Suggestion, Summary, for_each_line, grep, suggest, summarize, summarize_files,
+};
 pub use tally::{AgentTally, MAX_AGENTS, OTHER_AGENTS};
-pub use writer::{AuditLog, AuditSettings, AuditStats, AuditWriter, OnFailure, Unrecorded};
+pub use writer::{AuditLog, AuditStats, AuditWriter, Unrecorded};
 
 /// What can go wrong with the decision log. Each message names the file and what to do.
 #[derive(Debug, thiserror::Error)]

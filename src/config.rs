@@ -26,7 +26,7 @@ pub use crate::admin::AdminConfig;
 pub use crate::agents::{AgentConfig, AgentLimits, AuthConfig, Unlisted};
 use crate::agents::{agent_problems, holding_tables};
 pub use crate::approvals::{ApprovalMode, ApprovalsConfig};
-pub use crate::audit::AuditSettings;
+pub use crate::audit::AuditConfig;
 pub use crate::fetch::CacheConfig;
 pub use crate::limits::{LimitsConfig, OnFailure, RedisConfig, Store};
 use crate::net::is_host_pattern;
@@ -90,7 +90,7 @@ pub struct Config {
     /// Timeouts and caps for agents' connections to the proxy (`[connections]`).
     pub connections: ConnectionsConfig,
     /// The decision log (`[audit]`).
-    pub audit: AuditSettings,
+    pub audit: AuditConfig,
     /// Where rate and concurrency counters live (`[limits]`).
     pub limits: LimitsConfig,
     /// The admin API (`[admin]`).
@@ -176,7 +176,7 @@ impl Default for Config {
             network: NetworkConfig::default(),
             connect: ConnectConfig::default(),
             connections: ConnectionsConfig::default(),
-            audit: AuditSettings::default(),
+            audit: AuditConfig::default(),
             limits: LimitsConfig::default(),
             admin: AdminConfig::default(),
             approvals: ApprovalsConfig::default(),

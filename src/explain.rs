@@ -475,7 +475,7 @@ fn scope_name(limit: &policy::Limit) -> &'static str {
 }
 
 fn reason_json(r: &Reason) -> Value {
-    json!({"source": r.source.as_str(), "code": r.code, "line": r.line, "rule": r.rule, "digest": r.digest})
+    json!({"source": r.source.as_str(), "code": r.code.as_str(), "line": r.line, "rule": r.rule, "digest": r.digest})
 }
 
 /// One file's state as JSON: status, digest, and its findings both as `warnings` strings
@@ -560,7 +560,7 @@ mod tests {
         explain(&request).expect("explain").to_json()
     }
 
-    /// SEMANTICS B23 (issue 9: explain called a 600 KiB agents.txt valid while the fetcher
+    /// SEMANTICS B23 (explain once called a 600 KiB agents.txt valid while the fetcher
     /// caps it): over the cap, the file is malformed / too-large and restricts the site.
     #[test]
     fn semantics_b23_agents_txt_over_the_cap_is_too_large_and_restricts() {

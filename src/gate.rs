@@ -2,7 +2,8 @@
 //! HTTPS, and the host-level check of a passthrough tunnel — it identifies the agent
 //! (`identify_agent`, proxy authentication), checks the agent's egress lists
 //! (`check_egress`, before anything is resolved), applies the operator's rules, loads the origin's
-//! policies (waiting for the first fetch), evaluates them with the pure policy core, checks
+//! policies (waiting for the first fetch), evaluates them with the pure policy core (a git
+//! discovery once more as the POST it announces, `gate::git`), checks
 //! and spends the limits that apply (`check_limits`), applies the agent's mode, and hands back
 //! either a [`Permitted`] (the only way to reach `forward`) or a [`Blocked`] with the decision,
 //! the kind of block (403, 407 or 429) and its audit record. After the origin answered,
@@ -10,9 +11,17 @@
 //! a human approved is turned from its [`Blocked`] into a [`Permitted`] here too
 //! ([`Gate::approved`]), so it passes the same limits as any allowed request.
 //!
+//! The phases are here, but for `check_egress` and a human's admission of an unlisted host
+//! (`gate/egress.rs`); what the gate hands back is in `gate/verdict.rs`.
+//!
 //! Never: writes responses (the proxy builds block answers from a [`Blocked`]), writes the
 //! decision log (the proxy records once the status is known), parses policy text, keeps a
 //! counter itself (`crate::limits` does).
+
+mod egress;
+#[cfg(test)]
+mod tests;
+mod verdict;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -20,17 +29,20 @@ use std::sync::Arc;
 use http::HeaderMap;
 use http::header::{PROXY_AUTHORIZATION, USER_AGENT};
 
-use crate::agents::{Agents, AuthFailure, Identity, Unlisted};
+pub use self::egress::Admitted;
+use self::egress::HostVerdict;
+pub use self::verdict::{BlockKind, Blocked, Permitted, Verdict};
+use crate::agents::{Agents, AuthFailure, Identity};
 use crate::approvals::Approval;
-use crate::audit::{DecisionRecord, EventId, Outcome as LogOutcome, rfc3339_millis};
+use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
 use crate::limits::{Limiter, Permit, Refused, Usage};
 use crate::net::{Refusal, canonical_pattern};
-use crate::policy::operator::{Egress, HOST_APPROVED, Mode, NOT_ALLOWLISTED, OperatorRule, OperatorRules};
-use crate::policy::{
-    self, Decision, HeaderLookup, Opinion, Outcome, Policies, PolicyStatus, Reason, RequestView, Source,
-};
+use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
+use crate::policy::{self, Decision, HeaderLookup, OperatorCode, Outcome, Policies, Reason, RequestView};
+
+mod git;
 
 /// The request header in which an agent declares its purposes for this request
 /// (comma-separated; SEMANTICS D13). It replaces the configured purposes and is stripped
@@ -58,235 +70,49 @@ pub struct GateRequest<'a> {
     /// The addresses the network guard vetted for the origin's host (`crate::net::Guard`),
     /// for operator rules that name an address or a CIDR.
     pub addresses: &'a [IpAddr],
-    /// How the request reached agentgate (`agentgate.entry`: `forward`, `mitm`, `tunnel`,
-    /// `connect`, `transparent`).
-    pub entry: &'static str,
+    /// How the request reached agentgate (`agentgate.entry`).
+    pub entry: Entry,
     /// A human's admission of this request's host, which the agent's `allow_hosts` does not
     /// list: a grant for the agent and host, or the approval of this request (or of the
     /// CONNECT whose tunnel it is in). `None` for every other request.
     pub admitted: Option<&'a Admitted>,
 }
 
-/// A host outside an agent's `allow_hosts` that a human let it reach (docs/approvals.md): by
-/// a grant for the agent and the host that lasts a while, or by approving one held request
-/// (a CONNECT's approval covers its tunnel). It admits that host only; the deny list, the
-/// network guard, the site's files and the limits still decide.
-#[derive(Debug, Clone)]
-pub struct Admitted {
-    /// The canonical host it admits.
-    host: String,
-    /// Who admitted it, when, and for how long (`remember`, `until`).
-    approval: Approval,
-    /// The held request's record id, which that request's record keeps (one record per
-    /// request); `None` for a grant, which admits later requests, each with its own record.
-    record: Option<EventId>,
-}
-
-impl Admitted {
-    /// `host` (canonical) admitted by `approval`; `record` is the held request's record id
-    /// when this is that request's own approval.
-    pub fn new(host: &str, approval: Approval, record: Option<EventId>) -> Self {
-        Admitted { host: host.to_owned(), approval, record }
-    }
-
-    /// Whether this is one held request's own approval (rather than a grant).
-    pub fn is_held_request(&self) -> bool {
-        self.record.is_some()
-    }
-
-    /// The admission as the requests inside an approved CONNECT's tunnel carry it (each has
-    /// its own record, so none takes the CONNECT's record id); `None` for a grant, which each
-    /// request inside looks up again, so the tunnel outlives no grant.
-    pub fn for_tunnel(mut self) -> Option<Self> {
-        self.record.take()?;
-        Some(self)
-    }
-
-    /// The non-blocking reason a request it admitted carries: who admitted the host, and
-    /// until when for a grant.
-    fn reason(&self, agent: &str) -> Reason {
-        let by = self.approval.by.as_deref().unwrap_or("an operator");
-        let rule = match self.approval.until {
-            Some(until) => format!(
-                "{} is not on agent {agent:?}'s allow_hosts; {by} granted it to this agent until {}",
-                self.host,
-                rfc3339_millis(until)
-            ),
-            None => format!("{} is not on agent {agent:?}'s allow_hosts; {by} approved this request", self.host),
-        };
-        Reason::new(Source::Operator, HOST_APPROVED, rule)
-    }
-}
-
-/// What an agent's egress lists (and a human's admission) say about a request's host.
-enum HostVerdict<'r> {
-    /// Listed, or admitted by a human (then `Some`).
-    Admitted(Option<&'r Admitted>),
-    /// On the denylist, or not on the allowlist (`unlisted`) and not admitted.
-    Refused { reason: Reason, unlisted: bool },
-}
-
-/// A request the gate let through. Only the gate can make one, so a forward without a
-/// decision does not compile (linkerd's `Permitted<T>`).
-#[derive(Debug)]
-pub struct Permitted {
-    record: DecisionRecord,
-    mode: Mode,
-    inject_headers: Vec<(String, String)>,
-    /// The concurrency slots this request holds until its response body ends.
-    permit: Permit,
-    /// The policies the request was decided on, for the response-time check (C17).
-    policies: Option<Arc<Policies>>,
-}
-
-impl Permitted {
-    /// Headers the forwarded request must carry (AGENTS.md agent identification).
-    pub fn inject_headers(&self) -> &[(String, String)] {
-        &self.inject_headers
-    }
-
-    /// Records a passthrough tunnel, decided as `GET /`, as the `CONNECT` it is; when the
-    /// origin has an automation-preferences file, says that its method rules cannot be
-    /// enforced inside the tunnel (SEMANTICS D12: `autoctl.unenforceable`).
-    pub fn mark_passthrough(&mut self) {
-        self.record.method = "CONNECT".to_owned();
-        if self.policies.as_ref().is_some_and(|p| p.autoctl.report().status == PolicyStatus::Valid) {
-            let rule = "passthrough tunnel: methods inside it cannot be seen, so allowed-methods is not enforced";
-            self.record.reasons.push(Reason::new(Source::Autoctl, "autoctl.unenforceable", rule));
-        }
-    }
-
-    /// The decision record as decided, before any response: what is committed to the log
-    /// before forwarding under `[audit] on_failure = "block"`.
-    pub fn record(&self) -> &DecisionRecord {
-        &self.record
-    }
-
-    /// The response-time check of SEMANTICS C17: a `Content-Disposition: attachment` answer
-    /// from a host whose AGENTS.md does not allow `download-files` is withheld. In monitor
-    /// mode the request stays permitted and its record says `would_deny`.
-    ///
-    /// # Errors
-    /// A [`Blocked`] (403, the AGENTS.md reason first) when the body must be withheld.
-    pub fn check_response(mut self, response_headers: &HeaderMap) -> Result<Permitted, Box<Blocked>> {
-        let Some(policies) = &self.policies else { return Ok(self) };
-        let verdict = policies.agents_md.evaluate_response(response_headers);
-        if verdict.opinion != Opinion::Deny {
-            return Ok(self);
-        }
-        let decision = Decision::deny_first(verdict.reasons, std::mem::take(&mut self.record.reasons), Vec::new());
-        self.record.set_reasons(&decision);
-        if self.mode == Mode::Monitor {
-            self.record.outcome = LogOutcome::WouldDeny;
-            return Ok(self);
-        }
-        self.record.outcome = LogOutcome::Deny;
-        Err(Box::new(Blocked { decision, record: self.record, kind: BlockKind::Policy, policies: None }))
-    }
-
-    /// The decision record, to be completed with the response and written, and the
-    /// concurrency slots, to be held until the response body ends or is dropped.
-    pub fn into_parts(self) -> (DecisionRecord, Permit) {
-        (self.record, self.permit)
-    }
-
-    /// The decision record, to be completed with the response and written (the slots are
-    /// given back now).
-    pub fn into_record(self) -> DecisionRecord {
-        self.record
-    }
-}
-
-/// Which answer a block gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BlockKind {
-    /// A policy or operator rule refused it: 403.
-    Policy,
-    /// The client is not a known agent: 407 with a `Proxy-Authenticate` challenge.
-    Unauthenticated,
-    /// A rate or concurrency limit refused it: 429 with `Retry-After` (whole seconds).
-    RateLimited {
-        /// Seconds until the limit lets a request through again.
-        retry_after_s: u64,
+/// How a request reached agentgate: what the decision log writes as `agentgate.entry`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// An absolute-form request on the proxy port (`GET http://host/path`).
+    Forward,
+    /// A request inside a CONNECT tunnel whose TLS agentgate terminated.
+    Mitm,
+    /// A request inside a CONNECT tunnel that carried plain HTTP (no TLS ClientHello).
+    PlainTunnel,
+    /// A CONNECT itself: its host-level decision (a passthrough, or a refused target).
+    Connect,
+    /// A connection the kernel redirected to `[transparent] listen` (`proxy/transparent.rs`):
+    /// intercepted TLS (`tls`), or plain HTTP; a passthrough's host-level decision too.
+    Transparent {
+        /// Whether the connection carried TLS (so requests go to the origin over https).
+        tls: bool,
     },
-    /// The origin itself could not be reached while fetching its policies: 502, or 504 when
-    /// the connection timed out. Recorded as an `error`, not a deny: no site forbade it.
-    OriginUnreachable {
-        /// True when the connection timed out.
-        timed_out: bool,
-    },
-    /// The shared limits store did not answer and `[limits.redis] on_failure = "deny"`: 503
-    /// (`limits.store_unavailable`).
-    LimitsUnavailable,
-    /// agentgate had no connection to spare for the policy fetch (`[upstream]
-    /// max_connections`, every one busy): 503 with `Retry-After`, recorded as an `error`
-    /// (`upstream.at_capacity`, docs/upstream.md).
-    UpstreamAtCapacity,
 }
 
-/// A request the gate refused.
-#[derive(Debug)]
-pub struct Blocked {
-    decision: Decision,
-    record: DecisionRecord,
-    kind: BlockKind,
-    /// The policies it was decided on, for the response-time check should a human approve it.
-    policies: Option<Arc<Policies>>,
-}
-
-impl Blocked {
-    /// The decision, blocking reasons first.
-    pub fn decision(&self) -> &Decision {
-        &self.decision
+impl Entry {
+    /// The name used in logs, traces and the decision log's `agentgate.entry`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Entry::Forward => "forward",
+            Entry::Mitm => "mitm",
+            Entry::PlainTunnel => "tunnel",
+            Entry::Connect => "connect",
+            Entry::Transparent { .. } => "transparent",
+        }
     }
 
-    /// The decision record; its id goes into the block answer.
-    pub fn record(&self) -> &DecisionRecord {
-        &self.record
+    /// Whether requests that came in this way reach the origin over TLS.
+    pub fn is_tls(self) -> bool {
+        matches!(self, Entry::Mitm | Entry::Transparent { tls: true })
     }
-
-    /// Which answer it gets.
-    pub fn kind(&self) -> BlockKind {
-        self.kind
-    }
-
-    /// True when a human may approve it: a policy asked for one (AGENTS.md
-    /// `require-human-approval`, SEMANTICS C16) and nothing denied it outright.
-    pub fn needs_approval(&self) -> bool {
-        self.kind == BlockKind::Policy && self.decision.outcome == Outcome::NeedsApproval
-    }
-
-    /// How the wait for a human ended, when it ends in this block (denied, timed out, the
-    /// queue full, or the client gone): recorded, and said in the block answer.
-    pub fn set_approval(&mut self, approval: Approval) {
-        self.record.approval = Some(approval);
-    }
-
-    /// True when the agent's `allow_hosts` does not list the host (and nothing on the deny
-    /// list named it): what a human may admit.
-    pub fn is_unlisted_host(&self) -> bool {
-        self.decision.blocking_reasons().first().is_some_and(|reason| reason.code == NOT_ALLOWLISTED)
-    }
-
-    /// Records a passthrough tunnel's block, decided as `GET /`, as the `CONNECT` it is (as
-    /// [`Permitted::mark_passthrough`] does for one let through).
-    pub fn mark_passthrough(&mut self) {
-        self.record.method = "CONNECT".to_owned();
-    }
-
-    /// The decision record, to be completed with the response and written.
-    pub fn into_record(self) -> DecisionRecord {
-        self.record
-    }
-}
-
-/// What the gate says about one request.
-#[derive(Debug)]
-pub enum Verdict {
-    /// Forward it (in monitor mode, possibly with a `would_deny` record).
-    Forward(Permitted),
-    /// Answer with a block response.
-    Block(Blocked),
 }
 
 /// The gate of one running proxy.
@@ -344,7 +170,7 @@ impl Gate {
         headers: &HeaderMap,
     ) -> Result<Identity, Box<Blocked>> {
         self.agents.identify(client.ip(), headers.get(PROXY_AUTHORIZATION)).map_err(|failure| {
-            let reason = Reason::new(Source::Operator, failure.code(), auth_rule(failure));
+            let reason = Reason::new(failure.code(), auth_rule(failure));
             let mut record =
                 DecisionRecord::new(LogOutcome::Deny, self.mode, client, client.ip().to_string(), method, url);
             record.user_agent = headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -353,42 +179,6 @@ impl Gate {
             record.set_reasons(&decision);
             Box::new(Blocked { decision, record, kind: BlockKind::Unauthenticated, policies: None })
         })
-    }
-
-    /// Phase `check_egress`: the agent's egress lists, decided on the host and port the
-    /// request is routed to, before the network guard resolves anything (`req.addresses` is
-    /// empty then): a refused host is never looked up, dialled or fetched for policies.
-    ///
-    /// # Errors
-    /// In enforce mode, a [`Blocked`] (403) for a host on `deny_hosts` (`operator.denied_host`)
-    /// or not on `allow_hosts` (`operator.not_allowlisted`) that no human admitted; with the
-    /// agent's `unlisted = "hold"`, an unlisted host's block is `needs_approval`, which the
-    /// proxy holds for a human. In monitor mode never: [`Gate::decide`] records the same
-    /// reason as `would_deny` and the request goes on.
-    pub fn check_egress(&self, req: &GateRequest<'_>) -> Result<(), Box<Blocked>> {
-        if req.agent.mode(self.mode) == Mode::Monitor {
-            return Ok(());
-        }
-        let HostVerdict::Refused { reason, unlisted } = self.host_verdict(req) else { return Ok(()) };
-        let hold = unlisted && req.agent.agent.unlisted == Unlisted::Hold;
-        let decision = Decision::single(if hold { Outcome::NeedsApproval } else { Outcome::Deny }, reason);
-        let mut record = self.record_for(LogOutcome::from(decision.outcome), req);
-        record.set_reasons(&decision);
-        Err(Box::new(Blocked { decision, record, kind: BlockKind::Policy, policies: None }))
-    }
-
-    /// The agent's egress lists on the request's host and port, with the vetted addresses
-    /// when there are some, and a human's admission of an unlisted host.
-    fn host_verdict<'r>(&self, req: &GateRequest<'r>) -> HostVerdict<'r> {
-        let host = req.origin.bare_host();
-        match req.agent.agent.egress.decide(host, req.origin.port(), req.addresses) {
-            Egress::Admitted => HostVerdict::Admitted(None),
-            Egress::Denied(reason) => HostVerdict::Refused { reason, unlisted: false },
-            Egress::Unlisted(reason) => match req.admitted {
-                Some(admitted) if admitted.host == host => HostVerdict::Admitted(Some(admitted)),
-                _ => HostVerdict::Refused { reason, unlisted: true },
-            },
-        }
     }
 
     /// Phases `load_policies`, `evaluate`, `check_limits`: decides one request. The agent's
@@ -418,6 +208,11 @@ impl Gate {
             HostVerdict::Refused { reason, .. } => (Decision::single(Outcome::Deny, reason), None, None),
             HostVerdict::Admitted(admitted) => {
                 let (decision, policies) = self.evaluate(&view, &agent.id, req.origin, req.addresses).await;
+                // A git discovery is refused when the POST it announces would be (`gate::git`).
+                let decision = match decision.outcome {
+                    Outcome::Allow => self.git_discovery(&view, &req, decision).await,
+                    _ => decision,
+                };
                 (decision, policies, admitted)
             }
         };
@@ -439,7 +234,7 @@ impl Gate {
         );
         record.user_agent = user_agent.map(str::to_owned);
         record.instance = Some(Arc::clone(&self.instance));
-        record.entry = Some(req.entry);
+        record.entry = Some(req.entry.as_str());
         record.purposes = view.purposes.to_vec();
         if let Some(Admitted { approval, record: Some(id), .. }) = admitted {
             // The held request's own approval: its one record keeps the id the queue listed.
@@ -507,7 +302,7 @@ impl Gate {
                     Refused::StoreUnavailable => {
                         let rule =
                             "[limits.redis] on_failure = \"deny\": the shared limits store did not answer in time";
-                        let reason = Reason::new(Source::Operator, "limits.store_unavailable", rule);
+                        let reason = Reason::new(OperatorCode::LimitsStoreUnavailable, rule);
                         (reason, LogOutcome::Deny, BlockKind::LimitsUnavailable)
                     }
                 };
@@ -538,7 +333,7 @@ impl Gate {
     /// any policy is loaded. It blocks in monitor mode too: the guard is not a site policy,
     /// and the connector would refuse the connection anyway.
     pub fn refuse(&self, refusal: &Refusal, req: &GateRequest<'_>) -> Blocked {
-        let reason = Reason::new(Source::Operator, refusal.code(), refusal.to_string());
+        let reason = Reason::new(refusal.code(), refusal.to_string());
         let decision = Decision::single(Outcome::Deny, reason);
         let mut record = self.record_for(LogOutcome::Deny, req);
         record.set_reasons(&decision);
@@ -548,7 +343,7 @@ impl Gate {
     /// The block for a request whose origin could not be reached when its robots.txt was
     /// fetched (refused, no route, connect timeout: [`policy::FetchError::Unreachable`]), so
     /// it is answered 502/504 `origin.unreachable` rather than RFC 9309's full disallow, which
-    /// stays for an origin that answered badly (issue 12). In monitor mode too: there is no
+    /// stays for an origin that answered badly. In monitor mode too: there is no
     /// site to forward to. `None` when the origin was reached.
     ///
     /// Likewise a robots.txt that was not fetched because agentgate was at its own cap on
@@ -557,14 +352,14 @@ impl Gate {
     fn origin_unreachable(&self, policies: &Policies, decision: &Decision, req: &GateRequest<'_>) -> Option<Blocked> {
         let (code, rule, cause, error_type, kind) = match policies.robots.origin_unreachable()? {
             policy::FetchError::Unreachable { timed_out, cause } => (
-                "origin.unreachable",
+                OperatorCode::OriginUnreachable,
                 format!("{} cannot be reached: {cause}", req.origin),
                 cause,
                 crate::audit::ErrorType::Origin,
                 BlockKind::OriginUnreachable { timed_out: *timed_out },
             ),
             policy::FetchError::AtCapacity { cause } => (
-                "upstream.at_capacity",
+                OperatorCode::UpstreamAtCapacity,
                 format!("the policies of {} were not fetched: {cause}", req.origin),
                 cause,
                 crate::audit::ErrorType::Proxy,
@@ -572,7 +367,7 @@ impl Gate {
             ),
             _ => return None,
         };
-        let reason = Reason::new(Source::Operator, code, rule);
+        let reason = Reason::new(code, rule);
         let decision = Decision::deny_first(vec![reason], decision.reasons.clone(), Vec::new());
         let mut record = self.record_for(LogOutcome::Error, req);
         record.set_reasons(&decision);
@@ -601,7 +396,7 @@ impl Gate {
     fn record_for(&self, outcome: LogOutcome, req: &GateRequest<'_>) -> DecisionRecord {
         let mode = req.agent.mode(self.mode);
         let mut record = DecisionRecord::new(outcome, mode, req.client, req.agent.id.to_string(), req.method, req.url);
-        record.entry = Some(req.entry);
+        record.entry = Some(req.entry.as_str());
         record.user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
         record.instance = Some(Arc::clone(&self.instance));
         if let Some(Admitted { approval, record: Some(id), .. }) = req.admitted {

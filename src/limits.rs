@@ -391,10 +391,10 @@ mod tests {
     use governor::clock::FakeRelativeClock;
 
     use super::*;
-    use crate::policy::{LimitScope, Reason, Source};
+    use crate::policy::{AgentsMdCode, LimitScope, Reason, Source};
 
     fn rate(requests: u32, window_s: u32) -> Limit {
-        let reason = Reason::new(Source::AgentsMd, "agents_md.rate_limit", "requests-per-minute: 3").at_line(9);
+        let reason = Reason::new(AgentsMdCode::RateLimit, "requests-per-minute: 3").at_line(9);
         Limit {
             source: Source::AgentsMd,
             kind: LimitKind::Rate { requests, window_s },
@@ -404,7 +404,7 @@ mod tests {
     }
 
     fn concurrent(max: u32) -> Limit {
-        let reason = Reason::new(Source::AgentsMd, "agents_md.concurrent_sessions", "concurrent-sessions: 2");
+        let reason = Reason::new(AgentsMdCode::ConcurrentSessions, "concurrent-sessions: 2");
         Limit { source: Source::AgentsMd, kind: LimitKind::Concurrent { max }, scope: LimitScope::Host, reason }
     }
 

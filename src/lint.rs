@@ -160,7 +160,7 @@ mod tests {
     }
 
     /// SEMANTICS X6, B23, C4, D15: lint reads a file as the fetcher does, so a file over the
-    /// cap gets the format's oversize finding (issue 9).
+    /// cap gets the format's oversize finding.
     #[test]
     fn files_over_the_fetch_cap_are_reported_as_too_large() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -188,7 +188,7 @@ mod tests {
         assert!(message.ends_with("pass --format with one of robots, agents-txt, agents-md, autoctl"), "{message}");
     }
 
-    /// Issue 12: an AGENTS.md without Allowed Actions forbids every write; lint says so once,
+    /// An AGENTS.md without Allowed Actions forbids every write; lint says so once,
     /// for the file, with the fix.
     #[test]
     fn issue_12_agents_md_without_allowed_actions_is_warned_at_the_file_level() {

@@ -78,10 +78,15 @@ enum AuditCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Print the records that match, as the JSON lines they are.
+    /// Print the records that match, as the JSON lines they are: one per request (a forwarded
+    /// request's completed line), or with --raw every line as written.
     Grep {
         #[command(flatten)]
         filter: GrepFilter,
+        /// Every matching line as written: a forwarded request's decision line (before
+        /// forwarding) and its completed line (after the response), not one per request.
+        #[arg(long)]
+        raw: bool,
         /// Decision logs, plain or gzip'd, oldest first.
         #[arg(required = true)]
         files: Vec<PathBuf>,
@@ -269,7 +274,7 @@ fn answer(command: Command, out: &mut impl Write) -> anyhow::Result<ExitCode> {
         Command::Audit(AuditCommand::Summary { by, since, format, files }) => {
             audit_summary(&files, by, since, format, out)?;
         }
-        Command::Audit(AuditCommand::Grep { filter, files }) => audit_grep(&files, filter, out)?,
+        Command::Audit(AuditCommand::Grep { filter, raw, files }) => audit_grep(&files, filter, raw, out)?,
         Command::Audit(AuditCommand::Suggest { agent, files }) => audit_suggest(&files, agent.as_deref(), out)?,
     }
     Ok(ExitCode::SUCCESS)
@@ -319,6 +324,7 @@ fn run_proxy(args: RunArgs, out: &mut impl Write) -> anyhow::Result<()> {
             mode: config.mode,
             decision_log: &config.audit.path,
             admin: running.admin_addr(),
+            tokens_unchallenged: agentgate::agents::tokens_unchallenged(&config),
         };
         // The banner is for whoever reads it; a proxy nobody watches still serves.
         if let Err(error) = out.write_all(startup.render().as_bytes()).and_then(|()| out.flush()) {
@@ -389,14 +395,15 @@ fn audit_summary(
 }
 
 /// Matching lines on stdout; malformed lines counted on stderr, as a note, not a failure.
-fn audit_grep(files: &[PathBuf], args: GrepFilter, out: &mut impl Write) -> anyhow::Result<()> {
+fn audit_grep(files: &[PathBuf], args: GrepFilter, raw: bool, out: &mut impl Write) -> anyhow::Result<()> {
     let filter = audit::Filter {
         since: since(args.since.as_deref())?,
         agents: args.agents,
         origins: args.origins,
         outcomes: args.outcomes,
     };
-    let report = audit::grep(files, &filter, out)?;
+    let lines = if raw { audit::GrepLines::Raw } else { audit::GrepLines::PerRequest };
+    let report = audit::grep(files, &filter, lines, out)?;
     out.flush()?;
     if let Some(first) = &report.first_malformed {
         eprintln!(

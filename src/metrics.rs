@@ -254,7 +254,7 @@ impl Metrics {
         let source = deciding.map_or("none", |reason| reason.source.as_str());
         self.requests.get_or_create(&RequestLabels { outcome: record.outcome.as_str(), source }).inc();
         if matches!(record.outcome, Outcome::Deny | Outcome::NeedsApproval | Outcome::RateLimited) {
-            let reason = deciding.map_or(Cow::Borrowed("none"), |reason| reason.code.clone());
+            let reason = Cow::Borrowed(deciding.map_or("none", |reason| reason.code.as_str()));
             self.blocks.get_or_create(&BlockLabels { reason }).inc();
         }
         if record.outcome == Outcome::RateLimited {
@@ -495,7 +495,7 @@ mod tests {
 
     use super::*;
     use crate::policy::operator::Mode;
-    use crate::policy::{Reason, Source};
+    use crate::policy::{AgentsMdCode, Reason, RobotsCode};
 
     fn record(outcome: Outcome, reason: Option<Reason>) -> DecisionRecord {
         let client = SocketAddr::from(([127, 0, 0, 1], 5000));
@@ -513,8 +513,8 @@ mod tests {
     fn a_record_counts_its_outcome_source_block_reason_and_duration() {
         let metrics = Metrics::new();
         metrics.record(&record(Outcome::Allow, None));
-        metrics.record(&record(Outcome::Deny, Some(Reason::new(Source::Robots, "robots.disallow", "Disallow: /"))));
-        let limit = Reason::new(Source::AgentsMd, "agents_md.rate_limit", "rate-limit: 1/minute");
+        metrics.record(&record(Outcome::Deny, Some(Reason::new(RobotsCode::Disallow, "Disallow: /"))));
+        let limit = Reason::new(AgentsMdCode::RateLimit, "rate-limit: 1/minute");
         metrics.record(&record(Outcome::RateLimited, Some(limit)));
         let text = metrics.encode(Scraped::default());
         assert_eq!(sample(&text, r#"agentgate_requests_total{outcome="allow",source="none"}"#), Some("1"), "{text}");

@@ -5,8 +5,10 @@
 //! client family (curl, git and Debian's wget ignore `SSL_CERT_FILE`; Chromium reads its NSS
 //! database), and the traps a newcomer falls into (Node's built-in `fetch` ignores proxy
 //! variables; Chromium sends loopback and link-local addresses past `--proxy-server` unless
-//! told `<-loopback>`; `NO_PROXY` skips the gate). Each client's lines are run by the e2e
-//! tests (`clients`: wget and Chromium as printed here).
+//! told `<-loopback>`; `NO_PROXY` skips the gate; git sends an agent token only after a 407
+//! unless told `GIT_HTTP_PROXY_AUTHMETHOD=basic`, and the operator is told when `[[agents]]`
+//! tokens go unchallenged). Each client's lines are run by the e2e tests (`clients`: wget
+//! and Chromium as printed here; `git`: git with and without that variable).
 //!
 //! Never: reads the environment or the network; it formats what `main` hands it.
 
@@ -31,6 +33,9 @@ pub struct Startup<'a> {
     pub decision_log: &'a Path,
     /// `[admin] listen`; `None` when off.
     pub admin: Option<SocketAddr>,
+    /// `[[agents]]` have tokens and `[auth] required = false`
+    /// ([`crate::agents::tokens_unchallenged`]): said, with what git needs.
+    pub tokens_unchallenged: bool,
 }
 
 impl Startup<'_> {
@@ -49,10 +54,19 @@ impl Startup<'_> {
         let _ = writeln!(out, "  mode          {}", self.mode.as_str());
         let _ = writeln!(out, "  decision log  {log}");
         let _ = writeln!(out, "  admin API     {admin}");
+        if self.tokens_unchallenged {
+            out.push_str(TOKENS_UNCHALLENGED);
+        }
         out.push_str(&client_recipe(addr, ca));
         out
     }
 }
+
+/// What the start-up text says when `[[agents]]` have tokens and `[auth] required = false`.
+const TOKENS_UNCHALLENGED: &str = "  auth          [[agents]] have tokens, but [auth] required = false: a client that sends none is the default [agent],
+                and git sends its proxy credentials only after a 407 challenge. Set [auth] required = true (agents
+                matched by their clients networks are still not challenged), or run git with GIT_HTTP_PROXY_AUTHMETHOD=basic.
+";
 
 /// The client recipe for a proxy at `addr` with its CA at `ca`: the README's, filled in.
 pub fn client_recipe(addr: SocketAddr, ca: &str) -> String {
@@ -62,6 +76,8 @@ Agents, in a shell (curl reads only the lowercase proxy variables, most others e
   export http_proxy=http://{addr} https_proxy=http://{addr} HTTP_PROXY=http://{addr} HTTPS_PROXY=http://{addr}
   export SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca} CURL_CA_BUNDLE={ca} GIT_SSL_CAINFO={ca} NODE_EXTRA_CA_CERTS={ca}
 Or fetch the CA through the proxy itself: curl -x http://{addr} -o agentgate-ca.pem http://agentgate.local/ca.pem
+git with an agent token (HTTPS_PROXY=http://id:token@{addr}) sends it only after a 407 challenge; to send it at once:
+  export GIT_HTTP_PROXY_AUTHMETHOD=basic
 Node.js: the built-in fetch ignores proxy variables; use undici's EnvHttpProxyAgent
   (import {{ setGlobalDispatcher, EnvHttpProxyAgent }} from 'undici'; setGlobalDispatcher(new EnvHttpProxyAgent())).
 wget (Debian's, GnuTLS) ignores SSL_CERT_FILE: give it the CA in its wgetrc (or --ca-certificate={ca}):
@@ -94,6 +110,7 @@ mod tests {
             mode: Mode::Monitor,
             decision_log: Path::new("/var/log/agentgate/decisions.jsonl"),
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
+            tokens_unchallenged: false,
         };
         let text = startup.render();
         let mut lines = text.lines();
@@ -115,5 +132,18 @@ mod tests {
         assert!(defaults.contains("  config        embedded default (config/agentgate.toml)\n"), "{defaults}");
         assert!(defaults.contains("  decision log  standard output\n"), "{defaults}");
         assert!(defaults.contains("  admin API     off\n"), "{defaults}");
+        assert!(!text.contains("  auth  ") && text.contains("  export GIT_HTTP_PROXY_AUTHMETHOD=basic\n"), "{text}");
+
+        let unchallenged = Startup { tokens_unchallenged: true, ..startup }.render();
+        let mut lines = unchallenged.lines().skip(5);
+        let auth = lines.next().unwrap_or_default();
+        assert!(
+            auth.starts_with("  auth          [[agents]] have tokens, but [auth] required = false"),
+            "{unchallenged}"
+        );
+        assert!(
+            unchallenged.contains("Set [auth] required = true")
+                && unchallenged.contains("GIT_HTTP_PROXY_AUTHMETHOD=basic.")
+        );
     }
 }

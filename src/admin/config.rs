@@ -80,7 +80,7 @@ impl AdminConfig {
     /// The problem with `setting` (written as the file says it, e.g. `[approvals] mode =
     /// "hold"`), which holds requests for a human's answer, when no admin token is configured:
     /// without one anybody who reaches the admin API, the agent whose request is held
-    /// included, could answer it (issue 25). Every setting that holds for a human calls this,
+    /// included, could answer it. Every setting that holds for a human calls this,
     /// so the rule and its message are one (test
     /// `approvals::config::tests::hold_needs_an_admin_token`).
     pub fn holding_problems(&self, setting: &str, problems: &mut Vec<String>) {

@@ -2,8 +2,8 @@
 //! with. Keys are the field-name constants, written as they are; a string value is checked
 //! whole for the three things JSON escapes (`"`, `\`, control characters) with a check that
 //! vectorises, and only a string that has one goes through serde_json's escaping, so every
-//! line is byte for byte what serde_json writes (issue 11: serde_json's byte-at-a-time escape
-//! of every key and value was a sixth of a request's instructions).
+//! line is byte for byte what serde_json writes (serde_json's byte-at-a-time escape of every
+//! key and value was a sixth of a request's instructions; `bench/RESULTS.md`).
 //!
 //! Never: parses JSON, reorders or drops members, or writes a value it was not given.
 

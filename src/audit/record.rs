@@ -345,7 +345,7 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
 fn reason(out: &mut String, reason: &Reason, blocking: bool) {
     let mut map = Object::new(out);
     map.str("source", reason.source.as_str());
-    map.str("code", &reason.code);
+    map.str("code", reason.code.as_str());
     if let Some(line) = reason.line {
         map.u64("line", line.into());
     }
@@ -410,7 +410,7 @@ pub(crate) fn rfc3339_millis(at: SystemTime) -> humantime::Rfc3339Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::Source;
+    use crate::policy::{AgentsMdCode, AgentsTxtCode, OperatorCode, RobotsCode, Source};
 
     fn at(millis: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(millis)
@@ -505,23 +505,23 @@ mod tests {
         rec.status = Some(502);
         rec.response_bytes = Some(0);
         rec.reasons = vec![
-            Reason::new(Source::Robots, "robots.disallow", "Disallow: /private")
+            Reason::new(RobotsCode::Disallow, "Disallow: /private")
                 .at_line(4)
                 .with_digest(Some(std::sync::Arc::<str>::from("ab".repeat(32)))),
-            Reason::new(Source::Operator, "operator.allow", "host = example.com"),
+            Reason::new(OperatorCode::Allow, "host = example.com"),
         ];
         rec.limits = vec![
             Limit {
                 source: Source::AgentsTxt,
                 kind: LimitKind::Rate { requests: 10, window_s: 60 },
                 scope: LimitScope::Rule { line: 3 },
-                reason: Reason::new(Source::AgentsTxt, "agents_txt.limit", "/ ALLOW limit=10").at_line(3),
+                reason: Reason::new(AgentsTxtCode::Limit, "/ ALLOW limit=10").at_line(3),
             },
             Limit {
                 source: Source::AgentsMd,
                 kind: LimitKind::Concurrent { max: 2 },
                 scope: LimitScope::Host,
-                reason: Reason::new(Source::AgentsMd, "agents_md.concurrent", "concurrent-sessions: 2"),
+                reason: Reason::new(AgentsMdCode::ConcurrentSessions, "concurrent-sessions: 2"),
             },
         ];
         rec.approval = Some(Approval {

@@ -31,7 +31,7 @@ pub struct LoggedUrl {
 pub fn redact_url(url: &str, log_query: bool) -> LoggedUrl {
     let url = url.split_once('#').map_or(url, |(before, _)| before);
     // Pushed piece by piece into one buffer: `format!` cost a request two formatting passes
-    // per log line (issue 11).
+    // per log line.
     let mut full = String::with_capacity(url.len() + 16);
     let (domain, path_and_query) = match split_scheme(url) {
         Some((scheme, rest)) => {
@@ -212,12 +212,12 @@ mod tests {
         }
     }
 
-    /// Issue 25: a right-to-left override in a path made `url.full` read backwards in any
+    /// A right-to-left override in a path once made `url.full` read backwards in any
     /// viewer. Bidi controls, C0 and C1 controls, DEL and the line separators are
     /// percent-encoded, in the query too (kept with `log_query`); other non-ASCII text stays
     /// as sent, and what was already percent-encoded is not encoded twice.
     #[test]
-    fn issue_25_bidi_and_control_characters_are_percent_encoded() {
+    fn bidi_and_control_characters_are_percent_encoded() {
         let cases = [
             ("https://example.com/invoice\u{202e}fdp.exe", "https://example.com/invoice%E2%80%AEfdp.exe"),
             (

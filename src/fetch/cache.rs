@@ -22,8 +22,9 @@ use super::freshness::TtlBounds;
 use super::get::Fetcher;
 use super::transport::PolicyTransport;
 use crate::metrics::Metrics;
-use crate::policy::refresh::{self, Previous};
-use crate::policy::{FetchOutcome, Format, Policies, PolicyReport, Source, StaleRules, agents_txt, formats};
+use crate::policy::{
+    FetchOutcome, Format, MAX_TTL, Policies, PolicyReport, Previous, Source, StaleRules, agents_txt, formats, refresh,
+};
 
 /// `[cache]`: the operator's bounds on the policy cache's memory. Owned here, composed into
 /// the config by `crate::config` (docs/layering.md); the defaults are written only here.
@@ -69,7 +70,7 @@ impl From<CacheConfig> for CacheSettings {
     fn from(bounds: CacheConfig) -> Self {
         CacheSettings {
             bounds,
-            max_ttl: refresh::MAX_TTL,
+            max_ttl: MAX_TTL,
             min_ttl: Duration::from_secs(60),
             fetch_timeout: Duration::from_secs(10),
             agents_txt_negative_ttl: Duration::from_secs(agents_txt::RESTRICTED_TTL_S),
@@ -259,7 +260,7 @@ impl PolicyCache {
     /// An empty cache fetching through `transport`, counting lookups, fetches and
     /// evictions in `metrics`.
     pub fn new(transport: Arc<dyn PolicyTransport>, settings: CacheSettings, metrics: Arc<Metrics>) -> Self {
-        let max_ttl = settings.max_ttl.min(refresh::MAX_TTL);
+        let max_ttl = settings.max_ttl.min(MAX_TTL);
         let fetcher = Fetcher {
             transport,
             timeout: settings.fetch_timeout,
@@ -306,7 +307,7 @@ impl PolicyCache {
         // Every request but an origin's first finds it cached. The first load, and a
         // refresh a request must wait for, are boxed: their futures are large (moka's entry
         // machinery, four fetches), and every request's future would otherwise carry them
-        // and be copied whole at each move (issue 11).
+        // and be copied whole at each move (a measured cost per request).
         let entry = match inner.entries.get(origin).await {
             Some(entry) => {
                 inner.metrics.policy_lookup(true);

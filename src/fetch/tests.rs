@@ -199,7 +199,7 @@ async fn fresh_files_are_served_from_cache_and_only_stale_ones_refetched() -> Te
     Ok(())
 }
 
-/// Issue 9: a stale origin's refresh made every request wait for the re-fetch. Now the
+/// A stale origin's refresh once made every request wait for the re-fetch. Now the
 /// stale copy is served while exactly one refresh runs in the background: the refetch of
 /// robots.txt is held at the origin until the test lets it go, and twenty requests made
 /// meanwhile all get the old copy without waiting.
@@ -246,7 +246,7 @@ async fn copy_past_the_stale_window_waits_for_the_refresh() -> TestResult {
     Ok(())
 }
 
-/// Issue 9: the cache is bounded in bytes. Origins serving a 400 KiB robots.txt each weigh
+/// The cache is bounded in bytes. Origins serving a 400 KiB robots.txt each weigh
 /// megabytes; with `max_bytes` room for about three of them, ten origins leave at most that
 /// weight cached, the oldest are evicted, and a request to an evicted origin fetches again.
 #[tokio::test]

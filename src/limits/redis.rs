@@ -68,7 +68,7 @@ const WARM_LIMIT: Duration = Duration::from_secs(2);
 /// millisecond on a LAN, 1.4 ms at p99 with 50 checks in flight on the project's loaded 2-core
 /// machine (docs/scale-out.md, Speed). The timeout must also cover a replica whose runtime
 /// polls the answer late because its threads are busy, and a reconnect after Redis restarted
-/// (a TCP or TLS handshake and a script load); 50 ms did not on a loaded host (issue 25). It
+/// (a TCP or TLS handshake and a script load); 50 ms did not on a loaded host (two fresh replicas overshot a shared limit). It
 /// is also what every limited request waits while Redis hangs, before `on_failure` answers:
 /// half a second stays a delay an agent barely notices.
 const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);

@@ -25,6 +25,7 @@ use serde::{Deserialize, Deserializer};
 
 use super::host::canonical_ip;
 use super::interfaces;
+use crate::policy::OperatorCode;
 use crate::setting::networks;
 
 /// `[network]`: destinations the network guard lets through (`crate::net`, `docs/security.md`).
@@ -270,13 +271,13 @@ pub enum Refusal {
 
 impl Refusal {
     /// The stable reason code in the block answer and the decision log.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> OperatorCode {
         match self {
-            Refusal::PrivateAddress { .. } => "network.private_address",
-            Refusal::DeniedCidr { .. } => "network.denied_cidr",
-            Refusal::OwnAddress { .. } => "network.own_address",
-            Refusal::NotOriginalDestination { .. } => "transparent.host_mismatch",
-            Refusal::PortNotAllowed { .. } => "network.port_not_allowed",
+            Refusal::PrivateAddress { .. } => OperatorCode::PrivateAddress,
+            Refusal::DeniedCidr { .. } => OperatorCode::DeniedCidr,
+            Refusal::OwnAddress { .. } => OperatorCode::OwnAddress,
+            Refusal::NotOriginalDestination { .. } => OperatorCode::HostMismatch,
+            Refusal::PortNotAllowed { .. } => OperatorCode::PortNotAllowed,
         }
     }
 }
@@ -451,7 +452,7 @@ mod tests {
 
     fn code(policy: &AddressPolicy, addr: &str, port: u16) -> &'static str {
         let ip: IpAddr = addr.parse().expect("test address");
-        policy.vet("h", SocketAddr::new(ip, port)).map_or_else(|r| r.code(), |()| "ok")
+        policy.vet("h", SocketAddr::new(ip, port)).map_or_else(|r| r.code().as_str(), |()| "ok")
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! and evaluation: trust level (C22), restrictions (C16), actions inferred from the
 //! request (C17), rate and concurrency limits (C21), the identification header (C24).
 //!
+//! Also the stale rule (C4, `AgentsMd::refresh`): a policy outlives a failed re-fetch for
+//! [`STALE_GRACE_S`].
+//!
 //! Never: fetches (HTTPS only, redirects and timeouts are `fetch/`'s, C2–C4), caches, or
-//! logs. What the cache needs for the stale rule (C4) is [`AgentsMdState::refetch_failed`]
-//! and [`STALE_GRACE_S`].
+//! logs; `fetch/` carries out the stale rule.
 
 mod glob;
 mod parse;
@@ -19,14 +21,16 @@ mod tests;
 pub use self::parse::Entry;
 use crate::policy::Weigh;
 use std::sync::Arc;
+use std::time::Duration;
 
 use self::parse::{Authentication, DEFAULT_AGENT_HEADER, PathRule, Policy, Setting};
+use super::advice::RATE_LIMIT_ADVICE;
 use super::path::{Reading, decide_both_readings};
 use super::pattern::normalized_path;
 use super::text::{sha256_hex, split_bom};
 use super::{
-    Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason,
-    RequestView, Source, SourceVerdict,
+    Advice, AgentsMdCode, Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport,
+    PolicyStatus, Previous, Reason, Refreshed, RequestView, Source, SourceVerdict, StaleRules,
 };
 
 /// The size cap (§11.3): the fetcher reads at most this many bytes plus one and sets
@@ -229,17 +233,17 @@ fn limits(policy: &Policy, digest: &Option<Arc<str>>) -> Vec<Limit> {
         .into_iter()
         .filter_map(|(setting, window_s)| {
             let setting = setting.as_ref()?;
-            Some(limit(LimitKind::Rate { requests: setting.value, window_s }, "agents_md.rate_limit", setting, digest))
+            Some(limit(LimitKind::Rate { requests: setting.value, window_s }, AgentsMdCode::RateLimit, setting, digest))
         })
         .collect();
     if let Some(setting) = &policy.concurrent_sessions {
         let kind = LimitKind::Concurrent { max: setting.value };
-        limits.push(limit(kind, "agents_md.concurrent_sessions", setting, digest));
+        limits.push(limit(kind, AgentsMdCode::ConcurrentSessions, setting, digest));
     }
     limits
 }
 
-fn limit(kind: LimitKind, code: &'static str, setting: &Setting<u32>, digest: &Option<Arc<str>>) -> Limit {
+fn limit(kind: LimitKind, code: AgentsMdCode, setting: &Setting<u32>, digest: &Option<Arc<str>>) -> Limit {
     Limit {
         source: Source::AgentsMd,
         kind,
@@ -248,8 +252,8 @@ fn limit(kind: LimitKind, code: &'static str, setting: &Setting<u32>, digest: &O
     }
 }
 
-fn reason(code: &'static str, line: u32, text: &Arc<str>, digest: &Option<Arc<str>>) -> Reason {
-    Reason::new(Source::AgentsMd, code, Arc::clone(text)).at_line(line).with_digest(digest.clone())
+fn reason(code: AgentsMdCode, line: u32, text: &Arc<str>, digest: &Option<Arc<str>>) -> Reason {
+    Reason::new(code, Arc::clone(text)).at_line(line).with_digest(digest.clone())
 }
 
 impl AgentsMdState {
@@ -349,7 +353,7 @@ impl AgentsMdState {
         verdict.reasons = decided.reasons;
         if let Some(setting) = policy.authentication.as_ref().filter(|s| s.value == Authentication::Required) {
             let missing = req.headers.get("authorization").is_none() && req.headers.get("cookie").is_none();
-            let code = if missing { "agents_md.authentication_missing" } else { "agents_md.authentication_present" };
+            let code = if missing { AgentsMdCode::AuthenticationMissing } else { AgentsMdCode::AuthenticationPresent };
             let reason = self.reason(code, setting.line, &setting.text);
             if missing && strict_authentication && !req.is_safe_method() && opinion != Opinion::Deny {
                 // The denial is the whole answer: an `action_allowed` reason beside it would be
@@ -370,7 +374,7 @@ impl AgentsMdState {
         if let Some(min) = &policy.minimum_trust_level
             && req.trust_level.min(5) < min.value
         {
-            return SourceVerdict::with(Opinion::Deny, self.reason("agents_md.trust_level", min.line, &min.text));
+            return SourceVerdict::with(Opinion::Deny, self.reason(AgentsMdCode::TrustLevel, min.line, &min.text));
         }
         let has_paths =
             !(policy.disallowed.is_empty() && policy.require_approval.is_empty() && policy.read_only.is_empty());
@@ -385,29 +389,29 @@ impl AgentsMdState {
     fn decide_in(&self, policy: &Policy, req: &RequestView<'_>, segments: &[&str], reading: Reading) -> SourceVerdict {
         let verdict = |opinion, code, line, text| SourceVerdict::with(opinion, self.reason(code, line, text));
         if let Some(rule) = most_specific(&policy.disallowed, segments, reading) {
-            return verdict(Opinion::Deny, "agents_md.disallowed_path", rule.line, &rule.text);
+            return verdict(Opinion::Deny, AgentsMdCode::DisallowedPath, rule.line, &rule.text);
         }
         let write = !req.is_safe_method();
         if write && let Some(rule) = most_specific(&policy.require_approval, segments, reading) {
-            return verdict(Opinion::NeedsApproval, "agents_md.requires_human_approval", rule.line, &rule.text);
+            return verdict(Opinion::NeedsApproval, AgentsMdCode::RequiresHumanApproval, rule.line, &rule.text);
         }
         if write && let Some(rule) = most_specific(&policy.read_only, segments, reading) {
-            return verdict(Opinion::Deny, "agents_md.read_only_path", rule.line, &rule.text);
+            return verdict(Opinion::Deny, AgentsMdCode::ReadOnlyPath, rule.line, &rule.text);
         }
         let mut allowed_by = None;
         for action in request_actions(req) {
             match policy.action(action) {
-                (false, Some(s)) => return verdict(Opinion::Deny, "agents_md.action_denied", s.line, &s.text),
+                (false, Some(s)) => return verdict(Opinion::Deny, AgentsMdCode::ActionDenied, s.line, &s.text),
                 (false, None) => {
                     let rule = format!("{action} defaults to false when an AGENTS.md exists (§5.3)");
-                    let reason = Reason::new(Source::AgentsMd, "agents_md.action_denied", rule);
+                    let reason = Reason::new(AgentsMdCode::ActionDenied, rule);
                     return SourceVerdict::with(Opinion::Deny, reason.with_digest(self.digest.clone()));
                 }
                 (true, setting) => allowed_by = allowed_by.or(setting),
             }
         }
         match allowed_by {
-            Some(s) if write => verdict(Opinion::Allow, "agents_md.action_allowed", s.line, &s.text),
+            Some(s) if write => verdict(Opinion::Allow, AgentsMdCode::ActionAllowed, s.line, &s.text),
             _ => SourceVerdict::no_opinion(),
         }
     }
@@ -422,10 +426,9 @@ impl AgentsMdState {
         match policy.action("download-files") {
             (false, setting) if is_attachment => {
                 let reason = match setting {
-                    Some(s) => self.reason("agents_md.action_denied", s.line, &s.text),
+                    Some(s) => self.reason(AgentsMdCode::ActionDenied, s.line, &s.text),
                     None => Reason::new(
-                        Source::AgentsMd,
-                        "agents_md.action_denied",
+                        AgentsMdCode::ActionDenied,
                         "download-files defaults to false when an AGENTS.md exists (§5.3)",
                     )
                     .with_digest(self.digest.clone()),
@@ -436,7 +439,7 @@ impl AgentsMdState {
         }
     }
 
-    fn reason(&self, code: &'static str, line: u32, text: &Arc<str>) -> Reason {
+    fn reason(&self, code: AgentsMdCode, line: u32, text: &Arc<str>) -> Reason {
         reason(code, line, text, &self.digest)
     }
 }
@@ -497,13 +500,26 @@ impl super::Format for AgentsMd {
         discover(root, well_known).with_fetched_host(host)
     }
 
+    /// When a re-fetch fails (no policy at either location and one of them failed with 5xx,
+    /// a timeout or a network error) and a policy is cached, that policy stays in use until
+    /// it has been stale for [`STALE_GRACE_S`] (§10.3, C4), retried after `ttl`; after that,
+    /// no policy. A 404 is not a failure: the file was removed, so the policy goes.
     fn refresh(
-        previous: Option<super::refresh::Previous<AgentsMdState>>,
+        previous: Option<Previous<AgentsMdState>>,
         fetched: AgentsMdState,
-        ttl: std::time::Duration,
-        _rules: &super::StaleRules,
-    ) -> super::refresh::Refreshed<AgentsMdState> {
-        super::refresh::agents_md(previous, fetched, ttl)
+        ttl: Duration,
+        _rules: &StaleRules,
+    ) -> Refreshed<AgentsMdState> {
+        let grace = Duration::from_secs(STALE_GRACE_S);
+        match previous {
+            Some(previous)
+                if fetched.refetch_failed() && !previous.state.falls_through() && previous.stale_for < grace =>
+            {
+                let left = grace - previous.stale_for;
+                Refreshed::kept(previous, ttl.min(left))
+            }
+            _ => Refreshed::fetched(fetched, ttl),
+        }
     }
 
     /// With `[agents_md] strict_authentication`, C23 applies.
@@ -519,30 +535,39 @@ impl super::Format for AgentsMd {
     fn lint(body: &[u8]) -> Vec<Diagnostic> {
         lint(body)
     }
+}
 
-    fn advice(code: &str) -> &'static str {
-        match code {
-            "agents_md.requires_human_approval" => {
+/// What an agent blocked by a AGENTS.md reason may do instead.
+impl Advice for AgentsMdCode {
+    fn advice(self) -> &'static str {
+        match self {
+            AgentsMdCode::RateLimit => RATE_LIMIT_ADVICE,
+            AgentsMdCode::ConcurrentSessions => {
+                "You already have as many requests in flight to this site as its AGENTS.md allows. Wait for one to \
+                 finish, then retry; send requests one after another instead of in parallel."
+            }
+            AgentsMdCode::RequiresHumanApproval => {
                 "The site's AGENTS.md requires a human to approve this action. Stop and ask your user or operator to \
                  approve or perform it; do not retry automatically."
             }
-            "agents_md.trust_level" => {
+            AgentsMdCode::TrustLevel => {
                 "The site's AGENTS.md requires a higher trust level than this agent has. Only your operator can \
                  change the agent's trust level; do not retry."
             }
-            "agents_md.action_denied" => {
+            AgentsMdCode::ActionDenied => {
                 "The site's AGENTS.md does not allow this kind of action (for example form submission, uploads, API \
                  writes or deletion) for agents. Reading pages may still be allowed; do not retry this request."
             }
-            "agents_md.authentication_missing" => {
+            AgentsMdCode::AuthenticationMissing => {
                 "The site's AGENTS.md requires authentication, and this write carries no Authorization or Cookie. \
                  Log in to the site (or use the credentials your user gave you) and send them with the request; \
                  reading pages may still work without them."
             }
-            "agents_md.read_only_path" => {
+            AgentsMdCode::ReadOnlyPath => {
                 "The site's AGENTS.md makes this path read-only for agents: GET and HEAD may work, changes will not."
             }
-            _ => {
+            // `action_allowed` never blocks; `authentication_present` rides along with a block.
+            AgentsMdCode::DisallowedPath | AgentsMdCode::AuthenticationPresent | AgentsMdCode::ActionAllowed => {
                 "The site's AGENTS.md disallows this path for agents. Do not retry it; read /AGENTS.md on this site \
                  to see what is allowed."
             }

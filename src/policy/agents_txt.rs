@@ -5,10 +5,10 @@
 //! Owns: what a fetched `/agents.txt` means for access. A file is this format only after
 //! detection (B1); then any hash or directive problem restricts the whole origin (B19).
 //!
-//! Never: fetches, caches or logs. The cache rules that follow from a state (drop a good
-//! copy on a restricted file, B20; keep it when the origin is unreachable, B21) are
-//! answered by [`AgentsTxtState::is_restricted`] and [`AgentsTxtState::keeps_cached_copy`]
-//! and carried out by `fetch/`.
+//! Also the stale rule that follows from a state (`AgentsTxt::refresh`): drop a good copy
+//! on a restricted file (B20), keep it while the origin is unreachable (B21).
+//!
+//! Never: fetches, caches or logs; `fetch/` carries out the stale rule.
 
 mod parse;
 #[cfg(test)]
@@ -16,14 +16,16 @@ mod tests;
 
 use crate::policy::Weigh;
 use std::sync::Arc;
+use std::time::Duration;
 
 use self::parse::{is_detected, is_significant, parse};
+use super::advice::RATE_LIMIT_ADVICE;
 use super::path::{Reading, decide_both_readings};
 use super::pattern::{Pattern, normalized_path};
 use super::text::{Findings, JoinedDigest, lines, split_bom};
 use super::{
-    Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason,
-    RequestView, Source, SourceVerdict,
+    Advice, AgentsTxtCode, Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport,
+    PolicyStatus, Previous, Reason, Refreshed, RequestView, Source, SourceVerdict, StaleRules,
 };
 
 /// The size cap (SEMANTICS X6): the fetcher reads at most this many bytes plus one and
@@ -276,14 +278,14 @@ fn verdict(rules: &[Rule], path: &str, reading: Reading) -> SourceVerdict {
         (Action::Disallow, _) => SourceVerdict::with(Opinion::Deny, rule.reason.clone()),
         (Action::Allow, Some(0)) => {
             let mut reason = rule.reason.clone();
-            reason.code = "agents_txt.limit_zero".into();
+            reason.code = AgentsTxtCode::LimitZero.into();
             SourceVerdict::with(Opinion::Deny, reason)
         }
         (Action::Allow, Some(requests)) => {
             let line = rule.reason.line.unwrap_or(0);
             let mut verdict = SourceVerdict::with(Opinion::Allow, rule.reason.clone());
             let mut reason = rule.reason.clone();
-            reason.code = "agents_txt.limit".into();
+            reason.code = AgentsTxtCode::Limit.into();
             verdict.limits.push(Limit {
                 source: Source::AgentsTxt,
                 kind: LimitKind::Rate { requests, window_s: LIMIT_WINDOW_S },
@@ -310,7 +312,7 @@ impl Weigh for AgentsTxtState {
 impl Weigh for Rule {
     fn heap_bytes(&self) -> usize {
         // The reason's digest is the state's own `Arc`, charged once there, not per rule.
-        self.pattern.heap_bytes() + self.reason.code.heap_bytes() + self.reason.rule.heap_bytes()
+        self.pattern.heap_bytes() + self.reason.rule.heap_bytes()
     }
 }
 
@@ -335,13 +337,33 @@ impl super::Format for AgentsTxt {
         from_fetch(outcome)
     }
 
+    /// A restricted file (hash mismatch, bad directive, too large) drops any cached copy and
+    /// is itself kept for exactly `rules.agents_txt_negative_ttl` (B20, default
+    /// [`RESTRICTED_TTL_S`]), whatever its `Cache-Control` says, so a broken file is neither
+    /// fetched on every request nor kept for a day. When the origin is unreachable (B21), a
+    /// cached *valid* copy stays in use while it has been stale for less than its own
+    /// freshness lifetime ("within its TTL": we only re-fetch after it expired, so we read it
+    /// as one more lifetime), retried after `ttl`. Anything else replaces it.
     fn refresh(
-        previous: Option<super::refresh::Previous<AgentsTxtState>>,
+        previous: Option<Previous<AgentsTxtState>>,
         fetched: AgentsTxtState,
-        ttl: std::time::Duration,
-        rules: &super::StaleRules,
-    ) -> super::refresh::Refreshed<AgentsTxtState> {
-        super::refresh::agents_txt(previous, fetched, ttl, rules.agents_txt_negative_ttl)
+        ttl: Duration,
+        rules: &StaleRules,
+    ) -> Refreshed<AgentsTxtState> {
+        if fetched.is_restricted() {
+            return Refreshed::fetched(fetched, rules.agents_txt_negative_ttl);
+        }
+        match previous {
+            Some(previous)
+                if fetched.keeps_cached_copy()
+                    && previous.state.status() == PolicyStatus::Valid
+                    && previous.stale_for < previous.lifetime =>
+            {
+                let left = previous.lifetime - previous.stale_for;
+                Refreshed::kept(previous, ttl.min(left))
+            }
+            _ => Refreshed::fetched(fetched, ttl),
+        }
     }
 
     #[inline]
@@ -356,17 +378,28 @@ impl super::Format for AgentsTxt {
     fn lint(body: &[u8]) -> Vec<Diagnostic> {
         lint(body)
     }
+}
 
-    fn advice(code: &str) -> &'static str {
-        match code {
-            "agents_txt.disallow" => {
+/// What an agent blocked by a agents.txt reason may do instead.
+impl Advice for AgentsTxtCode {
+    fn advice(self) -> &'static str {
+        match self {
+            AgentsTxtCode::Disallow => {
                 "The site's agents.txt disallows this path for automated agents. Do not retry it; other paths may be \
                  allowed (read /agents.txt)."
             }
-            "agents_txt.limit_zero" => {
+            AgentsTxtCode::LimitZero => {
                 "The site's agents.txt allows zero automated requests to this path. Do not retry it."
             }
-            _ => {
+            AgentsTxtCode::Limit => RATE_LIMIT_ADVICE,
+            // `allow` never blocks: the file's general advice.
+            AgentsTxtCode::TooLarge
+            | AgentsTxtCode::InvalidUtf8
+            | AgentsTxtCode::HashMissing
+            | AgentsTxtCode::HashLineSyntax
+            | AgentsTxtCode::HashMismatch
+            | AgentsTxtCode::DirectiveSyntax
+            | AgentsTxtCode::Allow => {
                 "The site's agents.txt is malformed or unverifiable, and the agents.txt rules say that restricts the \
                  whole site to agents. Nothing on this site can be fetched until the site publishes a valid file; \
                  tell your user, do not retry."

@@ -26,29 +26,12 @@ use super::path::{Reading, decide_both_readings};
 use super::pattern::{Pattern, normalized_path};
 use super::text::{Findings, sha256_hex, split_bom};
 use super::{
-    Diagnostic, FetchError, FetchOutcome, HeaderLookup, Headers, Opinion, PolicyReport, PolicyStatus, Reason,
-    RequestView, Source, SourceVerdict,
+    Advice, AutoctlCode, Diagnostic, FetchError, FetchOutcome, HeaderLookup, Headers, Opinion, PolicyReport,
+    PolicyStatus, Reason, RequestView, Source, SourceVerdict,
 };
 
 /// The size cap (SEMANTICS X6, D19): a longer file is handled as unavailable (D15).
 pub const MAX_BYTES: usize = 500 * 1024;
-
-/// Reason code: the file could not be used (5xx, timeout, network error, control bytes,
-/// oversize), so only safe methods are allowed (D15).
-const UNAVAILABLE: &str = "autoctl.unavailable";
-/// Reason code: the selected group's `allowed-methods` does not list the method (D12).
-const METHOD_NOT_ALLOWED: &str = "autoctl.method_not_allowed";
-/// Reason code: the selected group has no `allowed-methods` line, so every method is
-/// disallowed (draft §"allowed-methods").
-const NO_ALLOWED_METHODS: &str = "autoctl.no_allowed_methods";
-/// Reason code: a declared purpose is not in the group's `allowed-purposes` (D13).
-const PURPOSE_NOT_ALLOWED: &str = "autoctl.purpose_not_allowed";
-/// Reason code: the group lists purposes and the agent declared none (D13).
-const PURPOSE_UNDECLARED: &str = "autoctl.purpose_undeclared";
-/// Reason code: the selected group allows the method (and the purposes, if restricted).
-const ALLOWED: &str = "autoctl.allowed";
-/// Reason code: the file is in force but no group applies to the request (D11).
-const NO_GROUP: &str = "autoctl.no_group";
 
 /// The automation-preferences.txt policy of one origin, built once per fetch by
 /// [`from_fetch`] and evaluated for every request.
@@ -138,28 +121,31 @@ impl AutoctlState {
     fn evaluate_group(&self, group: Option<&Group>, req: &RequestView<'_>) -> SourceVerdict {
         let Some(group) = group else {
             let rule = "no group's host, scope and user-agent match this request";
-            let reason = Reason::new(Source::Autoctl, NO_GROUP, rule).with_digest(self.report.digest.clone());
+            let reason = Reason::new(AutoctlCode::NoGroup, rule).with_digest(self.report.digest.clone());
             return SourceVerdict::with(Opinion::NoOpinion, reason);
         };
         let mut denials = Vec::new();
         let mut allowed_by = None;
         match &group.methods {
-            None => denials.push(self.reason(NO_ALLOWED_METHODS, &group.first)),
+            None => denials.push(self.reason(AutoctlCode::NoAllowedMethods, &group.first)),
             Some(methods) => match methods.find_method(req.method) {
                 Some(line) => allowed_by = Some(line),
-                None => denials.push(self.reason(METHOD_NOT_ALLOWED, methods.first_line().unwrap_or(&group.first))),
+                None => denials
+                    .push(self.reason(AutoctlCode::MethodNotAllowed, methods.first_line().unwrap_or(&group.first))),
             },
         }
         if let Some(purposes) = &group.purposes {
             let cited = purposes.first_line().unwrap_or(&group.first);
             if req.purposes.is_empty() {
-                denials.push(self.reason(PURPOSE_UNDECLARED, cited));
+                denials.push(self.reason(AutoctlCode::PurposeUndeclared, cited));
             } else if req.purposes.iter().any(|p| purposes.find_purpose(p).is_none()) {
-                denials.push(self.reason(PURPOSE_NOT_ALLOWED, cited));
+                denials.push(self.reason(AutoctlCode::PurposeNotAllowed, cited));
             }
         }
         match allowed_by {
-            Some(line) if denials.is_empty() => SourceVerdict::with(Opinion::Allow, self.reason(ALLOWED, line)),
+            Some(line) if denials.is_empty() => {
+                SourceVerdict::with(Opinion::Allow, self.reason(AutoctlCode::Allowed, line))
+            }
             _ => SourceVerdict {
                 opinion: Opinion::Deny,
                 reasons: denials,
@@ -170,10 +156,8 @@ impl AutoctlState {
     }
 
     /// A reason from this file, citing the line that decided.
-    fn reason(&self, code: &'static str, cited: &RuleLine) -> Reason {
-        Reason::new(Source::Autoctl, code, Arc::clone(&cited.text))
-            .at_line(cited.line)
-            .with_digest(self.report.digest.clone())
+    fn reason(&self, code: AutoctlCode, cited: &RuleLine) -> Reason {
+        Reason::new(code, Arc::clone(&cited.text)).at_line(cited.line).with_digest(self.report.digest.clone())
     }
 }
 
@@ -250,11 +234,7 @@ fn looks_like_html(body: &[u8]) -> bool {
 
 /// The reason for "safe methods only" (D15).
 fn unavailable_reason(why: &str) -> Reason {
-    Reason::new(
-        Source::Autoctl,
-        UNAVAILABLE,
-        format!("{why}: only GET, HEAD and OPTIONS are allowed until a good fetch"),
-    )
+    Reason::new(AutoctlCode::Unavailable, format!("{why}: only GET, HEAD and OPTIONS are allowed until a good fetch"))
 }
 
 /// A served file that cannot be used (D14 control bytes, oversize).
@@ -314,17 +294,29 @@ impl super::Format for Autoctl {
     fn lint(body: &[u8]) -> Vec<Diagnostic> {
         lint(body)
     }
+}
 
-    fn advice(code: &str) -> &'static str {
-        if code == "autoctl.unavailable" {
-            "The site's automation-preferences.txt could not be used, so only safe methods (GET, HEAD, OPTIONS) are \
-             allowed for now. Read-only requests remain possible."
-        } else if code.starts_with("autoctl.purpose") {
-            "The site's automation-preferences.txt only allows certain purposes here, and this agent's declared \
-             purposes are not among them. Only your operator can change the declared purposes; do not retry."
-        } else {
-            "The site's automation-preferences.txt does not allow this HTTP method here. Use one of the methods the \
-             cited rule lists (often GET and HEAD), or do not retry."
+/// What an agent blocked by a automation-preferences.txt reason may do instead.
+impl Advice for AutoctlCode {
+    fn advice(self) -> &'static str {
+        match self {
+            AutoctlCode::Unavailable => {
+                "The site's automation-preferences.txt could not be used, so only safe methods (GET, HEAD, OPTIONS) \
+                 are allowed for now. Read-only requests remain possible."
+            }
+            AutoctlCode::PurposeNotAllowed | AutoctlCode::PurposeUndeclared => {
+                "The site's automation-preferences.txt only allows certain purposes here, and this agent's declared \
+                 purposes are not among them. Only your operator can change the declared purposes; do not retry."
+            }
+            // `allowed`, `no_group` and `unenforceable` never block: the file's general advice.
+            AutoctlCode::MethodNotAllowed
+            | AutoctlCode::NoAllowedMethods
+            | AutoctlCode::Allowed
+            | AutoctlCode::NoGroup
+            | AutoctlCode::Unenforceable => {
+                "The site's automation-preferences.txt does not allow this HTTP method here. Use one of the methods \
+                 the cited rule lists (often GET and HEAD), or do not retry."
+            }
         }
     }
 }

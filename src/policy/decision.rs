@@ -1,52 +1,18 @@
 //! The values a policy evaluation produces: per-source verdicts, reasons, limits, and the
 //! combined [`Decision`]. Plain data; nothing here evaluates anything.
 
-use std::borrow::Cow;
-use std::fmt;
 use std::sync::Arc;
 
-/// Where a reason or a limit comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Source {
-    /// `/robots.txt` (RFC 9309).
-    Robots,
-    /// `/agents.txt` (draft-srijal-agents-policy-00).
-    AgentsTxt,
-    /// `/AGENTS.md` or `/.well-known/agents.md` (AGENTS-MD-SPEC-001).
-    AgentsMd,
-    /// `/automation-preferences.txt` (draft-liao-aipref-autoctl-core).
-    Autoctl,
-    /// The operator's own rules in the agentgate config.
-    Operator,
-}
-
-impl Source {
-    /// The name used in reasons, the decision log and `explain` output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Robots => "robots.txt",
-            Source::AgentsTxt => "agents.txt",
-            Source::AgentsMd => "AGENTS.md",
-            Source::Autoctl => "automation-preferences.txt",
-            Source::Operator => "operator",
-        }
-    }
-}
-
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use super::{Code, Source};
 
 /// Why a source said what it said: the file, a stable reason code, the line and the rule
 /// as written. Every deny carries at least one; allows carry them when a rule matched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reason {
-    /// The file (or the operator config) this reason comes from.
+    /// The file (or the operator config) this reason comes from: always `code.source()`.
     pub source: Source,
     /// A stable, dotted reason code, e.g. `robots.disallow`, `agents_txt.hash_mismatch`.
-    pub code: Cow<'static, str>,
+    pub code: Code,
     /// 1-based line in the source file, when one line decided.
     pub line: Option<u32>,
     /// The rule as written in the file (trimmed), or a short description when no single
@@ -58,9 +24,10 @@ pub struct Reason {
 }
 
 impl Reason {
-    /// A reason with no line and no digest.
-    pub fn new(source: Source, code: impl Into<Cow<'static, str>>, rule: impl Into<Arc<str>>) -> Self {
-        Reason { source, code: code.into(), line: None, rule: rule.into(), digest: None }
+    /// A reason of `code`'s source, with no line and no digest.
+    pub fn new(code: impl Into<Code>, rule: impl Into<Arc<str>>) -> Self {
+        let code = code.into();
+        Reason { source: code.source(), code, line: None, rule: rule.into(), digest: None }
     }
 
     /// The same reason, pointing at a line.

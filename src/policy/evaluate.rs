@@ -2,7 +2,9 @@
 //! needs-approval, else allow; every limit applies; requests for the policy files
 //! themselves are always allowed.
 
-use super::{Decision, FetchOutcome, Format, Opinion, Outcome, Reason, RequestView, Source, SourceVerdict, formats};
+use super::{
+    Decision, FetchOutcome, Format, OperatorCode, Opinion, Outcome, Reason, RequestView, SourceVerdict, formats,
+};
 
 macro_rules! policies {
     ($($field:ident: $format:ty),* $(,)?) => {
@@ -85,7 +87,7 @@ pub fn evaluate(policies: &Policies, req: &RequestView<'_>) -> Decision {
 /// ([`super::path`]), under the operator's `settings`.
 pub fn evaluate_with(policies: &Policies, req: &RequestView<'_>, settings: Settings) -> Decision {
     if req.is_safe_method() && is_policy_file(req.path()) {
-        let reason = Reason::new(Source::Operator, "policy_file", "requests for policy files are always allowed");
+        let reason = Reason::new(OperatorCode::PolicyFile, "requests for policy files are always allowed");
         return Decision::single(Outcome::Allow, reason);
     }
     super::path::decide_all_spellings(req, |req| policies.decide(req, settings))

@@ -1,17 +1,18 @@
 //! What a policy format is: one [`Format`] implementation per file type, listed once in
-//! [`formats!`](crate::policy::formats) (in `policy/mod.rs`), so that the evaluator, the
+//! [`formats!`](crate::policy::formats) (in `policy.rs`), so that the evaluator, the
 //! fetcher's cache, `explain`, `lint` and the CLI iterate over the formats instead of
 //! naming each (`docs/formats.md` says how to add one).
 //!
 //! Owns: the shape of a format (its paths and fallback location, size cap, fetch-outcome
-//! semantics, stale rule, lint, verdict, report and advice) and [`FormatInfo`], the same
-//! as a value for choosing a format at run time. Never: I/O, the clock, or the meaning of
-//! any one format (that is its own module's).
+//! semantics, stale rule, lint, verdict and report), what a stale rule is given
+//! and returns ([`Previous`], [`StaleRules`], [`Refreshed`], capped at [`MAX_TTL`]), and
+//! [`FormatInfo`], the same as a value for choosing a format at run time. Never: I/O, the
+//! clock, or the meaning of any one format (that is its own module's, its stale rule
+//! included).
 
 use std::fmt::Debug;
 use std::time::Duration;
 
-use super::refresh::{Previous, Refreshed};
 use super::{Diagnostic, FetchOutcome, PolicyReport, RequestView, Settings, Source, SourceVerdict, Weigh};
 
 /// One policy file format: everything the fetcher, the evaluator, `explain` and `lint`
@@ -49,8 +50,10 @@ pub trait Format {
         first
     }
 
-    /// Which copy to serve after a re-fetch, and for how long ([`super::refresh`]). By
-    /// default every fetch replaces the cached state.
+    /// The stale rule: which copy to serve after a re-fetch, the state just `fetched` or the
+    /// `previous` one, and for how long; `ttl` is the RFC 9111 freshness lifetime of the new
+    /// response (floored and capped by `fetch/`). By default every fetch replaces the cached
+    /// state (automation-preferences.txt, D15).
     fn refresh(
         _previous: Option<Previous<Self::State>>,
         fetched: Self::State,
@@ -68,10 +71,46 @@ pub trait Format {
 
     /// Every finding about a body, for `lint`.
     fn lint(body: &[u8]) -> Vec<Diagnostic>;
+}
 
-    /// What an agent blocked by a reason `code` of this file may do instead
-    /// ([`super::advice`]).
-    fn advice(code: &str) -> &'static str;
+/// No state is kept longer than this before it is fetched again (B22, C5, D16).
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// The copy cached before a re-fetch, as a stale rule sees it.
+#[derive(Debug, Clone)]
+pub struct Previous<S> {
+    /// The state that was in force.
+    pub state: S,
+    /// How long ago its freshness ran out. A copy already kept by a stale rule counts from
+    /// when it first went stale, not from its last failed re-fetch.
+    pub stale_for: Duration,
+    /// The freshness lifetime it was fetched with.
+    pub lifetime: Duration,
+}
+
+/// What a stale rule chose: the state to serve after a fetch, and how long until the file
+/// is fetched again.
+#[derive(Debug, Clone)]
+pub struct Refreshed<S> {
+    /// The state in force from now on.
+    pub state: S,
+    /// Time until the next fetch, at most [`MAX_TTL`].
+    pub ttl: Duration,
+    /// True when a stale rule kept the previous copy instead of the state just fetched;
+    /// the cache then keeps counting its staleness from [`Previous::stale_for`].
+    pub kept_stale: bool,
+}
+
+impl<S> Refreshed<S> {
+    /// The state just fetched, for its own lifetime.
+    pub fn fetched(state: S, ttl: Duration) -> Self {
+        Refreshed { state, ttl: ttl.min(MAX_TTL), kept_stale: false }
+    }
+
+    /// The previous copy, kept for `ttl` more.
+    pub fn kept(previous: Previous<S>, ttl: Duration) -> Self {
+        Refreshed { state: previous.state, ttl: ttl.min(MAX_TTL), kept_stale: true }
+    }
 }
 
 /// The operator's settings that stale rules read (`[cache]` in the config).

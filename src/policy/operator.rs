@@ -21,7 +21,7 @@ use ipnet::IpNet;
 
 use super::path::{Reading, decide_all_spellings, decide_both_readings};
 use super::pattern::Pattern;
-use super::{Decision, Outcome, Reason, RequestView, Source};
+use super::{Decision, OperatorCode, Outcome, Reason, RequestView};
 
 /// Whether the gate blocks (`enforce`) or only reports (`monitor`), DESIGN §8: the operator's
 /// choice (`mode`, per agent `[[agents]] mode`), applied by the gate and written to the log.
@@ -199,30 +199,18 @@ impl OperatorRules {
     ) -> Option<Decision> {
         if let Some(rule) = self.rules.iter().find(|r| r.matches(req, agent, addresses, path, reading)) {
             let (outcome, code) = match rule.action {
-                RuleAction::Allow => (Outcome::Allow, "operator.allow"),
-                RuleAction::Deny => (Outcome::Deny, "operator.deny"),
+                RuleAction::Allow => (Outcome::Allow, OperatorCode::Allow),
+                RuleAction::Deny => (Outcome::Deny, OperatorCode::Deny),
             };
-            return Some(Decision::single(outcome, Reason::new(Source::Operator, code, rule.described.clone())));
+            return Some(Decision::single(outcome, Reason::new(code, rule.described.clone())));
         }
         if self.is_bypassed(req.host) {
-            let reason = Reason::new(
-                Source::Operator,
-                "operator.bypass",
-                format!("bypass_hosts: {} skips site policies", req.host),
-            );
+            let reason = Reason::new(OperatorCode::Bypass, format!("bypass_hosts: {} skips site policies", req.host));
             return Some(Decision::single(Outcome::Allow, reason));
         }
         None
     }
 }
-
-/// The code of a request to a host the agent's `allow_hosts` does not list.
-pub const NOT_ALLOWLISTED: &str = "operator.not_allowlisted";
-/// The code of a request to a host the agent's `deny_hosts` lists.
-pub const DENIED_HOST: &str = "operator.denied_host";
-/// The code of the reason a request to a host outside the allowlist carries when a human
-/// admitted it (a grant for the agent and host, or an approval of that request).
-pub const HOST_APPROVED: &str = "operator.host_approved";
 
 /// How many entries of a list a reason quotes; the rest are counted.
 const QUOTED_ENTRIES: usize = 8;
@@ -294,8 +282,8 @@ impl HostList {
         format!("[{}{more}]", shown.join(", "))
     }
 
-    fn reason(&self, code: &'static str, rule: String) -> Reason {
-        let reason = Reason::new(Source::Operator, code, rule);
+    fn reason(&self, code: OperatorCode, rule: String) -> Reason {
+        let reason = Reason::new(code, rule);
         match self.line {
             Some(line) => reason.at_line(line),
             None => reason,
@@ -308,9 +296,9 @@ impl HostList {
 pub enum Egress {
     /// On the allowlist (or there is none) and not on the denylist.
     Admitted,
-    /// On the denylist, which wins over the allowlist: [`DENIED_HOST`].
+    /// On the denylist, which wins over the allowlist: [`OperatorCode::DeniedHost`].
     Denied(Reason),
-    /// Not on the allowlist: [`NOT_ALLOWLISTED`].
+    /// Not on the allowlist: [`OperatorCode::NotAllowlisted`].
     Unlisted(Reason),
 }
 
@@ -345,12 +333,12 @@ impl EgressLists {
                 "{} entry {:?} matches {host}:{port}: this agent may not reach it",
                 deny.described, entry.written
             );
-            return Egress::Denied(deny.reason(DENIED_HOST, rule));
+            return Egress::Denied(deny.reason(OperatorCode::DeniedHost, rule));
         }
         match &self.allow {
             Some(allow) if allow.find(host, port, &[], RuleAction::Allow).is_none() => {
                 let rule = format!("{} = {} does not list {host}:{port}", allow.described, allow.quoted());
-                Egress::Unlisted(allow.reason(NOT_ALLOWLISTED, rule))
+                Egress::Unlisted(allow.reason(OperatorCode::NotAllowlisted, rule))
             }
             _ => Egress::Admitted,
         }
@@ -377,7 +365,7 @@ pub fn host_matches(pattern: &str, host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::Headers;
+    use crate::policy::{Headers, Source};
 
     fn view<'a>(method: &'a str, host: &'a str, path: &'a str, headers: &'a Headers) -> RequestView<'a> {
         RequestView {
@@ -446,12 +434,12 @@ mod tests {
         assert_eq!(d.reasons[0].code, "operator.deny");
         assert_eq!(&*d.reasons[0].rule, "[[rules]] #1 host=*.internal path=/ deny: no internal services");
         let d = rules.evaluate(&view("POST", "docs.example", "/public/a", &h), "a", &[]).expect("rule 2");
-        assert_eq!((d.outcome, d.reasons[0].code.as_ref()), (Outcome::Allow, "operator.allow"));
+        assert_eq!((d.outcome, d.reasons[0].code.as_str()), (Outcome::Allow, "operator.allow"));
         assert!(rules.evaluate(&view("GET", "docs.example", "/private", &h), "a", &[]).is_none());
         let d = rules.evaluate(&view("delete", "site.example", "/x", &h), "a", &[]).expect("rule 3");
         assert_eq!(d.outcome, Outcome::Deny);
         let d = rules.evaluate(&view("GET", "api.model.example", "/v1/chat", &h), "a", &[]).expect("bypass");
-        assert_eq!((d.outcome, d.reasons[0].code.as_ref()), (Outcome::Allow, "operator.bypass"));
+        assert_eq!((d.outcome, d.reasons[0].code.as_str()), (Outcome::Allow, "operator.bypass"));
         let d =
             rules.evaluate(&view("GET", "api.model.example", "/admin/keys", &h), "a", &[]).expect("deny beats bypass");
         assert_eq!(d.outcome, Outcome::Deny);
@@ -504,10 +492,17 @@ mod tests {
         assert_eq!(lists.decide("192.0.2.7", 80, &[]), Egress::Admitted, "an address inside a listed CIDR");
         assert_eq!(lists.decide("::1", 80, &[]), Egress::Admitted);
         for (host, port) in [("example.com", 443), ("api.example", 443), ("other.example", 80), ("192.0.3.1", 80)] {
-            assert_eq!(code(lists.decide(host, port, &[])).as_deref(), Some(NOT_ALLOWLISTED), "{host}:{port}");
+            assert_eq!(
+                code(lists.decide(host, port, &[])).as_deref(),
+                Some(OperatorCode::NotAllowlisted.as_str()),
+                "{host}:{port}"
+            );
         }
         // A name is never resolved to meet an address entry: its vetted addresses are not read.
-        assert_eq!(code(lists.decide("web.test", 80, &[[192, 0, 2, 7].into()])).as_deref(), Some(NOT_ALLOWLISTED));
+        assert_eq!(
+            code(lists.decide("web.test", 80, &[[192, 0, 2, 7].into()])).as_deref(),
+            Some(OperatorCode::NotAllowlisted.as_str())
+        );
         let Egress::Unlisted(reason) = lists.decide("other.example", 80, &[]) else { panic!("unlisted") };
         assert_eq!(reason.line, Some(7));
         assert_eq!(reason.source, Source::Operator);
@@ -528,18 +523,25 @@ mod tests {
             ],
         );
         let lists = EgressLists::new(Some(list(&["*.example.com"])), Some(deny));
-        assert_eq!(code(lists.decide("secret.example.com", 443, &[])).as_deref(), Some(DENIED_HOST));
+        assert_eq!(
+            code(lists.decide("secret.example.com", 443, &[])).as_deref(),
+            Some(OperatorCode::DeniedHost.as_str())
+        );
         assert_eq!(lists.decide("www.example.com", 443, &[]), Egress::Admitted);
         assert_eq!(
             code(lists.decide("www.example.com", 443, &[[10, 1, 2, 3].into()])).as_deref(),
-            Some(DENIED_HOST),
+            Some(OperatorCode::DeniedHost.as_str()),
             "a listed name that resolves into a denied network"
         );
         let only_deny = EgressLists::new(None, Some(list(&["*.example.com"])));
         assert!(!only_deny.has_allowlist());
         assert_eq!(only_deny.decide("anything.test", 80, &[]), Egress::Admitted, "no allowlist: every other host");
         let nothing = EgressLists::new(Some(list(&[])), None);
-        assert_eq!(code(nothing.decide("a.test", 80, &[])).as_deref(), Some(NOT_ALLOWLISTED), "[] admits none");
+        assert_eq!(
+            code(nothing.decide("a.test", 80, &[])).as_deref(),
+            Some(OperatorCode::NotAllowlisted.as_str()),
+            "[] admits none"
+        );
     }
 
     #[test]

@@ -321,16 +321,16 @@ mod tests {
 
     #[test]
     fn every_spelling_and_reading_keeps_its_limits() {
-        use crate::policy::{Headers, LimitKind, LimitScope, Reason, Source};
+        use crate::policy::{AgentsTxtCode, Headers, LimitKind, LimitScope, OperatorCode, Reason, RobotsCode, Source};
         let limit = |line| Limit {
             source: Source::AgentsTxt,
             kind: LimitKind::Rate { requests: 5, window_s: 60 },
             scope: LimitScope::Rule { line },
-            reason: Reason::new(Source::AgentsTxt, "agents_txt.limit", "/private ALLOW limit=5"),
+            reason: Reason::new(AgentsTxtCode::Limit, "/private ALLOW limit=5"),
         };
         let allow = |limits: Vec<Limit>| Decision {
             limits,
-            ..Decision::single(Outcome::Allow, Reason::new(Source::Operator, "x", "x"))
+            ..Decision::single(Outcome::Allow, Reason::new(OperatorCode::Allow, "x"))
         };
         let headers = Headers::default();
         let req = crate::policy::test_support::request("GET", "example.com", "/%70rivate", 0, &headers);
@@ -345,7 +345,7 @@ mod tests {
         assert_eq!(decided.limits, [limit(1), limit(3)]);
         let deny = decide_both_readings(true, |reading| match reading {
             Reading::Written => allow(vec![limit(1)]),
-            Reading::Decoded => Decision::single(Outcome::Deny, Reason::new(Source::Robots, "robots.disallow", "x")),
+            Reading::Decoded => Decision::single(Outcome::Deny, Reason::new(RobotsCode::Disallow, "x")),
         });
         assert_eq!((deny.outcome, deny.limits.len()), (Outcome::Deny, 0), "a refusal needs no limit");
     }

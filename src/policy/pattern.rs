@@ -118,7 +118,7 @@ pub fn is_literal_prefix(normalized: &str) -> bool {
 
 /// Whether a pattern, already normalised by [`normalize`], matches a path (with query)
 /// normalised likewise. For formats that keep their patterns' text in one buffer per file
-/// rather than one [`Pattern`] per rule (robots.txt, issue 9).
+/// rather than one [`Pattern`] per rule (robots.txt: memory per origin).
 pub fn matches_normalized(pattern: &str, path: &str) -> bool {
     let text = path.as_bytes();
     let (body, anchored) = match pattern.strip_suffix('$') {
@@ -190,7 +190,7 @@ pub(crate) fn normalized_path(raw: &str) -> Cow<'_, str> {
     let bytes = raw.as_bytes();
     // The most common path: printable ASCII with no escape at all, in one tight pass. A fold
     // without short-circuit, so the compiler vectorises it: this runs once per format on
-    // every request (issue 11).
+    // every request (the cost of deciding, bench/RESULTS.md).
     if bytes.iter().fold(true, |plain, &b| plain & b.is_ascii_graphic() & (b != b'%')) {
         return Cow::Borrowed(raw);
     }

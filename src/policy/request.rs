@@ -35,7 +35,7 @@ pub struct RequestView<'a> {
 
 /// Headers as the evaluator reads them: one value by case-insensitive name. Implemented by
 /// [`super::Headers`] (fetched files, `explain`, tests) and by the proxy for its own header
-/// map, so a request's headers are read where they are, never copied (issue 11): rules read
+/// map, so a request's headers are read where they are, never copied: rules read
 /// two or three of them, the request may carry dozens.
 pub trait HeaderLookup: fmt::Debug + Sync {
     /// The first value of header `name` (case-insensitive) that is visible ASCII; a value

@@ -5,11 +5,11 @@
 //! and network failures "unreachable" disallow all), the parser (§2.1–2.2, with the
 //! Google-compatible tolerances listed in `docs/robots.md`), group selection by product
 //! token (§2.2.1, SEMANTICS X2, matching groups merged, else the `*` groups), longest match
-//! with `allow` winning a tie (§2.2.2), the 500 KiB parse cap (§2.5), and `lint`.
+//! with `allow` winning a tie (§2.2.2), the 500 KiB parse cap (§2.5), `lint`, and the
+//! stale rule (a parsed copy outlives an unreachable origin, §2.3.1.4: `Robots::refresh`).
 //!
-//! Never: fetches, caches (keeping a stale copy while unreachable is the cache's job; see
-//! [`RobotsState::is_unreachable`]), looks at the clock, or logs. A disallow denies every
-//! method (SEMANTICS X1, D18); it never looks at the method.
+//! Never: fetches, caches (the cache carries out the stale rule), looks at the clock, or
+//! logs. A disallow denies every method (SEMANTICS X1, D18); it never looks at the method.
 
 mod group;
 mod index;
@@ -19,6 +19,7 @@ mod tests;
 
 use crate::policy::{FetchError, Weigh};
 use std::sync::Arc;
+use std::time::Duration;
 
 use self::group::{AgentLine, Group, Rule};
 use super::path::{Reading, decide_both_readings};
@@ -26,8 +27,8 @@ use super::pattern::normalized_path;
 use super::text::{Findings, sha256_hex};
 use super::weight::allocation;
 use super::{
-    Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus, Reason,
-    RequestView, Source, SourceVerdict,
+    Advice, Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus,
+    Previous, Reason, Refreshed, RequestView, RobotsCode, Source, SourceVerdict, StaleRules,
 };
 
 /// The robots.txt size cap: the first 500 KiB are parsed, the rest ignored with an
@@ -89,7 +90,7 @@ struct CrawlDelay {
 #[derive(Debug)]
 struct RobotsFile {
     /// The text of every rule line, and each pattern that normalising changed: rules are
-    /// spans of it (issue 9: one buffer per file, not an allocation per rule).
+    /// spans of it (one buffer per file, not an allocation per rule).
     text: Box<str>,
     groups: Vec<Group>,
     other_lines: Vec<OtherLine>,
@@ -160,7 +161,7 @@ impl RobotsState {
 
     /// The connection failure, when robots.txt failed because the origin itself could not be
     /// reached (refused, no route, connect timeout), not because it answered badly: then the
-    /// origin is down, not forbidding (issue 12). robots.txt is fetched from the origin's own
+    /// origin is down, not forbidding. robots.txt is fetched from the origin's own
     /// scheme, host and port, like the request. Also [`FetchError::AtCapacity`]: nothing was
     /// fetched, and the origin was never asked.
     pub fn origin_unreachable(&self) -> Option<&FetchError> {
@@ -198,7 +199,7 @@ impl RobotsState {
             source: Source::Robots,
             kind: LimitKind::Delay { millis: delay.millis },
             scope: LimitScope::Origin,
-            reason: file.reason("robots.crawl_delay", delay.line, Arc::clone(&delay.text)),
+            reason: file.reason(RobotsCode::CrawlDelay, delay.line, Arc::clone(&delay.text)),
         })
     }
 
@@ -216,16 +217,14 @@ impl RobotsState {
             Kind::Unavailable { status } => SourceVerdict::with(
                 Opinion::NoOpinion,
                 Reason::new(
-                    Source::Robots,
-                    "robots.unavailable",
+                    RobotsCode::Unavailable,
                     format!("robots.txt answered {status}: unavailable, so no path is restricted (RFC 9309 §2.3.1.3)"),
                 ),
             ),
             Kind::Unreachable { why, .. } => SourceVerdict::with(
                 Opinion::Deny,
                 Reason::new(
-                    Source::Robots,
-                    "robots.unreachable",
+                    RobotsCode::Unreachable,
                     format!("robots.txt {why}: unreachable, so every path is disallowed (RFC 9309 §2.3.1.4)"),
                 ),
             ),
@@ -295,20 +294,20 @@ impl RobotsFile {
             return SourceVerdict::no_opinion();
         };
         let (opinion, code) =
-            if rule.allow { (Opinion::Allow, "robots.allow") } else { (Opinion::Deny, "robots.disallow") };
+            if rule.allow { (Opinion::Allow, RobotsCode::Allow) } else { (Opinion::Deny, RobotsCode::Disallow) };
         // The rule's text is copied out of the file's buffer, once per decision: that is
-        // the price of holding no allocation per rule (issue 9).
+        // the price of holding no allocation per rule.
         let mut reasons = Vec::with_capacity(2);
         reasons.push(self.reason(code, rule.line, Arc::from(rule.text.of(&self.text))));
         let selected_by = if named { group.naming_line(req) } else { group.any_agent_line() };
         if let Some(AgentLine { line, text, .. }) = selected_by {
-            reasons.push(self.reason("robots.group", *line, Arc::clone(text)));
+            reasons.push(self.reason(RobotsCode::Group, *line, Arc::clone(text)));
         }
         SourceVerdict { opinion, reasons, ..SourceVerdict::no_opinion() }
     }
 
-    fn reason(&self, code: &'static str, line: u32, text: Arc<str>) -> Reason {
-        Reason::new(Source::Robots, code, text).at_line(line).with_digest(Some(self.digest.clone()))
+    fn reason(&self, code: RobotsCode, line: u32, text: Arc<str>) -> Reason {
+        Reason::new(code, text).at_line(line).with_digest(Some(self.digest.clone()))
     }
 }
 
@@ -411,13 +410,23 @@ impl super::Format for Robots {
         from_fetch(outcome)
     }
 
+    /// When the origin is unreachable (5xx, timeout, network error) and a parsed copy is
+    /// cached, that copy stays in use instead of "disallow all" (RFC 9309 §2.3.1.4, DESIGN
+    /// §5), for as long as the origin stays unreachable; it is retried after `ttl`. A cached
+    /// "unavailable" (4xx) is not a copy of a file, so it is not kept. Any other fetch
+    /// replaces the cached state.
     fn refresh(
-        previous: Option<super::refresh::Previous<RobotsState>>,
+        previous: Option<Previous<RobotsState>>,
         fetched: RobotsState,
-        ttl: std::time::Duration,
-        _rules: &super::StaleRules,
-    ) -> super::refresh::Refreshed<RobotsState> {
-        super::refresh::robots(previous, fetched, ttl)
+        ttl: Duration,
+        _rules: &StaleRules,
+    ) -> Refreshed<RobotsState> {
+        match previous {
+            Some(previous) if fetched.is_unreachable() && previous.state.report().status == PolicyStatus::Valid => {
+                Refreshed::kept(previous, ttl)
+            }
+            _ => Refreshed::fetched(fetched, ttl),
+        }
     }
 
     /// With `[robots] honor_crawl_delay`, the `Crawl-delay` becomes a limit.
@@ -437,14 +446,25 @@ impl super::Format for Robots {
     fn lint(body: &[u8]) -> Vec<Diagnostic> {
         lint(body)
     }
+}
 
-    fn advice(code: &str) -> &'static str {
-        if code == "robots.unreachable" {
-            "The site's robots.txt could not be fetched (server error or network failure); under RFC 9309 the whole \
-             site is off limits until it can be fetched. Try again later; do not work around the block."
-        } else {
-            "The site's robots.txt disallows this path for your user agent. Do not retry it. Paths the file does not \
-             disallow remain available; read /robots.txt on this site to see which."
+/// What an agent blocked by a robots.txt reason may do instead.
+impl Advice for RobotsCode {
+    fn advice(self) -> &'static str {
+        match self {
+            RobotsCode::Unreachable => {
+                "The site's robots.txt could not be fetched (server error or network failure); under RFC 9309 the \
+                 whole site is off limits until it can be fetched. Try again later; do not work around the block."
+            }
+            RobotsCode::CrawlDelay => {
+                "The site's robots.txt asks for a pause between requests (the cited Crawl-delay). Wait for the \
+                 Retry-After seconds, then send one request per delay to this site."
+            }
+            // `allow` and `unavailable` never block: the file's general advice.
+            RobotsCode::Disallow | RobotsCode::Group | RobotsCode::Allow | RobotsCode::Unavailable => {
+                "The site's robots.txt disallows this path for your user agent. Do not retry it. Paths the file does \
+                 not disallow remain available; read /robots.txt on this site to see which."
+            }
         }
     }
 }

@@ -2,10 +2,18 @@
 //! and the conformance corpus under `../shared/conformance/` (a missing folder fails).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::policy::{FetchOutcome, Headers, Opinion, RequestView, SourceVerdict};
+use crate::policy::{
+    FetchOutcome, Format, Headers, Opinion, Previous, Refreshed, RequestView, SourceVerdict, StaleRules,
+};
+
+/// One minute, for stale-rule tests.
+pub(crate) const MINUTE: Duration = Duration::from_secs(60);
+/// One hour, for stale-rule tests.
+pub(crate) const HOUR: Duration = Duration::from_secs(3600);
 
 /// A request to `https://<host><path_and_query>` by agent `bot-1` with `trust_level`.
 pub(crate) fn request<'a>(
@@ -42,6 +50,21 @@ pub(crate) fn ok(body: &[u8], content_type: Option<&str>) -> FetchOutcome {
 /// A response with another status and an empty body.
 pub(crate) fn status(status: u16) -> FetchOutcome {
     FetchOutcome::Response { status, headers: Headers::default(), body: Vec::new(), over_cap: false }
+}
+
+/// The copy cached before a re-fetch: `state`, stale for `stale_for`, fetched with `lifetime`.
+pub(crate) fn previous<S>(state: S, stale_for: Duration, lifetime: Duration) -> Option<Previous<S>> {
+    Some(Previous { state, stale_for, lifetime })
+}
+
+/// Format `F`'s stale rule on a re-fetch that gave `fetched` with lifetime `ttl`, with a
+/// restricted agents.txt kept for five minutes (`agents_txt_negative_ttl`).
+pub(crate) fn refresh<F: Format>(
+    previous: Option<Previous<F::State>>,
+    fetched: F::State,
+    ttl: Duration,
+) -> Refreshed<F::State> {
+    F::refresh(previous, fetched, ttl, &StaleRules { agents_txt_negative_ttl: 5 * MINUTE })
 }
 
 /// True when a verdict lets the request through (no deny, no approval needed).

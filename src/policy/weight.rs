@@ -1,6 +1,6 @@
 //! What a parsed policy costs in memory: every parsed state reports its weight, the bytes
 //! it holds on the heap plus its own size, so the policy cache can bound its memory in
-//! bytes whatever the files (issue 9). The count follows each type's fields and rounds up:
+//! bytes whatever the files. The count follows each type's fields and rounds up:
 //! every allocation is charged [`ALLOCATION_OVERHEAD`] more, and text shared through an
 //! `Arc` is charged to every holder, so the weight errs high, never low
 //! (`tests/weight.rs` checks it against a counting allocator).
@@ -93,7 +93,7 @@ weightless!(bool, u8, u16, u32, u64, usize);
 
 impl Weigh for Reason {
     fn heap_bytes(&self) -> usize {
-        self.code.heap_bytes() + self.rule.heap_bytes() + self.digest.heap_bytes()
+        self.rule.heap_bytes() + self.digest.heap_bytes()
     }
 }
 

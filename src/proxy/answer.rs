@@ -130,7 +130,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
         let reasons: Vec<_> = blocking
             .iter()
             .map(|r| {
-                json!({"source": r.source.as_str(), "code": r.code, "line": r.line, "rule": r.rule,
+                json!({"source": r.source.as_str(), "code": r.code.as_str(), "line": r.line, "rule": r.rule,
                        "digest": r.digest, "advice": advice(r)})
             })
             .collect();

@@ -19,6 +19,7 @@ use super::upstream::Upstream;
 use crate::approvals::Approvals;
 use crate::audit::AuditLog;
 use crate::config::Config;
+pub(crate) use crate::gate::Entry;
 use crate::gate::Gate;
 use crate::metrics::Metrics;
 use crate::net::Guard;
@@ -102,43 +103,6 @@ pub(crate) struct Generation {
     pub(crate) gate: Gate,
 }
 
-/// How a request reached the request service.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Entry {
-    /// An absolute-form request on the proxy port (`GET http://host/path`).
-    Forward,
-    /// A request inside a CONNECT tunnel whose TLS agentgate terminated.
-    Mitm,
-    /// A request inside a CONNECT tunnel that carried plain HTTP (no TLS ClientHello).
-    PlainTunnel,
-    /// A CONNECT itself: its host-level decision (a passthrough, or a refused target).
-    Connect,
-    /// A connection the kernel redirected to `[transparent] listen` (`transparent.rs`):
-    /// intercepted TLS (`tls`), or plain HTTP; a passthrough's host-level decision too.
-    Transparent {
-        /// Whether the connection carried TLS (so requests go to the origin over https).
-        tls: bool,
-    },
-}
-
-impl Entry {
-    /// The name used in logs, traces and the decision log's `agentgate.entry`.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Entry::Forward => "forward",
-            Entry::Mitm => "mitm",
-            Entry::PlainTunnel => "tunnel",
-            Entry::Connect => "connect",
-            Entry::Transparent { .. } => "transparent",
-        }
-    }
-
-    /// Whether requests that came in this way reach the origin over TLS.
-    pub(crate) fn is_tls(self) -> bool {
-        matches!(self, Entry::Mitm | Entry::Transparent { tls: true })
-    }
-}
-
 /// The id of one request, for logs now and the audit record later.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RequestId(u64);
@@ -166,23 +130,4 @@ pub(crate) struct RequestContext {
     pub(crate) authority: Authority,
     /// When the request head was handed to the service.
     pub(crate) started: Instant,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_entry_is_documented_in_the_decision_log() {
-        let doc = include_str!("../../docs/decision-log.md");
-        let row =
-            doc.lines().find(|line| line.starts_with("| `agentgate.entry`")).expect("docs/decision-log.md has the row");
-        let entries =
-            [Entry::Forward, Entry::Mitm, Entry::PlainTunnel, Entry::Connect, Entry::Transparent { tls: true }];
-        for entry in entries {
-            assert!(row.contains(&format!("`{}`", entry.as_str())), "{} is not in: {row}", entry.as_str());
-        }
-        assert!(Entry::Transparent { tls: true }.is_tls() && !Entry::Transparent { tls: false }.is_tls());
-        assert!(Entry::Mitm.is_tls() && !Entry::PlainTunnel.is_tls());
-    }
 }

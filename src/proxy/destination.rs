@@ -58,6 +58,6 @@ pub(crate) async fn check_destination(
             return Err(ProxyError::UpstreamResolve { host: format!("{host}:{port}"), cause }.into());
         }
     };
-    info!(code = refusal.code(), refusal = ?refusal, "destination refused by the network guard");
+    info!(code = refusal.code().as_str(), refusal = ?refusal, "destination refused by the network guard");
     Err(record.block(live.gate.refuse(&refusal, &request), request.headers))
 }

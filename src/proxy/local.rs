@@ -21,13 +21,10 @@ use super::body::ProxyBody;
 use super::context::{ProxyState, RequestContext};
 use super::record::RequestRecord;
 use crate::audit::{DecisionRecord, Outcome};
-use crate::policy::{Reason, Source};
+use crate::policy::{OperatorCode, Reason};
 
 /// The host agentgate answers itself.
 pub(crate) const LOCAL_HOST: &str = "agentgate.local";
-
-/// The reason code every local answer is recorded with.
-const SERVED_LOCALLY: &str = "operator.served_locally";
 
 /// Whether `host` (as routed: the absolute URI's, or the CONNECT target's) is [`LOCAL_HOST`].
 pub(crate) fn is_local(host: &str) -> bool {
@@ -74,8 +71,7 @@ pub(crate) fn answer(
     let mut decision =
         DecisionRecord::new(Outcome::Allow, live.config.mode, context.client, agent, method.as_str(), url);
     decision.reasons.push(Reason::new(
-        Source::Operator,
-        SERVED_LOCALLY,
+        OperatorCode::ServedLocally,
         "agentgate.local is answered by agentgate itself (its CA and setup instructions); never forwarded",
     ));
     record.decided(decision);

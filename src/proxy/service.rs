@@ -179,7 +179,7 @@ impl ProxyService {
             path_and_query: path_and_query(&request),
             headers: request.headers(),
             addresses: &[],
-            entry: entry.as_str(),
+            entry,
             admitted: tunnel_admitted,
         };
         record.undecided(live.gate.undecided(&gate_request));

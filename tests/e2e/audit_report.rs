@@ -1,8 +1,10 @@
-//! `agentgate audit summary` and `agentgate audit grep`, run as the real binary over a decision
-//! log that a real proxy run wrote: four agents (three by `Proxy-Authorization`, one by client
+//! `agentgate audit summary` and `agentgate audit grep`, run as the real binary over decision
+//! logs that real proxy runs wrote: four agents (three by `Proxy-Authorization`, one by client
 //! address) allowed, denied by robots.txt and rate-limited by AGENTS.md, one of them in
 //! monitor mode (its refusals are `would_deny`, the limit's too); the log split into a
-//! gzip'd rotated file, a plain rotated file and the current one, with a damaged line.
+//! gzip'd rotated file, a plain rotated file and the current one, with a damaged line. And
+//! the two reports agreeing: grep prints one line per request, the requests summary counts,
+//! and summary counts one deciding reason per block, as `--by reason` does.
 
 use std::io::Write;
 use std::net::IpAddr;
@@ -42,6 +44,14 @@ fn counts(summary: &Value, key: &str) -> Option<[u64; 6]> {
     let group = groups.iter().find(|g| g["key"] == key)?;
     let n = |name: &str| group[name].as_u64();
     Some([n("requests")?, n("allowed")?, n("denied")?, n("would_deny")?, n("rate_limited")?, n("errors")?])
+}
+
+/// The top reasons of the group `key`, as `source code count`.
+fn top_reasons(summary: &Value, key: &str) -> Vec<String> {
+    let groups = summary["groups"].as_array().cloned().unwrap_or_default();
+    let group = groups.into_iter().find(|g| g["key"] == key).unwrap_or_default();
+    let reasons = group["top_reasons"].as_array().cloned().unwrap_or_default();
+    reasons.iter().map(|r| format!("{} {}", r["name"].as_str().unwrap_or("?"), r["count"])).collect()
 }
 
 /// The log split as logrotate leaves it: `.2` compressed, `.1` plain, the current file; a
@@ -116,15 +126,11 @@ async fn audit_summary_over_a_real_run_counts_per_agent_across_rotated_and_gzip_
     assert_eq!(counts(&summary, "gamma"), Some([1, 0, 1, 0, 0, 0]), "{summary:#}");
     assert_eq!(counts(&summary, "delta"), Some([4, 2, 0, 2, 0, 0]), "{summary:#}");
     assert_eq!(summary["total"]["requests"], 12);
-    // The reasons that decided: AGENTS.md for the limit, robots.txt for the deny (its rule and
-    // the user-agent line that chose the group); nothing that only allowed.
-    let names = |group: usize| -> Vec<String> {
-        let reasons = summary["groups"][group]["top_reasons"].as_array().cloned().unwrap_or_default();
-        reasons.iter().map(|r| format!("{} {}", r["name"].as_str().unwrap_or("?"), r["count"])).collect()
-    };
-    let expected = ["AGENTS.md agents_md.rate_limit 1", "robots.txt robots.disallow 1", "robots.txt robots.group 1"];
-    assert_eq!(names(0), expected, "{summary:#}");
-    assert_eq!(names(1), ["robots.txt robots.disallow 2", "robots.txt robots.group 2"], "{summary:#}");
+    // The reasons that decided: AGENTS.md for the limit, robots.txt's rule for the deny (not
+    // the user-agent line that chose its group); nothing that only allowed.
+    let expected = ["AGENTS.md agents_md.rate_limit 1", "robots.txt robots.disallow 1"];
+    assert_eq!(top_reasons(&summary, "alpha"), expected, "{summary:#}");
+    assert_eq!(top_reasons(&summary, "beta"), ["robots.txt robots.disallow 2"], "{summary:#}");
     // The damaged line is reported with its file and line, and counted.
     assert_eq!(summary["malformed_lines"], 1);
     assert_eq!(summary["malformed"][0]["file"], files[1].display().to_string());
@@ -180,5 +186,111 @@ async fn audit_summary_over_a_real_run_counts_per_agent_across_rotated_and_gzip_
     let (out, _, _) = audit(&args).await?;
     assert_eq!(out.lines().count(), 1, "{out}");
     assert!(out.contains("\"agentgate.agent\":\"alpha\""), "{out}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn grep_prints_one_line_per_request_and_summary_counts_one_deciding_reason_per_block() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let robots = "User-agent: *\nDisallow: /private\n";
+    let site = Site::new().serve("/robots.txt", 200, &[("content-type", "text/plain")], robots);
+    let origin = Origin::https_site(&ca, site).await?;
+    let proxy = TestProxy::start_with(&ca, |config| {
+        config.agents = vec![agent("alpha", "a-token"), agent("beta", "b-token")];
+    })
+    .await?;
+    let alpha = client_as(&proxy, "alpha", "a-token")?;
+    let beta = client_as(&proxy, "beta", "b-token")?;
+    // Forwarded: alpha 3, beta 2. Blocked by robots.txt: alpha 2, beta 2.
+    for (client, path, status) in [
+        (&alpha, "/page/1", 200),
+        (&alpha, "/private/1", 403),
+        (&alpha, "/page/2", 200),
+        (&beta, "/page/3", 200),
+        (&beta, "/private/2", 403),
+        (&alpha, "/private/3", 403),
+        (&beta, "/private/4", 403),
+        (&alpha, "/page/4", 200),
+        (&beta, "/page/5", 200),
+    ] {
+        assert_eq!(client.get(origin.url(path)).send().await?.status(), status, "{path}");
+    }
+    let (records, text) = proxy.finish_with_text().await?;
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("decisions.jsonl");
+    std::fs::write(&log, &text)?;
+    let log = log.display().to_string();
+
+    // As written: a forwarded request has its decision line and its completed line, and a
+    // block's reasons mark the rule and the user-agent line that chose its group as blocking.
+    let ids = |lines: &[Value]| -> std::collections::BTreeSet<String> {
+        lines.iter().filter_map(|r| r["event.id"].as_str().map(str::to_owned)).collect()
+    };
+    let written: Vec<Value> = text.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+    assert_eq!((written.len(), ids(&written).len(), records.len()), (14, 9, 9), "{text}");
+    let denied = records.iter().find(|r| r["event.outcome"] == "deny").ok_or("a deny")?;
+    let blocking: Vec<&str> = denied["agentgate.reasons"]
+        .as_array()
+        .ok_or("reasons")?
+        .iter()
+        .filter(|r| r["blocking"] == true)
+        .filter_map(|r| r["code"].as_str())
+        .collect();
+    assert_eq!(blocking, ["robots.disallow", "robots.group"], "{denied:#}");
+
+    // grep: one line per request, each a line of the log unchanged, a forwarded request's
+    // the completed one (with its status): the records the requests ended as.
+    let (out, stderr, ok) = audit(&["grep", &log]).await?;
+    assert!(ok, "{stderr}");
+    let mut found: Vec<Value> = out.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+    assert_eq!((found.len(), ids(&found)), (9, ids(&records)), "{out}");
+    assert!(out.lines().all(|line| text.lines().any(|l| l == line)), "lines are printed unchanged: {out}");
+    assert!(found.iter().all(|r| r["http.response.status_code"].is_u64()), "completed lines: {out}");
+    let by_id = |a: &Value, b: &Value| a["event.id"].as_str().cmp(&b["event.id"].as_str());
+    let mut ended_as = records.clone();
+    found.sort_by(by_id);
+    ended_as.sort_by(by_id);
+    assert_eq!(found, ended_as);
+    let (alpha_out, _, _) = audit(&["grep", "--agent", "alpha", &log]).await?;
+    assert_eq!(alpha_out.lines().count(), 5, "{alpha_out}");
+    let (allowed, _, _) = audit(&["grep", "--outcome", "allow", &log]).await?;
+    assert_eq!(allowed.lines().count(), 5, "{allowed}");
+    // --raw: every line as written, both lines of each forwarded request.
+    let (raw, stderr, ok) = audit(&["grep", "--raw", &log]).await?;
+    assert!(ok, "{stderr}");
+    assert_eq!(raw, text);
+    let (raw_allowed, _, _) = audit(&["grep", "--raw", "--outcome", "allow", &log]).await?;
+    assert_eq!(raw_allowed.lines().count(), 10, "{raw_allowed}");
+
+    // summary: the same 9 requests; one deciding reason per block, robots.txt's rule, never
+    // the group line; the counts are those of --by reason.
+    let files = [PathBuf::from(&log)];
+    let summary = summary_json(&[], &files).await?;
+    assert_eq!(summary["requests"], 9, "{summary:#}");
+    assert_eq!(counts(&summary, "alpha"), Some([5, 3, 2, 0, 0, 0]), "{summary:#}");
+    assert_eq!(counts(&summary, "beta"), Some([4, 2, 2, 0, 0, 0]), "{summary:#}");
+    assert_eq!(top_reasons(&summary, "alpha"), ["robots.txt robots.disallow 2"], "{summary:#}");
+    assert_eq!(top_reasons(&summary, "beta"), ["robots.txt robots.disallow 2"], "{summary:#}");
+    let by_reason = summary_json(&["--by", "reason"], &files).await?;
+    let rows: Vec<(String, u64)> = by_reason["groups"]
+        .as_array()
+        .ok_or("groups")?
+        .iter()
+        .filter(|g| g["key"] != "-")
+        .map(|g| (g["key"].as_str().unwrap_or("?").to_owned(), g["requests"].as_u64().unwrap_or(0)))
+        .collect();
+    assert_eq!(rows, [("robots.txt robots.disallow".to_owned(), 4)], "{by_reason:#}");
+    let blocks = summary["total"]["denied"].as_u64().ok_or("denied")?;
+    let mut per_reason = std::collections::BTreeMap::<String, u64>::new();
+    for group in summary["groups"].as_array().ok_or("groups")? {
+        for reason in group["top_reasons"].as_array().ok_or("top_reasons")? {
+            let name = reason["name"].as_str().ok_or("name")?.to_owned();
+            *per_reason.entry(name).or_default() += reason["count"].as_u64().ok_or("count")?;
+        }
+    }
+    assert_eq!(per_reason.into_iter().collect::<Vec<_>>(), rows, "{summary:#}");
+    assert_eq!(blocks, 4);
+    let (table, _, _) = audit(&["summary", &log]).await?;
+    assert!(table.contains("top reasons for blocks") && !table.contains("robots.group"), "{table}");
     Ok(())
 }

@@ -46,6 +46,8 @@
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
 //!   passthrough CONNECT decisions, shutdown with requests in flight;
 //! - `unreachable`: an origin refusing or timing out is 502/504 `origin.unreachable`, not a deny;
+//! - `git`: git itself through the proxy to a `git http-backend` origin: named by its token
+//!   after a 407 under `[auth] required`, and a clone refused by AGENTS.md shows why;
 //! - `log_schema`: what docs/decision-log.md promises a reader can check (reason digests);
 //! - `approvals`: requests held for a human's approval, approved, denied, timed out, hung up,
 //!   refused by a full queue or let through by a remembered approval; the approval API's token;
@@ -81,6 +83,7 @@ mod forward;
 mod gate;
 mod gate_cache;
 mod gate_log;
+mod git;
 mod limits;
 mod log_schema;
 mod network;

@@ -1,6 +1,7 @@
 //! What the real binary tells a newcomer (issue 12): `agentgate run` prints the line scripts
 //! wait for, then the config, mode, decision log and admin address in use and the client
-//! recipe; `agentgate config check` names the mode as the file spells it.
+//! recipe, and whether `[[agents]]` tokens go unchallenged; `agentgate config check` names
+//! the mode as the file spells it.
 
 use tokio::process::Command;
 
@@ -41,6 +42,34 @@ async fn run_prints_where_everything_is_and_the_client_recipe() -> TestResult {
     assert!(text.contains(&format!("export http_proxy=http://{addr} https_proxy=http://{addr}")), "{text}");
     assert!(text.contains(&format!("CURL_CA_BUNDLE={ca} GIT_SSL_CAINFO={ca}")), "{text}");
     assert!(text.contains("EnvHttpProxyAgent"), "{text}");
+    Ok(())
+}
+
+/// `[[agents]]` with tokens and `[auth] required = false` (issue 28 item 2): the banner says
+/// that git, which sends its token only after a 407, is then the default agent, and the fix.
+#[tokio::test]
+async fn run_says_when_agent_tokens_go_unchallenged() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\n[ca]\ndir = {ca:?}\n[audit]\npath = {log:?}\n[admin]\nlisten = \"off\"\n[[agents]]\nid = \"git-agent\"\ntoken = \"t\"\n",
+        ca = dir.path().join("ca"),
+        log = dir.path().join("decisions.jsonl"),
+    );
+    let config_path = dir.path().join("agentgate.toml");
+    std::fs::write(&config_path, config)?;
+    let (mut child, mut stdout) = run_reading_stdout(&config_path)?;
+    let mut lines = Vec::new();
+    while let Some(line) = stdout.next_line().await? {
+        let last = line.starts_with("Agents, in a shell");
+        lines.push(line);
+        if last {
+            break;
+        }
+    }
+    child.kill().await?;
+    let text = lines.join("\n");
+    assert!(lines[5].starts_with("  auth          [[agents]] have tokens, but [auth] required = false"), "{text}");
+    assert!(text.contains("Set [auth] required = true") && text.contains("GIT_HTTP_PROXY_AUTHMETHOD=basic"), "{text}");
     Ok(())
 }
 

@@ -4,7 +4,9 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::policy::test_support::{allows, cases, corpus, ok, read, request, status, strings};
+use crate::policy::test_support::{
+    HOUR, MINUTE, allows, cases, corpus, ok, previous, read, refresh, request, status, strings,
+};
 use crate::policy::{FetchError, Headers};
 
 const MD: Option<&str> = Some("text/markdown; charset=utf-8");
@@ -72,19 +74,19 @@ fn agents_md_example_blog() {
     assert_eq!(v.opinion, Opinion::Deny);
     let r = &v.reasons[0];
     assert_eq!(
-        (r.code.as_ref(), r.line, r.rule.as_ref()),
+        (r.code.as_str(), r.line, r.rule.as_ref()),
         ("agents_md.disallowed_path", Some(39), "disallowed-paths: /author/*/edit")
     );
     assert_eq!(r.digest, s.report().digest);
 
     let v = eval(&s, "POST", "/posts/hello", 0, &[("Content-Type", "application/x-www-form-urlencoded")]);
     assert_eq!(
-        (v.opinion, v.reasons[0].code.as_ref(), v.reasons[0].line),
+        (v.opinion, v.reasons[0].code.as_str(), v.reasons[0].line),
         (Opinion::Deny, "agents_md.read_only_path", Some(40))
     );
     let v = eval(&s, "POST", "/comments", 0, &[("Content-Type", "application/x-www-form-urlencoded")]);
     assert_eq!(
-        (v.opinion, v.reasons[0].code.as_ref(), v.reasons[0].line),
+        (v.opinion, v.reasons[0].code.as_str(), v.reasons[0].line),
         (Opinion::Deny, "agents_md.action_denied", Some(20))
     );
 }
@@ -95,17 +97,17 @@ fn agents_md_example_e_commerce() {
     let form = [("Content-Type", "application/x-www-form-urlencoded")];
     let v = eval(&s, "GET", "/products/1", 1, &[]);
     assert_eq!(
-        (v.opinion, v.reasons[0].code.as_ref(), v.reasons[0].line),
+        (v.opinion, v.reasons[0].code.as_str(), v.reasons[0].line),
         (Opinion::Deny, "agents_md.trust_level", Some(14))
     );
     let v = eval(&s, "POST", "/checkout/confirm", 2, &form);
     assert_eq!(
-        (v.opinion, v.reasons[0].code.as_ref(), v.reasons[0].line),
+        (v.opinion, v.reasons[0].code.as_str(), v.reasons[0].line),
         (Opinion::NeedsApproval, "agents_md.requires_human_approval", Some(43))
     );
     let v = eval(&s, "POST", "/cart/add", 2, &form);
     assert_eq!(
-        (v.opinion, v.reasons[0].code.as_ref(), v.reasons[0].line),
+        (v.opinion, v.reasons[0].code.as_str(), v.reasons[0].line),
         (Opinion::Allow, "agents_md.action_allowed", Some(20))
     );
     assert_eq!(v.inject_headers, vec![("X-Agent-Identity".to_owned(), "bot-1".to_owned())]);
@@ -135,7 +137,7 @@ fn semantics_c16_precedence_table() {
         let v = eval(&s, method, path, 0, &[]);
         assert_eq!(v.opinion, *opinion, "{method} {path}");
         if !code.is_empty() {
-            assert_eq!((v.reasons[0].code.as_ref(), v.reasons[0].line), (*code, Some(*line)), "{method} {path}");
+            assert_eq!((v.reasons[0].code.as_str(), v.reasons[0].line), (*code, Some(*line)), "{method} {path}");
         }
     }
 }
@@ -175,7 +177,7 @@ fn semantics_c17_download_is_checked_at_response_time() {
     let mut attachment = Headers::default();
     attachment.push("Content-Disposition", "Attachment; filename=\"x.pdf\"");
     let v = s.evaluate_response(&attachment);
-    assert_eq!((v.opinion, v.reasons[0].code.as_ref()), (Opinion::Deny, "agents_md.action_denied"));
+    assert_eq!((v.opinion, v.reasons[0].code.as_str()), (Opinion::Deny, "agents_md.action_denied"));
     assert_eq!(s.evaluate_response(&Headers::default()).opinion, Opinion::NoOpinion);
     let allowed = policy("## Identity\n- site: a\n## Allowed Actions\n- download-files: true\n");
     assert_eq!(allowed.evaluate_response(&attachment).opinion, Opinion::NoOpinion);
@@ -215,7 +217,7 @@ fn semantics_c12_identity_without_site_is_enforced_and_malformed() {
     assert_eq!(report.status, PolicyStatus::Malformed);
     let d = &report.diagnostics[0];
     assert_eq!(
-        (d.code.as_ref(), d.line, d.severity),
+        (d.code.as_str(), d.line, d.severity),
         ("identity-site-missing", Some(1), crate::policy::Severity::Error)
     );
     assert_eq!(eval(&s, "GET", "/private/a", 0, &[]).opinion, Opinion::Deny);
@@ -315,7 +317,7 @@ fn semantics_c26_encodings_and_line_endings() {
 #[test]
 fn lint_adds_advice_for_authors() {
     let diags = lint(b"## Identity\n- site: a\n## Rate Limit\n## Restrictions\n- disallowed-paths: /a/*, /, *.zip\n");
-    let got: Vec<(Option<u32>, &str)> = diags.iter().map(|d| (d.line, d.code.as_ref())).collect();
+    let got: Vec<(Option<u32>, &str)> = diags.iter().map(|d| (d.line, d.code.as_str())).collect();
     assert_eq!(
         got,
         vec![
@@ -383,7 +385,7 @@ fn conformance_agents_md_proposed_cases() {
         if !want_status.contains(&report.status) {
             failures.push(fail(format!("status {:?}, want {want_status:?}; {:?}", report.status, report.diagnostics)));
         }
-        let mut pool: Vec<&str> = report.diagnostics.iter().map(|d| d.code.as_ref()).collect();
+        let mut pool: Vec<&str> = report.diagnostics.iter().map(|d| d.code.as_str()).collect();
         for w in strings(expect, "warnings").into_iter().chain(errors) {
             match pool.iter().position(|c| c.contains(&w)) {
                 Some(i) => {
@@ -392,7 +394,7 @@ fn conformance_agents_md_proposed_cases() {
                 None => failures.push(fail(format!("no warning {w} left in {pool:?}"))),
             }
         }
-        let all_codes: Vec<&str> = report.diagnostics.iter().map(|d| d.code.as_ref()).collect();
+        let all_codes: Vec<&str> = report.diagnostics.iter().map(|d| d.code.as_str()).collect();
         if let Some(reason) = expect["reason"].as_str()
             && !all_codes.iter().any(|c| c.contains(reason))
         {
@@ -497,7 +499,7 @@ fn semantics_c23_authentication_required_is_logged_and_strict_denies_unauthentic
     let optional = policy("## Identity\n- site: example.com\n## Trust Requirements\n- authentication: optional\n");
     let headers = Headers::default();
     let v = optional.evaluate(&request("POST", "example.com", "/api", 0, &headers), true);
-    assert!(v.reasons.iter().all(|r| !r.code.starts_with("agents_md.authentication")), "{v:?}");
+    assert!(v.reasons.iter().all(|r| !r.code.as_str().starts_with("agents_md.authentication")), "{v:?}");
 }
 
 #[test]
@@ -509,11 +511,27 @@ fn semantics_r9_globs_match_as_written_and_decoded() {
     // Issue 25: the decoded glob stops the plain spelling, citing the line as written.
     for path in ["/~joe/x", "/%7ejoe/x"] {
         let v = eval(&s, "GET", path, 0, &[]);
-        let cited = v.reasons.first().map(|r| (r.code.as_ref(), r.line, r.rule.as_ref()));
+        let cited = v.reasons.first().map(|r| (r.code.as_str(), r.line, r.rule.as_ref()));
         assert_eq!(v.opinion, Opinion::Deny, "{path}");
         assert_eq!(cited, Some(("agents_md.disallowed_path", Some(4), "disallowed-paths: /%7Ejoe/*")), "{path}");
     }
     let v = eval(&s, "POST", "/orders/new", 0, &[]);
-    assert_eq!((v.opinion, v.reasons[0].code.as_ref()), (Opinion::NeedsApproval, "agents_md.requires_human_approval"));
+    assert_eq!((v.opinion, v.reasons[0].code.as_str()), (Opinion::NeedsApproval, "agents_md.requires_human_approval"));
     assert_eq!(eval(&s, "GET", "/~jane/x", 0, &[]).opinion, Opinion::NoOpinion);
+}
+
+#[test]
+fn c4_agents_md_policy_kept_for_an_hour_after_a_failed_refetch() {
+    let policy = from_fetch(&ok(b"# AGENTS.md\n\n## Identity\n- site: example.com\n", None));
+    assert!(!policy.falls_through());
+    let failed = || from_fetch(&status(502));
+    let kept = refresh::<AgentsMd>(previous(policy.clone(), 20 * MINUTE, HOUR), failed(), 5 * MINUTE);
+    assert!(kept.kept_stale && !kept.state.falls_through());
+    assert_eq!(kept.ttl, 5 * MINUTE);
+    let last = refresh::<AgentsMd>(previous(policy.clone(), 58 * MINUTE, HOUR), failed(), 5 * MINUTE);
+    assert_eq!(last.ttl, 2 * MINUTE);
+    let gone = refresh::<AgentsMd>(previous(policy.clone(), HOUR, HOUR), failed(), 5 * MINUTE);
+    assert!(gone.state.falls_through() && !gone.kept_stale);
+    let removed = refresh::<AgentsMd>(previous(policy, MINUTE, HOUR), from_fetch(&status(404)), HOUR);
+    assert!(removed.state.falls_through() && !removed.kept_stale, "a 404 removes the policy");
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::{Action, AgentsTxtState, Kind, MAX_BYTES, Metadata, Rule};
 use crate::policy::pattern::Pattern;
 use crate::policy::text::{Findings, JoinedDigest, Line, is_blank_byte, lines, split_bom, trim_blanks};
-use crate::policy::{Diagnostic, Reason, Source};
+use crate::policy::{AgentsTxtCode, Diagnostic, Reason};
 
 /// A line that is neither blank (B4) nor a comment (B5).
 pub(super) fn is_significant(line: &[u8]) -> bool {
@@ -99,7 +99,7 @@ impl Parser {
         if over_cap {
             self.error(
                 None,
-                "too-large",
+                AgentsTxtCode::TooLarge,
                 format!("agents.txt is larger than {} KiB, so its hash cannot be verified", MAX_BYTES / 1024),
                 "agents.txt is larger than the 500 KiB cap".into(),
             );
@@ -110,7 +110,7 @@ impl Parser {
             let Ok(content) = std::str::from_utf8(line.bytes) else {
                 self.error(
                     Some(line.number),
-                    "invalid-utf8",
+                    AgentsTxtCode::InvalidUtf8,
                     "not valid UTF-8; save the file as UTF-8".to_owned(),
                     String::from_utf8_lossy(line.bytes).trim().to_owned(),
                 );
@@ -127,7 +127,7 @@ impl Parser {
                 if line.number == first.number {
                     self.error(
                         Some(line.number),
-                        "hash-missing",
+                        AgentsTxtCode::HashMissing,
                         "the first directive must follow a hash line `*<sha256 of the directives>`; \
                              run `agentgate lint --fix-hash`"
                             .to_string(),
@@ -146,7 +146,7 @@ impl Parser {
         {
             self.error(
                 Some(line),
-                "hash-mismatch",
+                AgentsTxtCode::HashMismatch,
                 format!(
                     "hash mismatch: expected {declared}, found {computed} (SHA-256 of the {count} \
                      directive lines joined by \\n, no trailing newline); write `*{computed}` or run \
@@ -178,17 +178,19 @@ impl Parser {
     }
 
     /// Records an error; the first one by cause rank and line becomes the restricted
-    /// reason.
-    fn error(&mut self, line: Option<u32>, code: &str, message: String, rule: String) {
-        self.findings.push(Diagnostic::error(line, code, message));
+    /// reason, with `code`. Its finding is the code in kebab case without the file name
+    /// (`agents_txt.hash_mismatch` is `hash-mismatch`).
+    fn error(&mut self, line: Option<u32>, code: AgentsTxtCode, message: String, rule: String) {
+        let finding = code.as_str().trim_start_matches("agents_txt.").replace('_', "-");
+        self.findings.push(Diagnostic::error(line, finding, message));
         let rank = match code {
-            "too-large" => 0,
-            "invalid-utf8" => 1,
+            AgentsTxtCode::TooLarge => 0,
+            AgentsTxtCode::InvalidUtf8 => 1,
             _ => 2,
         };
         let order = (rank, line.unwrap_or(0));
         if self.cause.as_ref().is_none_or(|(at, _)| order < *at) {
-            let mut reason = Reason::new(Source::AgentsTxt, format!("agents_txt.{}", code.replace('-', "_")), rule);
+            let mut reason = Reason::new(code, rule);
             reason.line = line;
             self.cause = Some((order, reason));
         }
@@ -223,7 +225,7 @@ impl Parser {
             };
             self.error(
                 Some(number),
-                "hash-line-syntax",
+                AgentsTxtCode::HashLineSyntax,
                 format!(
                     "the hash line {what}; it must be `*` followed by the 64 hex digits of the \
                      SHA-256, nothing else (run `agentgate lint --fix-hash`)"
@@ -247,18 +249,18 @@ impl Parser {
                     self.warning(number, code, message.to_string());
                 }
                 let code = match parsed.action {
-                    Action::Allow => "agents_txt.allow",
-                    Action::Disallow => "agents_txt.disallow",
+                    Action::Allow => AgentsTxtCode::Allow,
+                    Action::Disallow => AgentsTxtCode::Disallow,
                 };
                 self.rules.push(Rule {
                     pattern: Pattern::new(parsed.path),
                     action: parsed.action,
                     limit: parsed.limit,
-                    reason: Reason::new(Source::AgentsTxt, code, rule_text).at_line(number),
+                    reason: Reason::new(code, rule_text).at_line(number),
                 });
             }
             Err(message) => {
-                self.error(Some(number), "directive-syntax", message.to_string(), rule_text);
+                self.error(Some(number), AgentsTxtCode::DirectiveSyntax, message.to_string(), rule_text);
             }
         }
     }

@@ -4,7 +4,9 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::policy::test_support::{allows, cases, corpus, ok, read, request, status, strings};
+use crate::policy::test_support::{
+    HOUR, MINUTE, allows, cases, corpus, ok, previous, read, refresh, request, status, strings,
+};
 use crate::policy::{FetchError, Headers, Severity};
 
 const BASIC: &str = "# version: 1.0\n*e37fd0bbf5b647010a78772b8755ffa92efe6aa07b2bb0d373b2a61adfc9435a\n/status ALLOW\n\
@@ -90,7 +92,7 @@ fn semantics_b16_limit_zero_denies_and_limit_on_disallow_is_ignored() {
     let s = state(&signed("/a ALLOW limit=0\n/b DISALLOW limit=5\n"));
     let v = verdict(&s, "GET", "/a");
     assert_eq!(v.opinion, Opinion::Deny);
-    assert_eq!((v.reasons[0].code.as_ref(), v.reasons[0].line), ("agents_txt.limit_zero", Some(2)));
+    assert_eq!((v.reasons[0].code.as_str(), v.reasons[0].line), ("agents_txt.limit_zero", Some(2)));
     let v = verdict(&s, "GET", "/b");
     assert_eq!((v.opinion, v.limits.len()), (Opinion::Deny, 0));
     assert!(codes(&s).contains(&"limit-on-disallow-ignored".to_owned()));
@@ -143,7 +145,7 @@ fn semantics_b19_restricted_denies_every_request_with_the_cause() {
         for (method, path) in [("GET", "/"), ("HEAD", "/anything"), ("DELETE", "/a")] {
             let v = verdict(&s, method, path);
             assert_eq!(v.opinion, Opinion::Deny, "{body:?} {method} {path}");
-            assert_eq!((v.reasons[0].code.as_ref(), v.reasons[0].line), (*code, *line), "{body:?}");
+            assert_eq!((v.reasons[0].code.as_str(), v.reasons[0].line), (*code, *line), "{body:?}");
             assert!(v.reasons[0].digest.is_some());
         }
     }
@@ -153,7 +155,7 @@ fn semantics_b19_restricted_denies_every_request_with_the_cause() {
 fn semantics_b4_hash_mismatch_message_names_both_digests() {
     let s = state("*0000000000000000000000000000000000000000000000000000000000000000\n");
     let d = &s.report().diagnostics[0];
-    assert_eq!((d.severity, d.line, d.code.as_ref()), (Severity::Error, Some(1), "hash-mismatch"));
+    assert_eq!((d.severity, d.line, d.code.as_str()), (Severity::Error, Some(1), "hash-mismatch"));
     assert!(d.message.contains("expected 0000000000000000"), "{}", d.message);
     assert!(d.message.contains("found e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
 }
@@ -274,7 +276,7 @@ fn semantics_b23_over_cap_restricts_without_a_hash_check() {
     assert_eq!(codes(&s), vec!["too-large"]);
     let v = verdict(&s, "GET", "/status");
     assert_eq!(
-        (v.opinion, v.reasons[0].code.as_ref(), v.reasons[0].line),
+        (v.opinion, v.reasons[0].code.as_str(), v.reasons[0].line),
         (Opinion::Deny, "agents_txt.too_large", None)
     );
     assert_eq!(lint(&body), s.report().diagnostics);
@@ -288,7 +290,7 @@ fn semantics_b8_invalid_utf8_restricts() {
         from_fetch(&ok(b"*e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n/a ALLOW \xff\n", None));
     assert!(s.is_restricted());
     let v = verdict(&s, "GET", "/");
-    assert_eq!((v.reasons[0].code.as_ref(), v.reasons[0].line), ("agents_txt.invalid_utf8", Some(2)));
+    assert_eq!((v.reasons[0].code.as_str(), v.reasons[0].line), ("agents_txt.invalid_utf8", Some(2)));
 }
 
 #[test]
@@ -324,7 +326,7 @@ fn hostile_input_never_panics_and_stays_bounded() {
     }
     let s = from_fetch(&ok(bodies[7].as_slice(), None));
     assert!(s.is_restricted());
-    assert_eq!(s.report().diagnostics.last().map(|d| d.code.as_ref()), Some("too-many-findings"));
+    assert_eq!(s.report().diagnostics.last().map(|d| d.code.as_str()), Some("too-many-findings"));
 }
 
 #[test]
@@ -356,7 +358,7 @@ fn fix_hash_inserts_before_the_first_directive_and_keeps_line_endings() {
 fn lint_reports_every_finding_in_line_order() {
     let diags =
         lint(b"*E37FD0BBF5B647010A78772B8755FFA92EFE6AA07B2BB0D373B2A61ADFC9435X\n/a allow\n/b BLOCK\n/c ALLOW x\n");
-    let got: Vec<(Option<u32>, &str)> = diags.iter().map(|d| (d.line, d.code.as_ref())).collect();
+    let got: Vec<(Option<u32>, &str)> = diags.iter().map(|d| (d.line, d.code.as_str())).collect();
     assert_eq!(
         got,
         vec![
@@ -399,7 +401,7 @@ fn conformance_agents_txt_proposed_cases() {
         {
             failures.push(fail(format!("digest {:?}, want {digest}", report.digest)));
         }
-        let diag_codes: Vec<&str> = report.diagnostics.iter().map(|d| d.code.as_ref()).collect();
+        let diag_codes: Vec<&str> = report.diagnostics.iter().map(|d| d.code.as_str()).collect();
         for w in strings(expect, "warnings") {
             if !diag_codes.iter().any(|c| c.contains(&w)) {
                 failures.push(fail(format!("no warning {w}; got {diag_codes:?}")));
@@ -424,7 +426,7 @@ fn conformance_agents_txt_proposed_cases() {
                 )));
             }
             if let Some(reason) = expect["reason"].as_str() {
-                let in_reasons = v.reasons.iter().any(|r| r.code.contains(&reason.replace('-', "_")));
+                let in_reasons = v.reasons.iter().any(|r| r.code.as_str().contains(&reason.replace('-', "_")));
                 if !in_reasons && !diag_codes.iter().any(|c| c.contains(reason)) {
                     failures.push(fail(format!("check {i}: reason {reason} not in {:?} or {diag_codes:?}", v.reasons)));
                 }
@@ -495,4 +497,47 @@ proptest! {
         let fixed = fix_hash(body.as_bytes());
         let _ = lint(&fixed);
     }
+}
+
+// The stale rule (B20, B21).
+
+/// A verified agents.txt (the digest of `/private DISALLOW`).
+fn valid() -> AgentsTxtState {
+    state(&signed("/private DISALLOW\n"))
+}
+
+fn fetched_503() -> AgentsTxtState {
+    from_fetch(&status(503))
+}
+
+#[test]
+fn b20_restricted_agents_txt_drops_a_valid_copy_for_the_negative_ttl() {
+    assert_eq!(valid().status(), PolicyStatus::Valid);
+    let broken = state("*0000\n/a ALLOW\n");
+    assert!(broken.is_restricted());
+    let refreshed = refresh::<AgentsTxt>(previous(valid(), MINUTE, HOUR), broken, 24 * HOUR);
+    assert!(refreshed.state.is_restricted() && !refreshed.kept_stale);
+    assert_eq!(refreshed.ttl, 5 * MINUTE, "agents_txt_negative_ttl, whatever the lifetime");
+}
+
+#[test]
+fn b21_unreachable_agents_txt_keeps_a_valid_copy_within_its_lifetime() {
+    let refreshed = refresh::<AgentsTxt>(previous(valid(), 10 * MINUTE, HOUR), fetched_503(), MINUTE);
+    assert!(refreshed.kept_stale);
+    assert_eq!(refreshed.state.status(), PolicyStatus::Valid);
+    assert_eq!(refreshed.ttl, MINUTE);
+
+    let near_end = refresh::<AgentsTxt>(previous(valid(), HOUR - MINUTE / 2, HOUR), fetched_503(), MINUTE);
+    assert_eq!(near_end.ttl, MINUTE / 2, "never kept past one more lifetime");
+
+    let expired = refresh::<AgentsTxt>(previous(valid(), HOUR, HOUR), fetched_503(), MINUTE);
+    assert!(!expired.kept_stale);
+    assert_eq!(expired.state.status(), PolicyStatus::Absent);
+}
+
+#[test]
+fn b21_only_a_valid_copy_is_kept() {
+    let not_applicable = from_fetch(&ok(b"<html>hi</html>", None));
+    let refreshed = refresh::<AgentsTxt>(previous(not_applicable, MINUTE, HOUR), fetched_503(), MINUTE);
+    assert!(!refreshed.kept_stale);
 }

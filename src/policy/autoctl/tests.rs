@@ -4,11 +4,12 @@
 
 use proptest::prelude::*;
 
-use super::{AutoctlState, MAX_BYTES, from_fetch, lint};
-use crate::policy::test_support::{cases, corpus, read};
+use super::{Autoctl, AutoctlState, MAX_BYTES, from_fetch, lint};
+use crate::policy::test_support::{HOUR, MINUTE, cases, corpus, previous, read, refresh};
 use crate::policy::text::{REPORTED_FINDINGS, sha256_hex};
 use crate::policy::{
-    FetchError, FetchOutcome, Headers, Opinion, PolicyStatus, Reason, RequestView, Severity, Source, SourceVerdict,
+    AutoctlCode, FetchError, FetchOutcome, Headers, MAX_TTL, Opinion, PolicyStatus, Reason, RequestView, Severity,
+    Source, SourceVerdict,
 };
 
 fn text_plain() -> Headers {
@@ -79,7 +80,7 @@ type Expected<'a> = (Opinion, &'a [(&'a str, Option<u32>, &'a str)]);
 fn assert_verdict(state: &AutoctlState, probe: Probe<'_>, (opinion, reasons): Expected<'_>, case: &str) {
     let verdict = probe.ask(state);
     let got: Vec<(&str, Option<u32>, &str)> =
-        verdict.reasons.iter().map(|r| (r.code.as_ref(), r.line, r.rule.as_ref())).collect();
+        verdict.reasons.iter().map(|r| (r.code.as_str(), r.line, r.rule.as_ref())).collect();
     assert_eq!((verdict.opinion, got.as_slice()), (opinion, reasons), "{case}: {} {}", probe.method, probe.path);
     for reason in &verdict.reasons {
         assert_eq!(reason.source, Source::Autoctl, "{case}");
@@ -472,7 +473,7 @@ fn semantics_d14_control_bytes_reject_the_file() {
             "automation-preferences.txt is rejected: raw control byte on line {line}: only GET, HEAD and OPTIONS are \
              allowed until a good fetch"
         );
-        let want = Reason::new(Source::Autoctl, "autoctl.unavailable", rule).at_line(line).with_digest(report.digest);
+        let want = Reason::new(AutoctlCode::Unavailable, rule).at_line(line).with_digest(report.digest);
         assert_eq!(Probe::new("GET", "/").ask(&state), SourceVerdict::with(ALLOW, want.clone()));
         assert_eq!(Probe::new("POST", "/").ask(&state), SourceVerdict::with(DENY, want));
     }
@@ -571,7 +572,7 @@ fn semantics_d15_fetch_outcomes() {
         assert_eq!(Probe::new("GET", "/").ask(&state).opinion, get, "{case}");
         let verdict = Probe::new("POST", "/").ask(&state);
         assert_eq!(verdict.opinion, post, "{case}");
-        let got = verdict.reasons.first().map(|r| (r.code.as_ref(), r.rule.to_string()));
+        let got = verdict.reasons.first().map(|r| (r.code.as_str(), r.rule.to_string()));
         assert_eq!(got, post_reason, "{case}");
     }
 }
@@ -608,7 +609,7 @@ fn semantics_d19_line_endings_and_bom_give_the_same_verdicts() {
             "the digest covers the bytes served"
         );
         assert_eq!(codes(&state), vec![], "{text:?}");
-        let want = Reason::new(Source::Autoctl, "autoctl.method_not_allowed", "allowed-methods: GET")
+        let want = Reason::new(AutoctlCode::MethodNotAllowed, "allowed-methods: GET")
             .at_line(3)
             .with_digest(Some(std::sync::Arc::<str>::from(sha256_hex(text.as_bytes()))));
         assert_eq!(Probe::new("PUT", "/").ask(&state), SourceVerdict::with(DENY, want), "{text:?}");
@@ -649,7 +650,7 @@ fn hostile_input_is_bounded() {
         }
     }
     let capped = from_fetch(&served(&bodies[8])).report().diagnostics;
-    assert_eq!(capped.last().map(|d| d.code.as_ref()), Some("too-many-findings"));
+    assert_eq!(capped.last().map(|d| d.code.as_str()), Some("too-many-findings"));
     assert_eq!(lint(&bodies[8]).len(), MAX_BYTES / 2, "lint keeps every finding");
     let invalid = parse_bytes(b"scope: /a\xFF\nallowed-methods: GET\n");
     assert_eq!(codes(&invalid), vec![(Some(1), "invalid-utf8".to_owned())]);
@@ -797,4 +798,13 @@ fn semantics_r9_scopes_select_as_written_and_decoded() {
     let state = parse(plain_first);
     let not_post: Expected<'_> = (DENY, &[("autoctl.method_not_allowed", Some(3), "allowed-methods: GET")]);
     assert_verdict(&state, Probe::new("POST", "/~joe/x"), not_post, "written reading");
+}
+
+#[test]
+fn d15_autoctl_failure_replaces_a_good_copy() {
+    let good = previous(from_fetch(&served(b"User-agent: *\nAllowed-methods: GET\n")), MINUTE, HOUR);
+    let failed = FetchOutcome::Response { status: 503, headers: Headers::default(), body: Vec::new(), over_cap: false };
+    let refreshed = refresh::<Autoctl>(good, from_fetch(&failed), 48 * HOUR);
+    assert!(!refreshed.kept_stale);
+    assert_eq!(refreshed.ttl, MAX_TTL);
 }

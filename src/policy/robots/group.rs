@@ -33,7 +33,7 @@ pub(super) struct AgentLine {
 }
 
 /// An `allow` or `disallow` line: 24 bytes, its text kept in the file's text buffer
-/// (issue 9: a file of 20,000 rules holds no allocation per rule).
+/// (a file of 20,000 rules holds no allocation per rule).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Rule {
     /// True for `allow`.

@@ -6,7 +6,7 @@
 //!
 //! The keys are spans of the file's text buffer and the rules sit in the group sorted by
 //! key, so a key costs one 16-byte entry and nothing else: a file of 20,000 rules makes one
-//! allocation here (issue 9: memory per origin).
+//! allocation here (memory per origin).
 //!
 //! Never: decides whether a candidate matches beyond its key (the group does that with
 //! [`crate::policy::pattern::matches_normalized`]).

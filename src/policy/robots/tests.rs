@@ -6,9 +6,9 @@ use proptest::prelude::*;
 use proptest::sample::select;
 
 use super::*;
-use crate::policy::test_support::{corpus, read};
+use crate::policy::test_support::{HOUR, MINUTE, corpus, previous, read, refresh};
 use crate::policy::text::{REPORTED_FINDINGS, sha256_hex};
-use crate::policy::{FetchError, Headers, Severity};
+use crate::policy::{FetchError, Headers, MAX_TTL, Severity};
 
 const KNOWN_DIFFERENCES: &str =
     include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/conformance/robots-known-differences.txt"));
@@ -362,7 +362,7 @@ fn semantics_x1_a_disallow_denies_every_method() {
         let mut req = view(&headers, None, "/api/x");
         req.method = method;
         let v = state.evaluate(&req);
-        assert_eq!((v.opinion, v.reasons[0].code.as_ref()), (Opinion::Deny, "robots.disallow"), "{method}");
+        assert_eq!((v.opinion, v.reasons[0].code.as_str()), (Opinion::Deny, "robots.disallow"), "{method}");
         req.path_and_query = "/api/public/1";
         assert_eq!(state.evaluate(&req).opinion, Opinion::Allow, "{method}");
     }
@@ -457,7 +457,7 @@ fn rfc9309_fetch_outcomes() {
         let state = from_fetch(outcome);
         let v = state.evaluate(&req);
         assert_eq!(v.opinion, *opinion, "{outcome:?}");
-        assert_eq!(v.reasons.first().map(|r| r.code.as_ref()), *code, "{outcome:?}");
+        assert_eq!(v.reasons.first().map(|r| r.code.as_str()), *code, "{outcome:?}");
         if let Some(reason) = v.reasons.first() {
             assert!(reason.rule.contains(rule_part), "{outcome:?}: {}", reason.rule);
             assert_eq!(reason.source, Source::Robots);
@@ -472,7 +472,7 @@ fn rfc9309_reports_per_fetch_outcome() {
     let report = from_fetch(&response(503, b"")).report();
     assert_eq!((report.status, report.digest), (PolicyStatus::Absent, None));
     assert_eq!(
-        report.diagnostics.iter().map(|d| (d.severity, d.code.as_ref())).collect::<Vec<_>>(),
+        report.diagnostics.iter().map(|d| (d.severity, d.code.as_str())).collect::<Vec<_>>(),
         [(Severity::Error, "unreachable")]
     );
     assert!(report.diagnostics[0].message.contains("answered 503"));
@@ -685,7 +685,7 @@ Disallow: /caf\xE9\n\
 Disallow: /nul\0junk\n\
 Sitemap: https://example.com/s.xml\n";
     let owned = lint(body);
-    let found: Vec<(Option<u32>, &str)> = owned.iter().map(|d| (d.line, d.code.as_ref())).collect();
+    let found: Vec<(Option<u32>, &str)> = owned.iter().map(|d| (d.line, d.code.as_str())).collect();
     assert_eq!(
         found,
         [
@@ -719,7 +719,7 @@ fn lint_warns_about_size_and_long_lines() {
     assert_eq!(found, [(Some(2), "long-line".to_string())]);
     let big = "Disallow: /x\n".repeat(MAX_BYTES / 10);
     let found = lint(big.as_bytes());
-    assert_eq!((found[0].line, found[0].code.as_ref()), (None, "over-cap"));
+    assert_eq!((found[0].line, found[0].code.as_str()), (None, "over-cap"));
     assert_eq!(found.len(), 1 + MAX_BYTES / "Disallow: /x\n".len(), "lint keeps every finding");
 }
 
@@ -853,4 +853,38 @@ fn crawl_delay_never_ends_a_group_and_changes_no_rule() {
     assert_eq!(crawl_delay(body, Some("BarBot")).map(|d| d.0), Some(2000), "one group for both agents");
     assert_eq!(verdict(body, "BarBot", "/private").opinion, Opinion::Deny);
     assert_eq!(verdict(body, "FooBot", "/private").opinion, Opinion::Deny);
+}
+
+// The stale rule (RFC 9309 §2.3.1.4, DESIGN §5).
+
+fn fetched(status: u16) -> RobotsState {
+    from_fetch(&FetchOutcome::Response { status, headers: Headers::default(), body: Vec::new(), over_cap: false })
+}
+
+const CACHED: &[u8] = b"User-agent: *\nDisallow: /private\n";
+
+#[test]
+fn robots_unreachable_keeps_a_parsed_copy_however_long_it_is_stale() {
+    let cached = RobotsState::parse(CACHED);
+    let refreshed = refresh::<Robots>(previous(cached, 30 * 24 * HOUR, HOUR), fetched(503), MINUTE);
+    assert!(refreshed.kept_stale);
+    assert!(!refreshed.state.is_unreachable());
+    assert_eq!(refreshed.ttl, MINUTE);
+}
+
+#[test]
+fn robots_unreachable_without_a_parsed_copy_disallows() {
+    let timed_out = from_fetch(&FetchOutcome::Failed(FetchError::Timeout));
+    let refreshed = refresh::<Robots>(None, timed_out, MINUTE);
+    assert!(refreshed.state.is_unreachable() && !refreshed.kept_stale);
+    let after_404 = refresh::<Robots>(previous(fetched(404), MINUTE, HOUR), fetched(500), MINUTE);
+    assert!(after_404.state.is_unreachable() && !after_404.kept_stale);
+}
+
+#[test]
+fn robots_answer_replaces_the_copy_and_ttl_is_capped() {
+    let cached = RobotsState::parse(CACHED);
+    let refreshed = refresh::<Robots>(previous(cached, MINUTE, HOUR), fetched(404), 48 * HOUR);
+    assert_eq!(refreshed.state.report().status, PolicyStatus::Absent);
+    assert_eq!(refreshed.ttl, MAX_TTL);
 }

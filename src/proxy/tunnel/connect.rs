@@ -95,7 +95,7 @@ pub(crate) async fn handle_connect(
         path_and_query: "/",
         headers: &headers,
         addresses: &[],
-        entry: Entry::Connect.as_str(),
+        entry: Entry::Connect,
         admitted: None,
     };
     record.undecided(live.gate.undecided(&connect));

@@ -110,7 +110,7 @@ pub(crate) async fn check_host(
         Ok(_) => return Ok(()),
         Err(refusal) => refusal,
     };
-    info!(code = refusal.code(), %original, named = %host, "transparent request refused: {refusal}");
+    info!(code = refusal.code().as_str(), %original, named = %host, "transparent request refused: {refusal}");
     let Some(origin) = refused_origin(&Scheme::HTTP, host, original) else {
         let authority = context.authority.to_string();
         let method = request.method().to_string();
@@ -122,7 +122,7 @@ pub(crate) async fn check_host(
         method: request.method().as_str(),
         path_and_query: path,
         headers,
-        entry: Entry::Transparent { tls: false }.as_str(),
+        entry: Entry::Transparent { tls: false },
         ..connection_request(context.client, agent, &origin, &url)
     };
     let blocked = state.generation().gate.refuse(&refusal, &refused);
@@ -149,7 +149,7 @@ pub(super) fn connection_request<'a>(
         path_and_query: "/",
         headers: &NO_HEADERS,
         addresses: &[],
-        entry: Entry::Transparent { tls: true }.as_str(),
+        entry: Entry::Transparent { tls: true },
         admitted: None,
     }
 }

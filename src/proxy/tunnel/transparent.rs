@@ -158,7 +158,7 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     let authority = match names_destination(&state, &host, original).await {
         Ok(authority) => authority,
         Err(refusal) => {
-            warn!(%client, %original, sni = %host, code = refusal.code(), "transparent TLS connection refused: {refusal}; closed");
+            warn!(%client, %original, sni = %host, code = refusal.code().as_str(), "transparent TLS connection refused: {refusal}; closed");
             return record.refused(live.gate.refuse(&refusal, &request)).await;
         }
     };

@@ -32,6 +32,7 @@ pub const WGET: Tool = Tool { program: "wget", package: "wget" };
 pub const IP: Tool = Tool { program: "ip", package: "iproute2" };
 pub const NFT: Tool = Tool { program: "nft", package: "nftables" };
 pub const PROMTOOL: Tool = Tool { program: "promtool", package: "prometheus" };
+pub const GIT: Tool = Tool { program: "git", package: "git" };
 
 /// Set by `scripts/test.sh` for its pass over the tests that are not ignored.
 const BASELINE: &str = "AGENTGATE_TEST_BASELINE";

@@ -15,10 +15,11 @@ use std::str::FromStr;
 
 use http::uri::Authority;
 
-use super::AuditError;
 use super::input::for_each_line;
 use super::query::{LoggedRecord, OnePerRequest};
 use super::summary::MalformedLine;
+use crate::audit::AuditError;
+use crate::policy::OperatorCode;
 
 /// What `audit suggest` found in the logs.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -105,8 +106,8 @@ fn refused_code(record: &LoggedRecord) -> Option<String> {
     record.deciding_reasons().into_iter().find_map(|reason| {
         let code = reason.split_once(' ').map_or(reason.as_str(), |(_, code)| code);
         let refused = code.starts_with("network.")
-            || code == "transparent.host_mismatch"
-            || code == crate::policy::operator::DENIED_HOST;
+            || code == OperatorCode::HostMismatch.as_str()
+            || code == OperatorCode::DeniedHost.as_str();
         refused.then(|| code.to_owned())
     })
 }
@@ -117,7 +118,7 @@ impl Tally {
             return;
         }
         let unidentified = record.reason_codes().any(|code| code.starts_with("auth."));
-        let local = record.reason_codes().any(|code| code == "operator.served_locally");
+        let local = record.reason_codes().any(|code| code == OperatorCode::ServedLocally.as_str());
         let Some((host, port)) = record.origin().and_then(host_and_port) else { return };
         if unidentified || local {
             return;

@@ -1,17 +1,18 @@
 //! Reading one decision-log line back for `agentgate audit`: whether it is a record, its
 //! agent, origin, time and the reasons that decided it, the filters `summary` and `grep`
 //! share (`--since`, `--agent`, `--origin`, `--outcome`), and one record per request
-//! ([`OnePerRequest`]) for the reports that count requests (`summary`, `suggest`).
+//! ([`OnePerRequest`]) for every report (`summary`, `suggest`, and `grep` unless `--raw`).
 //!
 //! Never: writes records, or fails on a line that is not one (that is a [`NotARecord`] the
 //! caller counts).
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value};
 
-use super::{AuditError, Outcome, field};
+use crate::audit::{AuditError, Outcome, field};
 
 /// One line that is a decision record: a JSON object with string `agentgate.agent` and
 /// `event.outcome`. Other fields are read when asked for, and may be missing.
@@ -90,8 +91,17 @@ impl LoggedRecord {
         humantime::parse_rfc3339(self.str(field::TIMESTAMP)?).ok()
     }
 
-    /// The reasons that decided a block, as `source code` (`robots.txt robots.disallow`): those
-    /// marked `"blocking": true`. A line from a version that marked none counts its first
+    /// The reason that decided a block, as `source code` (`robots.txt robots.disallow`): the
+    /// first of [`LoggedRecord::deciding_reasons`], what `summary --by reason` groups by and its
+    /// top reasons count, so each block counts once. `None` for a record that blocked nothing.
+    pub fn deciding_reason(&self) -> Option<String> {
+        self.deciding_reasons().into_iter().next()
+    }
+
+    /// Every reason marked as deciding a block, as `source code` (`robots.txt robots.disallow`):
+    /// those marked `"blocking": true`, the deciding rule first, then the lines that support
+    /// it (`robots.group`, the user-agent line that selected the rule's group) and any other
+    /// file that blocked too. A line from a version that marked none counts its first
     /// reason, which was the blocking one (blocking reasons were always written first).
     /// Empty for `allow` and `error` records, whose reasons decided no block.
     pub fn deciding_reasons(&self) -> Vec<String> {
@@ -117,37 +127,46 @@ impl LoggedRecord {
 /// One record per request from lines read in order (a forwarded request's decision line may
 /// sit in a rotated file and its completed line in the next): a decision line without
 /// `http.response.status_code` (written before forwarding, `docs/decision-log.md`) waits for
-/// the completed line with its `event.id`, which counts in its place; one never completed
-/// counts on its own at the end.
-#[derive(Debug, Default)]
-pub(super) struct OnePerRequest {
+/// the completed line with its `event.id`, which is the same record completed by the
+/// response and counts in its place; one never completed counts on its own at the end.
+/// `T` is what the caller keeps of each line: the record, or the record with its bytes.
+#[derive(Debug)]
+pub(super) struct OnePerRequest<T = LoggedRecord> {
     /// Decision lines waiting for their completed line, by `event.id`: as many as requests
     /// were in flight together.
-    awaiting: HashMap<String, LoggedRecord>,
+    awaiting: HashMap<String, T>,
 }
 
-impl OnePerRequest {
-    /// The record to count now for `record`, if any: `None` while it waits for its completed line.
-    pub(super) fn next(&mut self, record: LoggedRecord) -> Option<LoggedRecord> {
+impl<T> Default for OnePerRequest<T> {
+    fn default() -> Self {
+        OnePerRequest { awaiting: HashMap::new() }
+    }
+}
+
+impl<T: Borrow<LoggedRecord>> OnePerRequest<T> {
+    /// The line to count now for `line`, if any: `None` while it waits for its completed line.
+    pub(super) fn next(&mut self, line: T) -> Option<T> {
+        let record = line.borrow();
         match record.id().map(str::to_owned) {
             Some(id) if record.is_decision_line() => {
-                self.awaiting.insert(id, record);
+                self.awaiting.insert(id, line);
                 None
             }
             id => {
                 if let Some(id) = id {
                     self.awaiting.remove(&id);
                 }
-                Some(record)
+                Some(line)
             }
         }
     }
 
-    /// The decision lines never completed (the response was cut off), by `event.id`.
-    pub(super) fn unfinished(&mut self) -> Vec<LoggedRecord> {
-        let mut unfinished: Vec<LoggedRecord> = std::mem::take(&mut self.awaiting).into_values().collect();
-        unfinished.sort_by(|a, b| a.id().cmp(&b.id()));
-        unfinished
+    /// The decision lines never completed (the response was cut off), by `event.id` (ids
+    /// sort by time).
+    pub(super) fn unfinished(&mut self) -> Vec<T> {
+        let mut unfinished: Vec<(String, T)> = std::mem::take(&mut self.awaiting).into_iter().collect();
+        unfinished.sort_by(|a, b| a.0.cmp(&b.0));
+        unfinished.into_iter().map(|(_, line)| line).collect()
     }
 }
 
@@ -227,9 +246,9 @@ mod tests {
         assert_eq!(bare.timestamp(), None);
     }
 
-    /// Issue 12: `autoctl.allowed` was listed among the reasons for blocks.
+    /// `autoctl.allowed` rode along on a deny and was once listed among the reasons for blocks.
     #[test]
-    fn issue_12_only_reasons_that_decided_a_block_count() {
+    fn only_reasons_that_decided_a_block_count() {
         assert_eq!(record(DENIED).deciding_reasons(), ["robots.txt robots.disallow"]);
         let allowed = DENIED.replace(r#""event.outcome":"deny""#, r#""event.outcome":"allow""#);
         assert!(record(&allowed).deciding_reasons().is_empty());
@@ -240,6 +259,17 @@ mod tests {
         // Written before reasons were marked: the first one decided.
         let unmarked = DENIED.replace(r#","blocking":true"#, "");
         assert_eq!(record(&unmarked).deciding_reasons(), ["robots.txt robots.disallow"]);
+    }
+
+    #[test]
+    fn the_deciding_reason_is_the_rule_not_the_line_that_selected_its_group() {
+        let allowed_by_autoctl = r#"{"source":"automation-preferences.txt","code":"autoctl.allowed","line":2,"rule":"allowed-methods: GET"}"#;
+        let group = r#"{"source":"robots.txt","code":"robots.group","line":1,"rule":"User-agent: *","blocking":true}"#;
+        let grouped = record(&DENIED.replace(allowed_by_autoctl, group));
+        assert_eq!(grouped.deciding_reasons(), ["robots.txt robots.disallow", "robots.txt robots.group"]);
+        assert_eq!(grouped.deciding_reason().as_deref(), Some("robots.txt robots.disallow"));
+        let allowed = DENIED.replace(r#""event.outcome":"deny""#, r#""event.outcome":"allow""#);
+        assert_eq!(record(&allowed).deciding_reason(), None);
     }
 
     #[test]

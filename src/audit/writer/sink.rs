@@ -2,12 +2,14 @@
 //! not at all, rotated by size (`path` → `path.1` → … → `path.N`) and reopened on SIGHUP.
 //! It also says whether a runtime worker may append a batch itself ([`Sink::inline_room`]).
 //!
-//! Never: decides when to write, holds lines, or counts them (`writer.rs` does); rotates
+//! Never: decides when to write, holds lines, or counts them (`commit.rs` does); rotates
 //! anything but a regular file.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+
+use crate::audit::AuditConfig;
 
 /// Opens `path` for appending, creating its parent directories.
 fn open_file(path: &Path) -> io::Result<Box<dyn LogFile>> {
@@ -48,7 +50,7 @@ pub(super) struct Sink {
     /// A regular file (it has a length): a runtime worker may append to it. Stdout, a pipe
     /// or a device can block for as long as its reader likes, so only the flusher writes there.
     regular: bool,
-    /// A batch write on a runtime worker was slow (`writer::SLOW_WRITE`); only the flusher
+    /// A batch write on a runtime worker was slow (`commit::SLOW_WRITE`); only the flusher
     /// writes until one of its writes is quick again. Set and cleared by the writer.
     pub(super) slow: bool,
 }
@@ -58,6 +60,13 @@ pub(super) struct Sink {
 pub(super) struct Rotation {
     pub(super) max_bytes: u64,
     pub(super) keep: usize,
+}
+
+impl Rotation {
+    /// Size rotation, when `[audit] max_file_size` asks for it.
+    pub(super) fn of(config: &AuditConfig) -> Option<Rotation> {
+        (config.max_file_size > 0).then_some(Rotation { max_bytes: config.max_file_size, keep: config.max_files })
+    }
 }
 
 /// What the writer needs of its file: append, and undo a failed append.
@@ -94,7 +103,7 @@ impl LogFile for File {
 
     fn sync(&mut self) -> io::Result<()> {
         // A device (`path = "/dev/null"`, a FIFO) has nothing to make durable, and fsync on
-        // one fails with EINVAL: that is no write failure (issue 12).
+        // one fails with EINVAL: that is no write failure, so shutdown reports none.
         if self.metadata().is_ok_and(|meta| !meta.is_file()) {
             return Ok(());
         }
@@ -240,5 +249,30 @@ impl Sink {
 
     pub(super) fn sync(&mut self) -> io::Result<()> {
         self.out.sync()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::config::MIN_FILE_SIZE;
+    use crate::audit::writer::testing::TestDisk;
+
+    #[test]
+    fn a_worker_writes_only_a_batch_that_fits_before_a_rotation() {
+        let disk = TestDisk::filling(usize::MAX);
+        let rotation = Some(Rotation { max_bytes: 4096, keep: 2 });
+        let mut sink = Sink::over(Box::new(disk), Some(PathBuf::from("test-disk")), rotation);
+        assert_eq!(sink.inline_room(), 4096);
+        sink.append(&[b'x'; 1000]).expect("appended");
+        assert_eq!(sink.inline_room(), 3096, "what is left before the rotation");
+    }
+
+    #[test]
+    fn only_a_regular_file_is_rotated() {
+        // Stdout stands for any sink without a length (a device, a pipe).
+        let rotation = Some(Rotation { max_bytes: MIN_FILE_SIZE, keep: 2 });
+        let sink = Sink::over(Box::new(io::stdout()), Some(PathBuf::from("/dev/null")), rotation);
+        assert!(!sink.overflows(MIN_FILE_SIZE, MIN_FILE_SIZE), "a device is never renamed");
     }
 }

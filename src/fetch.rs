@@ -8,9 +8,10 @@
 //! bytes of parsed policies held and on the number of origins.
 //!
 //! Never: reads policy text or decides what a status means for access. Outcomes go to each
-//! format's `from_fetch`, and which copy to keep after a failed re-fetch is asked of
-//! [`crate::policy::refresh`]. Specs: RFC 9309 §2.3, RFC 9111 §4.2, SEMANTICS X3, X5, X6,
-//! B20–B23, C1–C5, D15, D16, D19. The choices are in `docs/fetch-and-cache.md`.
+//! format's `from_fetch`, and which copy to keep after a failed re-fetch is asked of its
+//! stale rule ([`crate::policy::Format::refresh`]). Specs: RFC 9309 §2.3, RFC 9111 §4.2,
+//! SEMANTICS X3, X5, X6, B20–B23, C1–C5, D15, D16, D19. The choices are in
+//! `docs/fetch-and-cache.md`.
 
 mod cache;
 mod file;

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::input::{for_each_line, read_lines};
 use super::query::{Filter, LoggedRecord, OnePerRequest};
-use super::{AuditError, Outcome};
+use crate::audit::{AuditError, Outcome};
 
 /// How many hosts and reasons each group's top lists keep.
 const TOP: usize = 10;
@@ -49,7 +49,7 @@ impl By {
         match self {
             By::Agent => record.agent().to_owned(),
             By::Origin => record.origin().or(record.domain()).unwrap_or("-").to_owned(),
-            By::Reason => record.deciding_reasons().into_iter().next().unwrap_or_else(|| "-".to_owned()),
+            By::Reason => record.deciding_reason().unwrap_or_else(|| "-".to_owned()),
             By::Outcome => record.outcome().to_owned(),
         }
     }
@@ -84,8 +84,10 @@ pub struct GroupSummary {
     /// `url.domain` of requests refused or that would have been (`deny`, `needs_approval`,
     /// `would_deny`), most first.
     pub top_denied_hosts: Vec<Count>,
-    /// The reasons that decided a `deny`, `needs_approval`, `would_deny` or `rate_limited`
-    /// (`source code`), most first. Reasons that only allowed are not counted.
+    /// The reason that decided each `deny`, `needs_approval`, `would_deny` or `rate_limited`
+    /// (`source code`), most first: one per block, the reason `--by reason` groups it under.
+    /// Reasons that only allowed, and a rule's supporting lines (`robots.group`), are not
+    /// counted.
     pub top_reasons: Vec<Count>,
 }
 
@@ -113,7 +115,7 @@ pub struct Counts {
 
 impl Counts {
     /// Counts one request with `outcome` (`event.outcome` as written).
-    pub(super) fn add(&mut self, outcome: &str) {
+    pub(in crate::audit) fn add(&mut self, outcome: &str) {
         self.requests += 1;
         let slot = match Outcome::parse(outcome) {
             Some(Outcome::Allow) => &mut self.allowed,
@@ -233,7 +235,7 @@ impl Summarizer {
             let host = record.domain().unwrap_or("(no host)");
             *group.denied_hosts.entry(host.to_owned()).or_default() += 1;
         }
-        for reason in record.deciding_reasons() {
+        if let Some(reason) = record.deciding_reason() {
             *group.reasons.entry(reason).or_default() += 1;
         }
     }
@@ -365,245 +367,4 @@ fn push_table(out: &mut String, title: Option<&str>, header: &[&str], rows: Vec<
 }
 
 #[cfg(test)]
-mod tests {
-    use std::io::Write;
-
-    use super::*;
-    use crate::audit::query::Since;
-    use crate::audit::record::sample;
-    use crate::audit::{AuditLog, AuditSettings, Outcome};
-    use crate::policy::{Reason, Source};
-
-    /// A log written by the real writer, then damaged by hand.
-    async fn write_log(path: &Path) {
-        let (log, writer) =
-            AuditLog::start(AuditSettings { path: path.to_path_buf(), ..AuditSettings::default() }).expect("opens");
-        let robots = Reason::new(Source::Robots, "robots.disallow", "Disallow: /private").at_line(4);
-        let hash = Reason::new(Source::AgentsTxt, "agents_txt.hash_mismatch", "digest differs");
-        let allowed = Reason::new(Source::Autoctl, "autoctl.allowed", "allowed-methods: GET").at_line(2);
-        let records = [
-            ("bot-a", Outcome::Allow, "https://ok.example/", vec![allowed.clone()], 0),
-            ("bot-a", Outcome::Allow, "https://ok.example/x", vec![], 0),
-            ("bot-a", Outcome::Deny, "https://shop.example/private?q=1", vec![robots.clone(), allowed.clone()], 1),
-            ("bot-a", Outcome::Deny, "https://shop.example/private/2", vec![robots.clone()], 1),
-            ("bot-a", Outcome::Deny, "https://news.example/", vec![hash.clone()], 1),
-            ("bot-a", Outcome::RateLimited, "https://ok.example/y", vec![hash.clone(), allowed], 1),
-            ("crawler-b", Outcome::WouldDeny, "https://news.example/a", vec![hash, robots], 2),
-            ("crawler-b", Outcome::Error, "http://down.example/", vec![], 0),
-        ];
-        for (n, (agent, outcome, url, reasons, blocking)) in records.into_iter().enumerate() {
-            let mut rec = sample(agent, outcome, url);
-            rec.reasons = reasons;
-            rec.blocking = blocking;
-            log.record(&rec).await.expect("queued");
-            if n == 0 {
-                // A forwarded request: its decision line, then the completed line, one request.
-                rec.status = Some(200);
-                log.record(&rec).await.expect("queued");
-            }
-        }
-        assert_eq!(writer.shutdown().await.written, 9);
-        let mut file = std::fs::OpenOptions::new().append(true).open(path).expect("reopens");
-        let damage: &[&[u8]] = &[
-            b"not json\n",
-            b"\n",
-            b"{\"event.outcome\":\"deny\"}\n",
-            b"[1,2]\n",
-            b"{\"agentgate.agent\":\"bot-a\",\"event.outcome\":\"defer\"}\n",
-            b"\xff\xfe\n",
-            b"{\"agentgate.agent\":\"bot-a\",\"event.out",
-        ];
-        for bytes in damage {
-            file.write_all(bytes).expect("appends");
-        }
-    }
-
-    fn counts(pairs: &[(&str, u64)]) -> Vec<Count> {
-        pairs.iter().map(|(name, count)| Count { name: (*name).to_owned(), count: *count }).collect()
-    }
-
-    #[tokio::test]
-    async fn summarizes_a_log_from_the_writer_and_reports_malformed_lines_with_file_and_line() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let path = dir.path().join("decisions.jsonl");
-        write_log(&path).await;
-        let summary = summarize_files(&[&path], By::Agent, Filter::default()).expect("reading works");
-
-        let bot_a = Counts {
-            requests: 7,
-            allowed: 2,
-            denied: 3,
-            rate_limited: 1,
-            other: [("defer".to_owned(), 1)].into(),
-            ..Counts::default()
-        };
-        let crawler_b = Counts { requests: 2, would_deny: 1, errors: 1, ..Counts::default() };
-        let malformed = |line, error: &str| MalformedLine { file: path.clone(), line, error: error.to_owned() };
-        let expected = Summary {
-            by: By::Agent,
-            requests: 9,
-            groups: vec![
-                GroupSummary {
-                    key: "bot-a".to_owned(),
-                    counts: bot_a,
-                    top_denied_hosts: counts(&[("shop.example", 2), ("news.example", 1)]),
-                    // autoctl.allowed rode along on a deny and a rate_limited record: not counted.
-                    top_reasons: counts(&[
-                        ("agents.txt agents_txt.hash_mismatch", 2),
-                        ("robots.txt robots.disallow", 2),
-                    ]),
-                },
-                GroupSummary {
-                    key: "crawler-b".to_owned(),
-                    counts: crawler_b,
-                    top_denied_hosts: counts(&[("news.example", 1)]),
-                    top_reasons: counts(&[
-                        ("agents.txt agents_txt.hash_mismatch", 1),
-                        ("robots.txt robots.disallow", 1),
-                    ]),
-                },
-            ],
-            total: Counts {
-                requests: 9,
-                allowed: 2,
-                denied: 3,
-                would_deny: 1,
-                rate_limited: 1,
-                errors: 1,
-                other: [("defer".to_owned(), 1)].into(),
-                ..Counts::default()
-            },
-            malformed_lines: 5,
-            malformed: vec![
-                malformed(10, "not JSON: expected ident at line 1 column 2"),
-                malformed(12, "no string \"agentgate.agent\""),
-                malformed(13, "not a JSON object"),
-                malformed(15, "not JSON: expected value at line 1 column 1"),
-                malformed(16, "not JSON: EOF while parsing a string at line 1 column 37"),
-            ],
-        };
-        assert_eq!(summary, expected);
-
-        let table = summary.render_table();
-        let file = path.display().to_string();
-        let expected_table = "\
-9 requests in 2 groups by agent, 5 malformed lines
-| agent     | requests | allowed | denied | needs_approval | would_deny | rate_limited | errors | defer |
-|-----------|----------|---------|--------|----------------|------------|--------------|--------|-------|
-| bot-a     |        7 |       2 |      3 |              0 |          0 |            1 |      0 |     1 |
-| crawler-b |        2 |       0 |      0 |              0 |          1 |            0 |      1 |     0 |
-| total     |        9 |       2 |      3 |              0 |          1 |            1 |      1 |     1 |
-";
-        assert!(table.starts_with(expected_table), "{table}");
-        assert!(table.contains("\ntop reasons for blocks\n| agent     | deciding reason "), "{table}");
-        assert!(table.contains("| crawler-b | robots.txt robots.disallow          |        1 |"), "{table}");
-        assert!(!table.contains("autoctl.allowed"), "{table}");
-        assert!(table.contains("\ntop denied hosts\n"), "{table}");
-        assert!(table.contains("\nmalformed lines (first 5 of 5)\n"), "{table}");
-        assert!(table.contains(&format!("| {file} |   10 | not JSON: expected ident at line 1 column 2 ")), "{table}");
-
-        let json = serde_json::to_value(&summary).expect("serializes");
-        assert_eq!(json["by"], "agent");
-        assert_eq!(json["groups"][0]["key"], "bot-a");
-        assert_eq!(json["groups"][0]["denied"], 3);
-        assert_eq!(json["groups"][0]["other"]["defer"], 1);
-        assert_eq!(json["total"]["requests"], 9);
-        assert_eq!(json["malformed"][0]["line"], 10);
-    }
-
-    #[tokio::test]
-    async fn groups_by_origin_reason_and_outcome() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let path = dir.path().join("decisions.jsonl");
-        write_log(&path).await;
-        let keys = |by| -> Vec<(String, u64)> {
-            let summary = summarize_files(&[&path], by, Filter::default()).expect("reads");
-            summary.groups.into_iter().map(|g| (g.key, g.counts.requests)).collect()
-        };
-        let owned = |pairs: &[(&str, u64)]| pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect::<Vec<_>>();
-        assert_eq!(
-            keys(By::Origin),
-            owned(&[
-                ("-", 1),
-                ("http://down.example", 1),
-                ("https://news.example", 2),
-                ("https://ok.example", 3),
-                ("https://shop.example", 2)
-            ])
-        );
-        assert_eq!(
-            keys(By::Reason),
-            owned(&[("-", 4), ("agents.txt agents_txt.hash_mismatch", 3), ("robots.txt robots.disallow", 2)])
-        );
-        assert_eq!(
-            keys(By::Outcome),
-            owned(&[("allow", 2), ("defer", 1), ("deny", 3), ("error", 1), ("rate_limited", 1), ("would_deny", 1)])
-        );
-        let by_reason = summarize_files(&[&path], By::Reason, Filter::default()).expect("reads").render_table();
-        assert!(!by_reason.contains("top reasons for blocks"), "the rows are the reasons already: {by_reason}");
-    }
-
-    #[tokio::test]
-    async fn since_counts_only_later_records() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let path = dir.path().join("decisions.jsonl");
-        write_log(&path).await;
-        // Every record was written just now: an hour ago takes them all but the hand-written
-        // one without a @timestamp, the future none.
-        let now = std::time::SystemTime::now();
-        let since = |s: Since| Filter { since: Some(s), ..Filter::default() };
-        let all = summarize_files(&[&path], By::Agent, since(Since::parse("1h", now).expect("a duration")));
-        assert_eq!(all.expect("reads").requests, 8);
-        let later = Since(now + std::time::Duration::from_secs(3600));
-        let none = summarize_files(&[&path], By::Agent, since(later)).expect("reads");
-        assert_eq!((none.requests, none.malformed_lines), (0, 5), "malformed lines are still reported");
-    }
-
-    #[test]
-    fn an_empty_log_summarizes_to_a_total_of_nothing() {
-        let summary = summarize(&b""[..]).expect("reading works");
-        assert_eq!(summary, Summary::default());
-        assert_eq!(
-            summary.render_table(),
-            "\
-0 requests in 0 groups by agent, 0 malformed lines
-| agent | requests | allowed | denied | needs_approval | would_deny | rate_limited | errors |
-|-------|----------|---------|--------|----------------|------------|--------------|--------|
-| total |        0 |       0 |      0 |              0 |          0 |            0 |      0 |
-"
-        );
-    }
-
-    #[test]
-    fn a_completed_line_in_the_next_file_supersedes_its_decision_line() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let (older, newer) = (dir.path().join("decisions.jsonl.1"), dir.path().join("decisions.jsonl"));
-        std::fs::write(&older, "{\"event.id\":\"7\",\"agentgate.agent\":\"a\",\"event.outcome\":\"allow\"}\n")
-            .expect("writes");
-        let completed = "{\"event.id\":\"7\",\"agentgate.agent\":\"a\",\"event.outcome\":\"allow\",\"http.response.status_code\":200}\n";
-        std::fs::write(&newer, completed).expect("writes");
-        let summary = summarize_files(&[&older, &newer], By::Agent, Filter::default()).expect("reads");
-        assert_eq!(summary.requests, 1);
-        let summary = summarize_files(&[&older], By::Agent, Filter::default()).expect("reads");
-        assert_eq!(summary.requests, 1, "never completed: counts on its own");
-    }
-
-    #[test]
-    fn a_read_error_is_an_error_naming_the_line() {
-        struct Failing(usize);
-        impl std::io::Read for Failing {
-            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-                let line = b"{\"agentgate.agent\":\"a\",\"event.outcome\":\"allow\"}\n";
-                if self.0 == 0 {
-                    return Err(std::io::Error::other("disk went away"));
-                }
-                self.0 -= 1;
-                buf[..line.len()].copy_from_slice(line);
-                Ok(line.len())
-            }
-        }
-        let err = summarize(std::io::BufReader::new(Failing(2))).expect_err("the read fails");
-        assert!(matches!(err, AuditError::Read { line: 2, .. }), "{err:?}");
-        assert!(err.to_string().contains("after line 2: disk went away"), "{err}");
-    }
-}
+mod tests;

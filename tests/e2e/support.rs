@@ -14,7 +14,7 @@ pub mod tools;
 pub mod wait;
 // Shared with the fetcher's unit tests, which use parts these tests do not.
 #[allow(dead_code)]
-#[path = "../../testkit/mod.rs"]
+#[path = "../testkit/mod.rs"]
 mod testkit;
 
 pub use testkit::{TestResult, origin, pattern, pki};

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use flate2::bufread::MultiGzDecoder;
 
-use super::AuditError;
+use crate::audit::AuditError;
 
 /// The first two bytes of every gzip member (RFC 1952 §2.3.1).
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];

@@ -1,0 +1,156 @@
+//! The `[audit]` config table ([`AuditConfig`]) and its one enumerated value, what the gate
+//! does with a request whose record cannot be written ([`OnFailure`]); each key is checked
+//! here ([`AuditConfig::problems`]). Keys and defaults: `docs/config.md`, `docs/decision-log.md`.
+//!
+//! Never: opens the log or starts the writer (`writer.rs` does, from this table).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::setting::{byte_size, nonzero_caps};
+
+/// What the gate does with a request whose record cannot be written (DESIGN §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// Refuse the request (503 "decision log unavailable"): nothing passes unaudited. The
+    /// default, because the log exists for the people who audit agents.
+    #[default]
+    Block,
+    /// Handle the request anyway; the failure counter records the missing line.
+    Continue,
+}
+
+impl OnFailure {
+    /// The config value: `block` or `continue`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFailure::Block => "block",
+            OnFailure::Continue => "continue",
+        }
+    }
+}
+
+/// The `[audit]` config table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Where lines go, appended; parent directories are created. `-` means stdout.
+    pub path: PathBuf,
+    /// Records the queue holds before [`super::AuditLog::record`] waits for the writer.
+    pub queue_capacity: usize,
+    /// What the gate does when a record cannot be written.
+    pub on_failure: OnFailure,
+    /// Keep query values in `url.full` (they are `REDACTED` otherwise).
+    pub log_query: bool,
+    /// Rotate the file before a line would take it past this many bytes; `0` (the default)
+    /// never rotates (rotate with logrotate and SIGHUP instead). Written as bytes or with a
+    /// unit (`"100MiB"`).
+    #[serde(deserialize_with = "byte_size")]
+    pub max_file_size: u64,
+    /// How many rotated files (`path.1` … `path.N`) are kept; the oldest is deleted (default 5).
+    pub max_files: usize,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            path: PathBuf::from("logs/decisions.jsonl"),
+            queue_capacity: 8192,
+            on_failure: OnFailure::Block,
+            log_query: false,
+            max_file_size: 0,
+            max_files: 5,
+        }
+    }
+}
+
+/// The smallest `[audit] max_file_size`: below it most files would hold a single record.
+pub(super) const MIN_FILE_SIZE: u64 = 1024;
+
+impl AuditConfig {
+    /// Problems in `[audit]`, each naming the key, its value and the fix.
+    pub(crate) fn problems(&self, problems: &mut Vec<String>) {
+        let default = Self::default();
+        nonzero_caps(
+            problems,
+            &[
+                ("[audit] queue_capacity", self.queue_capacity, default.queue_capacity),
+                ("[audit] max_files", self.max_files, default.max_files),
+            ],
+        );
+        if self.path.as_os_str().is_empty() {
+            problems.push("[audit] path = \"\": must not be empty".to_owned());
+        }
+        let size = self.max_file_size;
+        if size > 0 && size < MIN_FILE_SIZE {
+            problems.push(format!(
+                "[audit] max_file_size = {size}: must be 0 (no rotation) or at least {MIN_FILE_SIZE} bytes, e.g. \"100MiB\""
+            ));
+        }
+        if size > 0 && self.path == Path::new("-") {
+            problems.push(format!(
+                "[audit] max_file_size = {size}: stdout (path = \"-\") is never rotated; set max_file_size = 0 or log to a file"
+            ));
+        }
+        if size == 0 && self.max_files != default.max_files {
+            problems.push(format!(
+                "[audit] max_files = {}: only rotation by size keeps rotated files; set max_file_size too, e.g. \"100MiB\"",
+                self.max_files
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotation_settings_are_checked() {
+        let problems = |audit: AuditConfig| {
+            let mut problems = Vec::new();
+            audit.problems(&mut problems);
+            problems.join("\n")
+        };
+        assert_eq!(problems(AuditConfig::default()), "");
+        let small = problems(AuditConfig { max_file_size: 100, ..AuditConfig::default() });
+        assert!(small.contains("[audit] max_file_size = 100") && small.contains("at least 1024"), "{small}");
+        let stdout = problems(AuditConfig { path: "-".into(), max_file_size: 1 << 20, ..AuditConfig::default() });
+        assert!(stdout.contains("stdout"), "{stdout}");
+        let inert = problems(AuditConfig { max_files: 3, ..AuditConfig::default() });
+        assert!(inert.contains("[audit] max_files = 3") && inert.contains("max_file_size"), "{inert}");
+        let zero = problems(AuditConfig { max_file_size: 1 << 20, max_files: 0, ..AuditConfig::default() });
+        assert!(zero.contains("[audit] max_files = 0: must be at least 1"), "{zero}");
+    }
+
+    #[test]
+    fn settings_read_the_audit_table() {
+        let defaults: AuditConfig = toml::from_str("").expect("all keys are optional");
+        assert_eq!(defaults, AuditConfig::default());
+        assert_eq!(defaults.path, Path::new("logs/decisions.jsonl"));
+        assert_eq!((defaults.queue_capacity, defaults.on_failure, defaults.log_query), (8192, OnFailure::Block, false));
+
+        let table = "path = \"-\"\nqueue_capacity = 64\non_failure = \"continue\"\nlog_query = true\n\
+                     max_file_size = \"64KiB\"\nmax_files = 2\n";
+        let set: AuditConfig = toml::from_str(table).expect("a full table");
+        assert_eq!(
+            set,
+            AuditConfig {
+                path: "-".into(),
+                queue_capacity: 64,
+                on_failure: OnFailure::Continue,
+                log_query: true,
+                max_file_size: 65_536,
+                max_files: 2,
+            }
+        );
+        let size = toml::from_str::<AuditConfig>("max_file_size = \"10 parsecs\"").expect_err("not a size");
+        assert!(size.to_string().contains("\"100MiB\""), "{size}");
+
+        let unknown = toml::from_str::<AuditConfig>("pth = \"x\"").expect_err("unknown keys are rejected");
+        assert!(unknown.to_string().contains("pth"), "{unknown}");
+        assert!(toml::from_str::<AuditConfig>("on_failure = \"drop\"").is_err());
+    }
+}

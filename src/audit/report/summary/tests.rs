@@ -1,0 +1,248 @@
+//! `audit summary` over a log the real writer wrote and then damaged: counts per group,
+//! the deciding reasons, malformed lines with file and line, `--since`, one request per
+//! `event.id` across files, and a read error naming the line.
+
+use std::io::Write;
+
+use super::*;
+use crate::audit::record::sample;
+use crate::audit::report::query::Since;
+use crate::audit::{AuditConfig, AuditLog, Outcome};
+use crate::policy::{AgentsTxtCode, AutoctlCode, Reason, RobotsCode};
+
+/// A log written by the real writer, then damaged by hand.
+async fn write_log(path: &Path) {
+    let (log, writer) =
+        AuditLog::start(AuditConfig { path: path.to_path_buf(), ..AuditConfig::default() }).expect("opens");
+    let robots = Reason::new(RobotsCode::Disallow, "Disallow: /private").at_line(4);
+    let hash = Reason::new(AgentsTxtCode::HashMismatch, "digest differs");
+    let allowed = Reason::new(AutoctlCode::Allowed, "allowed-methods: GET").at_line(2);
+    let records = [
+        ("bot-a", Outcome::Allow, "https://ok.example/", vec![allowed.clone()], 0),
+        ("bot-a", Outcome::Allow, "https://ok.example/x", vec![], 0),
+        ("bot-a", Outcome::Deny, "https://shop.example/private?q=1", vec![robots.clone(), allowed.clone()], 1),
+        ("bot-a", Outcome::Deny, "https://shop.example/private/2", vec![robots.clone()], 1),
+        ("bot-a", Outcome::Deny, "https://news.example/", vec![hash.clone()], 1),
+        ("bot-a", Outcome::RateLimited, "https://ok.example/y", vec![hash.clone(), allowed], 1),
+        ("crawler-b", Outcome::WouldDeny, "https://news.example/a", vec![hash, robots], 2),
+        ("crawler-b", Outcome::Error, "http://down.example/", vec![], 0),
+    ];
+    for (n, (agent, outcome, url, reasons, blocking)) in records.into_iter().enumerate() {
+        let mut rec = sample(agent, outcome, url);
+        rec.reasons = reasons;
+        rec.blocking = blocking;
+        log.record(&rec).await.expect("queued");
+        if n == 0 {
+            // A forwarded request: its decision line, then the completed line, one request.
+            rec.status = Some(200);
+            log.record(&rec).await.expect("queued");
+        }
+    }
+    assert_eq!(writer.shutdown().await.written, 9);
+    let mut file = std::fs::OpenOptions::new().append(true).open(path).expect("reopens");
+    let damage: &[&[u8]] = &[
+        b"not json\n",
+        b"\n",
+        b"{\"event.outcome\":\"deny\"}\n",
+        b"[1,2]\n",
+        b"{\"agentgate.agent\":\"bot-a\",\"event.outcome\":\"defer\"}\n",
+        b"\xff\xfe\n",
+        b"{\"agentgate.agent\":\"bot-a\",\"event.out",
+    ];
+    for bytes in damage {
+        file.write_all(bytes).expect("appends");
+    }
+}
+
+fn counts(pairs: &[(&str, u64)]) -> Vec<Count> {
+    pairs.iter().map(|(name, count)| Count { name: (*name).to_owned(), count: *count }).collect()
+}
+
+#[tokio::test]
+async fn summarizes_a_log_from_the_writer_and_reports_malformed_lines_with_file_and_line() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("decisions.jsonl");
+    write_log(&path).await;
+    let summary = summarize_files(&[&path], By::Agent, Filter::default()).expect("reading works");
+
+    let bot_a = Counts {
+        requests: 7,
+        allowed: 2,
+        denied: 3,
+        rate_limited: 1,
+        other: [("defer".to_owned(), 1)].into(),
+        ..Counts::default()
+    };
+    let crawler_b = Counts { requests: 2, would_deny: 1, errors: 1, ..Counts::default() };
+    let malformed = |line, error: &str| MalformedLine { file: path.clone(), line, error: error.to_owned() };
+    let expected = Summary {
+        by: By::Agent,
+        requests: 9,
+        groups: vec![
+            GroupSummary {
+                key: "bot-a".to_owned(),
+                counts: bot_a,
+                top_denied_hosts: counts(&[("shop.example", 2), ("news.example", 1)]),
+                // autoctl.allowed rode along on a deny and a rate_limited record: not counted.
+                top_reasons: counts(&[("agents.txt agents_txt.hash_mismatch", 2), ("robots.txt robots.disallow", 2)]),
+            },
+            GroupSummary {
+                key: "crawler-b".to_owned(),
+                counts: crawler_b,
+                top_denied_hosts: counts(&[("news.example", 1)]),
+                // Two files blocked it; the first decided, as `--by reason` counts it.
+                top_reasons: counts(&[("agents.txt agents_txt.hash_mismatch", 1)]),
+            },
+        ],
+        total: Counts {
+            requests: 9,
+            allowed: 2,
+            denied: 3,
+            would_deny: 1,
+            rate_limited: 1,
+            errors: 1,
+            other: [("defer".to_owned(), 1)].into(),
+            ..Counts::default()
+        },
+        malformed_lines: 5,
+        malformed: vec![
+            malformed(10, "not JSON: expected ident at line 1 column 2"),
+            malformed(12, "no string \"agentgate.agent\""),
+            malformed(13, "not a JSON object"),
+            malformed(15, "not JSON: expected value at line 1 column 1"),
+            malformed(16, "not JSON: EOF while parsing a string at line 1 column 37"),
+        ],
+    };
+    assert_eq!(summary, expected);
+
+    let table = summary.render_table();
+    let file = path.display().to_string();
+    let expected_table = "\
+9 requests in 2 groups by agent, 5 malformed lines
+| agent     | requests | allowed | denied | needs_approval | would_deny | rate_limited | errors | defer |
+|-----------|----------|---------|--------|----------------|------------|--------------|--------|-------|
+| bot-a     |        7 |       2 |      3 |              0 |          0 |            1 |      0 |     1 |
+| crawler-b |        2 |       0 |      0 |              0 |          1 |            0 |      1 |     0 |
+| total     |        9 |       2 |      3 |              0 |          1 |            1 |      1 |     1 |
+";
+    assert!(table.starts_with(expected_table), "{table}");
+    assert!(table.contains("\ntop reasons for blocks\n| agent     | deciding reason "), "{table}");
+    assert!(table.contains("| crawler-b | agents.txt agents_txt.hash_mismatch |        1 |"), "{table}");
+    assert!(!table.contains("autoctl.allowed"), "{table}");
+    assert!(table.contains("\ntop denied hosts\n"), "{table}");
+    assert!(table.contains("\nmalformed lines (first 5 of 5)\n"), "{table}");
+    assert!(table.contains(&format!("| {file} |   10 | not JSON: expected ident at line 1 column 2 ")), "{table}");
+
+    let json = serde_json::to_value(&summary).expect("serializes");
+    assert_eq!(json["by"], "agent");
+    assert_eq!(json["groups"][0]["key"], "bot-a");
+    assert_eq!(json["groups"][0]["denied"], 3);
+    assert_eq!(json["groups"][0]["other"]["defer"], 1);
+    assert_eq!(json["total"]["requests"], 9);
+    assert_eq!(json["malformed"][0]["line"], 10);
+}
+
+#[tokio::test]
+async fn groups_by_origin_reason_and_outcome() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("decisions.jsonl");
+    write_log(&path).await;
+    let keys = |by| -> Vec<(String, u64)> {
+        let summary = summarize_files(&[&path], by, Filter::default()).expect("reads");
+        summary.groups.into_iter().map(|g| (g.key, g.counts.requests)).collect()
+    };
+    let owned = |pairs: &[(&str, u64)]| pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect::<Vec<_>>();
+    assert_eq!(
+        keys(By::Origin),
+        owned(&[
+            ("-", 1),
+            ("http://down.example", 1),
+            ("https://news.example", 2),
+            ("https://ok.example", 3),
+            ("https://shop.example", 2)
+        ])
+    );
+    assert_eq!(
+        keys(By::Reason),
+        owned(&[("-", 4), ("agents.txt agents_txt.hash_mismatch", 3), ("robots.txt robots.disallow", 2)])
+    );
+    assert_eq!(
+        keys(By::Outcome),
+        owned(&[("allow", 2), ("defer", 1), ("deny", 3), ("error", 1), ("rate_limited", 1), ("would_deny", 1)])
+    );
+    // Each block counts its deciding reason once: every agent's top reasons add up to the
+    // rows by reason.
+    let by_agent = summarize_files(&[&path], By::Agent, Filter::default()).expect("reads");
+    let mut top_reasons = BTreeMap::<String, u64>::new();
+    for count in by_agent.groups.iter().flat_map(|group| &group.top_reasons) {
+        *top_reasons.entry(count.name.clone()).or_default() += count.count;
+    }
+    let blocked: Vec<(String, u64)> = keys(By::Reason).into_iter().filter(|(key, _)| key != "-").collect();
+    assert_eq!(top_reasons.into_iter().collect::<Vec<_>>(), blocked);
+    let by_reason = summarize_files(&[&path], By::Reason, Filter::default()).expect("reads").render_table();
+    assert!(!by_reason.contains("top reasons for blocks"), "the rows are the reasons already: {by_reason}");
+}
+
+#[tokio::test]
+async fn since_counts_only_later_records() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("decisions.jsonl");
+    write_log(&path).await;
+    // Every record was written just now: an hour ago takes them all but the hand-written
+    // one without a @timestamp, the future none.
+    let now = std::time::SystemTime::now();
+    let since = |s: Since| Filter { since: Some(s), ..Filter::default() };
+    let all = summarize_files(&[&path], By::Agent, since(Since::parse("1h", now).expect("a duration")));
+    assert_eq!(all.expect("reads").requests, 8);
+    let later = Since(now + std::time::Duration::from_secs(3600));
+    let none = summarize_files(&[&path], By::Agent, since(later)).expect("reads");
+    assert_eq!((none.requests, none.malformed_lines), (0, 5), "malformed lines are still reported");
+}
+
+#[test]
+fn an_empty_log_summarizes_to_a_total_of_nothing() {
+    let summary = summarize(&b""[..]).expect("reading works");
+    assert_eq!(summary, Summary::default());
+    assert_eq!(
+        summary.render_table(),
+        "\
+0 requests in 0 groups by agent, 0 malformed lines
+| agent | requests | allowed | denied | needs_approval | would_deny | rate_limited | errors |
+|-------|----------|---------|--------|----------------|------------|--------------|--------|
+| total |        0 |       0 |      0 |              0 |          0 |            0 |      0 |
+"
+    );
+}
+
+#[test]
+fn a_completed_line_in_the_next_file_supersedes_its_decision_line() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (older, newer) = (dir.path().join("decisions.jsonl.1"), dir.path().join("decisions.jsonl"));
+    std::fs::write(&older, "{\"event.id\":\"7\",\"agentgate.agent\":\"a\",\"event.outcome\":\"allow\"}\n")
+        .expect("writes");
+    let completed = "{\"event.id\":\"7\",\"agentgate.agent\":\"a\",\"event.outcome\":\"allow\",\"http.response.status_code\":200}\n";
+    std::fs::write(&newer, completed).expect("writes");
+    let summary = summarize_files(&[&older, &newer], By::Agent, Filter::default()).expect("reads");
+    assert_eq!(summary.requests, 1);
+    let summary = summarize_files(&[&older], By::Agent, Filter::default()).expect("reads");
+    assert_eq!(summary.requests, 1, "never completed: counts on its own");
+}
+
+#[test]
+fn a_read_error_is_an_error_naming_the_line() {
+    struct Failing(usize);
+    impl std::io::Read for Failing {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let line = b"{\"agentgate.agent\":\"a\",\"event.outcome\":\"allow\"}\n";
+            if self.0 == 0 {
+                return Err(std::io::Error::other("disk went away"));
+            }
+            self.0 -= 1;
+            buf[..line.len()].copy_from_slice(line);
+            Ok(line.len())
+        }
+    }
+    let err = summarize(std::io::BufReader::new(Failing(2))).expect_err("the read fails");
+    assert!(matches!(err, AuditError::Read { line: 2, .. }), "{err:?}");
+    assert!(err.to_string().contains("after line 2: disk went away"), "{err}");
+}
