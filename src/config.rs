@@ -32,7 +32,7 @@ pub use crate::limits::{LimitsConfig, OnFailure, RedisConfig, Store};
 use crate::net::is_host_pattern;
 pub use crate::net::{ConnectConfig, NetworkConfig, PortRange};
 pub use crate::policy::operator::{Mode, RuleAction};
-pub use crate::proxy::{ConnectionsConfig, MitmConfig, TransparentConfig, UpstreamConfig};
+use crate::proxy::config::{ConnectionsConfig, MitmConfig, TransparentConfig, UpstreamConfig};
 use crate::setting::{duration, nonzero_caps, socket_addr};
 
 mod parse;

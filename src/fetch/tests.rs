@@ -11,12 +11,13 @@ use super::file::PolicyFile;
 use super::freshness::TtlBounds;
 use super::get::Fetcher;
 use super::*;
-use crate::config::{NetworkConfig, UpstreamConfig};
+use crate::config::NetworkConfig;
 use crate::policy::Format as _;
 use crate::policy::agents_md::{AgentsMd, Location};
 use crate::policy::agents_txt::AgentsTxt;
 use crate::policy::robots::Robots;
 use crate::policy::{FetchError, FetchOutcome, Headers, Outcome, Policies, PolicyStatus, RequestView, agents_txt};
+use crate::proxy::config::UpstreamConfig;
 
 // The end-to-end tests' origin and CA (`docs/layering.md`); these tests use only part of it.
 #[allow(dead_code)]

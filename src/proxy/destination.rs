@@ -9,15 +9,13 @@
 //! Never dials, never decides policy; see `docs/security.md`.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use http::Response;
 use tracing::info;
 
-use super::ProxyBody;
+use super::answer::Exit;
 use super::context::{Generation, ProxyState};
 use super::error::ProxyError;
-use super::service::{answer_blocked, record};
+use super::record::RequestRecord;
 use crate::error_chain::error_chain;
 use crate::gate::GateRequest;
 use crate::net::{GuardError, Refusal, Vetted};
@@ -31,50 +29,35 @@ pub(crate) enum Ask {
     Connect,
 }
 
-/// Vets the destination of `request` (its origin's host and port).
-///
-/// Returns the vetted answer to hold while the request is forwarded, or the block answer
-/// (already recorded) for a refused destination.
+/// Vets the destination of `request` (its origin's host and port), and returns the vetted
+/// answer to hold while the request is forwarded.
 ///
 /// # Errors
-/// [`ProxyError::UpstreamResolve`] (recorded) when the host does not resolve: nothing can be
-/// vetted, so nothing is fetched or forwarded (a later lookup must not decide what the
-/// first could not).
+/// The block answer for a refused destination (its record now `record`'s), or
+/// [`ProxyError::UpstreamResolve`] when the host does not resolve: nothing can be vetted, so
+/// nothing is fetched or forwarded (a later lookup must not decide what the first could not);
+/// the request ends with the record it reached the gate with.
 pub(crate) async fn check_destination(
     state: &ProxyState,
     live: &Generation,
-    started: Instant,
+    record: &mut RequestRecord,
     request: GateRequest<'_>,
     ask: Ask,
-) -> Result<Result<Arc<Vetted>, Response<ProxyBody>>, ProxyError> {
+) -> Result<Arc<Vetted>, Exit> {
     let (host, port) = (request.origin.host(), request.origin.port());
     let refusal = match state.guard.check(host, port).await {
         Ok(_) if ask == Ask::Connect && !live.config.connect.allows(port) => Refusal::PortNotAllowed { port },
-        Ok(vetted) => return Ok(Ok(vetted)),
+        Ok(vetted) => return Ok(vetted),
         Err(GuardError::Refused(refusal)) => refusal,
         Err(GuardError::Resolve { source, .. }) => {
-            let error = ProxyError::UpstreamResolve { host: format!("{host}:{port}"), cause: error_chain(&source) };
-            return Err(Box::pin(undecided(state, live, started, &request, error)).await);
+            let cause = error_chain(&source);
+            return Err(ProxyError::UpstreamResolve { host: format!("{host}:{port}"), cause }.into());
         }
         Err(GuardError::BadHost(bad)) => {
-            let error = ProxyError::UpstreamResolve { host: format!("{host}:{port}"), cause: bad.to_string() };
-            return Err(Box::pin(undecided(state, live, started, &request, error)).await);
+            let cause = bad.to_string();
+            return Err(ProxyError::UpstreamResolve { host: format!("{host}:{port}"), cause }.into());
         }
     };
     info!(code = refusal.code().as_str(), refusal = ?refusal, "destination refused by the network guard");
-    let blocked = live.gate.refuse(&refusal, &request);
-    Ok(Err(answer_blocked(state, blocked, request.headers, started).await))
-}
-
-/// Records a request that failed before any decision, and hands its error back. Callers
-/// box it: it is the rare path, and its record would weigh on every request's future.
-async fn undecided(
-    state: &ProxyState,
-    live: &Generation,
-    started: Instant,
-    request: &GateRequest<'_>,
-    error: ProxyError,
-) -> ProxyError {
-    record(state, live.gate.undecided(request), started, Err(&error)).await;
-    error
+    Err(record.block(live.gate.refuse(&refusal, &request), request.headers))
 }

@@ -3,7 +3,7 @@
 //! request exists yet, so nothing is answered), and [`ProxyError`] for one request (a bad
 //! request target, an origin that cannot be reached), which always becomes a response.
 //!
-//! `ProxyError` is turned into a status and a plain body by `block::error_response`, the only
+//! `ProxyError` is turned into a status and a plain body by `answer::error_response`, the only
 //! place that does so; this file never writes a response.
 
 use std::io;
@@ -124,7 +124,7 @@ pub enum TunnelError {
     },
 }
 
-/// Why one request could not be completed; `block::error_response` answers it with the status
+/// Why one request could not be completed; `answer::error_response` answers it with the status
 /// its blame calls for.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

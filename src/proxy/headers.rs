@@ -3,7 +3,7 @@
 //! (RFC 9110 §7.8), whose `Connection: upgrade` and `Upgrade` must reach the other side.
 //! Only the `websocket` upgrade is ever forwarded: any other token (`h2c`, `TLS/1.2`, ...)
 //! is removed with the other hop-by-hop fields, `HTTP2-Settings` with it, so an origin can
-//! never switch protocols under the gate and carry later requests undecided (issue 8).
+//! never switch protocols under the gate and carry later requests undecided.
 //!
 //! Never reads or changes end-to-end fields other than those.
 

@@ -17,16 +17,17 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use tracing::{info, warn};
 
+use super::conn::Drain;
 use super::context::{Generation, ProxyState};
-use super::drain::Drain;
+use super::record::RequestRecord;
 use crate::approvals::{
     Approval, ApprovalDecision, ApprovalMode, ApprovalsConfig, GrantKey, Held, HeldRule, HostGrantKey, Remember,
 };
-use crate::audit::{DecisionRecord, redact_url};
+use crate::audit::redact_url;
 use crate::config::Config;
 use crate::gate::{Admitted, Blocked, GateRequest, Verdict};
 
@@ -39,13 +40,14 @@ pub(super) fn holds(config: &Config, blocked: &Blocked) -> bool {
 /// timed out or refused by a full queue (a block saying so).
 ///
 /// Boxed: a held request carries its record across a long wait, and the request path's
-/// future would otherwise carry that space on every request (issue 11).
+/// future would otherwise carry that space on every request (the hot path,
+/// `docs/request-flow.md`).
 pub(super) fn held<'a>(
     state: &'a Arc<ProxyState>,
     live: &'a Generation,
+    record: &'a mut RequestRecord,
     mut blocked: Blocked,
     req: GateRequest<'a>,
-    started: Instant,
     drain: Drain,
 ) -> Pin<Box<dyn Future<Output = Verdict> + Send + 'a>> {
     Box::pin(async move {
@@ -58,7 +60,7 @@ pub(super) fn held<'a>(
             return live.gate.approved(blocked, grant, &req).await;
         }
         let summary = summary(&blocked, req, state.config.audit.log_query, None);
-        match ask(state, &live.config.approvals, &mut blocked, summary, started, drain).await {
+        match ask(state, &live.config.approvals, record, &mut blocked, summary, drain).await {
             Some(approval) => {
                 if approval.remember == Some(Remember::PathForAgent15m) {
                     state.approvals.remember(key, approval.clone()).await;
@@ -82,9 +84,9 @@ pub(super) fn held<'a>(
 pub(super) fn admit_host<'a>(
     state: &'a Arc<ProxyState>,
     live: &'a Generation,
+    record: &'a mut RequestRecord,
     mut blocked: Blocked,
     req: GateRequest<'a>,
-    started: Instant,
     drain: Drain,
 ) -> Pin<Box<dyn Future<Output = Result<Admitted, Blocked>> + Send + 'a>> {
     Box::pin(async move {
@@ -97,13 +99,16 @@ pub(super) fn admit_host<'a>(
             return Err(blocked);
         }
         let summary = summary(&blocked, req, state.config.audit.log_query, Some(host.to_owned()));
-        match ask(state, &live.config.approvals, &mut blocked, summary, started, drain).await {
+        match ask(state, &live.config.approvals, record, &mut blocked, summary, drain).await {
             Some(approval) => {
                 if approval.remember == Some(Remember::HostForAgent) {
                     info!(agent = %key.agent, host = %key.host, by = ?approval.by, "host granted to the agent");
                     state.approvals.grant_host(key, approval.clone()).await;
                 }
-                Ok(Admitted::new(host, approval, Some(blocked.record().id)))
+                let admitted = Admitted::new(host, approval, Some(blocked.record().id));
+                // However it ends from here, its one record keeps the id the queue listed.
+                record.undecided(live.gate.undecided(&GateRequest { admitted: Some(&admitted), ..req }));
+                Ok(admitted)
             }
             None => Err(blocked),
         }
@@ -111,15 +116,15 @@ pub(super) fn admit_host<'a>(
 }
 
 /// Queues `held` (the summary of `blocked`) and waits for an operator's answer, the
-/// timeout, agentgate's shutdown, or the client hanging up (this future dropped: the record
-/// is written as `hung_up`). Returns the approval when an operator approved; otherwise
-/// `blocked` says how the wait ended and `None` is returned.
+/// timeout, agentgate's shutdown, or the client hanging up (this future dropped: `record`
+/// writes the held request's record as `hung_up`). Returns the approval when an operator
+/// approved; otherwise `blocked` says how the wait ended and `None` is returned.
 async fn ask(
     state: &Arc<ProxyState>,
     settings: &ApprovalsConfig,
+    record: &mut RequestRecord,
     blocked: &mut Blocked,
     held: Held,
-    started: Instant,
     mut drain: Drain,
 ) -> Option<Approval> {
     let hold = match state.approvals.hold(held, settings.timeout, settings.max_pending) {
@@ -131,15 +136,15 @@ async fn ask(
         }
     };
     info!(id = hold.id(), record_id = %blocked.record().id, "request held for human approval");
-    // Written if this future is dropped before it ends: the client hung up while held.
-    let mut hung_up = HungUp { state: Arc::clone(state), record: Some(blocked.record().clone()), started };
+    // Written as `hung_up` if this future is dropped before it ends.
+    record.hold(blocked.record().clone());
     let approval = tokio::select! {
         approval = hold.answer() => approval,
         // Nobody can answer once the admin API stops: refuse now rather than at the end
         // of the grace period, with the record written while the log still takes it.
         () = drain.draining() => Approval::undecided(ApprovalDecision::Shutdown),
     };
-    hung_up.record = None;
+    record.release();
     if approval.decision == ApprovalDecision::Approved {
         Some(approval)
     } else {
@@ -166,33 +171,5 @@ fn summary(blocked: &Blocked, req: GateRequest<'_>, log_query: bool, new_host: O
         rule,
         new_host,
         held_since: SystemTime::now(),
-    }
-}
-
-/// The record of a held request, written as `hung_up` when its client goes away first:
-/// hyper drops the request's future, and with it this guard and the queue entry.
-struct HungUp {
-    state: Arc<ProxyState>,
-    /// `None` once the wait ended another way.
-    record: Option<DecisionRecord>,
-    started: Instant,
-}
-
-impl Drop for HungUp {
-    fn drop(&mut self) {
-        let Some(mut record) = self.record.take() else { return };
-        record.duration = Some(self.started.elapsed());
-        record.approval = Some(Approval::undecided(ApprovalDecision::HungUp));
-        let state = Arc::clone(&self.state);
-        // Dropped inside the connection's task, so a runtime is there; without one (the
-        // runtime itself shutting down) the record is lost with the process's other work.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        runtime.spawn(async move {
-            info!(record_id = %record.id, "client hung up while its request was held for approval");
-            state.metrics.record(&record);
-            if let Err(unrecorded) = state.audit.record(&record).await {
-                warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
-            }
-        });
     }
 }

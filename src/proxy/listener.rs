@@ -2,8 +2,8 @@
 //! clients), [`RunningProxy`] (bound to `listen`, running the accept loop), graceful
 //! shutdown, and [`shutdown_signal`] for SIGTERM/SIGINT.
 //!
-//! Also the one place HTTP server connections are configured and driven
-//! (`serve_connection`), for the proxy port and for the inside of tunnels alike. Never handles a request itself.
+//! Never handles a request itself: each accepted connection is served by
+//! `serve::serve_connection` with the request service.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -12,101 +12,27 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use hyper::server::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use serde::Deserialize;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{Instrument, debug, debug_span, info, warn};
 
-use super::admission::{Admission, Throttled};
+use super::conn::{Admission, Drain, DrainController, Throttled};
 use super::context::ProxyState;
-use super::drain::{Drain, DrainController};
 use super::error::StartError;
-use super::first_byte::FirstByte;
-use super::idle::{Activity, Counted};
 use super::resolve::GuardedConnector;
+use super::serve::{ServerProtocols, serve_connection};
 use super::service::ProxyService;
-use super::transparent;
+use super::tunnel;
 use super::upstream::Upstream;
 use crate::admin::{AdminAccess, AdminServer, AdminState};
 use crate::audit::{AuditLog, AuditWriter};
 use crate::config::Config;
-use crate::error_chain::error_chain;
 use crate::fetch::{CacheSettings, PolicyCache, PolicyTransport};
 use crate::gate::Gate;
 use crate::limits::Limiter;
 use crate::metrics::{Metrics, UpstreamMetrics};
 use crate::net::{AddressPolicy, Dial, Guard, Resolve, SystemResolver, TcpDialer};
 use crate::reload::{ConfigSource, Reloader};
-use crate::setting::{duration, nonzero_caps, nonzero_timeouts};
 use crate::tls::{CertificateAuthority, LeafCertCache};
-
-/// `[connections]`: how long agents' connections may stay silent, and how many may be open.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ConnectionsConfig {
-    /// How long a new connection (on the proxy port, or inside a tunnel once it is set up) may
-    /// stay silent before its first byte (default `10s`).
-    #[serde(deserialize_with = "duration")]
-    pub first_byte_timeout: Duration,
-    /// How long an HTTP/1.1 client may take to send a complete request head, counted from
-    /// the end of the previous response: also the keep-alive idle timeout (default `30s`).
-    #[serde(deserialize_with = "duration")]
-    pub header_read_timeout: Duration,
-    /// How long a connection (HTTP/1.1 or h2, on the proxy port or inside a tunnel) may have
-    /// no request in flight before it is closed gracefully (h2: GOAWAY); a long download is
-    /// a request in flight (default `30s`).
-    #[serde(deserialize_with = "duration")]
-    pub idle_timeout: Duration,
-    /// How long the TLS handshake inside an intercepted CONNECT tunnel may take (default `10s`).
-    #[serde(deserialize_with = "duration")]
-    pub tls_handshake_timeout: Duration,
-    /// Connections open at once on the proxy port; past it new ones are closed (default 10000).
-    pub max_connections: usize,
-    /// Connections open at once from one client address (default 1000).
-    pub max_connections_per_client: usize,
-}
-
-impl Default for ConnectionsConfig {
-    fn default() -> Self {
-        Self {
-            first_byte_timeout: Duration::from_secs(10),
-            header_read_timeout: Duration::from_secs(30),
-            idle_timeout: Duration::from_secs(30),
-            tls_handshake_timeout: Duration::from_secs(10),
-            max_connections: 10_000,
-            max_connections_per_client: 1_000,
-        }
-    }
-}
-
-impl ConnectionsConfig {
-    /// Problems in `[connections]`, each naming the key, its value and the fix.
-    pub(crate) fn problems(&self, problems: &mut Vec<String>) {
-        nonzero_timeouts(
-            problems,
-            &[
-                ("[connections] first_byte_timeout", self.first_byte_timeout),
-                ("[connections] header_read_timeout", self.header_read_timeout),
-                ("[connections] idle_timeout", self.idle_timeout),
-                ("[connections] tls_handshake_timeout", self.tls_handshake_timeout),
-            ],
-        );
-        let default = Self::default();
-        nonzero_caps(
-            problems,
-            &[
-                ("[connections] max_connections", self.max_connections, default.max_connections),
-                (
-                    "[connections] max_connections_per_client",
-                    self.max_connections_per_client,
-                    default.max_connections_per_client,
-                ),
-            ],
-        );
-    }
-}
 
 /// How long to pause accepting after an accept error (out of file descriptors, say), so the
 /// loop does not spin while the condition lasts.
@@ -274,7 +200,7 @@ impl RunningProxy {
         // Each stops accepting when draining starts; their connections count in the drain.
         for listener in transparent {
             let (state, admission) = (Arc::clone(&state), Arc::clone(&admission));
-            tokio::spawn(transparent::accept_loop(listener, state, admission, drain.handle()));
+            tokio::spawn(tunnel::accept_loop(listener, state, admission, drain.handle()));
         }
         let admin = admin.map(|server| server.start(admin_state(&state, cache, &admission)));
         let accept_errors = Throttled::new();
@@ -294,8 +220,8 @@ impl RunningProxy {
                 },
             }
         }
-        // One grace period for everything that serves (issue 25: the admin API's own grace
-        // began where the proxy's ended, so a 10 s grace could answer for 20 s).
+        // One grace period for everything that serves: were the admin API's own grace to
+        // begin where the proxy's ended, a 10 s grace could answer for 20 s.
         let grace = state.generation().config.shutdown_grace;
         let deadline = tokio::time::Instant::now() + grace;
         drop(listener);
@@ -354,57 +280,6 @@ fn accept(state: &Arc<ProxyState>, admission: &Arc<Admission>, tcp: TcpStream, c
         drop(admitted);
     };
     tokio::spawn(until_stopped.until_stopped(connection).instrument(span));
-}
-
-/// Which HTTP version a server connection speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ServerProtocols {
-    /// HTTP/1.1 with upgrades: the proxy port and plain tunnels (CONNECT and Upgrade live
-    /// there), and intercepted TLS that did not negotiate `h2`.
-    Http1,
-    /// HTTP/2: intercepted TLS whose ALPN chose `h2` (RFC 9113 §3.3: h2 over TLS is chosen by
-    /// ALPN only, never sniffed).
-    Http2,
-}
-
-/// Serves one client connection (the proxy port, or the inside of a tunnel) with `service`
-/// until it closes or shutdown ends it, under the `[connections]` timeouts: the first byte
-/// within `first_byte_timeout`, then each HTTP/1.1 head within `header_read_timeout` (hyper's
-/// limits on head size, about 400 KiB of buffer and 100 header fields, stay at their
-/// defaults), and a graceful close (h2: GOAWAY) once no request has been in flight for
-/// `idle_timeout` (`idle.rs`). Connection-level errors (a client hanging up mid-request) are
-/// routine for a proxy and logged at debug.
-pub(crate) async fn serve_connection<I>(
-    io: I,
-    service: ProxyService,
-    protocols: ServerProtocols,
-    drain: Drain,
-    settings: &ConnectionsConfig,
-) where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let io = TokioIo::new(FirstByte::new(io, settings.first_byte_timeout));
-    let activity = Activity::new();
-    let service = Counted { service, activity: activity.clone() };
-    let quiet = || activity.quiet_for(settings.idle_timeout);
-    // hyper's own connections, one per version: hyper-util's `auto`, which sniffs for an h2
-    // preface itself before hyper reads the request, costs ~5.5 KiB more per idle connection
-    // (bench/RESULTS.md, Round 5).
-    let served = match protocols {
-        ServerProtocols::Http1 => {
-            let mut builder = http1::Builder::new();
-            builder.timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
-            drain.serve(builder.serve_connection(io, service).with_upgrades(), quiet).await
-        }
-        ServerProtocols::Http2 => {
-            let mut builder = http2::Builder::new(TokioExecutor::new());
-            builder.timer(TokioTimer::new());
-            drain.serve(builder.serve_connection(io, service), quiet).await
-        }
-    };
-    if let Err(error) = served {
-        debug!(error = %error_chain(&*error), "connection closed with an error");
-    }
 }
 
 /// A future that completes on SIGTERM or SIGINT (Ctrl-C): the signal to pass to

@@ -16,10 +16,10 @@ use http::header::{ALLOW, CONTENT_LENGTH};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::ProxyBody;
-use super::block::body_response;
+use super::answer::body_response;
+use super::body::ProxyBody;
 use super::context::{ProxyState, RequestContext};
-use super::service::record;
+use super::record::RequestRecord;
 use crate::audit::{DecisionRecord, Outcome};
 use crate::policy::{OperatorCode, Reason};
 
@@ -32,10 +32,10 @@ pub(crate) fn is_local(host: &str) -> bool {
 }
 
 /// The answer to a request that `context` routes to [`LOCAL_HOST`] ([`is_local`]; absolute-form,
-/// or inside a tunnel to it), recorded. Callers box it: it is the rare path, and its future
-/// would otherwise weigh on every request's.
-pub(crate) async fn answer(
+/// or inside a tunnel to it); its record becomes the request's.
+pub(crate) fn answer(
     state: &ProxyState,
+    record: &mut RequestRecord,
     context: &RequestContext,
     request: &Request<Incoming>,
 ) -> Response<ProxyBody> {
@@ -74,7 +74,7 @@ pub(crate) async fn answer(
         OperatorCode::ServedLocally,
         "agentgate.local is answered by agentgate itself (its CA and setup instructions); never forwarded",
     ));
-    record(state, decision, context.started, Ok(response.status())).await;
+    record.decided(decision);
     response
 }
 

@@ -4,7 +4,7 @@
 //! which asks the network guard (`crate::net::Guard`) for the vetted addresses of the host
 //! and dials only those. A refused destination fails before any dial. It takes a
 //! [`SocketPermit`] by value: no socket is opened outside the `[upstream] max_connections`
-//! budget (`sockets.rs`), and the socket it returns carries the permit until it is closed.
+//! budget (`conn::sockets`), and the socket it returns carries the permit until it is closed.
 //!
 //! Never resolves on its own (the guard does, once, and pins the answer); never retries
 //! another address than the guard handed out.
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpStream;
 
-use super::sockets::{Counted, SocketPermit};
+use super::conn::{Counted, SocketPermit};
 use crate::net::{Dial, Guard, GuardError};
 
 /// The guard and the dialer, shared by every connection of one proxy.

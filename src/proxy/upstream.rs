@@ -1,7 +1,7 @@
 //! Connections to origins: `[upstream]`, the pool every request goes through (`pool.rs`:
 //! HTTP/1.1 or h2 by ALPN, TLS verified against webpki + system roots + `[upstream]
 //! extra_ca_files`), TCP for passthrough tunnels, the cap on all of them together
-//! (`sockets.rs`, `[upstream] max_connections`, by default derived from the open-file limit),
+//! (`conn::sockets`, `[upstream] max_connections`, by default derived from the open-file limit),
 //! and turning their failures into `ProxyError`s that name the host and the cause. Every TCP
 //! connection goes through the guarded connector (`resolve`), so nothing here can reach an
 //! address the network guard refused.
@@ -11,141 +11,25 @@
 
 use std::error::Error as StdError;
 use std::io;
-use std::path::PathBuf;
-use std::time::Duration;
 
 use http::uri::Authority;
 use http::{HeaderMap, Request, Response, Uri};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
-use serde::Deserialize;
 use tokio::net::TcpStream;
 
+use super::config::{UpstreamConfig, open_file_limits};
+use super::conn::Counted;
 use super::error::{ProxyError, StartError};
 use super::headers::Upgrade;
 pub(crate) use super::pool::PooledBody;
 use super::pool::{ConnectFailure, Key, Pool, PoolSettings, Reuse, SendError};
 use super::resolve::GuardedConnector;
-use super::sockets::Counted;
 use crate::error_chain::error_chain;
 use crate::fetch::{PolicyTransport, TransportFuture};
 use crate::metrics::UpstreamMetrics;
 use crate::net::GuardError;
 use crate::policy::FetchError;
-use crate::setting::{duration, nonzero_timeouts};
-
-/// `[upstream]`: connections from the proxy to origins.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct UpstreamConfig {
-    /// PEM files with extra CAs to trust for origins, on top of the webpki and system roots (default none).
-    pub extra_ca_files: Vec<PathBuf>,
-    /// How long to wait for a TCP + TLS connection to an origin (default `10s`).
-    #[serde(deserialize_with = "duration")]
-    pub connect_timeout: Duration,
-    /// How long an idle pooled connection to an origin is kept (default `90s`).
-    #[serde(deserialize_with = "duration")]
-    pub idle_timeout: Duration,
-    /// Most TCP connections to origins open at once, every kind counted: pooled (busy or
-    /// idle), policy fetches, WebSocket, passthrough tunnels (default: derived from the
-    /// open-file limit, [`UpstreamConfig::max_connections_for`]).
-    pub max_connections: Option<usize>,
-    /// Most idle pooled HTTP/1.1 connections kept per origin; 0 keeps none (default 4).
-    pub max_idle_per_host: usize,
-    /// How long a new connection waits for a socket when every one under `max_connections`
-    /// is busy, before its request is answered 503 (default `2s`).
-    #[serde(deserialize_with = "duration")]
-    pub connect_queue_timeout: Duration,
-}
-
-impl Default for UpstreamConfig {
-    fn default() -> Self {
-        Self {
-            extra_ca_files: Vec::new(),
-            connect_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(90),
-            max_connections: None,
-            max_idle_per_host: 4,
-            connect_queue_timeout: Duration::from_secs(2),
-        }
-    }
-}
-
-impl UpstreamConfig {
-    /// Problems in `[upstream]`, each naming the key, its value and the fix; `agents` is
-    /// `[connections] max_connections`, which the cap must leave room for under the hard
-    /// open-file limit.
-    pub(crate) fn problems(&self, agents: usize, problems: &mut Vec<String>) {
-        nonzero_timeouts(
-            problems,
-            &[
-                ("[upstream] connect_timeout", self.connect_timeout),
-                ("[upstream] idle_timeout", self.idle_timeout),
-                ("[upstream] connect_queue_timeout", self.connect_queue_timeout),
-            ],
-        );
-        self.problems_with_limit(agents, open_file_limits().map(|(_, hard)| hard), problems);
-    }
-}
-
-/// Open-file descriptors kept back from the derived `[upstream] max_connections` for
-/// everything that is neither an agent's nor an origin's socket: listeners, the decision
-/// log, the admin API, DNS, Redis.
-pub(crate) const RESERVED_FDS: u64 = 256;
-
-/// The cap when the open-file limit cannot be read (or is unlimited).
-const FALLBACK_MAX_CONNECTIONS: usize = 1024;
-
-impl UpstreamConfig {
-    /// The cap on connections to origins: `max_connections` as written, else derived from
-    /// the open-file limit `limit` (the soft limit in force, which `run` raises to the hard
-    /// limit first) and the agents' cap: half of what the limit leaves after
-    /// `[connections] max_connections` and [`RESERVED_FDS`], and never less than a quarter of
-    /// the limit (docs/upstream.md).
-    pub(crate) fn max_connections_for(&self, limit: Option<u64>, agents: usize) -> usize {
-        if let Some(max) = self.max_connections {
-            return max;
-        }
-        let Some(limit) = limit.filter(|limit| *limit != rlimit::INFINITY) else {
-            return FALLBACK_MAX_CONNECTIONS;
-        };
-        let left = limit.saturating_sub(agents as u64).saturating_sub(RESERVED_FDS);
-        let derived = (left / 2).max(limit / 4).max(1);
-        usize::try_from(derived).unwrap_or(usize::MAX)
-    }
-
-    /// Problems in `[upstream]` against the hard open-file limit `limit` (what `run` raises
-    /// its soft limit to; `None` when unknown or unlimited) and the agents' cap `agents`,
-    /// each naming the key, its value and the fix.
-    pub(crate) fn problems_with_limit(&self, agents: usize, limit: Option<u64>, problems: &mut Vec<String>) {
-        match self.max_connections {
-            Some(0) => problems.push(
-                "[upstream] max_connections = 0: must be at least 1; leave it out to derive it from the open-file limit"
-                    .to_owned(),
-            ),
-            Some(max) => {
-                if let Some(limit) = limit.filter(|limit| *limit != rlimit::INFINITY) {
-                    let needed = (max as u64).saturating_add(agents as u64).saturating_add(RESERVED_FDS);
-                    if needed > limit {
-                        problems.push(format!(
-                            "[upstream] max_connections = {max}: with [connections] max_connections = {agents} and \
-                             {RESERVED_FDS} descriptors kept for listeners and files, that is {needed} open files, more \
-                             than the open-file limit of {limit}, so agents could no longer be accepted; lower either \
-                             cap, leave [upstream] max_connections out to derive it, or raise the limit (ulimit -Hn, \
-                             systemd LimitNOFILE=)"
-                        ));
-                    }
-                }
-            }
-            None => {}
-        }
-    }
-}
-
-/// The open-file limit as `(soft, hard)`; `None` where it cannot be read.
-pub(crate) fn open_file_limits() -> Option<(u64, u64)> {
-    rlimit::Resource::NOFILE.get().ok()
-}
 
 /// The connections to origins; one per proxy, shared by every connection.
 pub(crate) struct Upstream {
@@ -368,48 +252,5 @@ mod tests {
         let wrapped = io::Error::other(io::Error::new(io::ErrorKind::InvalidData, tls));
         let found = causes(&wrapped);
         assert!(found.iter().any(|e| e.downcast_ref::<rustls::Error>().is_some()));
-    }
-
-    #[test]
-    fn issue_25_the_derived_cap_leaves_room_for_agents_and_is_never_tiny() {
-        let derived = |limit, agents| UpstreamConfig::default().max_connections_for(Some(limit), agents);
-        // Half of what is left after the agents' cap and the reserve...
-        assert_eq!(derived(1_048_576, 10_000), (1_048_576 - 10_000 - 256) / 2);
-        assert_eq!(derived(65_536, 10_000), (65_536 - 10_000 - 256) / 2);
-        // ...and at least a quarter of the limit when the agents' cap takes most of it.
-        assert_eq!(derived(20_000, 10_000), 5_000);
-        assert_eq!(derived(1_024, 10_000), 256);
-        assert_eq!(UpstreamConfig::default().max_connections_for(None, 10_000), FALLBACK_MAX_CONNECTIONS);
-        let written = UpstreamConfig { max_connections: Some(64), ..UpstreamConfig::default() };
-        assert_eq!(written.max_connections_for(Some(1_024), 10_000), 64);
-    }
-
-    #[test]
-    fn issue_25_config_check_refuses_a_cap_over_the_hard_open_file_limit() {
-        // Where the limit is unknown or unlimited there is nothing to compare with.
-        let Some((_, hard)) = open_file_limits().filter(|(_, hard)| *hard != rlimit::INFINITY) else { return };
-        let text = format!("[upstream]\nmax_connections = {hard}\n");
-        let error = crate::config::Config::from_toml_str(&text, "agentgate.toml").expect_err("no room for agents");
-        let message = error.to_string();
-        assert!(message.contains(&format!("[upstream] max_connections = {hard}:")), "{message}");
-        assert!(message.contains("open-file limit"), "{message}");
-    }
-
-    #[test]
-    fn issue_25_a_cap_that_leaves_no_room_for_agents_is_refused() {
-        let problems = |max, agents, limit| {
-            let config = UpstreamConfig { max_connections: Some(max), ..UpstreamConfig::default() };
-            let mut problems = Vec::new();
-            config.problems_with_limit(agents, limit, &mut problems);
-            problems
-        };
-        assert!(problems(5_000, 10_000, Some(20_000)).is_empty());
-        let refused = problems(10_000, 10_000, Some(20_000));
-        assert_eq!(refused.len(), 1, "{refused:?}");
-        for part in ["[upstream] max_connections = 10000", "[connections] max_connections = 10000", "20000", "ulimit"] {
-            assert!(refused[0].contains(part), "{part}: {}", refused[0]);
-        }
-        assert!(problems(10_000, 10_000, None).is_empty(), "an unknown limit is not guessed");
-        assert!(problems(0, 10, Some(20_000))[0].contains("must be at least 1"));
     }
 }

@@ -49,6 +49,7 @@
 //! - `git`: git itself through the proxy to a `git http-backend` origin: named by its token
 //!   after a 407 under `[auth] required`, and a clone refused by AGENTS.md shows why;
 //! - `log_schema`: what docs/decision-log.md promises a reader can check (reason digests);
+//! - `records`: exactly one decision record per request, whichever await its client hangs up at;
 //! - `approvals`: requests held for a human's approval, approved, denied, timed out, hung up,
 //!   refused by a full queue or let through by a remembered approval; the approval API's token;
 //! - `admin`: every admin endpoint, its token, `/metrics` moving with traffic, policy purge,
@@ -87,6 +88,7 @@ mod git;
 mod limits;
 mod log_schema;
 mod network;
+mod records;
 mod redaction;
 mod redis;
 mod reload;

@@ -9,13 +9,17 @@ use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
 
+use hyper::body::{Body, Incoming};
+use hyper::rt::bounds::Http2ServerConnExec;
 use hyper::rt::{Read, Write};
 use hyper::server::conn::{http1, http2};
-use hyper_util::rt::TokioExecutor;
+use hyper::service::HttpService;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::idle::Counted;
+/// The most the shutdown waits, once the grace period is over, for what it cut off to end
+/// (and for the records of the requests cut off to be handed to the decision log).
+const CUT_OFF_RECORDS: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Phase {
@@ -46,8 +50,8 @@ impl DrainController {
     }
 
     /// Tells every holder to drain, waits until `deadline` (the end of the grace period) for
-    /// all of them to finish, then tells the rest to stop. Returns how many were still
-    /// running when the grace period ended.
+    /// all of them to finish, then tells the rest to stop and lets them end (at most
+    /// [`CUT_OFF_RECORDS`]). Returns how many were still running when the grace period ended.
     pub(crate) async fn drain(self, deadline: Instant) -> usize {
         self.tx.send_replace(Phase::Draining);
         let remaining = match tokio::time::timeout_at(deadline, self.tx.closed()).await {
@@ -55,6 +59,12 @@ impl DrainController {
             Err(_elapsed) => self.tx.receiver_count(),
         };
         self.tx.send_replace(Phase::Stopped);
+        if remaining > 0 {
+            // What is cut off now ends at its next poll, and a request cut off writes its
+            // decision record then (`record::RequestRecord`): let those reach the log before
+            // it closes. Bounded, should anything hold a handle without being cut off.
+            let _ = tokio::time::timeout(CUT_OFF_RECORDS, self.tx.closed()).await;
+        }
         remaining
     }
 }
@@ -65,6 +75,11 @@ impl Drain {
         let _ = self.rx.wait_for(|phase| *phase >= Phase::Draining).await;
     }
 
+    /// Whether the grace period is over: what is still running is being cut off.
+    pub(crate) fn is_stopped(&self) -> bool {
+        *self.rx.borrow() == Phase::Stopped
+    }
+
     /// Resolves once the grace period is over (or the controller is gone).
     pub(crate) async fn stopped(&mut self) {
         let _ = self.rx.wait_for(|phase| *phase == Phase::Stopped).await;
@@ -73,7 +88,7 @@ impl Drain {
     /// Runs `task`, a connection's or tunnel's whole task, until it ends or the grace period
     /// is over, whichever comes first; then it is dropped and its connection closed. So no
     /// wait inside it (a first byte, a TLS handshake, an upgrade, a policy fetch) outlives
-    /// shutdown, and a task the grace period ended before it began never runs (issue 25).
+    /// shutdown, and a task the grace period ended before it began never runs.
     pub(crate) async fn until_stopped(mut self, task: impl Future<Output = ()>) {
         tokio::select! {
             biased;
@@ -118,18 +133,27 @@ pub(crate) trait Graceful: Future {
     fn graceful_shutdown(self: Pin<&mut Self>);
 }
 
-impl<I> Graceful for http1::UpgradeableConnection<I, Counted>
+impl<I, S> Graceful for http1::UpgradeableConnection<I, S>
 where
     I: Read + Write + Unpin + Send + 'static,
+    S: HttpService<Incoming>,
+    S::Error: Into<Box<dyn StdError + Send + Sync>>,
+    S::ResBody: 'static,
+    <S::ResBody as Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
     fn graceful_shutdown(self: Pin<&mut Self>) {
         http1::UpgradeableConnection::graceful_shutdown(self);
     }
 }
 
-impl<I> Graceful for http2::Connection<I, Counted, TokioExecutor>
+impl<I, S, E> Graceful for http2::Connection<I, S, E>
 where
-    I: Read + Write + Unpin + Send + 'static,
+    I: Read + Write + Unpin,
+    S: HttpService<Incoming>,
+    S::Error: Into<Box<dyn StdError + Send + Sync>>,
+    S::ResBody: 'static,
+    <S::ResBody as Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
+    E: Http2ServerConnExec<S::Future, S::ResBody>,
 {
     fn graceful_shutdown(self: Pin<&mut Self>) {
         http2::Connection::graceful_shutdown(self);

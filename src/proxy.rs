@@ -6,41 +6,33 @@
 //!
 //! It never parses policy text, decides allow or deny itself, or formats audit records: the
 //! gate (`crate::gate`) decides between "request parsed" and "forward" in [`service`]. The life of
-//! a request through the phases is written down in `docs/request-flow.md`.
+//! a request through the phases is written down in `docs/request-flow.md`, and which module
+//! may use which in `docs/layering.md`.
 //!
 //! Specs: RFC 9110 §7.6 (intermediaries: hop-by-hop fields, `Via`), §9.3.6 (CONNECT), §7.8
 //! (Upgrade); RFC 9112 §3.2 (request target forms); RFC 9113 §8.3 (h2 pseudo-headers).
 
-mod admission;
-mod block;
-mod connect;
+mod answer;
+mod body;
+pub mod config;
+mod conn;
 mod context;
 mod destination;
-mod drain;
 mod error;
-mod first_byte;
+mod forward;
 mod headers;
 mod hold;
-mod idle;
 mod listener;
 mod local;
-mod original_dst;
 mod pool;
-mod relay;
+mod record;
 mod resolve;
-mod rewind;
+mod serve;
 mod service;
-mod sockets;
-mod transparent;
+mod tunnel;
 mod upstream;
 
-pub use connect::MitmConfig;
+pub use config::{ConnectionsConfig, MitmConfig, TransparentConfig, UpstreamConfig};
 pub(crate) use context::ProxyState;
 pub use error::{ProxyError, StartError, TunnelError};
-pub use listener::{ConnectionsConfig, Proxy, RunningProxy, policy_transport, shutdown_signal};
-pub use transparent::TransparentConfig;
-pub use upstream::UpstreamConfig;
-
-/// The body of every response the proxy hands to hyper: either the origin's streamed body or
-/// a small body agentgate wrote itself.
-type ProxyBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, hyper::Error>;
+pub use listener::{Proxy, RunningProxy, policy_transport, shutdown_signal};

@@ -1,14 +1,14 @@
 //! The idle timeout of one agent connection (`[connections] idle_timeout`): [`Activity`]
 //! counts the connection's requests in flight, from the service call until the response body
 //! has been sent or dropped, and [`Activity::quiet_for`] completes once there has been none
-//! for the timeout. [`Counted`] is the service wrapper that does the counting.
+//! for the timeout. [`InFlight`] is the service wrapper that does the counting, for any
+//! service whose responses carry a [`ProxyBody`].
 //!
 //! hyper has no idle timeout for HTTP/2 server connections (its HTTP/1.1 header read timeout
 //! covers keep-alive only), and a stream in flight must never be cut: the count is what
 //! tells an idle connection from a long download. Never closes a connection itself: the
-//! caller (`listener::serve_connection`) asks hyper for a graceful shutdown.
+//! caller (`serve::serve_connection`) asks hyper for a graceful shutdown.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -19,8 +19,7 @@ use hyper::body::Incoming;
 use hyper::service::Service;
 use tokio::sync::watch;
 
-use super::ProxyBody;
-use super::service::{ProxyService, hold_until_body_ends};
+use crate::proxy::body::{ProxyBody, hold_until_body_ends};
 
 /// The requests in flight on one connection; clones share the count.
 #[derive(Clone)]
@@ -65,17 +64,22 @@ impl Drop for Active {
     }
 }
 
-/// [`ProxyService`] with each request counted in an [`Activity`] until its response body ends.
+/// `service` with each request counted in an [`Activity`] until its response body ends.
 #[derive(Clone)]
-pub(crate) struct Counted {
-    pub(crate) service: ProxyService,
+pub(crate) struct InFlight<S> {
+    pub(crate) service: S,
     pub(crate) activity: Activity,
 }
 
-impl Service<Request<Incoming>> for Counted {
+impl<S> Service<Request<Incoming>> for InFlight<S>
+where
+    S: Service<Request<Incoming>, Response = Response<ProxyBody>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
     type Response = Response<ProxyBody>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, S::Error>> + Send>>;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let active = self.activity.start();

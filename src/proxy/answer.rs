@@ -7,7 +7,7 @@
 //! and for a request held for a human's approval, how the wait ended (`docs/approvals.md`).
 //! A block answer to HEAD has no body (its headers stay), on HTTP/1.1 and h2 alike.
 //!
-//! Never forwards anything; never decides whether a request is allowed.
+//! Never forwards anything, decides whether a request is allowed, or writes the decision log.
 
 use std::fmt::Write as _;
 
@@ -17,13 +17,31 @@ use http::{HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use serde_json::json;
 
-use super::ProxyBody;
+use super::body::ProxyBody;
 use super::error::ProxyError;
 use crate::approvals::ApprovalDecision;
 use crate::audit::ErrorType;
 use crate::gate::{BlockKind, Blocked};
 use crate::policy::advice::advice;
 use crate::policy::{LimitKind, Outcome};
+
+/// Why the phases ended a request before it was forwarded, or while it was: an answer
+/// agentgate wrote itself (a block, a local page, the 503 of an unwritable decision log), or
+/// an error, answered by [`error_response`]. Either way the request's record
+/// (`record::RequestRecord`) is finished with it.
+#[derive(Debug)]
+pub(crate) enum Exit {
+    /// Answer with this.
+    Answered(Response<ProxyBody>),
+    /// Answer the error.
+    Failed(ProxyError),
+}
+
+impl From<ProxyError> for Exit {
+    fn from(error: ProxyError) -> Self {
+        Exit::Failed(error)
+    }
+}
 
 /// The header that carries a block's verdict and first reason, e.g.
 /// `agentgate-decision: deny; source=robots.txt; line=4; record=0193…`.

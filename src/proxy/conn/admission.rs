@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
-use crate::config::ConnectionsConfig;
+use crate::proxy::config::ConnectionsConfig;
 
 /// The least time between two log lines about the same kind of event.
 const LOG_INTERVAL: Duration = Duration::from_secs(1);

@@ -1,0 +1,116 @@
+//! Phase `forward`: the request as the origin gets it (`to_origin`: absolute URI on the routed
+//! origin, hop-by-hop fields out, `Via` in, the headers a policy requires added), sent through
+//! the pool (`Upstream::send`), and the answer as the client gets it (`to_client`); for a
+//! WebSocket upgrade the origin accepts (`101`), the byte relay once both sides switched.
+//!
+//! Never decides: it takes a `Permitted`, which only the gate makes. Never buffers a body.
+
+use http::header::{HOST, HeaderName, HeaderValue};
+use http::uri::PathAndQuery;
+use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use tracing::{Instrument, debug, warn};
+
+use super::body::ProxyBody;
+use super::conn::{Drain, splice};
+use super::context::{ProxyState, RequestContext};
+use super::error::{ProxyError, shown_target};
+use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
+use super::upstream::PooledBody;
+use crate::error_chain::error_chain;
+use crate::gate::{PURPOSE_HEADER, Permitted};
+
+/// Phase `forward`: rewrite the request for the origin, send it, rewrite the response head
+/// and hand back the origin's body as a stream. For an upgrade that the origin accepts
+/// (`101`), also start relaying bytes once both sides have switched.
+pub(crate) async fn forward(
+    state: &ProxyState,
+    context: &RequestContext,
+    permit: &Permitted,
+    mut request: Request<Incoming>,
+    drain: Drain,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let upgrade = if is_upgrade_request(request.version(), request.headers()) { Upgrade::Keep } else { Upgrade::Drop };
+    let client_upgrade = (upgrade == Upgrade::Keep).then(|| hyper::upgrade::on(&mut request));
+    let mut request = to_origin(context, request, upgrade)?;
+    inject_headers(request.headers_mut(), permit.inject_headers());
+    let mut response = state.upstream.send(&context.authority, request, upgrade).await?;
+    let waited_ms = context.started.elapsed().as_millis() as u64;
+    debug!(version = ?response.version(), waited_ms, "origin answered");
+    match client_upgrade {
+        Some(client_upgrade) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            let origin_upgrade = hyper::upgrade::on(&mut response);
+            let relay = drain.clone().until_stopped(relay_upgraded(client_upgrade, origin_upgrade, drain));
+            tokio::spawn(relay.in_current_span());
+            Ok(to_client(response, Upgrade::Keep))
+        }
+        _ => Ok(to_client(response, Upgrade::Drop)),
+    }
+}
+
+/// Adds the headers a policy requires (AGENTS.md agent identification, SEMANTICS C24); a
+/// header the agent already sent is kept as it is.
+fn inject_headers(headers: &mut HeaderMap, inject: &[(String, String)]) {
+    for (name, value) in inject {
+        match (HeaderName::try_from(name.as_str()), HeaderValue::try_from(value.as_str())) {
+            (Ok(name), Ok(value)) => {
+                if !headers.contains_key(&name) {
+                    headers.insert(name, value);
+                } else {
+                    debug!(header = %name, "agent already sent the identification header; kept");
+                }
+            }
+            _ => warn!(header = %name, "cannot inject a header the policy asks for: invalid name or value"),
+        }
+    }
+}
+
+/// The request as the origin gets it: an absolute URI on the routed origin (the pooled client
+/// needs one and derives `Host` or `:authority` from it, so the client's `Host` is dropped),
+/// HTTP/1.1 as the baseline version (the client picks h2 by ALPN), hop-by-hop fields out,
+/// `Via` in. The body is the client's, streamed.
+fn to_origin(
+    context: &RequestContext,
+    request: Request<Incoming>,
+    upgrade: Upgrade,
+) -> Result<Request<Incoming>, ProxyError> {
+    let (mut parts, body) = request.into_parts();
+    let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
+    parts.uri = Uri::builder()
+        .scheme(context.scheme.clone())
+        .authority(context.authority.clone())
+        .path_and_query(path)
+        .build()
+        // Cannot fail today: all three parts were parsed already. Kept as a 400 naming the
+        // target rather than an `expect`, since the target came from the network.
+        .map_err(|_| ProxyError::UnsupportedScheme { uri: shown_target(&parts.uri) })?;
+    remove_hop_by_hop(&mut parts.headers, upgrade);
+    parts.headers.remove(HOST);
+    // Declared to agentgate only (SEMANTICS D13); the origin never sees it.
+    parts.headers.remove(PURPOSE_HEADER);
+    append_via(&mut parts.headers, parts.version);
+    parts.version = Version::HTTP_11;
+    Ok(Request::from_parts(parts, body))
+}
+
+/// The response as the client gets it: hop-by-hop fields out (except an accepted upgrade's),
+/// `Via` in, the origin's body streamed through.
+fn to_client(response: Response<PooledBody>, upgrade: Upgrade) -> Response<ProxyBody> {
+    let (mut parts, body) = response.into_parts();
+    remove_hop_by_hop(&mut parts.headers, upgrade);
+    append_via(&mut parts.headers, parts.version);
+    // hyper writes the version of the client's connection; this only avoids a coercion note.
+    parts.version = Version::HTTP_11;
+    Response::from_parts(parts, body.boxed_unsync())
+}
+
+/// After a `101`: waits for both hyper connections to hand over their streams, then relays.
+async fn relay_upgraded(client: OnUpgrade, origin: OnUpgrade, drain: Drain) {
+    match tokio::try_join!(client, origin) {
+        Ok((client, origin)) => splice(TokioIo::new(client), TokioIo::new(origin), drain, "upgraded connection").await,
+        Err(error) => debug!(error = %error_chain(&error), "upgrade did not complete"),
+    }
+}

@@ -1,0 +1,320 @@
+//! Phase `record`: the one decision record of one request, by construction, as pingora's
+//! `logging()` phase is. A [`RequestRecord`] is started when a request is taken
+//! (`ProxyService::handle`, and a redirected connection in `tunnel::transparent`) and finished
+//! once, when its answer is known ([`RequestRecord::finish`]). The phases never write the
+//! decision log: they hand the guard what to record (the gate's `Blocked` or `Permitted`, a
+//! local answer's record, and, as soon as the request reaches the gate, the record it is
+//! written with if it ends before a decision), and the guard alone writes (`AuditLog::record`,
+//! `commit`) and counts (`Metrics::record`). A request future dropped before it finished (its
+//! client hung up, or the shutdown grace period ended) writes its record from `Drop`.
+//!
+//! So every request that reached the gate leaves exactly one `event.id` in the log, however
+//! it ended (`docs/decision-log.md`):
+//! - answered (forwarded, blocked, served locally): the record with the status and the
+//!   duration to the response head;
+//! - failed ([`ProxyError`]): outcome `error`, the status it was answered with, the message
+//!   and who is at fault;
+//! - hung up, or cut off by shutdown: outcome `error` with no status (nothing was answered),
+//!   the message saying which, `error.type` `client` or `proxy`; a request held for a human's
+//!   approval keeps its outcome and says `hung_up` in its approval instead;
+//! - closed without an HTTP answer (a refused transparent TLS connection): no status.
+//!
+//! The audit promise: under `[audit] on_failure = "block"` a permitted request's decision is
+//! committed (on disk) before anything is forwarded ([`RequestRecord::forwarding`]), and the
+//! completed line follows: two lines, one `event.id`. A commit that fails answers 503.
+//!
+//! A request that never reached the gate (a request target no proxy serves: 400 before it is
+//! routed) has no record, and neither has an intercepted CONNECT, whose inner requests each
+//! have their own.
+//!
+//! Never decides, and writes no answer but the 503 of an unwritable log.
+
+use std::mem;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::{ACCEPT, HeaderValue};
+use http::{HeaderMap, Response, StatusCode};
+use tracing::{debug, info, warn};
+
+use super::answer::{Exit, audit_unavailable, blocked_response, error_type_for, status_for};
+use super::body::{ProxyBody, hold_until_body_ends};
+use super::conn::Drain;
+use super::context::ProxyState;
+use super::error::ProxyError;
+use crate::approvals::{Approval, ApprovalDecision};
+use crate::audit::{DecisionRecord, ErrorType, OnFailure, Outcome};
+use crate::gate::{Blocked, Permitted};
+
+/// What the record of a request that ended without its answer says (`error.message`).
+const HUNG_UP: &str = "the client hung up before agentgate answered";
+/// The same, when the shutdown grace period ended the request.
+const CUT_OFF: &str = "agentgate's shutdown grace period ended before the answer";
+
+/// How a request ended, for its record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Ending<'a> {
+    /// Answered with this status (forwarded, blocked, served locally).
+    Answered(StatusCode),
+    /// Failed: answered with the error's status, the record says why and who is at fault.
+    Failed(&'a ProxyError),
+    /// Closed without an HTTP answer (a refused transparent TLS connection): no status.
+    Closed,
+}
+
+/// The one record of one request, from when it is taken until it is written: finished with
+/// [`finish`](Self::finish), or written from `Drop` when the request's future is dropped
+/// first.
+pub(crate) struct RequestRecord {
+    state: Arc<ProxyState>,
+    /// Tells a request cut off by shutdown from one whose client hung up; a record written
+    /// from `Drop` carries it, so the shutdown waits for that write.
+    drain: Drain,
+    started: Instant,
+    pending: Pending,
+    /// The permit of a request being forwarded: its record is then the request's, and
+    /// `pending` is not read.
+    permit: Option<Permitted>,
+    /// The record of a request held for a human's approval, while it waits: dropped then, it
+    /// is written with the approval `hung_up` instead of `pending`.
+    held: Option<DecisionRecord>,
+}
+
+/// What the request will be written with.
+enum Pending {
+    /// Nothing the log covers: not routed to an origin yet, or a CONNECT whose tunnel's
+    /// requests are each recorded.
+    Nothing,
+    /// The gate's decision (a block, a local answer, an approved tunnel), or the record a
+    /// request that reached the gate ends with if nothing decides it.
+    Record(DecisionRecord),
+    /// Completed with its answer, on its way to the log.
+    Completed(DecisionRecord),
+    /// Written, or counted by the log as not written.
+    Written,
+}
+
+impl RequestRecord {
+    /// The record of a request taken now.
+    pub(crate) fn start(state: Arc<ProxyState>, drain: Drain) -> Self {
+        RequestRecord { state, drain, started: Instant::now(), pending: Pending::Nothing, permit: None, held: None }
+    }
+
+    /// When the request was taken: the start of `event.duration`.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// The request reached the gate: `record` (`Gate::undecided`) is what it is written with
+    /// if it ends before a decision (its host does not resolve, its client hangs up while
+    /// the policies load). A later decision replaces it.
+    pub(crate) fn undecided(&mut self, record: DecisionRecord) {
+        self.pending = Pending::Record(record);
+    }
+
+    /// `record` is the request's: a local answer, an approved CONNECT.
+    pub(crate) fn decided(&mut self, record: DecisionRecord) {
+        self.pending = Pending::Record(record);
+    }
+
+    /// An intercepted CONNECT (or transparent TLS connection): it has no record of its own,
+    /// each request inside it is recorded.
+    pub(crate) fn recorded_inside(&mut self) {
+        self.pending = Pending::Nothing;
+    }
+
+    /// The answer to `blocked` (403, 407, 429, 502/503/504 for an origin or the proxy that
+    /// failed the policy fetch), whose record becomes the request's.
+    pub(crate) fn block(&mut self, blocked: Blocked, request_headers: &HeaderMap) -> Exit {
+        Exit::Answered(self.block_answer(blocked, request_headers))
+    }
+
+    fn block_answer(&mut self, blocked: Blocked, request_headers: &HeaderMap) -> Response<ProxyBody> {
+        let answer = blocked_response(&blocked, request_headers);
+        self.pending = Pending::Record(blocked.into_record());
+        answer
+    }
+
+    /// Holding `record` (a clone of the held request's) for a human's approval: a request
+    /// dropped now is written as `hung_up`.
+    pub(crate) fn hold(&mut self, record: DecisionRecord) {
+        self.held = Some(record);
+    }
+
+    /// The wait for a human ended (any way but a hang-up).
+    pub(crate) fn release(&mut self) {
+        self.held = None;
+    }
+
+    /// Forwarding under `permit`. The audit promise: under `[audit] on_failure = "block"`
+    /// the decision is committed to the log first.
+    ///
+    /// # Errors
+    /// The 503 answer when the commit failed (the log counted the record as not written, and
+    /// nothing is forwarded).
+    pub(crate) async fn forwarding(&mut self, permit: Permitted) -> Result<&Permitted, Exit> {
+        if self.state.audit.on_failure() == OnFailure::Block
+            && let Err(unrecorded) = self.state.audit.commit(permit.record()).await
+        {
+            warn!(error = %unrecorded.cause, "decision log unavailable; refusing to forward unaudited");
+            self.pending = Pending::Written;
+            return Err(Exit::Answered(audit_unavailable()));
+        }
+        Ok(self.permit.insert(permit))
+    }
+
+    /// Forwarding under `permit` with no commit of its own: a passthrough tunnel, whose one
+    /// line waits for its dial ([`answered_now`](Self::answered_now)).
+    pub(crate) fn permitted(&mut self, permit: Permitted) {
+        self.permit = Some(permit);
+    }
+
+    /// The origin's answer to a forwarded request, as the client gets it: the response-time
+    /// check (`Permitted::check_response`, C17) may withhold it (a block answered in its
+    /// place, as JSON when `accept` asks for it); otherwise the request's concurrency slots
+    /// are tied to the body.
+    pub(crate) fn answered(
+        &mut self,
+        response: Response<ProxyBody>,
+        accept: Option<HeaderValue>,
+    ) -> Response<ProxyBody> {
+        let Some(permit) = self.permit.take() else { return response };
+        match permit.check_response(response.headers()) {
+            Ok(permit) => {
+                let (record, slots) = permit.into_parts();
+                self.pending = Pending::Record(record);
+                if slots.is_empty() { response } else { hold_until_body_ends(response, slots) }
+            }
+            // The origin's body is dropped unread: the client never gets a byte of it.
+            Err(blocked) => {
+                let accept = HeaderMap::from_iter(accept.map(|value| (ACCEPT, value)));
+                self.block_answer(*blocked, &accept)
+            }
+        }
+    }
+
+    /// Writes the request's one line now, completed with `status`, before the caller goes on:
+    /// a passthrough tunnel's, whose bytes are spliced only after it. Under `on_failure =
+    /// "block"` it is committed (on disk).
+    ///
+    /// # Errors
+    /// The 503 answer when the commit failed (nothing may be spliced).
+    pub(crate) async fn answered_now(&mut self, status: StatusCode) -> Result<(), Exit> {
+        self.complete(Ending::Answered(status));
+        let Pending::Completed(record) = &self.pending else { return Ok(()) };
+        let (audit, metrics) = (&self.state.audit, &self.state.metrics);
+        let written = if audit.on_failure() == OnFailure::Block {
+            audit.commit(record).await.map_err(|unrecorded| {
+                warn!(error = %unrecorded.cause, "decision log unavailable; refusing to open the tunnel unaudited");
+                Exit::Answered(audit_unavailable())
+            })
+        } else {
+            if let Err(unrecorded) = audit.record(record).await {
+                warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
+            }
+            Ok(())
+        };
+        metrics.record(record);
+        self.pending = Pending::Written;
+        written
+    }
+
+    /// A connection refused before any HTTP exchange (a transparent TLS connection): the
+    /// block's record, with no status, written now.
+    pub(crate) async fn refused(&mut self, blocked: Blocked) {
+        self.pending = Pending::Record(blocked.into_record());
+        self.finish(Ending::Closed).await;
+    }
+
+    /// Completes the request's record with how it ended and writes it; a request with no
+    /// record (never routed, an intercepted CONNECT) writes nothing. A record that cannot be
+    /// written is counted by the audit log and logged here; the answer goes out regardless.
+    pub(crate) async fn finish(&mut self, ending: Ending<'_>) {
+        self.held = None;
+        self.complete(ending);
+        let Pending::Completed(record) = &self.pending else { return };
+        if let Err(unrecorded) = self.state.audit.record(record).await {
+            warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
+        }
+        self.state.metrics.record(record);
+        self.pending = Pending::Written;
+    }
+
+    /// Completes the record with `ending`, kept as `Completed` while it is written (a request
+    /// dropped while its write waits for room still writes it); nothing when there is none.
+    fn complete(&mut self, ending: Ending<'_>) {
+        let record = match self.take() {
+            Pending::Record(mut record) => {
+                record.duration = Some(self.started.elapsed());
+                match ending {
+                    Ending::Answered(status) => record.status = Some(status.as_u16()),
+                    Ending::Failed(error) => {
+                        record.status = Some(status_for(error).as_u16());
+                        record.outcome = Outcome::Error;
+                        record.error = Some(error.to_string());
+                        record.error_type = Some(error_type_for(error));
+                    }
+                    Ending::Closed => {}
+                }
+                record
+            }
+            // Completed before, and its write was cut off: written as it was.
+            Pending::Completed(record) => record,
+            Pending::Nothing | Pending::Written => return,
+        };
+        self.pending = Pending::Completed(record);
+    }
+
+    /// The request's record as it stands, taken out (the permit's while forwarding); what is
+    /// left says it is written.
+    fn take(&mut self) -> Pending {
+        match self.permit.take() {
+            Some(permit) => {
+                self.pending = Pending::Written;
+                Pending::Record(permit.into_record())
+            }
+            None => mem::replace(&mut self.pending, Pending::Written),
+        }
+    }
+
+    /// The record of a request dropped before it finished, or `None` when it has none.
+    fn ended_unanswered(&mut self) -> Option<DecisionRecord> {
+        if let Some(mut held) = self.held.take() {
+            held.duration = Some(self.started.elapsed());
+            held.approval = Some(Approval::undecided(ApprovalDecision::HungUp));
+            info!(record_id = %held.id, "client hung up while its request was held for approval");
+            return Some(held);
+        }
+        let mut record = match self.take() {
+            Pending::Record(record) => record,
+            Pending::Completed(record) => return Some(record),
+            Pending::Nothing | Pending::Written => return None,
+        };
+        let (message, error_type) =
+            if self.drain.is_stopped() { (CUT_OFF, ErrorType::Proxy) } else { (HUNG_UP, ErrorType::Client) };
+        debug!(record_id = %record.id, "{message}");
+        record.duration = Some(self.started.elapsed());
+        record.outcome = Outcome::Error;
+        record.error = Some(message.to_owned());
+        record.error_type = Some(error_type);
+        Some(record)
+    }
+}
+
+impl Drop for RequestRecord {
+    fn drop(&mut self) {
+        let Some(record) = self.ended_unanswered() else { return };
+        self.state.metrics.record(&record);
+        // Dropped inside the connection's task, so a runtime is there; without one (the
+        // runtime itself shutting down) the record is lost with the process's other work.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (state, drain) = (Arc::clone(&self.state), self.drain.clone());
+        runtime.spawn(async move {
+            // Held until written: shutdown waits for it before it closes the log.
+            let _drain = drain;
+            if let Err(unrecorded) = state.audit.record(&record).await {
+                warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
+            }
+        });
+    }
+}

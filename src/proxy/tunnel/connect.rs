@@ -1,0 +1,197 @@
+//! CONNECT (RFC 9110 §9.3.6): the agent's egress lists first (`Gate::check_egress`: a host
+//! its `allow_hosts` does not list, or its `deny_hosts` lists, is a 403 before the `200` and
+//! before any lookup, or is held for a human who may admit it), then the network guard and
+//! `[connect] allowed_ports` (agentgate's own address, internal ranges and other ports are a
+//! 403 before the `200`), then the host-level decision before the `200` (`decide_tunnel`),
+//! then either a passthrough splice to the target (`passthrough`), or interception
+//! (`intercept`): its inner HTTP/1.1 or h2 served with the same request service as the proxy
+//! port.
+//!
+//! Never routes an inner request anywhere but the CONNECT target; never mints certificates
+//! itself (the TLS module does).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::uri::{Authority, Scheme};
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tracing::{Instrument, debug, field, info_span, warn};
+
+use super::intercept::intercept;
+use super::passthrough::{decide_passthrough, open_passthrough};
+use crate::config::Config;
+use crate::error_chain::error_chain;
+use crate::fetch::Origin;
+use crate::gate::{Admitted, GateRequest};
+use crate::proxy::answer::{Exit, tunnel_established};
+use crate::proxy::body::ProxyBody;
+use crate::proxy::conn::{Drain, splice};
+use crate::proxy::context::{Entry, ProxyState};
+use crate::proxy::destination::{Ask, check_destination};
+use crate::proxy::error::{ProxyError, TunnelError, shown_target};
+use crate::proxy::hold;
+use crate::proxy::local;
+use crate::proxy::record::RequestRecord;
+
+/// What happens to a tunnel once the `200` is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tunnel {
+    /// Terminate TLS with a minted certificate and see every request.
+    Mitm,
+    /// Splice bytes to the target untouched (`[mitm] passthrough_hosts`).
+    Passthrough,
+}
+
+/// How a CONNECT is served, chosen before anything is answered: passthrough for
+/// `[mitm] passthrough_hosts` (then decided by the gate at host level, `decide_passthrough`),
+/// interception otherwise (every inner request decided by the gate).
+pub(crate) fn decide_tunnel(config: &Config, authority: &Authority) -> Tunnel {
+    if config.mitm.is_passthrough(authority.host()) { Tunnel::Passthrough } else { Tunnel::Mitm }
+}
+
+/// Phase `handle_connect`: checks the target (form, the agent's egress lists, destination,
+/// port), decides, and answers `200`; the tunnel itself runs in its own task once hyper
+/// hands over the connection. A passthrough tunnel's decision is the CONNECT's record; an
+/// intercepted tunnel's requests are each recorded (and an approved CONNECT, with its
+/// approval, once).
+///
+/// # Errors
+/// [`ProxyError::BadConnectTarget`] for a target that is not `host:port`;
+/// [`ProxyError::UpstreamResolve`] when its host does not resolve; for passthrough,
+/// the `Upstream*` variants when the target cannot be reached (answered before the `200`);
+/// a block answer for a refused agent, host or destination.
+pub(crate) async fn handle_connect(
+    state: &Arc<ProxyState>,
+    client: SocketAddr,
+    drain: Drain,
+    record: &mut RequestRecord,
+    mut request: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Exit> {
+    let authority = connect_target(request.uri())?;
+    tracing::Span::current().record("authority", field::display(&authority));
+    let origin = Origin::from_parts(&Scheme::HTTPS, &authority)
+        .map_err(|_| ProxyError::BadConnectTarget { target: authority.to_string() })?;
+    // The log names the canonical host (`crate::net::host`).
+    let url = format!("https://{}:{}/", origin.host(), origin.port());
+    // The identity established here holds for every request inside the tunnel; an unknown
+    // agent gets its 407 before any 200, and before any lookup of the target. The head is
+    // kept apart: the upgrade below needs the request itself.
+    let headers = request.headers().clone();
+    // One config generation for the CONNECT and its decision, whatever a reload swaps in
+    // meanwhile; requests inside an intercepted tunnel each take the one in force then.
+    let live = state.generation();
+    let agent = match live.gate.identify_agent(client, "CONNECT", &url, &headers) {
+        Ok(agent) => agent,
+        Err(blocked) => return Err(record.block(*blocked, &headers)),
+    };
+    let connect = GateRequest {
+        client,
+        agent: &agent,
+        origin: &origin,
+        url: &url,
+        method: "CONNECT",
+        path_and_query: "/",
+        headers: &headers,
+        addresses: &[],
+        entry: Entry::Connect,
+        admitted: None,
+    };
+    record.undecided(live.gate.undecided(&connect));
+    // agentgate.local is answered inside the tunnel by agentgate itself (`local.rs`): never
+    // looked up, vetted or passed through.
+    let is_local = local::is_local(authority.host());
+    // The agent's egress lists, before the target is looked up: a refusal is the CONNECT's
+    // 403; a human admitting the host admits the whole tunnel.
+    let admitted = match live.gate.check_egress(&connect) {
+        Err(blocked) if !is_local => {
+            match hold::admit_host(state, &live, record, *blocked, connect, drain.clone()).await {
+                Ok(admitted) => Some(admitted),
+                Err(blocked) => return Err(record.block(blocked, &headers)),
+            }
+        }
+        _ => None,
+    };
+    let connect = GateRequest { admitted: admitted.as_ref(), ..connect };
+    // Held until the passthrough tunnel is open: it dials these addresses.
+    let vetted =
+        if is_local { None } else { Some(check_destination(state, &live, record, connect, Ask::Connect).await?) };
+    let on_upgrade = hyper::upgrade::on(&mut request);
+    let tunnel = if is_local { Tunnel::Mitm } else { decide_tunnel(&live.config, &authority) };
+    let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
+    match tunnel {
+        Tunnel::Passthrough => {
+            let addresses = vetted.as_ref().map_or(&[][..], |vetted| vetted.addresses());
+            let passthrough = GateRequest { method: "GET", addresses, ..connect };
+            let permit = decide_passthrough(&live.gate, record, passthrough).await?;
+            let origin = open_passthrough(state, record, permit, &authority).await?;
+            let open = state.metrics.tunnel_opened();
+            let until_stopped = drain.clone();
+            let tunnel = async move {
+                let _open = open;
+                match on_upgrade.await {
+                    Ok(upgraded) => splice(TokioIo::new(upgraded), origin, drain, "passthrough tunnel").await,
+                    Err(error) => debug!(error = %error_chain(&error), "client left before the tunnel opened"),
+                }
+            };
+            tokio::spawn(until_stopped.until_stopped(tunnel).instrument(span));
+        }
+        Tunnel::Mitm => {
+            if admitted.as_ref().is_some_and(Admitted::is_held_request) {
+                // The approved CONNECT is recorded once, with its approval.
+                record.decided(live.gate.approved_tunnel(&connect));
+            } else {
+                record.recorded_inside();
+            }
+            let admitted = admitted.and_then(Admitted::for_tunnel).map(Arc::new);
+            let state = Arc::clone(state);
+            let open = state.metrics.tunnel_opened();
+            // Until the grace period ends: the client's first byte and TLS handshake have
+            // timeouts of their own, longer than a shutdown may take.
+            let until_stopped = drain.clone();
+            let tunnel = async move {
+                let _open = open;
+                match intercept(state, client, (agent, admitted), authority, on_upgrade, drain).await {
+                    Ok(()) => {}
+                    Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "tunnel closed"),
+                    Err(error) => warn!(error = %error, "tunnel failed"),
+                }
+            };
+            tokio::spawn(until_stopped.until_stopped(tunnel).instrument(span));
+        }
+    }
+    Ok(tunnel_established())
+}
+
+/// The CONNECT target as `host:port`: authority-form only, a port required.
+fn connect_target(uri: &Uri) -> Result<Authority, ProxyError> {
+    let bad = || ProxyError::BadConnectTarget { target: shown_target(uri) };
+    let authority = uri.authority().ok_or_else(bad)?;
+    let authority_form = uri.scheme().is_none() && uri.path_and_query().is_none();
+    let has_user_info = authority.as_str().contains('@');
+    if !authority_form || has_user_info || authority.host().is_empty() || authority.port_u16().is_none() {
+        return Err(bad());
+    }
+    Ok(authority.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(text: &str) -> Result<String, String> {
+        let uri: Uri = text.parse().map_err(|_| "unparsable".to_owned())?;
+        connect_target(&uri).map(|a| a.to_string()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn rfc9110_9_3_6_connect_target_is_host_and_port() {
+        assert_eq!(target("example.com:443"), Ok("example.com:443".to_owned()));
+        assert_eq!(target("[::1]:8443"), Ok("[::1]:8443".to_owned()));
+        assert!(target("example.com").is_err_and(|e| e.contains("add the port")));
+        assert!(target("/index.html").is_err());
+        assert!(target("http://example.com:80/").is_err());
+        assert!(target("user@example.com:443").is_err());
+    }
+}

@@ -1,0 +1,58 @@
+//! A passthrough tunnel's host-level decision and its connection: the gate decides on `GET /`
+//! over https (nothing inside the tunnel will be seen; the record says `CONNECT`), then the
+//! connection to the destination is opened and the decision recorded with its outcome, on
+//! disk before any byte is spliced under `[audit] on_failure = "block"`. A CONNECT to a host
+//! in `[mitm] passthrough_hosts` and a redirected TLS connection to one are decided alike.
+//!
+//! Never splices bytes itself (the caller does, `conn::relay`), never reads them.
+
+use http::StatusCode;
+use http::uri::Authority;
+use tokio::net::TcpStream;
+
+use crate::gate::{Gate, GateRequest, Permitted, Verdict};
+use crate::proxy::answer::Exit;
+use crate::proxy::conn::Counted;
+use crate::proxy::context::ProxyState;
+use crate::proxy::record::RequestRecord;
+
+/// Opens a permitted passthrough tunnel's connection to `dial` (through the network guard),
+/// then writes the decision, completed with its `200`. The audit promise: under
+/// `on_failure = "block"` no byte is spliced before the record is on disk.
+///
+/// # Errors
+/// The dial's error (the request's record is completed with it), or the 503 answer when the
+/// record could not be committed (the connection is dropped).
+pub(super) async fn open_passthrough(
+    state: &ProxyState,
+    record: &mut RequestRecord,
+    permit: Permitted,
+    dial: &Authority,
+) -> Result<Counted<TcpStream>, Exit> {
+    record.permitted(permit);
+    let opened = state.upstream.open_tunnel(dial).await?;
+    record.answered_now(StatusCode::OK).await?;
+    Ok(opened)
+}
+
+/// The host-level decision for a passthrough tunnel: the gate decides on `GET /`
+/// over https, since nothing inside the tunnel will be seen; the record says `CONNECT`.
+///
+/// # Errors
+/// The block answer, before any `200`.
+pub(super) async fn decide_passthrough(
+    gate: &Gate,
+    record: &mut RequestRecord,
+    request: GateRequest<'_>,
+) -> Result<Permitted, Exit> {
+    match gate.decide(request).await {
+        Verdict::Forward(mut permit) => {
+            permit.mark_passthrough();
+            Ok(permit)
+        }
+        Verdict::Block(mut blocked) => {
+            blocked.mark_passthrough();
+            Err(record.block(blocked, request.headers))
+        }
+    }
+}
