@@ -198,6 +198,10 @@ impl ProxyService {
 
     /// Phase `local`: a request to `agentgate.local` is answered by agentgate itself, before
     /// anything is looked up (`local.rs`).
+    #[expect(
+        clippy::result_large_err,
+        reason = "Exit is a phase's early return, moved once per request; boxing it would cost every blocked request an allocation"
+    )]
     fn answer_locally(
         &self,
         record: &mut RequestRecord,
@@ -214,6 +218,10 @@ impl ProxyService {
     /// `[auth] required` is not met); inside a tunnel, the one identified at its CONNECT (and
     /// a human's admission of the tunnel's host); on a transparent connection, the client
     /// address's.
+    #[expect(
+        clippy::result_large_err,
+        reason = "Exit is a phase's early return, moved once per request; boxing it would cost every blocked request an allocation"
+    )]
     fn identify_agent<'s>(
         &'s self,
         live: &Generation,
