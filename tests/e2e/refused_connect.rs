@@ -283,3 +283,21 @@ async fn issue_28_passthrough_refusals_and_407_stay_at_connect() -> TestResult {
     assert_eq!(origin.connections(), 0);
     Ok(())
 }
+
+/// A CONNECT to an IP literal is refused inside a tunnel whose leaf is minted for that IP, as
+/// an intercepted IP target's is: a client verifying the address reads the refusal.
+#[tokio::test]
+async fn issue_28_an_ip_target_is_answered_with_a_leaf_for_the_ip() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https_site(&ca, Site::new()).await?;
+    let proxy = start(&ca, "", only_port_443).await?;
+    let url = format!("https://127.0.0.1:{}/page", origin.addr.port());
+    let response = proxy.client()?.get(&url).send().await?;
+    assert_eq!(response.status(), 403, "the leaf names 127.0.0.1");
+    let id = record_of(&header(&response, "agentgate-decision"), "network.port_not_allowed")?;
+    let body = response.text().await?;
+    assert!(body.contains(&format!("CONNECT https://127.0.0.1:{}/", origin.addr.port())), "{body}");
+    one_record(&proxy.finish().await?, &id, "CONNECT", "network.port_not_allowed");
+    assert_eq!(origin.connections(), 0);
+    Ok(())
+}
