@@ -17,8 +17,9 @@ use std::sync::Arc;
 use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use tracing::{Instrument, debug, field, info_span, warn};
+use tracing::{Instrument, Span, debug, field, info_span, warn};
 
 use super::intercept::{Inside, intercept};
 use super::passthrough::{decide_passthrough, open_passthrough};
@@ -161,23 +162,36 @@ pub(crate) async fn handle_connect(
                 record.recorded_inside();
             }
             let admitted = admitted.and_then(Admitted::for_tunnel).map(Arc::new);
-            let state = Arc::clone(state);
-            let open = state.metrics.tunnel_opened();
-            // Until the grace period ends: the client's first byte and TLS handshake have
-            // timeouts of their own, longer than a shutdown may take.
-            let until_stopped = drain.clone();
-            let tunnel = async move {
-                let _open = open;
-                match intercept(state, client, Inside::Served(agent, admitted), authority, on_upgrade, drain).await {
-                    Ok(()) => {}
-                    Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "tunnel closed"),
-                    Err(error) => warn!(error = %error, "tunnel failed"),
-                }
-            };
-            tokio::spawn(until_stopped.until_stopped(tunnel).instrument(span));
+            let inside = Inside::Served(agent, admitted);
+            spawn_intercepted(Arc::clone(state), client, (inside, authority), on_upgrade, drain, span);
         }
     }
     Ok(tunnel_established())
+}
+
+/// Runs an intercepted tunnel (`intercept`) in a task of its own, from hyper's hand-over of
+/// the connection, until it ends or the shutdown grace period does: the client's first byte
+/// and TLS handshake have timeouts of their own, longer than a shutdown may take.
+fn spawn_intercepted(
+    state: Arc<ProxyState>,
+    client: SocketAddr,
+    tunnel: (Inside, Authority),
+    on_upgrade: OnUpgrade,
+    drain: Drain,
+    span: Span,
+) {
+    let (inside, authority) = tunnel;
+    let open = state.metrics.tunnel_opened();
+    let until_stopped = drain.clone();
+    let tunnel = async move {
+        let _open = open;
+        match intercept(state, client, inside, authority, on_upgrade, drain).await {
+            Ok(()) => {}
+            Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "tunnel closed"),
+            Err(error) => warn!(error = %error, "tunnel failed"),
+        }
+    };
+    tokio::spawn(until_stopped.until_stopped(tunnel).instrument(span));
 }
 
 /// A CONNECT refused before its `200` (`exit`): by the agent's egress lists, the network
@@ -204,18 +218,8 @@ async fn refuse(
     }
     let Some(blocked) = record.answered_inside(answer.status()).await else { return Err(exit) };
     let on_upgrade = hyper::upgrade::on(&mut request);
-    let state = Arc::clone(state);
-    let open = state.metrics.tunnel_opened();
-    let until_stopped = drain.clone();
-    let refused = Inside::Refused(Arc::new(blocked));
-    let tunnel = async move {
-        let _open = open;
-        match intercept(state, client, refused, authority, on_upgrade, drain).await {
-            Ok(()) => {}
-            Err(error) => debug!(error = %error, "refused tunnel closed before its answer"),
-        }
-    };
-    tokio::spawn(until_stopped.until_stopped(tunnel).in_current_span());
+    let inside = Inside::Refused(Arc::new(blocked));
+    spawn_intercepted(Arc::clone(state), client, (inside, authority), on_upgrade, drain, Span::current());
     Ok(tunnel_established())
 }
 
