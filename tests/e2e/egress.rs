@@ -696,6 +696,41 @@ async fn a_held_connect_approved_for_this_request_opens_its_tunnel_and_each_requ
     Ok(())
 }
 
+/// A held CONNECT a human denies is answered inside its tunnel, where reqwest's HTTPS reads
+/// who denied it and why, under the held request's record; the host is never dialled.
+#[tokio::test]
+async fn a_held_connect_denied_by_a_human_is_read_inside_its_tunnel() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let listener = std::net::TcpListener::bind(("127.0.0.2", 0))?;
+    let secure = Origin::on_listener(listener, Some(ca.server_config_for(&["secure.test"])?), Site::new())?;
+    let net = Net::new(&[("site.test", "127.0.0.1"), ("secure.test", "127.0.0.2")])?;
+    let proxy = start(&ca, &net, &hold_toml()).await?;
+    let sbx = client_as(&proxy, "sbx", "sbx-secret")?;
+
+    let waiting = tokio::spawn(sbx.get(format!("https://secure.test:{}/page", secure.addr.port())).send());
+    let listed = pending(&proxy, 1).await?;
+    let held_record = listed[0]["record_id"].as_str().ok_or("a record id")?.to_owned();
+    let deny = json!({"decision": "deny", "reason": "not this week"});
+    assert_eq!(answer(&proxy, listed[0]["id"].as_str().ok_or("an id")?, deny).await?.0, 200);
+    let denied = waiting.await??;
+    assert_eq!(denied.status(), 403);
+    let decision = header(&denied, "agentgate-decision");
+    assert!(decision.contains("approval=denied; by=alice"), "{decision}");
+    assert!(decision.ends_with(&format!("record={held_record}")), "{decision}");
+    assert!(denied.text().await?.contains("not this week"), "the approver's reason reaches the agent");
+    assert!(!net.looked_up("secure.test") && !net.dialled(secure.addr), "{:?}", net.lookups());
+
+    let records = proxy.finish().await?;
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let connect = by_id(&records, &held_record)?;
+    assert_eq!(
+        (&connect["http.request.method"], &connect["http.response.status_code"]),
+        (&json!("CONNECT"), &json!(403))
+    );
+    assert_eq!(connect["agentgate.approval.decision"], "denied", "{connect:#}");
+    Ok(())
+}
+
 #[tokio::test]
 #[ignore = "needs chromium and chromium-driver: run by scripts/test.sh"]
 async fn the_console_shows_a_new_host_and_grants_it_to_the_agent() -> TestResult {
