@@ -97,6 +97,17 @@ pub(crate) fn error_response(error: &ProxyError) -> Response<ProxyBody> {
 /// agent may do instead — JSON when the client accepts JSON, plain text otherwise. Both carry
 /// the decision record id, so the agent's report and the log meet. HEAD gets the headers only.
 pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -> Response<ProxyBody> {
+    blocked_response_to(blocked, &blocked.record().method, request_headers)
+}
+
+/// [`blocked_response`] given to another request than the one `blocked` records: the first
+/// request inside a tunnel whose CONNECT it refused (`tunnel::intercept`), whose own
+/// method (`answered`: a HEAD gets no body) and `Accept` shape the answer.
+pub(crate) fn blocked_response_to(
+    blocked: &Blocked,
+    answered: &str,
+    request_headers: &HeaderMap,
+) -> Response<ProxyBody> {
     let decision = &blocked.decision();
     let (method, url) = (blocked.record().method.as_str(), blocked.record().url.as_str());
     let record = blocked.record().id.to_string();
@@ -165,7 +176,7 @@ pub(crate) fn blocked_response(blocked: &Blocked, request_headers: &HeaderMap) -
         }
         body_response(text, "text/plain; charset=utf-8")
     };
-    if blocked.record().method.eq_ignore_ascii_case("HEAD") {
+    if answered.eq_ignore_ascii_case("HEAD") {
         // RFC 9110 §9.3.2: no content in a HEAD answer. hyper's h2 server would send it.
         *response.body_mut() = Empty::new().map_err(|never| match never {}).boxed_unsync();
     }

@@ -25,7 +25,9 @@
 //!
 //! A request that never reached the gate (a request target no proxy serves: 400 before it is
 //! routed) has no record, and neither has an intercepted CONNECT, whose inner requests each
-//! have their own.
+//! have their own. A CONNECT refused before its `200` and answered inside its tunnel keeps
+//! its one record, written with the refusal's status as the `200` goes out
+//! ([`RequestRecord::answered_inside`]).
 //!
 //! Never decides, and writes no answer but the 503 of an unwritable log.
 
@@ -80,14 +82,25 @@ pub(crate) struct RequestRecord {
     held: Option<DecisionRecord>,
 }
 
+/// A record taken out of [`Pending`] to be completed or written.
+enum Taken {
+    /// Not completed yet.
+    Open(DecisionRecord),
+    /// Completed with its answer.
+    Completed(DecisionRecord),
+}
+
 /// What the request will be written with.
 enum Pending {
     /// Nothing the log covers: not routed to an origin yet, or a CONNECT whose tunnel's
     /// requests are each recorded.
     Nothing,
-    /// The gate's decision (a block, a local answer, an approved tunnel), or the record a
-    /// request that reached the gate ends with if nothing decides it.
+    /// The gate's decision (a local answer, an approved tunnel), or the record a request that
+    /// reached the gate ends with if nothing decides it.
     Record(DecisionRecord),
+    /// A block, kept whole until written: a CONNECT refused before its `200` answers it
+    /// inside its tunnel ([`RequestRecord::answered_inside`]).
+    Blocked(Blocked),
     /// Completed with its answer, on its way to the log.
     Completed(DecisionRecord),
     /// Written, or counted by the log as not written.
@@ -131,8 +144,26 @@ impl RequestRecord {
 
     fn block_answer(&mut self, blocked: Blocked, request_headers: &HeaderMap) -> Response<ProxyBody> {
         let answer = blocked_response(&blocked, request_headers);
-        self.pending = Pending::Record(blocked.into_record());
+        self.pending = Pending::Blocked(blocked);
         answer
+    }
+
+    /// A CONNECT refused before its `200` ([`block`](Self::block)) whose refusal is answered
+    /// inside its tunnel instead (`tunnel::connect`): its record is written now, as it would
+    /// have been for the CONNECT's own answer, with `status`, the status the first request
+    /// inside gets; the block comes back for that answer, which carries the same record id.
+    /// `None`, and nothing written, when the request's record is not a block.
+    pub(crate) async fn answered_inside(&mut self, status: StatusCode) -> Option<Blocked> {
+        let blocked = match mem::replace(&mut self.pending, Pending::Nothing) {
+            Pending::Blocked(blocked) => blocked,
+            other => {
+                self.pending = other;
+                return None;
+            }
+        };
+        self.pending = Pending::Record(blocked.record().clone());
+        self.finish(Ending::Answered(status)).await;
+        Some(blocked)
     }
 
     /// Holding `record` (a clone of the held request's) for a human's approval: a request
@@ -244,7 +275,7 @@ impl RequestRecord {
     /// dropped while its write waits for room still writes it); nothing when there is none.
     fn complete(&mut self, ending: Ending<'_>) {
         let record = match self.take() {
-            Pending::Record(mut record) => {
+            Some(Taken::Open(mut record)) => {
                 record.duration = Some(self.started.elapsed());
                 match ending {
                     Ending::Answered(status) => record.status = Some(status.as_u16()),
@@ -259,21 +290,24 @@ impl RequestRecord {
                 record
             }
             // Completed before, and its write was cut off: written as it was.
-            Pending::Completed(record) => record,
-            Pending::Nothing | Pending::Written => return,
+            Some(Taken::Completed(record)) => record,
+            None => return,
         };
         self.pending = Pending::Completed(record);
     }
 
-    /// The request's record as it stands, taken out (the permit's while forwarding); what is
-    /// left says it is written.
-    fn take(&mut self) -> Pending {
-        match self.permit.take() {
-            Some(permit) => {
-                self.pending = Pending::Written;
-                Pending::Record(permit.into_record())
-            }
-            None => mem::replace(&mut self.pending, Pending::Written),
+    /// The request's record as it stands, taken out (the permit's while forwarding, a
+    /// block's); what is left says it is written. `None` when it has none.
+    fn take(&mut self) -> Option<Taken> {
+        if let Some(permit) = self.permit.take() {
+            self.pending = Pending::Written;
+            return Some(Taken::Open(permit.into_record()));
+        }
+        match mem::replace(&mut self.pending, Pending::Written) {
+            Pending::Record(record) => Some(Taken::Open(record)),
+            Pending::Blocked(blocked) => Some(Taken::Open(blocked.into_record())),
+            Pending::Completed(record) => Some(Taken::Completed(record)),
+            Pending::Nothing | Pending::Written => None,
         }
     }
 
@@ -285,10 +319,9 @@ impl RequestRecord {
             info!(record_id = %held.id, "client hung up while its request was held for approval");
             return Some(held);
         }
-        let mut record = match self.take() {
-            Pending::Record(record) => record,
-            Pending::Completed(record) => return Some(record),
-            Pending::Nothing | Pending::Written => return None,
+        let mut record = match self.take()? {
+            Taken::Open(record) => record,
+            Taken::Completed(record) => return Some(record),
         };
         let (message, error_type) =
             if self.drain.is_stopped() { (CUT_OFF, ErrorType::Proxy) } else { (HUNG_UP, ErrorType::Client) };

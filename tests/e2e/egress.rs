@@ -169,12 +169,14 @@ async fn an_allowlisted_agent_reaches_its_host_under_the_sites_rules_and_no_othe
     assert_eq!(out.status, 403, "curl sees the refusal");
     assert!(out.headers.contains("code=operator.not_allowlisted"), "{}", out.headers);
     assert!(String::from_utf8_lossy(&out.body).contains(&rule), "curl reads the reason");
-    // A CONNECT to it: refused before the 200, the reason in the answer it reads.
+    // A CONNECT to it: refused before the 200, and answered to the request inside the tunnel.
     let basic = base64_credentials("sbx", "sbx-secret");
     let connect = format!(
-        "CONNECT other.test:{other_port} HTTP/1.1\r\nHost: other.test:{other_port}\r\nProxy-Authorization: Basic {basic}\r\nConnection: close\r\n\r\n"
+        "CONNECT other.test:{other_port} HTTP/1.1\r\nHost: other.test:{other_port}\r\nProxy-Authorization: Basic {basic}\r\n\r\nGET / HTTP/1.1\r\nHost: other.test\r\n\r\n"
     );
     let answer = exchange(proxy.addr, connect.as_bytes()).await?;
+    let (opened, answer) = answer.split_once("\r\n\r\n").ok_or_else(|| format!("two answers: {answer}"))?;
+    assert!(opened.starts_with("HTTP/1.1 200"), "{opened}");
     assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
     assert!(
         answer.contains(&format!(
@@ -183,8 +185,8 @@ async fn an_allowlisted_agent_reaches_its_host_under_the_sites_rules_and_no_othe
         "{answer}"
     );
     assert!(answer.contains(&rule), "{answer}");
-    // reqwest's HTTPS through the refused CONNECT fails as a proxy error.
-    assert!(sbx.get(format!("https://other.test:{other_port}/")).send().await.is_err());
+    // reqwest's HTTPS through the refused CONNECT reads it inside the tunnel.
+    block::plain(sbx.get(format!("https://other.test:{other_port}/")).send().await?, &unlisted(line, &rule)).await?;
     assert!(!net.looked_up("other.test"), "an unlisted host is never looked up: {:?}", net.lookups());
     assert!(!net.dialled(other.addr), "nor dialled");
     assert!(other.policy_fetches().iter().all(|(_, n)| *n == 0), "nor fetched for policies");
@@ -691,6 +693,41 @@ async fn a_held_connect_approved_for_this_request_opens_its_tunnel_and_each_requ
     let reasons = page["agentgate.reasons"].as_array().ok_or("reasons")?;
     let approved = reasons.iter().find(|r| r["code"] == "operator.host_approved").ok_or("the approval is cited")?;
     assert!(approved["rule"].as_str().is_some_and(|r| r.ends_with("alice approved this request")), "{approved}");
+    Ok(())
+}
+
+/// A held CONNECT a human denies is answered inside its tunnel, where reqwest's HTTPS reads
+/// who denied it and why, under the held request's record; the host is never dialled.
+#[tokio::test]
+async fn a_held_connect_denied_by_a_human_is_read_inside_its_tunnel() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let listener = std::net::TcpListener::bind(("127.0.0.2", 0))?;
+    let secure = Origin::on_listener(listener, Some(ca.server_config_for(&["secure.test"])?), Site::new())?;
+    let net = Net::new(&[("site.test", "127.0.0.1"), ("secure.test", "127.0.0.2")])?;
+    let proxy = start(&ca, &net, &hold_toml()).await?;
+    let sbx = client_as(&proxy, "sbx", "sbx-secret")?;
+
+    let waiting = tokio::spawn(sbx.get(format!("https://secure.test:{}/page", secure.addr.port())).send());
+    let listed = pending(&proxy, 1).await?;
+    let held_record = listed[0]["record_id"].as_str().ok_or("a record id")?.to_owned();
+    let deny = json!({"decision": "deny", "reason": "not this week"});
+    assert_eq!(answer(&proxy, listed[0]["id"].as_str().ok_or("an id")?, deny).await?.0, 200);
+    let denied = waiting.await??;
+    assert_eq!(denied.status(), 403);
+    let decision = header(&denied, "agentgate-decision");
+    assert!(decision.contains("approval=denied; by=alice"), "{decision}");
+    assert!(decision.ends_with(&format!("record={held_record}")), "{decision}");
+    assert!(denied.text().await?.contains("not this week"), "the approver's reason reaches the agent");
+    assert!(!net.looked_up("secure.test") && !net.dialled(secure.addr), "{:?}", net.lookups());
+
+    let records = proxy.finish().await?;
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let connect = by_id(&records, &held_record)?;
+    assert_eq!(
+        (&connect["http.request.method"], &connect["http.response.status_code"]),
+        (&json!("CONNECT"), &json!(403))
+    );
+    assert_eq!(connect["agentgate.approval.decision"], "denied", "{connect:#}");
     Ok(())
 }
 

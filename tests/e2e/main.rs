@@ -50,6 +50,8 @@
 //!   after a 407 under `[auth] required`, and a clone refused by AGENTS.md shows why;
 //! - `log_schema`: what docs/decision-log.md promises a reader can check (reason digests);
 //! - `records`: exactly one decision record per request, whichever await its client hangs up at;
+//! - `refused_connect`: a CONNECT refused before its `200` answered inside the tunnel, where
+//!   curl and reqwest show it; a passthrough host's refusal and a `407` at the CONNECT;
 //! - `approvals`: requests held for a human's approval, approved, denied, timed out, hung up,
 //!   refused by a full queue or let through by a remembered approval; the approval API's token;
 //! - `admin`: every admin endpoint, its token, `/metrics` moving with traffic, policy purge,
@@ -91,6 +93,7 @@ mod network;
 mod records;
 mod redaction;
 mod redis;
+mod refused_connect;
 mod reload;
 mod shutdown;
 mod startup;

@@ -19,7 +19,7 @@ use crate::support::block::{self, Expected};
 use crate::support::log::{by_id, for_request};
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
-use crate::support::raw::{connect_tunnel, exchange};
+use crate::support::raw::{exchange, refused_tunnel};
 use crate::support::{TestProxy, TestResult};
 
 /// Every way an agent can write 127.0.0.1 in a URL (the system resolver maps `localhost`).
@@ -209,7 +209,7 @@ async fn issue_8_internal_ranges_and_names_are_never_dialled() -> TestResult {
         answers.push((host, get(&proxy, &format!("http://{host}/latest/meta-data/")).await?));
     }
     for target in ["169.254.169.254:443", "10.0.0.1:443", "metadata.test:443"] {
-        let (_, head) = connect_tunnel(proxy.addr, target).await?;
+        let head = refused_tunnel(proxy.addr, target).await?;
         assert!(head.starts_with("HTTP/1.1 403"), "CONNECT {target}: {head}");
         assert!(head.contains("code=network.private_address"), "CONNECT {target}: {head}");
     }
@@ -288,11 +288,11 @@ async fn issue_8_connect_ports_and_agentgates_own_address() -> TestResult {
     let proxy = TestProxy::start_with(&ca, shipped_ports).await?;
     let own = proxy.addr.port();
 
-    let (_, head) = connect_tunnel(proxy.addr, "127.0.0.1:22").await?;
+    let head = refused_tunnel(proxy.addr, "127.0.0.1:22").await?;
     assert!(head.starts_with("HTTP/1.1 403"), "{head}");
     assert!(head.contains("code=network.port_not_allowed"), "loopback is allowed, port 22 is not: {head}");
     for target in [format!("127.0.0.1:{own}"), format!("localhost:{own}"), format!("0x7f.1:{own}")] {
-        let (_, head) = connect_tunnel(proxy.addr, &target).await?;
+        let head = refused_tunnel(proxy.addr, &target).await?;
         assert!(head.starts_with("HTTP/1.1 403"), "{target}: {head}");
         assert!(head.contains("code=network.own_address"), "{target}: {head}");
     }
@@ -485,7 +485,7 @@ async fn issue_25_special_purpose_ranges_and_teredo_loopback_are_refused_unless_
         answers.push((host.to_owned(), get(&proxy, &format!("http://{host}/x")).await?));
     }
     for target in ["192.0.0.192:443".to_owned(), format!("[{TEREDO_LOOPBACK}]:443"), "teredo.test:443".to_owned()] {
-        let (_, head) = connect_tunnel(proxy.addr, &target).await?;
+        let head = refused_tunnel(proxy.addr, &target).await?;
         assert!(head.starts_with("HTTP/1.1 403"), "CONNECT {target}: {head}");
         assert!(head.contains("code=network.private_address"), "CONNECT {target}: {head}");
     }
@@ -552,7 +552,7 @@ async fn issue_25_an_unspecified_admin_listen_refuses_the_hosts_interface_addres
     answers.push((by_name.clone(), get(&proxy, &by_name).await?));
     for ip in &lan {
         let target = authority(*ip, admin.port());
-        let (_, head) = connect_tunnel(proxy.addr, &target).await?;
+        let head = refused_tunnel(proxy.addr, &target).await?;
         assert!(head.starts_with("HTTP/1.1 403"), "CONNECT {target}: {head}");
         assert!(head.contains("code=network.own_address"), "CONNECT {target}: {head}");
     }

@@ -1,11 +1,12 @@
 //! CONNECT (RFC 9110 §9.3.6): the agent's egress lists first (`Gate::check_egress`: a host
-//! its `allow_hosts` does not list, or its `deny_hosts` lists, is a 403 before the `200` and
-//! before any lookup, or is held for a human who may admit it), then the network guard and
-//! `[connect] allowed_ports` (agentgate's own address, internal ranges and other ports are a
-//! 403 before the `200`), then the host-level decision before the `200` (`decide_tunnel`),
-//! then either a passthrough splice to the target (`passthrough`), or interception
-//! (`intercept`): its inner HTTP/1.1 or h2 served with the same request service as the proxy
-//! port.
+//! its `allow_hosts` does not list, or its `deny_hosts` lists, is refused before any lookup,
+//! or is held for a human who may admit it), then the network guard and `[connect]
+//! allowed_ports` (agentgate's own address, internal ranges and other ports are refused),
+//! then the host-level decision before the `200` (`decide_tunnel`), then either a passthrough
+//! splice to the target (`passthrough`), or interception (`intercept`): its inner HTTP/1.1 or
+//! h2 served with the same request service as the proxy port. A refusal is decided before
+//! the `200`; it is the CONNECT's own 403 for a passthrough host, and is answered to the
+//! first request inside the tunnel otherwise (`refuse`), where an HTTPS client shows it.
 //!
 //! Never routes an inner request anywhere but the CONNECT target; never mints certificates
 //! itself (the TLS module does).
@@ -16,10 +17,11 @@ use std::sync::Arc;
 use http::uri::{Authority, Scheme};
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use tracing::{Instrument, debug, field, info_span, warn};
+use tracing::{Instrument, Span, debug, field, info_span, warn};
 
-use super::intercept::intercept;
+use super::intercept::{Inside, intercept};
 use super::passthrough::{decide_passthrough, open_passthrough};
 use crate::config::Config;
 use crate::error_chain::error_chain;
@@ -61,7 +63,7 @@ pub(crate) fn decide_tunnel(config: &Config, authority: &Authority) -> Tunnel {
 /// [`ProxyError::BadConnectTarget`] for a target that is not `host:port`;
 /// [`ProxyError::UpstreamResolve`] when its host does not resolve; for passthrough,
 /// the `Upstream*` variants when the target cannot be reached (answered before the `200`);
-/// a block answer for a refused agent, host or destination.
+/// a block answer for an unknown agent (`407`), and for a passthrough host refused.
 pub(crate) async fn handle_connect(
     state: &Arc<ProxyState>,
     client: SocketAddr,
@@ -102,24 +104,39 @@ pub(crate) async fn handle_connect(
     // agentgate.local is answered inside the tunnel by agentgate itself (`local.rs`): never
     // looked up, vetted or passed through.
     let is_local = local::is_local(authority.host());
-    // The agent's egress lists, before the target is looked up: a refusal is the CONNECT's
-    // 403; a human admitting the host admits the whole tunnel.
+    let tunnel = if is_local { Tunnel::Mitm } else { decide_tunnel(&live.config, &authority) };
+    let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
+    // The agent's egress lists, before the target is looked up; a human admitting the host
+    // admits the whole tunnel.
     let admitted = match live.gate.check_egress(&connect) {
         Err(blocked) if !is_local => {
             match hold::admit_host(state, &live, record, *blocked, connect, drain.clone()).await {
                 Ok(admitted) => Some(admitted),
-                Err(blocked) => return Err(record.block(blocked, &headers)),
+                Err(blocked) => {
+                    let refusal = record.block(blocked, &headers);
+                    return refuse(state, client, record, refusal, (tunnel, authority), request, drain)
+                        .instrument(span)
+                        .await;
+                }
             }
         }
         _ => None,
     };
     let connect = GateRequest { admitted: admitted.as_ref(), ..connect };
     // Held until the passthrough tunnel is open: it dials these addresses.
-    let vetted =
-        if is_local { None } else { Some(check_destination(state, &live, record, connect, Ask::Connect).await?) };
+    let vetted = if is_local {
+        None
+    } else {
+        match check_destination(state, &live, record, connect, Ask::Connect).await {
+            Ok(vetted) => Some(vetted),
+            Err(refusal) => {
+                return refuse(state, client, record, refusal, (tunnel, authority), request, drain)
+                    .instrument(span)
+                    .await;
+            }
+        }
+    };
     let on_upgrade = hyper::upgrade::on(&mut request);
-    let tunnel = if is_local { Tunnel::Mitm } else { decide_tunnel(&live.config, &authority) };
-    let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
     match tunnel {
         Tunnel::Passthrough => {
             let addresses = vetted.as_ref().map_or(&[][..], |vetted| vetted.addresses());
@@ -145,22 +162,64 @@ pub(crate) async fn handle_connect(
                 record.recorded_inside();
             }
             let admitted = admitted.and_then(Admitted::for_tunnel).map(Arc::new);
-            let state = Arc::clone(state);
-            let open = state.metrics.tunnel_opened();
-            // Until the grace period ends: the client's first byte and TLS handshake have
-            // timeouts of their own, longer than a shutdown may take.
-            let until_stopped = drain.clone();
-            let tunnel = async move {
-                let _open = open;
-                match intercept(state, client, (agent, admitted), authority, on_upgrade, drain).await {
-                    Ok(()) => {}
-                    Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "tunnel closed"),
-                    Err(error) => warn!(error = %error, "tunnel failed"),
-                }
-            };
-            tokio::spawn(until_stopped.until_stopped(tunnel).instrument(span));
+            let inside = Inside::Served(agent, admitted);
+            spawn_intercepted(Arc::clone(state), client, (inside, authority), on_upgrade, drain, span);
         }
     }
+    Ok(tunnel_established())
+}
+
+/// Runs an intercepted tunnel (`intercept`) in a task of its own, from hyper's hand-over of
+/// the connection, until it ends or the shutdown grace period does: the client's first byte
+/// and TLS handshake have timeouts of their own, longer than a shutdown may take.
+fn spawn_intercepted(
+    state: Arc<ProxyState>,
+    client: SocketAddr,
+    tunnel: (Inside, Authority),
+    on_upgrade: OnUpgrade,
+    drain: Drain,
+    span: Span,
+) {
+    let (inside, authority) = tunnel;
+    let open = state.metrics.tunnel_opened();
+    let until_stopped = drain.clone();
+    let tunnel = async move {
+        let _open = open;
+        match intercept(state, client, inside, authority, on_upgrade, drain).await {
+            Ok(()) => {}
+            Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "tunnel closed"),
+            Err(error) => warn!(error = %error, "tunnel failed"),
+        }
+    };
+    tokio::spawn(until_stopped.until_stopped(tunnel).instrument(span));
+}
+
+/// A CONNECT refused before its `200` (`exit`): by the agent's egress lists, the network
+/// guard or `[connect] allowed_ports`. An HTTPS client never shows a refused CONNECT's body,
+/// so to an intercepted host the refusal is a `200`, and the first request inside the tunnel
+/// gets the block answer (`refused.rs`; TLS terminated as for any intercepted tunnel, plain
+/// HTTP answered alike), with the CONNECT's one record, written now
+/// (`RequestRecord::answered_inside`): nothing is resolved or dialled for it. A passthrough
+/// host's refusal (its tunnel could not be intercepted) and an error (its host does not
+/// resolve) stay the CONNECT's own answer, as does a `407` (decided before this).
+async fn refuse(
+    state: &Arc<ProxyState>,
+    client: SocketAddr,
+    record: &mut RequestRecord,
+    exit: Exit,
+    target: (Tunnel, Authority),
+    mut request: Request<Incoming>,
+    drain: Drain,
+) -> Result<Response<ProxyBody>, Exit> {
+    let (tunnel, authority) = target;
+    let Exit::Answered(answer) = &exit else { return Err(exit) };
+    if tunnel != Tunnel::Mitm {
+        return Err(exit);
+    }
+    let Some(blocked) = record.answered_inside(answer.status()).await else { return Err(exit) };
+    let on_upgrade = hyper::upgrade::on(&mut request);
+    let inside = Inside::Refused(Arc::new(blocked));
+    spawn_intercepted(Arc::clone(state), client, (inside, authority), on_upgrade, drain, Span::current());
     Ok(tunnel_established())
 }
 

@@ -3,7 +3,9 @@
 //! destination's host) within `[connections] tls_handshake_timeout`, then h2 or HTTP/1.1 by
 //! ALPN; anything else is plain HTTP/1.1 with upgrades. The bytes read to tell them apart are
 //! replayed (`conn::rewind`). Every inner request is served by the request service, routed to
-//! the tunnel's destination and decided as the agent identified for the whole tunnel.
+//! the tunnel's destination and decided as the agent identified for the whole tunnel; or, in
+//! a tunnel whose CONNECT was refused before its `200`, answered with that refusal
+//! (`refused`).
 //!
 //! Never mints certificates itself (the TLS module does); never routes an inner request
 //! anywhere but the tunnel's destination.
@@ -19,9 +21,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio_rustls::LazyConfigAcceptor;
 use tracing::{debug, info};
 
+use super::refused::serve_refusal;
 use crate::agents::Identity;
 use crate::error_chain::error_chain;
-use crate::gate::Admitted;
+use crate::gate::{Admitted, Blocked};
 use crate::proxy::conn::{Drain, Rewind};
 use crate::proxy::context::{Entry, ProxyState};
 use crate::proxy::error::TunnelError;
@@ -31,6 +34,16 @@ use crate::proxy::service::ProxyService;
 /// The first byte of a TLS record carrying a handshake message (RFC 8446 §5.1).
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
+/// What answers the requests inside an intercepted tunnel.
+pub(super) enum Inside {
+    /// The request service, deciding each as this agent's (with a human's admission of the
+    /// tunnel's host, when there is one).
+    Served(Identity, Option<Arc<Admitted>>),
+    /// The refusal of the tunnel's CONNECT, decided before its `200` and already recorded:
+    /// the first request gets it, then the tunnel closes (`refused`).
+    Refused(Arc<Blocked>),
+}
+
 /// An intercepted tunnel, from the upgrade to the end of the inner connection. The client
 /// sends its first bytes within `[connections] first_byte_timeout` after the `200` and
 /// finishes the TLS handshake within `tls_handshake_timeout`: a tunnel to a
@@ -39,7 +52,7 @@ const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 pub(super) async fn intercept(
     state: Arc<ProxyState>,
     client: SocketAddr,
-    agent: (Identity, Option<Arc<Admitted>>),
+    inside: Inside,
     authority: Authority,
     on_upgrade: OnUpgrade,
     drain: Drain,
@@ -61,14 +74,11 @@ pub(super) async fn intercept(
     let io = Rewind::new(first.freeze(), io);
     if !is_tls {
         debug!("no TLS ClientHello: serving the tunnel as plain HTTP");
-        let settings = state.config.connections.clone();
-        let (agent, admitted) = agent;
         let tunnel = (authority, Entry::PlainTunnel);
-        let service = ProxyService::for_tunnel(state, client, tunnel, agent, admitted, drain.clone());
-        serve_connection(io, service, ServerProtocols::Http1, drain, &settings).await;
+        serve_inside(state, client, inside, tunnel, io, ServerProtocols::Http1, drain).await;
         return Ok(());
     }
-    serve_intercepted(state, client, agent, authority, io, Entry::Mitm, drain).await
+    serve_intercepted(state, client, inside, authority, io, Entry::Mitm, drain).await
 }
 
 /// Whether `first`, the first bytes of a connection, start a TLS handshake record.
@@ -79,16 +89,16 @@ pub(super) fn starts_tls(first: &[u8]) -> bool {
 /// Terminates the client's TLS on `io` (whose first bytes are a ClientHello) with a leaf
 /// minted for its SNI name (or `authority`'s host when it sent none), within
 /// `[connections] tls_handshake_timeout`, then serves the inner HTTP/1.1 or h2: every
-/// request routed to `authority` and decided as `agent`'s (with a human's admission of the
-/// host, when there is one). A CONNECT tunnel and a transparent TLS connection
-/// (`transparent.rs`) are served here alike.
+/// request routed to `authority` and answered as `inside` says. A CONNECT tunnel and a
+/// transparent TLS connection (`transparent.rs`) are served here alike; the leaf of a
+/// refused CONNECT's tunnel is minted the same way.
 ///
 /// # Errors
 /// [`TunnelError`] when the handshake fails or a leaf cannot be minted.
 pub(super) async fn serve_intercepted<I>(
     state: Arc<ProxyState>,
     client: SocketAddr,
-    agent: (Identity, Option<Arc<Admitted>>),
+    inside: Inside,
     authority: Authority,
     io: I,
     entry: Entry,
@@ -125,11 +135,30 @@ where
     };
     let protocols =
         if tls.get_ref().1.alpn_protocol() == Some(b"h2") { ServerProtocols::Http2 } else { ServerProtocols::Http1 };
-    let settings = state.config.connections.clone();
-    let (agent, admitted) = agent;
-    let service = ProxyService::for_tunnel(state, client, (authority, entry), agent, admitted, drain.clone());
-    serve_connection(tls, service, protocols, drain, &settings).await;
+    serve_inside(state, client, inside, (authority, entry), tls, protocols, drain).await;
     Ok(())
+}
+
+/// Serves the inner HTTP of a tunnel (its TLS terminated, or plain) as `inside` says.
+async fn serve_inside<I>(
+    state: Arc<ProxyState>,
+    client: SocketAddr,
+    inside: Inside,
+    tunnel: (Authority, Entry),
+    io: I,
+    protocols: ServerProtocols,
+    drain: Drain,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let settings = state.config.connections.clone();
+    match inside {
+        Inside::Served(agent, admitted) => {
+            let service = ProxyService::for_tunnel(state, client, tunnel, agent, admitted, drain.clone());
+            serve_connection(io, service, protocols, drain, &settings).await;
+        }
+        Inside::Refused(blocked) => serve_refusal(io, blocked, protocols, drain, &settings).await,
+    }
 }
 
 /// Names a failed client handshake truthfully: a certificate alert from the client means it

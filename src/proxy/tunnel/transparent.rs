@@ -31,7 +31,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{Instrument, debug, debug_span, info, warn};
 
-use super::intercept::{serve_intercepted, starts_tls};
+use super::intercept::{Inside, serve_intercepted, starts_tls};
 use super::original::{connection_request, names_destination, original_authority, refused_origin};
 use super::passthrough::{decide_passthrough, open_passthrough};
 use crate::error_chain::error_chain;
@@ -176,7 +176,7 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     }
     let admitted = admitted.and_then(Admitted::for_tunnel).map(Arc::new);
     let entry = Entry::Transparent { tls: true };
-    match serve_intercepted(state, client, (agent, admitted), authority, io, entry, drain).await {
+    match serve_intercepted(state, client, Inside::Served(agent, admitted), authority, io, entry, drain).await {
         Ok(()) => {}
         Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "connection closed"),
         Err(error) => warn!(error = %error, "transparent TLS connection failed"),

@@ -43,6 +43,18 @@ pub async fn connect_tunnel(proxy: std::net::SocketAddr, authority: &str) -> Tes
     Ok((stream, head))
 }
 
+/// Opens a CONNECT tunnel to `authority` that the proxy refuses (an intercepted host's
+/// refusal is answered inside the tunnel, after a `200`), sends a plain `GET /` in it, and
+/// returns that answer's head: the refusal.
+pub async fn refused_tunnel(proxy: std::net::SocketAddr, authority: &str) -> TestResult<String> {
+    let (mut stream, head) = connect_tunnel(proxy, authority).await?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("CONNECT {authority} should open, its refusal answered inside: {head}").into());
+    }
+    stream.write_all(format!("GET / HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes()).await?;
+    read_head(&mut stream).await
+}
+
 /// TLS over `stream` to `server_name`, trusting only the CA in `ca_pem`, offering `alpn`.
 pub async fn tls_client(
     stream: TcpStream,
