@@ -30,10 +30,10 @@ pub use crate::audit::AuditConfig;
 pub use crate::fetch::CacheConfig;
 pub use crate::limits::{LimitsConfig, OnFailure, RedisConfig, Store};
 use crate::net::is_host_pattern;
-use crate::secrets::{SecretConfig, overlap_problems};
 pub use crate::net::{ConnectConfig, NetworkConfig, PortRange};
 pub use crate::policy::operator::{Mode, RuleAction};
 use crate::proxy::config::{ConnectionsConfig, MitmConfig, TransparentConfig, UpstreamConfig};
+use crate::secrets::{SecretConfig, overlap_problems};
 use crate::setting::{duration, nonzero_caps, socket_addr};
 
 mod parse;

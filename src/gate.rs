@@ -41,8 +41,8 @@ use crate::fetch::{Origin, PolicyCache};
 use crate::limits::{Limiter, Permit, Refused, Usage};
 use crate::net::{Refusal, canonical_pattern};
 use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
-use crate::secrets::{Plan, SecretRequest, Secrets};
 use crate::policy::{self, Decision, HeaderLookup, OperatorCode, Outcome, Policies, Reason, RequestView};
+use crate::secrets::{Plan, SecretRequest, Secrets};
 
 mod git;
 
@@ -366,6 +366,12 @@ impl Gate {
         let decision = Decision::single(Outcome::Deny, Reason::new(misuse.code, misuse.rule));
         let mut record = self.record_for(LogOutcome::Deny, req);
         record.set_reasons(&decision);
+        if let Some(url) = self.secrets.redact(&record.url) {
+            record.url = url;
+        }
+        if let Some(user_agent) = record.user_agent.as_deref().and_then(|ua| self.secrets.redact(ua)) {
+            record.user_agent = Some(user_agent);
+        }
         Err(Box::new(Blocked { decision, record, kind: BlockKind::Policy, policies: None }))
     }
 

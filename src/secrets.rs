@@ -153,6 +153,28 @@ impl Secrets {
         self.live.is_empty() && self.retired.is_empty()
     }
 
+    /// `text` (a request's URL or a header as a record keeps it) with every value in force or
+    /// retired replaced by `[secret <name>]`; `None` when it holds none. A refused request's
+    /// record and answer show the request this way, so a value an agent typed where it does
+    /// not belong is not written to the log.
+    pub fn redact(&self, text: &str) -> Option<String> {
+        let values = self
+            .live
+            .iter()
+            .filter_map(|s| Some((s.name.as_str(), s.value.get()?)))
+            .chain(self.retired.iter().map(|r| (r.name.as_str(), r.value.as_str())));
+        let mut redacted: Option<String> = None;
+        for (name, value) in values {
+            let current = redacted.as_deref().unwrap_or(text);
+            let lower = value.to_ascii_lowercase();
+            if current.contains(value) || current.contains(&lower) {
+                let marker = format!("[secret {name}]");
+                redacted = Some(current.replace(value, &marker).replace(&lower, &marker));
+            }
+        }
+        redacted
+    }
+
     /// Checks a request before its host is looked up, and plans what to replace in it.
     ///
     /// # Errors
@@ -193,7 +215,9 @@ impl Secrets {
             }
             let Some(place) = places.find(&secret.placeholder) else { continue };
             let name = &secret.name;
-            let refused = |code, why: String| Err(Misuse { code, rule: format!("the placeholder of secret {name:?} is in the {place}: {why}") });
+            let refused = |code, why: String| {
+                Err(Misuse { code, rule: format!("the placeholder of secret {name:?} is in the {place}: {why}") })
+            };
             if !bound {
                 return refused(
                     OperatorCode::SecretNotBound,
@@ -221,7 +245,8 @@ impl Secrets {
             };
             for header in &secret.headers {
                 let Ok(header) = http::HeaderName::try_from(header.as_str()) else { continue };
-                if req.headers.get_all(&header).iter().any(|v| inject::header_holds(v.as_bytes(), &secret.placeholder)) {
+                if req.headers.get_all(&header).iter().any(|v| inject::header_holds(v.as_bytes(), &secret.placeholder))
+                {
                     plan.injections.push(injection(Place::Header(header)));
                 }
             }

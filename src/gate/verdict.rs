@@ -13,8 +13,8 @@ use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::limits::Permit;
 use crate::policy::operator::Mode;
-use crate::secrets::Plan;
 use crate::policy::{AutoctlCode, Code, Decision, OperatorCode, Opinion, Outcome, Policies, PolicyStatus, Reason};
+use crate::secrets::Plan;
 
 /// A request the gate let through. Only the gate can make one, so a forward without a
 /// decision does not compile (linkerd's `Permitted<T>`).

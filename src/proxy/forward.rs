@@ -37,7 +37,12 @@ pub(crate) async fn forward(
     mut request: Request<Incoming>,
     drain: Drain,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let upgrade = if is_upgrade_request(request.version(), request.headers()) { Upgrade::Keep } else { Upgrade::Drop };
+    // An upgraded connection's bytes could not be scrubbed: towards a host with secrets bound
+    // to it the request goes without its upgrade, and its answer is scrubbed like any other.
+    let upgrade = match is_upgrade_request(request.version(), request.headers()) && !permit.secrets().scrubs() {
+        true => Upgrade::Keep,
+        false => Upgrade::Drop,
+    };
     let client_upgrade = (upgrade == Upgrade::Keep).then(|| hyper::upgrade::on(&mut request));
     let mut request = to_origin(context, request, upgrade)?;
     inject_headers(request.headers_mut(), permit.inject_headers());

@@ -141,7 +141,8 @@ impl SecretConfig {
     pub fn problems(&self, number: usize, passthrough: impl Fn(&str) -> bool, problems: &mut Vec<String>) {
         let described = self.described(number);
         if self.name.is_empty() || !self.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
-            problems.push(format!("{described} name = {:?}: use letters, digits, `_` and `-`, e.g. \"github\"", self.name));
+            problems
+                .push(format!("{described} name = {:?}: use letters, digits, `_` and `-`, e.g. \"github\"", self.name));
         }
         if self.placeholder.len() < MIN_PLACEHOLDER_LEN {
             problems.push(format!(
@@ -194,7 +195,11 @@ fn split_port(bound: &str) -> (&str, Option<u16>) {
 pub fn overlap_problems(secrets: &[SecretConfig], problems: &mut Vec<String>) {
     for (i, a) in secrets.iter().enumerate() {
         for (j, b) in secrets.iter().enumerate() {
-            if i != j && !b.placeholder.is_empty() && a.placeholder.contains(&b.placeholder) && (i < j || a.placeholder != b.placeholder) {
+            if i != j
+                && !b.placeholder.is_empty()
+                && a.placeholder.contains(&b.placeholder)
+                && (i < j || a.placeholder != b.placeholder)
+            {
                 problems.push(format!(
                     "{} placeholder {:?} contains {} placeholder {:?}: make neither a substring of the other",
                     a.described(i + 1),
@@ -250,12 +255,19 @@ mod tests {
 
     #[test]
     fn an_unreadable_or_missing_source_names_the_key_and_the_fix() {
-        let mut s = SecretConfig { value_file: Some("/nonexistent/token".into()), ..secret("agp_github_0001", &["a.test"]) };
+        let mut s =
+            SecretConfig { value_file: Some("/nonexistent/token".into()), ..secret("agp_github_0001", &["a.test"]) };
         let problem = s.load_value(1).expect_err("missing file");
-        assert!(problem.starts_with("[[secrets]] #1 (github) value_file = \"/nonexistent/token\": cannot be read"), "{problem}");
+        assert!(
+            problem.starts_with("[[secrets]] #1 (github) value_file = \"/nonexistent/token\": cannot be read"),
+            "{problem}"
+        );
         let mut none = secret("agp_github_0001", &["a.test"]);
         assert!(none.load_value(2).expect_err("no source").contains("set value_env"));
-        let mut env = SecretConfig { value_env: Some("AGENTGATE_TEST_UNSET_SECRET_VAR".into()), ..secret("agp_github_0001", &["a.test"]) };
+        let mut env = SecretConfig {
+            value_env: Some("AGENTGATE_TEST_UNSET_SECRET_VAR".into()),
+            ..secret("agp_github_0001", &["a.test"])
+        };
         assert!(env.load_value(1).expect_err("unset").contains("value_env = \"AGENTGATE_TEST_UNSET_SECRET_VAR\""));
     }
 
@@ -266,7 +278,10 @@ mod tests {
         assert!(problems[0].contains("at least 12 characters"), "{problems:?}");
         assert!(problems[1].contains("passthrough_hosts"), "{problems:?}");
         let mut problems = Vec::new();
-        overlap_problems(&[secret("agp_github_1000", &["a.test"]), secret("agp_github_100", &["a.test"])], &mut problems);
+        overlap_problems(
+            &[secret("agp_github_1000", &["a.test"]), secret("agp_github_100", &["a.test"])],
+            &mut problems,
+        );
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("make neither a substring"), "{problems:?}");
     }

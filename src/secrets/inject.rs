@@ -85,7 +85,8 @@ fn replace_query(query: &str, param: &str, placeholder: &str, value: &str) -> St
 pub(super) fn query_has(path_and_query: &str, param: &str, placeholder: &str) -> bool {
     let Some((_, query)) = path_and_query.split_once('?') else { return false };
     query.split('&').any(|pair| {
-        pair.split_once('=').is_some_and(|(name, v)| percent_decode(name) == param && percent_decode(v).contains(placeholder))
+        pair.split_once('=')
+            .is_some_and(|(name, v)| percent_decode(name) == param && percent_decode(v).contains(placeholder))
     })
 }
 

@@ -16,8 +16,8 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, ETAG, HeaderName, HeaderValue};
 use http::{HeaderMap, Response};
-use hyper::body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, SizeHint};
 use zeroize::Zeroizing;
 
 /// The most bytes a `gzip` answer may decode to before it is withheld.
@@ -127,7 +127,8 @@ pub fn scrub_headers(headers: &mut HeaderMap, scrubber: &Scrubber) {
         }
         headers.remove(&name);
         for value in values {
-            let scrubbed = scrubber.text(value.as_bytes()).map_or(Some(value), |text| HeaderValue::from_bytes(&text).ok());
+            let scrubbed =
+                scrubber.text(value.as_bytes()).map_or(Some(value), |text| HeaderValue::from_bytes(&text).ok());
             if let Some(value) = scrubbed {
                 headers.append(name.clone(), value);
             }
@@ -142,7 +143,10 @@ pub fn scrub_headers(headers: &mut HeaderMap, scrubber: &Scrubber) {
 /// # Errors
 /// [`Unreadable`] when the body is in an encoding agentgate cannot read, or gzip that does
 /// not decode within [`MAX_DECODED`].
-pub async fn scrub_response<B>(response: Response<B>, mut scrubber: Scrubber) -> Result<Response<Scrubbed<B>>, Unreadable>
+pub async fn scrub_response<B>(
+    response: Response<B>,
+    mut scrubber: Scrubber,
+) -> Result<Response<Scrubbed<B>>, Unreadable>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
@@ -152,7 +156,8 @@ where
     for name in [CONTENT_LENGTH, ETAG, HeaderName::from_static("content-digest")] {
         parts.headers.remove(name);
     }
-    let encoding = parts.headers.get(CONTENT_ENCODING).map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_ascii_lowercase());
+    let encoding =
+        parts.headers.get(CONTENT_ENCODING).map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_ascii_lowercase());
     let body = match encoding.as_deref() {
         None | Some("identity" | "") => Scrubbed { inner: Some(body), scrubber, decoded: None, trailers: None },
         Some("gzip" | "x-gzip") => {

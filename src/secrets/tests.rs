@@ -23,7 +23,8 @@ fn test_value(value: &str) -> SecretValue {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("value");
     std::fs::write(&path, value).expect("written");
-    let toml = format!("name = \"v\"\nplaceholder = \"agp_v_000000001\"\nvalue_file = {:?}\nhosts = [\"a.test\"]\n", path);
+    let toml =
+        format!("name = \"v\"\nplaceholder = \"agp_v_000000001\"\nvalue_file = {:?}\nhosts = [\"a.test\"]\n", path);
     let mut secret: SecretConfig = toml::from_str(&toml).expect("a secret table");
     secret.load_value(1).expect("written just now");
     secret.value
@@ -74,7 +75,10 @@ fn the_real_value_is_refused_towards_any_other_host_wherever_it_hides() {
     }
     let in_basic = headers(&[("authorization", &format!("Basic {basic}"))]);
     let misuse = secrets.check(&request("evil.example", "/", &in_basic, "bot"), Instant::now()).expect_err("basic");
-    assert_eq!(misuse.rule, "the value of secret \"github\" is in the header authorization of a request to evil.example:443, a host it is not bound to");
+    assert_eq!(
+        misuse.rule,
+        "the value of secret \"github\" is in the header authorization of a request to evil.example:443, a host it is not bound to"
+    );
     // To its own host the value is not refused (an agent that has it gains nothing there).
     assert!(secrets.check(&request("api.github.test", "/", &in_basic, "bot"), Instant::now()).is_ok());
 }
@@ -83,7 +87,8 @@ fn the_real_value_is_refused_towards_any_other_host_wherever_it_hides() {
 fn apply_replaces_in_the_named_header_basic_credentials_and_query_only() {
     let secrets = Secrets::new(&[github(&[])], None, Instant::now());
     let basic = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("git:{PLACEHOLDER}"));
-    let sent = headers(&[("authorization", &format!("Basic {basic}")), ("x-other", PLACEHOLDER), ("range", "bytes=0-1")]);
+    let sent =
+        headers(&[("authorization", &format!("Basic {basic}")), ("x-other", PLACEHOLDER), ("range", "bytes=0-1")]);
     let target = format!("/repos?access_token={PLACEHOLDER}&note={PLACEHOLDER}");
     let plan = secrets.check(&request("api.github.test", &target, &sent, "bot"), Instant::now()).expect("bound");
     let mut builder = Request::get(format!("https://api.github.test{target}"));

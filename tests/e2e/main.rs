@@ -50,6 +50,7 @@
 //!   after a 407 under `[auth] required`, and a clone refused by AGENTS.md shows why;
 //! - `log_schema`: what docs/decision-log.md promises a reader can check (reason digests);
 //! - `records`: exactly one decision record per request, whichever await its client hangs up at;
+//! - `secrets`: `[[secrets]]` injected towards their hosts only, scrubbed from answers, never logged, rotated by SIGHUP;
 //! - `approvals`: requests held for a human's approval, approved, denied, timed out, hung up,
 //!   refused by a full queue or let through by a remembered approval; the approval API's token;
 //! - `admin`: every admin endpoint, its token, `/metrics` moving with traffic, policy purge,
@@ -92,6 +93,7 @@ mod records;
 mod redaction;
 mod redis;
 mod reload;
+mod secrets;
 mod shutdown;
 mod startup;
 mod support;
