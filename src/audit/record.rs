@@ -509,6 +509,7 @@ mod tests {
         rec.duration = Some(Duration::from_micros(1500));
         rec.user_agent = Some("ExampleBot/1.0 \"quoted\"\n".to_owned());
         rec.purposes = vec!["search".to_owned()];
+        rec.secrets = vec!["github (header authorization)".to_owned()];
         rec.status = Some(502);
         rec.response_bytes = Some(0);
         rec.reasons = vec![
@@ -561,6 +562,7 @@ mod tests {
                 r#""agentgate.entry":"transparent","http.request.method":"GET","#,
                 r#""url.full":"https://Example.com/private/x?q=secret","url.domain":"example.com","#,
                 r#""user_agent.original":"ExampleBot/1.0 \"quoted\"\n","agentgate.purposes":["search"],"#,
+                r#""agentgate.secrets":["github (header authorization)"],"#,
                 r#""http.response.status_code":502,"#,
                 r#""http.response.body.bytes":0,"agentgate.reasons":[{"source":"robots.txt","code":"robots.disallow","#,
                 r#""line":4,"rule":"Disallow: /private","digest":"abababababababababababababababababababababababababababababababab"},"#,
