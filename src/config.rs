@@ -33,6 +33,7 @@ use crate::net::is_host_pattern;
 pub use crate::net::{ConnectConfig, NetworkConfig, PortRange};
 pub use crate::policy::operator::{Mode, RuleAction};
 use crate::proxy::config::{ConnectionsConfig, MitmConfig, TransparentConfig, UpstreamConfig};
+use crate::secrets::{SecretConfig, overlap_problems};
 use crate::setting::{duration, nonzero_caps, socket_addr};
 
 mod parse;
@@ -99,6 +100,8 @@ pub struct Config {
     pub approvals: ApprovalsConfig,
     /// Listeners for connections the kernel redirects to agentgate (`[transparent]`).
     pub transparent: TransparentConfig,
+    /// Credentials the agents never hold, injected at the gate (`[[secrets]]`, docs/secrets.md).
+    pub secrets: Vec<SecretConfig>,
 }
 
 /// `[ca]`: where the proxy's CA lives.
@@ -181,6 +184,7 @@ impl Default for Config {
             admin: AdminConfig::default(),
             approvals: ApprovalsConfig::default(),
             transparent: TransparentConfig::default(),
+            secrets: Vec::new(),
         }
     }
 }
@@ -258,6 +262,10 @@ impl Config {
         if self.approvals.mode == ApprovalMode::Hold {
             self.admin.holding_problems("[approvals] mode = \"hold\"", &mut problems);
         }
+        for (i, secret) in self.secrets.iter().enumerate() {
+            secret.problems(i + 1, |host| self.mitm.is_passthrough(host), &mut problems);
+        }
+        overlap_problems(&self.secrets, &mut problems);
         for pattern in &self.bypass_hosts {
             if pattern != "*" && !is_host_pattern(pattern) {
                 problems.push(format!(

@@ -25,6 +25,7 @@ mod verdict;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Instant;
 
 use http::HeaderMap;
 use http::header::{PROXY_AUTHORIZATION, USER_AGENT};
@@ -41,6 +42,7 @@ use crate::limits::{Limiter, Permit, Refused, Usage};
 use crate::net::{Refusal, canonical_pattern};
 use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
 use crate::policy::{self, Decision, HeaderLookup, OperatorCode, Outcome, Policies, Reason, RequestView};
+use crate::secrets::{Plan, SecretRequest, Secrets};
 
 mod git;
 
@@ -118,6 +120,8 @@ impl Entry {
 /// The gate of one running proxy.
 pub struct Gate {
     mode: Mode,
+    /// The secrets in force and the values retired by reloads (`crate::secrets`).
+    secrets: Secrets,
     agents: Agents,
     rules: OperatorRules,
     cache: PolicyCache,
@@ -130,8 +134,13 @@ pub struct Gate {
 impl Gate {
     /// A gate for `config`, loading policies through `cache`, counting limits in `limiter`.
     pub fn new(config: &Config, cache: PolicyCache, limiter: Arc<Limiter>) -> Self {
+        Gate::with_secrets(config, cache, limiter, Secrets::new(&config.secrets, None, Instant::now()))
+    }
+
+    fn with_secrets(config: &Config, cache: PolicyCache, limiter: Arc<Limiter>, secrets: Secrets) -> Self {
         Gate {
             mode: config.mode,
+            secrets,
             agents: Agents::new(config),
             rules: operator_rules(config),
             cache,
@@ -147,7 +156,8 @@ impl Gate {
     /// A gate for `config` sharing this one's policy cache and limit counters: what a config
     /// reload swaps in (`crate::reload`), so fetched policies and spent budgets survive it.
     pub fn reconfigured(&self, config: &Config) -> Gate {
-        Gate::new(config, self.cache.clone(), Arc::clone(&self.limiter))
+        let secrets = Secrets::new(&config.secrets, Some(&self.secrets), Instant::now());
+        Gate::with_secrets(config, self.cache.clone(), Arc::clone(&self.limiter), secrets)
     }
 
     /// The limits store's failures so far ([`Limiter::store_failures`]), for `/metrics`.
@@ -248,12 +258,14 @@ impl Gate {
                 Mode::Enforce => Verdict::Block(Blocked { decision, record, kind: BlockKind::Policy, policies }),
                 Mode::Monitor => {
                     record.outcome = LogOutcome::WouldDeny;
+                    let secrets = self.secrets_plan(&req, &mut record);
                     Verdict::Forward(Permitted {
                         record,
                         mode,
                         inject_headers: decision.inject_headers,
                         permit: Permit::default(),
                         policies,
+                        secrets,
                     })
                 }
             };
@@ -292,7 +304,10 @@ impl Gate {
         let host = req.origin.bare_host();
         let usage = Usage { agent: &req.agent.id, origin: &req.origin.to_string(), host };
         match self.check_limits(usage, &record.limits).await {
-            Ok(permit) => Verdict::Forward(Permitted { record, mode, inject_headers, permit, policies }),
+            Ok(permit) => {
+                let secrets = self.secrets_plan(req, &mut record);
+                Verdict::Forward(Permitted { record, mode, inject_headers, permit, policies, secrets })
+            }
             Err(refused) => {
                 let (blocking, outcome, kind) = match refused {
                     Refused::Exceeded(exceeded) => {
@@ -316,15 +331,61 @@ impl Gate {
                     }
                     Mode::Monitor => {
                         record.outcome = LogOutcome::WouldDeny;
+                        let secrets = self.secrets_plan(req, &mut record);
                         Verdict::Forward(Permitted {
                             record,
                             mode,
                             inject_headers,
                             permit: Permit::default(),
                             policies,
+                            secrets,
                         })
                     }
                 }
+            }
+        }
+    }
+
+    /// The secrets a request may carry, as [`Secrets::check`] reads it.
+    fn secret_request<'r>(req: &'r GateRequest<'r>) -> SecretRequest<'r> {
+        SecretRequest {
+            agent: &req.agent.id,
+            tls: req.origin.scheme() == crate::fetch::Scheme::Https,
+            host: req.origin.bare_host(),
+            port: req.origin.port(),
+            path_and_query: req.path_and_query,
+            headers: req.headers,
+        }
+    }
+
+    /// Phase `check_secrets` (inside [`Gate::check_egress`], before anything is looked up): a
+    /// secret's placeholder sent where it does not belong, or its real value sent to any
+    /// host but its own, is refused, in monitor mode too (`crate::secrets`).
+    fn check_secrets(&self, req: &GateRequest<'_>) -> Result<(), Box<Blocked>> {
+        let Err(misuse) = self.secrets.check(&Self::secret_request(req), Instant::now()) else { return Ok(()) };
+        let decision = Decision::single(Outcome::Deny, Reason::new(misuse.code, misuse.rule));
+        let mut record = self.record_for(LogOutcome::Deny, req);
+        record.set_reasons(&decision);
+        if let Some(url) = self.secrets.redact(&record.url) {
+            record.url = url;
+        }
+        if let Some(user_agent) = record.user_agent.as_deref().and_then(|ua| self.secrets.redact(ua)) {
+            record.user_agent = Some(user_agent);
+        }
+        Err(Box::new(Blocked { decision, record, kind: BlockKind::Policy, policies: None }))
+    }
+
+    /// The secrets to inject into a request let through, named in its record
+    /// (`agentgate.secrets`). [`Gate::check_secrets`] refused every misuse already.
+    fn secrets_plan(&self, req: &GateRequest<'_>, record: &mut DecisionRecord) -> Plan {
+        match self.secrets.check(&Self::secret_request(req), Instant::now()) {
+            Ok(plan) => {
+                record.secrets = plan.used();
+                plan
+            }
+            Err(misuse) => {
+                tracing::warn!(code = misuse.code.as_str(), "secrets not injected: {}", misuse.rule);
+                Plan::default()
             }
         }
     }

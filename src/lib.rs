@@ -23,6 +23,7 @@ pub mod policy;
 pub mod proxy;
 pub mod recipe;
 pub mod reload;
+pub mod secrets;
 mod setting;
 pub mod tls;
 pub mod token;

@@ -253,6 +253,8 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         network: _,
         connect: _,
         approvals: _,
+        // Read again with every load: a value file changed on disk is put in force.
+        secrets: _,
         // Built once at start, or bound to what was opened then.
         cache,
         ca,

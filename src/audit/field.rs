@@ -36,6 +36,9 @@ pub const USER_AGENT_ORIGINAL: &str = "user_agent.original";
 /// The purposes the agent declared for this request (config, or its `agentgate-purpose`
 /// header), when it declared any.
 pub const PURPOSES: &str = "agentgate.purposes";
+/// The secrets agentgate injected into the request and where (`github (header
+/// authorization)`), never their values, when it injected any.
+pub const SECRETS: &str = "agentgate.secrets";
 /// The status the agent received (from the origin, or the proxy's own block or error answer).
 pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
 /// Response body bytes sent to the agent.
@@ -67,7 +70,7 @@ pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line
 /// when they have no value; the rest keep this order.
-pub const ORDER: [&str; 27] = [
+pub const ORDER: [&str; 28] = [
     TIMESTAMP,
     EVENT_ID,
     EVENT_OUTCOME,
@@ -83,6 +86,7 @@ pub const ORDER: [&str; 27] = [
     URL_DOMAIN,
     USER_AGENT_ORIGINAL,
     PURPOSES,
+    SECRETS,
     HTTP_RESPONSE_STATUS_CODE,
     HTTP_RESPONSE_BODY_BYTES,
     REASONS,

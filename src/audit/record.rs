@@ -137,6 +137,9 @@ pub struct DecisionRecord {
     pub user_agent: Option<String>,
     /// The purposes in effect for the request (`agentgate.purposes`; left out when none).
     pub purposes: Vec<String>,
+    /// The secrets injected into the request and where, never their values
+    /// (`agentgate.secrets`, e.g. `github (header authorization)`; left out when none).
+    pub secrets: Vec<String>,
     /// The status the agent got (`http.response.status_code`).
     pub status: Option<u16>,
     /// Body bytes sent to the agent (`http.response.body.bytes`).
@@ -205,6 +208,7 @@ impl DecisionRecord {
             url: url.into(),
             user_agent: None,
             purposes: Vec::new(),
+            secrets: Vec::new(),
             status: None,
             response_bytes: None,
             reasons: Vec::new(),
@@ -302,6 +306,9 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     }
     if !record.purposes.is_empty() {
         map.array(field::PURPOSES, &record.purposes, |out, purpose| json::string(out, purpose));
+    }
+    if !record.secrets.is_empty() {
+        map.array(field::SECRETS, &record.secrets, |out, secret| json::string(out, secret));
     }
     if let Some(status) = record.status {
         map.u64(field::HTTP_RESPONSE_STATUS_CODE, status.into());
@@ -502,6 +509,7 @@ mod tests {
         rec.duration = Some(Duration::from_micros(1500));
         rec.user_agent = Some("ExampleBot/1.0 \"quoted\"\n".to_owned());
         rec.purposes = vec!["search".to_owned()];
+        rec.secrets = vec!["github (header authorization)".to_owned()];
         rec.status = Some(502);
         rec.response_bytes = Some(0);
         rec.reasons = vec![
@@ -554,6 +562,7 @@ mod tests {
                 r#""agentgate.entry":"transparent","http.request.method":"GET","#,
                 r#""url.full":"https://Example.com/private/x?q=secret","url.domain":"example.com","#,
                 r#""user_agent.original":"ExampleBot/1.0 \"quoted\"\n","agentgate.purposes":["search"],"#,
+                r#""agentgate.secrets":["github (header authorization)"],"#,
                 r#""http.response.status_code":502,"#,
                 r#""http.response.body.bytes":0,"agentgate.reasons":[{"source":"robots.txt","code":"robots.disallow","#,
                 r#""line":4,"rule":"Disallow: /private","digest":"abababababababababababababababababababababababababababababababab"},"#,

@@ -92,6 +92,12 @@ impl<'i> Parsed<'i> {
             for agent in std::iter::once(&mut config.agent).chain(&mut config.agents) {
                 agent.locate(self.text, self.origin);
             }
+            // Each secret's value is read with the config, so a reload reads it again.
+            for (i, secret) in config.secrets.iter_mut().enumerate() {
+                if let Err(message) = secret.load_value(i + 1) {
+                    problems.push(Problem { location: None, message });
+                }
+            }
             problems.extend(config.problems().into_iter().map(|message| Problem { location: None, message }));
         }
         match self.config {

@@ -14,6 +14,7 @@ use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::limits::Permit;
 use crate::policy::operator::Mode;
 use crate::policy::{AutoctlCode, Code, Decision, OperatorCode, Opinion, Outcome, Policies, PolicyStatus, Reason};
+use crate::secrets::Plan;
 
 /// A request the gate let through. Only the gate can make one, so a forward without a
 /// decision does not compile (linkerd's `Permitted<T>`).
@@ -26,9 +27,16 @@ pub struct Permitted {
     pub(super) permit: Permit,
     /// The policies the request was decided on, for the response-time check (C17).
     pub(super) policies: Option<Arc<Policies>>,
+    /// The secrets to inject into the request and scrub from its answer (`crate::secrets`).
+    pub(super) secrets: Plan,
 }
 
 impl Permitted {
+    /// The secrets to inject into the request and scrub from its answer.
+    pub fn secrets(&self) -> &Plan {
+        &self.secrets
+    }
+
     /// Headers the forwarded request must carry (AGENTS.md agent identification).
     pub fn inject_headers(&self) -> &[(String, String)] {
         &self.inject_headers

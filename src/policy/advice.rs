@@ -54,6 +54,15 @@ impl Advice for OperatorCode {
                 "This is the first request of a git clone, fetch or push; the POST that follows it is refused for the \
                  reasons above, so git cannot go on. Do not retry it; ask your operator if you need this repository."
             }
+            OperatorCode::SecretNotBound | OperatorCode::SecretAgentNotAllowed | OperatorCode::SecretPlainHttp => {
+                "The request carries a credential placeholder your operator gave you, but not for this host, this agent \
+                 or plain HTTP (the cited rule says which). Do not retry it; send the placeholder only to the hosts it is \
+                 for, over https://."
+            }
+            OperatorCode::SecretValueLeak => {
+                "The request carries a credential that may only go to the hosts it belongs to. Do not retry it, and do \
+                 not send that value anywhere else; use the placeholder your operator gave you towards its own hosts."
+            }
             OperatorCode::AuthRequired | OperatorCode::AuthInvalid => {
                 "agentgate needs to know which agent you are. Use the proxy credentials your operator gave you \
                  (HTTPS_PROXY=http://id:token@proxy:port, or Proxy-Authorization: Bearer token); without them, ask your \

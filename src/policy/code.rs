@@ -214,6 +214,14 @@ codes! {
         UpstreamAtCapacity = "upstream.at_capacity",
         /// A git discovery refused because the POST it announces would be refused (C17).
         RefusedForPost = "git.refused_for_post",
+        /// A secret's placeholder sent to a host the secret is not bound to.
+        SecretNotBound = "secrets.not_bound",
+        /// A secret's placeholder sent by an agent the secret is not for.
+        SecretAgentNotAllowed = "secrets.agent_not_allowed",
+        /// A secret's placeholder in a plain-HTTP request, where the secret is not allowed.
+        SecretPlainHttp = "secrets.plain_http",
+        /// A secret's real value in a request to a host it is not bound to.
+        SecretValueLeak = "secrets.value_leak",
         /// The shared limits store did not answer and `on_failure = "deny"` (503).
         LimitsStoreUnavailable = "limits.store_unavailable",
     }
@@ -363,6 +371,10 @@ mod tests {
         "origin.unreachable",
         "upstream.at_capacity",
         "git.refused_for_post",
+        "secrets.not_bound",
+        "secrets.agent_not_allowed",
+        "secrets.plain_http",
+        "secrets.value_leak",
         "limits.store_unavailable",
     ];
 

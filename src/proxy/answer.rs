@@ -59,6 +59,7 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         ProxyError::UpstreamCertificate { .. }
         | ProxyError::UpstreamResolve { .. }
         | ProxyError::UpstreamConnect { .. }
+        | ProxyError::Unscrubbable { .. }
         | ProxyError::Upstream { .. } => StatusCode::BAD_GATEWAY,
         ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         ProxyError::UpstreamAtCapacity { .. } => StatusCode::SERVICE_UNAVAILABLE,

@@ -243,6 +243,18 @@ pub enum ProxyError {
         cause: String,
     },
 
+    /// The answer of a host with secrets bound to it could not be read to take the secret
+    /// values out of it (`crate::secrets`), so it is withheld.
+    #[error(
+        "the answer of {host} is withheld: {cause}; agentgate removes secrets from this host's answers, so it asks for the identity encoding (or gzip within 8 MiB)"
+    )]
+    Unscrubbable {
+        /// The origin, `host:port`.
+        host: String,
+        /// Why it could not be read.
+        cause: String,
+    },
+
     /// The origin was reached but the exchange failed (closed early, protocol error).
     #[error("request to {host} failed: {cause}")]
     Upstream {

@@ -1,9 +1,12 @@
 //! Phase `forward`: the request as the origin gets it (`to_origin`: absolute URI on the routed
 //! origin, hop-by-hop fields out, `Via` in, the headers a policy requires added), sent through
 //! the pool (`Upstream::send`), and the answer as the client gets it (`to_client`); for a
-//! WebSocket upgrade the origin accepts (`101`), the byte relay once both sides switched.
+//! WebSocket upgrade the origin accepts (`101`), the byte relay once both sides switched. The
+//! secrets the permit plans are put into the request and taken out of the answer here
+//! (`crate::secrets`).
 //!
-//! Never decides: it takes a `Permitted`, which only the gate makes. Never buffers a body.
+//! Never decides: it takes a `Permitted`, which only the gate makes. Never buffers a body,
+//! but the gzip answer of a host with secrets bound to it, decoded whole to be scrubbed.
 
 use http::header::{HOST, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
@@ -22,6 +25,7 @@ use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop}
 use super::upstream::PooledBody;
 use crate::error_chain::error_chain;
 use crate::gate::{PURPOSE_HEADER, Permitted};
+use crate::secrets;
 
 /// Phase `forward`: rewrite the request for the origin, send it, rewrite the response head
 /// and hand back the origin's body as a stream. For an upgrade that the origin accepts
@@ -33,10 +37,18 @@ pub(crate) async fn forward(
     mut request: Request<Incoming>,
     drain: Drain,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let upgrade = if is_upgrade_request(request.version(), request.headers()) { Upgrade::Keep } else { Upgrade::Drop };
+    // An upgraded connection's bytes could not be scrubbed: towards a host with secrets bound
+    // to it the request goes without its upgrade, and its answer is scrubbed like any other.
+    let upgrade = match is_upgrade_request(request.version(), request.headers()) && !permit.secrets().scrubs() {
+        true => Upgrade::Keep,
+        false => Upgrade::Drop,
+    };
     let client_upgrade = (upgrade == Upgrade::Keep).then(|| hyper::upgrade::on(&mut request));
     let mut request = to_origin(context, request, upgrade)?;
     inject_headers(request.headers_mut(), permit.inject_headers());
+    let (mut parts, body) = request.into_parts();
+    secrets::apply(permit.secrets(), &mut parts);
+    let request = Request::from_parts(parts, body);
     let mut response = state.upstream.send(&context.authority, request, upgrade).await?;
     let waited_ms = context.started.elapsed().as_millis() as u64;
     debug!(version = ?response.version(), waited_ms, "origin answered");
@@ -47,7 +59,17 @@ pub(crate) async fn forward(
             tokio::spawn(relay.in_current_span());
             Ok(to_client(response, Upgrade::Keep))
         }
-        _ => Ok(to_client(response, Upgrade::Drop)),
+        _ => match permit.secrets().scrubber() {
+            Some(scrubber) => {
+                let scrubbed = secrets::scrub_response(to_client(response, Upgrade::Drop), scrubber).await;
+                let cause = |unreadable: secrets::Unreadable| ProxyError::Unscrubbable {
+                    host: context.authority.to_string(),
+                    cause: unreadable.to_string(),
+                };
+                Ok(scrubbed.map_err(cause)?.map(BodyExt::boxed_unsync))
+            }
+            None => Ok(to_client(response, Upgrade::Drop)),
+        },
     }
 }
 

@@ -52,6 +52,7 @@
 //! - `records`: exactly one decision record per request, whichever await its client hangs up at;
 //! - `refused_connect`: a CONNECT refused before its `200` answered inside the tunnel, where
 //!   curl and reqwest show it; a passthrough host's refusal and a `407` at the CONNECT;
+//! - `secrets`: `[[secrets]]` injected towards their hosts only, scrubbed from answers, never logged, rotated by SIGHUP;
 //! - `approvals`: requests held for a human's approval, approved, denied, timed out, hung up,
 //!   refused by a full queue or let through by a remembered approval; the approval API's token;
 //! - `admin`: every admin endpoint, its token, `/metrics` moving with traffic, policy purge,
@@ -95,6 +96,7 @@ mod redaction;
 mod redis;
 mod refused_connect;
 mod reload;
+mod secrets;
 mod shutdown;
 mod startup;
 mod support;

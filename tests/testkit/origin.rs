@@ -433,6 +433,7 @@ async fn route(state: Arc<OriginState>, request: Request<Incoming>) -> Result<Re
     }
     let mut response = match path.as_str() {
         "/echo" => echo(request),
+        "/reflect" => reflect(&request),
         "/hello" => hello(&request),
         "/sink" => sink(request).await,
         "/status/204" => respond(StatusCode::NO_CONTENT, Empty::new().map_err(|never| match never {}).boxed_unsync()),
@@ -501,6 +502,45 @@ fn h2c(request: &Request<Incoming>) -> Response<OriginBody> {
     let mut response = respond(StatusCode::SWITCHING_PROTOCOLS, full(""));
     response.headers_mut().insert(http::header::UPGRADE, HeaderValue::from_static("h2c"));
     response.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("upgrade"));
+    response
+}
+
+/// Reflects the request as an echo endpoint does (httpbin's `/anything`): its query and
+/// headers in the body, its `Authorization` in a header, and the SHA-256 of both (so a test
+/// can tell what arrived without the value in the answer). With `x-reflect-gzip: 1` the body
+/// is gzip'd whatever the request accepts.
+fn reflect(request: &Request<Incoming>) -> Response<OriginBody> {
+    use sha2::Digest;
+    let query = request.uri().query().unwrap_or("").to_owned();
+    let authorization = header_text(request.headers(), http::header::AUTHORIZATION);
+    let mut text = format!("query: {query}\n");
+    for (name, value) in request.headers() {
+        text.push_str(&format!("{name}: {}\n", String::from_utf8_lossy(value.as_bytes())));
+    }
+    let gzip = request.headers().get("x-reflect-gzip").is_some_and(|v| v == "1");
+    let body = if gzip {
+        use std::io::Write;
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let _ = encoder.write_all(text.as_bytes());
+        encoder.finish().unwrap_or_default()
+    } else {
+        text.into_bytes()
+    };
+    let mut response = respond(StatusCode::OK, full(body));
+    let headers = response.headers_mut();
+    let pairs = [
+        ("x-authorization", authorization.clone()),
+        ("x-authorization-sha256", hex::encode(sha2::Sha256::digest(authorization.as_bytes()))),
+        ("x-query-sha256", hex::encode(sha2::Sha256::digest(query.as_bytes()))),
+    ];
+    for (name, value) in pairs {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
+    if gzip {
+        headers.insert(http::header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
     response
 }
 

@@ -1,0 +1,138 @@
+//! The secrets' unit tests: the check, the plan applied to a request head, the scrubber.
+
+use std::time::Instant;
+
+use http::header::{ACCEPT_ENCODING, AUTHORIZATION, RANGE};
+use http::{HeaderMap, HeaderValue, Request};
+
+use super::*;
+
+const VALUE: &str = "ghp_RealTokenValue0123456789";
+const PLACEHOLDER: &str = "agp_github_0001";
+
+fn github(agents: &[&str]) -> SecretConfig {
+    let toml = format!(
+        "name = \"github\"\nplaceholder = \"{PLACEHOLDER}\"\nvalue_env = \"X\"\nhosts = [\"api.github.test\"]\nagents = {agents:?}\nquery = [\"access_token\"]\n"
+    );
+    let mut secret: SecretConfig = toml::from_str(&toml).expect("a secret table");
+    secret.value = test_value(VALUE);
+    secret
+}
+
+fn test_value(value: &str) -> SecretValue {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("value");
+    std::fs::write(&path, value).expect("written");
+    let toml =
+        format!("name = \"v\"\nplaceholder = \"agp_v_000000001\"\nvalue_file = {:?}\nhosts = [\"a.test\"]\n", path);
+    let mut secret: SecretConfig = toml::from_str(&toml).expect("a secret table");
+    secret.load_value(1).expect("written just now");
+    secret.value
+}
+
+fn request<'a>(host: &'a str, target: &'a str, headers: &'a HeaderMap, agent: &'a str) -> SecretRequest<'a> {
+    SecretRequest { agent, tls: true, host, port: 443, path_and_query: target, headers }
+}
+
+fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    pairs.iter().map(|(n, v)| (n.parse().expect("a name"), HeaderValue::from_str(v).expect("a value"))).collect()
+}
+
+#[test]
+fn the_placeholder_is_planned_for_its_host_and_refused_everywhere_else() {
+    let secrets = Secrets::new(&[github(&["bot"])], None, Instant::now());
+    let sent = headers(&[("authorization", &format!("Bearer {PLACEHOLDER}"))]);
+    let plan = secrets.check(&request("api.github.test", "/user", &sent, "bot"), Instant::now()).expect("bound");
+    assert_eq!(plan.used(), ["github (header authorization)"]);
+    assert!(plan.scrubs());
+
+    let misuse = secrets.check(&request("gist.example", "/", &sent, "bot"), Instant::now()).expect_err("unbound");
+    assert_eq!(misuse.code, OperatorCode::SecretNotBound);
+    assert!(misuse.rule.contains("header authorization") && !misuse.rule.contains(VALUE), "{}", misuse.rule);
+    let other = secrets.check(&request("api.github.test", "/", &sent, "intruder"), Instant::now()).expect_err("agent");
+    assert_eq!(other.code, OperatorCode::SecretAgentNotAllowed);
+    let plain = SecretRequest { tls: false, port: 80, ..request("api.github.test", "/", &sent, "bot") };
+    let github80 = SecretConfig { hosts: vec!["api.github.test".into()], ..github(&["bot"]) };
+    let secrets80 = Secrets::new(&[github80], None, Instant::now());
+    assert_eq!(secrets80.check(&plain, Instant::now()).expect_err("plain").code, OperatorCode::SecretPlainHttp);
+}
+
+#[test]
+fn the_real_value_is_refused_towards_any_other_host_wherever_it_hides() {
+    let secrets = Secrets::new(&[github(&[])], None, Instant::now());
+    let none = HeaderMap::new();
+    let basic = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("x:{VALUE}"));
+    let (query, label) = (format!("/?q={VALUE}"), format!("{}.evil.example", VALUE.to_ascii_lowercase()));
+    let cases = [
+        request("evil.example", &query, &none, "bot"),
+        request("evil.example", "/?q=ghp_RealToken%56alue0123456789", &none, "bot"),
+        request(&label, "/", &none, "bot"),
+    ];
+    for case in &cases {
+        let misuse = secrets.check(case, Instant::now()).expect_err("leak");
+        assert_eq!(misuse.code, OperatorCode::SecretValueLeak, "{case:?}");
+        assert!(!misuse.rule.contains(VALUE));
+    }
+    let in_basic = headers(&[("authorization", &format!("Basic {basic}"))]);
+    let misuse = secrets.check(&request("evil.example", "/", &in_basic, "bot"), Instant::now()).expect_err("basic");
+    assert_eq!(
+        misuse.rule,
+        "the value of secret \"github\" is in the header authorization of a request to evil.example:443, a host it is not bound to"
+    );
+    // To its own host the value is not refused (an agent that has it gains nothing there).
+    assert!(secrets.check(&request("api.github.test", "/", &in_basic, "bot"), Instant::now()).is_ok());
+}
+
+#[test]
+fn apply_replaces_in_the_named_header_basic_credentials_and_query_only() {
+    let secrets = Secrets::new(&[github(&[])], None, Instant::now());
+    let basic = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("git:{PLACEHOLDER}"));
+    let sent =
+        headers(&[("authorization", &format!("Basic {basic}")), ("x-other", PLACEHOLDER), ("range", "bytes=0-1")]);
+    let target = format!("/repos?access_token={PLACEHOLDER}&note={PLACEHOLDER}");
+    let plan = secrets.check(&request("api.github.test", &target, &sent, "bot"), Instant::now()).expect("bound");
+    let mut builder = Request::get(format!("https://api.github.test{target}"));
+    *builder.headers_mut().expect("a builder") = sent.clone();
+    let (mut parts, ()) = builder.body(()).expect("a request").into_parts();
+    apply(&plan, &mut parts);
+    let expected = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("git:{VALUE}"));
+    assert_eq!(parts.headers[AUTHORIZATION], format!("Basic {expected}").as_str());
+    assert_eq!(parts.headers["x-other"], PLACEHOLDER, "a header the secret does not name is left alone");
+    assert_eq!(parts.uri.query(), Some(format!("access_token={VALUE}&note={PLACEHOLDER}").as_str()));
+    assert_eq!(parts.headers[ACCEPT_ENCODING], "identity");
+    assert!(parts.headers.get(RANGE).is_none());
+    assert_eq!(plan.used(), ["github (header authorization)", "github (query access_token)"]);
+}
+
+#[test]
+fn the_scrubber_replaces_values_split_across_any_chunk_boundary() {
+    let pairs = vec![(std::sync::Arc::new(zeroize::Zeroizing::new(VALUE.to_owned())), PLACEHOLDER.to_owned())];
+    let body = format!("{{\"token\":\"{VALUE}\",\"again\":\"{VALUE}\"}}{VALUE}");
+    let expected = body.replace(VALUE, PLACEHOLDER);
+    for split in 1..body.len() {
+        let mut scrubber = Scrubber::new(pairs.clone());
+        let mut out = scrubber.push(&body.as_bytes()[..split]).to_vec();
+        for byte in &body.as_bytes()[split..] {
+            out.extend_from_slice(&scrubber.push(&[*byte]));
+        }
+        out.extend_from_slice(&scrubber.finish());
+        assert_eq!(String::from_utf8(out).expect("utf-8"), expected, "split at {split}");
+    }
+    let scrubber = Scrubber::new(pairs);
+    assert_eq!(scrubber.text(format!("Bearer {VALUE}").as_bytes()), Some(format!("Bearer {PLACEHOLDER}").into_bytes()));
+    assert_eq!(scrubber.text(b"nothing here"), None);
+}
+
+#[test]
+fn a_rotated_value_stays_watched_for_the_grace_period_then_is_forgotten() {
+    let now = Instant::now();
+    let old = Secrets::new(&[github(&[])], None, now);
+    let rotated = SecretConfig { value: test_value("ghp_NewTokenValue9876543210"), ..github(&[]) };
+    let new = Secrets::new(&[rotated], Some(&old), now);
+    let none = HeaderMap::new();
+    let leak = request("evil.example", "/?q=ghp_RealTokenValue0123456789", &none, "bot");
+    assert_eq!(new.check(&leak, now).expect_err("retired, still watched").code, OperatorCode::SecretValueLeak);
+    assert!(new.check(&leak, now + RETIRED_GRACE + std::time::Duration::from_secs(1)).is_ok());
+    let plan = new.check(&request("api.github.test", "/", &none, "bot"), now).expect("bound");
+    assert_eq!(plan.scrub.len(), 2, "the new value and the retired one are scrubbed");
+}
