@@ -11,6 +11,7 @@ use http::HeaderMap;
 
 use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
+use crate::inspect::Report;
 use crate::limits::Permit;
 use crate::policy::operator::Mode;
 use crate::policy::{AutoctlCode, Code, Decision, OperatorCode, Opinion, Outcome, Policies, PolicyStatus, Reason};
@@ -73,6 +74,52 @@ impl Permitted {
         Err(Box::new(Blocked { decision, record: self.record, kind: BlockKind::Policy, policies: None }))
     }
 
+    /// The request-time check of `[inspect]` (docs/inspect.md): what inspecting the request
+    /// found (`crate::inspect::Report`) becomes its reasons, each naming the detector and
+    /// where, never the value: a credential (`inspect.secret_in_request`) or a request that
+    /// could not be read under `on_unreadable = "refuse"` (`inspect.unreadable`) blocks it;
+    /// one read in part under `"allow"` keeps a non-blocking `inspect.unreadable` note. A
+    /// finding in the path withholds the path from the record (`url.full` ends in
+    /// `/REDACTED`). In monitor mode the request stays permitted and its record says
+    /// `would_deny`.
+    ///
+    /// # Errors
+    /// A [`Blocked`] (403, the inspection reasons first) when the request must not leave.
+    pub fn check_request(mut self, report: &Report) -> Result<Permitted, Box<Blocked>> {
+        let refused = report.refuses();
+        let mut blocking: Vec<Reason> = report
+            .findings
+            .iter()
+            .map(|finding| Reason::new(OperatorCode::SecretInRequest, format!("[inspect] {finding}")))
+            .collect();
+        if let Some(unreadable) = &report.unreadable {
+            let reason = if report.refuse_unreadable {
+                Reason::new(OperatorCode::Unreadable, format!("[inspect] {unreadable}: refused (on_unreadable = \"refuse\")"))
+            } else {
+                Reason::new(OperatorCode::Unreadable, format!("[inspect] not inspected: {unreadable} (on_unreadable = \"allow\")"))
+            };
+            if report.refuse_unreadable {
+                blocking.push(reason);
+            } else {
+                self.record.reasons.push(reason);
+            }
+        }
+        if report.findings.iter().any(|finding| finding.in_path) {
+            self.record.url = withheld_path(&self.record.url);
+        }
+        if !refused {
+            return Ok(self);
+        }
+        let decision = Decision::deny_first(blocking, std::mem::take(&mut self.record.reasons), Vec::new());
+        self.record.set_reasons(&decision);
+        if self.mode == Mode::Monitor {
+            self.record.outcome = LogOutcome::WouldDeny;
+            return Ok(self);
+        }
+        self.record.outcome = LogOutcome::Deny;
+        Err(Box::new(Blocked { decision, record: self.record, kind: BlockKind::Policy, policies: None }))
+    }
+
     /// The decision record, to be completed with the response and written, and the
     /// concurrency slots, to be held until the response body ends or is dropped.
     pub fn into_parts(self) -> (DecisionRecord, Permit) {
@@ -84,6 +131,13 @@ impl Permitted {
     pub fn into_record(self) -> DecisionRecord {
         self.record
     }
+}
+
+/// `scheme://authority/REDACTED`: `url` with its path and query withheld.
+fn withheld_path(url: &str) -> String {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let end = url[after_scheme..].find('/').map_or(url.len(), |i| after_scheme + i);
+    format!("{}/REDACTED", &url[..end])
 }
 
 /// Which answer a block gets.
@@ -179,4 +233,15 @@ pub enum Verdict {
     Forward(Permitted),
     /// Answer with a block response.
     Block(Blocked),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_withheld_path_keeps_the_scheme_and_authority_only() {
+        assert_eq!(withheld_path("https://h.test:8443/k/AKIA?x=1"), "https://h.test:8443/REDACTED");
+        assert_eq!(withheld_path("http://h.test"), "http://h.test/REDACTED");
+    }
 }

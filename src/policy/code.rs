@@ -216,6 +216,11 @@ codes! {
         RefusedForPost = "git.refused_for_post",
         /// The shared limits store did not answer and `on_failure = "deny"` (503).
         LimitsStoreUnavailable = "limits.store_unavailable",
+        /// `[inspect]`: a detector found a credential in the request (403).
+        SecretInRequest = "inspect.secret_in_request",
+        /// `[inspect]`: the request could not be inspected (its body over `max_body` or not
+        /// decodable, or a WebSocket upgrade); blocking unless `on_unreadable = "allow"`.
+        Unreadable = "inspect.unreadable",
     }
 }
 
@@ -364,6 +369,8 @@ mod tests {
         "upstream.at_capacity",
         "git.refused_for_post",
         "limits.store_unavailable",
+        "inspect.secret_in_request",
+        "inspect.unreadable",
     ];
 
     #[test]
