@@ -784,9 +784,14 @@ regex = "itok_[a-z0-9]{8}"
         assert!(text_of[0].contains("[inspect] agents entry \"nobody\""), "{text_of:#?}");
         for (i, host) in ["bank.example", "a.pinned.example", "*.pinned.example"].iter().enumerate() {
             let message = &text_of[i + 1];
-            assert!(message.contains(&format!("hosts entry {host:?} is also a [mitm] passthrough_hosts host")), "{message}");
+            assert!(
+                message.contains(&format!("hosts entry {host:?} is also a [mitm] passthrough_hosts host")),
+                "{message}"
+            );
         }
-        let good = text.replace(r#", "bank.example", "a.pinned.example", "*.pinned.example""#, "").replace(r#", "nobody""#, "");
+        let good = text
+            .replace(r#", "bank.example", "a.pinned.example", "*.pinned.example""#, "")
+            .replace(r#", "nobody""#, "");
         let config = Config::from_toml_str(&good, "inspect.toml").unwrap();
         assert_eq!(config.inspect.max_body, 2048);
         assert_eq!(config.inspect.on_unreadable, OnUnreadable::Allow);

@@ -19,8 +19,8 @@ use http::header::PROXY_AUTHORIZATION;
 
 pub use config::{InspectConfig, OnUnreadable, PatternConfig, PatternError};
 pub use decode::Unreadable;
-pub use detect::Finding;
 use detect::Scanner;
+pub use detect::{Finding, Place};
 
 /// The head of a request as inspection reads it.
 #[derive(Debug, Clone, Copy)]
@@ -69,8 +69,9 @@ impl InspectConfig {
         let mut scanner = Scanner::new(&self.patterns);
         scanner.scan(head.host.as_bytes(), || "host".to_owned());
         let (path, query) = head.path_and_query.split_once('?').unwrap_or((head.path_and_query, ""));
-        scanner.scan_path(&percent_decoded(path.as_bytes()));
-        decode::scan_pairs(&mut scanner, query.as_bytes(), |name| format!("query: {name}"), "query: a parameter");
+        scanner.scan_at(&percent_decoded(path.as_bytes()), Place::Path, || "path".to_owned());
+        let named = |name: &str| format!("query: {name}");
+        decode::scan_pairs(&mut scanner, query.as_bytes(), Place::Query, named, "query: a parameter");
         for (name, value) in head.headers {
             if name == PROXY_AUTHORIZATION {
                 continue;
@@ -133,7 +134,8 @@ mod tests {
         headers.insert("x-api-key", HeaderValue::from_static("xoxb-1234567890-abcdef"));
         headers.insert("proxy-authorization", HeaderValue::from_static("Basic AKIAIOSFODNN7EXAMPLE"));
         let target = "/upload/AKIA%49OSFODNN7EXAMPLE?token=ghp_0123456789abcdefghijABCDEFGHIJ012345&x=1";
-        let found = report(&config, &format!("{}.evil.test", KEY.to_ascii_lowercase()), target, &headers, Body::Read(b""));
+        let found =
+            report(&config, &format!("{}.evil.test", KEY.to_ascii_lowercase()), target, &headers, Body::Read(b""));
         assert_eq!(
             found,
             ["aws_access_key_id in path", "github_token in query: token", "slack_token in header: x-api-key"],
@@ -160,7 +162,7 @@ mod tests {
             Head { host: "h.test", path_and_query: &format!("/k/{KEY}"), headers: &HeaderMap::new() },
             Body::Read(b""),
         );
-        assert!(report.refuses() && report.findings.iter().all(|f| f.in_path));
+        assert!(report.refuses() && report.findings.iter().all(|f| f.place == Place::Path));
     }
 
     #[test]

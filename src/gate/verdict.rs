@@ -11,7 +11,7 @@ use http::HeaderMap;
 
 use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
-use crate::inspect::Report;
+use crate::inspect::{Place, Report};
 use crate::limits::Permit;
 use crate::policy::operator::Mode;
 use crate::policy::{AutoctlCode, Code, Decision, OperatorCode, Opinion, Outcome, Policies, PolicyStatus, Reason};
@@ -79,8 +79,8 @@ impl Permitted {
     /// where, never the value: a credential (`inspect.secret_in_request`) or a request that
     /// could not be read under `on_unreadable = "refuse"` (`inspect.unreadable`) blocks it;
     /// one read in part under `"allow"` keeps a non-blocking `inspect.unreadable` note. A
-    /// finding in the path withholds the path from the record (`url.full` ends in
-    /// `/REDACTED`). In monitor mode the request stays permitted and its record says
+    /// finding in the path or the query withholds that part of the target from the record
+    /// and the block answer (`/REDACTED`, `?REDACTED`). In monitor mode the request stays permitted and its record says
     /// `would_deny`.
     ///
     /// # Errors
@@ -94,9 +94,15 @@ impl Permitted {
             .collect();
         if let Some(unreadable) = &report.unreadable {
             let reason = if report.refuse_unreadable {
-                Reason::new(OperatorCode::Unreadable, format!("[inspect] {unreadable}: refused (on_unreadable = \"refuse\")"))
+                Reason::new(
+                    OperatorCode::Unreadable,
+                    format!("[inspect] {unreadable}: refused (on_unreadable = \"refuse\")"),
+                )
             } else {
-                Reason::new(OperatorCode::Unreadable, format!("[inspect] not inspected: {unreadable} (on_unreadable = \"allow\")"))
+                Reason::new(
+                    OperatorCode::Unreadable,
+                    format!("[inspect] not inspected: {unreadable} (on_unreadable = \"allow\")"),
+                )
             };
             if report.refuse_unreadable {
                 blocking.push(reason);
@@ -104,9 +110,7 @@ impl Permitted {
                 self.record.reasons.push(reason);
             }
         }
-        if report.findings.iter().any(|finding| finding.in_path) {
-            self.record.url = withheld_path(&self.record.url);
-        }
+        self.record.url = withheld(&self.record.url, report.findings.iter().map(|finding| finding.place));
         if !refused {
             return Ok(self);
         }
@@ -133,11 +137,18 @@ impl Permitted {
     }
 }
 
-/// `scheme://authority/REDACTED`: `url` with its path and query withheld.
-fn withheld_path(url: &str) -> String {
-    let after_scheme = url.find("://").map_or(0, |i| i + 3);
-    let end = url[after_scheme..].find('/').map_or(url.len(), |i| after_scheme + i);
-    format!("{}/REDACTED", &url[..end])
+/// `url` without the parts of its target a secret was found in (`places`): with one in the
+/// path, `scheme://authority/REDACTED`; with one in the query only, the path and `?REDACTED`.
+fn withheld(url: &str, mut places: impl Iterator<Item = Place> + Clone) -> String {
+    if places.clone().any(|place| place == Place::Path) {
+        let after_scheme = url.find("://").map_or(0, |i| i + 3);
+        let end = url[after_scheme..].find('/').map_or(url.len(), |i| after_scheme + i);
+        return format!("{}/REDACTED", &url[..end]);
+    }
+    match url.split_once('?') {
+        Some((before, _)) if places.any(|place| place == Place::Query) => format!("{before}?REDACTED"),
+        _ => url.to_owned(),
+    }
 }
 
 /// Which answer a block gets.
@@ -240,8 +251,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_withheld_path_keeps_the_scheme_and_authority_only() {
-        assert_eq!(withheld_path("https://h.test:8443/k/AKIA?x=1"), "https://h.test:8443/REDACTED");
-        assert_eq!(withheld_path("http://h.test"), "http://h.test/REDACTED");
+    fn the_parts_of_the_target_a_secret_is_in_are_withheld() {
+        let url = "https://h.test:8443/k/AKIA?x=1";
+        assert_eq!(withheld(url, [Place::Other, Place::Path].into_iter()), "https://h.test:8443/REDACTED");
+        assert_eq!(withheld("http://h.test", [Place::Path].into_iter()), "http://h.test/REDACTED");
+        assert_eq!(withheld(url, [Place::Query].into_iter()), "https://h.test:8443/k/AKIA?REDACTED");
+        assert_eq!(withheld(url, [Place::Other].into_iter()), url);
     }
 }

@@ -16,7 +16,7 @@ use http::HeaderMap;
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use serde_json::Value;
 
-use super::detect::Scanner;
+use super::detect::{Place, Scanner};
 
 /// Why a body could not be inspected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +42,9 @@ impl fmt::Display for Unreadable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Unreadable::TooLarge { max_body } => write!(f, "the body is over [inspect] max_body ({max_body} bytes)"),
-            Unreadable::Encoding(name) => write!(f, "Content-Encoding {name:?} cannot be decoded (gzip and deflate can)"),
+            Unreadable::Encoding(name) => {
+                write!(f, "Content-Encoding {name:?} cannot be decoded (gzip and deflate can)")
+            }
             Unreadable::Corrupt(encoding) => write!(f, "the {encoding} body does not decompress"),
             Unreadable::Json => f.write_str("the body says it is JSON and does not parse"),
             Unreadable::Multipart(why) => write!(f, "the multipart body cannot be read: {why}"),
@@ -167,17 +169,23 @@ fn walk_json(scanner: &mut Scanner<'_>, value: &Value, path: &mut String) {
 /// Every field of a form body, percent-decoded, named.
 fn scan_form(scanner: &mut Scanner<'_>, body: &[u8]) {
     let named = |name: &str| format!("body: form field \"{name}\"");
-    scan_pairs(scanner, body, named, "body: a form field");
+    scan_pairs(scanner, body, Place::Other, named, "body: a form field");
 }
 
 /// Every `name=value` pair of a form body or a query, percent-decoded (`+` as space): each
-/// value at `named(name)`, or at `unnamed` when the name is itself a secret (found, and
+/// value at `named(name)` (in `place`), or at `unnamed` when the name is itself a secret (found, and
 /// withheld), as is a name.
-pub(crate) fn scan_pairs(scanner: &mut Scanner<'_>, text: &[u8], named: impl Fn(&str) -> String, unnamed: &str) {
+pub(crate) fn scan_pairs(
+    scanner: &mut Scanner<'_>,
+    text: &[u8],
+    place: Place,
+    named: impl Fn(&str) -> String,
+    unnamed: &str,
+) {
     for (name, value) in url::form_urlencoded::parse(text) {
-        scanner.scan(name.as_bytes(), || format!("{unnamed} name"));
+        scanner.scan_at(name.as_bytes(), place, || format!("{unnamed} name"));
         let shown = scanner.shown(name.as_bytes());
-        scanner.scan(value.as_bytes(), || match &shown {
+        scanner.scan_at(value.as_bytes(), place, || match &shown {
             Some(name) => named(name),
             None => unnamed.to_owned(),
         });
@@ -207,7 +215,8 @@ fn scan_multipart(scanner: &mut Scanner<'_>, content_type: &str, body: &[u8]) ->
         rest = &rest[after_line + 2..];
         let end = find(rest, next_delimiter.as_bytes()).ok_or(Unreadable::Multipart("no closing delimiter"))?;
         let part = &rest[..end];
-        let head_end = find(part, b"\r\n\r\n").map(|i| (i, i + 4)).or_else(|| part.starts_with(b"\r\n").then_some((0, 2)));
+        let head_end =
+            find(part, b"\r\n\r\n").map(|i| (i, i + 4)).or_else(|| part.starts_with(b"\r\n").then_some((0, 2)));
         let (head, content) = match head_end {
             Some((head, content)) => (&part[..head], &part[content..]),
             None => return Err(Unreadable::Multipart("a part's headers do not end")),

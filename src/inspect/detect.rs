@@ -68,8 +68,20 @@ pub struct Finding {
     /// Where: `host`, `path`, `query: token`, `header: x-api-key`,
     /// `body: JSON field "credentials.key"`, ...
     pub location: String,
-    /// True when it was found in the request target's path: the log then withholds the path.
-    pub in_path: bool,
+    /// Which part of the request it was found in.
+    pub place: Place,
+}
+
+/// The part of a request a finding is in: the request target's path or query (which the
+/// record and the block answer then withhold), or anywhere else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// The path.
+    Path,
+    /// The query.
+    Query,
+    /// The host, a header or the body.
+    Other,
 }
 
 impl fmt::Display for Finding {
@@ -99,21 +111,17 @@ impl<'c> Scanner<'c> {
 
     /// Scans `bytes`, found at `location` (made only when something matched).
     pub(crate) fn scan(&mut self, bytes: &[u8], location: impl Fn() -> String) {
-        self.scan_at(bytes, false, location);
+        self.scan_at(bytes, Place::Other, location);
     }
 
-    /// Scans the request target's path.
-    pub(crate) fn scan_path(&mut self, bytes: &[u8]) {
-        self.scan_at(bytes, true, || "path".to_owned());
-    }
-
-    fn scan_at(&mut self, bytes: &[u8], in_path: bool, location: impl Fn() -> String) {
+    /// Scans `bytes` of the request target's `place` (path or query).
+    pub(crate) fn scan_at(&mut self, bytes: &[u8], place: Place, location: impl Fn() -> String) {
         if bytes.is_empty() || self.findings.len() >= MAX_FINDINGS {
             return;
         }
         let found: Vec<String> = self.matching(bytes).map(str::to_owned).collect();
         for detector in found {
-            let finding = Finding { detector, location: location(), in_path };
+            let finding = Finding { detector, location: location(), place };
             if self.findings.len() < MAX_FINDINGS && !self.findings.contains(&finding) {
                 self.findings.push(finding);
             }

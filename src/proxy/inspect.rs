@@ -12,8 +12,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use http::header::CONTENT_LENGTH;
 use http::Request;
+use http::header::CONTENT_LENGTH;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use tracing::info;
