@@ -343,11 +343,9 @@ mod tests {
 
     #[test]
     fn multipart_parts_are_named() {
-        let body = format!(
-            "preamble\r\n--XyZ\r\nContent-Disposition: form-data; name=\"meta\"\r\n\r\nhello\r\n--XyZ\r\n\
+        let body = "preamble\r\n--XyZ\r\nContent-Disposition: form-data; name=\"meta\"\r\n\r\nhello\r\n--XyZ\r\n\
              Content-Disposition: form-data; name=\"key\"; filename=\"id_rsa\"\r\nContent-Type: text/plain\r\n\r\n\
-             -----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----\n\r\n--XyZ--\r\n"
-        );
+             -----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----\n\r\n--XyZ--\r\n";
         let (found, read) = scan(&[("content-type", "multipart/form-data; boundary=XyZ")], body.as_bytes());
         assert_eq!(read, Ok(()));
         assert_eq!(found, ["private_key in body: multipart part \"key\""]);
