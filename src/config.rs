@@ -28,6 +28,7 @@ use crate::agents::{agent_problems, holding_tables};
 pub use crate::approvals::{ApprovalMode, ApprovalsConfig};
 pub use crate::audit::AuditConfig;
 pub use crate::fetch::CacheConfig;
+pub use crate::inspect::{InspectConfig, OnUnreadable, PatternConfig};
 pub use crate::limits::{LimitsConfig, OnFailure, RedisConfig, Store};
 use crate::net::is_host_pattern;
 pub use crate::net::{ConnectConfig, NetworkConfig, PortRange};
@@ -102,6 +103,8 @@ pub struct Config {
     pub transparent: TransparentConfig,
     /// Credentials the agents never hold, injected at the gate (`[[secrets]]`, docs/secrets.md).
     pub secrets: Vec<SecretConfig>,
+    /// Inspection of what agents send, before it is forwarded (`[inspect]`).
+    pub inspect: InspectConfig,
 }
 
 /// `[ca]`: where the proxy's CA lives.
@@ -185,6 +188,7 @@ impl Default for Config {
             approvals: ApprovalsConfig::default(),
             transparent: TransparentConfig::default(),
             secrets: Vec::new(),
+            inspect: InspectConfig::default(),
         }
     }
 }
@@ -337,6 +341,7 @@ impl Config {
             ));
         }
         self.transparent.problems(&mut problems);
+        self.inspect_problems(&mut problems);
         for addr in &self.transparent.listen {
             let taken = [("listen", Some(self.listen)), ("[admin] listen", self.admin.listen)];
             for (key, other) in taken {
@@ -350,6 +355,34 @@ impl Config {
             }
         }
         problems
+    }
+}
+
+impl Config {
+    /// `[inspect]`'s own problems, then across tables: each of its `agents` must be a
+    /// configured id, and none of its `hosts` a `[mitm] passthrough_hosts` host (a spliced
+    /// tunnel is never read, so it cannot be inspected).
+    fn inspect_problems(&self, problems: &mut Vec<String>) {
+        self.inspect.problems(problems);
+        let known: Vec<&str> =
+            std::iter::once(&self.agent).chain(&self.agents).filter_map(|a| a.id.as_deref()).collect();
+        for agent in self.inspect.agents.iter().filter(|a| !known.contains(&a.as_str())) {
+            problems.push(format!(
+                "[inspect] agents entry {agent:?}: no [agent] or [[agents]] has this id (configured: {}); write one of them",
+                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+            ));
+        }
+        for pattern in &self.inspect.hosts {
+            // A wildcard stands for the hosts under it: one of them passthrough is a clash.
+            let example = pattern.strip_prefix("*.").map_or_else(|| pattern.clone(), |suffix| format!("x.{suffix}"));
+            let same = self.mitm.passthrough_hosts.iter().any(|p| p.eq_ignore_ascii_case(pattern));
+            if pattern != "*" && (same || self.mitm.is_passthrough(&example)) {
+                problems.push(format!(
+                    "[inspect] hosts entry {pattern:?} is also a [mitm] passthrough_hosts host: a passthrough tunnel \
+                     is spliced unread, so it cannot be inspected; remove it from one of the two lists"
+                ));
+            }
+        }
     }
 }
 
@@ -732,5 +765,52 @@ identity = "bad\u0001value"
         std::fs::write(&path, "listen = 8080\n").unwrap();
         let err = Config::load(&path).unwrap_err().to_string();
         assert!(err.contains(&format!("\n  - {}:1:10: listen = 8080", path.display())), "{err}");
+    }
+
+    #[test]
+    fn inspect_table_parses_and_is_checked_across_tables() {
+        let text = r#"
+[[agents]]
+id = "sbx"
+clients = ["10.0.0.0/8"]
+[mitm]
+passthrough_hosts = ["bank.example", "*.pinned.example"]
+[inspect]
+hosts = ["paste.example", "bank.example", "a.pinned.example", "*.pinned.example", "*"]
+agents = ["sbx", "nobody"]
+max_body = 2048
+on_unreadable = "allow"
+[[inspect.patterns]]
+name = "internal_token"
+regex = "itok_[a-z0-9]{8}"
+"#;
+        let Err(ConfigError::Invalid { problems, .. }) = Config::from_toml_str(text, "inspect.toml") else {
+            panic!("passthrough hosts and an unknown agent are problems");
+        };
+        let text_of: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(problems.len(), 4, "{text_of:#?}");
+        assert!(text_of[0].contains("[inspect] agents entry \"nobody\""), "{text_of:#?}");
+        for (i, host) in ["bank.example", "a.pinned.example", "*.pinned.example"].iter().enumerate() {
+            let message = &text_of[i + 1];
+            assert!(
+                message.contains(&format!("hosts entry {host:?} is also a [mitm] passthrough_hosts host")),
+                "{message}"
+            );
+        }
+        let good = text
+            .replace(r#", "bank.example", "a.pinned.example", "*.pinned.example""#, "")
+            .replace(r#", "nobody""#, "");
+        let config = Config::from_toml_str(&good, "inspect.toml").unwrap();
+        assert_eq!(config.inspect.max_body, 2048);
+        assert_eq!(config.inspect.on_unreadable, OnUnreadable::Allow);
+        assert_eq!(config.inspect.patterns[0].name, "internal_token");
+        assert!(config.inspect.applies("x.test", "sbx") && !config.inspect.applies("x.test", "other"));
+    }
+
+    #[test]
+    fn an_inspect_pattern_that_does_not_compile_is_an_error_at_its_line() {
+        let text = "[[inspect.patterns]]\nname = \"broken\"\nregex = \"itok_[\"\n";
+        let err = Config::from_toml_str(text, "inspect.toml").unwrap_err().to_string();
+        assert!(err.contains("inspect.toml:1:1") && err.contains("\"broken\": regex does not compile"), "{err}");
     }
 }

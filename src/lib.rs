@@ -15,6 +15,7 @@ pub mod error_chain;
 pub mod explain;
 pub mod fetch;
 pub mod gate;
+pub mod inspect;
 pub mod limits;
 pub mod lint;
 pub mod metrics;

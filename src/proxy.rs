@@ -22,6 +22,7 @@ mod error;
 mod forward;
 mod headers;
 mod hold;
+mod inspect;
 mod listener;
 mod local;
 mod pool;

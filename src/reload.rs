@@ -7,7 +7,7 @@
 //! What a reload changes: the operator's `[[rules]]` (and the agents they are scoped to),
 //! `bypass_hosts`, `[agent]`, `[[agents]]` (their egress lists `allow_hosts`, `deny_hosts` and
 //! `unlisted` included) and `[auth]`, `mode` and per-agent modes and limits, `instance`, `[mitm] passthrough_hosts`,
-//! `[network]`, `[connect]`, `[robots]`, `[agents_md]`, `[approvals]` and `shutdown_grace`. What it keeps:
+//! `[network]`, `[connect]`, `[robots]`, `[agents_md]`, `[approvals]`, `[inspect]` and `shutdown_grace`. What it keeps:
 //! the fetched policies, the rate-limit counters and concurrency slots, the requests held for
 //! approval, the remembered approvals and the hosts granted to agents, the CA and its leaf
 //! cache, the upstream pool, the decision log writer and every connection (a request in
@@ -255,6 +255,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         approvals: _,
         // Read again with every load: a value file changed on disk is put in force.
         secrets: _,
+        inspect: _,
         // Built once at start, or bound to what was opened then.
         cache,
         ca,

@@ -11,6 +11,7 @@ use http::HeaderMap;
 
 use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
+use crate::inspect::{Place, Report};
 use crate::limits::Permit;
 use crate::policy::operator::Mode;
 use crate::policy::{AutoctlCode, Code, Decision, OperatorCode, Opinion, Outcome, Policies, PolicyStatus, Reason};
@@ -81,6 +82,56 @@ impl Permitted {
         Err(Box::new(Blocked { decision, record: self.record, kind: BlockKind::Policy, policies: None }))
     }
 
+    /// The request-time check of `[inspect]` (docs/inspect.md): what inspecting the request
+    /// found (`crate::inspect::Report`) becomes its reasons, each naming the detector and
+    /// where, never the value: a credential (`inspect.secret_in_request`) or a request that
+    /// could not be read under `on_unreadable = "refuse"` (`inspect.unreadable`) blocks it;
+    /// one read in part under `"allow"` keeps a non-blocking `inspect.unreadable` note. A
+    /// finding in the path or the query withholds that part of the target from the record
+    /// and the block answer (`/REDACTED`, `?REDACTED`). In monitor mode the request stays permitted and its record says
+    /// `would_deny`.
+    ///
+    /// # Errors
+    /// A [`Blocked`] (403, the inspection reasons first) when the request must not leave.
+    pub fn check_request(mut self, report: &Report) -> Result<Permitted, Box<Blocked>> {
+        let refused = report.refuses();
+        let mut blocking: Vec<Reason> = report
+            .findings
+            .iter()
+            .map(|finding| Reason::new(OperatorCode::SecretInRequest, format!("[inspect] {finding}")))
+            .collect();
+        if let Some(unreadable) = &report.unreadable {
+            let reason = if report.refuse_unreadable {
+                Reason::new(
+                    OperatorCode::Unreadable,
+                    format!("[inspect] {unreadable}: refused (on_unreadable = \"refuse\")"),
+                )
+            } else {
+                Reason::new(
+                    OperatorCode::Unreadable,
+                    format!("[inspect] not inspected: {unreadable} (on_unreadable = \"allow\")"),
+                )
+            };
+            if report.refuse_unreadable {
+                blocking.push(reason);
+            } else {
+                self.record.reasons.push(reason);
+            }
+        }
+        self.record.url = withheld(&self.record.url, report.findings.iter().map(|finding| finding.place));
+        if !refused {
+            return Ok(self);
+        }
+        let decision = Decision::deny_first(blocking, std::mem::take(&mut self.record.reasons), Vec::new());
+        self.record.set_reasons(&decision);
+        if self.mode == Mode::Monitor {
+            self.record.outcome = LogOutcome::WouldDeny;
+            return Ok(self);
+        }
+        self.record.outcome = LogOutcome::Deny;
+        Err(Box::new(Blocked { decision, record: self.record, kind: BlockKind::Policy, policies: None }))
+    }
+
     /// The decision record, to be completed with the response and written, and the
     /// concurrency slots, to be held until the response body ends or is dropped.
     pub fn into_parts(self) -> (DecisionRecord, Permit) {
@@ -91,6 +142,20 @@ impl Permitted {
     /// given back now).
     pub fn into_record(self) -> DecisionRecord {
         self.record
+    }
+}
+
+/// `url` without the parts of its target a secret was found in (`places`): with one in the
+/// path, `scheme://authority/REDACTED`; with one in the query only, the path and `?REDACTED`.
+fn withheld(url: &str, mut places: impl Iterator<Item = Place> + Clone) -> String {
+    if places.clone().any(|place| place == Place::Path) {
+        let after_scheme = url.find("://").map_or(0, |i| i + 3);
+        let end = url[after_scheme..].find('/').map_or(url.len(), |i| after_scheme + i);
+        return format!("{}/REDACTED", &url[..end]);
+    }
+    match url.split_once('?') {
+        Some((before, _)) if places.any(|place| place == Place::Query) => format!("{before}?REDACTED"),
+        _ => url.to_owned(),
     }
 }
 
@@ -187,4 +252,18 @@ pub enum Verdict {
     Forward(Permitted),
     /// Answer with a block response.
     Block(Blocked),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parts_of_the_target_a_secret_is_in_are_withheld() {
+        let url = "https://h.test:8443/k/AKIA?x=1";
+        assert_eq!(withheld(url, [Place::Other, Place::Path].into_iter()), "https://h.test:8443/REDACTED");
+        assert_eq!(withheld("http://h.test", [Place::Path].into_iter()), "http://h.test/REDACTED");
+        assert_eq!(withheld(url, [Place::Query].into_iter()), "https://h.test:8443/k/AKIA?REDACTED");
+        assert_eq!(withheld(url, [Place::Other].into_iter()), url);
+    }
 }

@@ -63,6 +63,16 @@ impl Advice for OperatorCode {
                 "The request carries a credential that may only go to the hosts it belongs to. Do not retry it, and do \
                  not send that value anywhere else; use the placeholder your operator gave you towards its own hosts."
             }
+            OperatorCode::SecretInRequest => {
+                "Your operator's agentgate found a credential (the cited detector, at the cited place) in what this \
+                 request sends, and does not let credentials leave to this site. Do not retry it as it is: remove the \
+                 credential from the request, or ask your operator if this site must receive it."
+            }
+            OperatorCode::Unreadable => {
+                "Your operator's agentgate inspects what is sent to this site and could not read this request (the \
+                 cited reason: a body over its size bound, an encoding it cannot undo, or a WebSocket). Send a smaller \
+                 or uncompressed body, or ask your operator."
+            }
             OperatorCode::AuthRequired | OperatorCode::AuthInvalid => {
                 "agentgate needs to know which agent you are. Use the proxy credentials your operator gave you \
                  (HTTPS_PROXY=http://id:token@proxy:port, or Proxy-Authorization: Bearer token); without them, ask your \
@@ -91,7 +101,7 @@ mod tests {
 
     #[test]
     fn advice_names_the_file_and_a_way_forward() {
-        let cases: [(Code, &str); 15] = [
+        let cases: [(Code, &str); 17] = [
             (RobotsCode::Disallow.into(), "robots.txt disallows"),
             (RobotsCode::Unreachable.into(), "Try again later"),
             (OperatorCode::OriginUnreachable.into(), "nothing forbids the request"),
@@ -107,6 +117,8 @@ mod tests {
             (OperatorCode::AuthInvalid.into(), "proxy credentials"),
             (OperatorCode::LimitsStoreUnavailable.into(), "Retry in a few seconds"),
             (OperatorCode::UpstreamAtCapacity.into(), "Retry-After"),
+            (OperatorCode::SecretInRequest.into(), "remove the credential"),
+            (OperatorCode::Unreadable.into(), "could not read this request"),
         ];
         for (code, expected) in cases {
             let text = advice(&Reason::new(code, "rule"));

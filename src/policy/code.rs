@@ -224,6 +224,11 @@ codes! {
         SecretValueLeak = "secrets.value_leak",
         /// The shared limits store did not answer and `on_failure = "deny"` (503).
         LimitsStoreUnavailable = "limits.store_unavailable",
+        /// `[inspect]`: a detector found a credential in the request (403).
+        SecretInRequest = "inspect.secret_in_request",
+        /// `[inspect]`: the request could not be inspected (its body over `max_body` or not
+        /// decodable, or a WebSocket upgrade); blocking unless `on_unreadable = "allow"`.
+        Unreadable = "inspect.unreadable",
     }
 }
 
@@ -376,6 +381,8 @@ mod tests {
         "secrets.plain_http",
         "secrets.value_leak",
         "limits.store_unavailable",
+        "inspect.secret_in_request",
+        "inspect.unreadable",
     ];
 
     #[test]

@@ -5,14 +5,14 @@
 //! secrets the permit plans are put into the request and taken out of the answer here
 //! (`crate::secrets`).
 //!
-//! Never decides: it takes a `Permitted`, which only the gate makes. Never buffers a body,
-//! but the gzip answer of a host with secrets bound to it, decoded whole to be scrubbed.
+//! Never decides: it takes a `Permitted`, which only the gate makes. Never buffers a body
+//! (an inspected request's was read by `inspect`, bounded, before the gate's last word), but
+//! the gzip answer of a host with secrets bound to it, decoded whole to be scrubbed.
 
 use http::header::{HOST, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tracing::{Instrument, debug, warn};
@@ -34,7 +34,7 @@ pub(crate) async fn forward(
     state: &ProxyState,
     context: &RequestContext,
     permit: &Permitted,
-    mut request: Request<Incoming>,
+    mut request: Request<ProxyBody>,
     drain: Drain,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     // An upgraded connection's bytes could not be scrubbed: towards a host with secrets bound
@@ -93,12 +93,13 @@ fn inject_headers(headers: &mut HeaderMap, inject: &[(String, String)]) {
 /// The request as the origin gets it: an absolute URI on the routed origin (the pooled client
 /// needs one and derives `Host` or `:authority` from it, so the client's `Host` is dropped),
 /// HTTP/1.1 as the baseline version (the client picks h2 by ALPN), hop-by-hop fields out,
-/// `Via` in. The body is the client's, streamed.
+/// `Via` in. The body is the client's, streamed (or, for an inspected request, the bytes
+/// `inspect` read, unchanged).
 fn to_origin(
     context: &RequestContext,
-    request: Request<Incoming>,
+    request: Request<ProxyBody>,
     upgrade: Upgrade,
-) -> Result<Request<Incoming>, ProxyError> {
+) -> Result<Request<ProxyBody>, ProxyError> {
     let (mut parts, body) = request.into_parts();
     let path = parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/"));
     parts.uri = Uri::builder()

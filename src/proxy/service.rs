@@ -4,11 +4,14 @@
 //! agent's egress lists (`Gate::check_egress`, and `super::hold::admit_host` for a host a
 //! human may admit), the network guard (`check_destination`), the gate
 //! (`crate::gate::Gate::decide`: block, or a `Permitted`), `hold` (a block a human may
-//! approve waits for one, `super::hold`), `forward` (rewrite, send upstream,
+//! approve waits for one, `super::hold`), `inspect` (for an `[inspect]` host and agent only:
+//! the body read, bounded, and the request scanned for credentials, `super::inspect`),
+//! `forward` (rewrite, send upstream,
 //! stream the answer back), then `record` (the decision record, once the status is known).
 //! See `docs/request-flow.md`.
 //!
-//! Never decides allow or deny itself, never reads policy, never buffers a body.
+//! Never decides allow or deny itself, never reads policy, never buffers a body (`inspect`
+//! does, for the requests `[inspect]` names).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -20,6 +23,7 @@ use std::time::Instant;
 use http::header::{ACCEPT, HOST};
 use http::uri::{Authority, Scheme};
 use http::{Method, Request, Response};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
@@ -31,6 +35,7 @@ use super::destination::{Ask, check_destination};
 use super::error::{ProxyError, shown_target};
 use super::forward::forward;
 use super::hold;
+use super::inspect::inspect;
 use super::local;
 use super::record::{Ending, RequestRecord};
 use super::tunnel::{self, handle_connect};
@@ -191,6 +196,14 @@ impl ProxyService {
         let permit = self.decide(&live, record, GateRequest { addresses: vetted.addresses(), ..gate_request }).await?;
         // A withheld download (C17) is answered like any block: JSON if the agent accepts it.
         let accept = request.headers().get(ACCEPT).cloned();
+        let (permit, request) = if live.config.inspect.applies(named.origin.host(), &agent.id) {
+            // Boxed: only inspected requests pay for the body read's future (the hot path,
+            // `docs/request-flow.md`).
+            Box::pin(inspect(&live, record, permit, request, &context)).await?
+        } else {
+            // Streamed, as every request outside `[inspect]` is.
+            (permit, request.map(BodyExt::boxed_unsync))
+        };
         let permit = record.forwarding(permit).await?;
         let response = forward(&self.state, &context, permit, request, self.drain.clone()).await?;
         Ok(record.answered(response, accept))

@@ -34,6 +34,9 @@
 //! - `shutdown`: graceful shutdown lets in-flight requests finish;
 //! - `gate`: each policy format blocks and allows over HTTP and MITM'd HTTPS, fetch outcomes;
 //! - `gate_cache`: one fetch per policy file within max-age and for concurrent first requests;
+//! - `inspect`: `[inspect]` refuses credentials in JSON, gzip'd, form, header, query and path
+//!   before the origin sees them, passes a clean 200 KiB body byte for byte, follows
+//!   `on_unreadable`, refuses WebSocket upgrades, monitors, and never shows the value;
 //! - `egress`: per-agent egress lists (allowlist, denylist, ports), rules scoped to agents,
 //!   monitor mode, new hosts held for a human and granted for a while, `audit suggest`,
 //!   `explain --config --agent`, reload;
@@ -88,6 +91,7 @@ mod gate;
 mod gate_cache;
 mod gate_log;
 mod git;
+mod inspect;
 mod limits;
 mod log_schema;
 mod network;

@@ -84,6 +84,13 @@ async fn a_line_is_flushed_while_the_log_runs() {
     log.record(&rec).await.expect("queued");
     // Waits for the flush-when-idle to show (what `tail -f` sees), not a fixed delay.
     assert_eq!(wait_for_lines(&path, 1).await, rec.to_json_line(false));
+    // The count follows the write that put the line in the file: a bounded wait for it too.
+    let counted = async {
+        while log.written_records() < 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), counted).await.expect("the line is counted");
     assert_eq!(log.written_records(), 1);
     writer.shutdown().await;
 }
