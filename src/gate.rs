@@ -375,6 +375,12 @@ impl Gate {
         Err(Box::new(Blocked { decision, record, kind: BlockKind::Policy, policies: None }))
     }
 
+    /// The secrets not bound to `host:port`, with their values, for request inspection to
+    /// look for in what is sent there (`Secrets::values_elsewhere`).
+    pub fn secret_values_elsewhere(&self, host: &str, port: u16) -> Vec<(String, Arc<zeroize::Zeroizing<String>>)> {
+        self.secrets.values_elsewhere(host, port, Instant::now())
+    }
+
     /// The secrets to inject into a request let through, named in its record
     /// (`agentgate.secrets`). [`Gate::check_secrets`] refused every misuse already.
     fn secrets_plan(&self, req: &GateRequest<'_>, record: &mut DecisionRecord) -> Plan {

@@ -32,6 +32,9 @@ pub struct Head<'a> {
     pub path_and_query: &'a str,
     /// The request's headers.
     pub headers: &'a HeaderMap,
+    /// The real values of the configured secrets not bound to this host (`crate::secrets`),
+    /// each with its detector name (`secret github`): found anywhere, they refuse the request.
+    pub secrets: &'a [(String, &'a str)],
 }
 
 /// The request's body, as far as the proxy read it.
@@ -66,7 +69,7 @@ impl Report {
 impl InspectConfig {
     /// Runs every detector over `head` and `body`.
     pub fn inspect(&self, head: Head<'_>, body: Body<'_>) -> Report {
-        let mut scanner = Scanner::new(&self.patterns);
+        let mut scanner = Scanner::new(&self.patterns, head.secrets);
         scanner.scan(head.host.as_bytes(), || "host".to_owned());
         let (path, query) = head.path_and_query.split_once('?').unwrap_or((head.path_and_query, ""));
         scanner.scan_at(&percent_decoded(path.as_bytes()), Place::Path, || "path".to_owned());
@@ -123,7 +126,7 @@ mod tests {
     const KEY: &str = "AKIAIOSFODNN7EXAMPLE";
 
     fn report(config: &InspectConfig, host: &str, target: &str, headers: &HeaderMap, body: Body<'_>) -> Vec<String> {
-        let report = config.inspect(Head { host, path_and_query: target, headers }, body);
+        let report = config.inspect(Head { host, path_and_query: target, headers, secrets: &[] }, body);
         report.findings.iter().map(ToString::to_string).collect()
     }
 
@@ -159,7 +162,7 @@ mod tests {
     fn a_path_finding_is_marked_for_the_log() {
         let config = InspectConfig::default();
         let report = config.inspect(
-            Head { host: "h.test", path_and_query: &format!("/k/{KEY}"), headers: &HeaderMap::new() },
+            Head { host: "h.test", path_and_query: &format!("/k/{KEY}"), headers: &HeaderMap::new(), secrets: &[] },
             Body::Read(b""),
         );
         assert!(report.refuses() && report.findings.iter().all(|f| f.place == Place::Path));
@@ -167,7 +170,7 @@ mod tests {
 
     #[test]
     fn unreadable_bodies_follow_on_unreadable_and_upgrades_are_always_refused() {
-        let head = Head { host: "h.test", path_and_query: "/", headers: &HeaderMap::new() };
+        let head = Head { host: "h.test", path_and_query: "/", headers: &HeaderMap::new(), secrets: &[] };
         let refuse = InspectConfig::default();
         let allow = InspectConfig { on_unreadable: OnUnreadable::Allow, ..InspectConfig::default() };
         let too_large = refuse.inspect(head, Body::TooLarge);

@@ -175,6 +175,22 @@ impl Secrets {
         redacted
     }
 
+    /// The names and values (in force, and retired ones still watched at `now`) of the
+    /// secrets not bound to `host:port`: what request inspection looks for in a body.
+    pub fn values_elsewhere(&self, host: &str, port: u16, now: Instant) -> Vec<(String, Arc<Zeroizing<String>>)> {
+        let live = self
+            .live
+            .iter()
+            .filter(|s| !s.is_bound_to(host, port))
+            .filter_map(|s| Some((s.name.clone(), s.value.shared()?)));
+        let retired = self
+            .retired
+            .iter()
+            .filter(|r| r.until > now && !r.secret.is_bound_to(host, port))
+            .map(|r| (r.name.clone(), Arc::clone(&r.value)));
+        live.chain(retired).collect()
+    }
+
     /// Checks a request before its host is looked up, and plans what to replace in it.
     ///
     /// # Errors

@@ -282,7 +282,7 @@ mod tests {
 
     /// What the detectors find in `body` sent with `pairs`, as text, and whether it was read.
     fn scan(pairs: &[(&'static str, &'static str)], body: &[u8]) -> (Vec<String>, Result<(), Unreadable>) {
-        let mut scanner = Scanner::new(&[]);
+        let mut scanner = Scanner::new(&[], &[]);
         let read = scan_body(&mut scanner, &headers(pairs), body, 1024 * 1024);
         (scanner.into_findings().iter().map(ToString::to_string).collect(), read)
     }
@@ -373,7 +373,7 @@ mod tests {
     fn a_gzip_bomb_stops_at_max_body() {
         let body = gzip(&vec![b'a'; 4 * 1024 * 1024]);
         assert!(body.len() < 64 * 1024);
-        let mut scanner = Scanner::new(&[]);
+        let mut scanner = Scanner::new(&[], &[]);
         let read = scan_body(&mut scanner, &headers(&[("content-encoding", "gzip")]), &body, 1024 * 1024);
         assert_eq!(read, Err(Unreadable::TooLarge { max_body: 1024 * 1024 }));
     }

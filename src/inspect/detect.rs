@@ -93,20 +93,27 @@ impl fmt::Display for Finding {
 /// Runs every detector over the parts of one request and collects what they find.
 pub(crate) struct Scanner<'c> {
     patterns: &'c [PatternConfig],
+    /// Literal values with their detector names (the configured secrets' real values).
+    literals: &'c [(String, &'c str)],
     findings: Vec<Finding>,
 }
 
 impl<'c> Scanner<'c> {
-    /// A scanner with the built-in detectors and `patterns`.
-    pub(crate) fn new(patterns: &'c [PatternConfig]) -> Self {
-        Scanner { patterns, findings: Vec::new() }
+    /// A scanner with the built-in detectors, `patterns` and `literals`.
+    pub(crate) fn new(patterns: &'c [PatternConfig], literals: &'c [(String, &'c str)]) -> Self {
+        Scanner { patterns, literals, findings: Vec::new() }
     }
 
     /// The detectors that match `bytes`, built-in ones first.
     fn matching<'s>(&'s self, bytes: &'s [u8]) -> impl Iterator<Item = &'s str> + 's {
         let built_in = COMPILED.iter().filter(|(_, regex)| regex.is_match(bytes)).map(|(name, _)| *name);
         let operator = self.patterns.iter().filter(|p| p.regex().is_match(bytes)).map(|p| p.name.as_str());
-        built_in.chain(operator)
+        let literal = self
+            .literals
+            .iter()
+            .filter(|(_, value)| memchr::memmem::find(bytes, value.as_bytes()).is_some())
+            .map(|(name, _)| name.as_str());
+        built_in.chain(operator).chain(literal)
     }
 
     /// Scans `bytes`, found at `location` (made only when something matched).
@@ -156,7 +163,7 @@ mod tests {
 
     /// The detectors that match `text`, built-in only.
     fn detectors(text: &str) -> Vec<String> {
-        let mut scanner = Scanner::new(&[]);
+        let mut scanner = Scanner::new(&[], &[]);
         scanner.scan(text.as_bytes(), || "body".to_owned());
         scanner.into_findings().into_iter().map(|f| f.detector).collect()
     }
@@ -225,7 +232,7 @@ mod tests {
     #[test]
     fn operator_patterns_are_named_and_run_after_the_built_in_ones() {
         let patterns = [PatternConfig::new("internal_token", r"itok_[a-z0-9]{8}").expect("compiles")];
-        let mut scanner = Scanner::new(&patterns);
+        let mut scanner = Scanner::new(&patterns, &[]);
         scanner.scan(b"a itok_abcd1234 and AKIAIOSFODNN7EXAMPLE", || "header: x".to_owned());
         let found: Vec<String> = scanner.into_findings().iter().map(ToString::to_string).collect();
         assert_eq!(found, ["aws_access_key_id in header: x", "internal_token in header: x"]);
@@ -233,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_name_that_is_a_secret_is_withheld_and_others_are_escaped_and_cut() {
-        let scanner = Scanner::new(&[]);
+        let scanner = Scanner::new(&[], &[]);
         assert_eq!(scanner.shown(b"AKIAIOSFODNN7EXAMPLE"), None);
         assert_eq!(scanner.shown(b"x-api-key").as_deref(), Some("x-api-key"));
         assert_eq!(scanner.shown(b"a\nb\x1b").as_deref(), Some("a\\nb\\u{1b}"));
@@ -243,7 +250,7 @@ mod tests {
 
     #[test]
     fn findings_are_bounded_and_not_repeated() {
-        let mut scanner = Scanner::new(&[]);
+        let mut scanner = Scanner::new(&[], &[]);
         for i in 0..100 {
             scanner.scan(b"AKIAIOSFODNN7EXAMPLE", || format!("query: p{}", i % 20));
             scanner.scan(b"AKIAIOSFODNN7EXAMPLE", || "body".to_owned());

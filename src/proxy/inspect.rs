@@ -61,7 +61,13 @@ pub(crate) async fn inspect(
         Read::Declared | Read::Over(_) => Body::TooLarge,
     };
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let head = Head { host: context.authority.host(), path_and_query, headers: &parts.headers };
+    // The secrets' real values, wherever they hide in a body bound for a host they are not for.
+    let default_port = if context.scheme == http::uri::Scheme::HTTPS { 443 } else { 80 };
+    let port = context.authority.port_u16().unwrap_or(default_port);
+    let values = live.gate.secret_values_elsewhere(context.authority.host(), port);
+    let secrets: Vec<(String, &str)> =
+        values.iter().map(|(name, value)| (format!("secret {name}"), value.as_str())).collect();
+    let head = Head { host: context.authority.host(), path_and_query, headers: &parts.headers, secrets: &secrets };
     let report = config.inspect(head, body);
     if !report.findings.is_empty() || report.unreadable.is_some() {
         // Detectors and places only: a finding holds no value.

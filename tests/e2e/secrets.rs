@@ -1,7 +1,7 @@
 //! Credentials the agent never holds (`[[secrets]]`, docs/secrets.md), through the real
 //! binary: the placeholder becomes the real value towards its own host only, the value comes
 //! back as the placeholder (identity and gzip answers), a placeholder or value sent anywhere
-//! else is refused, no log, stderr line (at debug), admin answer or metric holds the value,
+//! else (a body too, where `[inspect]` reads it) is refused, no log, stderr line (at debug), admin answer or metric holds the value,
 //! and a rotated value file is put in force by SIGHUP.
 
 use std::path::Path;
@@ -37,7 +37,7 @@ fn config(dir: &Path, ca: &TestCa, admin_port: u16, value_file: &Path) -> String
     format!(
         "{base}\n[[agents]]\nid = \"bot\"\nclients = [\"127.0.0.1/32\"]\n\n[[agents]]\nid = \"other\"\ntoken = \"{OTHER_TOKEN}\"\n\n\
          [[secrets]]\nname = \"github\"\nplaceholder = \"{PLACEHOLDER}\"\nvalue_file = {value_file:?}\nhosts = [\"localhost\"]\n\
-         agents = [\"bot\"]\nquery = [\"access_token\"]\n"
+         agents = [\"bot\"]\nquery = [\"access_token\"]\n\n[inspect]\nhosts = [\"127.0.0.1\"]\n"
     )
 }
 
@@ -98,6 +98,11 @@ async fn a_secret_reaches_only_its_host_comes_back_as_the_placeholder_and_is_nev
     // The real value, typed by an agent that learned it, towards another host.
     refused(bot.get(origin.ip_url(&format!("/reflect?q={VALUE}"))).send().await?, "secrets.value_leak").await?;
     refused(bot.get(origin.ip_url("/reflect")).header("x-token", VALUE).send().await?, "secrets.value_leak").await?;
+    // In a body, where request inspection reads it (`[inspect]` on 127.0.0.1).
+    let body = format!("{{\"note\":\"{VALUE}\"}}");
+    let posted =
+        bot.post(origin.ip_url("/reflect")).header("content-type", "application/json").body(body).send().await?;
+    refused(posted, "inspect.secret_in_request").await?;
     assert_eq!(origin.hits("/reflect"), 2, "no refused request reached the origin");
 
     // Rotation: the file changes, SIGHUP reloads; the new value goes out, the old one is
