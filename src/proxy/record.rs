@@ -10,7 +10,10 @@
 //!
 //! So every request that reached the gate leaves exactly one `event.id` in the log, however
 //! it ended (`docs/decision-log.md`):
-//! - answered (forwarded, blocked, served locally): the record with the status and the
+//! - forwarded and answered by the origin: the record with the status, the duration and the
+//!   bytes of both bodies, written when the response body ends or is cut ([`BodyEnd`], the
+//!   [`Meter`] of the response body; `agentgate.body.cut` says who cut it);
+//! - answered by agentgate (blocked, served locally): the record with the status and the
 //!   duration to the response head;
 //! - failed ([`ProxyError`]): outcome `error`, the status it was answered with, the message
 //!   and who is at fault;
@@ -20,8 +23,10 @@
 //! - closed without an HTTP answer (a refused transparent TLS connection): no status.
 //!
 //! The audit promise: under `[audit] on_failure = "block"` a permitted request's decision is
-//! committed (on disk) before anything is forwarded ([`RequestRecord::forwarding`]), and the
-//! completed line follows: two lines, one `event.id`. A commit that fails answers 503.
+//! committed (on disk) before anything is forwarded ([`RequestRecord::forwarding`], `event.type`
+//! `["start"]`), and the completed line follows (`["end"]`): two lines, one `event.id`. A
+//! commit that fails answers 503. Every other request has one line: `["denied"]` for a block,
+//! `["end"]` otherwise, `["allowed"]` for a passthrough tunnel (its line is written as it opens).
 //!
 //! A request that never reached the gate (a request target no proxy serves: 400 before it is
 //! routed) has no record, and neither has an intercepted CONNECT, whose inner requests each
@@ -31,6 +36,7 @@
 
 use std::mem;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use http::header::{ACCEPT, HeaderValue};
@@ -38,13 +44,16 @@ use http::{HeaderMap, Response, StatusCode};
 use tracing::{debug, info, warn};
 
 use super::answer::{Exit, audit_unavailable, blocked_response, error_type_for, status_for};
-use super::body::{ProxyBody, hold_until_body_ends};
+use http_body_util::BodyExt;
+
+use super::body::{Cut, Ended, Meter, Metered, ProxyBody};
 use super::conn::Drain;
 use super::context::ProxyState;
 use super::error::ProxyError;
 use crate::approvals::{Approval, ApprovalDecision};
-use crate::audit::{DecisionRecord, ErrorType, OnFailure, Outcome};
+use crate::audit::{BodyCut, DecisionRecord, ErrorType, Line, OnFailure, Outcome};
 use crate::gate::{Blocked, Permitted};
+use crate::limits::Permit;
 
 /// What the record of a request that ended without its answer says (`error.message`).
 const HUNG_UP: &str = "the client hung up before agentgate answered";
@@ -78,6 +87,28 @@ pub(crate) struct RequestRecord {
     /// The record of a request held for a human's approval, while it waits: dropped then, it
     /// is written with the approval `hung_up` instead of `pending`.
     held: Option<DecisionRecord>,
+    /// The request body bytes sent on, counted as they stream; set while forwarding.
+    sent: Option<SentBytes>,
+}
+
+/// The request body bytes of a forwarded request, counted as they stream to the origin (the
+/// [`Meter`] of the request body) and read when its record is completed.
+#[derive(Clone, Default)]
+pub(crate) struct SentBytes(Arc<AtomicU64>);
+
+impl SentBytes {
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Meter for SentBytes {
+    fn passed(&mut self, _bytes: u64, total: u64) -> Result<(), Cut> {
+        self.0.store(total, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn ended(&mut self, _how: Ended, _total: u64) {}
 }
 
 /// What the request will be written with.
@@ -97,7 +128,15 @@ enum Pending {
 impl RequestRecord {
     /// The record of a request taken now.
     pub(crate) fn start(state: Arc<ProxyState>, drain: Drain) -> Self {
-        RequestRecord { state, drain, started: Instant::now(), pending: Pending::Nothing, permit: None, held: None }
+        RequestRecord {
+            state,
+            drain,
+            started: Instant::now(),
+            pending: Pending::Nothing,
+            permit: None,
+            held: None,
+            sent: None,
+        }
     }
 
     /// When the request was taken: the start of `event.duration`.
@@ -146,21 +185,25 @@ impl RequestRecord {
         self.held = None;
     }
 
-    /// Forwarding under `permit`. The audit promise: under `[audit] on_failure = "block"`
-    /// the decision is committed to the log first.
+    /// Forwarding under `permit`, the request body counted into the [`SentBytes`] handed
+    /// back. The audit promise: under `[audit] on_failure = "block"` the decision is committed
+    /// to the log first, as the request's `start` line.
     ///
     /// # Errors
     /// The 503 answer when the commit failed (the log counted the record as not written, and
     /// nothing is forwarded).
-    pub(crate) async fn forwarding(&mut self, permit: Permitted) -> Result<&Permitted, Exit> {
-        if self.state.audit.on_failure() == OnFailure::Block
-            && let Err(unrecorded) = self.state.audit.commit(permit.record()).await
-        {
-            warn!(error = %unrecorded.cause, "decision log unavailable; refusing to forward unaudited");
-            self.pending = Pending::Written;
-            return Err(Exit::Answered(audit_unavailable()));
+    pub(crate) async fn forwarding(&mut self, permit: Permitted) -> Result<(&Permitted, SentBytes), Exit> {
+        if self.state.audit.on_failure() == OnFailure::Block {
+            let mut start = permit.record().clone();
+            start.line = Line::Start;
+            if let Err(unrecorded) = self.state.audit.commit(&start).await {
+                warn!(error = %unrecorded.cause, "decision log unavailable; refusing to forward unaudited");
+                self.pending = Pending::Written;
+                return Err(Exit::Answered(audit_unavailable()));
+            }
         }
-        Ok(self.permit.insert(permit))
+        let sent = self.sent.insert(SentBytes::default()).clone();
+        Ok((self.permit.insert(permit), sent))
     }
 
     /// Forwarding under `permit` with no commit of its own: a passthrough tunnel, whose one
@@ -171,8 +214,8 @@ impl RequestRecord {
 
     /// The origin's answer to a forwarded request, as the client gets it: the response-time
     /// check (`Permitted::check_response`, C17) may withhold it (a block answered in its
-    /// place, as JSON when `accept` asks for it); otherwise the request's concurrency slots
-    /// are tied to the body.
+    /// place, as JSON when `accept` asks for it); otherwise the record and the request's
+    /// concurrency slots go with the body ([`BodyEnd`]), which writes the record when it ends.
     pub(crate) fn answered(
         &mut self,
         response: Response<ProxyBody>,
@@ -181,9 +224,19 @@ impl RequestRecord {
         let Some(permit) = self.permit.take() else { return response };
         match permit.check_response(response.headers()) {
             Ok(permit) => {
-                let (record, slots) = permit.into_parts();
-                self.pending = Pending::Record(record);
-                if slots.is_empty() { response } else { hold_until_body_ends(response, slots) }
+                let (mut record, slots) = permit.into_parts();
+                record.status = Some(response.status().as_u16());
+                let end = BodyEnd {
+                    state: Arc::clone(&self.state),
+                    drain: self.drain.clone(),
+                    started: self.started,
+                    record: Some(record),
+                    sent: self.sent.take().unwrap_or_default(),
+                    _slots: slots,
+                };
+                // The body writes the record from here on.
+                self.pending = Pending::Written;
+                response.map(|body| Metered::new(body, end).boxed_unsync())
             }
             // The origin's body is dropped unread: the client never gets a byte of it.
             Err(blocked) => {
@@ -201,7 +254,9 @@ impl RequestRecord {
     /// The 503 answer when the commit failed (nothing may be spliced).
     pub(crate) async fn answered_now(&mut self, status: StatusCode) -> Result<(), Exit> {
         self.complete(Ending::Answered(status));
-        let Pending::Completed(record) = &self.pending else { return Ok(()) };
+        let Pending::Completed(record) = &mut self.pending else { return Ok(()) };
+        record.line = Line::TunnelOpened;
+        let record = &*record;
         let (audit, metrics) = (&self.state.audit, &self.state.metrics);
         let written = if audit.on_failure() == OnFailure::Block {
             audit.commit(record).await.map_err(|unrecorded| {
@@ -271,7 +326,9 @@ impl RequestRecord {
         match self.permit.take() {
             Some(permit) => {
                 self.pending = Pending::Written;
-                Pending::Record(permit.into_record())
+                let mut record = permit.into_record();
+                record.request_bytes = self.sent.take().map(|sent| sent.get());
+                Pending::Record(record)
             }
             None => mem::replace(&mut self.pending, Pending::Written),
         }
@@ -304,17 +361,57 @@ impl RequestRecord {
 impl Drop for RequestRecord {
     fn drop(&mut self) {
         let Some(record) = self.ended_unanswered() else { return };
-        self.state.metrics.record(&record);
-        // Dropped inside the connection's task, so a runtime is there; without one (the
-        // runtime itself shutting down) the record is lost with the process's other work.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let (state, drain) = (Arc::clone(&self.state), self.drain.clone());
-        runtime.spawn(async move {
-            // Held until written: shutdown waits for it before it closes the log.
-            let _drain = drain;
-            if let Err(unrecorded) = state.audit.record(&record).await {
-                warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
-            }
-        });
+        write_soon(&self.state, &self.drain, record);
+    }
+}
+
+/// Counts `record` and writes it from a task of its own: for a record completed where
+/// nothing can wait (a `Drop`, a body's poll).
+fn write_soon(state: &Arc<ProxyState>, drain: &Drain, record: DecisionRecord) {
+    state.metrics.record(&record);
+    // Dropped or polled inside the connection's task, so a runtime is there; without one
+    // (the runtime itself shutting down) the record is lost with the process's other work.
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    let (state, drain) = (Arc::clone(state), drain.clone());
+    runtime.spawn(async move {
+        // Held until written: shutdown waits for it before it closes the log.
+        let _drain = drain;
+        if let Err(unrecorded) = state.audit.record(&record).await {
+            warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
+        }
+    });
+}
+
+/// The [`Meter`] of a forwarded request's response body: it holds the request's record and
+/// concurrency slots, and when the body ends (or is cut, or dropped) completes the record
+/// with the duration and both byte counts, says who cut it if it did not end, and writes it.
+struct BodyEnd {
+    state: Arc<ProxyState>,
+    drain: Drain,
+    started: Instant,
+    /// Taken when written: exactly once.
+    record: Option<DecisionRecord>,
+    sent: SentBytes,
+    /// Released with the body (C21).
+    _slots: Permit,
+}
+
+impl Meter for BodyEnd {
+    fn passed(&mut self, _bytes: u64, _total: u64) -> Result<(), Cut> {
+        Ok(())
+    }
+
+    fn ended(&mut self, how: Ended, total: u64) {
+        let Some(mut record) = self.record.take() else { return };
+        record.duration = Some(self.started.elapsed());
+        record.request_bytes = Some(self.sent.get());
+        record.response_bytes = Some(total);
+        record.body_cut = match how {
+            Ended::Complete => None,
+            Ended::Failed => Some(BodyCut::Origin),
+            Ended::Dropped => Some(BodyCut::Client),
+            Ended::Cut => Some(BodyCut::Budget),
+        };
+        write_soon(&self.state, &self.drain, record);
     }
 }

@@ -15,9 +15,9 @@ use std::io;
 use http::uri::Authority;
 use http::{HeaderMap, Request, Response, Uri};
 use http_body_util::{BodyExt, Empty};
-use hyper::body::Incoming;
 use tokio::net::TcpStream;
 
+use super::body::ProxyBody;
 use super::config::{UpstreamConfig, open_file_limits};
 use super::conn::Counted;
 use super::error::{ProxyError, StartError};
@@ -72,7 +72,7 @@ impl Upstream {
     pub(crate) async fn send(
         &self,
         authority: &Authority,
-        request: Request<Incoming>,
+        request: Request<ProxyBody>,
         upgrade: Upgrade,
     ) -> Result<Response<PooledBody>, ProxyError> {
         let Some(key) = Key::of(request.uri()) else {
@@ -82,7 +82,6 @@ impl Upstream {
             Upgrade::Keep => Reuse::Upgrade,
             Upgrade::Drop => Reuse::Pool,
         };
-        let request = request.map(BodyExt::boxed_unsync);
         self.pool.send(&key, request, reuse).await.map_err(|error| classify(authority, &error))
     }
 

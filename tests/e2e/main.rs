@@ -73,6 +73,7 @@ mod agents;
 mod approvals;
 mod audit;
 mod audit_report;
+mod bytes;
 mod cli;
 mod clients;
 mod connections;
