@@ -34,7 +34,7 @@ mod report;
 mod tally;
 mod writer;
 
-pub use config::{AuditConfig, OnFailure};
+pub use config::{AuditConfig, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_FILES, OnFailure};
 pub use recent::{LIVE_CAPACITY, RECENT_CAPACITY, RecentDecisions};
 pub(crate) use record::instance_problems;
 pub(crate) use record::rfc3339_millis;
