@@ -163,7 +163,11 @@ mod tests {
 
         let unrotated = AuditConfig { max_file_size: 0, ..audit.clone() };
         let unrotated = Startup { decision_log: &unrotated, ..startup }.render();
-        assert!(unrotated.contains("decisions.jsonl (not rotated by agentgate: max_file_size = 0; rotate it with logrotate)\n"), "{unrotated}");
+        assert!(
+            unrotated
+                .contains("decisions.jsonl (not rotated by agentgate: max_file_size = 0; rotate it with logrotate)\n"),
+            "{unrotated}"
+        );
         let odd = AuditConfig { max_file_size: 5000, max_files: 2, ..audit.clone() };
         let odd = Startup { decision_log: &odd, ..startup }.render();
         assert!(odd.contains("(rotated at 5000 bytes, 2 kept: at most 15000 bytes)\n"), "{odd}");

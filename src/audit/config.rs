@@ -134,7 +134,11 @@ mod tests {
             problems.join("\n")
         };
         assert_eq!(problems(AuditConfig::default()), "");
-        assert_eq!(problems(AuditConfig { path: "-".into(), ..AuditConfig::default() }), "", "stdout keeps the default");
+        assert_eq!(
+            problems(AuditConfig { path: "-".into(), ..AuditConfig::default() }),
+            "",
+            "stdout keeps the default"
+        );
         let off = AuditConfig { max_file_size: 0, max_files: DEFAULT_MAX_FILES, ..AuditConfig::default() };
         assert_eq!(problems(off), "", "0 leaves rotation to logrotate");
         let small = problems(AuditConfig { max_file_size: 100, ..AuditConfig::default() });

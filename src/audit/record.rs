@@ -432,7 +432,8 @@ fn reason(out: &mut String, reason: &Reason, blocking: bool) {
 
 /// One `agentgate.limits` element: `{"source", "kind": "rate", "requests", "window_s",
 /// "scope", "line"}`, `{"source", "kind": "delay", "requests": 1, "delay_ms", "scope", "line"}`
-/// (robots.txt `Crawl-delay`) or `{"source", "kind": "concurrent", "max", "scope", "line"}`.
+/// (robots.txt `Crawl-delay`), `{"source", "kind": "concurrent", "max", "scope", "line"}` or
+/// `{"source", "kind": "bytes", "direction", "bytes", "window_s", "scope", "line"}` (a byte budget).
 fn limit(out: &mut String, limit: &Limit) {
     let mut map = Object::new(out);
     map.str("source", limit.source.as_str());
@@ -450,6 +451,12 @@ fn limit(out: &mut String, limit: &Limit) {
         LimitKind::Concurrent { max } => {
             map.str("kind", "concurrent");
             map.u64("max", max.into());
+        }
+        LimitKind::Bytes { direction, bytes, window_s } => {
+            map.str("kind", "bytes");
+            map.str("direction", direction.as_str());
+            map.u64("bytes", bytes);
+            map.u64("window_s", window_s.into());
         }
     }
     let scope = match limit.scope {

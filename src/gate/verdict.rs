@@ -11,7 +11,7 @@ use http::HeaderMap;
 
 use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
-use crate::limits::Permit;
+use crate::limits::{ByteBudgets, Permit};
 use crate::policy::operator::Mode;
 use crate::policy::{AutoctlCode, Code, Decision, OperatorCode, Opinion, Outcome, Policies, PolicyStatus, Reason};
 
@@ -26,6 +26,8 @@ pub struct Permitted {
     pub(super) permit: Permit,
     /// The policies the request was decided on, for the response-time check (C17).
     pub(super) policies: Option<Arc<Policies>>,
+    /// The byte budgets its bodies are counted against as they stream (enforce mode).
+    pub(super) budgets: Option<Arc<ByteBudgets>>,
 }
 
 impl Permitted {
@@ -43,6 +45,11 @@ impl Permitted {
             let rule = "passthrough tunnel: methods inside it cannot be seen, so allowed-methods is not enforced";
             self.record.reasons.push(Reason::new(AutoctlCode::Unenforceable, rule));
         }
+    }
+
+    /// The byte budgets the request's bodies are spent against as they stream, if any.
+    pub fn budgets(&self) -> Option<&Arc<ByteBudgets>> {
+        self.budgets.as_ref()
     }
 
     /// The decision record as decided, before any response: what is committed to the log

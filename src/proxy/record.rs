@@ -12,7 +12,8 @@
 //! it ended (`docs/decision-log.md`):
 //! - forwarded and answered by the origin: the record with the status, the duration and the
 //!   bytes of both bodies, written when the response body ends or is cut ([`BodyEnd`], the
-//!   [`Meter`] of the response body; `agentgate.body.cut` says who cut it);
+//!   [`Meter`] of the response body; `agentgate.body.cut` says who cut it). Both meters
+//!   spend the agent's byte budgets as the bytes pass and cut a body that crosses one;
 //! - answered by agentgate (blocked, served locally): the record with the status and the
 //!   duration to the response head;
 //! - failed ([`ProxyError`]): outcome `error`, the status it was answered with, the message
@@ -36,7 +37,7 @@
 
 use std::mem;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use http::header::{ACCEPT, HeaderValue};
@@ -53,7 +54,8 @@ use super::error::ProxyError;
 use crate::approvals::{Approval, ApprovalDecision};
 use crate::audit::{BodyCut, DecisionRecord, ErrorType, Line, OnFailure, Outcome};
 use crate::gate::{Blocked, Permitted};
-use crate::limits::Permit;
+use crate::limits::{ByteBudgets, Exceeded, Permit};
+use crate::policy::Direction;
 
 /// What the record of a request that ended without its answer says (`error.message`).
 const HUNG_UP: &str = "the client hung up before agentgate answered";
@@ -92,23 +94,59 @@ pub(crate) struct RequestRecord {
 }
 
 /// The request body bytes of a forwarded request, counted as they stream to the origin (the
-/// [`Meter`] of the request body) and read when its record is completed.
+/// [`Meter`] of the request body) and read when its record is completed; the bytes past
+/// its declared length are spent against the agent's sending budgets, and a body that
+/// crosses one is cut (the origin's exchange fails, the record says `budget`).
 #[derive(Clone, Default)]
-pub(crate) struct SentBytes(Arc<AtomicU64>);
+pub(crate) struct SentBytes {
+    counted: Arc<Counted>,
+    budgets: Option<Arc<ByteBudgets>>,
+}
+
+#[derive(Default)]
+struct Counted {
+    bytes: AtomicU64,
+    cut: AtomicBool,
+}
 
 impl SentBytes {
     fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.counted.bytes.load(Ordering::Relaxed)
+    }
+
+    /// True when a sending budget cut the body.
+    fn cut(&self) -> bool {
+        self.counted.cut.load(Ordering::Relaxed)
     }
 }
 
 impl Meter for SentBytes {
-    fn passed(&mut self, _bytes: u64, total: u64) -> Result<(), Cut> {
-        self.0.store(total, Ordering::Relaxed);
+    fn passed(&mut self, bytes: u64, total: u64) -> Result<(), Cut> {
+        if let Some(budgets) = &self.budgets {
+            // The declared length was spent before forwarding; only what passes it is spent now.
+            let undeclared = bytes.min(total.saturating_sub(budgets.declared()));
+            if undeclared > 0
+                && let Err(exceeded) = budgets.spend(Direction::Sent, undeclared)
+            {
+                self.counted.cut.store(true, Ordering::Relaxed);
+                return Err(budget_cut(&exceeded));
+            }
+        }
+        self.counted.bytes.store(total, Ordering::Relaxed);
         Ok(())
     }
 
     fn ended(&mut self, _how: Ended, _total: u64) {}
+}
+
+/// What a body cut by a byte budget ends with (its reader sees a reset or a closed
+/// connection, never an end).
+fn budget_cut(exceeded: &Exceeded) -> Cut {
+    Cut(format!(
+        "agentgate cut the body: byte budget {} spent; retry after {} s",
+        exceeded.limit.reason.rule,
+        exceeded.retry_after_secs()
+    ))
 }
 
 /// What the request will be written with.
@@ -202,7 +240,8 @@ impl RequestRecord {
                 return Err(Exit::Answered(audit_unavailable()));
             }
         }
-        let sent = self.sent.insert(SentBytes::default()).clone();
+        let budgets = permit.budgets().cloned();
+        let sent = self.sent.insert(SentBytes { budgets, ..SentBytes::default() }).clone();
         Ok((self.permit.insert(permit), sent))
     }
 
@@ -224,6 +263,7 @@ impl RequestRecord {
         let Some(permit) = self.permit.take() else { return response };
         match permit.check_response(response.headers()) {
             Ok(permit) => {
+                let budgets = permit.budgets().filter(|b| b.counts(Direction::Received)).cloned();
                 let (mut record, slots) = permit.into_parts();
                 record.status = Some(response.status().as_u16());
                 let end = BodyEnd {
@@ -232,6 +272,7 @@ impl RequestRecord {
                     started: self.started,
                     record: Some(record),
                     sent: self.sent.take().unwrap_or_default(),
+                    budgets,
                     _slots: slots,
                 };
                 // The body writes the record from here on.
@@ -307,7 +348,9 @@ impl RequestRecord {
                         record.status = Some(status_for(error).as_u16());
                         record.outcome = Outcome::Error;
                         record.error = Some(error.to_string());
-                        record.error_type = Some(error_type_for(error));
+                        // A body a byte budget cut fails the exchange: agentgate's own bound.
+                        let cut = record.body_cut == Some(BodyCut::Budget);
+                        record.error_type = Some(if cut { ErrorType::Proxy } else { error_type_for(error) });
                     }
                     Ending::Closed => {}
                 }
@@ -327,7 +370,10 @@ impl RequestRecord {
             Some(permit) => {
                 self.pending = Pending::Written;
                 let mut record = permit.into_record();
-                record.request_bytes = self.sent.take().map(|sent| sent.get());
+                if let Some(sent) = self.sent.take() {
+                    record.request_bytes = Some(sent.get());
+                    record.body_cut = sent.cut().then_some(BodyCut::Budget);
+                }
                 Pending::Record(record)
             }
             None => mem::replace(&mut self.pending, Pending::Written),
@@ -392,13 +438,16 @@ struct BodyEnd {
     /// Taken when written: exactly once.
     record: Option<DecisionRecord>,
     sent: SentBytes,
+    /// The receiving budgets the body is spent against, if any.
+    budgets: Option<Arc<ByteBudgets>>,
     /// Released with the body (C21).
     _slots: Permit,
 }
 
 impl Meter for BodyEnd {
-    fn passed(&mut self, _bytes: u64, _total: u64) -> Result<(), Cut> {
-        Ok(())
+    fn passed(&mut self, bytes: u64, _total: u64) -> Result<(), Cut> {
+        let Some(budgets) = &self.budgets else { return Ok(()) };
+        budgets.spend(Direction::Received, bytes).map_err(|exceeded| budget_cut(&exceeded))
     }
 
     fn ended(&mut self, how: Ended, total: u64) {
