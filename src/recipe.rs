@@ -105,7 +105,7 @@ fn decision_log(audit: &AuditConfig) -> String {
     }
     let path = show(&audit.path);
     match audit.disk_bound() {
-        Some(bound) if audit.max_file_size % MIB == 0 => format!(
+        Some(bound) if audit.max_file_size.is_multiple_of(MIB) => format!(
             "{path} (rotated at {} MiB, {} kept: at most {} MiB)",
             audit.max_file_size / MIB,
             audit.max_files,

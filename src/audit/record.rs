@@ -341,8 +341,8 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     let mut map = Object::new(out);
     map.shown(field::TIMESTAMP, rfc3339_millis(record.timestamp));
     map.shown(field::EVENT_ID, record.id);
-    map.array(field::EVENT_CATEGORY, EVENT_CATEGORY, |out, category| json::string(out, category));
-    map.array(field::EVENT_TYPE, [record.event_type()], |out, kind| json::string(out, kind));
+    map.array(field::EVENT_CATEGORY, EVENT_CATEGORY, json::string);
+    map.array(field::EVENT_TYPE, [record.event_type()], json::string);
     map.str(field::EVENT_OUTCOME, record.outcome.as_str());
     if let Some(duration) = record.duration {
         map.u64(field::EVENT_DURATION, u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX));

@@ -227,7 +227,7 @@ mod tests {
     async fn a_meter_that_refuses_cuts_the_body_with_an_error() {
         let tape = Tape { limit: Some(4), ..Tape::default() };
         let body = Metered::new(chunks(&[b"abc", b"def", b"ghi"]), tape.clone());
-        let error = body.collect().await.err().expect("cut, never a short body that looks complete");
+        let error = body.collect().await.expect_err("cut, never a short body that looks complete");
         assert_eq!(error.to_string(), "over 4");
         assert_eq!(told(&tape), ["+3=3", "+3=6", "Cut after 3"]);
     }
