@@ -220,9 +220,22 @@ impl Limiter {
     /// # Errors
     /// [`Exceeded`] when the budget has not `n` bytes left, with when it will.
     pub fn spend_bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64) -> Result<(), Exceeded> {
+        self.local().bytes(usage, limit, n, Spend::Yes)
+    }
+
+    /// Checks that the byte budget `limit` has `n` bytes left for `usage`, spending nothing.
+    ///
+    /// # Errors
+    /// [`Exceeded`] when it has not, with when it will.
+    pub fn check_bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64) -> Result<(), Exceeded> {
+        self.local().bytes(usage, limit, n, Spend::No)
+    }
+
+    /// The store byte budgets are counted in: this process's.
+    fn local(&self) -> &LocalLimiter {
         match self {
-            Limiter::Local(local) => local.spend_bytes(usage, limit, n),
-            Limiter::Redis(shared) => shared.fallback().spend_bytes(usage, limit, n),
+            Limiter::Local(local) => local,
+            Limiter::Redis(shared) => shared.fallback(),
         }
     }
 
@@ -272,12 +285,20 @@ impl ByteBudgets {
         })
     }
 
-    /// Spends a request body's declared length (`Content-Length`) before it is forwarded, so
-    /// a body that would cross a sending budget is refused before a byte leaves.
+    /// Before a request is forwarded: checks every receiving budget has a byte left (a spent
+    /// one refuses the request as a spent rate does), then spends the request body's declared
+    /// length (`Content-Length`), so a body that would cross a sending budget is refused
+    /// before a byte leaves.
     ///
     /// # Errors
-    /// [`Exceeded`] naming the sending budget it would cross.
+    /// [`Exceeded`] naming the spent receiving budget or the sending budget it would cross.
     pub fn spend_declared(&mut self, declared: u64) -> Result<(), Exceeded> {
+        let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
+        for limit in
+            self.limits.iter().filter(|l| matches!(l.kind, LimitKind::Bytes { direction: Direction::Received, .. }))
+        {
+            self.limiter.check_bytes(usage, limit, 1)?;
+        }
         self.spend(Direction::Sent, declared)?;
         self.declared = declared;
         Ok(())
@@ -397,6 +418,11 @@ impl<C: Clock + Clone> LocalLimiter<C> {
     /// [`Exceeded`] when fewer than `n` bytes are left, with when `n` will be (a window for
     /// more than the whole budget).
     pub fn spend_bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64) -> Result<(), Exceeded> {
+        self.bytes(usage, limit, n, Spend::Yes)
+    }
+
+    /// [`spend_bytes`](Self::spend_bytes), or only the check when `spend` says so.
+    fn bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64, spend: Spend) -> Result<(), Exceeded> {
         let LimitKind::Bytes { bytes: budget, window_s, .. } = limit.kind else { return Ok(()) };
         let window = u128::from(window_s.max(1)) * 1_000_000_000;
         let refused = |wait: u128| Exceeded {
@@ -417,7 +443,9 @@ impl<C: Clock + Clone> LocalLimiter<C> {
         if next > now + window {
             return Err(refused(next - now - window));
         }
-        *tat = u64::try_from(next).unwrap_or(u64::MAX);
+        if spend == Spend::Yes {
+            *tat = u64::try_from(next).unwrap_or(u64::MAX);
+        }
         Ok(())
     }
 
@@ -488,6 +516,13 @@ impl<C: Clock + Clone> LocalLimiter<C> {
     }
 }
 
+/// Whether a byte budget check spends what it checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spend {
+    Yes,
+    No,
+}
+
 /// One concurrency slot, given back on drop.
 #[derive(Debug)]
 struct Slot {
@@ -544,6 +579,8 @@ mod tests {
         assert_eq!(over.retry_after_secs(), 720, "{over:?}");
         assert!(limiter.spend_bytes(usage("a"), &budget, 40 * 1024).is_ok(), "all or none: 40 KiB were left");
         assert!(limiter.spend_bytes(usage("a"), &budget, 1).is_err(), "spent to the byte");
+        assert!(limiter.bytes(usage("b"), &budget, 100 * 1024, Spend::No).is_ok());
+        assert!(limiter.bytes(usage("b"), &budget, 100 * 1024, Spend::No).is_ok(), "a check spends nothing");
         assert!(limiter.spend_bytes(usage("b"), &budget, 100 * 1024).is_ok(), "another agent has its own budget");
         let whole = limiter.spend_bytes(usage("c"), &budget, 100 * 1024 + 1).expect_err("more than the budget");
         assert_eq!(whole.retry_after_secs(), 3600);

@@ -169,6 +169,12 @@ async fn a_receiving_budget_cuts_the_download_mid_stream_the_client_sees_an_erro
     };
     assert!(read.is_err(), "the cut body is an error: {read:?}");
 
+    // Spent: the next download is refused before forwarding, as a spent rate is.
+    let refused = client.get(origin.url("/bytes/10")).send().await?;
+    assert_eq!(refused.status(), 429);
+    assert!(header(&refused, "retry-after").parse::<u64>()? > 0);
+    assert_eq!(origin.hits("/bytes/10"), 0, "the origin never saw it");
+
     let lines = proxy.finish().await?;
     let cut = for_request(&lines, "GET", &format!("/bytes/{MIB}"));
     assert_eq!(cut.len(), 1, "{cut:#?}");
