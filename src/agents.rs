@@ -20,7 +20,8 @@ use serde::Deserialize;
 use crate::config::Config;
 use crate::net::{canonical_pattern, is_host_pattern};
 use crate::policy::operator::{EgressLists, HostList, Mode, split_host_port};
-use crate::policy::{Limit, LimitKind, LimitScope, OperatorCode, Reason, Source};
+use crate::policy::{Direction, Limit, LimitKind, LimitScope, OperatorCode, Reason, Source};
+use crate::setting::byte_size;
 use crate::setting::{Located, networks};
 use crate::token::{HOW_TO_HASH, TokenDigest, is_sha256_hex};
 
@@ -129,6 +130,18 @@ pub struct AgentLimits {
     pub per_origin_requests_per_minute: u32,
     /// Requests per hour to any one origin.
     pub per_origin_requests_per_hour: u32,
+    /// Request body bytes per hour over every origin together (bytes, or `"100MiB"`).
+    #[serde(deserialize_with = "byte_size")]
+    pub sent_bytes_per_hour: u64,
+    /// Response body bytes per hour over every origin together.
+    #[serde(deserialize_with = "byte_size")]
+    pub received_bytes_per_hour: u64,
+    /// Request body bytes per hour to any one origin.
+    #[serde(deserialize_with = "byte_size")]
+    pub per_origin_sent_bytes_per_hour: u64,
+    /// Response body bytes per hour from any one origin.
+    #[serde(deserialize_with = "byte_size")]
+    pub per_origin_received_bytes_per_hour: u64,
 }
 
 /// One agent as the gate uses it: identity, what it claims towards sites, its mode and the
@@ -231,9 +244,28 @@ fn entry_problem(entry: &str) -> Option<&'static str> {
 }
 
 /// The operator's per-agent limits (`limits` of `[agent]` or `[[agents]]`) as limits the
-/// limiter counts like any site's. A zero is no limit.
+/// limiter counts like any site's, then its byte budgets (per hour). A zero is no limit.
 fn operator_limits(config: &AgentConfig, name: &str) -> Vec<Limit> {
     let l = &config.limits;
+    let budgets = [
+        ("sent_bytes_per_hour", l.sent_bytes_per_hour, Direction::Sent, LimitScope::Agent),
+        ("received_bytes_per_hour", l.received_bytes_per_hour, Direction::Received, LimitScope::Agent),
+        ("per_origin_sent_bytes_per_hour", l.per_origin_sent_bytes_per_hour, Direction::Sent, LimitScope::Origin),
+        (
+            "per_origin_received_bytes_per_hour",
+            l.per_origin_received_bytes_per_hour,
+            Direction::Received,
+            LimitScope::Origin,
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, bytes, _, _)| *bytes > 0)
+    .map(|(key, bytes, direction, scope)| Limit {
+        source: Source::Operator,
+        kind: LimitKind::Bytes { direction, bytes, window_s: 3600 },
+        scope,
+        reason: Reason::new(OperatorCode::ByteBudget, format!("{name} limits.{key} = {bytes}")),
+    });
     [
         ("requests_per_minute", l.requests_per_minute, 60, LimitScope::Agent),
         ("requests_per_hour", l.requests_per_hour, 3600, LimitScope::Agent),
@@ -248,6 +280,7 @@ fn operator_limits(config: &AgentConfig, name: &str) -> Vec<Limit> {
         scope,
         reason: Reason::new(OperatorCode::RateLimit, format!("{name} limits.{key} = {requests}")),
     })
+    .chain(budgets)
     .collect()
 }
 
@@ -548,18 +581,23 @@ clients = ["127.0.0.3/32"]
     #[test]
     fn identity_header_mode_and_operator_limits() {
         let agents = agents(
-            "[[agents]]\nid = \"gamma\"\ntoken = \"t\"\nidentity = \"gamma (+https://example.com)\"\nmode = \"monitor\"\nlimits = { requests_per_minute = 5, per_origin_requests_per_hour = 7 }\n",
+            "[[agents]]\nid = \"gamma\"\ntoken = \"t\"\nidentity = \"gamma (+https://example.com)\"\nmode = \"monitor\"\nlimits = { requests_per_minute = 5, per_origin_requests_per_hour = 7, sent_bytes_per_hour = \"100KiB\", per_origin_received_bytes_per_hour = 4096 }\n",
         );
         let found = agents.identify(LOCAL, Some(&basic("gamma", "t"))).expect("right token");
         assert_eq!(found.header_value(), "gamma (+https://example.com)");
         assert_eq!(found.mode(Mode::Enforce), Mode::Monitor);
         let limits = &found.agent.limits;
-        assert_eq!(limits.len(), 2);
+        assert_eq!(limits.len(), 4);
         assert_eq!(limits[0].kind, LimitKind::Rate { requests: 5, window_s: 60 });
         assert_eq!(limits[0].scope, LimitScope::Agent);
         assert_eq!(&*limits[0].reason.rule, "[[agents]] #1 id = \"gamma\" limits.requests_per_minute = 5");
         assert_eq!(limits[1].kind, LimitKind::Rate { requests: 7, window_s: 3600 });
         assert_eq!(limits[1].scope, LimitScope::Origin);
+        assert_eq!(limits[2].kind, LimitKind::Bytes { direction: Direction::Sent, bytes: 102_400, window_s: 3600 });
+        assert_eq!((&limits[2].scope, limits[2].reason.code), (&LimitScope::Agent, OperatorCode::ByteBudget.into()));
+        assert_eq!(&*limits[2].reason.rule, "[[agents]] #1 id = \"gamma\" limits.sent_bytes_per_hour = 102400");
+        let received = LimitKind::Bytes { direction: Direction::Received, bytes: 4096, window_s: 3600 };
+        assert_eq!((limits[3].kind, &limits[3].scope), (received, &LimitScope::Origin));
     }
 
     #[test]

@@ -34,11 +34,11 @@ mod report;
 mod tally;
 mod writer;
 
-pub use config::{AuditConfig, OnFailure};
+pub use config::{AuditConfig, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_FILES, OnFailure};
 pub use recent::{LIVE_CAPACITY, RECENT_CAPACITY, RecentDecisions};
 pub(crate) use record::instance_problems;
 pub(crate) use record::rfc3339_millis;
-pub use record::{DecisionRecord, ErrorType, EventId, Outcome, instance_name};
+pub use record::{BodyCut, DecisionRecord, ErrorType, EventId, Line, Outcome, instance_name};
 pub use redact::{LoggedUrl, REDACTED, redact_url};
 pub use report::{
     AgentHosts, By, Count, Counts, Filter, GrepLines, GrepReport, GroupSummary, LoggedRecord, MalformedLine,

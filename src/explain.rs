@@ -367,6 +367,16 @@ impl Explanation {
                     "line": limit.reason.line,
                     "rule": limit.reason.rule,
                 })),
+                LimitKind::Bytes { direction, bytes, window_s } => limits.push(json!({
+                    "source": limit.source.as_str(),
+                    "direction": direction.as_str(),
+                    "bytes": bytes,
+                    "window_s": window_s,
+                    "scope": scope_name(limit),
+                    "key": limit.key(&self.agent, &self.origin, &self.host),
+                    "line": limit.reason.line,
+                    "rule": limit.reason.rule,
+                })),
             }
         }
         let mut policies = serde_json::Map::new();
@@ -404,6 +414,9 @@ impl Explanation {
                 LimitKind::Rate { requests, window_s } => format!("{requests} requests per {window_s} s"),
                 LimitKind::Delay { millis } => format!("1 request per {millis} ms"),
                 LimitKind::Concurrent { max } => format!("{max} requests in flight"),
+                LimitKind::Bytes { direction, bytes, window_s } => {
+                    format!("{bytes} bytes {} per {window_s} s", direction.as_str())
+                }
             };
             let line = l.reason.line.map(|n| format!(":{n}")).unwrap_or_default();
             let _ = writeln!(out, "limit: {what} per {} ({}{line})", scope_name(l), l.source);

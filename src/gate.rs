@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::HeaderMap;
-use http::header::{PROXY_AUTHORIZATION, USER_AGENT};
+use http::header::{CONTENT_LENGTH, PROXY_AUTHORIZATION, USER_AGENT};
 
 pub use self::egress::Admitted;
 use self::egress::HostVerdict;
@@ -38,7 +38,7 @@ use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
-use crate::limits::{Limiter, Permit, Refused, Usage};
+use crate::limits::{ByteBudgets, Exceeded, Limiter, Permit, Refused, Usage};
 use crate::net::{Refusal, canonical_pattern};
 use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
 use crate::policy::{self, Decision, HeaderLookup, OperatorCode, Outcome, Policies, Reason, RequestView};
@@ -266,6 +266,7 @@ impl Gate {
                         permit: Permit::default(),
                         policies,
                         secrets,
+                        budgets: None,
                     })
                 }
             };
@@ -303,10 +304,16 @@ impl Gate {
     ) -> Verdict {
         let host = req.origin.bare_host();
         let usage = Usage { agent: &req.agent.id, origin: &req.origin.to_string(), host };
-        match self.check_limits(usage, &record.limits).await {
-            Ok(permit) => {
+        let checked = self.check_limits(usage, &record.limits).await.and_then(|permit| {
+            let budgets = self.spend_declared(usage, &record.limits, req.headers).map_err(Refused::Exceeded)?;
+            Ok((permit, budgets))
+        });
+        match checked {
+            Ok((permit, budgets)) => {
+                // Monitor mode never cuts a body: a crossed budget is for enforce mode.
+                let budgets = budgets.filter(|_| mode == Mode::Enforce).map(Arc::new);
                 let secrets = self.secrets_plan(req, &mut record);
-                Verdict::Forward(Permitted { record, mode, inject_headers, permit, policies, secrets })
+                Verdict::Forward(Permitted { record, mode, inject_headers, permit, policies, budgets, secrets })
             }
             Err(refused) => {
                 let (blocking, outcome, kind) = match refused {
@@ -339,6 +346,7 @@ impl Gate {
                             permit: Permit::default(),
                             policies,
                             secrets,
+                            budgets: None,
                         })
                     }
                 }
@@ -494,6 +502,23 @@ impl Gate {
 
     /// Phase `check_limits`: every limit that applies must pass (X1); only a request that is
     /// otherwise allowed is counted, so a denied request spends no budget.
+    /// The byte budgets among `limits`, the request body's declared `Content-Length` spent
+    /// against its sending budgets: a body that would cross one is refused before forwarding.
+    ///
+    /// # Errors
+    /// [`Exceeded`] naming the sending budget the declared body would cross.
+    fn spend_declared(
+        &self,
+        usage: Usage<'_>,
+        limits: &[policy::Limit],
+        headers: &HeaderMap,
+    ) -> Result<Option<ByteBudgets>, Exceeded> {
+        let Some(mut budgets) = ByteBudgets::new(&self.limiter, usage, limits) else { return Ok(None) };
+        let declared = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
+        budgets.spend_declared(declared)?;
+        Ok(Some(budgets))
+    }
+
     async fn check_limits(&self, usage: Usage<'_>, limits: &[policy::Limit]) -> Result<Permit, Refused> {
         if limits.is_empty() {
             return Ok(Permit::default());

@@ -98,7 +98,7 @@ impl InspectConfig {
 
 /// `bytes` with every `%XX` turned into its byte (a `%` not followed by two hex digits is
 /// kept as it is).
-fn percent_decoded(bytes: &[u8]) -> Vec<u8> {
+pub(crate) fn percent_decoded(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {

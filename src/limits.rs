@@ -7,7 +7,10 @@
 //!
 //! Rates are keyed GCRA quotas from `governor` with burst = the limit (C21; one for a crawl
 //! delay), one keyed limiter per distinct quota. Concurrency (`concurrent-sessions`) is a
-//! count of in-flight requests per key; the excess is refused at once, never queued.
+//! count of in-flight requests per key; the excess is refused at once, never queued. Byte
+//! budgets (the operator's `*_bytes_per_hour`) are GCRA over bytes, spent as bodies stream
+//! ([`Limiter::spend_bytes`]); they are counted in process even with the Redis store: each
+//! replica keeps its own byte budgets.
 //!
 //! Keys: a request's key for a limit is a 64-bit hash of the limit's source and scope and of
 //! the agent, origin or host it is counted per ([`Limit::key`] spells the same parts out for
@@ -39,7 +42,7 @@ use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 use serde::Deserialize;
 
-use crate::policy::{Limit, LimitKind, LimitScope};
+use crate::policy::{Direction, Limit, LimitKind, LimitScope};
 
 pub mod redis;
 
@@ -211,6 +214,31 @@ impl Limiter {
         }
     }
 
+    /// Spends `n` body bytes against the byte budget `limit` (a [`LimitKind::Bytes`]) for
+    /// `usage`, all or none; in process whatever the store (the Redis store's fallback).
+    ///
+    /// # Errors
+    /// [`Exceeded`] when the budget has not `n` bytes left, with when it will.
+    pub fn spend_bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64) -> Result<(), Exceeded> {
+        self.local().bytes(usage, limit, n, Spend::Yes)
+    }
+
+    /// Checks that the byte budget `limit` has `n` bytes left for `usage`, spending nothing.
+    ///
+    /// # Errors
+    /// [`Exceeded`] when it has not, with when it will.
+    pub fn check_bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64) -> Result<(), Exceeded> {
+        self.local().bytes(usage, limit, n, Spend::No)
+    }
+
+    /// The store byte budgets are counted in: this process's.
+    fn local(&self) -> &LocalLimiter {
+        match self {
+            Limiter::Local(local) => local,
+            Limiter::Redis(shared) => shared.fallback(),
+        }
+    }
+
     /// Checks the shared store did not answer in time or answered with an error since start
     /// (each settled by `on_failure`); 0 in process.
     pub fn store_failures(&self) -> u64 {
@@ -227,6 +255,80 @@ impl Limiter {
             Limiter::Local(local) => local.key_count(),
             Limiter::Redis(shared) => shared.local_key_count(),
         }
+    }
+}
+
+/// The byte budgets of one forwarded request (the operator's `*_bytes_per_hour` that apply
+/// to it), spent as its bodies stream; the declared `Content-Length` of its request body was
+/// spent before forwarding ([`ByteBudgets::spend_declared`]), so only bytes past it are spent
+/// again.
+pub struct ByteBudgets {
+    limiter: Arc<Limiter>,
+    agent: Arc<str>,
+    origin: String,
+    host: String,
+    limits: Vec<Limit>,
+    declared: u64,
+}
+
+impl ByteBudgets {
+    /// The budgets among `limits` for `usage`, counted in `limiter`; `None` when there are none.
+    pub fn new(limiter: &Arc<Limiter>, usage: Usage<'_>, limits: &[Limit]) -> Option<ByteBudgets> {
+        let limits: Vec<Limit> = limits.iter().filter(|l| matches!(l.kind, LimitKind::Bytes { .. })).cloned().collect();
+        (!limits.is_empty()).then(|| ByteBudgets {
+            limiter: Arc::clone(limiter),
+            agent: Arc::from(usage.agent),
+            origin: usage.origin.to_owned(),
+            host: usage.host.to_owned(),
+            limits,
+            declared: 0,
+        })
+    }
+
+    /// Before a request is forwarded: checks every receiving budget has a byte left (a spent
+    /// one refuses the request as a spent rate does), then spends the request body's declared
+    /// length (`Content-Length`), so a body that would cross a sending budget is refused
+    /// before a byte leaves.
+    ///
+    /// # Errors
+    /// [`Exceeded`] naming the spent receiving budget or the sending budget it would cross.
+    pub fn spend_declared(&mut self, declared: u64) -> Result<(), Exceeded> {
+        let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
+        for limit in
+            self.limits.iter().filter(|l| matches!(l.kind, LimitKind::Bytes { direction: Direction::Received, .. }))
+        {
+            self.limiter.check_bytes(usage, limit, 1)?;
+        }
+        self.spend(Direction::Sent, declared)?;
+        self.declared = declared;
+        Ok(())
+    }
+
+    /// The request body bytes already spent before forwarding.
+    pub fn declared(&self) -> u64 {
+        self.declared
+    }
+
+    /// Spends `n` body bytes in `direction` against every budget for it.
+    ///
+    /// # Errors
+    /// [`Exceeded`] naming the first budget that has not `n` bytes left (those before it
+    /// were spent).
+    pub fn spend(&self, direction: Direction, n: u64) -> Result<(), Exceeded> {
+        let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
+        let counted = |l: &&Limit| matches!(l.kind, LimitKind::Bytes { direction: d, .. } if d == direction);
+        self.limits.iter().filter(counted).try_for_each(|limit| self.limiter.spend_bytes(usage, limit, n))
+    }
+
+    /// True when a budget counts `direction`.
+    pub fn counts(&self, direction: Direction) -> bool {
+        self.limits.iter().any(|l| matches!(l.kind, LimitKind::Bytes { direction: d, .. } if d == direction))
+    }
+}
+
+impl std::fmt::Debug for ByteBudgets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ByteBudgets").field("limits", &self.limits).field("declared", &self.declared).finish()
     }
 }
 
@@ -253,6 +355,8 @@ pub struct LocalLimiter<C: Clock = DefaultClock> {
     /// One keyed limiter per quota.
     rates: DashMap<QuotaKey, KeyedRate<C>, RandomState>,
     in_flight: Arc<DashMap<Key, u32, RandomState>>,
+    /// Byte budgets: each key's theoretical arrival time (GCRA), nanoseconds after `start`.
+    bytes: DashMap<Key, u64, RandomState>,
     /// Nanoseconds after `start` of the last eviction.
     last_eviction: AtomicU64,
 }
@@ -267,6 +371,7 @@ impl<C: Clock + Clone> LocalLimiter<C> {
             start,
             rates: DashMap::with_hasher(hasher.clone()),
             in_flight: Arc::new(DashMap::with_hasher(hasher.clone())),
+            bytes: DashMap::with_hasher(hasher.clone()),
             hasher,
             last_eviction: AtomicU64::new(0),
         }
@@ -291,7 +396,8 @@ impl<C: Clock + Clone> LocalLimiter<C> {
         for limit in limits {
             let quota = match limit.kind {
                 LimitKind::Rate { requests, window_s } => (requests, u64::from(window_s.max(1)) * 1000),
-                LimitKind::Delay { millis: 0 } | LimitKind::Concurrent { .. } => continue,
+                // Spent as bodies stream (`spend_bytes`), not per request.
+                LimitKind::Delay { millis: 0 } | LimitKind::Concurrent { .. } | LimitKind::Bytes { .. } => continue,
                 LimitKind::Delay { millis } => (1, u64::from(millis)),
             };
             let refused = |retry_after| Exceeded { limit: limit.clone(), retry_after };
@@ -305,9 +411,47 @@ impl<C: Clock + Clone> LocalLimiter<C> {
         Ok(permit)
     }
 
-    /// How many keys the store holds (rate keys plus in-flight keys).
+    /// [`Limiter::spend_bytes`] in this store: GCRA over bytes, burst = the whole budget, so
+    /// a budget of B bytes per window lets B through at once and refills B per window.
+    ///
+    /// # Errors
+    /// [`Exceeded`] when fewer than `n` bytes are left, with when `n` will be (a window for
+    /// more than the whole budget).
+    pub fn spend_bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64) -> Result<(), Exceeded> {
+        self.bytes(usage, limit, n, Spend::Yes)
+    }
+
+    /// [`spend_bytes`](Self::spend_bytes), or only the check when `spend` says so.
+    fn bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64, spend: Spend) -> Result<(), Exceeded> {
+        let LimitKind::Bytes { bytes: budget, window_s, .. } = limit.kind else { return Ok(()) };
+        let window = u128::from(window_s.max(1)) * 1_000_000_000;
+        let refused = |wait: u128| Exceeded {
+            limit: limit.clone(),
+            retry_after: Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX)),
+        };
+        if n > budget {
+            return Err(refused(window));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        // What `n` bytes cost of the window, rounded up so a budget is never overspent.
+        let cost = (u128::from(n) * window).div_ceil(u128::from(budget));
+        let now = u128::from(u64::from(self.clock.now().duration_since(self.start)));
+        let mut tat = self.bytes.entry(self.key(limit, usage)).or_insert(0);
+        let next = u128::from(*tat).max(now) + cost;
+        if next > now + window {
+            return Err(refused(next - now - window));
+        }
+        if spend == Spend::Yes {
+            *tat = u64::try_from(next).unwrap_or(u64::MAX);
+        }
+        Ok(())
+    }
+
+    /// How many keys the store holds (rate keys, in-flight keys and byte budget keys).
     pub fn key_count(&self) -> usize {
-        self.rates.iter().map(|rate| rate.len()).sum::<usize>() + self.in_flight.len()
+        self.rates.iter().map(|rate| rate.len()).sum::<usize>() + self.in_flight.len() + self.bytes.len()
     }
 
     /// The key `limit` counts `usage` under: the parts [`Limit::key`] names, hashed.
@@ -367,7 +511,16 @@ impl<C: Clock + Clone> LocalLimiter<C> {
             rate.retain_recent();
             rate.shrink_to_fit();
         }
+        // A budget whose arrival time has passed is full again: as good as a fresh one.
+        self.bytes.retain(|_, tat| *tat > now);
     }
+}
+
+/// Whether a byte budget check spends what it checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spend {
+    Yes,
+    No,
 }
 
 /// One concurrency slot, given back on drop.
@@ -410,6 +563,32 @@ mod tests {
 
     fn usage(agent: &str) -> Usage<'_> {
         Usage { agent, origin: "https://example.com:443", host: "example.com" }
+    }
+
+    #[test]
+    fn a_byte_budget_lets_the_whole_budget_through_then_refills_per_window() {
+        use crate::policy::{Direction, OperatorCode};
+        let clock = FakeRelativeClock::default();
+        let limiter = LocalLimiter::new(clock.clone());
+        let reason = Reason::new(OperatorCode::ByteBudget, "limits.sent_bytes_per_hour = 102400");
+        let kind = LimitKind::Bytes { direction: Direction::Sent, bytes: 100 * 1024, window_s: 3600 };
+        let budget = Limit { source: Source::Operator, kind, scope: LimitScope::Agent, reason };
+        assert!(limiter.spend_bytes(usage("a"), &budget, 60 * 1024).is_ok());
+        let over = limiter.spend_bytes(usage("a"), &budget, 60 * 1024).expect_err("60 + 60 KiB > 100 KiB");
+        // 20 KiB more must come back: a fifth of the hour.
+        assert_eq!(over.retry_after_secs(), 720, "{over:?}");
+        assert!(limiter.spend_bytes(usage("a"), &budget, 40 * 1024).is_ok(), "all or none: 40 KiB were left");
+        assert!(limiter.spend_bytes(usage("a"), &budget, 1).is_err(), "spent to the byte");
+        assert!(limiter.bytes(usage("b"), &budget, 100 * 1024, Spend::No).is_ok());
+        assert!(limiter.bytes(usage("b"), &budget, 100 * 1024, Spend::No).is_ok(), "a check spends nothing");
+        assert!(limiter.spend_bytes(usage("b"), &budget, 100 * 1024).is_ok(), "another agent has its own budget");
+        let whole = limiter.spend_bytes(usage("c"), &budget, 100 * 1024 + 1).expect_err("more than the budget");
+        assert_eq!(whole.retry_after_secs(), 3600);
+        clock.advance(Duration::from_secs(1800));
+        assert!(limiter.spend_bytes(usage("a"), &budget, 50 * 1024).is_ok(), "half the budget came back");
+        assert!(limiter.spend_bytes(usage("a"), &budget, 1024).is_err());
+        let rate_too = [budget.clone(), rate(3, 60)];
+        assert!(limiter.check_and_spend(usage("a"), &rate_too).is_ok(), "a request spends no bytes");
     }
 
     #[test]

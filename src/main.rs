@@ -322,7 +322,7 @@ fn run_proxy(args: RunArgs, out: &mut impl Write) -> anyhow::Result<()> {
             ca: &ca,
             config: config_path.as_deref(),
             mode: config.mode,
-            decision_log: &config.audit.path,
+            decision_log: &config.audit,
             admin: running.admin_addr(),
             tokens_unchallenged: agentgate::agents::tokens_unchallenged(&config),
         };

@@ -31,7 +31,7 @@ mod text;
 mod weight;
 
 pub use code::{Advice, AgentsMdCode, AgentsTxtCode, AutoctlCode, Code, OperatorCode, RobotsCode, Source};
-pub use decision::{Decision, Limit, LimitKind, LimitScope, Opinion, Outcome, Reason, SourceVerdict};
+pub use decision::{Decision, Direction, Limit, LimitKind, LimitScope, Opinion, Outcome, Reason, SourceVerdict};
 pub use diagnostic::{Diagnostic, PolicyReport, PolicyStatus, Severity};
 pub use evaluate::{Policies, Settings, evaluate, evaluate_with};
 pub use format::{Format, FormatInfo, MAX_TTL, Previous, Refreshed, StaleRules};

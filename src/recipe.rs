@@ -16,6 +16,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 
+use crate::audit::AuditConfig;
 use crate::policy::operator::Mode;
 
 /// The facts of a running proxy that the start-up text reports.
@@ -29,8 +30,8 @@ pub struct Startup<'a> {
     pub config: Option<&'a Path>,
     /// The global mode.
     pub mode: Mode,
-    /// `[audit] path` (`-` is standard output).
-    pub decision_log: &'a Path,
+    /// `[audit]`: where the decision log goes (`-` is standard output) and how big it may grow.
+    pub decision_log: &'a AuditConfig,
     /// `[admin] listen`; `None` when off.
     pub admin: Option<SocketAddr>,
     /// `[[agents]]` have tokens and `[auth] required = false`
@@ -47,8 +48,7 @@ impl Startup<'_> {
             "agentgate listening on http://{addr} (CA {ca}); for agents: HTTPS_PROXY=http://{addr} HTTP_PROXY=http://{addr} SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca} NODE_EXTRA_CA_CERTS={ca}\n"
         );
         let config = self.config.map_or_else(|| "embedded default (config/agentgate.toml)".to_owned(), show);
-        let log =
-            if self.decision_log == Path::new("-") { "standard output".to_owned() } else { show(self.decision_log) };
+        let log = decision_log(self.decision_log);
         let admin = self.admin.map_or_else(|| "off".to_owned(), |a| format!("http://{a}"));
         let _ = writeln!(out, "  config        {config}");
         let _ = writeln!(out, "  mode          {}", self.mode.as_str());
@@ -97,18 +97,41 @@ fn show(path: &Path) -> String {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()).display().to_string()
 }
 
+/// Where the decision log goes and how big it may grow on disk.
+fn decision_log(audit: &AuditConfig) -> String {
+    const MIB: u64 = 1024 * 1024;
+    if audit.path == Path::new("-") {
+        return "standard output".to_owned();
+    }
+    let path = show(&audit.path);
+    match audit.disk_bound() {
+        Some(bound) if audit.max_file_size.is_multiple_of(MIB) => format!(
+            "{path} (rotated at {} MiB, {} kept: at most {} MiB)",
+            audit.max_file_size / MIB,
+            audit.max_files,
+            bound / MIB
+        ),
+        Some(bound) => format!(
+            "{path} (rotated at {} bytes, {} kept: at most {bound} bytes)",
+            audit.max_file_size, audit.max_files
+        ),
+        None => format!("{path} (not rotated by agentgate: max_file_size = 0; rotate it with logrotate)"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_first_line_keeps_its_shape_and_the_rest_names_where_things_are() {
+        let audit = AuditConfig { path: "/var/log/agentgate/decisions.jsonl".into(), ..AuditConfig::default() };
         let startup = Startup {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             ca: "/var/lib/agentgate/certs/agentgate-ca.pem",
             config: Some(Path::new("/etc/agentgate/agentgate.toml")),
             mode: Mode::Monitor,
-            decision_log: Path::new("/var/log/agentgate/decisions.jsonl"),
+            decision_log: &audit,
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
             tokens_unchallenged: false,
         };
@@ -118,7 +141,10 @@ mod tests {
         assert!(first.starts_with("agentgate listening on http://127.0.0.1:8080 (CA /var/lib/agentgate/certs/agentgate-ca.pem); for agents: HTTPS_PROXY=http://127.0.0.1:8080 "), "{first}");
         assert_eq!(lines.next(), Some("  config        /etc/agentgate/agentgate.toml"));
         assert_eq!(lines.next(), Some("  mode          monitor"));
-        assert_eq!(lines.next(), Some("  decision log  /var/log/agentgate/decisions.jsonl"));
+        assert_eq!(
+            lines.next(),
+            Some("  decision log  /var/log/agentgate/decisions.jsonl (rotated at 100 MiB, 10 kept: at most 1100 MiB)")
+        );
         assert_eq!(lines.next(), Some("  admin API     http://127.0.0.1:9090"));
         let ca = "/var/lib/agentgate/certs/agentgate-ca.pem";
         assert!(text.contains("export http_proxy=http://127.0.0.1:8080 https_proxy=http://127.0.0.1:8080 "), "{text}");
@@ -128,11 +154,23 @@ mod tests {
         let chromium = "  chromium --proxy-server=http://127.0.0.1:8080 --proxy-bypass-list='<-loopback>'\n";
         assert!(text.contains(chromium) && text.contains(&format!("-n agentgate -i {ca}\n")), "{text}");
 
-        let defaults = Startup { config: None, decision_log: Path::new("-"), admin: None, ..startup }.render();
+        let stdout = AuditConfig { path: "-".into(), ..AuditConfig::default() };
+        let defaults = Startup { config: None, decision_log: &stdout, admin: None, ..startup }.render();
         assert!(defaults.contains("  config        embedded default (config/agentgate.toml)\n"), "{defaults}");
         assert!(defaults.contains("  decision log  standard output\n"), "{defaults}");
         assert!(defaults.contains("  admin API     off\n"), "{defaults}");
         assert!(!text.contains("  auth  ") && text.contains("  export GIT_HTTP_PROXY_AUTHMETHOD=basic\n"), "{text}");
+
+        let unrotated = AuditConfig { max_file_size: 0, ..audit.clone() };
+        let unrotated = Startup { decision_log: &unrotated, ..startup }.render();
+        assert!(
+            unrotated
+                .contains("decisions.jsonl (not rotated by agentgate: max_file_size = 0; rotate it with logrotate)\n"),
+            "{unrotated}"
+        );
+        let odd = AuditConfig { max_file_size: 5000, max_files: 2, ..audit.clone() };
+        let odd = Startup { decision_log: &odd, ..startup }.render();
+        assert!(odd.contains("(rotated at 5000 bytes, 2 kept: at most 15000 bytes)\n"), "{odd}");
 
         let unchallenged = Startup { tokens_unchallenged: true, ..startup }.render();
         let mut lines = unchallenged.lines().skip(5);

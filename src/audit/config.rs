@@ -44,12 +44,14 @@ pub struct AuditConfig {
     pub on_failure: OnFailure,
     /// Keep query values in `url.full` (they are `REDACTED` otherwise).
     pub log_query: bool,
-    /// Rotate the file before a line would take it past this many bytes; `0` (the default)
-    /// never rotates (rotate with logrotate and SIGHUP instead). Written as bytes or with a
-    /// unit (`"100MiB"`).
+    /// Rotate the file before a line would take it past this many bytes (default
+    /// [`DEFAULT_MAX_FILE_SIZE`], so the default log cannot fill a disk); `0` never rotates
+    /// (rotate with logrotate and SIGHUP instead). Written as bytes or with a unit
+    /// (`"100MiB"`). Standard output (`path = "-"`) is never rotated.
     #[serde(deserialize_with = "byte_size")]
     pub max_file_size: u64,
-    /// How many rotated files (`path.1` … `path.N`) are kept; the oldest is deleted (default 5).
+    /// How many rotated files (`path.1` … `path.N`) are kept; the oldest is deleted (default
+    /// [`DEFAULT_MAX_FILES`]).
     pub max_files: usize,
 }
 
@@ -60,9 +62,25 @@ impl Default for AuditConfig {
             queue_capacity: 8192,
             on_failure: OnFailure::Block,
             log_query: false,
-            max_file_size: 0,
-            max_files: 5,
+            max_file_size: DEFAULT_MAX_FILE_SIZE,
+            max_files: DEFAULT_MAX_FILES,
         }
+    }
+}
+
+/// The default `[audit] max_file_size`: 100 MiB. With [`DEFAULT_MAX_FILES`] the default log
+/// takes at most 1.1 GiB (the file and ten rotated ones): about a million forwarded
+/// requests, a few minutes at full load, hours to days for most deployments.
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 100 * 1024 * 1024;
+/// The default `[audit] max_files`.
+pub const DEFAULT_MAX_FILES: usize = 10;
+
+impl AuditConfig {
+    /// The most disk the log takes, in bytes (the file and every rotated one), when it is
+    /// rotated by size: `None` for standard output or `max_file_size = 0` (no bound).
+    pub fn disk_bound(&self) -> Option<u64> {
+        let rotated = self.max_file_size > 0 && self.path != Path::new("-");
+        rotated.then(|| self.max_file_size.saturating_mul(self.max_files as u64 + 1))
     }
 }
 
@@ -89,7 +107,8 @@ impl AuditConfig {
                 "[audit] max_file_size = {size}: must be 0 (no rotation) or at least {MIN_FILE_SIZE} bytes, e.g. \"100MiB\""
             ));
         }
-        if size > 0 && self.path == Path::new("-") {
+        // The default size is not a choice: standard output just is not rotated.
+        if size > 0 && size != default.max_file_size && self.path == Path::new("-") {
             problems.push(format!(
                 "[audit] max_file_size = {size}: stdout (path = \"-\") is never rotated; set max_file_size = 0 or log to a file"
             ));
@@ -115,11 +134,18 @@ mod tests {
             problems.join("\n")
         };
         assert_eq!(problems(AuditConfig::default()), "");
+        assert_eq!(
+            problems(AuditConfig { path: "-".into(), ..AuditConfig::default() }),
+            "",
+            "stdout keeps the default"
+        );
+        let off = AuditConfig { max_file_size: 0, max_files: DEFAULT_MAX_FILES, ..AuditConfig::default() };
+        assert_eq!(problems(off), "", "0 leaves rotation to logrotate");
         let small = problems(AuditConfig { max_file_size: 100, ..AuditConfig::default() });
         assert!(small.contains("[audit] max_file_size = 100") && small.contains("at least 1024"), "{small}");
         let stdout = problems(AuditConfig { path: "-".into(), max_file_size: 1 << 20, ..AuditConfig::default() });
         assert!(stdout.contains("stdout"), "{stdout}");
-        let inert = problems(AuditConfig { max_files: 3, ..AuditConfig::default() });
+        let inert = problems(AuditConfig { max_file_size: 0, max_files: 3, ..AuditConfig::default() });
         assert!(inert.contains("[audit] max_files = 3") && inert.contains("max_file_size"), "{inert}");
         let zero = problems(AuditConfig { max_file_size: 1 << 20, max_files: 0, ..AuditConfig::default() });
         assert!(zero.contains("[audit] max_files = 0: must be at least 1"), "{zero}");
@@ -131,6 +157,10 @@ mod tests {
         assert_eq!(defaults, AuditConfig::default());
         assert_eq!(defaults.path, Path::new("logs/decisions.jsonl"));
         assert_eq!((defaults.queue_capacity, defaults.on_failure, defaults.log_query), (8192, OnFailure::Block, false));
+        assert_eq!((defaults.max_file_size, defaults.max_files), (100 << 20, 10), "rotated by size by default");
+        assert_eq!(defaults.disk_bound(), Some(1100 << 20));
+        assert_eq!(AuditConfig { path: "-".into(), ..defaults.clone() }.disk_bound(), None);
+        assert_eq!(AuditConfig { max_file_size: 0, ..defaults.clone() }.disk_bound(), None);
 
         let table = "path = \"-\"\nqueue_capacity = 64\non_failure = \"continue\"\nlog_query = true\n\
                      max_file_size = \"64KiB\"\nmax_files = 2\n";

@@ -7,6 +7,13 @@
 pub const TIMESTAMP: &str = "@timestamp";
 /// Unique id of the record, also sent to the agent in block responses (32 hex digits).
 pub const EVENT_ID: &str = "event.id";
+/// What kind of event this is, as ECS asks, on every line: `["network", "web"]`.
+pub const EVENT_CATEGORY: &str = "event.category";
+/// Which line of its request this is (see [`super::EventType`]): `["start"]` (a forwarded
+/// request's decision, written before forwarding), `["end"]` (its completion, or the one
+/// line of a request answered without a start line), `["denied"]` (a blocked request's one
+/// line) or `["allowed"]` (a passthrough tunnel's one line, written as it opens).
+pub const EVENT_TYPE: &str = "event.type";
 /// What happened to the request: see [`super::Outcome`].
 pub const EVENT_OUTCOME: &str = "event.outcome";
 /// Time from the request head to the end of the response, in nanoseconds (ECS convention).
@@ -39,10 +46,18 @@ pub const PURPOSES: &str = "agentgate.purposes";
 /// The secrets agentgate injected into the request and where (`github (header
 /// authorization)`), never their values, when it injected any.
 pub const SECRETS: &str = "agentgate.secrets";
+/// Request body bytes agentgate read from the agent and sent on to the origin, counted as
+/// they streamed; on `end` lines of forwarded requests.
+pub const HTTP_REQUEST_BODY_BYTES: &str = "http.request.body.bytes";
 /// The status the agent received (from the origin, or the proxy's own block or error answer).
 pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
-/// Response body bytes sent to the agent.
+/// Response body bytes sent to the agent, counted as they streamed; on `end` lines of
+/// forwarded requests.
 pub const HTTP_RESPONSE_BODY_BYTES: &str = "http.response.body.bytes";
+/// Set when the response body was cut short, by whom: `client` (the agent stopped reading
+/// or hung up), `origin` (the origin's body failed) or `budget` (a byte budget was crossed).
+/// The byte counts then say how far it got.
+pub const BODY_CUT: &str = "agentgate.body.cut";
 /// Why: an array of `{source, code, line, rule, digest}` objects, possibly empty.
 pub const REASONS: &str = "agentgate.reasons";
 /// Limits that applied: an array of `{source, kind, ..., scope, line}` objects.
@@ -70,9 +85,11 @@ pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line
 /// when they have no value; the rest keep this order.
-pub const ORDER: [&str; 28] = [
+pub const ORDER: [&str; 32] = [
     TIMESTAMP,
     EVENT_ID,
+    EVENT_CATEGORY,
+    EVENT_TYPE,
     EVENT_OUTCOME,
     EVENT_DURATION,
     CLIENT_ADDRESS,
@@ -87,8 +104,10 @@ pub const ORDER: [&str; 28] = [
     USER_AGENT_ORIGINAL,
     PURPOSES,
     SECRETS,
+    HTTP_REQUEST_BODY_BYTES,
     HTTP_RESPONSE_STATUS_CODE,
     HTTP_RESPONSE_BODY_BYTES,
+    BODY_CUT,
     REASONS,
     LIMITS,
     APPROVAL_DECISION,

@@ -81,6 +81,48 @@ impl fmt::Display for Outcome {
     }
 }
 
+/// Which line of its request a record is, as written to `event.type` (ECS; with
+/// `event.category` `["network", "web"]`). Every request has exactly one line that is not a
+/// `Start`, so counting requests is counting lines whose `event.type` is not `["start"]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Line {
+    /// A forwarded request's decision, committed before forwarding under `[audit]
+    /// on_failure = "block"`: `["start"]`. Its `End` line follows.
+    Start,
+    /// The request's last line: `["end"]`, or `["denied"]` when its outcome refused it
+    /// (`deny`, `needs_approval`, `rate_limited`).
+    #[default]
+    End,
+    /// A passthrough tunnel's one line, written as its bytes start to flow (they are not
+    /// seen, so nothing ends it): `["allowed"]`.
+    TunnelOpened,
+}
+
+/// `event.category` of every line (ECS: a network event about a web request).
+const EVENT_CATEGORY: [&str; 2] = ["network", "web"];
+
+/// Who cut a response body short, as `agentgate.body.cut` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyCut {
+    /// The agent stopped reading it or hung up.
+    Client,
+    /// The origin's body failed (a reset, a connection closed early).
+    Origin,
+    /// A byte budget was crossed and agentgate cut it.
+    Budget,
+}
+
+impl BodyCut {
+    /// The `agentgate.body.cut` value: `client`, `origin` or `budget`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BodyCut::Client => "client",
+            BodyCut::Origin => "origin",
+            BodyCut::Budget => "budget",
+        }
+    }
+}
+
 /// The unique id of one record: 48 bits of milliseconds since the Unix epoch, then 80
 /// random bits, shown as 32 lower-case hex digits. Ids sort by time (to the millisecond),
 /// so a log shipper or a person can order them without parsing `@timestamp`.
@@ -113,6 +155,8 @@ pub struct DecisionRecord {
     pub timestamp: SystemTime,
     /// Unique id (`event.id`).
     pub id: EventId,
+    /// Which of its request's lines this is (`event.type`).
+    pub line: Line,
     /// What happened (`event.outcome`).
     pub outcome: Outcome,
     /// Enforce or monitor (`agentgate.mode`).
@@ -140,10 +184,14 @@ pub struct DecisionRecord {
     /// The secrets injected into the request and where, never their values
     /// (`agentgate.secrets`, e.g. `github (header authorization)`; left out when none).
     pub secrets: Vec<String>,
+    /// Body bytes read from the agent and sent on (`http.request.body.bytes`).
+    pub request_bytes: Option<u64>,
     /// The status the agent got (`http.response.status_code`).
     pub status: Option<u16>,
     /// Body bytes sent to the agent (`http.response.body.bytes`).
     pub response_bytes: Option<u64>,
+    /// Who cut the response body short, when it was (`agentgate.body.cut`).
+    pub body_cut: Option<BodyCut>,
     /// Every reason from the decision, blocking ones first (`agentgate.reasons`).
     pub reasons: Vec<Reason>,
     /// How many of the leading `reasons` decided a block (0 when allowed); each is written
@@ -197,6 +245,7 @@ impl DecisionRecord {
         DecisionRecord {
             timestamp,
             id: EventId::generate(timestamp),
+            line: Line::End,
             outcome,
             mode,
             instance: None,
@@ -209,8 +258,10 @@ impl DecisionRecord {
             user_agent: None,
             purposes: Vec::new(),
             secrets: Vec::new(),
+            request_bytes: None,
             status: None,
             response_bytes: None,
+            body_cut: None,
             reasons: Vec::new(),
             blocking: 0,
             limits: Vec::new(),
@@ -224,6 +275,18 @@ impl DecisionRecord {
     pub fn set_reasons(&mut self, decision: &policy::Decision) {
         self.reasons = decision.reasons.clone();
         self.blocking = decision.blocking_reasons().len();
+    }
+
+    /// The `event.type` of this line (see [`Line`]).
+    pub fn event_type(&self) -> &'static str {
+        match self.line {
+            Line::Start => "start",
+            Line::TunnelOpened => "allowed",
+            Line::End if matches!(self.outcome, Outcome::Deny | Outcome::NeedsApproval | Outcome::RateLimited) => {
+                "denied"
+            }
+            Line::End => "end",
+        }
     }
 
     /// The record as one JSON line (with its `\n`), fields in [`field::ORDER`], the URL
@@ -282,6 +345,8 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     let mut map = Object::new(out);
     map.shown(field::TIMESTAMP, rfc3339_millis(record.timestamp));
     map.shown(field::EVENT_ID, record.id);
+    map.array(field::EVENT_CATEGORY, EVENT_CATEGORY, json::string);
+    map.array(field::EVENT_TYPE, [record.event_type()], json::string);
     map.str(field::EVENT_OUTCOME, record.outcome.as_str());
     if let Some(duration) = record.duration {
         map.u64(field::EVENT_DURATION, u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX));
@@ -310,11 +375,17 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     if !record.secrets.is_empty() {
         map.array(field::SECRETS, &record.secrets, |out, secret| json::string(out, secret));
     }
+    if let Some(bytes) = record.request_bytes {
+        map.u64(field::HTTP_REQUEST_BODY_BYTES, bytes);
+    }
     if let Some(status) = record.status {
         map.u64(field::HTTP_RESPONSE_STATUS_CODE, status.into());
     }
     if let Some(bytes) = record.response_bytes {
         map.u64(field::HTTP_RESPONSE_BODY_BYTES, bytes);
+    }
+    if let Some(cut) = record.body_cut {
+        map.str(field::BODY_CUT, cut.as_str());
     }
     let blocking = record.blocking;
     map.array(field::REASONS, record.reasons.iter().enumerate(), |out, (i, r)| reason(out, r, i < blocking));
@@ -368,7 +439,8 @@ fn reason(out: &mut String, reason: &Reason, blocking: bool) {
 
 /// One `agentgate.limits` element: `{"source", "kind": "rate", "requests", "window_s",
 /// "scope", "line"}`, `{"source", "kind": "delay", "requests": 1, "delay_ms", "scope", "line"}`
-/// (robots.txt `Crawl-delay`) or `{"source", "kind": "concurrent", "max", "scope", "line"}`.
+/// (robots.txt `Crawl-delay`), `{"source", "kind": "concurrent", "max", "scope", "line"}` or
+/// `{"source", "kind": "bytes", "direction", "bytes", "window_s", "scope", "line"}` (a byte budget).
 fn limit(out: &mut String, limit: &Limit) {
     let mut map = Object::new(out);
     map.str("source", limit.source.as_str());
@@ -386,6 +458,12 @@ fn limit(out: &mut String, limit: &Limit) {
         LimitKind::Concurrent { max } => {
             map.str("kind", "concurrent");
             map.u64("max", max.into());
+        }
+        LimitKind::Bytes { direction, bytes, window_s } => {
+            map.str("kind", "bytes");
+            map.str("direction", direction.as_str());
+            map.u64("bytes", bytes);
+            map.u64("window_s", window_s.into());
         }
     }
     let scope = match limit.scope {
@@ -463,6 +541,25 @@ mod tests {
     }
 
     #[test]
+    fn event_type_tells_a_requests_lines_apart() {
+        let mut rec = fixed_record();
+        assert_eq!(rec.event_type(), "denied", "a block's one line");
+        rec.outcome = Outcome::Allow;
+        assert_eq!(rec.event_type(), "end");
+        rec.line = Line::Start;
+        assert_eq!(rec.event_type(), "start");
+        rec.outcome = Outcome::WouldDeny;
+        rec.line = Line::End;
+        assert_eq!(rec.event_type(), "end", "monitor mode forwarded it");
+        rec.outcome = Outcome::RateLimited;
+        assert_eq!(rec.event_type(), "denied");
+        rec.outcome = Outcome::Allow;
+        rec.line = Line::TunnelOpened;
+        assert_eq!(rec.event_type(), "allowed");
+        assert!(rec.to_json_line(false).contains(r#""event.category":["network","web"],"event.type":["allowed"]"#));
+    }
+
+    #[test]
     fn outcomes_round_trip_and_map_from_policy() {
         for outcome in Outcome::ALL {
             assert_eq!(Outcome::parse(outcome.as_str()), Some(outcome));
@@ -492,6 +589,7 @@ mod tests {
             fixed_record().to_json_line(false),
             concat!(
                 r#"{"@timestamp":"2023-11-14T22:13:20.123Z","event.id":"0123456789abcdef0123456789abcdef","#,
+                r#""event.category":["network","web"],"event.type":["denied"],"#,
                 r#""event.outcome":"deny","client.address":"10.0.0.7","client.port":51234,"agentgate.agent":"bot-1","#,
                 r#""agentgate.mode":"enforce","http.request.method":"GET","#,
                 r#""url.full":"https://Example.com/private/x?q=REDACTED","url.domain":"example.com","#,
@@ -511,7 +609,9 @@ mod tests {
         rec.purposes = vec!["search".to_owned()];
         rec.secrets = vec!["github (header authorization)".to_owned()];
         rec.status = Some(502);
+        rec.request_bytes = Some(12);
         rec.response_bytes = Some(0);
+        rec.body_cut = Some(BodyCut::Origin);
         rec.reasons = vec![
             Reason::new(RobotsCode::Disallow, "Disallow: /private")
                 .at_line(4)
@@ -557,14 +657,15 @@ mod tests {
             line,
             concat!(
                 r#"{"@timestamp":"2023-11-14T22:13:20.123Z","event.id":"0123456789abcdef0123456789abcdef","#,
+                r#""event.category":["network","web"],"event.type":["end"],"#,
                 r#""event.outcome":"error","event.duration":1500000,"client.address":"10.0.0.7","client.port":51234,"#,
                 r#""agentgate.agent":"bot-1","agentgate.mode":"monitor","agentgate.instance":"replica-2","#,
                 r#""agentgate.entry":"transparent","http.request.method":"GET","#,
                 r#""url.full":"https://Example.com/private/x?q=secret","url.domain":"example.com","#,
                 r#""user_agent.original":"ExampleBot/1.0 \"quoted\"\n","agentgate.purposes":["search"],"#,
                 r#""agentgate.secrets":["github (header authorization)"],"#,
-                r#""http.response.status_code":502,"#,
-                r#""http.response.body.bytes":0,"agentgate.reasons":[{"source":"robots.txt","code":"robots.disallow","#,
+                r#""http.request.body.bytes":12,"http.response.status_code":502,"#,
+                r#""http.response.body.bytes":0,"agentgate.body.cut":"origin","agentgate.reasons":[{"source":"robots.txt","code":"robots.disallow","#,
                 r#""line":4,"rule":"Disallow: /private","digest":"abababababababababababababababababababababababababababababababab"},"#,
                 r#"{"source":"operator","code":"operator.allow","rule":"host = example.com"}],"#,
                 r#""agentgate.limits":[{"source":"agents.txt","kind":"rate","requests":10,"window_s":60,"scope":"rule","line":3},"#,

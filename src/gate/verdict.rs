@@ -12,7 +12,7 @@ use http::HeaderMap;
 use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::inspect::{Place, Report};
-use crate::limits::Permit;
+use crate::limits::{ByteBudgets, Permit};
 use crate::policy::operator::Mode;
 use crate::policy::{AutoctlCode, Code, Decision, OperatorCode, Opinion, Outcome, Policies, PolicyStatus, Reason};
 use crate::secrets::Plan;
@@ -30,6 +30,8 @@ pub struct Permitted {
     pub(super) policies: Option<Arc<Policies>>,
     /// The secrets to inject into the request and scrub from its answer (`crate::secrets`).
     pub(super) secrets: Plan,
+    /// The byte budgets its bodies are counted against as they stream (enforce mode).
+    pub(super) budgets: Option<Arc<ByteBudgets>>,
 }
 
 impl Permitted {
@@ -52,6 +54,11 @@ impl Permitted {
             let rule = "passthrough tunnel: methods inside it cannot be seen, so allowed-methods is not enforced";
             self.record.reasons.push(Reason::new(AutoctlCode::Unenforceable, rule));
         }
+    }
+
+    /// The byte budgets the request's bodies are spent against as they stream, if any.
+    pub fn budgets(&self) -> Option<&Arc<ByteBudgets>> {
+        self.budgets.as_ref()
     }
 
     /// The decision record as decided, before any response: what is committed to the log

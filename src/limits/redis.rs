@@ -427,6 +427,11 @@ impl RedisLimiter {
         self.failures.load(Ordering::Relaxed)
     }
 
+    /// The in-process store this one falls back to; byte budgets are counted there.
+    pub(super) fn fallback(&self) -> &LocalLimiter {
+        &self.fallback
+    }
+
     /// How many keys the fallback store holds.
     pub fn local_key_count(&self) -> usize {
         self.fallback.key_count()
@@ -469,7 +474,8 @@ impl RedisLimiter {
         for limit in limits {
             let (requests, window_ms) = match limit.kind {
                 LimitKind::Rate { requests, window_s } => (requests, u64::from(window_s.max(1)) * 1000),
-                LimitKind::Delay { millis: 0 } | LimitKind::Concurrent { .. } => continue,
+                // Byte budgets are spent in process (`Limiter::spend_bytes`).
+                LimitKind::Delay { millis: 0 } | LimitKind::Concurrent { .. } | LimitKind::Bytes { .. } => continue,
                 LimitKind::Delay { millis } => (1, u64::from(millis)),
             };
             call.rate_keys.push(self.key(&format!("rate:{requests}/{window_ms}"), limit, usage));

@@ -30,6 +30,10 @@ impl Advice for OperatorCode {
     fn advice(self) -> &'static str {
         match self {
             OperatorCode::RateLimit => RATE_LIMIT_ADVICE,
+            OperatorCode::ByteBudget => {
+                "You are over a byte budget your operator set (the cited limit caps the body bytes this agent sends \
+                 or receives per hour). Wait for the Retry-After seconds, and send or fetch less."
+            }
             OperatorCode::LimitsStoreUnavailable => {
                 "agentgate cannot count this request against the site's limits right now: its shared limits store does \
                  not answer. Retry in a few seconds; your operator has been told."
@@ -101,7 +105,8 @@ mod tests {
 
     #[test]
     fn advice_names_the_file_and_a_way_forward() {
-        let cases: [(Code, &str); 17] = [
+        let cases: [(Code, &str); 18] = [
+            (OperatorCode::ByteBudget.into(), "byte budget"),
             (RobotsCode::Disallow.into(), "robots.txt disallows"),
             (RobotsCode::Unreachable.into(), "Try again later"),
             (OperatorCode::OriginUnreachable.into(), "nothing forbids the request"),

@@ -192,6 +192,8 @@ codes! {
         HostApproved = "operator.host_approved",
         /// The agent's own `limits` in the config.
         RateLimit = "operator.rate_limit",
+        /// The agent's own byte budgets in the config (`limits.*_bytes_per_hour`).
+        ByteBudget = "operator.byte_budget",
         /// `agentgate.local`, answered by agentgate itself.
         ServedLocally = "operator.served_locally",
         /// `[auth] required` and the client proved no agent's identity.
@@ -365,6 +367,7 @@ mod tests {
         "operator.not_allowlisted",
         "operator.host_approved",
         "operator.rate_limit",
+        "operator.byte_budget",
         "operator.served_locally",
         "auth.required",
         "auth.invalid",

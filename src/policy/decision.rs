@@ -77,6 +77,35 @@ pub enum LimitKind {
         /// Maximum in-flight requests.
         max: u32,
     },
+    /// At most `bytes` body bytes per `window_s` seconds in one direction (the operator's
+    /// byte budgets; GCRA over bytes, burst = `bytes`).
+    Bytes {
+        /// Which body is counted.
+        direction: Direction,
+        /// Bytes allowed in one window.
+        bytes: u64,
+        /// Window length in seconds.
+        window_s: u32,
+    },
+}
+
+/// Which body a byte budget counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Request bodies, from the agent to origins.
+    Sent,
+    /// Response bodies, from origins to the agent.
+    Received,
+}
+
+impl Direction {
+    /// `sent` or `received`, as the log writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Sent => "sent",
+            Direction::Received => "received",
+        }
+    }
 }
 
 /// What a limit is counted per, beyond the agent itself.

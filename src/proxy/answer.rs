@@ -211,7 +211,7 @@ pub(crate) fn blocked_response_to(
 fn limit_window(blocked: &Blocked) -> Option<String> {
     let first = blocked.decision().blocking_reasons().first()?;
     blocked.decision().limits.iter().find(|l| l.reason == *first).and_then(|l| match l.kind {
-        LimitKind::Rate { window_s, .. } => Some(format!("{window_s}s")),
+        LimitKind::Rate { window_s, .. } | LimitKind::Bytes { window_s, .. } => Some(format!("{window_s}s")),
         LimitKind::Delay { millis } => Some(format!("{}s", f64::from(millis) / 1000.0)),
         LimitKind::Concurrent { .. } => None,
     })

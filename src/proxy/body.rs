@@ -1,20 +1,31 @@
 //! The body of every response the proxy hands to hyper ([`ProxyBody`]: the origin's streamed
-//! body, or a small one agentgate wrote itself), and [`hold_until_body_ends`], which ties a
-//! value's life to a response body: a request's concurrency slots, or its place among its
-//! connection's requests in flight.
+//! body, or a small one agentgate wrote itself), [`hold_until_body_ends`], which ties a
+//! value's life to a response body (a request's place among its connection's requests in
+//! flight), and [`Metered`], which counts a body's bytes as they stream and tells a [`Meter`]
+//! how the body ended (the request's record, `record.rs`), or cuts it when the meter says so.
 //!
-//! Never reads, buffers or changes the bytes of a body.
+//! Never reads, buffers or changes the bytes of a body: a metered body passes each frame on
+//! as it came, or ends with an error in its place.
 
+use std::error::Error as StdError;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
 use http::Response;
 use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, SizeHint};
 
-/// The body of every response the proxy hands to hyper: either the origin's streamed body or
-/// a small body agentgate wrote itself.
-pub(crate) type ProxyBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, hyper::Error>;
+/// The error a [`ProxyBody`] ends with: the origin's or the agent's (`hyper::Error`), or
+/// agentgate's own cut ([`Cut`]).
+pub(crate) type BodyError = Box<dyn StdError + Send + Sync>;
+
+/// The body of every response the proxy hands to hyper (and of every request it sends an
+/// origin): either a streamed body or a small body agentgate wrote itself.
+pub(crate) type ProxyBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BodyError>;
 
 /// The response with `held` tied to its body, released when the body ends or is dropped
-/// (the client hung up mid-response): a request's concurrency slots (C21), or its place in
-/// the connection's requests in flight (`conn::idle`).
+/// (the client hung up mid-response): the connection's requests in flight (`conn::idle`).
 pub(crate) fn hold_until_body_ends<H: Send + 'static>(response: Response<ProxyBody>, held: H) -> Response<ProxyBody> {
     response.map(|body| {
         body.map_frame(move |frame| {
@@ -23,4 +34,201 @@ pub(crate) fn hold_until_body_ends<H: Send + 'static>(response: Response<ProxyBo
         })
         .boxed_unsync()
     })
+}
+
+/// How a metered body ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Every byte passed: the body reached its end.
+    Complete,
+    /// The body it reads failed (the origin's or the agent's stream broke).
+    Failed,
+    /// Dropped before its end: whoever read it stopped (the agent hung up, or the origin
+    /// stopped reading a request body).
+    Dropped,
+    /// The meter cut it ([`Meter::passed`] refused).
+    Cut,
+}
+
+/// Why a metered body was cut: what the reader of the body gets in place of the rest (hyper
+/// resets the stream or closes the connection, so the cut never looks like an end).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Cut(pub(crate) String);
+
+/// What a [`Metered`] body reports to.
+pub(crate) trait Meter: Send + 'static {
+    /// `bytes` more are about to pass (`total` so far, these included).
+    ///
+    /// # Errors
+    /// The [`Cut`] that ends the body here, these bytes withheld.
+    fn passed(&mut self, bytes: u64, total: u64) -> Result<(), Cut>;
+
+    /// The body ended as `how`, after `total` bytes; called exactly once.
+    fn ended(&mut self, how: Ended, total: u64);
+}
+
+/// A body counted as it streams: each data frame is told to the meter before it passes on,
+/// and how the body ended is told exactly once (from `Drop` when it was never read to its
+/// end).
+pub(crate) struct Metered<B: Body, M: Meter> {
+    inner: B,
+    meter: M,
+    total: u64,
+    ended: bool,
+}
+
+impl<B: Body, M: Meter> Metered<B, M> {
+    /// `inner`, counted into `meter`.
+    pub(crate) fn new(inner: B, meter: M) -> Self {
+        Metered { inner, meter, total: 0, ended: false }
+    }
+
+    fn end(&mut self, how: Ended) {
+        if !self.ended {
+            self.ended = true;
+            self.meter.ended(how, self.total);
+        }
+    }
+}
+
+impl<B, M> Body for Metered<B, M>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BodyError>,
+    M: Meter + Unpin,
+{
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        let polled = match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(polled) => polled,
+        };
+        match polled {
+            None => {
+                this.end(Ended::Complete);
+                Poll::Ready(None)
+            }
+            Some(Err(error)) => {
+                this.end(Ended::Failed);
+                Poll::Ready(Some(Err(error.into())))
+            }
+            Some(Ok(frame)) => {
+                let bytes = frame.data_ref().map_or(0, |data| data.len() as u64);
+                if bytes > 0 {
+                    let total = this.total + bytes;
+                    if let Err(cut) = this.meter.passed(bytes, total) {
+                        this.end(Ended::Cut);
+                        return Poll::Ready(Some(Err(Box::new(cut))));
+                    }
+                    this.total = total;
+                }
+                // hyper stops polling a body that says it has ended.
+                if this.inner.is_end_stream() {
+                    this.end(Ended::Complete);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B: Body, M: Meter> Drop for Metered<B, M> {
+    fn drop(&mut self) {
+        // An empty body (HEAD, 204, 304, a 101) may never be polled: it ended all the same.
+        let how = if self.inner.is_end_stream() { Ended::Complete } else { Ended::Dropped };
+        self.end(how);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use http_body_util::{BodyExt, Full, StreamBody};
+
+    use super::*;
+
+    /// Records what a metered body told it; cuts past `limit` bytes.
+    #[derive(Clone, Default)]
+    struct Tape {
+        told: Arc<Mutex<Vec<String>>>,
+        limit: Option<u64>,
+    }
+
+    impl Meter for Tape {
+        fn passed(&mut self, bytes: u64, total: u64) -> Result<(), Cut> {
+            self.told.lock().expect("not poisoned").push(format!("+{bytes}={total}"));
+            match self.limit {
+                Some(limit) if total > limit => Err(Cut(format!("over {limit}"))),
+                _ => Ok(()),
+            }
+        }
+
+        fn ended(&mut self, how: Ended, total: u64) {
+            self.told.lock().expect("not poisoned").push(format!("{how:?} after {total}"));
+        }
+    }
+
+    fn chunks(parts: &[&'static [u8]]) -> impl Body<Data = Bytes, Error = std::convert::Infallible> + Unpin {
+        let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> =
+            parts.iter().map(|part| Ok(Frame::data(Bytes::from_static(part)))).collect();
+        StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    fn told(tape: &Tape) -> Vec<String> {
+        tape.told.lock().expect("not poisoned").clone()
+    }
+
+    #[tokio::test]
+    async fn a_body_read_to_its_end_is_counted_once_and_complete() {
+        let tape = Tape::default();
+        let body = Metered::new(chunks(&[b"abc", b"", b"defg"]), tape.clone());
+        let bytes = body.collect().await.expect("no error").to_bytes();
+        assert_eq!(&bytes[..], b"abcdefg", "the bytes pass unchanged");
+        assert_eq!(told(&tape), ["+3=3", "+4=7", "Complete after 7"]);
+    }
+
+    #[tokio::test]
+    async fn a_body_that_says_it_ended_is_complete_without_another_poll() {
+        let tape = Tape::default();
+        let mut body = Metered::new(Full::new(Bytes::from_static(b"hello")), tape.clone());
+        let frame = body.frame().await.expect("a frame").expect("no error");
+        assert_eq!(frame.data_ref().map(Bytes::len), Some(5));
+        assert!(body.is_end_stream());
+        drop(body);
+        assert_eq!(told(&tape), ["+5=5", "Complete after 5"]);
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_midway_says_so_with_what_passed() {
+        let tape = Tape::default();
+        let mut body = Metered::new(chunks(&[b"abc", b"def"]), tape.clone());
+        let _first = body.frame().await;
+        drop(body);
+        assert_eq!(told(&tape), ["+3=3", "Dropped after 3"]);
+    }
+
+    #[tokio::test]
+    async fn a_meter_that_refuses_cuts_the_body_with_an_error() {
+        let tape = Tape { limit: Some(4), ..Tape::default() };
+        let body = Metered::new(chunks(&[b"abc", b"def", b"ghi"]), tape.clone());
+        let error = body.collect().await.expect_err("cut, never a short body that looks complete");
+        assert_eq!(error.to_string(), "over 4");
+        assert_eq!(told(&tape), ["+3=3", "+3=6", "Cut after 3"]);
+    }
 }

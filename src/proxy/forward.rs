@@ -5,6 +5,8 @@
 //! secrets the permit plans are put into the request and taken out of the answer here
 //! (`crate::secrets`).
 //!
+//! The request body streams to the origin counted ([`SentBytes`], for the request's record).
+//!
 //! Never decides: it takes a `Permitted`, which only the gate makes. Never buffers a body
 //! (an inspected request's was read by `inspect`, bounded, before the gate's last word), but
 //! the gzip answer of a host with secrets bound to it, decoded whole to be scrubbed.
@@ -17,23 +19,25 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tracing::{Instrument, debug, warn};
 
-use super::body::ProxyBody;
+use super::body::{Metered, ProxyBody};
 use super::conn::{Drain, splice};
 use super::context::{ProxyState, RequestContext};
 use super::error::{ProxyError, shown_target};
 use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
+use super::record::SentBytes;
 use super::upstream::PooledBody;
 use crate::error_chain::error_chain;
 use crate::gate::{PURPOSE_HEADER, Permitted};
 use crate::secrets;
 
 /// Phase `forward`: rewrite the request for the origin, send it, rewrite the response head
-/// and hand back the origin's body as a stream. For an upgrade that the origin accepts
-/// (`101`), also start relaying bytes once both sides have switched.
+/// and hand back the origin's body as a stream; the request body's bytes are counted into
+/// `sent`. For an upgrade that the origin accepts (`101`), also start relaying bytes once both
+/// sides have switched (the relayed bytes are not counted).
 pub(crate) async fn forward(
     state: &ProxyState,
     context: &RequestContext,
-    permit: &Permitted,
+    (permit, sent): (&Permitted, SentBytes),
     mut request: Request<ProxyBody>,
     drain: Drain,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -48,7 +52,7 @@ pub(crate) async fn forward(
     inject_headers(request.headers_mut(), permit.inject_headers());
     let (mut parts, body) = request.into_parts();
     secrets::apply(permit.secrets(), &mut parts);
-    let request = Request::from_parts(parts, body);
+    let request = Request::from_parts(parts, Metered::new(body, sent).boxed_unsync());
     let mut response = state.upstream.send(&context.authority, request, upgrade).await?;
     let waited_ms = context.started.elapsed().as_millis() as u64;
     debug!(version = ?response.version(), waited_ms, "origin answered");
@@ -127,7 +131,7 @@ fn to_client(response: Response<PooledBody>, upgrade: Upgrade) -> Response<Proxy
     append_via(&mut parts.headers, parts.version);
     // hyper writes the version of the client's connection; this only avoids a coercion note.
     parts.version = Version::HTTP_11;
-    Response::from_parts(parts, body.boxed_unsync())
+    Response::from_parts(parts, body.map_err(Into::into).boxed_unsync())
 }
 
 /// After a `101`: waits for both hyper connections to hand over their streams, then relays.

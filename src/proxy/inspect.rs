@@ -19,7 +19,7 @@ use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use tracing::info;
 
 use super::answer::Exit;
-use super::body::ProxyBody;
+use super::body::{BodyError, ProxyBody};
 use super::context::{Generation, RequestContext};
 use super::error::ProxyError;
 use super::headers::is_upgrade_request;
@@ -81,8 +81,8 @@ pub(crate) async fn inspect(
     };
     let body = match read {
         Read::Whole(bytes) => Full::new(bytes).map_err(|never| match never {}).boxed_unsync(),
-        Read::Over(prefix) => Prefixed { prefix: Some(prefix), rest: incoming }.boxed_unsync(),
-        Read::Declared | Read::Upgrade => incoming.boxed_unsync(),
+        Read::Over(prefix) => Prefixed { prefix: Some(prefix), rest: incoming }.map_err(BodyError::from).boxed_unsync(),
+        Read::Declared | Read::Upgrade => incoming.map_err(BodyError::from).boxed_unsync(),
     };
     Ok((permit, Request::from_parts(parts, body)))
 }

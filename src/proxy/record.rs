@@ -10,7 +10,11 @@
 //!
 //! So every request that reached the gate leaves exactly one `event.id` in the log, however
 //! it ended (`docs/decision-log.md`):
-//! - answered (forwarded, blocked, served locally): the record with the status and the
+//! - forwarded and answered by the origin: the record with the status, the duration and the
+//!   bytes of both bodies, written when the response body ends or is cut ([`BodyEnd`], the
+//!   [`Meter`] of the response body; `agentgate.body.cut` says who cut it). Both meters
+//!   spend the agent's byte budgets as the bytes pass and cut a body that crosses one;
+//! - answered by agentgate (blocked, served locally): the record with the status and the
 //!   duration to the response head;
 //! - failed ([`ProxyError`]): outcome `error`, the status it was answered with, the message
 //!   and who is at fault;
@@ -20,8 +24,10 @@
 //! - closed without an HTTP answer (a refused transparent TLS connection): no status.
 //!
 //! The audit promise: under `[audit] on_failure = "block"` a permitted request's decision is
-//! committed (on disk) before anything is forwarded ([`RequestRecord::forwarding`]), and the
-//! completed line follows: two lines, one `event.id`. A commit that fails answers 503.
+//! committed (on disk) before anything is forwarded ([`RequestRecord::forwarding`], `event.type`
+//! `["start"]`), and the completed line follows (`["end"]`): two lines, one `event.id`. A
+//! commit that fails answers 503. Every other request has one line: `["denied"]` for a block,
+//! `["end"]` otherwise, `["allowed"]` for a passthrough tunnel (its line is written as it opens).
 //!
 //! A request that never reached the gate (a request target no proxy serves: 400 before it is
 //! routed) has no record, and neither has an intercepted CONNECT, whose inner requests each
@@ -33,6 +39,7 @@
 
 use std::mem;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use http::header::{ACCEPT, HeaderValue};
@@ -40,13 +47,17 @@ use http::{HeaderMap, Response, StatusCode};
 use tracing::{debug, info, warn};
 
 use super::answer::{Exit, audit_unavailable, blocked_response, error_type_for, status_for};
-use super::body::{ProxyBody, hold_until_body_ends};
+use http_body_util::BodyExt;
+
+use super::body::{Cut, Ended, Meter, Metered, ProxyBody};
 use super::conn::Drain;
 use super::context::ProxyState;
 use super::error::ProxyError;
 use crate::approvals::{Approval, ApprovalDecision};
-use crate::audit::{DecisionRecord, ErrorType, OnFailure, Outcome};
+use crate::audit::{BodyCut, DecisionRecord, ErrorType, Line, OnFailure, Outcome};
 use crate::gate::{Blocked, Permitted};
+use crate::limits::{ByteBudgets, Exceeded, Permit};
+use crate::policy::Direction;
 
 /// What the record of a request that ended without its answer says (`error.message`).
 const HUNG_UP: &str = "the client hung up before agentgate answered";
@@ -80,6 +91,64 @@ pub(crate) struct RequestRecord {
     /// The record of a request held for a human's approval, while it waits: dropped then, it
     /// is written with the approval `hung_up` instead of `pending`.
     held: Option<DecisionRecord>,
+    /// The request body bytes sent on, counted as they stream; set while forwarding.
+    sent: Option<SentBytes>,
+}
+
+/// The request body bytes of a forwarded request, counted as they stream to the origin (the
+/// [`Meter`] of the request body) and read when its record is completed; the bytes past
+/// its declared length are spent against the agent's sending budgets, and a body that
+/// crosses one is cut (the origin's exchange fails, the record says `budget`).
+#[derive(Clone, Default)]
+pub(crate) struct SentBytes {
+    counted: Arc<Counted>,
+    budgets: Option<Arc<ByteBudgets>>,
+}
+
+#[derive(Default)]
+struct Counted {
+    bytes: AtomicU64,
+    cut: AtomicBool,
+}
+
+impl SentBytes {
+    fn get(&self) -> u64 {
+        self.counted.bytes.load(Ordering::Relaxed)
+    }
+
+    /// True when a sending budget cut the body.
+    fn cut(&self) -> bool {
+        self.counted.cut.load(Ordering::Relaxed)
+    }
+}
+
+impl Meter for SentBytes {
+    fn passed(&mut self, bytes: u64, total: u64) -> Result<(), Cut> {
+        if let Some(budgets) = &self.budgets {
+            // The declared length was spent before forwarding; only what passes it is spent now.
+            let undeclared = bytes.min(total.saturating_sub(budgets.declared()));
+            if undeclared > 0
+                && let Err(exceeded) = budgets.spend(Direction::Sent, undeclared)
+            {
+                self.counted.cut.store(true, Ordering::Relaxed);
+                return Err(budget_cut(&exceeded));
+            }
+        }
+        self.counted.bytes.store(total, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn ended(&mut self, _how: Ended, _total: u64) {}
+}
+
+/// What a body cut by a byte budget ends with (its reader sees a reset or a closed
+/// connection, never an end).
+fn budget_cut(exceeded: &Exceeded) -> Cut {
+    Cut(format!(
+        "agentgate cut the body: byte budget {} spent; retry after {} s",
+        exceeded.limit.reason.rule,
+        exceeded.retry_after_secs()
+    ))
 }
 
 /// A record taken out of [`Pending`] to be completed or written.
@@ -110,7 +179,15 @@ enum Pending {
 impl RequestRecord {
     /// The record of a request taken now.
     pub(crate) fn start(state: Arc<ProxyState>, drain: Drain) -> Self {
-        RequestRecord { state, drain, started: Instant::now(), pending: Pending::Nothing, permit: None, held: None }
+        RequestRecord {
+            state,
+            drain,
+            started: Instant::now(),
+            pending: Pending::Nothing,
+            permit: None,
+            held: None,
+            sent: None,
+        }
     }
 
     /// When the request was taken: the start of `event.duration`.
@@ -177,21 +254,26 @@ impl RequestRecord {
         self.held = None;
     }
 
-    /// Forwarding under `permit`. The audit promise: under `[audit] on_failure = "block"`
-    /// the decision is committed to the log first.
+    /// Forwarding under `permit`, the request body counted into the [`SentBytes`] handed
+    /// back. The audit promise: under `[audit] on_failure = "block"` the decision is committed
+    /// to the log first, as the request's `start` line.
     ///
     /// # Errors
     /// The 503 answer when the commit failed (the log counted the record as not written, and
     /// nothing is forwarded).
-    pub(crate) async fn forwarding(&mut self, permit: Permitted) -> Result<&Permitted, Exit> {
-        if self.state.audit.on_failure() == OnFailure::Block
-            && let Err(unrecorded) = self.state.audit.commit(permit.record()).await
-        {
-            warn!(error = %unrecorded.cause, "decision log unavailable; refusing to forward unaudited");
-            self.pending = Pending::Written;
-            return Err(Exit::Answered(audit_unavailable()));
+    pub(crate) async fn forwarding(&mut self, permit: Permitted) -> Result<(&Permitted, SentBytes), Exit> {
+        if self.state.audit.on_failure() == OnFailure::Block {
+            let mut start = permit.record().clone();
+            start.line = Line::Start;
+            if let Err(unrecorded) = self.state.audit.commit(&start).await {
+                warn!(error = %unrecorded.cause, "decision log unavailable; refusing to forward unaudited");
+                self.pending = Pending::Written;
+                return Err(Exit::Answered(audit_unavailable()));
+            }
         }
-        Ok(self.permit.insert(permit))
+        let budgets = permit.budgets().cloned();
+        let sent = self.sent.insert(SentBytes { budgets, ..SentBytes::default() }).clone();
+        Ok((self.permit.insert(permit), sent))
     }
 
     /// Forwarding under `permit` with no commit of its own: a passthrough tunnel, whose one
@@ -202,8 +284,8 @@ impl RequestRecord {
 
     /// The origin's answer to a forwarded request, as the client gets it: the response-time
     /// check (`Permitted::check_response`, C17) may withhold it (a block answered in its
-    /// place, as JSON when `accept` asks for it); otherwise the request's concurrency slots
-    /// are tied to the body.
+    /// place, as JSON when `accept` asks for it); otherwise the record and the request's
+    /// concurrency slots go with the body ([`BodyEnd`]), which writes the record when it ends.
     pub(crate) fn answered(
         &mut self,
         response: Response<ProxyBody>,
@@ -212,9 +294,21 @@ impl RequestRecord {
         let Some(permit) = self.permit.take() else { return response };
         match permit.check_response(response.headers()) {
             Ok(permit) => {
-                let (record, slots) = permit.into_parts();
-                self.pending = Pending::Record(record);
-                if slots.is_empty() { response } else { hold_until_body_ends(response, slots) }
+                let budgets = permit.budgets().filter(|b| b.counts(Direction::Received)).cloned();
+                let (mut record, slots) = permit.into_parts();
+                record.status = Some(response.status().as_u16());
+                let end = BodyEnd {
+                    state: Arc::clone(&self.state),
+                    drain: self.drain.clone(),
+                    started: self.started,
+                    record: Some(record),
+                    sent: self.sent.take().unwrap_or_default(),
+                    budgets,
+                    _slots: slots,
+                };
+                // The body writes the record from here on.
+                self.pending = Pending::Written;
+                response.map(|body| Metered::new(body, end).boxed_unsync())
             }
             // The origin's body is dropped unread: the client never gets a byte of it.
             Err(blocked) => {
@@ -232,7 +326,9 @@ impl RequestRecord {
     /// The 503 answer when the commit failed (nothing may be spliced).
     pub(crate) async fn answered_now(&mut self, status: StatusCode) -> Result<(), Exit> {
         self.complete(Ending::Answered(status));
-        let Pending::Completed(record) = &self.pending else { return Ok(()) };
+        let Pending::Completed(record) = &mut self.pending else { return Ok(()) };
+        record.line = Line::TunnelOpened;
+        let record = &*record;
         let (audit, metrics) = (&self.state.audit, &self.state.metrics);
         let written = if audit.on_failure() == OnFailure::Block {
             audit.commit(record).await.map_err(|unrecorded| {
@@ -283,7 +379,9 @@ impl RequestRecord {
                         record.status = Some(status_for(error).as_u16());
                         record.outcome = Outcome::Error;
                         record.error = Some(error.to_string());
-                        record.error_type = Some(error_type_for(error));
+                        // A body a byte budget cut fails the exchange: agentgate's own bound.
+                        let cut = record.body_cut == Some(BodyCut::Budget);
+                        record.error_type = Some(if cut { ErrorType::Proxy } else { error_type_for(error) });
                     }
                     Ending::Closed => {}
                 }
@@ -301,7 +399,12 @@ impl RequestRecord {
     fn take(&mut self) -> Option<Taken> {
         if let Some(permit) = self.permit.take() {
             self.pending = Pending::Written;
-            return Some(Taken::Open(permit.into_record()));
+            let mut record = permit.into_record();
+            if let Some(sent) = self.sent.take() {
+                record.request_bytes = Some(sent.get());
+                record.body_cut = sent.cut().then_some(BodyCut::Budget);
+            }
+            return Some(Taken::Open(record));
         }
         match mem::replace(&mut self.pending, Pending::Written) {
             Pending::Record(record) => Some(Taken::Open(record)),
@@ -337,17 +440,60 @@ impl RequestRecord {
 impl Drop for RequestRecord {
     fn drop(&mut self) {
         let Some(record) = self.ended_unanswered() else { return };
-        self.state.metrics.record(&record);
-        // Dropped inside the connection's task, so a runtime is there; without one (the
-        // runtime itself shutting down) the record is lost with the process's other work.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let (state, drain) = (Arc::clone(&self.state), self.drain.clone());
-        runtime.spawn(async move {
-            // Held until written: shutdown waits for it before it closes the log.
-            let _drain = drain;
-            if let Err(unrecorded) = state.audit.record(&record).await {
-                warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
-            }
-        });
+        write_soon(&self.state, &self.drain, record);
+    }
+}
+
+/// Counts `record` and writes it from a task of its own: for a record completed where
+/// nothing can wait (a `Drop`, a body's poll).
+fn write_soon(state: &Arc<ProxyState>, drain: &Drain, record: DecisionRecord) {
+    state.metrics.record(&record);
+    // Dropped or polled inside the connection's task, so a runtime is there; without one
+    // (the runtime itself shutting down) the record is lost with the process's other work.
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    let (state, drain) = (Arc::clone(state), drain.clone());
+    runtime.spawn(async move {
+        // Held until written: shutdown waits for it before it closes the log.
+        let _drain = drain;
+        if let Err(unrecorded) = state.audit.record(&record).await {
+            warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
+        }
+    });
+}
+
+/// The [`Meter`] of a forwarded request's response body: it holds the request's record and
+/// concurrency slots, and when the body ends (or is cut, or dropped) completes the record
+/// with the duration and both byte counts, says who cut it if it did not end, and writes it.
+struct BodyEnd {
+    state: Arc<ProxyState>,
+    drain: Drain,
+    started: Instant,
+    /// Taken when written: exactly once.
+    record: Option<DecisionRecord>,
+    sent: SentBytes,
+    /// The receiving budgets the body is spent against, if any.
+    budgets: Option<Arc<ByteBudgets>>,
+    /// Released with the body (C21).
+    _slots: Permit,
+}
+
+impl Meter for BodyEnd {
+    fn passed(&mut self, bytes: u64, _total: u64) -> Result<(), Cut> {
+        let Some(budgets) = &self.budgets else { return Ok(()) };
+        budgets.spend(Direction::Received, bytes).map_err(|exceeded| budget_cut(&exceeded))
+    }
+
+    fn ended(&mut self, how: Ended, total: u64) {
+        let Some(mut record) = self.record.take() else { return };
+        record.duration = Some(self.started.elapsed());
+        record.request_bytes = Some(self.sent.get());
+        record.response_bytes = Some(total);
+        record.body_cut = match how {
+            Ended::Complete => None,
+            Ended::Failed => Some(BodyCut::Origin),
+            Ended::Dropped => Some(BodyCut::Client),
+            Ended::Cut => Some(BodyCut::Budget),
+        };
+        write_soon(&self.state, &self.drain, record);
     }
 }

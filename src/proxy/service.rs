@@ -28,7 +28,7 @@ use hyper::body::Incoming;
 use tracing::{Instrument, debug, field, info, info_span, warn};
 
 use super::answer::{Exit, error_response};
-use super::body::ProxyBody;
+use super::body::{BodyError, ProxyBody};
 use super::conn::Drain;
 use super::context::{Entry, Generation, ProxyState, RequestContext};
 use super::destination::{Ask, check_destination};
@@ -202,10 +202,10 @@ impl ProxyService {
             Box::pin(inspect(&live, record, permit, request, &context)).await?
         } else {
             // Streamed, as every request outside `[inspect]` is.
-            (permit, request.map(BodyExt::boxed_unsync))
+            (permit, request.map(|body| body.map_err(BodyError::from).boxed_unsync()))
         };
-        let permit = record.forwarding(permit).await?;
-        let response = forward(&self.state, &context, permit, request, self.drain.clone()).await?;
+        let forwarding = record.forwarding(permit).await?;
+        let response = forward(&self.state, &context, forwarding, request, self.drain.clone()).await?;
         Ok(record.answered(response, accept))
     }
 

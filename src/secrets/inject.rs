@@ -112,23 +112,7 @@ pub(super) fn basic_decoded(value: &[u8]) -> Option<String> {
 
 /// `text` with `%XX` escapes decoded (and `+` left as it is); an invalid escape stays.
 pub(super) fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).and_then(|b| hex(*b)), bytes.get(i + 2).and_then(|b| hex(*b))) {
-            (b'%', Some(high), Some(low)) => {
-                out.push((high * 16 + low) as u8);
-                i += 3;
-            }
-            (byte, _, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    String::from_utf8_lossy(&crate::inspect::percent_decoded(text.as_bytes())).into_owned()
 }
 
 /// `text` percent-encoded for a query value (unreserved characters kept).

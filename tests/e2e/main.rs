@@ -79,6 +79,7 @@ mod agents;
 mod approvals;
 mod audit;
 mod audit_report;
+mod bytes;
 mod cli;
 mod clients;
 mod connections;

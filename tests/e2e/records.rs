@@ -2,7 +2,8 @@
 //! point where the request path waits (the policies loading, an approval hold, the origin's
 //! answer, the response body) still leaves exactly one `event.id` in the log, with the lines
 //! docs/decision-log.md promises (one for a request never forwarded, the decision and its
-//! completion for a forwarded one).
+//! completion for a forwarded one, told apart by `event.type`, the completion with the bytes
+//! and, for a body cut short, who cut it).
 
 use serde_json::Value;
 
@@ -85,6 +86,12 @@ async fn a_client_that_hangs_up_at_any_point_leaves_exactly_one_record() -> Test
     let reading = one_request(&records, "GET", "/trickle", 2)?;
     assert_eq!(reading[1]["event.outcome"], "allow", "{}", reading[1]);
     assert_eq!(reading[1]["http.response.status_code"], 200, "{}", reading[1]);
+    // Its end line says the body was cut by the client, after at least the chunk it read.
+    assert_eq!(reading[0]["event.type"], serde_json::json!(["start"]), "{}", reading[0]);
+    assert_eq!(reading[1]["event.type"], serde_json::json!(["end"]), "{}", reading[1]);
+    assert_eq!(reading[1]["agentgate.body.cut"], "client", "{}", reading[1]);
+    assert!(reading[1]["http.response.body.bytes"].as_u64() >= Some(6), "{}", reading[1]);
+    assert_eq!(reading[1]["http.request.body.bytes"], 0, "{}", reading[1]);
     Ok(())
 }
 

@@ -37,7 +37,8 @@ async fn run_prints_where_everything_is_and_the_client_recipe() -> TestResult {
     assert!(lines[0].contains(&format!("(CA {ca}); for agents: HTTPS_PROXY=http://{addr}")), "{text}");
     assert_eq!(lines[1], format!("  config        {}", config_path.display()));
     assert_eq!(lines[2], "  mode          monitor");
-    assert_eq!(lines[3], format!("  decision log  {}", log.display()));
+    // Where the log goes and, rotated by size by default, how big it may grow.
+    assert_eq!(lines[3], format!("  decision log  {} (rotated at 100 MiB, 10 kept: at most 1100 MiB)", log.display()));
     assert_eq!(lines[4], "  admin API     off");
     assert!(text.contains(&format!("export http_proxy=http://{addr} https_proxy=http://{addr}")), "{text}");
     assert!(text.contains(&format!("CURL_CA_BUNDLE={ca} GIT_SSL_CAINFO={ca}")), "{text}");

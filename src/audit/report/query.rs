@@ -61,10 +61,24 @@ impl LoggedRecord {
         self.str(field::EVENT_ID)
     }
 
-    /// True for a forwarded request's decision line, written before its completed line
-    /// (no `http.response.status_code` yet; `docs/decision-log.md`).
+    /// True for a forwarded request's decision line, written before its completed line:
+    /// `event.type` `["start"]` (`docs/decision-log.md`); on a line written before
+    /// `event.type` was, one without `http.response.status_code`.
     pub fn is_decision_line(&self) -> bool {
-        !self.fields.contains_key(field::HTTP_RESPONSE_STATUS_CODE)
+        match self.fields.get(field::EVENT_TYPE).and_then(Value::as_array) {
+            Some(types) => types.iter().any(|kind| kind == "start"),
+            None => !self.fields.contains_key(field::HTTP_RESPONSE_STATUS_CODE),
+        }
+    }
+
+    /// `http.request.body.bytes`: what the agent sent, when the line says.
+    pub fn sent_bytes(&self) -> Option<u64> {
+        self.fields.get(field::HTTP_REQUEST_BODY_BYTES).and_then(Value::as_u64)
+    }
+
+    /// `http.response.body.bytes`: what the agent received, when the line says.
+    pub fn received_bytes(&self) -> Option<u64> {
+        self.fields.get(field::HTTP_RESPONSE_BODY_BYTES).and_then(Value::as_u64)
     }
 
     /// `url.domain`, when present.
@@ -237,7 +251,13 @@ mod tests {
         assert_eq!(denied.agent(), "bot");
         assert_eq!(denied.outcome(), "deny");
         assert_eq!(denied.id(), Some("01"));
-        assert!(denied.is_decision_line());
+        assert!(denied.is_decision_line(), "written before event.type, and without a status");
+        let start = r#"{"event.type":["start"],"agentgate.agent":"a","event.outcome":"allow"}"#;
+        let end = r#"{"event.type":["end"],"agentgate.agent":"a","event.outcome":"allow","http.request.body.bytes":3,"http.response.body.bytes":5}"#;
+        assert!(record(start).is_decision_line());
+        assert!(!record(end).is_decision_line(), "an end line is complete even without a status");
+        assert_eq!((record(end).sent_bytes(), record(end).received_bytes()), (Some(3), Some(5)));
+        assert_eq!(denied.sent_bytes(), None);
         assert_eq!(denied.origin(), Some("https://shop.example:8443"));
         assert_eq!(denied.domain(), Some("shop.example"));
         assert_eq!(denied.timestamp(), humantime::parse_rfc3339("2026-11-23T10:00:00Z").ok());

@@ -111,6 +111,10 @@ pub struct Counts {
     /// Outcomes this version does not know, by name.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub other: BTreeMap<String, u64>,
+    /// Request body bytes the agents sent (`http.request.body.bytes`).
+    pub sent_bytes: u64,
+    /// Response body bytes the agents received (`http.response.body.bytes`).
+    pub received_bytes: u64,
 }
 
 impl Counts {
@@ -129,8 +133,16 @@ impl Counts {
         *slot += 1;
     }
 
+    /// Adds the body bytes `record` says were sent and received.
+    fn add_bytes(&mut self, record: &LoggedRecord) {
+        self.sent_bytes += record.sent_bytes().unwrap_or(0);
+        self.received_bytes += record.received_bytes().unwrap_or(0);
+    }
+
     fn merge(&mut self, other: &Counts) {
         self.requests += other.requests;
+        self.sent_bytes += other.sent_bytes;
+        self.received_bytes += other.received_bytes;
         self.allowed += other.allowed;
         self.denied += other.denied;
         self.needs_approval += other.needs_approval;
@@ -142,7 +154,8 @@ impl Counts {
         }
     }
 
-    /// The cells of a table row, in [`COLUMNS`] order, then one per name in `other`.
+    /// The cells of a table row, in [`COLUMNS`] order, then one per name in `other`, then
+    /// the bytes sent and received ([`BYTE_COLUMNS`]).
     fn cells(&self, other: &[&String]) -> Vec<String> {
         let known = [
             self.requests,
@@ -154,12 +167,15 @@ impl Counts {
             self.errors,
         ];
         let unknown = other.iter().map(|name| self.other.get(*name).copied().unwrap_or(0));
-        known.into_iter().chain(unknown).map(|n| n.to_string()).collect()
+        let bytes = [self.sent_bytes, self.received_bytes];
+        known.into_iter().chain(unknown).chain(bytes).map(|n| n.to_string()).collect()
     }
 }
 
 /// The count columns of the table, as [`Counts::cells`] fills them.
 const COLUMNS: [&str; 7] = ["requests", "allowed", "denied", "needs_approval", "would_deny", "rate_limited", "errors"];
+/// The byte columns, after the outcomes.
+const BYTE_COLUMNS: [&str; 2] = ["sent bytes", "received bytes"];
 
 /// A name and how often it occurred.
 #[derive(Debug, Serialize, PartialEq, Eq)]
@@ -231,6 +247,7 @@ impl Summarizer {
         self.summary.requests += 1;
         let group = self.groups.entry(self.by.key(record)).or_default();
         group.counts.add(record.outcome());
+        group.counts.add_bytes(record);
         if Outcome::parse(record.outcome()).is_some_and(Outcome::is_denial) {
             let host = record.domain().unwrap_or("(no host)");
             *group.denied_hosts.entry(host.to_owned()).or_default() += 1;
@@ -309,6 +326,7 @@ impl Summary {
         let mut header = vec![self.by.column()];
         header.extend(COLUMNS);
         header.extend(other.iter().map(|name| name.as_str()));
+        header.extend(BYTE_COLUMNS);
         let mut rows: Vec<Vec<String>> = self
             .groups
             .iter()

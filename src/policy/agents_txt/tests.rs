@@ -435,7 +435,7 @@ fn conformance_agents_txt_proposed_cases() {
                 let want = (limit["requests"].as_u64(), limit["window_s"].as_u64());
                 let found = v.limits.iter().any(|l| match l.kind {
                     LimitKind::Rate { requests, window_s } => want == (Some(requests.into()), Some(window_s.into())),
-                    LimitKind::Delay { .. } | LimitKind::Concurrent { .. } => false,
+                    LimitKind::Delay { .. } | LimitKind::Concurrent { .. } | LimitKind::Bytes { .. } => false,
                 });
                 if !found {
                     failures.push(fail(format!("check {i} {method} {path}: limit {limit} not in {:?}", v.limits)));

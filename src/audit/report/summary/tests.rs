@@ -7,7 +7,7 @@ use std::io::Write;
 use super::*;
 use crate::audit::record::sample;
 use crate::audit::report::query::Since;
-use crate::audit::{AuditConfig, AuditLog, Outcome};
+use crate::audit::{AuditConfig, AuditLog, Line, Outcome};
 use crate::policy::{AgentsTxtCode, AutoctlCode, Reason, RobotsCode};
 
 /// A log written by the real writer, then damaged by hand.
@@ -31,12 +31,14 @@ async fn write_log(path: &Path) {
         let mut rec = sample(agent, outcome, url);
         rec.reasons = reasons;
         rec.blocking = blocking;
-        log.record(&rec).await.expect("queued");
         if n == 0 {
             // A forwarded request: its decision line, then the completed line, one request.
-            rec.status = Some(200);
+            rec.line = Line::Start;
             log.record(&rec).await.expect("queued");
+            rec.line = Line::End;
+            rec.status = Some(200);
         }
+        log.record(&rec).await.expect("queued");
     }
     assert_eq!(writer.shutdown().await.written, 9);
     let mut file = std::fs::OpenOptions::new().append(true).open(path).expect("reopens");
@@ -119,11 +121,11 @@ async fn summarizes_a_log_from_the_writer_and_reports_malformed_lines_with_file_
     let file = path.display().to_string();
     let expected_table = "\
 9 requests in 2 groups by agent, 5 malformed lines
-| agent     | requests | allowed | denied | needs_approval | would_deny | rate_limited | errors | defer |
-|-----------|----------|---------|--------|----------------|------------|--------------|--------|-------|
-| bot-a     |        7 |       2 |      3 |              0 |          0 |            1 |      0 |     1 |
-| crawler-b |        2 |       0 |      0 |              0 |          1 |            0 |      1 |     0 |
-| total     |        9 |       2 |      3 |              0 |          1 |            1 |      1 |     1 |
+| agent     | requests | allowed | denied | needs_approval | would_deny | rate_limited | errors | defer | sent bytes | received bytes |
+|-----------|----------|---------|--------|----------------|------------|--------------|--------|-------|------------|----------------|
+| bot-a     |        7 |       2 |      3 |              0 |          0 |            1 |      0 |     1 |          0 |              0 |
+| crawler-b |        2 |       0 |      0 |              0 |          1 |            0 |      1 |     0 |          0 |              0 |
+| total     |        9 |       2 |      3 |              0 |          1 |            1 |      1 |     1 |          0 |              0 |
 ";
     assert!(table.starts_with(expected_table), "{table}");
     assert!(table.contains("\ntop reasons for blocks\n| agent     | deciding reason "), "{table}");
@@ -207,9 +209,9 @@ fn an_empty_log_summarizes_to_a_total_of_nothing() {
         summary.render_table(),
         "\
 0 requests in 0 groups by agent, 0 malformed lines
-| agent | requests | allowed | denied | needs_approval | would_deny | rate_limited | errors |
-|-------|----------|---------|--------|----------------|------------|--------------|--------|
-| total |        0 |       0 |      0 |              0 |          0 |            0 |      0 |
+| agent | requests | allowed | denied | needs_approval | would_deny | rate_limited | errors | sent bytes | received bytes |
+|-------|----------|---------|--------|----------------|------------|--------------|--------|------------|----------------|
+| total |        0 |       0 |      0 |              0 |          0 |            0 |      0 |          0 |              0 |
 "
     );
 }
@@ -245,4 +247,34 @@ fn a_read_error_is_an_error_naming_the_line() {
     let err = summarize(std::io::BufReader::new(Failing(2))).expect_err("the read fails");
     assert!(matches!(err, AuditError::Read { line: 2, .. }), "{err:?}");
     assert!(err.to_string().contains("after line 2: disk went away"), "{err}");
+}
+
+#[test]
+fn bytes_sent_and_received_are_summed_per_agent_and_per_origin_from_end_lines() {
+    let lines = [
+        r#"{"event.id":"1","event.type":["start"],"agentgate.agent":"a","event.outcome":"allow","url.full":"https://x.test/up"}"#,
+        r#"{"event.id":"1","event.type":["end"],"agentgate.agent":"a","event.outcome":"allow","url.full":"https://x.test/up","http.request.body.bytes":1000,"http.response.status_code":200,"http.response.body.bytes":20}"#,
+        r#"{"event.id":"2","event.type":["end"],"agentgate.agent":"a","event.outcome":"allow","url.full":"https://y.test/down","http.request.body.bytes":0,"http.response.status_code":200,"http.response.body.bytes":5000}"#,
+        r#"{"event.id":"3","event.type":["end"],"agentgate.agent":"b","event.outcome":"allow","url.full":"https://x.test/down","http.request.body.bytes":7,"http.response.status_code":200,"http.response.body.bytes":300}"#,
+        r#"{"event.id":"4","event.type":["denied"],"agentgate.agent":"b","event.outcome":"deny","url.full":"https://x.test/private","http.response.status_code":403}"#,
+    ];
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("decisions.jsonl");
+    std::fs::write(&path, lines.join("\n")).expect("writes");
+    let bytes = |summary: &Summary, key: &str| {
+        let group = summary.groups.iter().find(|g| g.key == key).expect(key);
+        (group.counts.requests, group.counts.sent_bytes, group.counts.received_bytes)
+    };
+    let by_agent = summarize_files(&[&path], By::Agent, Filter::default()).expect("reads");
+    assert_eq!(by_agent.requests, 4, "the start line is not a request of its own");
+    assert_eq!(bytes(&by_agent, "a"), (2, 1000, 5020));
+    assert_eq!(bytes(&by_agent, "b"), (2, 7, 300));
+    assert_eq!((by_agent.total.sent_bytes, by_agent.total.received_bytes), (1007, 5320));
+    let by_origin = summarize_files(&[&path], By::Origin, Filter::default()).expect("reads");
+    assert_eq!(bytes(&by_origin, "https://x.test"), (3, 1007, 320));
+    assert_eq!(bytes(&by_origin, "https://y.test"), (1, 0, 5000));
+    let table = by_origin.render_table();
+    assert!(table.contains("| sent bytes | received bytes |"), "{table}");
+    assert!(table.contains("| total          |        4 |       3 |      1 |"), "{table}");
+    assert!(table.contains("|       1007 |           5320 |"), "{table}");
 }
