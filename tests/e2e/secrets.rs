@@ -1,10 +1,12 @@
 //! Credentials the agent never holds (`[[secrets]]`, docs/secrets.md), through the real
 //! binary: the placeholder becomes the real value towards its own host only, the value comes
 //! back as the placeholder (identity and gzip answers), a placeholder or value sent anywhere
-//! else (a body too, where `[inspect]` reads it) is refused, no log, stderr line (at debug), admin answer or metric holds the value,
+//! else (a body too, where `[inspect]` reads it) is refused, no log, stderr line (at debug),
+//! console stream, admin answer or metric holds the value,
 //! and a rotated value file is put in force by SIGHUP.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use reqwest::header::AUTHORIZATION;
 use sha2::{Digest, Sha256};
@@ -73,6 +75,19 @@ async fn a_secret_reaches_only_its_host_comes_back_as_the_placeholder_and_is_nev
     std::fs::write(&config_path, config(dir.path(), &ca, admin_port, &value_file))?;
     let agentgate = Agentgate::start(dir.path(), &config_path, "agentgate=debug").await?;
     let bot = agentgate.client()?;
+    // The console's live decision stream, read from now on.
+    let admin = reqwest::Client::builder().no_proxy().build()?;
+    let streamed = Arc::new(Mutex::new(String::new()));
+    let mut stream = admin.get(format!("http://127.0.0.1:{admin_port}/decisions/stream")).send().await?;
+    assert_eq!(stream.status(), 200);
+    let reader = tokio::spawn({
+        let streamed = Arc::clone(&streamed);
+        async move {
+            while let Ok(Some(chunk)) = stream.chunk().await {
+                streamed.lock().unwrap_or_else(PoisonError::into_inner).push_str(&String::from_utf8_lossy(&chunk));
+            }
+        }
+    });
 
     // To its host: the origin gets the value in the header and the query; the agent gets
     // the placeholder back in the reflected header and body, identity and gzip alike.
@@ -90,6 +105,19 @@ async fn a_secret_reaches_only_its_host_comes_back_as_the_placeholder_and_is_nev
         assert!(!body.contains(VALUE), "{body}");
     }
     assert_eq!(origin.hits("/reflect"), 2);
+    // curl too: the origin got the value, curl reads the placeholder.
+    let ca_file = dir.path().join("ca/agentgate-ca.pem");
+    let (proxy, ca_file, auth) = (
+        format!("http://{}", agentgate.addr()),
+        ca_file.display().to_string(),
+        format!("Authorization: Bearer {PLACEHOLDER}"),
+    );
+    let out = crate::support::curl::curl(&["--proxy", &proxy, "--cacert", &ca_file, "-H", &auth, &url]).await?;
+    assert_eq!(out.status, 200);
+    assert!(out.headers.contains(&sha256(&format!("Bearer {VALUE}"))), "{}", out.headers);
+    let body = String::from_utf8_lossy(&out.body);
+    assert!(body.contains(&format!("authorization: Bearer {PLACEHOLDER}")) && !body.contains(VALUE), "{body}");
+    assert_eq!(origin.hits("/reflect"), 3);
 
     // Anywhere else, or by another agent: refused, nothing reaches the origin.
     refused(with_placeholder(&bot, &origin.ip_url("/reflect"), false).await?, "secrets.not_bound").await?;
@@ -103,7 +131,7 @@ async fn a_secret_reaches_only_its_host_comes_back_as_the_placeholder_and_is_nev
     let posted =
         bot.post(origin.ip_url("/reflect")).header("content-type", "application/json").body(body).send().await?;
     refused(posted, "inspect.secret_in_request").await?;
-    assert_eq!(origin.hits("/reflect"), 2, "no refused request reached the origin");
+    assert_eq!(origin.hits("/reflect"), 3, "no refused request reached the origin");
 
     // Rotation: the file changes, SIGHUP reloads; the new value goes out, the old one is
     // still refused towards other hosts.
@@ -119,8 +147,16 @@ async fn a_secret_reaches_only_its_host_comes_back_as_the_placeholder_and_is_nev
     .await?;
     refused(bot.get(origin.ip_url("/reflect")).header("x-token", VALUE).send().await?, "secrets.value_leak").await?;
 
-    // Nowhere on the way out: the admin API, the metrics, stderr at debug, the log.
-    let admin = reqwest::Client::builder().no_proxy().build()?;
+    // Nowhere on the way out: the console's stream, the admin API, the metrics, stderr at
+    // debug, the log.
+    eventually_within(WAIT_LIMIT, "the stream carrying the refusals", async || {
+        let text = streamed.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if text.matches("secrets.value_leak").count() >= 3 { Ok(()) } else { Err(format!("so far: {text}").into()) }
+    })
+    .await?;
+    reader.abort();
+    let text = streamed.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    assert!(text.contains("agentgate.secrets") && !text.contains(VALUE) && !text.contains(ROTATED), "{text}");
     for path in ["/decisions/recent", "/metrics", "/agents"] {
         let text = admin.get(format!("http://127.0.0.1:{admin_port}{path}")).send().await?.text().await?;
         assert!(!text.contains(VALUE) && !text.contains(ROTATED), "{path}: {text}");
