@@ -11,8 +11,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentgate::config::{LimitsConfig, Store};
 use agentgate::limits::{Limiter, Usage};
+use agentgate::limits::{LimitsConfig, Store};
 use agentgate::metrics::StoreMetrics;
 use agentgate::policy::{AgentsMdCode, Limit, LimitKind, LimitScope, Reason, Source};
 

@@ -17,7 +17,6 @@ use http::HeaderValue;
 use ipnet::IpNet;
 use serde::Deserialize;
 
-use crate::config::Config;
 use crate::net::{canonical_pattern, is_host_pattern};
 use crate::policy::operator::{EgressLists, HostList, Mode, split_host_port};
 use crate::policy::{Direction, Limit, LimitKind, LimitScope, OperatorCode, Reason, Source};
@@ -39,8 +38,8 @@ pub struct AuthConfig {
 /// Whether an `[[agents]]` entry has a token while `[auth] required = false`: a client that
 /// sends its token only when challenged (git) is then never asked, and is the default
 /// `[agent]` under its address. What `agentgate run` says at start-up (`crate::recipe`).
-pub fn tokens_unchallenged(config: &Config) -> bool {
-    !config.auth.required && config.agents.iter().any(|a| a.token.is_some() || a.token_sha256.is_some())
+pub fn tokens_unchallenged(auth: &AuthConfig, agents: &[AgentConfig]) -> bool {
+    !auth.required && agents.iter().any(|a| a.token.is_some() || a.token_sha256.is_some())
 }
 
 /// `[agent]` (the default agent, for clients that match no entry) and each `[[agents]]`
@@ -339,19 +338,15 @@ pub struct Agents {
 }
 
 impl Agents {
-    /// The agents of `config`: `[[agents]]` in file order, `[agent]` as the default.
-    pub fn new(config: &Config) -> Self {
-        let entries = config
-            .agents
+    /// The agents of a config: `agents` (`[[agents]]`) in file order, `default` (`[agent]`)
+    /// for clients no entry names, proxy authentication as `auth` (`[auth]`) asks.
+    pub fn new(default: &AgentConfig, agents: &[AgentConfig], auth: &AuthConfig) -> Self {
+        let entries = agents
             .iter()
             .enumerate()
             .map(|(i, a)| Arc::new(Agent::from_config(a, &format!("[[agents]] #{}", i + 1))))
             .collect();
-        Agents {
-            entries,
-            default: Arc::new(Agent::from_config(&config.agent, "[agent]")),
-            required: config.auth.required,
-        }
+        Agents { entries, default: Arc::new(Agent::from_config(default, "[agent]")), required: auth.required }
     }
 
     /// Phase `identify_agent`: the agent behind a request (or a CONNECT) from `client`.
@@ -508,7 +503,8 @@ mod tests {
     use crate::policy::operator::Egress;
 
     fn agents(text: &str) -> Agents {
-        Agents::new(&Config::from_toml_str(text, "test.toml").expect("a valid test config"))
+        let config = crate::config::Config::from_toml_str(text, "test.toml").expect("a valid test config");
+        Agents::new(&config.agent, &config.agents, &config.auth)
     }
 
     fn basic(id: &str, token: &str) -> HeaderValue {
@@ -570,12 +566,15 @@ clients = ["127.0.0.3/32"]
 
     #[test]
     fn tokens_go_unchallenged_only_without_required() {
-        let config = |text: &str| Config::from_toml_str(text, "test.toml").expect("a valid test config");
-        assert!(tokens_unchallenged(&config(TWO_AGENTS)), "tokens, and nobody is challenged");
-        assert!(!tokens_unchallenged(&config(&format!("{TWO_AGENTS}\n[auth]\nrequired = true\n"))));
+        let unchallenged = |text: &str| {
+            let config = crate::config::Config::from_toml_str(text, "test.toml").expect("a valid test config");
+            tokens_unchallenged(&config.auth, &config.agents)
+        };
+        assert!(unchallenged(TWO_AGENTS), "tokens, and nobody is challenged");
+        assert!(!unchallenged(&format!("{TWO_AGENTS}\n[auth]\nrequired = true\n")));
         let by_address = "[[agents]]\nid = \"box\"\nclients = [\"10.0.0.0/8\"]\n";
-        assert!(!tokens_unchallenged(&config(by_address)), "no token to ask for");
-        assert!(!tokens_unchallenged(&config("")));
+        assert!(!unchallenged(by_address), "no token to ask for");
+        assert!(!unchallenged(""));
     }
 
     #[test]
@@ -603,11 +602,11 @@ clients = ["127.0.0.3/32"]
     #[test]
     fn egress_lists_are_canonical_and_their_reasons_name_file_and_line() {
         let text = "[[agents]]\nid = \"sbx\"\ntoken = \"t\"\n# the agent's hosts\nallow_hosts = [\"Site.TEST.\", \"0x7f.1:8080\", \"*.Bücher.example\"]\ndeny_hosts = [\"bad.site.test\"]\n";
-        let config = Config::from_toml_str(text, "egress.toml").expect("a valid config");
+        let config = crate::config::Config::from_toml_str(text, "egress.toml").expect("a valid config");
         let listed = config.agents[0].allow_hosts.as_ref().expect("allow_hosts is set");
         assert_eq!(listed.value, ["Site.TEST.", "0x7f.1:8080", "*.Bücher.example"]);
         assert_eq!(listed.at, Some((Arc::from("egress.toml"), 5)));
-        let agents = Agents::new(&config);
+        let agents = Agents::new(&config.agent, &config.agents, &config.auth);
         let sbx = agents.identify(LOCAL, Some(&basic("sbx", "t"))).expect("right token");
         let egress = &sbx.agent.egress;
         assert_eq!(egress.decide("site.test", 80, &[]), Egress::Admitted, "case and trailing dot");

@@ -22,17 +22,16 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Deserialize;
 
-pub use crate::admin::AdminConfig;
-pub use crate::agents::{AgentConfig, AgentLimits, AuthConfig, Unlisted};
+use crate::admin::AdminConfig;
+use crate::agents::{AgentConfig, AuthConfig};
 use crate::agents::{agent_problems, holding_tables};
-pub use crate::approvals::{ApprovalMode, ApprovalsConfig};
-pub use crate::audit::AuditConfig;
-pub use crate::fetch::CacheConfig;
-pub use crate::inspect::{InspectConfig, OnUnreadable, PatternConfig};
-pub use crate::limits::{LimitsConfig, OnFailure, RedisConfig, Store};
-use crate::net::is_host_pattern;
-pub use crate::net::{ConnectConfig, NetworkConfig, PortRange};
-pub use crate::policy::operator::{Mode, RuleAction};
+use crate::approvals::{ApprovalMode, ApprovalsConfig};
+use crate::audit::AuditConfig;
+use crate::fetch::CacheConfig;
+use crate::inspect::InspectConfig;
+use crate::limits::LimitsConfig;
+use crate::net::{ConnectConfig, NetworkConfig, is_host_pattern};
+use crate::policy::operator::{Mode, RuleAction};
 use crate::proxy::config::{ConnectionsConfig, MitmConfig, TransparentConfig, UpstreamConfig};
 use crate::secrets::{SecretConfig, overlap_problems};
 use crate::setting::{duration, nonzero_caps, socket_addr};
@@ -476,6 +475,7 @@ pub(crate) mod testing {
 mod tests {
     use super::testing::problems;
     use super::*;
+    use crate::inspect::OnUnreadable;
 
     /// The one problem of `text` that is at a place in the file: a TOML syntax error, an
     /// unknown key, a value of the wrong type or form.

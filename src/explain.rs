@@ -147,7 +147,7 @@ impl Operator {
     /// # Errors
     /// [`ExplainError::UnknownAgent`] when no agent of the config has the id.
     pub fn new(config: &Config, id: Option<&str>) -> Result<Operator, ExplainError> {
-        let agents = Agents::new(config);
+        let agents = Agents::new(&config.agent, &config.agents, &config.auth);
         let agent = agents.named(id).ok_or_else(|| {
             let known: Vec<&str> =
                 std::iter::once(&config.agent).chain(&config.agents).filter_map(|a| a.id.as_deref()).collect();

@@ -141,7 +141,7 @@ impl Gate {
         Gate {
             mode: config.mode,
             secrets,
-            agents: Agents::new(config),
+            agents: Agents::new(&config.agent, &config.agents, &config.auth),
             rules: operator_rules(config),
             cache,
             limiter,

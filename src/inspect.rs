@@ -13,14 +13,16 @@
 mod config;
 mod decode;
 mod detect;
+mod pattern;
 
 use http::HeaderMap;
 use http::header::PROXY_AUTHORIZATION;
 
-pub use config::{InspectConfig, OnUnreadable, PatternConfig, PatternError};
+pub use config::{InspectConfig, OnUnreadable};
 pub use decode::Unreadable;
 use detect::Scanner;
 pub use detect::{Finding, Place};
+pub use pattern::{PatternConfig, PatternError};
 
 /// The head of a request as inspection reads it.
 #[derive(Debug, Clone, Copy)]

@@ -324,7 +324,7 @@ fn run_proxy(args: RunArgs, out: &mut impl Write) -> anyhow::Result<()> {
             mode: config.mode,
             decision_log: &config.audit,
             admin: running.admin_addr(),
-            tokens_unchallenged: agentgate::agents::tokens_unchallenged(&config),
+            tokens_unchallenged: agentgate::agents::tokens_unchallenged(&config.auth, &config.agents),
         };
         // The banner is for whoever reads it; a proxy nobody watches still serves.
         if let Err(error) = out.write_all(startup.render().as_bytes()).and_then(|()| out.flush()) {

@@ -406,11 +406,11 @@ mod tests {
         assert_eq!(in_force.listen, running.listen);
         assert_eq!(in_force.mitm.cert_cache_size, running.mitm.cert_cache_size);
         assert_eq!(in_force.audit, running.audit);
-        assert_eq!(in_force.mode, crate::config::Mode::Monitor);
+        assert_eq!(in_force.mode, crate::policy::operator::Mode::Monitor);
         assert_eq!(in_force.rules.len(), 1);
         assert_eq!(in_force.mitm.passthrough_hosts, ["bank.example"]);
         assert!(!in_force.connect.allows(80));
-        assert_eq!(in_force.approvals.mode, crate::config::ApprovalMode::Hold);
+        assert_eq!(in_force.approvals.mode, crate::approvals::ApprovalMode::Hold);
     }
 
     #[test]

@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 
 use super::routes::{AdminBody, json_response};
 use super::server::AdminState;
+use crate::agents::AgentConfig;
 use crate::approvals::HostGrant;
 use crate::audit::rfc3339_millis;
-use crate::config::AgentConfig;
 
 /// `GET /agents`: `{"agents": [{"table", "id", "mode", "allow_hosts", "deny_hosts",
 /// "unlisted", "grants": [...]}]}`, `[agent]` first. The default agent's grants are those
@@ -31,7 +31,7 @@ pub(super) fn list(state: &AdminState) -> Response<AdminBody> {
     json_response(StatusCode::OK, &json!({"agents": agents}))
 }
 
-fn agent_json(table: &str, agent: &AgentConfig, global: crate::config::Mode, grants: &[&HostGrant]) -> Value {
+fn agent_json(table: &str, agent: &AgentConfig, global: crate::policy::operator::Mode, grants: &[&HostGrant]) -> Value {
     let grants: Vec<Value> = grants
         .iter()
         .map(|grant| {

@@ -14,8 +14,9 @@ use serde_json::{Value, json};
 
 use super::routes::{AdminBody, BadParameter, Query, error, json_response};
 use super::server::AdminState;
+use crate::agents::AgentConfig;
 use crate::audit::rfc3339_millis;
-use crate::config::{AgentConfig, Config};
+use crate::config::Config;
 use crate::explain::{ExplainRequest, Operator, explain_operator, explain_with, report_json};
 use crate::fetch::Origin;
 

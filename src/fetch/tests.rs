@@ -11,7 +11,7 @@ use super::file::PolicyFile;
 use super::freshness::TtlBounds;
 use super::get::Fetcher;
 use super::*;
-use crate::config::NetworkConfig;
+use crate::net::NetworkConfig;
 use crate::policy::Format as _;
 use crate::policy::agents_md::{AgentsMd, Location};
 use crate::policy::agents_txt::AgentsTxt;

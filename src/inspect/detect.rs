@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use regex::bytes::Regex;
 
-use super::config::PatternConfig;
+use super::pattern::PatternConfig;
 
 /// The built-in detectors, by name: the credential formats agents most often hold (cloud
 /// keys, forge and chat tokens, private keys, signed tokens). Each is anchored on a fixed

@@ -6,7 +6,9 @@
 
 use std::net::IpAddr;
 
-use agentgate::config::{AgentConfig, Config, Mode};
+use agentgate::agents::AgentConfig;
+use agentgate::config::Config;
+use agentgate::policy::operator::Mode;
 use serde_json::Value;
 
 use crate::support::log::for_request;

@@ -12,7 +12,8 @@ use std::ffi::OsStr;
 use std::time::Duration;
 
 use agentgate::admin::AdminToken;
-use agentgate::config::{ApprovalMode, Config};
+use agentgate::approvals::ApprovalMode;
+use agentgate::config::Config;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
@@ -470,7 +471,7 @@ async fn deny_mode_and_monitor_mode_never_hold() -> TestResult {
 
     let monitored = TestProxy::start_with(&ca, |config| {
         hold(config);
-        config.mode = agentgate::config::Mode::Monitor;
+        config.mode = agentgate::policy::operator::Mode::Monitor;
     })
     .await?;
     let forwarded = monitored.client()?.post(origin.url("/checkout")).body("order=42").send().await?;

@@ -10,7 +10,8 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use agentgate::config::{AgentConfig, Mode};
+use agentgate::agents::AgentConfig;
+use agentgate::policy::operator::Mode;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use serde_json::Value;

@@ -113,7 +113,7 @@ async fn a_forwarded_request_has_a_start_and_an_end_line_with_exact_byte_counts(
 /// A proxy whose one agent, `bot`, has `limits` edited by `edit`, and a client as `bot`.
 async fn budgeted(
     ca: &TestCa,
-    edit: impl FnOnce(&mut agentgate::config::AgentLimits),
+    edit: impl FnOnce(&mut agentgate::agents::AgentLimits),
 ) -> TestResult<(TestProxy, reqwest::Client)> {
     let mut bot = agent("bot", "b-token");
     edit(&mut bot.limits);

@@ -374,7 +374,7 @@ async fn shop(ca: &TestCa) -> TestResult<Origin> {
 
 /// The proxy in `[approvals] mode = "hold"`, with the admin token `alice`.
 fn holding_for_alice(config: &mut agentgate::config::Config) {
-    config.approvals.mode = agentgate::config::ApprovalMode::Hold;
+    config.approvals.mode = agentgate::approvals::ApprovalMode::Hold;
     config.agent.id = Some("shopper".to_owned());
     // `printf %s alice-secret | sha256sum`
     let sha256 = "0c848abb03307b06cf70cd4e29c157dc81af5e94ab3eb1d0c59a120269572376".to_owned();

@@ -391,7 +391,7 @@ async fn equivalent_spellings_of_a_forbidden_path_are_blocked() -> TestResult {
             path: "/admin".to_owned(),
             methods: Vec::new(),
             agents: Vec::new(),
-            action: agentgate::config::RuleAction::Deny,
+            action: agentgate::policy::operator::RuleAction::Deny,
             reason: String::new(),
         }];
     })

@@ -6,7 +6,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use agentgate::config::{Mode, RuleAction, RuleConfig};
+use agentgate::config::RuleConfig;
+use agentgate::policy::operator::{Mode, RuleAction};
 use futures_util::future::join_all;
 
 use crate::support::block::{self, Expected};

@@ -263,7 +263,7 @@ async fn with_auth_required_git_is_challenged_and_named_by_its_token_and_an_addr
     let dir = bare_repository().await?;
     let origin = GitOrigin::start(&ca, &dir.path().join("root"), Some(ALLOWS_GIT)).await?;
     let proxy = TestProxy::start_with(&ca, |config| {
-        let local = agentgate::config::AgentConfig {
+        let local = agentgate::agents::AgentConfig {
             id: Some("local-bot".to_owned()),
             clients: vec!["127.0.0.2/32".parse().expect("a network")],
             ..Default::default()
@@ -443,7 +443,7 @@ async fn a_discovery_whose_post_is_refused_is_refused_with_the_posts_reasons() -
     assert_eq!(upload.len(), 3, "the refused discovery, the push's and the allowed one: {records:#?}");
 
     // Monitor mode: forwarded, recorded would_deny with the same reasons.
-    let proxy = TestProxy::start_with(&ca, |config| config.mode = agentgate::config::Mode::Monitor).await?;
+    let proxy = TestProxy::start_with(&ca, |config| config.mode = agentgate::policy::operator::Mode::Monitor).await?;
     let response = proxy.client()?.get(forbids.url(discovery)).send().await?;
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "agentgate-decision"), "", "a forwarded answer carries no block header");

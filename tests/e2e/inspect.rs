@@ -17,7 +17,9 @@ use crate::support::origin::Origin;
 use crate::support::pki::TestCa;
 use crate::support::raw::exchange;
 use crate::support::{TestProxy, TestResult, bypass_all, header, log};
-use agentgate::config::{Config, Mode, OnUnreadable};
+use agentgate::config::Config;
+use agentgate::inspect::OnUnreadable;
+use agentgate::policy::operator::Mode;
 
 /// An AWS-style access key id (AWS's documented example).
 const AWS_KEY: &str = "AKIAIOSFODNN7EXAMPLE";

@@ -11,8 +11,10 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use agentgate::config::{Config, ConnectConfig, NetworkConfig, RuleAction, RuleConfig};
+use agentgate::config::{Config, RuleConfig};
+use agentgate::net::{ConnectConfig, NetworkConfig};
 use agentgate::net::{Dial, NetFuture, Resolve, SystemResolver, TcpDialer};
+use agentgate::policy::operator::RuleAction;
 use tokio::net::TcpStream;
 
 use crate::support::block::{self, Expected};
@@ -406,7 +408,7 @@ async fn issue_8_monitor_mode_does_not_open_the_network() -> TestResult {
     let origin = Origin::http().await?;
     let monitor = |config: &mut Config| {
         shipped_network(config);
-        config.mode = agentgate::config::Mode::Monitor;
+        config.mode = agentgate::policy::operator::Mode::Monitor;
     };
     let proxy = TestProxy::start_with(&ca, monitor).await?;
     let answer = get(&proxy, &format!("http://127.1:{}/hello", origin.addr.port())).await?;

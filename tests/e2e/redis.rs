@@ -17,7 +17,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentgate::config::{Config, OnFailure, Store};
+use agentgate::config::Config;
+use agentgate::limits::{OnFailure, Store};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

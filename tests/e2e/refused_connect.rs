@@ -9,7 +9,8 @@
 
 use std::time::Duration;
 
-use agentgate::config::{Config, PortRange};
+use agentgate::config::Config;
+use agentgate::net::PortRange;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

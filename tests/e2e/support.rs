@@ -23,7 +23,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentgate::config::{Config, PortRange};
+use agentgate::config::Config;
+use agentgate::net::PortRange;
 use agentgate::net::{Dial, Resolve, SystemResolver, TcpDialer};
 use agentgate::proxy::Proxy;
 use tokio::sync::oneshot;

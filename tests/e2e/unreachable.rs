@@ -77,7 +77,7 @@ async fn connection_refused_is_502_origin_unreachable_not_a_robots_deny() -> Tes
     assert_eq!(records.len(), 2, "one record per request: {records:#?}");
 
     // Monitor mode answers the same: there is nothing to forward to, and nothing "would" happen.
-    let monitor = TestProxy::start_with(&ca, |config| config.mode = agentgate::config::Mode::Monitor).await?;
+    let monitor = TestProxy::start_with(&ca, |config| config.mode = agentgate::policy::operator::Mode::Monitor).await?;
     let response = monitor.client()?.get(&url).send().await?;
     unreachable_answer(&monitor, 1, response, 502, &cause).await?;
     Ok(())
