@@ -41,6 +41,7 @@ use crate::limits::{Limiter, Permit, Refused, Usage};
 use crate::net::{Refusal, canonical_pattern};
 use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
 use crate::policy::{self, Decision, HeaderLookup, OperatorCode, Outcome, Policies, Reason, RequestView};
+use crate::signing::Keys;
 
 mod git;
 
@@ -144,10 +145,21 @@ impl Gate {
         }
     }
 
+    /// This gate with the agents of `config` signing with `keys` (`crate::signing`).
+    pub fn signing_with(mut self, config: &Config, keys: &Keys) -> Gate {
+        self.agents = Agents::with_keys(config, keys);
+        self
+    }
+
+    /// The Web Bot Auth key ids in force: what a reload compares to see a replaced key file.
+    pub fn keyids(&self) -> Vec<String> {
+        self.agents.keyids()
+    }
+
     /// A gate for `config` sharing this one's policy cache and limit counters: what a config
     /// reload swaps in (`crate::reload`), so fetched policies and spent budgets survive it.
-    pub fn reconfigured(&self, config: &Config) -> Gate {
-        Gate::new(config, self.cache.clone(), Arc::clone(&self.limiter))
+    pub fn reconfigured(&self, config: &Config, keys: &Keys) -> Gate {
+        Gate::new(config, self.cache.clone(), Arc::clone(&self.limiter)).signing_with(config, keys)
     }
 
     /// The limits store's failures so far ([`Limiter::store_failures`]), for `/metrics`.

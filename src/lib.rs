@@ -24,5 +24,6 @@ pub mod proxy;
 pub mod recipe;
 pub mod reload;
 mod setting;
+pub mod signing;
 pub mod tls;
 pub mod token;

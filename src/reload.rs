@@ -145,12 +145,24 @@ impl Reloader {
             log_rejection(&err);
             return Err(err);
         }
+        // A replaced key file changes no setting: its key is compared too (`docs/signing.md`).
+        let keys = match crate::signing::Keys::load(&config) {
+            Ok(keys) => keys,
+            Err(err) => {
+                let problems = vec![crate::config::Problem { location: None, message: err.to_string() }];
+                let err = ConfigError::Invalid { origin, problems };
+                self.state.metrics.config_reload(false);
+                log_rejection(&err);
+                return Err(err);
+            }
+        };
+        let rekeyed = keys.keyids() != self.state.generation().gate.keyids();
         for key in &needs_restart {
             warn!(config = %origin, "config change needs a restart: {key}; the running value is kept");
         }
-        if config != **running {
+        if config != **running || rekeyed {
             let config = Arc::new(config);
-            self.state.reconfigure(Arc::clone(&config));
+            self.state.reconfigure(Arc::clone(&config), &keys);
             *running = config;
             info!(config = %origin, "config reloaded; requests from now on use it");
         } else {

@@ -151,6 +151,9 @@ pub struct DecisionRecord {
     /// How a request held for a human's approval ended (`agentgate.approval.*`); `None` for
     /// every other request.
     pub approval: Option<Approval>,
+    /// The Web Bot Auth `keyid` the forwarded request was signed with
+    /// (`agentgate.signature.keyid`); `None` when it was not signed.
+    pub signature_keyid: Option<String>,
     /// What went wrong, for outcome `error` (`error.message`). Must not hold header values.
     pub error: Option<String>,
     /// Who is at fault, for outcome `error` (`error.type`).
@@ -211,6 +214,7 @@ impl DecisionRecord {
             blocking: 0,
             limits: Vec::new(),
             approval: None,
+            signature_keyid: None,
             error: None,
             error_type: None,
         }
@@ -329,6 +333,9 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
         if let Some(until) = approval.until {
             map.shown(field::APPROVAL_UNTIL, rfc3339_millis(until));
         }
+    }
+    if let Some(keyid) = &record.signature_keyid {
+        map.str(field::SIGNATURE_KEYID, keyid);
     }
     if let Some(message) = &record.error {
         map.str(field::ERROR_MESSAGE, message);

@@ -1,9 +1,12 @@
 //! Phase `forward`: the request as the origin gets it (`to_origin`: absolute URI on the routed
-//! origin, hop-by-hop fields out, `Via` in, the headers a policy requires added), sent through
+//! origin, hop-by-hop fields out, `Via` in, the headers a policy requires added, a signing
+//! agent's Web Bot Auth signature on), sent through
 //! the pool (`Upstream::send`), and the answer as the client gets it (`to_client`); for a
 //! WebSocket upgrade the origin accepts (`101`), the byte relay once both sides switched.
 //!
 //! Never decides: it takes a `Permitted`, which only the gate makes. Never buffers a body.
+
+use std::time::SystemTime;
 
 use http::header::{HOST, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
@@ -20,7 +23,9 @@ use super::context::{ProxyState, RequestContext};
 use super::error::{ProxyError, shown_target};
 use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
 use super::upstream::PooledBody;
+use crate::agents::Agent;
 use crate::error_chain::error_chain;
+use crate::signing;
 use crate::gate::{PURPOSE_HEADER, Permitted};
 
 /// Phase `forward`: rewrite the request for the origin, send it, rewrite the response head
@@ -30,6 +35,7 @@ pub(crate) async fn forward(
     state: &ProxyState,
     context: &RequestContext,
     permit: &Permitted,
+    agent: &Agent,
     mut request: Request<Incoming>,
     drain: Drain,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -37,6 +43,13 @@ pub(crate) async fn forward(
     let client_upgrade = (upgrade == Upgrade::Keep).then(|| hyper::upgrade::on(&mut request));
     let mut request = to_origin(context, request, upgrade)?;
     inject_headers(request.headers_mut(), permit.inject_headers());
+    // Web Bot Auth (`crate::signing`): signed as it goes out, the agent's own signature
+    // headers removed first; an agent without a key sends none unless it may pass them.
+    match agent.signer() {
+        Some(signer) => signer.sign(&mut request, SystemTime::now()),
+        None if !agent.passes_signatures() => signing::strip(request.headers_mut()),
+        None => {}
+    }
     let mut response = state.upstream.send(&context.authority, request, upgrade).await?;
     let waited_ms = context.started.elapsed().as_millis() as u64;
     debug!(version = ?response.version(), waited_ms, "origin answered");

@@ -191,8 +191,12 @@ impl ProxyService {
         let permit = self.decide(&live, record, GateRequest { addresses: vetted.addresses(), ..gate_request }).await?;
         // A withheld download (C17) is answered like any block: JSON if the agent accepts it.
         let accept = request.headers().get(ACCEPT).cloned();
+        let mut permit = permit;
+        if let Some(signer) = agent.agent.signer() {
+            permit.mark_signed(signer.keyid());
+        }
         let permit = record.forwarding(permit).await?;
-        let response = forward(&self.state, &context, permit, request, self.drain.clone()).await?;
+        let response = forward(&self.state, &context, permit, &agent.agent, request, self.drain.clone()).await?;
         Ok(record.answered(response, accept))
     }
 
