@@ -32,7 +32,7 @@ use http::header::{PROXY_AUTHORIZATION, USER_AGENT};
 pub use self::egress::Admitted;
 use self::egress::HostVerdict;
 pub use self::verdict::{BlockKind, Blocked, Permitted, Verdict};
-use crate::agents::{Agents, AuthFailure, Identity};
+use crate::agents::{Agent, Agents, AuthFailure, Identity};
 use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::config::Config;
@@ -149,6 +149,12 @@ impl Gate {
     pub fn signing_with(mut self, config: &Config, keys: &Keys) -> Gate {
         self.agents = Agents::with_keys(config, keys);
         self
+    }
+
+    /// The agent `id` (`None`: `[agent]`) as the config in force has it: whose key signs a
+    /// request now, even in a tunnel whose agent was identified before a reload.
+    pub fn current_agent(&self, id: Option<&str>) -> Option<&Arc<Agent>> {
+        self.agents.named(id)
     }
 
     /// The Web Bot Auth key ids in force: what a reload compares to see a replaced key file.

@@ -53,8 +53,8 @@ pub struct SigningConfig {
     /// The https origin that serves the agent's key directory at
     /// `/.well-known/http-message-signatures-directory`; sent as `Signature-Agent`.
     pub signature_agent: String,
-    /// The agent's Ed25519 private key (PKCS#8, DER or PEM); unset: created on first start as
-    /// `<[ca] dir>/agent-keys/<id>.pk8`.
+    /// The agent's Ed25519 private key (PKCS#8, DER or PEM), which must exist; unset: created on
+    /// first start as `<[ca] dir>/agent-keys/<id>.pk8`.
     pub key_file: Option<PathBuf>,
     /// Keys the agent signed with before `key_file` and that `agentgate keys` still lists,
     /// so sites that cached the directory keep verifying during a rotation's overlap.
@@ -229,8 +229,7 @@ impl Keys {
         let mut signers = Vec::new();
         for agent in std::iter::once(&config.agent).chain(&config.agents) {
             let Some(signing) = &agent.signing else { continue };
-            let path = key_path(config, agent.id.as_deref(), signing);
-            let pair = load_or_create(&path)?;
+            let pair = agent_key(config, agent.id.as_deref(), signing)?;
             signers.push((agent.id.clone(), Arc::new(Signer::new(pair, &signing.signature_agent)?)));
         }
         Ok(Keys { signers })
@@ -247,9 +246,13 @@ impl Keys {
     }
 }
 
-/// Where an agent's key is: its `key_file`, else the generated one beside the CA.
-pub fn key_path(config: &Config, id: Option<&str>, signing: &SigningConfig) -> PathBuf {
-    signing.key_file.clone().unwrap_or_else(|| generated_key_path(&config.ca.dir, id))
+/// An agent's key: its `key_file`, which must exist (replicas share it), else the one
+/// generated beside the CA, created on first use.
+fn agent_key(config: &Config, id: Option<&str>, signing: &SigningConfig) -> Result<Ed25519KeyPair, KeyError> {
+    match &signing.key_file {
+        Some(path) => key::load(path),
+        None => load_or_create(&generated_key_path(&config.ca.dir, id)),
+    }
 }
 
 /// The JWK set of the agents of `config` (only `only` when given: an `[[agents]]` id, or the
@@ -267,7 +270,7 @@ pub fn directory(config: &Config, only: Option<&str>) -> Result<serde_json::Valu
             continue;
         }
         found = true;
-        let current = load_or_create(&key_path(config, agent.id.as_deref(), signing))?;
+        let current = agent_key(config, agent.id.as_deref(), signing)?;
         keys.push(current.public_key().as_ref().to_vec());
         for previous in &signing.previous_key_files {
             keys.push(key::load(previous)?.public_key().as_ref().to_vec());

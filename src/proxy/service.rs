@@ -191,12 +191,15 @@ impl ProxyService {
         let permit = self.decide(&live, record, GateRequest { addresses: vetted.addresses(), ..gate_request }).await?;
         // A withheld download (C17) is answered like any block: JSON if the agent accepts it.
         let accept = request.headers().get(ACCEPT).cloned();
+        // A tunnel's agent was identified at its CONNECT: its key is the one in force now, so a
+        // rotated key signs from the first request after the reload (docs/signing.md).
+        let signing = live.gate.current_agent(agent.agent.id()).unwrap_or(&agent.agent);
         let mut permit = permit;
-        if let Some(signer) = agent.agent.signer() {
+        if let Some(signer) = signing.signer() {
             permit.mark_signed(signer.keyid());
         }
         let permit = record.forwarding(permit).await?;
-        let response = forward(&self.state, &context, permit, &agent.agent, request, self.drain.clone()).await?;
+        let response = forward(&self.state, &context, permit, signing, request, self.drain.clone()).await?;
         Ok(record.answered(response, accept))
     }
 
