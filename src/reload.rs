@@ -6,7 +6,8 @@
 //!
 //! What a reload changes: the operator's `[[rules]]` (and the agents they are scoped to),
 //! `bypass_hosts`, `[agent]`, `[[agents]]` (their egress lists `allow_hosts`, `deny_hosts` and
-//! `unlisted` included) and `[auth]`, `mode` and per-agent modes and limits, `instance`, `[mitm] passthrough_hosts`,
+//! `unlisted` included, and their Web Bot Auth `signing` keys: a key file replaced in place is
+//! picked up too, its key compared with the running one) and `[auth]`, `mode` and per-agent modes and limits, `instance`, `[mitm] passthrough_hosts`,
 //! `[network]`, `[connect]`, `[robots]`, `[agents_md]`, `[approvals]` and `shutdown_grace`. What it keeps:
 //! the fetched policies, the rate-limit counters and concurrency slots, the requests held for
 //! approval, the remembered approvals and the hosts granted to agents, the CA and its leaf

@@ -135,7 +135,8 @@ impl Signer {
     /// # Errors
     /// [`KeyError::Origin`] when `signature_agent` is no https origin.
     pub fn new(pair: Ed25519KeyPair, signature_agent: &str) -> Result<Signer, KeyError> {
-        let origin = origin(signature_agent).map_err(|why| KeyError::Origin { value: signature_agent.to_owned(), why })?;
+        let origin =
+            origin(signature_agent).map_err(|why| KeyError::Origin { value: signature_agent.to_owned(), why })?;
         let keyid = thumbprint(pair.public_key().as_ref());
         Ok(Signer { pair, keyid, agent_member: base::sf_string(&origin), rng: SystemRandom::new() })
     }

@@ -25,8 +25,8 @@ use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop}
 use super::upstream::PooledBody;
 use crate::agents::Agent;
 use crate::error_chain::error_chain;
-use crate::signing;
 use crate::gate::{PURPOSE_HEADER, Permitted};
+use crate::signing;
 
 /// Phase `forward`: rewrite the request for the origin, send it, rewrite the response head
 /// and hand back the origin's body as a stream. For an upgrade that the origin accepts

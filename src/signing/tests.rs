@@ -26,10 +26,7 @@ fn the_signature_base_of_rfc_9421_b_2_6_signs_to_its_signature() {
     std::fs::write(&path, RFC9421_KEY).expect("write the key");
     let pair = key::load(&path).expect("the RFC's key parses (PKCS#8 v1, PEM)");
     let signature = base64::engine::general_purpose::STANDARD.encode(pair.sign(base.as_bytes()));
-    assert_eq!(
-        signature,
-        "wqcAqbmYJ2ji2glfAMaRy4gruYYnx2nEFN2HN6jrnDnQCK1u02Gb04v9EDgwUPiu4A0w6vuQv5lIp5WPpBKRCw=="
-    );
+    assert_eq!(signature, "wqcAqbmYJ2ji2glfAMaRy4gruYYnx2nEFN2HN6jrnDnQCK1u02Gb04v9EDgwUPiu4A0w6vuQv5lIp5WPpBKRCw==");
 }
 
 #[test]
@@ -93,6 +90,8 @@ fn a_key_is_created_once_owner_only_and_loaded_after() {
         use std::os::unix::fs::PermissionsExt as _;
         let mode = std::fs::metadata(&path).expect("the key file").permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+        let dir_mode = std::fs::metadata(path.parent().expect("a directory")).expect("the key directory");
+        assert_eq!(dir_mode.permissions().mode() & 0o777, 0o700);
     }
     std::fs::write(&path, b"not a key").expect("overwrite");
     let err = load_or_create(&path).expect_err("garbage");

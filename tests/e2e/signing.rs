@@ -125,7 +125,8 @@ async fn a_signing_agents_request_arrives_signed_and_an_independent_verifier_acc
     let http = Origin::http_site(Site::new()).await?;
     let dir = tempfile::tempdir()?;
     let config = dir.path().join("agentgate.toml");
-    let text = format!("{}[agent]\nsigning = {{ signature_agent = {SIGNATURE_AGENT:?} }}\n", base_config(dir.path(), &ca));
+    let text =
+        format!("{}[agent]\nsigning = {{ signature_agent = {SIGNATURE_AGENT:?} }}\n", base_config(dir.path(), &ca));
     std::fs::write(&config, text)?;
     let agentgate = Agentgate::start(dir.path(), &config, "info").await?;
     // The key was created at start, owner-only, beside the CA; `keys` reads the same one.
@@ -154,7 +155,8 @@ async fn a_signing_agents_request_arrives_signed_and_an_independent_verifier_acc
 
     agentgate.stop().await?;
     let records = log::read(&dir.path().join("decisions.jsonl"))?;
-    let signed: Vec<&Value> = records.iter().filter(|r| r["url.full"].as_str().is_some_and(|u| u.contains("/seen"))).collect();
+    let signed: Vec<&Value> =
+        records.iter().filter(|r| r["url.full"].as_str().is_some_and(|u| u.contains("/seen"))).collect();
     assert_eq!(signed.len(), 2);
     for record in signed {
         assert_eq!(record["agentgate.signature.keyid"].as_str(), Some(kids(&jwks)[0].as_str()), "{record}");
@@ -185,7 +187,10 @@ async fn an_agent_cannot_forge_a_signature_and_an_agent_without_a_key_sends_none
 
     let signer = seen(&agentgate.client_as("signer", "s")?, &url, &forged).await?;
     for (name, value) in forged {
-        assert!(!values(&signer, name).iter().any(|v| v.contains(value)), "{name} forged by the agent reached the origin");
+        assert!(
+            !values(&signer, name).iter().any(|v| v.contains(value)),
+            "{name} forged by the agent reached the origin"
+        );
         assert_eq!(values(&signer, name).len(), 1, "only agentgate's {name}");
     }
     assert_eq!(values(&signer, "signature-agent"), [format!("sig1={SIGNATURE_AGENT:?}")]);

@@ -502,7 +502,9 @@ fn seen(request: &Request<Incoming>) -> Response<OriginBody> {
         .uri()
         .authority()
         .map(ToString::to_string)
-        .or_else(|| request.headers().get(http::header::HOST).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned()))
+        .or_else(|| {
+            request.headers().get(http::header::HOST).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
+        })
         .unwrap_or_default();
     let headers: Vec<[String; 2]> = request
         .headers()
