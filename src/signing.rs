@@ -292,6 +292,11 @@ pub(crate) fn signing_problems(config: &Config, problems: &mut Vec<String>) {
     for (table, agent) in tables {
         if let Some(signing) = &agent.signing {
             signing.problems(&table, agent.id.as_deref(), shared, problems);
+            if agent.pass_signatures {
+                problems.push(format!(
+                    "{table} pass_signatures = true: has no effect with signing (a signing agent's own signature headers are always removed); remove one of them"
+                ));
+            }
         }
     }
 }

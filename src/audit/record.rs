@@ -541,6 +541,7 @@ mod tests {
         });
         rec.error = Some("origin unreachable: connection refused".to_owned());
         rec.error_type = Some(ErrorType::Origin);
+        rec.signature_keyid = Some("kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k".to_owned());
         rec.instance = Some(Arc::from("replica-2"));
         rec.entry = Some("transparent");
         let line = rec.to_json_line(true);
@@ -570,6 +571,7 @@ mod tests {
                 r#""agentgate.approval.decision":"denied","agentgate.approval.by":"alice","#,
                 r#""agentgate.approval.reason":"not on a Friday","agentgate.approval.at":"2023-11-14T22:13:21.000Z","#,
                 r#""agentgate.approval.remember":"host-for-agent","agentgate.approval.until":"2023-11-14T23:13:21.000Z","#,
+                r#""agentgate.signature.keyid":"kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k","#,
                 r#""error.message":"origin unreachable: connection refused","error.type":"origin"}"#,
                 "\n"
             )

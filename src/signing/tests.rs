@@ -103,7 +103,7 @@ fn signing_problems_name_the_key_and_the_fix() {
     use crate::config::testing::problems;
     let found = problems(
         "[limits]\nstore = \"redis\"\n[agent]\nsigning = { signature_agent = \"http://a.example\" }\n\
-         [[agents]]\nid = \"a/b\"\ntoken = \"t\"\nsigning = { signature_agent = \"https://a.example/path\" }\n",
+         [[agents]]\nid = \"a/b\"\ntoken = \"t\"\npass_signatures = true\nsigning = { signature_agent = \"https://a.example/path\" }\n",
     )
     .join("\n");
     for expected in [
@@ -111,6 +111,7 @@ fn signing_problems_name_the_key_and_the_fix() {
         "[agent] signing: no key_file, so each replica would create its own key",
         "[[agents]] #1 signing.signature_agent = \"https://a.example/path\": an origin has no path",
         "[[agents]] #1 signing: no key_file, and the id \"a/b\" cannot name the generated key file",
+        "[[agents]] #1 pass_signatures = true: has no effect with signing",
     ] {
         assert!(found.contains(expected), "{expected:?} missing from:\n{found}");
     }
