@@ -300,6 +300,12 @@ async fn a_rotated_key_is_picked_up_by_reload_and_the_directory_lists_old_and_ne
     let jwks = keys(&config).await?;
     assert_eq!(kids(&jwks), [keyid(&third)?, old], "the replaced key and the overlap's old one");
     assert_accepted(&verify(&python, &third, &jwks, None).await?, "the replaced key");
+
+    // A key file that cannot be read rejects the reload, naming it; the running key stays.
+    let missing = dir.path().join("missing.pk8");
+    replace_file(&config, &signing(&missing, &[&first]))?;
+    agentgate.logged(&["config reload rejected", "missing.pk8"], 1).await?;
+    assert_eq!(keyid(&seen(&client, &url, &[]).await?)?, keyid(&third)?);
     agentgate.stop().await?;
     Ok(())
 }
