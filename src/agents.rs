@@ -22,6 +22,7 @@ use crate::policy::operator::{EgressLists, HostList, Mode, split_host_port};
 use crate::policy::{Direction, Limit, LimitKind, LimitScope, OperatorCode, Reason, Source};
 use crate::setting::byte_size;
 use crate::setting::{Located, networks};
+use crate::signing::{Keys, Signer, SigningConfig};
 use crate::token::{HOW_TO_HASH, TokenDigest, is_sha256_hex};
 
 /// `[auth]`: proxy authentication (`Proxy-Authorization`).
@@ -82,6 +83,11 @@ pub struct AgentConfig {
     /// What a host `allow_hosts` does not list gets: refused (`deny`, the default) or held
     /// for a human's approval (`hold`).
     pub unlisted: Unlisted,
+    /// Web Bot Auth: every forwarded request of this agent is signed (`crate::signing`).
+    pub signing: Option<SigningConfig>,
+    /// Without `signing`: whether `Signature`, `Signature-Input` and `Signature-Agent` the
+    /// agent sent reach the origin (default false: removed).
+    pub pass_signatures: bool,
 }
 
 /// `unlisted` of an agent: what a request to a host outside its `allow_hosts` gets.
@@ -165,12 +171,16 @@ pub struct Agent {
     pub egress: EgressLists,
     /// What a host its allowlist does not name gets.
     pub unlisted: Unlisted,
+    /// Its Web Bot Auth key, when its requests are signed.
+    signer: Option<Arc<Signer>>,
+    /// Without a key: whether the signature headers it sent itself reach the origin.
+    pass_signatures: bool,
     credential: Option<TokenDigest>,
     clients: Vec<IpNet>,
 }
 
 impl Agent {
-    fn from_config(config: &AgentConfig, table: &str) -> Agent {
+    fn from_config(config: &AgentConfig, table: &str, keys: &Keys) -> Agent {
         let credential = match (&config.token, &config.token_sha256) {
             (Some(token), _) => Some(TokenDigest::of(token)),
             (None, Some(hex_digest)) => TokenDigest::from_hex(hex_digest),
@@ -191,6 +201,8 @@ impl Agent {
                 config.deny_hosts.as_ref().map(|list| host_list(&name, "deny_hosts", list)),
             ),
             unlisted: config.unlisted,
+            signer: config.signing.as_ref().and_then(|_| keys.of(config.id.as_deref())),
+            pass_signatures: config.pass_signatures,
             credential,
             clients: config.clients.clone(),
         }
@@ -199,6 +211,16 @@ impl Agent {
     /// The configured id; `None` for a default agent without one.
     pub fn id(&self) -> Option<&str> {
         self.id.as_deref()
+    }
+
+    /// Its Web Bot Auth key, when its requests are signed.
+    pub fn signer(&self) -> Option<&Signer> {
+        self.signer.as_deref()
+    }
+
+    /// Whether signature headers it sent itself reach the origin (only without a key).
+    pub fn passes_signatures(&self) -> bool {
+        self.signer.is_none() && self.pass_signatures
     }
 }
 
@@ -339,14 +361,19 @@ pub struct Agents {
 
 impl Agents {
     /// The agents of a config: `agents` (`[[agents]]`) in file order, `default` (`[agent]`)
-    /// for clients no entry names, proxy authentication as `auth` (`[auth]`) asks.
+    /// for clients no entry names, proxy authentication as `auth` (`[auth]`) asks; none signs.
     pub fn new(default: &AgentConfig, agents: &[AgentConfig], auth: &AuthConfig) -> Self {
+        Agents::with_keys(default, agents, auth, &Keys::default())
+    }
+
+    /// The same agents, each `signing` agent with its key from `keys`.
+    pub fn with_keys(default: &AgentConfig, agents: &[AgentConfig], auth: &AuthConfig, keys: &Keys) -> Self {
         let entries = agents
             .iter()
             .enumerate()
-            .map(|(i, a)| Arc::new(Agent::from_config(a, &format!("[[agents]] #{}", i + 1))))
+            .map(|(i, a)| Arc::new(Agent::from_config(a, &format!("[[agents]] #{}", i + 1), keys)))
             .collect();
-        Agents { entries, default: Arc::new(Agent::from_config(default, "[agent]")), required: auth.required }
+        Agents { entries, default: Arc::new(Agent::from_config(default, "[agent]", keys)), required: auth.required }
     }
 
     /// Phase `identify_agent`: the agent behind a request (or a CONNECT) from `client`.
@@ -373,6 +400,11 @@ impl Agents {
             return Err(AuthFailure::Missing);
         }
         Ok(self.identity(&self.default, client))
+    }
+
+    /// The Web Bot Auth key ids of the signing agents, `[[agents]]` in file order then `[agent]`.
+    pub fn keyids(&self) -> Vec<String> {
+        self.entries.iter().chain([&self.default]).filter_map(|a| a.signer()).map(|s| s.keyid().to_owned()).collect()
     }
 
     /// The `[[agents]]` entry whose id is `id`, or the `[agent]` table when `id` is `None` or

@@ -310,6 +310,7 @@ impl Config {
             }
         }
         agent_problems(&self.agent, &self.agents, &mut problems);
+        crate::signing::signing_problems(self, &mut problems);
         for table in holding_tables(&self.agent, &self.agents) {
             self.admin.holding_problems(&format!("{table} unlisted = \"hold\""), &mut problems);
         }

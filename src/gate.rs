@@ -33,7 +33,7 @@ use http::header::{CONTENT_LENGTH, PROXY_AUTHORIZATION, USER_AGENT};
 pub use self::egress::Admitted;
 use self::egress::HostVerdict;
 pub use self::verdict::{BlockKind, Blocked, Permitted, Verdict};
-use crate::agents::{Agents, AuthFailure, Identity};
+use crate::agents::{Agent, Agents, AuthFailure, Identity};
 use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::config::Config;
@@ -43,6 +43,7 @@ use crate::net::{Refusal, canonical_pattern};
 use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
 use crate::policy::{self, Decision, HeaderLookup, OperatorCode, Outcome, Policies, Reason, RequestView};
 use crate::secrets::{Plan, SecretRequest, Secrets};
+use crate::signing::Keys;
 
 mod git;
 
@@ -153,11 +154,28 @@ impl Gate {
         }
     }
 
+    /// This gate with the agents of `config` signing with `keys` (`crate::signing`).
+    pub fn signing_with(mut self, config: &Config, keys: &Keys) -> Gate {
+        self.agents = Agents::with_keys(&config.agent, &config.agents, &config.auth, keys);
+        self
+    }
+
+    /// The agent `id` (`None`: `[agent]`) as the config in force has it: whose key signs a
+    /// request now, even in a tunnel whose agent was identified before a reload.
+    pub fn current_agent(&self, id: Option<&str>) -> Option<&Arc<Agent>> {
+        self.agents.named(id)
+    }
+
+    /// The Web Bot Auth key ids in force: what a reload compares to see a replaced key file.
+    pub fn keyids(&self) -> Vec<String> {
+        self.agents.keyids()
+    }
+
     /// A gate for `config` sharing this one's policy cache and limit counters: what a config
     /// reload swaps in (`crate::reload`), so fetched policies and spent budgets survive it.
-    pub fn reconfigured(&self, config: &Config) -> Gate {
+    pub fn reconfigured(&self, config: &Config, keys: &Keys) -> Gate {
         let secrets = Secrets::new(&config.secrets, Some(&self.secrets), Instant::now());
-        Gate::with_secrets(config, self.cache.clone(), Arc::clone(&self.limiter), secrets)
+        Gate::with_secrets(config, self.cache.clone(), Arc::clone(&self.limiter), secrets).signing_with(config, keys)
     }
 
     /// The limits store's failures so far ([`Limiter::store_failures`]), for `/metrics`.

@@ -26,5 +26,6 @@ pub mod recipe;
 pub mod reload;
 pub mod secrets;
 mod setting;
+pub mod signing;
 pub mod tls;
 pub mod token;

@@ -43,6 +43,23 @@ enum Command {
     /// Read a decision log.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Print the Web Bot Auth public keys of the signing agents as a JWK set: the body of
+    /// `/.well-known/http-message-signatures-directory` at each agent's signature_agent origin.
+    /// Creates a key that has no file yet, as `run` would.
+    Keys(KeysArgs),
+}
+
+#[derive(Args)]
+struct KeysArgs {
+    /// Only this agent's keys (an [[agents]] id, or [agent]'s id).
+    #[arg(long)]
+    agent: Option<String>,
+    /// The config (default: the embedded one, which has no signing agent).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// CA directory, overriding `[ca] dir` in the config (where generated keys live).
+    #[arg(long)]
+    ca_dir: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -276,6 +293,11 @@ fn answer(command: Command, out: &mut impl Write) -> anyhow::Result<ExitCode> {
         }
         Command::Audit(AuditCommand::Grep { filter, raw, files }) => audit_grep(&files, filter, raw, out)?,
         Command::Audit(AuditCommand::Suggest { agent, files }) => audit_suggest(&files, agent.as_deref(), out)?,
+        Command::Keys(KeysArgs { agent, config, ca_dir }) => {
+            let config = ConfigSource { path: config, listen: None, ca_dir }.load()?;
+            let set = agentgate::signing::directory(&config, agent.as_deref())?;
+            writeln!(out, "{}", serde_json::to_string_pretty(&set)?)?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,7 +6,8 @@
 //!
 //! What a reload changes: the operator's `[[rules]]` (and the agents they are scoped to),
 //! `bypass_hosts`, `[agent]`, `[[agents]]` (their egress lists `allow_hosts`, `deny_hosts` and
-//! `unlisted` included) and `[auth]`, `mode` and per-agent modes and limits, `instance`, `[mitm] passthrough_hosts`,
+//! `unlisted` included, and their Web Bot Auth `signing` keys: a key file replaced in place is
+//! picked up too, its key compared with the running one) and `[auth]`, `mode` and per-agent modes and limits, `instance`, `[mitm] passthrough_hosts`,
 //! `[network]`, `[connect]`, `[robots]`, `[agents_md]`, `[approvals]`, `[inspect]` and `shutdown_grace`. What it keeps:
 //! the fetched policies, the rate-limit counters and concurrency slots, the requests held for
 //! approval, the remembered approvals and the hosts granted to agents, the CA and its leaf
@@ -145,12 +146,24 @@ impl Reloader {
             log_rejection(&err);
             return Err(err);
         }
+        // A replaced key file changes no setting: its key is compared too (`docs/signing.md`).
+        let keys = match crate::signing::Keys::load(&config) {
+            Ok(keys) => keys,
+            Err(err) => {
+                let problems = vec![crate::config::Problem { location: None, message: err.to_string() }];
+                let err = ConfigError::Invalid { origin, problems };
+                self.state.metrics.config_reload(false);
+                log_rejection(&err);
+                return Err(err);
+            }
+        };
+        let rekeyed = keys.keyids() != self.state.generation().gate.keyids();
         for key in &needs_restart {
             warn!(config = %origin, "config change needs a restart: {key}; the running value is kept");
         }
-        if config != **running {
+        if config != **running || rekeyed {
             let config = Arc::new(config);
-            self.state.reconfigure(Arc::clone(&config));
+            self.state.reconfigure(Arc::clone(&config), &keys);
             *running = config;
             info!(config = %origin, "config reloaded; requests from now on use it");
         } else {

@@ -78,6 +78,9 @@ pub const APPROVAL_AT: &str = "agentgate.approval.at";
 pub const APPROVAL_REMEMBER: &str = "agentgate.approval.remember";
 /// When a `host-for-agent` grant ends: RFC 3339, UTC, milliseconds.
 pub const APPROVAL_UNTIL: &str = "agentgate.approval.until";
+/// The Web Bot Auth `keyid` (the key's RFC 7638 thumbprint) the forwarded request was signed
+/// with (`docs/signing.md`); only on records of signed requests.
+pub const SIGNATURE_KEYID: &str = "agentgate.signature.keyid";
 /// What went wrong, when the outcome is `error`.
 pub const ERROR_MESSAGE: &str = "error.message";
 /// Who is at fault, when the outcome is `error`: `client` or `origin`.
@@ -85,7 +88,7 @@ pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line
 /// when they have no value; the rest keep this order.
-pub const ORDER: [&str; 32] = [
+pub const ORDER: [&str; 33] = [
     TIMESTAMP,
     EVENT_ID,
     EVENT_CATEGORY,
@@ -116,6 +119,7 @@ pub const ORDER: [&str; 32] = [
     APPROVAL_AT,
     APPROVAL_REMEMBER,
     APPROVAL_UNTIL,
+    SIGNATURE_KEYID,
     ERROR_MESSAGE,
     ERROR_TYPE,
 ];

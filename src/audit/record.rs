@@ -202,6 +202,9 @@ pub struct DecisionRecord {
     /// How a request held for a human's approval ended (`agentgate.approval.*`); `None` for
     /// every other request.
     pub approval: Option<Approval>,
+    /// The Web Bot Auth `keyid` the forwarded request was signed with
+    /// (`agentgate.signature.keyid`); `None` when it was not signed.
+    pub signature_keyid: Option<String>,
     /// What went wrong, for outcome `error` (`error.message`). Must not hold header values.
     pub error: Option<String>,
     /// Who is at fault, for outcome `error` (`error.type`).
@@ -266,6 +269,7 @@ impl DecisionRecord {
             blocking: 0,
             limits: Vec::new(),
             approval: None,
+            signature_keyid: None,
             error: None,
             error_type: None,
         }
@@ -407,6 +411,9 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
         if let Some(until) = approval.until {
             map.shown(field::APPROVAL_UNTIL, rfc3339_millis(until));
         }
+    }
+    if let Some(keyid) = &record.signature_keyid {
+        map.str(field::SIGNATURE_KEYID, keyid);
     }
     if let Some(message) = &record.error {
         map.str(field::ERROR_MESSAGE, message);
@@ -642,6 +649,7 @@ mod tests {
         });
         rec.error = Some("origin unreachable: connection refused".to_owned());
         rec.error_type = Some(ErrorType::Origin);
+        rec.signature_keyid = Some("kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k".to_owned());
         rec.instance = Some(Arc::from("replica-2"));
         rec.entry = Some("transparent");
         let line = rec.to_json_line(true);
@@ -673,6 +681,7 @@ mod tests {
                 r#""agentgate.approval.decision":"denied","agentgate.approval.by":"alice","#,
                 r#""agentgate.approval.reason":"not on a Friday","agentgate.approval.at":"2023-11-14T22:13:21.000Z","#,
                 r#""agentgate.approval.remember":"host-for-agent","agentgate.approval.until":"2023-11-14T23:13:21.000Z","#,
+                r#""agentgate.signature.keyid":"kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k","#,
                 r#""error.message":"origin unreachable: connection refused","error.type":"origin"}"#,
                 "\n"
             )

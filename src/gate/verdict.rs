@@ -61,6 +61,12 @@ impl Permitted {
         self.budgets.as_ref()
     }
 
+    /// Records that the forwarded request is signed with Web Bot Auth key `keyid`
+    /// (`agentgate.signature.keyid`, `crate::signing`).
+    pub fn mark_signed(&mut self, keyid: &str) {
+        self.record.signature_keyid = Some(keyid.to_owned());
+    }
+
     /// The decision record as decided, before any response: what is committed to the log
     /// before forwarding under `[audit] on_failure = "block"`.
     pub fn record(&self) -> &DecisionRecord {

@@ -82,9 +82,9 @@ impl ProxyState {
     /// Puts `config` in force for every request that starts from now on: the network guard's
     /// `[network]` lists, then a gate sharing the policy cache and limit counters of the one
     /// it replaces. `config` must keep the settings that need a restart as they run.
-    pub(crate) fn reconfigure(&self, config: Arc<Config>) {
+    pub(crate) fn reconfigure(&self, config: Arc<Config>, keys: &crate::signing::Keys) {
         self.guard.policy().set_network(&config.network);
-        let gate = self.live.load().gate.reconfigured(&config);
+        let gate = self.live.load().gate.reconfigured(&config, keys);
         self.live.store(Arc::new(Generation { config, gate }));
     }
 

@@ -34,6 +34,13 @@ pub enum StartError {
         source: TlsError,
     },
 
+    /// A signing agent's key could not be loaded or created (`signing` in `[agent]` / `[[agents]]`).
+    #[error("{source}")]
+    Signing {
+        /// What the signing module reported, naming the file.
+        source: crate::signing::KeyError,
+    },
+
     /// The decision log could not be opened.
     #[error("cannot start the decision log: {source}")]
     Audit {

@@ -1,5 +1,6 @@
 //! Phase `forward`: the request as the origin gets it (`to_origin`: absolute URI on the routed
-//! origin, hop-by-hop fields out, `Via` in, the headers a policy requires added), sent through
+//! origin, hop-by-hop fields out, `Via` in, the headers a policy requires added, a signing
+//! agent's Web Bot Auth signature on), sent through
 //! the pool (`Upstream::send`), and the answer as the client gets it (`to_client`); for a
 //! WebSocket upgrade the origin accepts (`101`), the byte relay once both sides switched. The
 //! secrets the permit plans are put into the request and taken out of the answer here
@@ -10,6 +11,8 @@
 //! Never decides: it takes a `Permitted`, which only the gate makes. Never buffers a body
 //! (an inspected request's was read by `inspect`, bounded, before the gate's last word), but
 //! the gzip answer of a host with secrets bound to it, decoded whole to be scrubbed.
+
+use std::time::SystemTime;
 
 use http::header::{HOST, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
@@ -26,9 +29,11 @@ use super::error::{ProxyError, shown_target};
 use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
 use super::record::SentBytes;
 use super::upstream::PooledBody;
+use crate::agents::Agent;
 use crate::error_chain::error_chain;
 use crate::gate::{PURPOSE_HEADER, Permitted};
 use crate::secrets;
+use crate::signing;
 
 /// Phase `forward`: rewrite the request for the origin, send it, rewrite the response head
 /// and hand back the origin's body as a stream; the request body's bytes are counted into
@@ -38,6 +43,7 @@ pub(crate) async fn forward(
     state: &ProxyState,
     context: &RequestContext,
     (permit, sent): (&Permitted, SentBytes),
+    agent: &Agent,
     mut request: Request<ProxyBody>,
     drain: Drain,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -50,6 +56,13 @@ pub(crate) async fn forward(
     let client_upgrade = (upgrade == Upgrade::Keep).then(|| hyper::upgrade::on(&mut request));
     let mut request = to_origin(context, request, upgrade)?;
     inject_headers(request.headers_mut(), permit.inject_headers());
+    // Web Bot Auth (`crate::signing`): signed as it goes out, the agent's own signature
+    // headers removed first; an agent without a key sends none unless it may pass them.
+    match agent.signer() {
+        Some(signer) => signer.sign(&mut request, SystemTime::now()),
+        None if !agent.passes_signatures() => signing::strip(request.headers_mut()),
+        None => {}
+    }
     let (mut parts, body) = request.into_parts();
     secrets::apply(permit.secrets(), &mut parts);
     let request = Request::from_parts(parts, Metered::new(body, sent).boxed_unsync());

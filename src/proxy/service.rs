@@ -204,8 +204,15 @@ impl ProxyService {
             // Streamed, as every request outside `[inspect]` is.
             (permit, request.map(|body| body.map_err(BodyError::from).boxed_unsync()))
         };
+        // A tunnel's agent was identified at its CONNECT: its key is the one in force now, so a
+        // rotated key signs from the first request after the reload (docs/signing.md).
+        let signing = live.gate.current_agent(agent.agent.id()).unwrap_or(&agent.agent);
+        let mut permit = permit;
+        if let Some(signer) = signing.signer() {
+            permit.mark_signed(signer.keyid());
+        }
         let forwarding = record.forwarding(permit).await?;
-        let response = forward(&self.state, &context, forwarding, request, self.drain.clone()).await?;
+        let response = forward(&self.state, &context, forwarding, signing, request, self.drain.clone()).await?;
         Ok(record.answered(response, accept))
     }
 

@@ -72,7 +72,9 @@
 //! - `network`: the network guard (loopback spellings, internal ranges never dialled,
 //!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c);
 //! - `transparent`: transparent mode in real network namespaces (nftables redirect, curl and
-//!   python clients that ignore proxy variables, passthrough, fronting, no loop).
+//!   python clients that ignore proxy variables, passthrough, fronting, no loop);
+//! - `signing`: Web Bot Auth signatures on a signing agent's requests, verified by an
+//!   independent Python verifier with the keys `agentgate keys` prints; forgery, rotation.
 
 mod admin;
 mod agents;
@@ -103,6 +105,7 @@ mod refused_connect;
 mod reload;
 mod secrets;
 mod shutdown;
+mod signing;
 mod startup;
 mod support;
 mod transparent;

@@ -8,7 +8,8 @@
 //! on the fly), `/sink` (checks an uploaded pattern body), `/status/204`, `/etag` (304 on a
 //! matching `If-None-Match`), `/ws` (WebSocket echo), `/hold` (answers only once released),
 //! `/trickle` (one chunk, then the rest once released), `/trickle-upload` (signals after the
-//! first uploaded chunk).
+//! first uploaded chunk), `/seen` (what a signature verifier reads: authority, method, path
+//! and every header, as JSON).
 //!
 //! Every origin serves the files a test sets with [`Origin::serve`] (chosen status, headers
 //! and body per path, held until [`Origin::release_all`] or endless if asked), counts the
@@ -447,6 +448,7 @@ async fn route(state: Arc<OriginState>, request: Request<Incoming>) -> Result<Re
         }
         "/trickle" => trickle(state),
         "/trickle-upload" => trickle_upload(state, request).await,
+        "/seen" => seen(&request),
         other => match other.strip_prefix("/bytes/").and_then(|n| n.parse::<u64>().ok()) {
             Some(len) => respond(StatusCode::OK, PatternBody::new(len).map_err(|never| match never {}).boxed_unsync()),
             None if state.site => page(&request),
@@ -491,6 +493,32 @@ fn page(request: &Request<Incoming>) -> Response<OriginBody> {
         text.push_str(&format!("{name}: {}\n", String::from_utf8_lossy(value.as_bytes())));
     }
     respond(StatusCode::OK, full(text))
+}
+
+/// `/seen`: the request as a verifier of an HTTP message signature reads it, as JSON:
+/// `authority` (h2's `:authority`, else `Host`), `method`, `path` (no query) and `headers`
+/// (`[name, value]` pairs, names lower case, repeats kept).
+fn seen(request: &Request<Incoming>) -> Response<OriginBody> {
+    let authority = request
+        .uri()
+        .authority()
+        .map(ToString::to_string)
+        .or_else(|| {
+            request.headers().get(http::header::HOST).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
+        })
+        .unwrap_or_default();
+    let headers: Vec<[String; 2]> = request
+        .headers()
+        .iter()
+        .map(|(name, value)| [name.to_string(), String::from_utf8_lossy(value.as_bytes()).into_owned()])
+        .collect();
+    let body = serde_json::json!({
+        "authority": authority,
+        "method": request.method().as_str(),
+        "path": request.uri().path(),
+        "headers": headers,
+    });
+    respond(StatusCode::OK, full(body.to_string()))
 }
 
 /// An origin that switches to h2c whenever it is asked (RFC 7540 §3.2): `101` when the

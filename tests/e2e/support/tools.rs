@@ -33,6 +33,9 @@ pub const IP: Tool = Tool { program: "ip", package: "iproute2" };
 pub const NFT: Tool = Tool { program: "nft", package: "nftables" };
 pub const PROMTOOL: Tool = Tool { program: "promtool", package: "prometheus" };
 pub const GIT: Tool = Tool { program: "git", package: "git" };
+/// Python 3 with the `cryptography` package (the independent Web Bot Auth verifier); the
+/// test also checks that the package imports.
+pub const PYTHON3_CRYPTOGRAPHY: Tool = Tool { program: "python3", package: "python3-cryptography" };
 
 /// Set by `scripts/test.sh` for its pass over the tests that are not ignored.
 const BASELINE: &str = "AGENTGATE_TEST_BASELINE";
