@@ -19,6 +19,7 @@
 
 mod access;
 mod agents;
+mod answer;
 mod approvals;
 mod config;
 mod console;
@@ -27,9 +28,11 @@ mod policies;
 mod routes;
 mod server;
 mod session;
+mod state;
 mod stream;
 mod throttle;
 
 pub(crate) use access::AdminAccess;
 pub use config::{ADMIN_TOKEN_NAME, AdminConfig, AdminToken};
-pub(crate) use server::{AdminServer, AdminState};
+pub(crate) use server::AdminServer;
+pub(crate) use state::AdminState;

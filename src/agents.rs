@@ -445,6 +445,36 @@ impl Agents {
 }
 
 /// Problems in `[agent]` (`default`) and `[[agents]]`: ids, credentials, trust levels, identities.
+/// The signing agents of a config, each as its id and `signing` table (`crate::signing`).
+pub fn signing_tables<'a>(
+    default: &'a AgentConfig,
+    agents: &'a [AgentConfig],
+) -> impl Iterator<Item = (Option<&'a str>, &'a SigningConfig)> {
+    std::iter::once(default).chain(agents).filter_map(|a| Some((a.id.as_deref(), a.signing.as_ref()?)))
+}
+
+/// Problems of every `signing` table in `[agent]` and `[[agents]]`; `shared` when replicas
+/// share limits through Redis (each would mint its own key).
+pub(crate) fn signing_problems(
+    default: &AgentConfig,
+    agents: &[AgentConfig],
+    shared: bool,
+    problems: &mut Vec<String>,
+) {
+    let tables = std::iter::once(("[agent]".to_owned(), default))
+        .chain(agents.iter().enumerate().map(|(i, a)| (format!("[[agents]] #{}", i + 1), a)));
+    for (table, agent) in tables {
+        if let Some(signing) = &agent.signing {
+            signing.problems(&table, agent.id.as_deref(), shared, problems);
+            if agent.pass_signatures {
+                problems.push(format!(
+                    "{table} pass_signatures = true: has no effect with signing (a signing agent's own signature headers are always removed); remove one of them"
+                ));
+            }
+        }
+    }
+}
+
 pub(crate) fn agent_problems(default: &AgentConfig, agents: &[AgentConfig], problems: &mut Vec<String>) {
     for (key, set) in [
         ("token", default.token.is_some()),

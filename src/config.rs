@@ -310,7 +310,8 @@ impl Config {
             }
         }
         agent_problems(&self.agent, &self.agents, &mut problems);
-        crate::signing::signing_problems(self, &mut problems);
+        let shared = self.limits.store == crate::limits::Store::Redis;
+        crate::agents::signing_problems(&self.agent, &self.agents, shared, &mut problems);
         for table in holding_tables(&self.agent, &self.agents) {
             self.admin.holding_problems(&format!("{table} unlisted = \"hold\""), &mut problems);
         }

@@ -5,6 +5,7 @@
 //! reasons out); every other module is an edge that does I/O around it.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod admin;
 pub mod agents;

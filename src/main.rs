@@ -295,7 +295,11 @@ fn answer(command: Command, out: &mut impl Write) -> anyhow::Result<ExitCode> {
         Command::Audit(AuditCommand::Suggest { agent, files }) => audit_suggest(&files, agent.as_deref(), out)?,
         Command::Keys(KeysArgs { agent, config, ca_dir }) => {
             let config = ConfigSource { path: config, listen: None, ca_dir }.load()?;
-            let set = agentgate::signing::directory(&config, agent.as_deref())?;
+            let set = agentgate::signing::directory(
+                &config.ca.dir,
+                agentgate::agents::signing_tables(&config.agent, &config.agents),
+                agent.as_deref(),
+            )?;
             writeln!(out, "{}", serde_json::to_string_pretty(&set)?)?;
         }
     }

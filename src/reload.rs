@@ -147,7 +147,10 @@ impl Reloader {
             return Err(err);
         }
         // A replaced key file changes no setting: its key is compared too (`docs/signing.md`).
-        let keys = match crate::signing::Keys::load(&config) {
+        let keys = match crate::signing::Keys::load(
+            &config.ca.dir,
+            crate::agents::signing_tables(&config.agent, &config.agents),
+        ) {
             Ok(keys) => keys,
             Err(err) => {
                 let problems = vec![crate::config::Problem { location: None, message: err.to_string() }];

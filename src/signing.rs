@@ -26,7 +26,6 @@ use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{Ed25519KeyPair, KeyPair};
 use serde::Deserialize;
 
-use crate::config::Config;
 pub use base::{Component, signature_base};
 pub use jwk::{jwk, jwk_set, thumbprint};
 pub use key::{KeyError, generated_key_path, load_or_create};
@@ -222,16 +221,19 @@ pub struct Keys {
 }
 
 impl Keys {
-    /// Loads (or creates) the key of every agent of `config` with a `signing` table.
+    /// Loads (or creates, beside the CA in `ca_dir`) the key of every agent with a `signing`
+    /// table, each given as its id and table.
     ///
     /// # Errors
     /// The [`KeyError`] of the first key that cannot be read, parsed or created.
-    pub fn load(config: &Config) -> Result<Keys, KeyError> {
+    pub fn load<'a>(
+        ca_dir: &Path,
+        agents: impl IntoIterator<Item = (Option<&'a str>, &'a SigningConfig)>,
+    ) -> Result<Keys, KeyError> {
         let mut signers = Vec::new();
-        for agent in std::iter::once(&config.agent).chain(&config.agents) {
-            let Some(signing) = &agent.signing else { continue };
-            let pair = agent_key(config, agent.id.as_deref(), signing)?;
-            signers.push((agent.id.clone(), Arc::new(Signer::new(pair, &signing.signature_agent)?)));
+        for (id, signing) in agents {
+            let pair = agent_key(ca_dir, id, signing)?;
+            signers.push((id.map(str::to_owned), Arc::new(Signer::new(pair, &signing.signature_agent)?)));
         }
         Ok(Keys { signers })
     }
@@ -249,29 +251,32 @@ impl Keys {
 
 /// An agent's key: its `key_file`, which must exist (replicas share it), else the one
 /// generated beside the CA, created on first use.
-fn agent_key(config: &Config, id: Option<&str>, signing: &SigningConfig) -> Result<Ed25519KeyPair, KeyError> {
+fn agent_key(ca_dir: &Path, id: Option<&str>, signing: &SigningConfig) -> Result<Ed25519KeyPair, KeyError> {
     match &signing.key_file {
         Some(path) => key::load(path),
-        None => load_or_create(&generated_key_path(&config.ca.dir, id)),
+        None => load_or_create(&generated_key_path(ca_dir, id)),
     }
 }
 
-/// The JWK set of the agents of `config` (only `only` when given: an `[[agents]]` id, or the
-/// `[agent]` table's), current and previous keys: the body of each agent's
-/// `/.well-known/http-message-signatures-directory`.
+/// The JWK set of the signing agents, each given as its id and table (only `only` when
+/// given: an `[[agents]]` id, or the `[agent]` table's), current and previous keys: the body
+/// of each agent's `/.well-known/http-message-signatures-directory`.
 ///
 /// # Errors
 /// A key that cannot be loaded or created; an `only` that names no signing agent.
-pub fn directory(config: &Config, only: Option<&str>) -> Result<serde_json::Value, KeyError> {
+pub fn directory<'a>(
+    ca_dir: &Path,
+    agents: impl IntoIterator<Item = (Option<&'a str>, &'a SigningConfig)>,
+    only: Option<&str>,
+) -> Result<serde_json::Value, KeyError> {
     let mut keys = Vec::new();
     let mut found = false;
-    for agent in std::iter::once(&config.agent).chain(&config.agents) {
-        let Some(signing) = &agent.signing else { continue };
-        if only.is_some() && only != agent.id.as_deref() {
+    for (id, signing) in agents {
+        if only.is_some() && only != id {
             continue;
         }
         found = true;
-        let current = agent_key(config, agent.id.as_deref(), signing)?;
+        let current = agent_key(ca_dir, id, signing)?;
         keys.push(current.public_key().as_ref().to_vec());
         for previous in &signing.previous_key_files {
             keys.push(key::load(previous)?.public_key().as_ref().to_vec());
@@ -282,23 +287,6 @@ pub fn directory(config: &Config, only: Option<&str>) -> Result<serde_json::Valu
     }
     keys.dedup();
     Ok(jwk_set(keys.iter().map(Vec::as_slice)))
-}
-
-/// Problems of every `signing` table in `[agent]` and `[[agents]]`.
-pub(crate) fn signing_problems(config: &Config, problems: &mut Vec<String>) {
-    let shared = config.limits.store == crate::limits::Store::Redis;
-    let tables = std::iter::once(("[agent]".to_owned(), &config.agent))
-        .chain(config.agents.iter().enumerate().map(|(i, a)| (format!("[[agents]] #{}", i + 1), a)));
-    for (table, agent) in tables {
-        if let Some(signing) = &agent.signing {
-            signing.problems(&table, agent.id.as_deref(), shared, problems);
-            if agent.pass_signatures {
-                problems.push(format!(
-                    "{table} pass_signatures = true: has no effect with signing (a signing agent's own signature headers are always removed); remove one of them"
-                ));
-            }
-        }
-    }
 }
 
 /// The generated key's directory, for messages.

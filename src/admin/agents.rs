@@ -8,8 +8,8 @@
 use http::{Response, StatusCode};
 use serde_json::{Value, json};
 
-use super::routes::{AdminBody, json_response};
-use super::server::AdminState;
+use super::answer::{AdminBody, json_response};
+use super::state::AdminState;
 use crate::agents::AgentConfig;
 use crate::approvals::HostGrant;
 use crate::audit::rfc3339_millis;

@@ -14,8 +14,8 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::{Value, json};
 
-use super::routes::{AdminBody, error, json_response, read_body};
-use super::server::AdminState;
+use super::answer::{AdminBody, error, json_response, read_body};
+use super::state::AdminState;
 use crate::approvals::{Approval, ApprovalDecision, HOST_GRANT_DEFAULT, HOST_GRANT_MAX, Remember};
 use crate::audit::rfc3339_millis;
 

@@ -17,8 +17,8 @@ use http::header::{CACHE_CONTROL, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use serde_json::json;
 
-use super::routes::{AdminBody, error, json_response, read_body, text};
-use super::server::AdminState;
+use super::answer::{AdminBody, error, json_response, read_body, text};
+use super::state::AdminState;
 
 const PAGE: &str = include_str!("console/index.html");
 const LOGIN: &str = include_str!("console/login.html");

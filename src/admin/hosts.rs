@@ -16,8 +16,8 @@ use std::net::{IpAddr, SocketAddr};
 use http::header::{HOST, ORIGIN};
 use http::{Method, Request, Response, StatusCode, Version};
 
+use super::answer::{AdminBody, error, text};
 use super::config::host_and_port;
-use super::routes::{AdminBody, error, text};
 use crate::admin::AdminConfig;
 use crate::net::host::canonical_ip;
 

@@ -12,8 +12,8 @@
 use http::{Method, Response, StatusCode, Uri};
 use serde_json::{Value, json};
 
-use super::routes::{AdminBody, BadParameter, Query, error, json_response};
-use super::server::AdminState;
+use super::answer::{AdminBody, BadParameter, Query, error, json_response};
+use super::state::AdminState;
 use crate::agents::AgentConfig;
 use crate::audit::rfc3339_millis;
 use crate::config::Config;

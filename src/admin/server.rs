@@ -9,7 +9,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -22,74 +22,16 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::access::AdminAccess;
 use super::hosts::Arrival;
 use super::routes;
-use super::stream::Streams;
-use crate::approvals::Approvals;
-use crate::audit::AuditLog;
-use crate::config::Config;
+use super::state::AdminState;
 use crate::error_chain::error_chain;
-use crate::fetch::PolicyCache;
-use crate::metrics::{Metrics, Scraped};
-use crate::tls::LeafCertCache;
 
 /// Admin connections open at once; past it new ones are closed. The API is for a handful of
 /// operators and one scraper, so a small cap keeps a stuck client from holding much.
 const MAX_CONNECTIONS: usize = 64;
 /// How long a client may take to send a request head.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What the admin API reads: the proxy's own parts, shared, never a copy of its state.
-pub(crate) struct AdminState {
-    /// The configuration in force (a reload swaps it: `crate::reload`).
-    pub(crate) config: Box<dyn Fn() -> Arc<Config> + Send + Sync>,
-    /// The policy cache the gate decides with.
-    pub(crate) cache: PolicyCache,
-    /// The decision log.
-    pub(crate) audit: AuditLog,
-    /// The proxy's metrics.
-    pub(crate) metrics: Arc<Metrics>,
-    /// The leaf cache, for the CA and the count of minted certificates.
-    pub(crate) certs: LeafCertCache,
-    /// Connections open on the proxy port.
-    pub(crate) connections: Box<dyn Fn() -> u64 + Send + Sync>,
-    /// Limit checks the shared store failed (`crate::limits::Limiter::store_failures`).
-    pub(crate) limits_store_failures: Box<dyn Fn() -> u64 + Send + Sync>,
-    /// Who may call: the accepted hosts, the tokens, the console sessions and the throttle
-    /// of failed attempts, built from the `[admin]` table in force at start.
-    pub(crate) access: AdminAccess,
-    /// The held requests an operator approves or denies (`/approvals`).
-    pub(crate) approvals: Approvals,
-    /// Set once the proxy stops accepting: `/readyz` answers 503 from then on.
-    pub(crate) draining: AtomicBool,
-    /// The console's live decision streams, ended when the server stops.
-    pub(crate) streams: Streams,
-}
-
-impl AdminState {
-    /// The facts other modules count, for `/metrics`.
-    pub(crate) async fn scraped(&self) -> Scraped {
-        // The cache's counts lag until its housekeeping runs.
-        self.cache.run_pending_tasks().await;
-        Scraped {
-            audit_written: self.audit.written_records(),
-            audit_failures: self.audit.failed_records(),
-            audit_queue_depth: self.audit.queue_depth(),
-            certs_minted: self.certs.minted_count(),
-            connections: (self.connections)(),
-            limits_store_failures: (self.limits_store_failures)(),
-            cache_origins: self.cache.len(),
-            cache_weight_bytes: self.cache.weighted_size(),
-            approvals_pending: self.approvals.pending_count() as u64,
-        }
-    }
-
-    /// True once the proxy has stopped accepting.
-    pub(crate) fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
-    }
-}
 
 /// The admin API while it serves.
 pub(crate) struct RunningAdmin {

@@ -21,8 +21,8 @@ use hyper::body::Frame;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Semaphore, watch};
 
-use super::routes::{AnswerBody, error};
-use super::server::AdminState;
+use super::answer::{AdminBody, error};
+use crate::audit::AuditLog;
 
 /// Streams open at once; past it `/decisions/stream` answers 503. A console tab holds one.
 pub(crate) const MAX_STREAMS: usize = 16;
@@ -33,6 +33,9 @@ pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Events waiting to be written to one stream's socket; past it the stream task waits, and
 /// the broadcast behind it drops the oldest lines for this reader only.
 const QUEUED_EVENTS: usize = 16;
+
+/// What the admin listener sends: a full answer, or the live stream's.
+pub(super) type AnswerBody = Either<AdminBody, StreamBody>;
 
 /// The body of a live stream.
 pub(crate) type StreamBody = Channel<Bytes>;
@@ -57,46 +60,48 @@ impl Streams {
     }
 }
 
-/// `GET /decisions/stream`: a `text/event-stream` answer fed until the client leaves or the
-/// server stops; `503` when [`MAX_STREAMS`] are open or the server is stopping.
-pub(super) fn open(state: &AdminState) -> Response<AnswerBody> {
-    let streams = &state.streams;
-    let mut closing = streams.closing.subscribe();
-    if *closing.borrow_and_update() {
-        return error(StatusCode::SERVICE_UNAVAILABLE, None, "the admin API is shutting down").map(Either::Left);
-    }
-    let Ok(slot) = Arc::clone(&streams.slots).try_acquire_owned() else {
-        let message = format!("{MAX_STREAMS} decision streams are open already; close a console tab and retry");
-        return error(StatusCode::SERVICE_UNAVAILABLE, None, &message).map(Either::Left);
-    };
-    let mut lines = state.audit.recent().subscribe();
-    let (mut tx, body) = Channel::new(QUEUED_EVENTS);
-    tokio::spawn(async move {
-        let _slot = slot;
-        // The first event tells the browser how soon to reconnect and that the stream is open.
-        let mut next = Some(Bytes::from_static(b"retry: 2000\n: agentgate decision stream\n\n"));
-        let mut keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
-        loop {
-            if let Some(event) = next.take()
-                && tx.send(Frame::data(event)).await.is_err()
-            {
-                return; // the client went away
-            }
-            next = tokio::select! {
-                received = lines.recv() => match event(received) {
-                    Some(event) => Some(event),
-                    None => return, // the log is gone: the process is stopping
-                },
-                _ = keep_alive.tick() => Some(Bytes::from_static(b": keep-alive\n\n")),
-                _ = closing.wait_for(|closing| *closing) => return,
-            };
+impl Streams {
+    /// `GET /decisions/stream`: a `text/event-stream` answer fed until the client leaves or the
+    /// server stops; `503` when [`MAX_STREAMS`] are open or the server is stopping.
+    pub(super) fn open(&self, audit: &AuditLog) -> Response<AnswerBody> {
+        let streams = self;
+        let mut closing = streams.closing.subscribe();
+        if *closing.borrow_and_update() {
+            return error(StatusCode::SERVICE_UNAVAILABLE, None, "the admin API is shutting down").map(Either::Left);
         }
-    });
-    let mut response = Response::new(Either::Right(body));
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+        let Ok(slot) = Arc::clone(&streams.slots).try_acquire_owned() else {
+            let message = format!("{MAX_STREAMS} decision streams are open already; close a console tab and retry");
+            return error(StatusCode::SERVICE_UNAVAILABLE, None, &message).map(Either::Left);
+        };
+        let mut lines = audit.recent().subscribe();
+        let (mut tx, body) = Channel::new(QUEUED_EVENTS);
+        tokio::spawn(async move {
+            let _slot = slot;
+            // The first event tells the browser how soon to reconnect and that the stream is open.
+            let mut next = Some(Bytes::from_static(b"retry: 2000\n: agentgate decision stream\n\n"));
+            let mut keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+            loop {
+                if let Some(event) = next.take()
+                    && tx.send(Frame::data(event)).await.is_err()
+                {
+                    return; // the client went away
+                }
+                next = tokio::select! {
+                    received = lines.recv() => match event(received) {
+                        Some(event) => Some(event),
+                        None => return, // the log is gone: the process is stopping
+                    },
+                    _ = keep_alive.tick() => Some(Bytes::from_static(b": keep-alive\n\n")),
+                    _ = closing.wait_for(|closing| *closing) => return,
+                };
+            }
+        });
+        let mut response = Response::new(Either::Right(body));
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        response
+    }
 }
 
 /// The event for what the broadcast gave: a `decision` with the line as written, or a

@@ -21,6 +21,8 @@ use crate::proxy::config::UpstreamConfig;
 
 // The end-to-end tests' origin and CA (`docs/layering.md`); these tests use only part of it.
 #[allow(dead_code)]
+// Shared with the e2e tests, whose crate reaches its `pub` items.
+#[allow(unreachable_pub)]
 #[path = "../../tests/testkit/mod.rs"]
 mod testkit;
 

@@ -40,38 +40,25 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, IntoConnectionInfo, Script, TlsCertificates};
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+mod config;
+
+pub use self::config::{OnFailure, RedisConfig};
 use super::{Exceeded, LimitsError, LocalLimiter, Permit, Refused, Usage};
 use crate::error_chain::error_chain;
 use crate::metrics::StoreMetrics;
 use crate::policy::{Limit, LimitKind};
-use crate::setting::duration;
 
 /// Keys longer than this (prefix included) are replaced by a SHA-256 of their parts.
 const MAX_PLAIN_KEY: usize = 160;
-/// The longest `key_prefix` accepted.
-const MAX_PREFIX: usize = 64;
-/// The longest `timeout` accepted: past it a slow Redis stalls every limited request.
-const MAX_TIMEOUT: Duration = Duration::from_secs(5);
-/// The shortest and longest `lease` accepted.
-const LEASE_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3600));
 /// How often the store's fallback is logged at most.
 const WARN_INTERVAL: Duration = Duration::from_secs(1);
 /// How long start-up waits for Redis ([`RedisLimiter::warm`]) before serving without it.
 const WARM_LIMIT: Duration = Duration::from_secs(2);
-/// `timeout`'s default. A healthy check is one round trip of a small script: well under a
-/// millisecond on a LAN, 1.4 ms at p99 with 50 checks in flight on the project's loaded 2-core
-/// machine (docs/scale-out.md, Speed). The timeout must also cover a replica whose runtime
-/// polls the answer late because its threads are busy, and a reconnect after Redis restarted
-/// (a TCP or TLS handshake and a script load); 50 ms did not on a loaded host (two fresh replicas overshot a shared limit). It
-/// is also what every limited request waits while Redis hangs, before `on_failure` answers:
-/// half a second stays a delay an agent barely notices.
-const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Takes every slot and spends every rate of one request, or nothing; past its deadline,
 /// touches nothing.
@@ -137,117 +124,6 @@ for i = 1, #KEYS do
 end
 return 0
 ";
-
-/// `[limits.redis]`: where the shared store is and what to do when it does not answer.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RedisConfig {
-    /// `redis://[user[:password]@]host[:port][/db]`, or `rediss://` for TLS (default
-    /// `redis://127.0.0.1:6379`).
-    pub url: String,
-    /// The environment variable holding the password, if not in the URL ("" for none).
-    pub password_env: String,
-    /// Prepended to every key (default `agentgate:`).
-    pub key_prefix: String,
-    /// How long a check may wait for Redis before `on_failure` applies (default `500ms`).
-    #[serde(deserialize_with = "duration")]
-    pub timeout: Duration,
-    /// What a check does when Redis does not answer (default `local`).
-    pub on_failure: OnFailure,
-    /// How long a concurrency slot outlives a replica that stopped renewing it (default `30s`).
-    #[serde(deserialize_with = "duration")]
-    pub lease: Duration,
-}
-
-impl Default for RedisConfig {
-    fn default() -> Self {
-        RedisConfig {
-            url: "redis://127.0.0.1:6379".to_owned(),
-            password_env: String::new(),
-            key_prefix: "agentgate:".to_owned(),
-            timeout: DEFAULT_TIMEOUT,
-            on_failure: OnFailure::Local,
-            lease: Duration::from_secs(30),
-        }
-    }
-}
-
-/// What a check does when Redis does not answer in time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnFailure {
-    /// Counts the request in this replica's own store (each replica then allows the full
-    /// budget); back to Redis on the next check that it answers.
-    Local,
-    /// Refuses every request that has a limit: 503, `limits.store_unavailable`.
-    Deny,
-    /// Lets every request through uncounted.
-    Allow,
-}
-
-impl OnFailure {
-    /// What the store does meanwhile, for its log lines.
-    fn meaning(self) -> &'static str {
-        match self {
-            OnFailure::Local => "counting in this replica only (on_failure = \"local\")",
-            OnFailure::Deny => "refusing limited requests (on_failure = \"deny\")",
-            OnFailure::Allow => "letting limited requests through uncounted (on_failure = \"allow\")",
-        }
-    }
-}
-
-impl RedisConfig {
-    /// Problems in `[limits.redis]`, each naming the key, its value and the fix.
-    pub(crate) fn problems(&self, problems: &mut Vec<String>) {
-        match self.url.split_once("://").map(|(scheme, _)| scheme) {
-            Some("rediss") if self.url.contains('#') => problems.push(
-                "[limits.redis] url: rediss:// takes no #fragment (#insecure would skip certificate checks); \
-                 add the Redis server's CA to [upstream] extra_ca_files instead"
-                    .to_owned(),
-            ),
-            Some("redis" | "rediss") => {
-                if let Err(err) = self.url.as_str().into_connection_info() {
-                    problems.push(format!(
-                        "[limits.redis] url: not a Redis URL ({err}); write e.g. \"redis://127.0.0.1:6379\""
-                    ));
-                }
-            }
-            // Never echo the URL: it may hold a password.
-            _ => problems.push(
-                "[limits.redis] url: must start with redis:// or rediss:// (TLS), e.g. \"redis://127.0.0.1:6379\""
-                    .to_owned(),
-            ),
-        }
-        let env = &self.password_env;
-        if !env.is_empty()
-            && (env.starts_with(|c: char| c.is_ascii_digit())
-                || !env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
-        {
-            problems.push(format!(
-                "[limits.redis] password_env = {env:?}: not an environment variable name; write e.g. \"REDIS_PASSWORD\""
-            ));
-        }
-        let prefix = &self.key_prefix;
-        if prefix.len() > MAX_PREFIX || prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            problems.push(format!(
-                "[limits.redis] key_prefix = {prefix:?}: at most {MAX_PREFIX} bytes, no spaces or control characters; \
-                 the default is \"agentgate:\""
-            ));
-        }
-        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
-            problems.push(format!(
-                "[limits.redis] timeout = \"{}\": must be more than 0s and at most 5s; the default is \"500ms\"",
-                humantime::format_duration(self.timeout)
-            ));
-        }
-        if self.lease < LEASE_RANGE.0 || self.lease > LEASE_RANGE.1 {
-            problems.push(format!(
-                "[limits.redis] lease = \"{}\": must be at least 1s and at most 1h; the default is \"30s\"",
-                humantime::format_duration(self.lease)
-            ));
-        }
-    }
-}
 
 /// The Redis store, with the in-process store it falls back to.
 pub struct RedisLimiter {

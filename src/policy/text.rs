@@ -128,7 +128,7 @@ pub(crate) struct JoinedDigest {
 
 impl JoinedDigest {
     /// Adds one line.
-    pub fn push(&mut self, line: &[u8]) {
+    pub(super) fn push(&mut self, line: &[u8]) {
         if self.lines > 0 {
             self.hasher.update(b"\n");
         }
@@ -137,12 +137,12 @@ impl JoinedDigest {
     }
 
     /// How many lines were added.
-    pub fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.lines
     }
 
     /// The hex digest.
-    pub fn finish(self) -> String {
+    pub(super) fn finish(self) -> String {
         hex::encode(self.hasher.finalize())
     }
 }
@@ -169,22 +169,22 @@ impl Findings {
     }
 
     /// A list that keeps every finding, for `lint` (bounded by the format's size cap).
-    pub fn all() -> Self {
+    pub(super) fn all() -> Self {
         Findings::keeping(usize::MAX)
     }
 
     /// Records a finding (or counts it when the list is full).
-    pub fn push(&mut self, diagnostic: Diagnostic) {
+    pub(super) fn push(&mut self, diagnostic: Diagnostic) {
         self.record(|| diagnostic);
     }
 
     /// Records a warning about a line; the message is only built when it is kept.
-    pub fn warn(&mut self, line: u32, code: &str, message: impl FnOnce() -> String) {
+    pub(super) fn warn(&mut self, line: u32, code: &str, message: impl FnOnce() -> String) {
         self.record(|| Diagnostic::warning(Some(line), code, message()));
     }
 
     /// Records an error about a line; the message is only built when it is kept.
-    pub fn error(&mut self, line: u32, code: &str, message: impl FnOnce() -> String) {
+    pub(super) fn error(&mut self, line: u32, code: &str, message: impl FnOnce() -> String) {
         self.record(|| Diagnostic::error(Some(line), code, message()));
     }
 
@@ -197,19 +197,19 @@ impl Findings {
     }
 
     /// True when some finding is an error.
-    pub fn has_errors(&self) -> bool {
+    pub(super) fn has_errors(&self) -> bool {
         self.list.iter().any(|d| d.severity == Severity::Error)
     }
 
     /// The findings in line order (file-level findings first), plus a note when some were
     /// left out.
-    pub fn finish_in_line_order(mut self) -> Vec<Diagnostic> {
+    pub(super) fn finish_in_line_order(mut self) -> Vec<Diagnostic> {
         self.list.sort_by_key(|d| d.line);
         self.finish()
     }
 
     /// The findings in the order they were found, plus a note when some were left out.
-    pub fn finish(mut self) -> Vec<Diagnostic> {
+    pub(super) fn finish(mut self) -> Vec<Diagnostic> {
         if self.left_out > 0 {
             self.list.push(Diagnostic::warning(
                 None,

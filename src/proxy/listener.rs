@@ -108,7 +108,9 @@ impl Proxy {
         let limiter = Limiter::from_config(&config.limits, &config.upstream.extra_ca_files, metrics.limits_store())
             .map_err(|source| StartError::Limits { source })?;
         let limiter = Arc::new(limiter);
-        let keys = crate::signing::Keys::load(&config).map_err(|source| StartError::Signing { source })?;
+        let keys =
+            crate::signing::Keys::load(&config.ca.dir, crate::agents::signing_tables(&config.agent, &config.agents))
+                .map_err(|source| StartError::Signing { source })?;
         let gate = Gate::new(&config, cache.clone(), Arc::clone(&limiter)).signing_with(&config, &keys);
         Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics, limiter })
     }

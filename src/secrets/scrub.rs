@@ -21,7 +21,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use zeroize::Zeroizing;
 
 /// The most bytes a `gzip` answer may decode to before it is withheld.
-pub const MAX_DECODED: usize = 8 * 1024 * 1024;
+pub(super) const MAX_DECODED: usize = 8 * 1024 * 1024;
 
 /// Why an answer could not be scrubbed, so it is withheld (502).
 #[derive(Debug, thiserror::Error)]

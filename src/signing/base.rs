@@ -36,7 +36,7 @@ pub fn signature_base(components: &[Component], params: &str) -> (String, String
 
 /// `text` as an sf-string: quoted, `\` and `"` escaped. Its characters must be visible ASCII
 /// or space (the callers' are: an origin's ASCII serialization, base64, fixed names).
-pub fn sf_string(text: &str) -> String {
+pub(super) fn sf_string(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
     for c in text.chars() {

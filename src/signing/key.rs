@@ -87,7 +87,7 @@ pub fn load_or_create(path: &Path) -> Result<Ed25519KeyPair, KeyError> {
 ///
 /// # Errors
 /// As [`load_or_create`], without creating.
-pub fn load(path: &Path) -> Result<Ed25519KeyPair, KeyError> {
+pub(super) fn load(path: &Path) -> Result<Ed25519KeyPair, KeyError> {
     let bytes = fs::read(path).map_err(|source| KeyError::Read { path: path.to_owned(), source })?;
     parse(path, &bytes)
 }
