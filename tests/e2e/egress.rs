@@ -769,3 +769,71 @@ async fn the_console_shows_a_new_host_and_grants_it_to_the_agent() -> TestResult
     assert_eq!(again.status(), 200, "granted for a while: no hold");
     Ok(())
 }
+
+/// A host granted to an agent (`host-for-agent`) is still refused once a reload puts it on
+/// the agent's `deny_hosts`: a grant admits an unlisted host, never a denied one.
+#[tokio::test]
+async fn a_grant_does_not_admit_a_host_a_reload_then_denies() -> TestResult {
+    agentgate::tls::install_default_provider();
+    let other = site_on("127.0.0.2", Site::new())?;
+    let net = Net::new(&[("site.test", "127.0.0.1"), ("other.test", "127.0.0.2")])?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("agentgate.toml");
+    let base = format!(
+        "listen = \"127.0.0.1:0\"\n[ca]\ndir = {:?}\n[audit]\npath = {:?}\n[network]\nallow_cidrs = [\"127.0.0.0/8\"]\n\
+         [approvals]\nmode = \"hold\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[[admin.tokens]]\nname = \"alice\"\nsha256 = \"{ALICE_SHA256}\"\n",
+        dir.path().join("ca"),
+        dir.path().join("decisions.jsonl"),
+    );
+    let hold = "allow_hosts = [\"site.test\"]\nunlisted = \"hold\"\n";
+    std::fs::write(&path, format!("{base}{}", agent_toml("sbx", hold)))?;
+    let source = agentgate::reload::ConfigSource { path: Some(path.clone()), ..Default::default() };
+    let proxy = agentgate::proxy::Proxy::with_network(
+        Arc::new(source.load()?),
+        Arc::clone(&net) as Arc<dyn Resolve>,
+        Arc::clone(&net) as Arc<dyn Dial>,
+    )?;
+    let running = proxy.bind().await?;
+    let (addr, admin, reloader) =
+        (running.local_addr(), running.admin_addr().ok_or("an admin address")?, running.reloader(source));
+    let task = tokio::spawn(running.run_until(std::future::pending()));
+    let sbx = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!("http://{addr}"))?.basic_auth("sbx", "sbx-secret"))
+        .build()?;
+    let url = format!("http://other.test:{}/page", other.addr.port());
+
+    // Held, then granted to the agent by alice.
+    let waiting = tokio::spawn(sbx.get(&url).send());
+    let listed = crate::support::wait::eventually("the held request listed", async || {
+        let listing = admin_client()?.get(format!("http://{admin}/approvals")).bearer_auth("alice-secret").send();
+        let body: Value = serde_json::from_str(&listing.await?.text().await?)?;
+        match body["pending"].as_array() {
+            Some(pending) if pending.len() == 1 => Ok(pending[0].clone()),
+            _ => Err(format!("not yet: {body}").into()),
+        }
+    })
+    .await?;
+    let id = listed["id"].as_str().ok_or("an id")?;
+    let grant = json!({"decision": "approve", "remember": "host-for-agent", "ttl": "10m"});
+    let granted = admin_client()?
+        .post(format!("http://{admin}/approvals/{id}"))
+        .bearer_auth("alice-secret")
+        .header("content-type", "application/json")
+        .body(grant.to_string())
+        .send()
+        .await?;
+    assert_eq!(granted.status(), 200);
+    assert_eq!(waiting.await??.status(), 200);
+    assert_eq!(sbx.get(&url).send().await?.status(), 200, "granted");
+
+    // The operator denies the host: the grant no longer admits it.
+    let denied = format!("{hold}deny_hosts = [\"other.test\"]\n");
+    std::fs::write(&path, format!("{base}{}", agent_toml("sbx", &denied)))?;
+    assert!(reloader.reload()?.needs_restart.is_empty());
+    let refused = sbx.get(&url).send().await?;
+    assert_eq!(refused.status(), 403);
+    assert!(header(&refused, "agentgate-decision").contains("code=operator.denied_host"), "{refused:?}");
+    assert_eq!(other.hits("/page"), 2, "the two requests before the reload only");
+    task.abort();
+    Ok(())
+}
