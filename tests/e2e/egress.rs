@@ -504,43 +504,71 @@ async fn explain_and_the_admin_explain_take_the_agents_lists_and_scoped_rules_in
     Ok(())
 }
 
+/// A proxy started from the config file `dir/agentgate.toml` (written as `base` + `agents`), with
+/// its reloader, resolving and dialling through `net`: the proxy address, the admin address
+/// (when `base` turns it on), the reloader, the file and the running task.
+struct Reloadable {
+    addr: std::net::SocketAddr,
+    admin: Option<std::net::SocketAddr>,
+    reloader: Arc<agentgate::reload::Reloader>,
+    path: std::path::PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Reloadable {
+    async fn start(dir: &std::path::Path, net: &Arc<Net>, base: &str, agents: &str) -> TestResult<Reloadable> {
+        agentgate::tls::install_default_provider();
+        let path = dir.join("agentgate.toml");
+        std::fs::write(&path, format!("{base}{agents}"))?;
+        let source = agentgate::reload::ConfigSource { path: Some(path.clone()), ..Default::default() };
+        let proxy = agentgate::proxy::Proxy::with_network(
+            Arc::new(source.load()?),
+            Arc::clone(net) as Arc<dyn Resolve>,
+            Arc::clone(net) as Arc<dyn Dial>,
+        )?;
+        let running = proxy.bind().await?;
+        let (addr, admin, reloader) = (running.local_addr(), running.admin_addr(), running.reloader(source));
+        let task = tokio::spawn(running.run_until(std::future::pending()));
+        Ok(Reloadable { addr, admin, reloader, path, task })
+    }
+
+    /// Rewrites the file with `agents` after `base` and reloads it.
+    fn reload(&self, base: &str, agents: &str) -> TestResult {
+        std::fs::write(&self.path, format!("{base}{agents}"))?;
+        assert!(self.reloader.reload()?.needs_restart.is_empty());
+        Ok(())
+    }
+
+    /// A client through the proxy as agent `id` (its token `<id>-secret`).
+    fn client_as(&self, id: &str) -> TestResult<reqwest::Client> {
+        let proxy = reqwest::Proxy::all(format!("http://{}", self.addr))?.basic_auth(id, &format!("{id}-secret"));
+        Ok(reqwest::Client::builder().proxy(proxy).build()?)
+    }
+}
+
 #[tokio::test]
 async fn a_reload_that_adds_a_host_to_a_running_agents_list_admits_it() -> TestResult {
-    agentgate::tls::install_default_provider();
     let other = site_on("127.0.0.2", Site::new())?;
     let net = Net::new(&[("site.test", "127.0.0.1"), ("other.test", "127.0.0.2")])?;
     let dir = tempfile::tempdir()?;
-    let path = dir.path().join("agentgate.toml");
     let base = format!(
         "listen = \"127.0.0.1:0\"\n[ca]\ndir = {:?}\n[audit]\npath = {:?}\n[admin]\nlisten = \"off\"\n\
          [network]\nallow_cidrs = [\"127.0.0.0/8\"]\n",
         dir.path().join("ca"),
         dir.path().join("decisions.jsonl"),
     );
-    std::fs::write(&path, format!("{base}{}", agent_toml("sbx", "allow_hosts = [\"site.test\"]\n")))?;
-    let source = agentgate::reload::ConfigSource { path: Some(path.clone()), ..Default::default() };
-    let proxy = agentgate::proxy::Proxy::with_network(
-        Arc::new(source.load()?),
-        Arc::clone(&net) as Arc<dyn Resolve>,
-        Arc::clone(&net) as Arc<dyn Dial>,
-    )?;
-    let running = proxy.bind().await?;
-    let (addr, reloader) = (running.local_addr(), running.reloader(source));
-    let task = tokio::spawn(running.run_until(std::future::pending()));
-    let sbx = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::all(format!("http://{addr}"))?.basic_auth("sbx", "sbx-secret"))
-        .build()?;
+    let proxy =
+        Reloadable::start(dir.path(), &net, &base, &agent_toml("sbx", "allow_hosts = [\"site.test\"]\n")).await?;
+    let sbx = proxy.client_as("sbx")?;
     let url = format!("http://other.test:{}/page", other.addr.port());
     let refused = sbx.get(&url).send().await?;
     assert_eq!(refused.status(), 403);
     assert!(header(&refused, "agentgate-decision").contains("code=operator.not_allowlisted"));
 
-    let listed = agent_toml("sbx", "allow_hosts = [\"site.test\", \"other.test\"]\n");
-    std::fs::write(&path, format!("{base}{listed}"))?;
-    assert!(reloader.reload()?.needs_restart.is_empty());
+    proxy.reload(&base, &agent_toml("sbx", "allow_hosts = [\"site.test\", \"other.test\"]\n"))?;
     assert_eq!(sbx.get(&url).send().await?.status(), 200, "admitted without a restart, on the same client");
     assert_eq!(other.hits("/page"), 1);
-    task.abort();
+    proxy.task.abort();
     Ok(())
 }
 
@@ -774,11 +802,9 @@ async fn the_console_shows_a_new_host_and_grants_it_to_the_agent() -> TestResult
 /// the agent's `deny_hosts`: a grant admits an unlisted host, never a denied one.
 #[tokio::test]
 async fn a_grant_does_not_admit_a_host_a_reload_then_denies() -> TestResult {
-    agentgate::tls::install_default_provider();
     let other = site_on("127.0.0.2", Site::new())?;
     let net = Net::new(&[("site.test", "127.0.0.1"), ("other.test", "127.0.0.2")])?;
     let dir = tempfile::tempdir()?;
-    let path = dir.path().join("agentgate.toml");
     let base = format!(
         "listen = \"127.0.0.1:0\"\n[ca]\ndir = {:?}\n[audit]\npath = {:?}\n[network]\nallow_cidrs = [\"127.0.0.0/8\"]\n\
          [approvals]\nmode = \"hold\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[[admin.tokens]]\nname = \"alice\"\nsha256 = \"{ALICE_SHA256}\"\n",
@@ -786,20 +812,9 @@ async fn a_grant_does_not_admit_a_host_a_reload_then_denies() -> TestResult {
         dir.path().join("decisions.jsonl"),
     );
     let hold = "allow_hosts = [\"site.test\"]\nunlisted = \"hold\"\n";
-    std::fs::write(&path, format!("{base}{}", agent_toml("sbx", hold)))?;
-    let source = agentgate::reload::ConfigSource { path: Some(path.clone()), ..Default::default() };
-    let proxy = agentgate::proxy::Proxy::with_network(
-        Arc::new(source.load()?),
-        Arc::clone(&net) as Arc<dyn Resolve>,
-        Arc::clone(&net) as Arc<dyn Dial>,
-    )?;
-    let running = proxy.bind().await?;
-    let (addr, admin, reloader) =
-        (running.local_addr(), running.admin_addr().ok_or("an admin address")?, running.reloader(source));
-    let task = tokio::spawn(running.run_until(std::future::pending()));
-    let sbx = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::all(format!("http://{addr}"))?.basic_auth("sbx", "sbx-secret"))
-        .build()?;
+    let proxy = Reloadable::start(dir.path(), &net, &base, &agent_toml("sbx", hold)).await?;
+    let admin = proxy.admin.ok_or("an admin address")?;
+    let sbx = proxy.client_as("sbx")?;
     let url = format!("http://other.test:{}/page", other.addr.port());
 
     // Held, then granted to the agent by alice.
@@ -827,13 +842,11 @@ async fn a_grant_does_not_admit_a_host_a_reload_then_denies() -> TestResult {
     assert_eq!(sbx.get(&url).send().await?.status(), 200, "granted");
 
     // The operator denies the host: the grant no longer admits it.
-    let denied = format!("{hold}deny_hosts = [\"other.test\"]\n");
-    std::fs::write(&path, format!("{base}{}", agent_toml("sbx", &denied)))?;
-    assert!(reloader.reload()?.needs_restart.is_empty());
+    proxy.reload(&base, &agent_toml("sbx", &format!("{hold}deny_hosts = [\"other.test\"]\n")))?;
     let refused = sbx.get(&url).send().await?;
     assert_eq!(refused.status(), 403);
     assert!(header(&refused, "agentgate-decision").contains("code=operator.denied_host"), "{refused:?}");
     assert_eq!(other.hits("/page"), 2, "the two requests before the reload only");
-    task.abort();
+    proxy.task.abort();
     Ok(())
 }
