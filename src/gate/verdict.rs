@@ -79,13 +79,20 @@ impl Permitted {
     ///
     /// # Errors
     /// A [`Blocked`] (403, the AGENTS.md reason first) when the body must be withheld.
-    pub fn check_response(mut self, response_headers: &HeaderMap) -> Result<Permitted, Box<Blocked>> {
+    pub fn check_response(self, response_headers: &HeaderMap) -> Result<Permitted, Box<Blocked>> {
         let Some(policies) = &self.policies else { return Ok(self) };
         let verdict = policies.agents_md.evaluate_response(response_headers);
         if verdict.opinion != Opinion::Deny {
             return Ok(self);
         }
-        let decision = Decision::deny_first(verdict.reasons, std::mem::take(&mut self.record.reasons), Vec::new());
+        self.refused_by(verdict.reasons)
+    }
+
+    /// A check after the decision refused it for `blocking` (the reasons before the ones
+    /// that allowed it): blocked (403) in enforce mode; in monitor mode it stays permitted
+    /// and its record says `would_deny`.
+    fn refused_by(mut self, blocking: Vec<Reason>) -> Result<Permitted, Box<Blocked>> {
+        let decision = Decision::deny_first(blocking, std::mem::take(&mut self.record.reasons), Vec::new());
         self.record.set_reasons(&decision);
         if self.mode == Mode::Monitor {
             self.record.outcome = LogOutcome::WouldDeny;
@@ -113,36 +120,22 @@ impl Permitted {
             .iter()
             .map(|finding| Reason::new(OperatorCode::SecretInRequest, format!("[inspect] {finding}")))
             .collect();
-        if let Some(unreadable) = &report.unreadable {
-            let reason = if report.refuse_unreadable {
-                Reason::new(
-                    OperatorCode::Unreadable,
-                    format!("[inspect] {unreadable}: refused (on_unreadable = \"refuse\")"),
-                )
-            } else {
-                Reason::new(
-                    OperatorCode::Unreadable,
-                    format!("[inspect] not inspected: {unreadable} (on_unreadable = \"allow\")"),
-                )
-            };
-            if report.refuse_unreadable {
-                blocking.push(reason);
-            } else {
-                self.record.reasons.push(reason);
-            }
+        match &report.unreadable {
+            Some(unreadable) if report.refuse_unreadable => blocking.push(Reason::new(
+                OperatorCode::Unreadable,
+                format!("[inspect] {unreadable}: refused (on_unreadable = \"refuse\")"),
+            )),
+            Some(unreadable) => self.record.reasons.push(Reason::new(
+                OperatorCode::Unreadable,
+                format!("[inspect] not inspected: {unreadable} (on_unreadable = \"allow\")"),
+            )),
+            None => {}
         }
         self.record.url = withheld(&self.record.url, report.findings.iter().map(|finding| finding.place));
         if !refused {
             return Ok(self);
         }
-        let decision = Decision::deny_first(blocking, std::mem::take(&mut self.record.reasons), Vec::new());
-        self.record.set_reasons(&decision);
-        if self.mode == Mode::Monitor {
-            self.record.outcome = LogOutcome::WouldDeny;
-            return Ok(self);
-        }
-        self.record.outcome = LogOutcome::Deny;
-        Err(Box::new(Blocked { decision, record: self.record, kind: BlockKind::Policy, policies: None }))
+        self.refused_by(blocking)
     }
 
     /// The decision record, to be completed with the response and written, and the
