@@ -38,7 +38,7 @@ use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
-use crate::limits::{ByteBudgets, Exceeded, Limiter, Permit, Refused, Usage};
+use crate::limits::{ByteBudgets, Limiter, Permit, Refused, Usage};
 use crate::net::{Refusal, canonical_pattern};
 use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
 use crate::policy::{self, Decision, HeaderLookup, OperatorCode, Outcome, Policies, Reason, RequestView};
@@ -322,10 +322,12 @@ impl Gate {
     ) -> Verdict {
         let host = req.origin.bare_host();
         let usage = Usage { agent: &req.agent.id, origin: &req.origin.to_string(), host };
-        let checked = self.check_limits(usage, &record.limits).await.and_then(|permit| {
-            let budgets = self.spend_declared(usage, &record.limits, req.headers).map_err(Refused::Exceeded)?;
-            Ok((permit, budgets))
-        });
+        let checked = match self.check_limits(usage, &record.limits).await {
+            Ok(permit) => {
+                self.spend_declared(usage, &record.limits, req.headers).await.map(|budgets| (permit, budgets))
+            }
+            Err(refused) => Err(refused),
+        };
         match checked {
             Ok((permit, budgets)) => {
                 // Monitor mode never cuts a body: a crossed budget is for enforce mode.
@@ -518,25 +520,27 @@ impl Gate {
         }
     }
 
-    /// Phase `check_limits`: every limit that applies must pass (X1); only a request that is
-    /// otherwise allowed is counted, so a denied request spends no budget.
     /// The byte budgets among `limits`, the request body's declared `Content-Length` spent
-    /// against its sending budgets: a body that would cross one is refused before forwarding.
+    /// against its sending budgets (in the limits store: with Redis, one round trip): a body
+    /// that would cross one is refused before forwarding.
     ///
     /// # Errors
-    /// [`Exceeded`] naming the sending budget the declared body would cross.
-    fn spend_declared(
+    /// [`Refused`] naming the budget spent or the sending budget the declared body would
+    /// cross, or the shared store's `on_failure = "deny"`.
+    async fn spend_declared(
         &self,
         usage: Usage<'_>,
         limits: &[policy::Limit],
         headers: &HeaderMap,
-    ) -> Result<Option<ByteBudgets>, Exceeded> {
+    ) -> Result<Option<ByteBudgets>, Refused> {
         let Some(mut budgets) = ByteBudgets::new(&self.limiter, usage, limits) else { return Ok(None) };
         let declared = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
-        budgets.spend_declared(declared)?;
+        budgets.spend_declared(declared).await?;
         Ok(Some(budgets))
     }
 
+    /// Phase `check_limits`: every limit that applies must pass (X1); only a request that is
+    /// otherwise allowed is counted, so a denied request spends no budget.
     async fn check_limits(&self, usage: Usage<'_>, limits: &[policy::Limit]) -> Result<Permit, Refused> {
         if limits.is_empty() {
             return Ok(Permit::default());

@@ -27,10 +27,12 @@
 //! rate-limited WARN when it falls back), decides which limits apply (the policy core and
 //! the agent config do), fetches or parses anything.
 
+use std::future::Future;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::num::NonZeroU32;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -214,28 +216,20 @@ impl Limiter {
         }
     }
 
-    /// Spends `n` body bytes against the byte budget `limit` (a [`LimitKind::Bytes`]) for
-    /// `usage`, all or none; in process whatever the store (the Redis store's fallback).
+    /// Spends (or only checks, as each item says) body bytes against byte budgets for
+    /// `usage`: in process, each item in turn (those before a refusal stay spent); in Redis,
+    /// all or none in one round trip, settled by `on_failure` when it does not answer.
     ///
     /// # Errors
-    /// [`Exceeded`] when the budget has not `n` bytes left, with when it will.
-    pub fn spend_bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64) -> Result<(), Exceeded> {
-        self.local().bytes(usage, limit, n, Spend::Yes)
-    }
-
-    /// Checks that the byte budget `limit` has `n` bytes left for `usage`, spending nothing.
-    ///
-    /// # Errors
-    /// [`Exceeded`] when it has not, with when it will.
-    pub fn check_bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64) -> Result<(), Exceeded> {
-        self.local().bytes(usage, limit, n, Spend::No)
-    }
-
-    /// The store byte budgets are counted in: this process's.
-    fn local(&self) -> &LocalLimiter {
+    /// [`Refused::Exceeded`] naming the first budget that has not the bytes left, with when
+    /// it will; [`Refused::StoreUnavailable`] when Redis did not answer and `on_failure = "deny"`.
+    async fn spend_bytes(&self, usage: Usage<'_>, items: &[ByteItem<'_>]) -> Result<Counted, Refused> {
         match self {
-            Limiter::Local(local) => local,
-            Limiter::Redis(shared) => shared.fallback(),
+            Limiter::Local(local) => {
+                local.spend_items(usage, items).map_err(Refused::Exceeded)?;
+                Ok(Counted::InStore)
+            }
+            Limiter::Redis(shared) => shared.spend_bytes(usage, items).await,
         }
     }
 
@@ -262,6 +256,12 @@ impl Limiter {
 /// to it), spent as its bodies stream; the declared `Content-Length` of its request body was
 /// spent before forwarding ([`ByteBudgets::spend_declared`]), so only bytes past it are spent
 /// again.
+///
+/// In process every frame is spent as it passes. With the Redis store, a body's bytes are
+/// spent from a reservation taken from Redis ([`reservation`] bytes at a time, one round trip
+/// for every budget of the direction, all or none) and a frame the reservation does not cover
+/// waits for the next one ([`Spending::Later`]); what a body leaves of its last reservation
+/// is not given back (the bound is in docs/scale-out.md).
 pub struct ByteBudgets {
     limiter: Arc<Limiter>,
     agent: Arc<str>,
@@ -269,6 +269,54 @@ pub struct ByteBudgets {
     host: String,
     limits: Vec<Limit>,
     declared: u64,
+    /// Bytes reserved in the shared store and not passed yet: sent, received.
+    reserved: [AtomicU64; 2],
+    /// Set once the shared store did not answer for this request and `on_failure` settled
+    /// it: the rest of the request's bytes are settled the same way without asking Redis
+    /// again (one timeout per request while Redis is away, not one per frame).
+    unshared: AtomicBool,
+}
+
+/// The smallest reservation taken from the shared store (when the body has passed as much).
+pub const RESERVE_MIN: u64 = 64 * 1024;
+/// A reservation is at most this share of the smallest budget it spends (unless
+/// [`RESERVE_MIN`] is more).
+pub const RESERVE_SHARE: u64 = 64;
+
+/// How many bytes to reserve in the shared store when `need` more must pass a body that has
+/// passed `passed` already, against budgets of `budgets` bytes: as much as the body has
+/// passed (so a small body is charged at most twice its size), at most the larger of
+/// [`RESERVE_MIN`] and 1/[`RESERVE_SHARE`] of each budget and at most the smallest budget,
+/// and never less than `need`.
+pub fn reservation(need: u64, passed: u64, budgets: impl IntoIterator<Item = u64>) -> u64 {
+    let (chunk, smallest) = budgets.into_iter().fold((u64::MAX, u64::MAX), |(chunk, smallest), budget| {
+        (chunk.min((budget / RESERVE_SHARE).max(RESERVE_MIN)), smallest.min(budget))
+    });
+    passed.min(chunk).min(smallest).max(need)
+}
+
+/// What spending a body's bytes takes ([`ByteBudgets::spend`]).
+pub enum Spending {
+    /// Settled at once: in process, or from the bytes already reserved.
+    Now(Result<(), Refused>),
+    /// Settled when the shared store answers for the next reservation.
+    Later(Pin<Box<dyn Future<Output = Result<(), Refused>> + Send>>),
+}
+
+/// Where a byte spend was counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    /// In the configured store.
+    InStore,
+    /// Redis did not answer; `on_failure` settled it (in process, or uncounted).
+    Settled,
+}
+
+/// One byte budget's part of a byte spend: `bytes` spent, or only checked to be left.
+struct ByteItem<'l> {
+    limit: &'l Limit,
+    bytes: u64,
+    spend: Spend,
 }
 
 impl ByteBudgets {
@@ -282,24 +330,36 @@ impl ByteBudgets {
             host: usage.host.to_owned(),
             limits,
             declared: 0,
+            reserved: [AtomicU64::new(0), AtomicU64::new(0)],
+            unshared: AtomicBool::new(false),
         })
     }
 
-    /// Before a request is forwarded: checks every receiving budget has a byte left (a spent
-    /// one refuses the request as a spent rate does), then spends the request body's declared
-    /// length (`Content-Length`), so a body that would cross a sending budget is refused
-    /// before a byte leaves.
+    /// Before a request is forwarded, in one call to the store: checks every receiving
+    /// budget has a byte left (a spent one refuses the request as a spent rate does) and
+    /// spends the request body's declared length (`Content-Length`), so a body that would
+    /// cross a sending budget is refused before a byte leaves.
     ///
     /// # Errors
-    /// [`Exceeded`] naming the spent receiving budget or the sending budget it would cross.
-    pub fn spend_declared(&mut self, declared: u64) -> Result<(), Exceeded> {
+    /// [`Refused::Exceeded`] naming the spent receiving budget or the sending budget it would
+    /// cross; [`Refused::StoreUnavailable`] when Redis did not answer and `on_failure = "deny"`.
+    pub async fn spend_declared(&mut self, declared: u64) -> Result<(), Refused> {
+        let items: Vec<ByteItem<'_>> = self
+            .limits
+            .iter()
+            .filter_map(|limit| match limit.kind {
+                LimitKind::Bytes { direction: Direction::Received, .. } => {
+                    Some(ByteItem { limit, bytes: 1, spend: Spend::No })
+                }
+                LimitKind::Bytes { direction: Direction::Sent, .. } => {
+                    Some(ByteItem { limit, bytes: declared, spend: Spend::Yes })
+                }
+                _ => None,
+            })
+            .collect();
         let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
-        for limit in
-            self.limits.iter().filter(|l| matches!(l.kind, LimitKind::Bytes { direction: Direction::Received, .. }))
-        {
-            self.limiter.check_bytes(usage, limit, 1)?;
-        }
-        self.spend(Direction::Sent, declared)?;
+        let counted = self.limiter.spend_bytes(usage, &items).await?;
+        *self.unshared.get_mut() = counted == Counted::Settled;
         self.declared = declared;
         Ok(())
     }
@@ -309,26 +369,91 @@ impl ByteBudgets {
         self.declared
     }
 
-    /// Spends `n` body bytes in `direction` against every budget for it.
+    /// Spends `n` body bytes in `direction` against every budget for it, the body having
+    /// passed `passed` bytes before them: at once in process or from the reservation, or
+    /// [`Spending::Later`] when a new reservation must be taken from Redis.
     ///
-    /// # Errors
-    /// [`Exceeded`] naming the first budget that has not `n` bytes left (those before it
-    /// were spent).
-    pub fn spend(&self, direction: Direction, n: u64) -> Result<(), Exceeded> {
+    /// The future's or the answer's error is the [`Refused`] that cuts the body: in process,
+    /// the first budget that has not `n` bytes left (those before it were spent).
+    pub fn spend(self: &Arc<Self>, direction: Direction, n: u64, passed: u64) -> Spending {
         let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
-        let counted = |l: &&Limit| matches!(l.kind, LimitKind::Bytes { direction: d, .. } if d == direction);
-        self.limits.iter().filter(counted).try_for_each(|limit| self.limiter.spend_bytes(usage, limit, n))
+        if n == 0 {
+            return Spending::Now(Ok(()));
+        }
+        let shared = match &*self.limiter {
+            Limiter::Local(local) => {
+                let spent = self.of(direction).try_for_each(|limit| local.bytes(usage, limit, n, Spend::Yes));
+                return Spending::Now(spent.map_err(Refused::Exceeded));
+            }
+            Limiter::Redis(shared) => shared,
+        };
+        let reserved = &self.reserved[slot(direction)];
+        let had = reserved.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| Some(r.saturating_sub(n)));
+        let need = n.saturating_sub(had.unwrap_or(0));
+        if need == 0 {
+            return Spending::Now(Ok(()));
+        }
+        if self.unshared.load(Ordering::Relaxed) {
+            let items: Vec<ByteItem<'_>> =
+                self.of(direction).map(|limit| ByteItem { limit, bytes: need, spend: Spend::Yes }).collect();
+            return Spending::Now(shared.settle_bytes(usage, &items));
+        }
+        let budgets = self.of(direction).filter_map(|l| match l.kind {
+            LimitKind::Bytes { bytes, .. } => Some(bytes),
+            _ => None,
+        });
+        let want = reservation(need, passed, budgets);
+        Spending::Later(Box::pin(Arc::clone(self).reserve(direction, need, want)))
+    }
+
+    /// Takes a reservation of `want` bytes in `direction` (or, when the budgets have not that
+    /// many left, of `need`), of which `need` pass now and the rest is kept for the next frames.
+    async fn reserve(self: Arc<Self>, direction: Direction, need: u64, want: u64) -> Result<(), Refused> {
+        let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
+        let mut amount = want;
+        loop {
+            let items: Vec<ByteItem<'_>> =
+                self.of(direction).map(|limit| ByteItem { limit, bytes: amount, spend: Spend::Yes }).collect();
+            match self.limiter.spend_bytes(usage, &items).await {
+                Ok(counted) => {
+                    if counted == Counted::Settled {
+                        self.unshared.store(true, Ordering::Relaxed);
+                    }
+                    self.reserved[slot(direction)].fetch_add(amount - need, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(Refused::Exceeded(_)) if amount > need => amount = need,
+                Err(refused) => return Err(refused),
+            }
+        }
+    }
+
+    /// The budgets that count `direction`.
+    fn of(&self, direction: Direction) -> impl Iterator<Item = &Limit> {
+        self.limits.iter().filter(move |l| matches!(l.kind, LimitKind::Bytes { direction: d, .. } if d == direction))
     }
 
     /// True when a budget counts `direction`.
     pub fn counts(&self, direction: Direction) -> bool {
-        self.limits.iter().any(|l| matches!(l.kind, LimitKind::Bytes { direction: d, .. } if d == direction))
+        self.of(direction).next().is_some()
+    }
+}
+
+/// [`ByteBudgets::reserved`]'s index for `direction`.
+fn slot(direction: Direction) -> usize {
+    match direction {
+        Direction::Sent => 0,
+        Direction::Received => 1,
     }
 }
 
 impl std::fmt::Debug for ByteBudgets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ByteBudgets").field("limits", &self.limits).field("declared", &self.declared).finish()
+        f.debug_struct("ByteBudgets")
+            .field("limits", &self.limits)
+            .field("declared", &self.declared)
+            .field("reserved", &self.reserved)
+            .finish()
     }
 }
 
@@ -421,27 +546,22 @@ impl<C: Clock + Clone> LocalLimiter<C> {
         self.bytes(usage, limit, n, Spend::Yes)
     }
 
+    /// Each item's bytes spent (or checked) in turn; those before a refusal stay spent.
+    fn spend_items(&self, usage: Usage<'_>, items: &[ByteItem<'_>]) -> Result<(), Exceeded> {
+        items.iter().try_for_each(|item| self.bytes(usage, item.limit, item.bytes, item.spend))
+    }
+
     /// [`spend_bytes`](Self::spend_bytes), or only the check when `spend` says so.
     fn bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64, spend: Spend) -> Result<(), Exceeded> {
-        let LimitKind::Bytes { bytes: budget, window_s, .. } = limit.kind else { return Ok(()) };
-        let window = u128::from(window_s.max(1)) * 1_000_000_000;
-        let refused = |wait: u128| Exceeded {
-            limit: limit.clone(),
-            retry_after: Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX)),
-        };
-        if n > budget {
-            return Err(refused(window));
-        }
-        if n == 0 {
-            return Ok(());
-        }
-        // What `n` bytes cost of the window, rounded up so a budget is never overspent.
-        let cost = (u128::from(n) * window).div_ceil(u128::from(budget));
+        let LimitKind::Bytes { direction, .. } = limit.kind else { return Ok(()) };
+        let Some(cost) = ByteCost::of(limit, n, NANOS)? else { return Ok(()) };
         let now = u128::from(u64::from(self.clock.now().duration_since(self.start)));
-        let mut tat = self.bytes.entry(self.key(limit, usage)).or_insert(0);
-        let next = u128::from(*tat).max(now) + cost;
-        if next > now + window {
-            return Err(refused(next - now - window));
+        // A sending and a receiving budget of one scope are two budgets.
+        let key = self.hasher.hash_one((self.key(limit, usage), direction));
+        let mut tat = self.bytes.entry(key).or_insert(0);
+        let next = u128::from(*tat).max(now) + cost.cost;
+        if next > now + cost.window {
+            return Err(cost.refused(next - now - cost.window, NANOS));
         }
         if spend == Spend::Yes {
             *tat = u64::try_from(next).unwrap_or(u64::MAX);
@@ -513,6 +633,48 @@ impl<C: Clock + Clone> LocalLimiter<C> {
         }
         // A budget whose arrival time has passed is full again: as good as a fresh one.
         self.bytes.retain(|_, tat| *tat > now);
+    }
+}
+
+/// Nanoseconds in a second: the in-process store's byte budget clock.
+const NANOS: u128 = 1_000_000_000;
+
+/// What `n` bytes cost of a byte budget, in ticks of its clock (`per_second` ticks a
+/// second): GCRA over bytes, burst = the whole budget, so a budget of B bytes per window
+/// lets B through at once and refills B per window. Both stores count with it.
+#[derive(Debug, Clone, Copy)]
+struct ByteCost<'l> {
+    limit: &'l Limit,
+    /// What the bytes cost, rounded up so a budget is never overspent.
+    cost: u128,
+    /// The window: a key's arrival time may run this far ahead of now.
+    window: u128,
+}
+
+impl<'l> ByteCost<'l> {
+    /// The cost of `n` bytes of `limit`; `None` for no bytes or a limit that is not a byte budget.
+    ///
+    /// # Errors
+    /// [`Exceeded`], with a window to wait, when `n` is more than the whole budget.
+    fn of(limit: &'l Limit, n: u64, per_second: u128) -> Result<Option<ByteCost<'l>>, Exceeded> {
+        let LimitKind::Bytes { bytes: budget, window_s, .. } = limit.kind else { return Ok(None) };
+        let cost = ByteCost { limit, cost: 0, window: u128::from(window_s.max(1)) * per_second };
+        if n > budget {
+            return Err(cost.refused(cost.window, per_second));
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        Ok(Some(ByteCost { cost: (u128::from(n) * cost.window).div_ceil(u128::from(budget)), ..cost }))
+    }
+
+    /// Refused until `wait` more ticks have passed.
+    fn refused(&self, wait: u128, per_second: u128) -> Exceeded {
+        let nanos = wait.saturating_mul(NANOS / per_second);
+        Exceeded {
+            limit: self.limit.clone(),
+            retry_after: Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX)),
+        }
     }
 }
 
@@ -589,6 +751,40 @@ mod tests {
         assert!(limiter.spend_bytes(usage("a"), &budget, 1024).is_err());
         let rate_too = [budget.clone(), rate(3, 60)];
         assert!(limiter.check_and_spend(usage("a"), &rate_too).is_ok(), "a request spends no bytes");
+    }
+
+    #[test]
+    fn a_sending_and_a_receiving_budget_of_one_scope_are_two_budgets() {
+        use crate::policy::{Direction, OperatorCode};
+        let limiter = LocalLimiter::new(FakeRelativeClock::default());
+        let budget = |direction| {
+            let reason = Reason::new(OperatorCode::ByteBudget, "limits.*_bytes_per_hour = 1024");
+            let kind = LimitKind::Bytes { direction, bytes: 1024, window_s: 3600 };
+            Limit { source: Source::Operator, kind, scope: LimitScope::Agent, reason }
+        };
+        let (sent, received) = (budget(Direction::Sent), budget(Direction::Received));
+        assert!(limiter.spend_bytes(usage("a"), &sent, 1024).is_ok());
+        assert!(limiter.spend_bytes(usage("a"), &sent, 1).is_err(), "the sending budget is spent");
+        assert!(limiter.spend_bytes(usage("a"), &received, 1024).is_ok(), "the receiving one is whole");
+    }
+
+    /// The shared store's reservations: as much as the body has passed (a small body is
+    /// charged at most twice its size), at most max(64 KiB, budget / 64) and the smallest
+    /// budget, never less than the frame needs.
+    #[test]
+    fn a_reservation_grows_with_the_body_up_to_its_chunk_and_covers_what_is_needed() {
+        const KIB: u64 = 1024;
+        let hour = [100 * KIB];
+        assert_eq!(reservation(16 * KIB, 0, hour), 16 * KIB, "a body's first frame reserves just itself");
+        assert_eq!(reservation(16 * KIB, 16 * KIB, hour), 16 * KIB);
+        assert_eq!(reservation(16 * KIB, 48 * KIB, hour), 48 * KIB, "then as much as has passed");
+        assert_eq!(reservation(16 * KIB, 10 * 1024 * KIB, hour), RESERVE_MIN, "at most 64 KiB of a small budget");
+        let gib = 1024 * 1024 * KIB;
+        assert_eq!(reservation(KIB, 100 * gib, [gib]), gib / RESERVE_SHARE, "1/64 of a large one");
+        assert_eq!(reservation(KIB, 100 * gib, [gib, 100 * KIB]), RESERVE_MIN, "the smallest chunk of all budgets");
+        assert_eq!(reservation(KIB, gib, [32 * KIB]), 32 * KIB, "never more than the smallest budget");
+        assert_eq!(reservation(40 * KIB, gib, [32 * KIB]), 40 * KIB, "what must pass, even if the budget refuses it");
+        assert_eq!(reservation(16 * KIB, 100 * KIB, []), 100 * KIB, "no budget: no bound but the body");
     }
 
     #[test]

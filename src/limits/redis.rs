@@ -48,7 +48,7 @@ use tracing::{info, warn};
 mod config;
 
 pub use self::config::{OnFailure, RedisConfig};
-use super::{Exceeded, LimitsError, LocalLimiter, Permit, Refused, Usage};
+use super::{ByteCost, ByteItem, Counted, Exceeded, LimitsError, LocalLimiter, Permit, Refused, Spend, Usage};
 use crate::error_chain::error_chain;
 use crate::metrics::StoreMetrics;
 use crate::policy::{Limit, LimitKind};
@@ -60,19 +60,24 @@ const WARN_INTERVAL: Duration = Duration::from_secs(1);
 /// How long start-up waits for Redis ([`RedisLimiter::warm`]) before serving without it.
 const WARM_LIMIT: Duration = Duration::from_secs(2);
 
-/// Takes every slot and spends every rate of one request, or nothing; past its deadline,
-/// touches nothing.
+/// Takes every slot and spends every rate (or byte budget) of one call, or nothing; past its
+/// deadline, touches nothing.
 ///
-/// KEYS: the concurrency keys, then the rate keys. ARGV: the deadline (ms on Redis's clock;
+/// KEYS: the concurrency keys, then the GCRA keys. ARGV: the deadline (ms on Redis's clock;
 /// 0 for none), the number of concurrency keys, this slot's member, the lease (ms), each
-/// concurrency key's maximum, then per rate key its period and tolerance in ms (governor's
-/// `t` and `tau = t * (burst - 1)`); period 0 is a zero limit, refused for its tolerance (the
-/// window). Answers `{0, 0, now}` when all passed, `{i, wait_ms, now}` for the first key `i`
-/// (1-based) that refused, or `{-1, 0, now}` when it ran after its deadline; `now` is Redis's
-/// clock in ms.
+/// concurrency key's maximum, then per GCRA key its tick (µs: 1000 for a rate kept in ms, 1
+/// for a byte budget kept in µs), its cost and its allowance in ticks: spending moves the
+/// key's arrival time to max(it, now) + cost, allowed while that is at most the allowance
+/// ahead of now. A rate's cost is its period and its allowance period × limit (governor's
+/// `t` and `tau + t`); a zero limit costs its window with no allowance, so it always refuses
+/// for the window. A cost of 0 only checks (a byte budget checked for bytes left: the
+/// allowance is the window less their cost). Answers `{0, 0, now}` when all passed,
+/// `{i, wait_ms, now}` for the first key `i` (1-based) that refused, or `{-1, 0, now}` when
+/// it ran after its deadline; `now` is Redis's clock in ms.
 const CHECK: &str = r"
 local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local now = math.floor(now_us / 1000)
 local deadline = tonumber(ARGV[1])
 if deadline > 0 and now > deadline then
   return {-1, 0, now}
@@ -86,27 +91,27 @@ for i = 1, concurrent do
     return {i, 1000, now}
   end
 end
-local tats = {}
+local spends = {}
 for i = concurrent + 1, #KEYS do
-  local at = 4 + concurrent + 2 * (i - concurrent) - 1
-  local period = tonumber(ARGV[at])
-  local tau = tonumber(ARGV[at + 1])
-  if period == 0 then
-    return {i, tau, now}
+  local at = 4 + concurrent + 3 * (i - concurrent) - 2
+  local tick = tonumber(ARGV[at])
+  local cost = tonumber(ARGV[at + 1])
+  local allowance = tonumber(ARGV[at + 2])
+  local clock = math.floor(now_us / tick)
+  local tat = math.max(tonumber(redis.call('GET', KEYS[i])) or clock, clock) + cost
+  if tat - clock > allowance then
+    return {i, math.ceil((tat - clock - allowance) * tick / 1000), now}
   end
-  local tat = tonumber(redis.call('GET', KEYS[i])) or now
-  local earliest = tat - tau
-  if now < earliest then
-    return {i, math.ceil(earliest - now), now}
+  if cost > 0 then
+    spends[i] = {tat, math.max(1, math.ceil((tat - clock) * tick / 1000))}
   end
-  tats[i] = math.max(tat, now) + period
 end
 for i = 1, concurrent do
   redis.call('ZADD', KEYS[i], now + lease, member)
   redis.call('PEXPIRE', KEYS[i], lease)
 end
-for i = concurrent + 1, #KEYS do
-  redis.call('SET', KEYS[i], tats[i], 'PX', math.max(1, math.ceil(tats[i] - now)))
+for i, spend in pairs(spends) do
+  redis.call('SET', KEYS[i], spend[1], 'PX', spend[2])
 end
 return {0, 0, now}
 ";
@@ -212,39 +217,9 @@ impl RedisLimiter {
         if call.limits.is_empty() {
             return Ok(Permit::default());
         }
-        let mut invocation = self.check.prepare_invoke();
-        for key in call.concurrent_keys.iter().chain(&call.rate_keys) {
-            invocation.key(key);
-        }
-        let sent = Instant::now();
-        invocation.arg(self.clock.deadline(sent));
-        invocation.arg(call.concurrent_keys.len()).arg(&call.member).arg(millis(self.lease));
-        for arg in &call.args {
-            invocation.arg(*arg);
-        }
-        let mut connection = self.manager.clone();
-        let attempts = async {
-            match invocation.invoke_async::<(i64, u64, i64)>(&mut connection).await {
-                // The connection was gone (Redis restarted, say): the manager has begun
-                // replacing it, so try once more on the new one, with the same deadline. If
-                // the first one ran after all and only its answer was lost, this spends
-                // twice for one request: stricter than the limit, never looser.
-                Err(err) if err.is_unrecoverable_error() => invocation.invoke_async(&mut connection).await,
-                answered => answered,
-            }
-        };
-        let answer = tokio::time::timeout(self.timeout, attempts).await;
-        self.metrics.round_trip(sent.elapsed());
-        if let Ok(Ok((_, _, redis_now))) = answer {
-            self.clock.learn(redis_now, Instant::now());
-        }
-        match answer {
-            Ok(Ok((EXPIRED, _, _))) => self.unavailable(
-                usage,
-                limits,
-                "the check reached Redis after its deadline ([limits.redis] timeout) and spent nothing",
-            ),
-            Ok(Ok((0, _, _))) => {
+        let keys = call.concurrent_keys.iter().chain(&call.rate_keys);
+        match self.run(keys, call.concurrent_keys.len(), &call.member, &call.args).await {
+            Answer::Passed => {
                 let lease = (!call.concurrent_keys.is_empty()).then(|| {
                     Lease::start(
                         self.manager.clone(),
@@ -256,19 +231,122 @@ impl RedisLimiter {
                 });
                 Ok(Permit { slots: Vec::new(), lease })
             }
-            Ok(Ok((refused, wait_ms, _))) => match usize::try_from(refused - 1).ok().and_then(|i| call.limits.get(i)) {
-                Some(limit) => {
-                    let limit = (*limit).clone();
-                    Err(Refused::Exceeded(Exceeded { limit, retry_after: Duration::from_millis(wait_ms) }))
-                }
+            Answer::Refused { key, wait } => match call.limits.get(key) {
+                Some(limit) => Err(Refused::Exceeded(Exceeded { limit: (*limit).clone(), retry_after: wait })),
                 None => self.unavailable(
-                    usage,
-                    limits,
-                    &format!("the check script named key {refused} of {}", call.limits.len()),
+                    &format!("the check script named key {} of {}", key + 1, call.limits.len()),
+                    |local| local.check_and_spend(usage, limits),
+                    Permit::default(),
                 ),
             },
-            Ok(Err(err)) => self.unavailable(usage, limits, &describe(&err)),
-            Err(_) => self.unavailable(usage, limits, "no answer within [limits.redis] timeout"),
+            Answer::Unavailable(error) => {
+                self.unavailable(&error, |local| local.check_and_spend(usage, limits), Permit::default())
+            }
+        }
+    }
+
+    /// [`super::Limiter::spend_bytes`] for this store: every item in one run of [`CHECK`]
+    /// (byte budgets are GCRA keys in µs), all or none; settled by `on_failure` when Redis
+    /// does not answer.
+    ///
+    /// # Errors
+    /// [`Refused`]: a budget has not the bytes left, or Redis did not answer and
+    /// `on_failure = "deny"`.
+    pub(super) async fn spend_bytes(&self, usage: Usage<'_>, items: &[ByteItem<'_>]) -> Result<Counted, Refused> {
+        let mut keys = Vec::new();
+        let mut args = Vec::new();
+        let mut limits = Vec::new();
+        for item in items {
+            let LimitKind::Bytes { direction, bytes: budget, window_s } = item.limit.kind else { continue };
+            let Some(cost) = ByteCost::of(item.limit, item.bytes, MICROS).map_err(Refused::Exceeded)? else { continue };
+            let (spent, allowance) = match item.spend {
+                Spend::Yes => (cost.cost, cost.window),
+                Spend::No => (0, cost.window - cost.cost),
+            };
+            keys.push(self.key(&format!("bytes:{}:{budget}/{window_s}", direction.as_str()), item.limit, usage));
+            args.extend([1, u64::try_from(spent).unwrap_or(u64::MAX), u64::try_from(allowance).unwrap_or(u64::MAX)]);
+            limits.push(item.limit);
+        }
+        if keys.is_empty() {
+            return Ok(Counted::InStore);
+        }
+        let settled = |()| Counted::Settled;
+        match self.run(&keys, 0, "", &args).await {
+            Answer::Passed => Ok(Counted::InStore),
+            Answer::Refused { key, wait } => match limits.get(key) {
+                Some(limit) => Err(Refused::Exceeded(Exceeded { limit: (*limit).clone(), retry_after: wait })),
+                None => self
+                    .unavailable(
+                        &format!("the check script named key {} of {}", key + 1, limits.len()),
+                        |local| local.spend_items(usage, items),
+                        (),
+                    )
+                    .map(settled),
+            },
+            Answer::Unavailable(error) => {
+                self.unavailable(&error, |local| local.spend_items(usage, items), ()).map(settled)
+            }
+        }
+    }
+
+    /// Byte spends of a request whose earlier spend Redis did not answer: settled by
+    /// `on_failure` at once (in process, refused or uncounted) without asking Redis again.
+    ///
+    /// # Errors
+    /// [`Refused::Exceeded`] from the in-process store under `on_failure = "local"`.
+    pub(super) fn settle_bytes(&self, usage: Usage<'_>, items: &[ByteItem<'_>]) -> Result<(), Refused> {
+        self.settle(|local| local.spend_items(usage, items), ())
+    }
+
+    /// One run of [`CHECK`] with `keys` (the first `concurrent` of them concurrency keys),
+    /// the slot `member` and the rest of `args`, carrying a deadline and timed out after
+    /// `timeout`; tried once more on a new connection when the old one was gone.
+    async fn run<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k String>,
+        concurrent: usize,
+        member: &str,
+        args: &[u64],
+    ) -> Answer {
+        let mut invocation = self.check.prepare_invoke();
+        let mut count = 0;
+        for key in keys {
+            invocation.key(key);
+            count += 1;
+        }
+        let sent = Instant::now();
+        invocation.arg(self.clock.deadline(sent));
+        invocation.arg(concurrent).arg(member).arg(millis(self.lease));
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let mut connection = self.manager.clone();
+        let attempts = async {
+            match invocation.invoke_async::<(i64, u64, i64)>(&mut connection).await {
+                // The connection was gone (Redis restarted, say): the manager has begun
+                // replacing it, so try once more on the new one, with the same deadline. If
+                // the first one ran after all and only its answer was lost, this spends
+                // twice for one call: stricter than the limit, never looser.
+                Err(err) if err.is_unrecoverable_error() => invocation.invoke_async(&mut connection).await,
+                answered => answered,
+            }
+        };
+        let answer = tokio::time::timeout(self.timeout, attempts).await;
+        self.metrics.round_trip(sent.elapsed());
+        if let Ok(Ok((_, _, redis_now))) = answer {
+            self.clock.learn(redis_now, Instant::now());
+        }
+        match answer {
+            Ok(Ok((EXPIRED, _, _))) => Answer::Unavailable(
+                "the check reached Redis after its deadline ([limits.redis] timeout) and spent nothing".to_owned(),
+            ),
+            Ok(Ok((0, _, _))) => Answer::Passed,
+            Ok(Ok((refused, wait_ms, _))) => match usize::try_from(refused - 1) {
+                Ok(key) if key < count => Answer::Refused { key, wait: Duration::from_millis(wait_ms) },
+                _ => Answer::Unavailable(format!("the check script named key {refused} of {count}")),
+            },
+            Ok(Err(err)) => Answer::Unavailable(describe(&err)),
+            Err(_) => Answer::Unavailable("no answer within [limits.redis] timeout".to_owned()),
         }
     }
 
@@ -303,18 +381,20 @@ impl RedisLimiter {
         self.failures.load(Ordering::Relaxed)
     }
 
-    /// The in-process store this one falls back to; byte budgets are counted there.
-    pub(super) fn fallback(&self) -> &LocalLimiter {
-        &self.fallback
-    }
-
     /// How many keys the fallback store holds.
     pub fn local_key_count(&self) -> usize {
         self.fallback.key_count()
     }
 
-    /// `on_failure` for one check Redis did not answer; counted, logged at most once a second.
-    fn unavailable(&self, usage: Usage<'_>, limits: &[Limit], error: &str) -> Result<Permit, Refused> {
+    /// `on_failure` for one call Redis did not answer ([`settle`](Self::settle), with `local`
+    /// counting into the fallback store and `uncounted` what `allow` answers); counted,
+    /// logged at most once a second.
+    fn unavailable<T>(
+        &self,
+        error: &str,
+        local: impl FnOnce(&LocalLimiter) -> Result<T, Exceeded>,
+        uncounted: T,
+    ) -> Result<T, Refused> {
         self.failures.fetch_add(1, Ordering::Relaxed);
         let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let last = self.last_warn_ms.load(Ordering::Relaxed);
@@ -324,13 +404,19 @@ impl RedisLimiter {
             let on_failure = self.on_failure.meaning();
             warn!(failures = self.failures(), "limits store unavailable: {error}; {on_failure}");
         }
+        if self.on_failure == OnFailure::Local {
+            self.metrics.fallback();
+        }
+        self.settle(local, uncounted)
+    }
+
+    /// What `on_failure` answers without Redis: `local` counts in the fallback store, `deny`
+    /// refuses (503), `allow` answers `uncounted`.
+    fn settle<T>(&self, local: impl FnOnce(&LocalLimiter) -> Result<T, Exceeded>, uncounted: T) -> Result<T, Refused> {
         match self.on_failure {
-            OnFailure::Local => {
-                self.metrics.fallback();
-                self.fallback.check_and_spend(usage, limits).map_err(Refused::Exceeded)
-            }
+            OnFailure::Local => local(&self.fallback).map_err(Refused::Exceeded),
             OnFailure::Deny => Err(Refused::StoreUnavailable),
-            OnFailure::Allow => Ok(Permit::default()),
+            OnFailure::Allow => Ok(uncounted),
         }
     }
 
@@ -350,16 +436,21 @@ impl RedisLimiter {
         for limit in limits {
             let (requests, window_ms) = match limit.kind {
                 LimitKind::Rate { requests, window_s } => (requests, u64::from(window_s.max(1)) * 1000),
-                // Byte budgets are spent in process (`Limiter::spend_bytes`).
+                // Byte budgets are spent as bodies stream (`spend_bytes`).
                 LimitKind::Delay { millis: 0 } | LimitKind::Concurrent { .. } | LimitKind::Bytes { .. } => continue,
                 LimitKind::Delay { millis } => (1, u64::from(millis)),
             };
             call.rate_keys.push(self.key(&format!("rate:{requests}/{window_ms}"), limit, usage));
             // Whole milliseconds, at least 1: the in-process store keeps nanoseconds, so a
             // quota past 1000 requests a second rounds here (no site asks for that).
-            let period = if requests == 0 { 0 } else { (window_ms / u64::from(requests)).max(1) };
-            let tolerance = if requests == 0 { window_ms } else { period * u64::from(requests - 1) };
-            rates.extend([period, tolerance]);
+            let (cost, allowance) = match requests {
+                0 => (window_ms, 0),
+                requests => {
+                    let period = (window_ms / u64::from(requests)).max(1);
+                    (period, period * u64::from(requests))
+                }
+            };
+            rates.extend([MILLIS_TICK, cost, allowance]);
             call.limits.push(limit);
         }
         call.args.extend(rates);
@@ -382,6 +473,20 @@ impl RedisLimiter {
 
 /// The check script's answer when it ran after its deadline.
 const EXPIRED: i64 = -1;
+/// A rate key's tick in [`CHECK`]: its state is kept in ms (µs per tick).
+const MILLIS_TICK: u64 = 1000;
+/// Microseconds in a second: a byte budget key's tick in [`CHECK`].
+const MICROS: u128 = 1_000_000;
+
+/// How one run of [`CHECK`] went.
+enum Answer {
+    /// Every key passed and was spent.
+    Passed,
+    /// Key `key` (0-based, in the order given) refused, for `wait`.
+    Refused { key: usize, wait: Duration },
+    /// Redis did not answer in time, answered with an error, or ran it past its deadline.
+    Unavailable(String),
+}
 
 /// Redis's clock as this replica sees it, for the deadline each check carries ([`CHECK`]):
 /// the offset of Redis's `TIME` (ms) from this replica's monotonic clock, learned from every

@@ -2,12 +2,15 @@
 //! body, or a small one agentgate wrote itself), [`hold_until_body_ends`], which ties a
 //! value's life to a response body (a request's place among its connection's requests in
 //! flight), and [`Metered`], which counts a body's bytes as they stream and tells a [`Meter`]
-//! how the body ended (the request's record, `record.rs`), or cuts it when the meter says so.
+//! how the body ended (the request's record, `record.rs`), or cuts it when the meter says so;
+//! a meter may hold a frame back until a future of its own resolves (a byte budget's next
+//! reservation from the shared limits store).
 //!
 //! Never reads, buffers or changes the bytes of a body: a metered body passes each frame on
 //! as it came, or ends with an error in its place.
 
 use std::error::Error as StdError;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -56,13 +59,22 @@ pub(crate) enum Ended {
 #[error("{0}")]
 pub(crate) struct Cut(pub(crate) String);
 
+/// What a [`Meter`] says of the bytes about to pass: they pass now, or once its future
+/// resolves; an error is the [`Cut`] that ends the body there, those bytes withheld.
+pub(crate) enum Pass {
+    /// Decided now.
+    Now(Result<(), Cut>),
+    /// Decided when this resolves; the frame waits, polled with the body.
+    After(Decision),
+}
+
+/// A meter's decision to come ([`Pass::After`]).
+pub(crate) type Decision = Pin<Box<dyn Future<Output = Result<(), Cut>> + Send>>;
+
 /// What a [`Metered`] body reports to.
 pub(crate) trait Meter: Send + 'static {
     /// `bytes` more are about to pass (`total` so far, these included).
-    ///
-    /// # Errors
-    /// The [`Cut`] that ends the body here, these bytes withheld.
-    fn passed(&mut self, bytes: u64, total: u64) -> Result<(), Cut>;
+    fn passed(&mut self, bytes: u64, total: u64) -> Pass;
 
     /// The body ended as `how`, after `total` bytes; called exactly once.
     fn ended(&mut self, how: Ended, total: u64);
@@ -76,12 +88,33 @@ pub(crate) struct Metered<B: Body, M: Meter> {
     meter: M,
     total: u64,
     ended: bool,
+    /// A frame the meter holds back ([`Pass::After`]), with the total it brings.
+    waiting: Option<(Frame<Bytes>, u64, Decision)>,
 }
 
 impl<B: Body, M: Meter> Metered<B, M> {
     /// `inner`, counted into `meter`.
     pub(crate) fn new(inner: B, meter: M) -> Self {
-        Metered { inner, meter, total: 0, ended: false }
+        Metered { inner, meter, total: 0, ended: false, waiting: None }
+    }
+
+    /// `frame`, bringing the count to `total`, once the meter said `passed`.
+    fn release(
+        &mut self,
+        frame: Frame<Bytes>,
+        total: u64,
+        passed: Result<(), Cut>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        if let Err(cut) = passed {
+            self.end(Ended::Cut);
+            return Poll::Ready(Some(Err(Box::new(cut))));
+        }
+        self.total = total;
+        // hyper stops polling a body that says it has ended.
+        if self.inner.is_end_stream() {
+            self.end(Ended::Complete);
+        }
+        Poll::Ready(Some(Ok(frame)))
     }
 
     fn end(&mut self, how: Ended) {
@@ -106,6 +139,13 @@ where
         if this.ended {
             return Poll::Ready(None);
         }
+        if let Some((frame, total, mut until)) = this.waiting.take() {
+            let Poll::Ready(passed) = until.as_mut().poll(cx) else {
+                this.waiting = Some((frame, total, until));
+                return Poll::Pending;
+            };
+            return this.release(frame, total, passed);
+        }
         let polled = match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(polled) => polled,
@@ -121,25 +161,20 @@ where
             }
             Some(Ok(frame)) => {
                 let bytes = frame.data_ref().map_or(0, |data| data.len() as u64);
-                if bytes > 0 {
-                    let total = this.total + bytes;
-                    if let Err(cut) = this.meter.passed(bytes, total) {
-                        this.end(Ended::Cut);
-                        return Poll::Ready(Some(Err(Box::new(cut))));
+                let total = this.total + bytes;
+                match if bytes > 0 { this.meter.passed(bytes, total) } else { Pass::Now(Ok(())) } {
+                    Pass::Now(passed) => this.release(frame, total, passed),
+                    Pass::After(until) => {
+                        this.waiting = Some((frame, total, until));
+                        Pin::new(this).poll_frame(cx)
                     }
-                    this.total = total;
                 }
-                // hyper stops polling a body that says it has ended.
-                if this.inner.is_end_stream() {
-                    this.end(Ended::Complete);
-                }
-                Poll::Ready(Some(Ok(frame)))
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ended || self.inner.is_end_stream()
+        self.ended || (self.waiting.is_none() && self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -150,7 +185,7 @@ where
 impl<B: Body, M: Meter> Drop for Metered<B, M> {
     fn drop(&mut self) {
         // An empty body (HEAD, 204, 304, a 101) may never be polled: it ended all the same.
-        let how = if self.inner.is_end_stream() { Ended::Complete } else { Ended::Dropped };
+        let how = if self.waiting.is_none() && self.inner.is_end_stream() { Ended::Complete } else { Ended::Dropped };
         self.end(how);
     }
 }
@@ -168,15 +203,25 @@ mod tests {
     struct Tape {
         told: Arc<Mutex<Vec<String>>>,
         limit: Option<u64>,
+        /// Decides each frame in a future ([`Pass::After`]).
+        later: bool,
     }
 
     impl Meter for Tape {
-        fn passed(&mut self, bytes: u64, total: u64) -> Result<(), Cut> {
+        fn passed(&mut self, bytes: u64, total: u64) -> Pass {
             self.told.lock().expect("not poisoned").push(format!("+{bytes}={total}"));
-            match self.limit {
+            let passed = match self.limit {
                 Some(limit) if total > limit => Err(Cut(format!("over {limit}"))),
                 _ => Ok(()),
+            };
+            if !self.later {
+                return Pass::Now(passed);
             }
+            // Decided only after the body's task yielded once, as a store's answer is.
+            Pass::After(Box::pin(async move {
+                tokio::task::yield_now().await;
+                passed
+            }))
         }
 
         fn ended(&mut self, how: Ended, total: u64) {
@@ -230,5 +275,33 @@ mod tests {
         let error = body.collect().await.expect_err("cut, never a short body that looks complete");
         assert_eq!(error.to_string(), "over 4");
         assert_eq!(told(&tape), ["+3=3", "+3=6", "Cut after 3"]);
+    }
+
+    #[tokio::test]
+    async fn a_meter_that_decides_later_holds_the_frame_then_passes_it_or_cuts() {
+        let tape = Tape { later: true, ..Tape::default() };
+        let body = Metered::new(chunks(&[b"abc", b"defg"]), tape.clone());
+        let bytes = body.collect().await.expect("no error").to_bytes();
+        assert_eq!(&bytes[..], b"abcdefg", "every frame passed once decided, in order");
+        assert_eq!(told(&tape), ["+3=3", "+4=7", "Complete after 7"]);
+
+        // A body whose source has ended is not at its end while its last frame waits.
+        let tape = Tape { later: true, ..Tape::default() };
+        let mut body = Metered::new(Full::new(Bytes::from_static(b"hi")), tape.clone());
+        assert!(futures_util::poll!(body.frame()).is_pending(), "the meter has not decided yet");
+        assert!(!body.is_end_stream(), "the waiting frame is still to come");
+        let frame = body.frame().await.expect("a frame").expect("passed");
+        assert_eq!(frame.data_ref().map(Bytes::len), Some(2));
+        assert!(body.is_end_stream());
+        drop(body);
+        assert_eq!(told(&tape), ["+2=2", "Complete after 2"]);
+
+        let tape = Tape { later: true, limit: Some(4), ..Tape::default() };
+        let mut body = Metered::new(Full::new(Bytes::from_static(b"hello")), tape.clone());
+        let error = body.frame().await.expect("an answer").expect_err("cut after the wait");
+        assert_eq!(error.to_string(), "over 4");
+        assert!(body.is_end_stream(), "a cut body has ended");
+        drop(body);
+        assert_eq!(told(&tape), ["+5=5", "Cut after 0"]);
     }
 }

@@ -49,14 +49,14 @@ use tracing::{debug, info, warn};
 use super::answer::{Exit, audit_unavailable, blocked_response, error_type_for, status_for};
 use http_body_util::BodyExt;
 
-use super::body::{Cut, Ended, Meter, Metered, ProxyBody};
+use super::body::{Cut, Ended, Meter, Metered, Pass, ProxyBody};
 use super::conn::Drain;
 use super::context::ProxyState;
 use super::error::ProxyError;
 use crate::approvals::{Approval, ApprovalDecision};
 use crate::audit::{BodyCut, DecisionRecord, ErrorType, Line, OnFailure, Outcome};
 use crate::gate::{Blocked, Permitted};
-use crate::limits::{ByteBudgets, Exceeded, Permit};
+use crate::limits::{ByteBudgets, Permit, Refused, Spending};
 use crate::policy::Direction;
 
 /// What the record of a request that ended without its answer says (`error.message`).
@@ -123,32 +123,49 @@ impl SentBytes {
 }
 
 impl Meter for SentBytes {
-    fn passed(&mut self, bytes: u64, total: u64) -> Result<(), Cut> {
-        if let Some(budgets) = &self.budgets {
-            // The declared length was spent before forwarding; only what passes it is spent now.
-            let undeclared = bytes.min(total.saturating_sub(budgets.declared()));
-            if undeclared > 0
-                && let Err(exceeded) = budgets.spend(Direction::Sent, undeclared)
-            {
-                self.counted.cut.store(true, Ordering::Relaxed);
-                return Err(budget_cut(&exceeded));
-            }
-        }
-        self.counted.bytes.store(total, Ordering::Relaxed);
-        Ok(())
+    fn passed(&mut self, bytes: u64, total: u64) -> Pass {
+        let counted = Arc::clone(&self.counted);
+        let Some(budgets) = &self.budgets else {
+            counted.bytes.store(total, Ordering::Relaxed);
+            return Pass::Now(Ok(()));
+        };
+        // The declared length was spent before forwarding; only what passes it is spent now.
+        let undeclared = bytes.min(total.saturating_sub(budgets.declared()));
+        budget_pass(budgets.spend(Direction::Sent, undeclared, total - bytes), move |passed| match passed {
+            true => counted.bytes.store(total, Ordering::Relaxed),
+            false => counted.cut.store(true, Ordering::Relaxed),
+        })
     }
 
     fn ended(&mut self, _how: Ended, _total: u64) {}
 }
 
+/// A meter's answer for bytes spent against byte budgets: now, or when the shared store
+/// answers; `then` is told whether they passed before the body hears it.
+fn budget_pass(spending: Spending, then: impl FnOnce(bool) + Send + 'static) -> Pass {
+    let settle = move |spent: Result<(), Refused>| {
+        then(spent.is_ok());
+        spent.map_err(|refused| budget_cut(&refused))
+    };
+    match spending {
+        Spending::Now(spent) => Pass::Now(settle(spent)),
+        Spending::Later(spent) => Pass::After(Box::pin(async move { settle(spent.await) })),
+    }
+}
+
 /// What a body cut by a byte budget ends with (its reader sees a reset or a closed
 /// connection, never an end).
-fn budget_cut(exceeded: &Exceeded) -> Cut {
-    Cut(format!(
-        "agentgate cut the body: byte budget {} spent; retry after {} s",
-        exceeded.limit.reason.rule,
-        exceeded.retry_after_secs()
-    ))
+fn budget_cut(refused: &Refused) -> Cut {
+    Cut(match refused {
+        Refused::Exceeded(exceeded) => format!(
+            "agentgate cut the body: byte budget {} spent; retry after {} s",
+            exceeded.limit.reason.rule,
+            exceeded.retry_after_secs()
+        ),
+        Refused::StoreUnavailable => "agentgate cut the body: the shared limits store did not answer and \
+                                      [limits.redis] on_failure = \"deny\""
+            .to_owned(),
+    })
 }
 
 /// A record taken out of [`Pending`] to be completed or written.
@@ -478,9 +495,9 @@ struct BodyEnd {
 }
 
 impl Meter for BodyEnd {
-    fn passed(&mut self, bytes: u64, _total: u64) -> Result<(), Cut> {
-        let Some(budgets) = &self.budgets else { return Ok(()) };
-        budgets.spend(Direction::Received, bytes).map_err(|exceeded| budget_cut(&exceeded))
+    fn passed(&mut self, bytes: u64, total: u64) -> Pass {
+        let Some(budgets) = &self.budgets else { return Pass::Now(Ok(())) };
+        budget_pass(budgets.spend(Direction::Received, bytes, total - bytes), |_| {})
     }
 
     fn ended(&mut self, how: Ended, total: u64) {
