@@ -8,9 +8,11 @@
 //! Rates are keyed GCRA quotas from `governor` with burst = the limit (C21; one for a crawl
 //! delay), one keyed limiter per distinct quota. Concurrency (`concurrent-sessions`) is a
 //! count of in-flight requests per key; the excess is refused at once, never queued. Byte
-//! budgets (the operator's `*_bytes_per_hour`) are GCRA over bytes, spent as bodies stream
-//! ([`Limiter::spend_bytes`]); they are counted in process even with the Redis store: each
-//! replica keeps its own byte budgets.
+//! budgets (the operator's `*_bytes_per_hour`) are GCRA over bytes ([`ByteCost`], one
+//! arithmetic for both stores), spent as bodies stream ([`ByteBudgets`]), in the store
+//! `[limits]` names: with Redis they are shared by every replica like the request limits
+//! (the declared `Content-Length` in one call before forwarding, streamed bytes from
+//! reservations, [`reservation`]), and fall back as `on_failure` says.
 //!
 //! Keys: a request's key for a limit is a 64-bit hash of the limit's source and scope and of
 //! the agent, origin or host it is counted per ([`Limit::key`] spells the same parts out for

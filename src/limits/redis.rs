@@ -11,13 +11,20 @@
 //! its request runs and removes them on drop, and a replica that dies leaks its slots for
 //! at most one lease.
 //!
+//! Byte budgets are GCRA keys of the same script, kept in µs, spent with a cost of n bytes
+//! ([`RedisLimiter::spend_bytes`]): a request's declared body (and its receiving budgets'
+//! check for a byte left) in one call before forwarding, its streamed bytes a reservation at
+//! a time (`super::ByteBudgets`), so no frame waits for Redis unless its reservation ran out.
+//!
 //! Keys are the same on every replica: the prefix, the kind, the quota and [`Limit::key`]'s
 //! parts (SHA-256 of them when long), never the in-process store's per-process hash.
 //!
 //! When Redis does not answer within `timeout`, `on_failure` decides: the in-process store
 //! (`local`, counted, logged at most once a second, Redis tried again on the next check),
-//! a 503 (`deny`) or no limit (`allow`). Each check's round trip and each fallback to the
-//! local store are counted in [`StoreMetrics`].
+//! a 503 (`deny`; a streamed body is cut) or no limit (`allow`); a request whose byte spend
+//! was settled so settles the rest of its bytes the same way without asking Redis again.
+//! Each call's round trip and each fallback to the local store are counted in
+//! [`StoreMetrics`].
 //!
 //! A check the replica stopped waiting for spends nothing, however late it reaches Redis (a
 //! Redis frozen, then resumed, runs the commands it had queued): every check carries a

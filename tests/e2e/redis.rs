@@ -5,7 +5,9 @@
 //! trust; a replica killed with SIGKILL frees its slots within the lease. Issue 25: two
 //! freshly started replicas on the default timeout let exactly one budget through a burst
 //! (the connection is warmed at start, which says so when Redis is unreachable), and a
-//! Redis frozen and resumed spends nothing for the checks it received while frozen.
+//! Redis frozen and resumed spends nothing for the checks it received while frozen. Issue 29:
+//! byte budgets are shared the same way (a declared upload refused, a download cut, by the
+//! other replica) and fall back to each replica's own counters when Redis is killed.
 //!
 //! Each test starts its own `redis-server` on a free loopback port (no persistence) and
 //! stops it at the end. The tests are ignored by a plain `cargo test` ("needs redis-server");
@@ -31,8 +33,9 @@ use crate::agents::{agent, client_as};
 use crate::limits::{agents_md, markdown_site, over_limit};
 use crate::reload::{base_config, until_status};
 use crate::support::binary::Agentgate;
-use crate::support::log::by_id;
+use crate::support::log::{by_id, for_request};
 use crate::support::origin::Origin;
+use crate::support::pattern::pattern_chunks;
 use crate::support::pki::TestCa;
 use crate::support::tools::{self, REDIS_SERVER};
 use crate::support::wait::eventually_within;
@@ -614,5 +617,167 @@ async fn a_redis_unreachable_at_start_is_logged_and_on_failure_applies_until_it_
     assert_eq!(client.get(&page).send().await?.status(), 429, "three in Redis, then the limit");
     child.stop().await?;
     drop(redis);
+    Ok(())
+}
+
+/// Issue 29, byte budgets through Redis: config edit for a replica on the Redis store at
+/// `url` (`on_failure` as given, timeout 1 s) whose one agent, `bot`, has `limits` edited
+/// by `edit`.
+fn budgeted_replica<E: Fn(&mut agentgate::agents::AgentLimits)>(
+    url: &str,
+    on_failure: OnFailure,
+    edit: E,
+) -> impl Fn(&mut Config) + use<E> {
+    let url = url.to_owned();
+    move |config| {
+        shared(&url, on_failure)(config);
+        let mut bot = agent("bot", "b-token");
+        edit(&mut bot.limits);
+        config.agents = vec![bot];
+    }
+}
+
+/// A 60 KiB upload (with its `Content-Length`) to the origin's `/sink` through `client`.
+async fn upload_60_kib(client: &reqwest::Client, origin: &Origin) -> reqwest::Result<reqwest::Response> {
+    let body: Vec<u8> = pattern_chunks(60 * 1024).flat_map(|chunk| chunk.to_vec()).collect();
+    client.post(origin.url("/sink")).body(body).send().await
+}
+
+/// Reads `url` to its end through `client`: the length read, or the error that ended it
+/// (before the head or after it).
+async fn download(client: &reqwest::Client, url: &str) -> Result<usize, reqwest::Error> {
+    let response = client.get(url).send().await?;
+    assert_eq!(response.status(), 200, "{url}: the head goes out before a budget is crossed");
+    Ok(response.bytes().await?.len())
+}
+
+/// Issue 29: a sending budget is counted in Redis, so two replicas spend one budget: a
+/// declared 60 KiB upload through one, then another through the other, is refused `429`
+/// with `Retry-After` before the origin sees it, as one proxy would.
+#[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
+async fn a_sending_budget_shared_through_redis_refuses_the_second_60_kib_upload_on_the_other_replica() -> TestResult {
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let replica = budgeted_replica(&redis.url(), OnFailure::Deny, |limits| limits.sent_bytes_per_hour = 100 * 1024);
+    let a = TestProxy::start_with(&ca, &replica).await?;
+    let b = TestProxy::start_with(&ca, &replica).await?;
+    let (through_a, through_b) = (client_as(&a, "bot", "b-token")?, client_as(&b, "bot", "b-token")?);
+
+    let first = upload_60_kib(&through_a, &origin).await?;
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.text().await?, "received 61440 bytes, intact=true");
+    let second = upload_60_kib(&through_b, &origin).await?;
+    assert_eq!(second.status(), 429, "60 KiB through a + 60 KiB through b would cross 100 KiB per hour");
+    let retry_after: u64 = header(&second, "retry-after").parse()?;
+    assert!((1..=3600).contains(&retry_after), "{retry_after}");
+    let text = second.text().await?;
+    assert!(text.contains("operator.byte_budget") && text.contains("limits.sent_bytes_per_hour = 102400"), "{text}");
+    assert_eq!(origin.hits("/sink"), 1, "refused before forwarding: the origin saw only the first");
+    let scraped = scrape(&b).await?;
+    assert_eq!(sample(&scraped, "agentgate_limits_store_failures_total", &[]), Some(0.0), "Redis answered b");
+    // The budget is a key in Redis (docs/scale-out.md), 60 KiB of 100 KiB spent: it expires
+    // when the budget is whole again, 0.6 of the hour from the first upload.
+    let mut redis_connection = redis::Client::open(redis.url())?.get_multiplexed_async_connection().await?;
+    let ttl_ms: i64 = redis::cmd("PTTL")
+        .arg("agentgate:bytes:sent:102400/3600:operator|bot")
+        .query_async(&mut redis_connection)
+        .await?;
+    assert!((2_000_000..=2_160_000).contains(&ttl_ms), "{ttl_ms} ms");
+
+    let lines = b.finish().await?;
+    let refused = for_request(&lines, "POST", "/sink");
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+    assert_eq!(refused[0]["event.outcome"], "rate_limited", "{}", refused[0]);
+    assert_eq!(refused[0]["agentgate.reasons"][0]["code"], "operator.byte_budget", "{}", refused[0]);
+    drop(a);
+    Ok(())
+}
+
+/// Issue 29: a receiving budget is counted in Redis as bodies stream (reserved from Redis a
+/// chunk at a time): a download through one replica spends half of it, and a download
+/// through the other that crosses what is left is cut mid-stream; the client sees an
+/// error, never a short body that looks complete, and the other replica's record says so.
+#[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
+async fn a_receiving_budget_shared_through_redis_cuts_the_download_that_crosses_it_on_the_other_replica() -> TestResult
+{
+    const KIB: u64 = 1024;
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let replica = budgeted_replica(&redis.url(), OnFailure::Deny, |limits| limits.received_bytes_per_hour = 256 * KIB);
+    let a = TestProxy::start_with(&ca, &replica).await?;
+    let b = TestProxy::start_with(&ca, &replica).await?;
+    let (through_a, through_b) = (client_as(&a, "bot", "b-token")?, client_as(&b, "bot", "b-token")?);
+
+    let half = origin.url(&format!("/bytes/{}", 128 * KIB));
+    assert_eq!(download(&through_a, &half).await?, usize::try_from(128 * KIB)?, "within the budget: whole");
+    // Alone, b would let 256 KiB through; with a's 128 KiB (and at most one reservation
+    // of 64 KiB that a's body left unused) spent in Redis, less than 128 KiB is left.
+    let read = download(&through_b, &origin.url(&format!("/bytes/{}", 1024 * KIB))).await;
+    assert!(read.is_err(), "the cut body is an error: {read:?}");
+
+    let lines = a.finish().await?;
+    let whole = for_request(&lines, "GET", &format!("/bytes/{}", 128 * KIB));
+    assert_eq!(whole.last().ok_or("a's record")?["http.response.body.bytes"], 128 * KIB);
+    let lines = b.finish().await?;
+    let cut = for_request(&lines, "GET", &format!("/bytes/{}", 1024 * KIB));
+    let last = cut.last().ok_or("b's record")?;
+    assert_eq!(last["agentgate.body.cut"], "budget", "{last}");
+    assert_eq!(last["http.response.status_code"], 200, "{last}");
+    let passed = last["http.response.body.bytes"].as_u64().ok_or("bytes counted")?;
+    assert!(passed > 0, "cut mid-stream, not refused before: {last}");
+    assert!(passed <= 128 * KIB, "no more than a left of the shared budget passed through b: {last}");
+    Ok(())
+}
+
+/// Issue 29: with Redis killed, byte budgets fall back to each replica's own counters under
+/// `on_failure = "local"` (each replica then allows its own budget), and every call Redis
+/// did not answer is counted: a declared upload is refused by the replica's own sending
+/// budget, the other replica has its own, and a download crossing the receiving budget is
+/// still cut mid-stream, spent in process for the rest of the request.
+#[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
+async fn redis_killed_byte_budgets_fall_back_to_each_replicas_own_counters_and_are_counted() -> TestResult {
+    const KIB: u64 = 1024;
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let replica = budgeted_replica(&redis.url(), OnFailure::Local, |limits| {
+        limits.sent_bytes_per_hour = 100 * KIB;
+        limits.received_bytes_per_hour = 64 * KIB;
+    });
+    let a = TestProxy::start_with(&ca, &replica).await?;
+    let b = TestProxy::start_with(&ca, &replica).await?;
+    let (through_a, through_b) = (client_as(&a, "bot", "b-token")?, client_as(&b, "bot", "b-token")?);
+    assert_eq!(upload_60_kib(&through_a, &origin).await?.status(), 200, "counted in Redis");
+
+    redis.stop().await?;
+    assert_eq!(upload_60_kib(&through_a, &origin).await?.status(), 200, "a's own budget is whole");
+    let refused = upload_60_kib(&through_a, &origin).await?;
+    assert_eq!(refused.status(), 429, "a's own budget of 100 KiB is enforced");
+    assert!(header(&refused, "retry-after").parse::<u64>()? > 0);
+    assert_eq!(upload_60_kib(&through_b, &origin).await?.status(), 200, "b counts its own budget");
+    let read = download(&through_b, &origin.url(&format!("/bytes/{}", 1024 * KIB))).await;
+    assert!(read.is_err(), "b's own receiving budget cuts the download: {read:?}");
+    assert_eq!(origin.hits("/sink"), 3);
+
+    // Each request's first call to Redis failed and was counted in process; the rest of its
+    // bytes were spent there without asking Redis again.
+    let counted = |scraped: &prometheus_parse::Scrape| {
+        let failures = sample(scraped, "agentgate_limits_store_failures_total", &[]);
+        (failures, sample(scraped, "agentgate_limits_store_fallbacks_total", &[]))
+    };
+    assert_eq!(counted(&scrape(&a).await?), (Some(2.0), Some(2.0)), "a's two uploads after the kill");
+    assert_eq!(counted(&scrape(&b).await?), (Some(2.0), Some(2.0)), "b's upload and download");
+    let lines = b.finish().await?;
+    let cut = for_request(&lines, "GET", &format!("/bytes/{}", 1024 * KIB));
+    let last = cut.last().ok_or("b's record")?;
+    assert_eq!(last["agentgate.body.cut"], "budget", "{last}");
+    let passed = last["http.response.body.bytes"].as_u64().ok_or("bytes counted")?;
+    assert!(passed <= 64 * KIB, "no more than b's own budget passed: {last}");
+    drop(a);
     Ok(())
 }
