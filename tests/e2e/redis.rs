@@ -653,7 +653,8 @@ async fn download(client: &reqwest::Client, url: &str) -> Result<usize, reqwest:
 
 /// Issue 29: a sending budget is counted in Redis, so two replicas spend one budget: a
 /// declared 60 KiB upload through one, then another through the other, is refused `429`
-/// with `Retry-After` before the origin sees it, as one proxy would.
+/// with `Retry-After` before the origin sees it, as one proxy would; a chunked upload
+/// through the other is cut once it crosses what is left.
 #[tokio::test]
 #[ignore = "needs redis-server: run by scripts/test.sh"]
 async fn a_sending_budget_shared_through_redis_refuses_the_second_60_kib_upload_on_the_other_replica() -> TestResult {
@@ -686,11 +687,24 @@ async fn a_sending_budget_shared_through_redis_refuses_the_second_60_kib_upload_
         .await?;
     assert!((2_000_000..=2_160_000).contains(&ttl_ms), "{ttl_ms} ms");
 
+    // The refused upload spent nothing (all or none): 40 KiB are left, and a chunked upload
+    // through b (no length to refuse it by) is cut, streaming, once it crosses them.
+    let chunks = futures_util::stream::iter(pattern_chunks(1024 * 1024).map(Ok::<_, std::io::Error>));
+    let sent = through_b.post(origin.url("/sink")).body(reqwest::Body::wrap_stream(chunks)).send().await;
+    if let Ok(answer) = sent {
+        let status = answer.status();
+        let text = answer.text().await.unwrap_or_default();
+        assert!(status.is_server_error() && !text.contains("intact=true"), "{status}: {text}");
+    }
+
     let lines = b.finish().await?;
-    let refused = for_request(&lines, "POST", "/sink");
-    assert_eq!(refused.len(), 1, "{refused:#?}");
-    assert_eq!(refused[0]["event.outcome"], "rate_limited", "{}", refused[0]);
-    assert_eq!(refused[0]["agentgate.reasons"][0]["code"], "operator.byte_budget", "{}", refused[0]);
+    let sinks = for_request(&lines, "POST", "/sink");
+    assert_eq!(sinks[0]["event.outcome"], "rate_limited", "{}", sinks[0]);
+    assert_eq!(sinks[0]["agentgate.reasons"][0]["code"], "operator.byte_budget", "{}", sinks[0]);
+    let cut = sinks.last().ok_or("the chunked upload's record")?;
+    assert_eq!(cut["agentgate.body.cut"], "budget", "{cut}");
+    let sent = cut["http.request.body.bytes"].as_u64().ok_or("bytes counted")?;
+    assert!(sent <= 40 * 1024, "no more than the 40 KiB left of the shared budget: {cut}");
     drop(a);
     Ok(())
 }
