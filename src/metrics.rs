@@ -300,6 +300,12 @@ impl Metrics {
         self.policy_fetches.get_or_create(&FetchLabels { file, status }).inc();
     }
 
+    /// Counts a revalidation of `file` the origin answered `304 Not Modified`: a fetch with
+    /// status `304` that renewed the stored copy.
+    pub fn policy_not_modified(&self, file: &'static str) {
+        self.policy_fetches.get_or_create(&FetchLabels { file, status: FetchStatus::Code(304) }).inc();
+    }
+
     /// Counts a policy lookup: `hit` when the origin was cached, else a miss (it was loaded).
     pub fn policy_lookup(&self, hit: bool) {
         if hit {

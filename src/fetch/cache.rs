@@ -3,13 +3,16 @@
 //! each file kept for its own freshness lifetime, only stale files fetched again (one
 //! refresh at a time per origin, in the background while the stale copy may still be
 //! served: stale-while-revalidate), the stale rules of each [`crate::policy::Format`]
-//! applied to each re-fetch, and memory bounded in bytes (`max_bytes`, each origin weighed
+//! applied to each re-fetch, a stale file revalidated rather than fetched whole when its
+//! stored response has validators (a `304` renews its freshness with no body and no parse),
+//! and memory bounded in bytes (`max_bytes`, each origin weighed
 //! by its parsed policies) and in origins (`max_origins`); moka evicts by LRU with
 //! frequency-based admission. Lookups (hit or miss), fetches and evictions are counted in
 //! [`crate::metrics::Metrics`]; [`PolicyCache::cached`] shows an origin's files to the admin
-//! API without fetching, each with the text of the copy in force (kept beside the parsed
-//! state, at most the format's size cap, and weighed with it) so the console can show the
-//! line that decided.
+//! API without fetching, each with the text of the copy in force so the console can show the
+//! line that decided. The responses each state was read from (status, headers, body up to
+//! the format's size cap) are kept beside it and weighed with it: they carry the validators
+//! and the text.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -25,6 +28,22 @@ use crate::metrics::Metrics;
 use crate::policy::{
     FetchOutcome, Format, MAX_TTL, Policies, PolicyReport, Previous, Source, StaleRules, agents_txt, formats, refresh,
 };
+
+/// The responses a format's state in force was read from, in the order fetched: its path,
+/// then its fallback location when the first fell through (C1). They carry the validators a
+/// refresh sends and the text the admin API shows.
+type Responses = Arc<[(&'static str, FetchOutcome)]>;
+
+/// What [`Responses`] weigh: bodies and headers.
+fn responses_bytes(responses: &Responses) -> usize {
+    responses
+        .iter()
+        .map(|(_, outcome)| match outcome {
+            FetchOutcome::Response { headers, body, .. } => headers.bytes() + body.len(),
+            FetchOutcome::Failed(_) => 0,
+        })
+        .sum()
+}
 
 /// `[cache]`: the operator's bounds on the policy cache's memory. Owned here, composed into
 /// the config by `crate::config` (docs/layering.md); the defaults are written only here.
@@ -146,7 +165,7 @@ macro_rules! snapshot {
         struct Snapshot {
             policies: Arc<Policies>,
             freshness: Freshnesses,
-            texts: Texts,
+            responses: AllResponses,
             /// The earliest `fresh_until` of the files.
             fresh_until: Instant,
         }
@@ -157,14 +176,14 @@ macro_rules! snapshot {
             $($field: Freshness,)*
         }
 
-        /// The text of each file in force ([`text_of`]), one field per format.
-        struct Texts {
-            $($field: Text,)*
+        /// The responses of each file in force, one field per format.
+        struct AllResponses {
+            $($field: Responses,)*
         }
 
-        impl Texts {
+        impl AllResponses {
             fn bytes(&self) -> usize {
-                [$(&self.$field),*].into_iter().flatten().map(|text| text.len()).sum()
+                [$(&self.$field),*].into_iter().map(responses_bytes).sum()
             }
         }
 
@@ -182,14 +201,14 @@ macro_rules! snapshot {
                 let ($($field,)*) = tokio::join!($(
                     self.refresh_file::<$format>(
                         origin,
-                        previous.map(|p| (&p.policies.$field, p.freshness.$field, &p.texts.$field)),
+                        previous.map(|p| (&p.policies.$field, p.freshness.$field, &p.responses.$field)),
                         started,
                     )
                 ),*);
                 let freshness = Freshnesses { $($field: $field.1,)* };
-                let texts = Texts { $($field: $field.2,)* };
+                let responses = AllResponses { $($field: $field.2,)* };
                 let fresh_until = freshness.all().map(|f| f.fresh_until).min().unwrap_or(started);
-                Snapshot { policies: Arc::new(Policies { $($field: $field.0,)* }), freshness, texts, fresh_until }
+                Snapshot { policies: Arc::new(Policies { $($field: $field.0,)* }), freshness, responses, fresh_until }
             }
         }
     };
@@ -231,7 +250,7 @@ macro_rules! cached_files {
                         report: <$format>::report(&self.policies.$field),
                         fetched_at: at(freshness.stale_since.checked_sub(freshness.lifetime).unwrap_or(freshness.stale_since)),
                         fresh_until: at(freshness.fresh_until),
-                        text: self.texts.$field.clone(),
+                        text: text_of(&self.responses.$field),
                     }
                 },)*]
             }
@@ -248,7 +267,7 @@ impl Snapshot {
 
     /// What the origin costs in memory: its parsed policies, the entry and its key.
     fn weight(&self) -> usize {
-        self.policies.weight() + self.texts.bytes() + ENTRY_OVERHEAD
+        self.policies.weight() + self.responses.bytes() + ENTRY_OVERHEAD
     }
 }
 
@@ -425,21 +444,31 @@ impl Inner {
         self.entries.run_pending_tasks().await;
     }
 
-    /// One file of a load: carried over while fresh, else fetched and passed through its
-    /// format's stale rule with the previous copy and how long it has been stale.
+    /// One file of a load: carried over while fresh, else fetched (conditionally, on the
+    /// validators of the previous responses) and passed through its format's stale rule with
+    /// the previous copy and how long it has been stale. A file the origin answered `304` for
+    /// at every location is not parsed again: the previous state goes through the stale rule
+    /// as the state fetched.
     async fn refresh_file<F: Format>(
         &self,
         origin: &Origin,
-        previous: Option<(&F::State, Freshness, &Text)>,
+        previous: Option<(&F::State, Freshness, &Responses)>,
         started: Instant,
-    ) -> (F::State, Freshness, Text) {
-        if let Some((state, freshness, text)) = previous
+    ) -> (F::State, Freshness, Responses) {
+        if let Some((state, freshness, responses)) = previous
             && freshness.fresh_until > started
         {
-            return (state.clone(), freshness, text.clone());
+            return (state.clone(), freshness, Arc::clone(responses));
         }
-        let (fetched, ttl, fetched_text) = self.fetch_format::<F>(origin).await;
-        let previous_text = previous.and_then(|(_, _, text)| text.clone());
+        let loaded = self.fetch_format::<F>(origin, previous.map(|(_, _, responses)| responses)).await;
+        let (fetched, ttl, fetched_responses) = match (loaded.state, previous) {
+            (Some(state), _) => (state, loaded.ttl, loaded.responses),
+            (None, Some((state, _, _))) => (state.clone(), loaded.ttl, loaded.responses),
+            // Not modified without a previous copy cannot be (no validators were sent); parse
+            // what came back all the same.
+            (None, None) => (Self::parse::<F>(origin, &loaded.responses), loaded.ttl, loaded.responses),
+        };
+        let previous_responses = previous.map(|(_, _, responses)| Arc::clone(responses));
         let now = Instant::now();
         let before = previous.map(|(state, freshness, _)| {
             let previous = Previous {
@@ -461,41 +490,87 @@ impl Inner {
             }
             _ => Freshness::new(now, refreshed.ttl),
         };
-        let text = if refreshed.kept_stale { previous_text } else { fetched_text };
-        (refreshed.state, freshness, text)
+        let responses = match previous_responses {
+            Some(previous) if refreshed.kept_stale => previous,
+            _ => fetched_responses,
+        };
+        (refreshed.state, freshness, responses)
     }
 
     /// Fetches a format's file and, when the state falls through and the format has a
     /// second location, that one too (AGENTS.md discovery, C1). Fresh for the shorter
-    /// lifetime of the two, so a change at either location is seen.
-    /// The text is the one of the location whose state is in force.
-    async fn fetch_format<F: Format>(&self, origin: &Origin) -> (F::State, Duration, Text) {
-        let (first, first_ttl, first_text) = self.fetch_state::<F>(origin, F::PATH).await;
+    /// lifetime of the two, so a change at either location is seen. Each location is
+    /// fetched on the validators of its `previous` response; when every location answered
+    /// `304`, nothing is parsed and [`Loaded::state`] is `None`. A location that answered
+    /// `304` while another changed is parsed from its stored bytes (whether the first falls
+    /// through is then what it was before: the second location was fetched last time).
+    async fn fetch_format<F: Format>(&self, origin: &Origin, previous: Option<&Responses>) -> Loaded<F::State> {
+        let stored = |path: &str| previous.and_then(|r| r.iter().find(|(p, _)| *p == path)).map(|(_, o)| o);
+        let first = self.fetch_file::<F>(origin, F::PATH, stored(F::PATH)).await;
+        let first_state = (!first.not_modified).then(|| F::from_fetch(&first.outcome));
+        let falls_through = match &first_state {
+            Some(state) => F::falls_through(state),
+            None => previous.is_some_and(|responses| responses.len() > 1),
+        };
         match F::FALLBACK_PATH {
-            Some(path) if F::falls_through(&first) => {
-                let (fallback, ttl, text) = self.fetch_state::<F>(origin, path).await;
-                (F::settle(first, Some(fallback), origin.host()), first_ttl.min(ttl), text)
+            Some(path) if falls_through => {
+                let fallback = self.fetch_file::<F>(origin, path, stored(path)).await;
+                let ttl = first.ttl.min(fallback.ttl);
+                let unchanged = first.not_modified && fallback.not_modified;
+                let responses: Responses = Arc::from([(F::PATH, first.outcome), (path, fallback.outcome)]);
+                let state = (!unchanged).then(|| {
+                    let first = first_state.unwrap_or_else(|| F::from_fetch(&responses[0].1));
+                    F::settle(first, Some(F::from_fetch(&responses[1].1)), origin.host())
+                });
+                Loaded { state, ttl, responses }
             }
-            _ => (F::settle(first, None, origin.host()), first_ttl, first_text),
+            _ => {
+                let state = first_state.map(|state| F::settle(state, None, origin.host()));
+                Loaded { state, ttl: first.ttl, responses: Arc::from([(F::PATH, first.outcome)]) }
+            }
         }
     }
 
-    /// Fetches one file and hands the outcome to its format's `from_fetch`.
-    async fn fetch_state<F: Format>(&self, origin: &Origin, path: &'static str) -> (F::State, Duration, Text) {
-        let fetched = self.fetcher.fetch(origin, PolicyFile::of::<F>(path)).await;
-        self.metrics.policy_fetch(path, &fetched.outcome);
-        (F::from_fetch(&fetched.outcome), fetched.ttl, text_of(&fetched.outcome))
+    /// The state of a format read from its `responses` (as [`Inner::fetch_format`] would).
+    fn parse<F: Format>(origin: &Origin, responses: &Responses) -> F::State {
+        let mut states = responses.iter().map(|(_, outcome)| F::from_fetch(outcome));
+        let first = states.next().unwrap_or_else(|| F::from_fetch(&FetchOutcome::not_found()));
+        F::settle(first, states.next(), origin.host())
+    }
+
+    /// Fetches one file, on the validators of its `stored` response, and counts the result.
+    async fn fetch_file<F: Format>(
+        &self,
+        origin: &Origin,
+        path: &'static str,
+        stored: Option<&FetchOutcome>,
+    ) -> super::get::Fetched {
+        let fetched = self.fetcher.fetch(origin, PolicyFile::of::<F>(path), stored).await;
+        if fetched.not_modified {
+            self.metrics.policy_not_modified(path);
+        } else {
+            self.metrics.policy_fetch(path, &fetched.outcome);
+        }
+        fetched
     }
 }
 
-/// The text of a policy file as served, when it was (see [`text_of`]).
-type Text = Option<Arc<str>>;
+/// A format's file as a load fetched it.
+struct Loaded<S> {
+    /// The state read, or `None` when every location answered `304 Not Modified`.
+    state: Option<S>,
+    /// The freshness lifetime (the shorter of its locations').
+    ttl: Duration,
+    /// The responses, a `304`'s being the stored copy with its headers updated.
+    responses: Responses,
+}
 
-/// The text of a policy file the origin served (2xx), as the console shows it: invalid UTF-8
-/// replaced, at most the format's size cap (the fetcher already cut the body there).
-fn text_of(outcome: &FetchOutcome) -> Text {
-    match outcome {
-        FetchOutcome::Response { status: 200..=299, body, .. } if !body.is_empty() => {
+/// The text of a policy file the origin served (2xx) at the location whose state is in force
+/// (the last fetched), as the console shows it: invalid UTF-8 replaced, at most the
+/// format's size cap (the fetcher already cut the body there).
+fn text_of(responses: &Responses) -> Option<Arc<str>> {
+    match responses.last().map(|(_, outcome)| outcome) {
+        Some(FetchOutcome::Response { status: 200..=299, body, .. }) if !body.is_empty() => {
             Some(Arc::from(String::from_utf8_lossy(body)))
         }
         _ => None,
