@@ -10,7 +10,12 @@
 //! frequency-based admission. Lookups (hit or miss), fetches and evictions are counted in
 //! [`crate::metrics::Metrics`]; [`PolicyCache::cached`] shows an origin's files to the admin
 //! API without fetching, each with the text of the copy in force so the console can show the
-//! line that decided. The responses each state was read from (status, headers, body up to
+//! line that decided, and where the copy came from (the origin, or the shared store). With
+//! `[cache] store = "redis"` a load first looks in the shared store ([`super::shared`]):
+//! a fresh copy there is parsed and used; else one replica of the fleet takes the lease and
+//! loads from the origin (revalidating the stale shared copy), and the others wait for its
+//! value, at most `[cache.redis] wait`. The in-process cache stays in front: a request never
+//! waits for Redis while the local copy is fresh. The responses each state was read from (status, headers, body up to
 //! the format's size cap) are kept beside it and weighed with it: they carry the validators
 //! and the text.
 
@@ -23,6 +28,9 @@ use super::Origin;
 use super::file::PolicyFile;
 use super::freshness::TtlBounds;
 use super::get::Fetcher;
+use super::shared::config::{CacheStore, SharedConfig};
+use super::shared::value::{StoredFile, Value};
+use super::shared::{Lease, STALE_USE, SharedStore};
 use super::transport::PolicyTransport;
 use crate::metrics::Metrics;
 use crate::policy::{
@@ -56,11 +64,21 @@ pub struct CacheConfig {
     /// plus a fixed cost per origin); the least useful origins are evicted first (default
     /// 256 MiB). Both bounds hold.
     pub max_bytes: u64,
+    /// `memory` (each replica its own copies; the default) or `redis` (copies shared by
+    /// the fleet through `[cache.redis]`).
+    pub store: CacheStore,
+    /// The shared store, read when `store = "redis"`.
+    pub redis: SharedConfig,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { max_origins: 100_000, max_bytes: 256 * 1024 * 1024 }
+        CacheConfig {
+            max_origins: 100_000,
+            max_bytes: 256 * 1024 * 1024,
+            store: CacheStore::Memory,
+            redis: SharedConfig::default(),
+        }
     }
 }
 
@@ -116,6 +134,8 @@ struct Inner {
     entries: moka::future::Cache<Origin, Arc<Entry>>,
     /// Counts lookups, fetches and evictions.
     metrics: Arc<Metrics>,
+    /// The fleet's shared copies (`[cache] store = "redis"`).
+    shared: Option<SharedStore>,
 }
 
 /// One origin: the snapshot in force, and the lock that lets one refresh run at a time.
@@ -168,6 +188,8 @@ macro_rules! snapshot {
             responses: AllResponses,
             /// The earliest `fresh_until` of the files.
             fresh_until: Instant,
+            /// Where the copy came from.
+            from: CopyFrom,
         }
 
         /// When each file of an origin goes stale, one field per format ([`formats!`]).
@@ -208,7 +230,57 @@ macro_rules! snapshot {
                 let freshness = Freshnesses { $($field: $field.1,)* };
                 let responses = AllResponses { $($field: $field.2,)* };
                 let fresh_until = freshness.all().map(|f| f.fresh_until).min().unwrap_or(started);
-                Snapshot { policies: Arc::new(Policies { $($field: $field.0,)* }), freshness, responses, fresh_until }
+                let policies = Arc::new(Policies { $($field: $field.0,)* });
+                Snapshot { policies, freshness, responses, fresh_until, from: CopyFrom::Origin }
+            }
+
+            /// The snapshot of a shared store's `bytes` for `origin`: each format's stored
+            /// responses parsed as a fetch's would be, its freshness moved onto this
+            /// process's clock; `None` when the value is not one [`Value`] wrote.
+            fn from_value(origin: &Origin, bytes: &[u8]) -> Option<Snapshot> {
+                let names = [$(<$format>::NAME),*];
+                // Each body base64'd (4/3) and a generous allowance for headers and JSON.
+                let max_bytes = [$(<$format>::MAX_BYTES),*].iter().map(|cap| 2 * (cap + 1) * 4 / 3).sum::<usize>()
+                    + (1 << 20);
+                let value = Value::read(bytes, &origin.to_string(), &names, max_bytes)?;
+                let clock = Clock::now();
+                let mut files = value.files.iter();
+                $(let $field = {
+                    let file = files.next()?;
+                    let responses: Responses = Arc::from(file.responses::<$format>()?);
+                    let freshness = Freshness {
+                        fresh_until: clock.instant_at(file.fresh_until_ms),
+                        stale_since: clock.instant_at(file.stale_since_ms),
+                        lifetime: Duration::from_millis(file.lifetime_ms).min(MAX_TTL),
+                    };
+                    (Self::parse::<$format>(origin, &responses), freshness, responses)
+                };)*
+                let freshness = Freshnesses { $($field: $field.1,)* };
+                let responses = AllResponses { $($field: $field.2,)* };
+                let fresh_until = freshness.all().map(|f| f.fresh_until).min().unwrap_or(clock.instant);
+                let policies = Arc::new(Policies { $($field: $field.0,)* });
+                Some(Snapshot { policies, freshness, responses, fresh_until, from: CopyFrom::SharedStore })
+            }
+        }
+
+        impl Snapshot {
+            /// This snapshot as the shared store keeps it, and the Redis TTL: the freshness
+            /// of its longest-lived file plus [`STALE_USE`].
+            fn value(&self, origin: &Origin) -> (Value, Duration) {
+                let clock = Clock::now();
+                let files = vec![$({
+                    let f = self.freshness.$field;
+                    let lifetime = u64::try_from(f.lifetime.as_millis()).unwrap_or(u64::MAX);
+                    StoredFile::of::<$format>(
+                        &self.responses.$field,
+                        clock.wall_ms(f.fresh_until),
+                        clock.wall_ms(f.stale_since),
+                        lifetime,
+                    )
+                }),*];
+                let fresh_for =
+                    self.freshness.all().map(|f| f.fresh_until.saturating_duration_since(clock.instant)).max();
+                (Value::new(origin.to_string(), files), fresh_for.unwrap_or_default() + STALE_USE)
             }
         }
     };
@@ -229,6 +301,62 @@ pub struct CachedFile {
     /// The text of the copy in force (invalid UTF-8 replaced), when the origin served one
     /// with a 2xx status; at most the format's size cap.
     pub text: Option<Arc<str>>,
+    /// Where the copy came from: this replica's fetch, or the shared store.
+    pub from: CopyFrom,
+}
+
+/// Where a cached copy came from (the admin API's `from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyFrom {
+    /// This replica fetched (or revalidated) it at the origin.
+    Origin,
+    /// Another replica did, and this one read it from the shared store (`[cache] store = "redis"`).
+    SharedStore,
+}
+
+impl CopyFrom {
+    /// `origin` or `shared_store`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CopyFrom::Origin => "origin",
+            CopyFrom::SharedStore => "shared_store",
+        }
+    }
+}
+
+/// This process's monotonic clock and the wall clock read at one moment, to move instants
+/// to and from the shared store's wall-clock milliseconds.
+struct Clock {
+    instant: Instant,
+    wall_ms: u64,
+}
+
+impl Clock {
+    fn now() -> Self {
+        let wall = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        Clock { instant: Instant::now(), wall_ms: u64::try_from(wall.as_millis()).unwrap_or(u64::MAX) }
+    }
+
+    /// `instant` in ms since the Unix epoch.
+    fn wall_ms(&self, instant: Instant) -> u64 {
+        match instant.checked_duration_since(self.instant) {
+            Some(ahead) => self.wall_ms.saturating_add(u64::try_from(ahead.as_millis()).unwrap_or(u64::MAX)),
+            None => self.wall_ms.saturating_sub(
+                u64::try_from(self.instant.saturating_duration_since(instant).as_millis()).unwrap_or(u64::MAX),
+            ),
+        }
+    }
+
+    /// The instant of `wall_ms`, at most [`MAX_TTL`] ahead (a value from the future cannot
+    /// keep a copy longer than a fetch could), and no earlier than this process can count.
+    fn instant_at(&self, wall_ms: u64) -> Instant {
+        if wall_ms >= self.wall_ms {
+            self.instant + Duration::from_millis(wall_ms - self.wall_ms).min(MAX_TTL)
+        } else {
+            let ago = Duration::from_millis(self.wall_ms - wall_ms);
+            self.instant.checked_sub(ago).unwrap_or(self.instant)
+        }
+    }
 }
 
 macro_rules! cached_files {
@@ -251,6 +379,7 @@ macro_rules! cached_files {
                         fetched_at: at(freshness.stale_since.checked_sub(freshness.lifetime).unwrap_or(freshness.stale_since)),
                         fresh_until: at(freshness.fresh_until),
                         text: text_of(&self.responses.$field),
+                        from: self.from,
                     }
                 },)*]
             }
@@ -287,7 +416,7 @@ impl PolicyCache {
         };
         // moka bounds one weighted capacity; the origin count is a second bound on top of the
         // bytes: every entry weighs at least `floor`, so `max_origins` entries fill it.
-        let CacheConfig { max_origins, max_bytes } = settings.bounds;
+        let CacheConfig { max_origins, max_bytes, .. } = settings.bounds;
         let floor = max_bytes.div_ceil(max_origins.max(1)).max(1);
         let evictions = Arc::clone(&metrics);
         let entries = moka::future::Cache::builder()
@@ -308,8 +437,38 @@ impl PolicyCache {
                 rules: StaleRules { agents_txt_negative_ttl: settings.agents_txt_negative_ttl },
                 entries,
                 metrics,
+                shared: None,
             }),
         }
+    }
+
+    /// [`PolicyCache::new`], sharing its copies through Redis when `[cache] store =
+    /// "redis"`: `[cache.redis]`, its unset keys from `limits_redis` (`[limits.redis]`),
+    /// `rediss://` trusting the system's roots and `extra_ca_files`.
+    ///
+    /// # Errors
+    /// [`crate::limits::LimitsError`] when the Redis client cannot be built (a
+    /// `password_env` not set, a CA file that cannot be used, a URL the client refuses).
+    pub fn with_store(
+        transport: Arc<dyn PolicyTransport>,
+        settings: CacheSettings,
+        metrics: Arc<Metrics>,
+        limits_redis: &crate::limits::RedisConfig,
+        extra_ca_files: &[std::path::PathBuf],
+    ) -> Result<Self, crate::limits::LimitsError> {
+        let shared = match settings.bounds.store {
+            CacheStore::Memory => None,
+            CacheStore::Redis => {
+                let connection = settings.bounds.redis.connection(limits_redis);
+                let wait = settings.bounds.redis.wait;
+                Some(SharedStore::new(&connection, wait, extra_ca_files, Arc::clone(&metrics))?)
+            }
+        };
+        let mut cache = PolicyCache::new(transport, settings, metrics);
+        if let Some(inner) = Arc::get_mut(&mut cache.inner) {
+            inner.shared = shared;
+        }
+        Ok(cache)
     }
 
     /// The policies of `origin`, fetched when they are not cached or some file is stale.
@@ -367,7 +526,9 @@ impl PolicyCache {
         let loaded = inner
             .entries
             .entry_by_ref(origin)
-            .or_insert_with(async { Entry::new(inner.load(origin, None).await, Arc::new(tokio::sync::Mutex::new(()))) })
+            .or_insert_with(async {
+                Entry::new(inner.obtain(origin, None).await, Arc::new(tokio::sync::Mutex::new(())))
+            })
             .await;
         // A request that found the load another one started is a hit too.
         inner.metrics.policy_lookup(!loaded.is_fresh());
@@ -403,8 +564,12 @@ impl PolicyCache {
         self.inner.entries.get(origin).await.map(|entry| entry.snapshot.files())
     }
 
-    /// Forgets `origin`: its next request fetches every file again (admin API).
+    /// Forgets `origin`, here and in the shared store: its next request fetches every file
+    /// again (admin API).
     pub async fn purge(&self, origin: &Origin) {
+        if let Some(shared) = &self.inner.shared {
+            shared.purge(origin).await;
+        }
         self.inner.entries.invalidate(origin).await;
     }
 
@@ -430,11 +595,73 @@ impl Inner {
     /// Refreshes the stale files of `entry` (the caller holds its `refreshing` lock) and
     /// puts the result in the cache, where moka weighs it again.
     async fn refresh(&self, origin: &Origin, entry: &Entry) -> Arc<Policies> {
-        let next = Entry::new(self.load(origin, Some(&entry.snapshot)).await, Arc::clone(&entry.refreshing));
+        let next = Entry::new(self.obtain(origin, Some(&entry.snapshot)).await, Arc::clone(&entry.refreshing));
         let policies = Arc::clone(&next.snapshot.policies);
         self.entries.insert(origin.clone(), next).await;
         self.evict_over_bounds().await;
         policies
+    }
+
+    /// The snapshot to put in force for `origin`, `previous` being the local copy: without a
+    /// shared store, [`Inner::load`]. With one: a fresh copy in the store; else, under this
+    /// replica's lease, a load from the origin on top of the stale shared copy (or
+    /// `previous`), stored for the fleet; else (another replica holds the lease) its copy once
+    /// it lands, or after `[cache.redis] wait` a load of our own. When Redis fails, a load of
+    /// our own.
+    async fn obtain(&self, origin: &Origin, previous: Option<&Snapshot>) -> Snapshot {
+        let Some(shared) = &self.shared else { return self.load(origin, previous).await };
+        let found = match Self::look(shared, origin).await {
+            Some(snapshot) if snapshot.fresh_until > Instant::now() => {
+                shared.hit();
+                return snapshot;
+            }
+            found => found,
+        };
+        if found.is_none() {
+            self.metrics.policy_store("miss");
+        }
+        let base = found.as_ref().or(previous);
+        match shared.lease(origin).await {
+            Lease::Taken => {
+                let snapshot = self.load(origin, base).await;
+                Self::store(shared, origin, &snapshot).await;
+                shared.release(origin).await;
+                snapshot
+            }
+            Lease::Held => {
+                let deadline = Instant::now() + shared.wait();
+                while Instant::now() < deadline {
+                    tokio::time::sleep(shared.poll()).await;
+                    if let Some(snapshot) = Self::look(shared, origin).await
+                        && snapshot.fresh_until > Instant::now()
+                    {
+                        shared.hit();
+                        return snapshot;
+                    }
+                }
+                shared.waited_out(origin);
+                let snapshot = self.load(origin, base).await;
+                Self::store(shared, origin, &snapshot).await;
+                snapshot
+            }
+            Lease::Unavailable => self.load(origin, base).await,
+        }
+    }
+
+    /// The shared store's copy of `origin`; a value that is not a copy is a miss.
+    async fn look(shared: &SharedStore, origin: &Origin) -> Option<Snapshot> {
+        let bytes = shared.get(origin).await?;
+        let snapshot = Self::from_value(origin, &bytes);
+        if snapshot.is_none() {
+            shared.corrupt(origin);
+        }
+        snapshot
+    }
+
+    /// Puts `snapshot` in the shared store for the fleet.
+    async fn store(shared: &SharedStore, origin: &Origin, snapshot: &Snapshot) {
+        let (value, ttl) = snapshot.value(origin);
+        shared.put(origin, value.to_bytes(), ttl).await;
     }
 
     /// Evicts what the new or re-weighed entry pushed over `max_bytes` now, rather than at
