@@ -408,6 +408,15 @@ impl PolicyCache {
     /// An empty cache fetching through `transport`, counting lookups, fetches and
     /// evictions in `metrics`.
     pub fn new(transport: Arc<dyn PolicyTransport>, settings: CacheSettings, metrics: Arc<Metrics>) -> Self {
+        PolicyCache::build(transport, settings, metrics, None)
+    }
+
+    fn build(
+        transport: Arc<dyn PolicyTransport>,
+        settings: CacheSettings,
+        metrics: Arc<Metrics>,
+        shared: Option<SharedStore>,
+    ) -> Self {
         let max_ttl = settings.max_ttl.min(MAX_TTL);
         let fetcher = Fetcher {
             transport,
@@ -437,7 +446,7 @@ impl PolicyCache {
                 rules: StaleRules { agents_txt_negative_ttl: settings.agents_txt_negative_ttl },
                 entries,
                 metrics,
-                shared: None,
+                shared,
             }),
         }
     }
@@ -464,11 +473,7 @@ impl PolicyCache {
                 Some(SharedStore::new(&connection, wait, extra_ca_files, Arc::clone(&metrics))?)
             }
         };
-        let mut cache = PolicyCache::new(transport, settings, metrics);
-        if let Some(inner) = Arc::get_mut(&mut cache.inner) {
-            inner.shared = shared;
-        }
-        Ok(cache)
+        Ok(PolicyCache::build(transport, settings, metrics, shared))
     }
 
     /// The policies of `origin`, fetched when they are not cached or some file is stale.

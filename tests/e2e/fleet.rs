@@ -4,7 +4,8 @@
 //! once for the fleet, keep serving (each fetching for itself, counted) while Redis is
 //! frozen or gone and share again once it is back, ignore a corrupt, oversized or
 //! wrong-typed value planted in Redis, and wait for another replica's fetch (its lease) only
-//! up to `[cache.redis] wait`.
+//! up to `[cache.redis] wait`. `DELETE /policies` deletes the shared copy, and an agent
+//! cannot reach the store through the proxy (`network.own_address`).
 //!
 //! Ignored by a plain `cargo test` ("needs redis-server"); `scripts/test.sh` runs them.
 
@@ -284,5 +285,29 @@ async fn an_agent_cannot_reach_the_shared_store_through_the_proxy() -> TestResul
     let text = format!("{headers} {}", response.text().await?);
     assert_eq!(status, 403, "{text}");
     assert!(text.contains("network.own_address"), "{text}");
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
+async fn delete_policies_purges_the_shared_copy_and_the_next_request_fetches_again() -> TestResult {
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http_site(site(&[("cache-control", "max-age=3600")])).await?;
+    let replica = Replica::start(&ca, &redis.url(), "").await?;
+    assert_eq!(replica.get(&origin.url("/private/a")).await?, 403);
+    let mut connection = redis::Client::open(redis.url())?.get_multiplexed_async_connection().await?;
+    let key = format!("agentgate:policies:{}", origin.url("/").trim_end_matches('/'));
+    let exists = async |connection: &mut redis::aio::MultiplexedConnection| -> TestResult<bool> {
+        Ok(redis::cmd("EXISTS").arg(&key).query_async::<i64>(connection).await? == 1)
+    };
+    assert!(exists(&mut connection).await?, "the copy is shared");
+    let admin = reqwest::Client::builder().no_proxy().build()?;
+    let origin_key = origin.url("/").trim_end_matches('/').to_owned();
+    let purge = format!("http://127.0.0.1:{}/policies?origin={origin_key}", replica.admin);
+    assert_eq!(admin.delete(purge).send().await?.status(), 200);
+    assert!(!exists(&mut connection).await?, "DELETE /policies deleted the shared copy");
+    assert_eq!(replica.get(&origin.url("/private/a")).await?, 403);
+    assert_eq!(origin.hits("/robots.txt"), 2, "fetched again, neither copy kept");
     Ok(())
 }

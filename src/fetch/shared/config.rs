@@ -142,4 +142,16 @@ mod tests {
         assert!(problems[0].starts_with("[cache.redis] url"), "{problems:?}");
         assert!(problems[1].starts_with("[cache.redis] wait"), "{problems:?}");
     }
+
+    #[test]
+    fn the_keys_parse_from_the_config_and_bad_ones_fail_it() {
+        let text = "[cache]\nstore = \"redis\"\n[cache.redis]\nurl = \"redis://10.0.0.7:6379\"\nwait = \"3s\"\n";
+        let config = crate::config::Config::from_toml_str(text, "t.toml").unwrap();
+        assert_eq!(config.cache.store, CacheStore::Redis);
+        assert_eq!(config.cache.redis.wait, Duration::from_secs(3));
+        assert_eq!(config.cache.redis.connection(&config.limits.redis).url, "redis://10.0.0.7:6379");
+        let error = crate::config::Config::from_toml_str("[cache.redis]\ntimeout = \"10s\"\n", "t.toml").unwrap_err();
+        assert!(error.to_string().contains("[cache.redis] timeout"), "{error}");
+        assert!(crate::config::Config::from_toml_str("[cache]\nstore = \"disk\"\n", "t.toml").is_err());
+    }
 }
