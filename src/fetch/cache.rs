@@ -234,15 +234,18 @@ macro_rules! snapshot {
                 Snapshot { policies, freshness, responses, fresh_until, from: CopyFrom::Origin }
             }
 
+            /// The most bytes a shared store value may have: every location's body at its
+            /// format's cap, base64'd (4/3), and a generous allowance for headers and JSON.
+            fn value_cap() -> usize {
+                [$(<$format>::MAX_BYTES),*].iter().map(|cap| 2 * (cap + 1) * 4 / 3).sum::<usize>() + (1 << 20)
+            }
+
             /// The snapshot of a shared store's `bytes` for `origin`: each format's stored
             /// responses parsed as a fetch's would be, its freshness moved onto this
             /// process's clock; `None` when the value is not one [`Value`] wrote.
             fn from_value(origin: &Origin, bytes: &[u8]) -> Option<Snapshot> {
                 let names = [$(<$format>::NAME),*];
-                // Each body base64'd (4/3) and a generous allowance for headers and JSON.
-                let max_bytes = [$(<$format>::MAX_BYTES),*].iter().map(|cap| 2 * (cap + 1) * 4 / 3).sum::<usize>()
-                    + (1 << 20);
-                let value = Value::read(bytes, &origin.to_string(), &names, max_bytes)?;
+                let value = Value::read(bytes, &origin.to_string(), &names, Self::value_cap())?;
                 let clock = Clock::now();
                 let mut files = value.files.iter();
                 $(let $field = {
@@ -655,7 +658,7 @@ impl Inner {
 
     /// The shared store's copy of `origin`; a value that is not a copy is a miss.
     async fn look(shared: &SharedStore, origin: &Origin) -> Option<Snapshot> {
-        let bytes = shared.get(origin).await?;
+        let bytes = shared.get(origin, Self::value_cap()).await?;
         let snapshot = Self::from_value(origin, &bytes);
         if snapshot.is_none() {
             shared.corrupt(origin);

@@ -3,7 +3,8 @@
 //! freshness period between them, revalidates instead of refetching, and decides alike.
 //!
 //! Owns the Redis side: one value per origin ([`value`]: each format's raw responses and
-//! freshness) under `<key_prefix>policies:<origin>`, written with a TTL of its freshness
+//! freshness) under `<key_prefix>policies:<origin>`, read with `GETRANGE` up to a size bound
+//! (a huge planted value is never read whole), written with a TTL of its freshness
 //! plus [`STALE_USE`]; a short lease per origin (`SET NX PX`, `<key_prefix>policy-lease:
 //! <origin>`) so one replica fetches while the others wait for its value, at most `wait`;
 //! and what happens when Redis fails: every call is bounded by `timeout`, a failure (error,
@@ -174,19 +175,23 @@ impl SharedStore {
         None
     }
 
-    /// The value stored for `origin`; `None` on a miss or a failure. A value of the wrong
-    /// type is a miss.
-    pub(crate) async fn get(&self, origin: &Origin) -> Option<Vec<u8>> {
+    /// The value stored for `origin`, at most `max_bytes` plus one (`GETRANGE`, so a huge
+    /// planted value is never read whole; one byte more tells it is over); `None` on a miss
+    /// or a failure. A value of the wrong type is a miss: the empty value.
+    pub(crate) async fn get(&self, origin: &Origin, max_bytes: usize) -> Option<Vec<u8>> {
         let mut connection = self.inner.manager.clone();
-        let key = self.key(origin);
-        self.call("GET", origin, async {
-            match connection.get::<_, Option<Vec<u8>>>(&key).await {
-                Err(error) if error.code() == Some("WRONGTYPE") => Ok(Some(Vec::new())),
-                answer => answer,
-            }
-        })
-        .await
-        .flatten()
+        let getrange = redis::cmd("GETRANGE").arg(self.key(origin)).arg(0).arg(max_bytes).to_owned();
+        let answer = self
+            .call("GETRANGE", origin, async {
+                match getrange.query_async::<Vec<u8>>(&mut connection).await {
+                    // Not a string: a value agentgate never writes, refused as one.
+                    Err(error) if error.code() == Some("WRONGTYPE") => Ok(b"-".to_vec()),
+                    answer => answer,
+                }
+            })
+            .await?;
+        // GETRANGE answers "" for a missing key.
+        (!answer.is_empty()).then_some(answer)
     }
 
     /// Stores `value` for `origin` for `ttl`; a failure is counted and logged.
