@@ -327,6 +327,7 @@ impl Config {
                 self.cache.max_bytes
             ));
         }
+        self.cache.redis.problems(&mut problems);
         self.audit.problems(&mut problems);
         self.limits.problems(&mut problems);
         crate::audit::instance_problems(&self.instance, &mut problems);

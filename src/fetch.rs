@@ -5,7 +5,9 @@
 //! agentgate's own `User-Agent` (SEMANTICS X3); redirects, size caps and the timeout; the
 //! [`crate::policy::FetchOutcome`] each fetch produces; the per-origin cache with RFC 9111
 //! freshness, one in-flight fetch per origin, stale-while-revalidate, and bounds on the
-//! bytes of parsed policies held and on the number of origins.
+//! bytes of parsed policies held and on the number of origins; revalidation of stale files
+//! (conditional GET, RFC 9111 §4.3); and the fleet's shared store of copies in Redis
+//! (`[cache] store = "redis"`, [`shared`]).
 //!
 //! Never: reads policy text or decides what a status means for access. Outcomes go to each
 //! format's `from_fetch`, and which copy to keep after a failed re-fetch is asked of its
@@ -18,13 +20,16 @@ mod file;
 mod freshness;
 mod get;
 mod origin;
+mod shared;
 mod transport;
 
 #[cfg(test)]
 mod tests;
 
-pub use cache::{CacheConfig, CacheSettings, CachedFile, PolicyCache};
+pub use cache::{CacheConfig, CacheSettings, CachedFile, CopyFrom, PolicyCache};
 pub use origin::{Origin, OriginError, Scheme};
+pub use shared::config::{CacheStore, SharedConfig};
+pub use shared::redis_addresses;
 pub use transport::{PolicyBody, PolicyResponse, PolicyTransport, TransportFuture};
 
 /// The `User-Agent` of every policy fetch (SEMANTICS X3).

@@ -86,6 +86,12 @@ struct ApprovalLabels {
     decision: &'static str,
 }
 
+/// Shared policy store calls by result.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
 /// Config reloads by result.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
@@ -126,6 +132,7 @@ pub struct Metrics {
     approvals_pending: Gauge,
     request_duration: Histogram,
     policy_fetches: Family<FetchLabels, Counter>,
+    policy_store: Family<ResultLabels, Counter>,
     cache_hits: Counter,
     cache_misses: Counter,
     cache_evictions: Counter,
@@ -170,6 +177,7 @@ impl Metrics {
             // 10 s fetch timeout, a long download more.
             request_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             policy_fetches: Family::default(),
+            policy_store: Family::default(),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
             cache_evictions: Counter::default(),
@@ -203,6 +211,11 @@ impl Metrics {
             m.request_duration.clone(),
         );
         r.register("policy_fetches", "Policy file fetches, by file and HTTP status or error", m.policy_fetches.clone());
+        r.register(
+            "policy_store",
+            "Shared policy store ([cache] store = \"redis\") lookups and calls, by result (hit, miss, corrupt, wait_timeout, failure)",
+            m.policy_store.clone(),
+        );
         r.register("policy_cache_hits", "Policy lookups answered from the cache", m.cache_hits.clone());
         r.register("policy_cache_misses", "Policy lookups that loaded an origin first", m.cache_misses.clone());
         r.register(
@@ -298,6 +311,19 @@ impl Metrics {
             },
         };
         self.policy_fetches.get_or_create(&FetchLabels { file, status }).inc();
+    }
+
+    /// Counts a revalidation of `file` the origin answered `304 Not Modified`: a fetch with
+    /// status `304` that renewed the stored copy.
+    pub fn policy_not_modified(&self, file: &'static str) {
+        self.policy_fetches.get_or_create(&FetchLabels { file, status: FetchStatus::Code(304) }).inc();
+    }
+
+    /// Counts one result of the shared policy store (`crate::fetch`, `[cache] store =
+    /// "redis"`): `hit`, `miss`, `corrupt`, `wait_timeout` or `failure` (Redis did not answer
+    /// in time or answered an error, and the replica fetched for itself).
+    pub fn policy_store(&self, result: &'static str) {
+        self.policy_store.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// Counts a policy lookup: `hit` when the origin was cached, else a miss (it was loaded).

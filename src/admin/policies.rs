@@ -23,8 +23,9 @@ use crate::fetch::Origin;
 /// The agent name `/explain` uses when no `agent` is given: the `[agent]` table.
 const DEFAULT_AGENT: &str = "default";
 
-/// `GET /policies?origin=…`: each cached file's status, digest, diagnostics, freshness and
-/// text (`null` when the origin served none).
+/// `GET /policies?origin=…`: each cached file's status, digest, diagnostics, freshness,
+/// where the copy came from (`from`: `origin` or `shared_store`) and text (`null` when the
+/// origin served none).
 pub(super) async fn show(state: &AdminState, query: &Query) -> Result<Response<AdminBody>, BadParameter> {
     let origin = origin_of(query, "origin")?;
     let Some(files) = state.cache.cached(&origin).await else {
@@ -38,6 +39,7 @@ pub(super) async fn show(state: &AdminState, query: &Query) -> Result<Response<A
         if let Some(fields) = entry.as_object_mut() {
             fields.insert("fetched_at".to_owned(), json!(rfc3339_millis(file.fetched_at).to_string()));
             fields.insert("fresh_until".to_owned(), json!(rfc3339_millis(file.fresh_until).to_string()));
+            fields.insert("from".to_owned(), json!(file.from.as_str()));
             // The console numbers its lines and highlights the one that decided a request.
             fields.insert("text".to_owned(), file.text.as_deref().map_or(Value::Null, |text| json!(text)));
         }
@@ -46,7 +48,8 @@ pub(super) async fn show(state: &AdminState, query: &Query) -> Result<Response<A
     Ok(json_response(StatusCode::OK, &json!({"origin": origin.to_string(), "files": Value::Object(shown)})))
 }
 
-/// `DELETE /policies?origin=…`: forgets the origin's files; the next request fetches them.
+/// `DELETE /policies?origin=…`: forgets the origin's files, here and in the shared store;
+/// the next request fetches them.
 pub(super) async fn purge(state: &AdminState, query: &Query) -> Result<Response<AdminBody>, BadParameter> {
     let origin = origin_of(query, "origin")?;
     let was_cached = state.cache.cached(&origin).await.is_some();

@@ -3,13 +3,21 @@
 //! each file kept for its own freshness lifetime, only stale files fetched again (one
 //! refresh at a time per origin, in the background while the stale copy may still be
 //! served: stale-while-revalidate), the stale rules of each [`crate::policy::Format`]
-//! applied to each re-fetch, and memory bounded in bytes (`max_bytes`, each origin weighed
+//! applied to each re-fetch, a stale file revalidated rather than fetched whole when its
+//! stored response has validators (a `304` renews its freshness with no body and no parse),
+//! and memory bounded in bytes (`max_bytes`, each origin weighed
 //! by its parsed policies) and in origins (`max_origins`); moka evicts by LRU with
 //! frequency-based admission. Lookups (hit or miss), fetches and evictions are counted in
 //! [`crate::metrics::Metrics`]; [`PolicyCache::cached`] shows an origin's files to the admin
-//! API without fetching, each with the text of the copy in force (kept beside the parsed
-//! state, at most the format's size cap, and weighed with it) so the console can show the
-//! line that decided.
+//! API without fetching, each with the text of the copy in force so the console can show the
+//! line that decided, and where the copy came from (the origin, or the shared store). With
+//! `[cache] store = "redis"` a load first looks in the shared store ([`super::shared`]):
+//! a fresh copy there is parsed and used; else one replica of the fleet takes the lease and
+//! loads from the origin (revalidating the stale shared copy), and the others wait for its
+//! value, at most `[cache.redis] wait`. The in-process cache stays in front: a request never
+//! waits for Redis while the local copy is fresh. The responses each state was read from (status, headers, body up to
+//! the format's size cap) are kept beside it and weighed with it: they carry the validators
+//! and the text.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -20,11 +28,30 @@ use super::Origin;
 use super::file::PolicyFile;
 use super::freshness::TtlBounds;
 use super::get::Fetcher;
+use super::shared::config::{CacheStore, SharedConfig};
+use super::shared::value::{StoredFile, Value};
+use super::shared::{Lease, STALE_USE, SharedStore};
 use super::transport::PolicyTransport;
 use crate::metrics::Metrics;
 use crate::policy::{
     FetchOutcome, Format, MAX_TTL, Policies, PolicyReport, Previous, Source, StaleRules, agents_txt, formats, refresh,
 };
+
+/// The responses a format's state in force was read from, in the order fetched: its path,
+/// then its fallback location when the first fell through (C1). They carry the validators a
+/// refresh sends and the text the admin API shows.
+type Responses = Arc<[(&'static str, FetchOutcome)]>;
+
+/// What [`Responses`] weigh: bodies and headers.
+fn responses_bytes(responses: &Responses) -> usize {
+    responses
+        .iter()
+        .map(|(_, outcome)| match outcome {
+            FetchOutcome::Response { headers, body, .. } => headers.bytes() + body.len(),
+            FetchOutcome::Failed(_) => 0,
+        })
+        .sum()
+}
 
 /// `[cache]`: the operator's bounds on the policy cache's memory. Owned here, composed into
 /// the config by `crate::config` (docs/layering.md); the defaults are written only here.
@@ -37,11 +64,21 @@ pub struct CacheConfig {
     /// plus a fixed cost per origin); the least useful origins are evicted first (default
     /// 256 MiB). Both bounds hold.
     pub max_bytes: u64,
+    /// `memory` (each replica its own copies; the default) or `redis` (copies shared by
+    /// the fleet through `[cache.redis]`).
+    pub store: CacheStore,
+    /// The shared store, read when `store = "redis"`.
+    pub redis: SharedConfig,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { max_origins: 100_000, max_bytes: 256 * 1024 * 1024 }
+        CacheConfig {
+            max_origins: 100_000,
+            max_bytes: 256 * 1024 * 1024,
+            store: CacheStore::Memory,
+            redis: SharedConfig::default(),
+        }
     }
 }
 
@@ -97,6 +134,8 @@ struct Inner {
     entries: moka::future::Cache<Origin, Arc<Entry>>,
     /// Counts lookups, fetches and evictions.
     metrics: Arc<Metrics>,
+    /// The fleet's shared copies (`[cache] store = "redis"`).
+    shared: Option<SharedStore>,
 }
 
 /// One origin: the snapshot in force, and the lock that lets one refresh run at a time.
@@ -146,9 +185,11 @@ macro_rules! snapshot {
         struct Snapshot {
             policies: Arc<Policies>,
             freshness: Freshnesses,
-            texts: Texts,
+            responses: AllResponses,
             /// The earliest `fresh_until` of the files.
             fresh_until: Instant,
+            /// Where the copy came from.
+            from: CopyFrom,
         }
 
         /// When each file of an origin goes stale, one field per format ([`formats!`]).
@@ -157,14 +198,14 @@ macro_rules! snapshot {
             $($field: Freshness,)*
         }
 
-        /// The text of each file in force ([`text_of`]), one field per format.
-        struct Texts {
-            $($field: Text,)*
+        /// The responses of each file in force, one field per format.
+        struct AllResponses {
+            $($field: Responses,)*
         }
 
-        impl Texts {
+        impl AllResponses {
             fn bytes(&self) -> usize {
-                [$(&self.$field),*].into_iter().flatten().map(|text| text.len()).sum()
+                [$(&self.$field),*].into_iter().map(responses_bytes).sum()
             }
         }
 
@@ -182,14 +223,67 @@ macro_rules! snapshot {
                 let ($($field,)*) = tokio::join!($(
                     self.refresh_file::<$format>(
                         origin,
-                        previous.map(|p| (&p.policies.$field, p.freshness.$field, &p.texts.$field)),
+                        previous.map(|p| (&p.policies.$field, p.freshness.$field, &p.responses.$field)),
                         started,
                     )
                 ),*);
                 let freshness = Freshnesses { $($field: $field.1,)* };
-                let texts = Texts { $($field: $field.2,)* };
+                let responses = AllResponses { $($field: $field.2,)* };
                 let fresh_until = freshness.all().map(|f| f.fresh_until).min().unwrap_or(started);
-                Snapshot { policies: Arc::new(Policies { $($field: $field.0,)* }), freshness, texts, fresh_until }
+                let policies = Arc::new(Policies { $($field: $field.0,)* });
+                Snapshot { policies, freshness, responses, fresh_until, from: CopyFrom::Origin }
+            }
+
+            /// The most bytes a shared store value may have: every location's body at its
+            /// format's cap, base64'd (4/3), and a generous allowance for headers and JSON.
+            fn value_cap() -> usize {
+                [$(<$format>::MAX_BYTES),*].iter().map(|cap| 2 * (cap + 1) * 4 / 3).sum::<usize>() + (1 << 20)
+            }
+
+            /// The snapshot of a shared store's `bytes` for `origin`: each format's stored
+            /// responses parsed as a fetch's would be, its freshness moved onto this
+            /// process's clock; `None` when the value is not one [`Value`] wrote.
+            fn from_value(origin: &Origin, bytes: &[u8]) -> Option<Snapshot> {
+                let names = [$(<$format>::NAME),*];
+                let value = Value::read(bytes, &origin.to_string(), &names, Self::value_cap())?;
+                let clock = Clock::now();
+                let mut files = value.files.iter();
+                $(let $field = {
+                    let file = files.next()?;
+                    let responses: Responses = Arc::from(file.responses::<$format>()?);
+                    let freshness = Freshness {
+                        fresh_until: clock.instant_at(file.fresh_until_ms),
+                        stale_since: clock.instant_at(file.stale_since_ms),
+                        lifetime: Duration::from_millis(file.lifetime_ms).min(MAX_TTL),
+                    };
+                    (Self::parse::<$format>(origin, &responses), freshness, responses)
+                };)*
+                let freshness = Freshnesses { $($field: $field.1,)* };
+                let responses = AllResponses { $($field: $field.2,)* };
+                let fresh_until = freshness.all().map(|f| f.fresh_until).min().unwrap_or(clock.instant);
+                let policies = Arc::new(Policies { $($field: $field.0,)* });
+                Some(Snapshot { policies, freshness, responses, fresh_until, from: CopyFrom::SharedStore })
+            }
+        }
+
+        impl Snapshot {
+            /// This snapshot as the shared store keeps it, and the Redis TTL: the freshness
+            /// of its longest-lived file plus [`STALE_USE`].
+            fn value(&self, origin: &Origin) -> (Value, Duration) {
+                let clock = Clock::now();
+                let files = vec![$({
+                    let f = self.freshness.$field;
+                    let lifetime = u64::try_from(f.lifetime.as_millis()).unwrap_or(u64::MAX);
+                    StoredFile::of::<$format>(
+                        &self.responses.$field,
+                        clock.wall_ms(f.fresh_until),
+                        clock.wall_ms(f.stale_since),
+                        lifetime,
+                    )
+                }),*];
+                let fresh_for =
+                    self.freshness.all().map(|f| f.fresh_until.saturating_duration_since(clock.instant)).max();
+                (Value::new(origin.to_string(), files), fresh_for.unwrap_or_default() + STALE_USE)
             }
         }
     };
@@ -210,6 +304,62 @@ pub struct CachedFile {
     /// The text of the copy in force (invalid UTF-8 replaced), when the origin served one
     /// with a 2xx status; at most the format's size cap.
     pub text: Option<Arc<str>>,
+    /// Where the copy came from: this replica's fetch, or the shared store.
+    pub from: CopyFrom,
+}
+
+/// Where a cached copy came from (the admin API's `from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyFrom {
+    /// This replica fetched (or revalidated) it at the origin.
+    Origin,
+    /// Another replica did, and this one read it from the shared store (`[cache] store = "redis"`).
+    SharedStore,
+}
+
+impl CopyFrom {
+    /// `origin` or `shared_store`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CopyFrom::Origin => "origin",
+            CopyFrom::SharedStore => "shared_store",
+        }
+    }
+}
+
+/// This process's monotonic clock and the wall clock read at one moment, to move instants
+/// to and from the shared store's wall-clock milliseconds.
+struct Clock {
+    instant: Instant,
+    wall_ms: u64,
+}
+
+impl Clock {
+    fn now() -> Self {
+        let wall = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        Clock { instant: Instant::now(), wall_ms: u64::try_from(wall.as_millis()).unwrap_or(u64::MAX) }
+    }
+
+    /// `instant` in ms since the Unix epoch.
+    fn wall_ms(&self, instant: Instant) -> u64 {
+        match instant.checked_duration_since(self.instant) {
+            Some(ahead) => self.wall_ms.saturating_add(u64::try_from(ahead.as_millis()).unwrap_or(u64::MAX)),
+            None => self.wall_ms.saturating_sub(
+                u64::try_from(self.instant.saturating_duration_since(instant).as_millis()).unwrap_or(u64::MAX),
+            ),
+        }
+    }
+
+    /// The instant of `wall_ms`, at most [`MAX_TTL`] ahead (a value from the future cannot
+    /// keep a copy longer than a fetch could), and no earlier than this process can count.
+    fn instant_at(&self, wall_ms: u64) -> Instant {
+        if wall_ms >= self.wall_ms {
+            self.instant + Duration::from_millis(wall_ms - self.wall_ms).min(MAX_TTL)
+        } else {
+            let ago = Duration::from_millis(self.wall_ms - wall_ms);
+            self.instant.checked_sub(ago).unwrap_or(self.instant)
+        }
+    }
 }
 
 macro_rules! cached_files {
@@ -231,7 +381,8 @@ macro_rules! cached_files {
                         report: <$format>::report(&self.policies.$field),
                         fetched_at: at(freshness.stale_since.checked_sub(freshness.lifetime).unwrap_or(freshness.stale_since)),
                         fresh_until: at(freshness.fresh_until),
-                        text: self.texts.$field.clone(),
+                        text: text_of(&self.responses.$field),
+                        from: self.from,
                     }
                 },)*]
             }
@@ -248,7 +399,7 @@ impl Snapshot {
 
     /// What the origin costs in memory: its parsed policies, the entry and its key.
     fn weight(&self) -> usize {
-        self.policies.weight() + self.texts.bytes() + ENTRY_OVERHEAD
+        self.policies.weight() + self.responses.bytes() + ENTRY_OVERHEAD
     }
 }
 
@@ -260,6 +411,15 @@ impl PolicyCache {
     /// An empty cache fetching through `transport`, counting lookups, fetches and
     /// evictions in `metrics`.
     pub fn new(transport: Arc<dyn PolicyTransport>, settings: CacheSettings, metrics: Arc<Metrics>) -> Self {
+        PolicyCache::build(transport, settings, metrics, None)
+    }
+
+    fn build(
+        transport: Arc<dyn PolicyTransport>,
+        settings: CacheSettings,
+        metrics: Arc<Metrics>,
+        shared: Option<SharedStore>,
+    ) -> Self {
         let max_ttl = settings.max_ttl.min(MAX_TTL);
         let fetcher = Fetcher {
             transport,
@@ -268,7 +428,7 @@ impl PolicyCache {
         };
         // moka bounds one weighted capacity; the origin count is a second bound on top of the
         // bytes: every entry weighs at least `floor`, so `max_origins` entries fill it.
-        let CacheConfig { max_origins, max_bytes } = settings.bounds;
+        let CacheConfig { max_origins, max_bytes, .. } = settings.bounds;
         let floor = max_bytes.div_ceil(max_origins.max(1)).max(1);
         let evictions = Arc::clone(&metrics);
         let entries = moka::future::Cache::builder()
@@ -289,8 +449,34 @@ impl PolicyCache {
                 rules: StaleRules { agents_txt_negative_ttl: settings.agents_txt_negative_ttl },
                 entries,
                 metrics,
+                shared,
             }),
         }
+    }
+
+    /// [`PolicyCache::new`], sharing its copies through Redis when `[cache] store =
+    /// "redis"`: `[cache.redis]`, its unset keys from `limits_redis` (`[limits.redis]`),
+    /// `rediss://` trusting the system's roots and `extra_ca_files`.
+    ///
+    /// # Errors
+    /// [`crate::limits::LimitsError`] when the Redis client cannot be built (a
+    /// `password_env` not set, a CA file that cannot be used, a URL the client refuses).
+    pub fn with_store(
+        transport: Arc<dyn PolicyTransport>,
+        settings: CacheSettings,
+        metrics: Arc<Metrics>,
+        limits_redis: &crate::limits::RedisConfig,
+        extra_ca_files: &[std::path::PathBuf],
+    ) -> Result<Self, crate::limits::LimitsError> {
+        let shared = match settings.bounds.store {
+            CacheStore::Memory => None,
+            CacheStore::Redis => {
+                let connection = settings.bounds.redis.connection(limits_redis);
+                let wait = settings.bounds.redis.wait;
+                Some(SharedStore::new(&connection, wait, extra_ca_files, Arc::clone(&metrics))?)
+            }
+        };
+        Ok(PolicyCache::build(transport, settings, metrics, shared))
     }
 
     /// The policies of `origin`, fetched when they are not cached or some file is stale.
@@ -348,7 +534,9 @@ impl PolicyCache {
         let loaded = inner
             .entries
             .entry_by_ref(origin)
-            .or_insert_with(async { Entry::new(inner.load(origin, None).await, Arc::new(tokio::sync::Mutex::new(()))) })
+            .or_insert_with(async {
+                Entry::new(inner.obtain(origin, None).await, Arc::new(tokio::sync::Mutex::new(())))
+            })
             .await;
         // A request that found the load another one started is a hit too.
         inner.metrics.policy_lookup(!loaded.is_fresh());
@@ -384,8 +572,12 @@ impl PolicyCache {
         self.inner.entries.get(origin).await.map(|entry| entry.snapshot.files())
     }
 
-    /// Forgets `origin`: its next request fetches every file again (admin API).
+    /// Forgets `origin`, here and in the shared store: its next request fetches every file
+    /// again (admin API).
     pub async fn purge(&self, origin: &Origin) {
+        if let Some(shared) = &self.inner.shared {
+            shared.purge(origin).await;
+        }
         self.inner.entries.invalidate(origin).await;
     }
 
@@ -411,11 +603,73 @@ impl Inner {
     /// Refreshes the stale files of `entry` (the caller holds its `refreshing` lock) and
     /// puts the result in the cache, where moka weighs it again.
     async fn refresh(&self, origin: &Origin, entry: &Entry) -> Arc<Policies> {
-        let next = Entry::new(self.load(origin, Some(&entry.snapshot)).await, Arc::clone(&entry.refreshing));
+        let next = Entry::new(self.obtain(origin, Some(&entry.snapshot)).await, Arc::clone(&entry.refreshing));
         let policies = Arc::clone(&next.snapshot.policies);
         self.entries.insert(origin.clone(), next).await;
         self.evict_over_bounds().await;
         policies
+    }
+
+    /// The snapshot to put in force for `origin`, `previous` being the local copy: without a
+    /// shared store, [`Inner::load`]. With one: a fresh copy in the store; else, under this
+    /// replica's lease, a load from the origin on top of the stale shared copy (or
+    /// `previous`), stored for the fleet; else (another replica holds the lease) its copy once
+    /// it lands, or after `[cache.redis] wait` a load of our own. When Redis fails, a load of
+    /// our own.
+    async fn obtain(&self, origin: &Origin, previous: Option<&Snapshot>) -> Snapshot {
+        let Some(shared) = &self.shared else { return self.load(origin, previous).await };
+        let found = match Self::look(shared, origin).await {
+            Some(snapshot) if snapshot.fresh_until > Instant::now() => {
+                shared.hit();
+                return snapshot;
+            }
+            found => found,
+        };
+        if found.is_none() {
+            self.metrics.policy_store("miss");
+        }
+        let base = found.as_ref().or(previous);
+        match shared.lease(origin).await {
+            Lease::Taken => {
+                let snapshot = self.load(origin, base).await;
+                Self::store(shared, origin, &snapshot).await;
+                shared.release(origin).await;
+                snapshot
+            }
+            Lease::Held => {
+                let deadline = Instant::now() + shared.wait();
+                while Instant::now() < deadline {
+                    tokio::time::sleep(shared.poll()).await;
+                    if let Some(snapshot) = Self::look(shared, origin).await
+                        && snapshot.fresh_until > Instant::now()
+                    {
+                        shared.hit();
+                        return snapshot;
+                    }
+                }
+                shared.waited_out(origin);
+                let snapshot = self.load(origin, base).await;
+                Self::store(shared, origin, &snapshot).await;
+                snapshot
+            }
+            Lease::Unavailable => self.load(origin, base).await,
+        }
+    }
+
+    /// The shared store's copy of `origin`; a value that is not a copy is a miss.
+    async fn look(shared: &SharedStore, origin: &Origin) -> Option<Snapshot> {
+        let bytes = shared.get(origin, Self::value_cap()).await?;
+        let snapshot = Self::from_value(origin, &bytes);
+        if snapshot.is_none() {
+            shared.corrupt(origin);
+        }
+        snapshot
+    }
+
+    /// Puts `snapshot` in the shared store for the fleet.
+    async fn store(shared: &SharedStore, origin: &Origin, snapshot: &Snapshot) {
+        let (value, ttl) = snapshot.value(origin);
+        shared.put(origin, value.to_bytes(), ttl).await;
     }
 
     /// Evicts what the new or re-weighed entry pushed over `max_bytes` now, rather than at
@@ -425,21 +679,31 @@ impl Inner {
         self.entries.run_pending_tasks().await;
     }
 
-    /// One file of a load: carried over while fresh, else fetched and passed through its
-    /// format's stale rule with the previous copy and how long it has been stale.
+    /// One file of a load: carried over while fresh, else fetched (conditionally, on the
+    /// validators of the previous responses) and passed through its format's stale rule with
+    /// the previous copy and how long it has been stale. A file the origin answered `304` for
+    /// at every location is not parsed again: the previous state goes through the stale rule
+    /// as the state fetched.
     async fn refresh_file<F: Format>(
         &self,
         origin: &Origin,
-        previous: Option<(&F::State, Freshness, &Text)>,
+        previous: Option<(&F::State, Freshness, &Responses)>,
         started: Instant,
-    ) -> (F::State, Freshness, Text) {
-        if let Some((state, freshness, text)) = previous
+    ) -> (F::State, Freshness, Responses) {
+        if let Some((state, freshness, responses)) = previous
             && freshness.fresh_until > started
         {
-            return (state.clone(), freshness, text.clone());
+            return (state.clone(), freshness, Arc::clone(responses));
         }
-        let (fetched, ttl, fetched_text) = self.fetch_format::<F>(origin).await;
-        let previous_text = previous.and_then(|(_, _, text)| text.clone());
+        let loaded = self.fetch_format::<F>(origin, previous.map(|(_, _, responses)| responses)).await;
+        let (fetched, ttl, fetched_responses) = match (loaded.state, previous) {
+            (Some(state), _) => (state, loaded.ttl, loaded.responses),
+            (None, Some((state, _, _))) => (state.clone(), loaded.ttl, loaded.responses),
+            // Not modified without a previous copy cannot be (no validators were sent); parse
+            // what came back all the same.
+            (None, None) => (Self::parse::<F>(origin, &loaded.responses), loaded.ttl, loaded.responses),
+        };
+        let previous_responses = previous.map(|(_, _, responses)| Arc::clone(responses));
         let now = Instant::now();
         let before = previous.map(|(state, freshness, _)| {
             let previous = Previous {
@@ -461,41 +725,87 @@ impl Inner {
             }
             _ => Freshness::new(now, refreshed.ttl),
         };
-        let text = if refreshed.kept_stale { previous_text } else { fetched_text };
-        (refreshed.state, freshness, text)
+        let responses = match previous_responses {
+            Some(previous) if refreshed.kept_stale => previous,
+            _ => fetched_responses,
+        };
+        (refreshed.state, freshness, responses)
     }
 
     /// Fetches a format's file and, when the state falls through and the format has a
     /// second location, that one too (AGENTS.md discovery, C1). Fresh for the shorter
-    /// lifetime of the two, so a change at either location is seen.
-    /// The text is the one of the location whose state is in force.
-    async fn fetch_format<F: Format>(&self, origin: &Origin) -> (F::State, Duration, Text) {
-        let (first, first_ttl, first_text) = self.fetch_state::<F>(origin, F::PATH).await;
+    /// lifetime of the two, so a change at either location is seen. Each location is
+    /// fetched on the validators of its `previous` response; when every location answered
+    /// `304`, nothing is parsed and [`Loaded::state`] is `None`. A location that answered
+    /// `304` while another changed is parsed from its stored bytes (whether the first falls
+    /// through is then what it was before: the second location was fetched last time).
+    async fn fetch_format<F: Format>(&self, origin: &Origin, previous: Option<&Responses>) -> Loaded<F::State> {
+        let stored = |path: &str| previous.and_then(|r| r.iter().find(|(p, _)| *p == path)).map(|(_, o)| o);
+        let first = self.fetch_file::<F>(origin, F::PATH, stored(F::PATH)).await;
+        let first_state = (!first.not_modified).then(|| F::from_fetch(&first.outcome));
+        let falls_through = match &first_state {
+            Some(state) => F::falls_through(state),
+            None => previous.is_some_and(|responses| responses.len() > 1),
+        };
         match F::FALLBACK_PATH {
-            Some(path) if F::falls_through(&first) => {
-                let (fallback, ttl, text) = self.fetch_state::<F>(origin, path).await;
-                (F::settle(first, Some(fallback), origin.host()), first_ttl.min(ttl), text)
+            Some(path) if falls_through => {
+                let fallback = self.fetch_file::<F>(origin, path, stored(path)).await;
+                let ttl = first.ttl.min(fallback.ttl);
+                let unchanged = first.not_modified && fallback.not_modified;
+                let responses: Responses = Arc::from([(F::PATH, first.outcome), (path, fallback.outcome)]);
+                let state = (!unchanged).then(|| {
+                    let first = first_state.unwrap_or_else(|| F::from_fetch(&responses[0].1));
+                    F::settle(first, Some(F::from_fetch(&responses[1].1)), origin.host())
+                });
+                Loaded { state, ttl, responses }
             }
-            _ => (F::settle(first, None, origin.host()), first_ttl, first_text),
+            _ => {
+                let state = first_state.map(|state| F::settle(state, None, origin.host()));
+                Loaded { state, ttl: first.ttl, responses: Arc::from([(F::PATH, first.outcome)]) }
+            }
         }
     }
 
-    /// Fetches one file and hands the outcome to its format's `from_fetch`.
-    async fn fetch_state<F: Format>(&self, origin: &Origin, path: &'static str) -> (F::State, Duration, Text) {
-        let fetched = self.fetcher.fetch(origin, PolicyFile::of::<F>(path)).await;
-        self.metrics.policy_fetch(path, &fetched.outcome);
-        (F::from_fetch(&fetched.outcome), fetched.ttl, text_of(&fetched.outcome))
+    /// The state of a format read from its `responses` (as [`Inner::fetch_format`] would).
+    fn parse<F: Format>(origin: &Origin, responses: &Responses) -> F::State {
+        let mut states = responses.iter().map(|(_, outcome)| F::from_fetch(outcome));
+        let first = states.next().unwrap_or_else(|| F::from_fetch(&FetchOutcome::not_found()));
+        F::settle(first, states.next(), origin.host())
+    }
+
+    /// Fetches one file, on the validators of its `stored` response, and counts the result.
+    async fn fetch_file<F: Format>(
+        &self,
+        origin: &Origin,
+        path: &'static str,
+        stored: Option<&FetchOutcome>,
+    ) -> super::get::Fetched {
+        let fetched = self.fetcher.fetch(origin, PolicyFile::of::<F>(path), stored).await;
+        if fetched.not_modified {
+            self.metrics.policy_not_modified(path);
+        } else {
+            self.metrics.policy_fetch(path, &fetched.outcome);
+        }
+        fetched
     }
 }
 
-/// The text of a policy file as served, when it was (see [`text_of`]).
-type Text = Option<Arc<str>>;
+/// A format's file as a load fetched it.
+struct Loaded<S> {
+    /// The state read, or `None` when every location answered `304 Not Modified`.
+    state: Option<S>,
+    /// The freshness lifetime (the shorter of its locations').
+    ttl: Duration,
+    /// The responses, a `304`'s being the stored copy with its headers updated.
+    responses: Responses,
+}
 
-/// The text of a policy file the origin served (2xx), as the console shows it: invalid UTF-8
-/// replaced, at most the format's size cap (the fetcher already cut the body there).
-fn text_of(outcome: &FetchOutcome) -> Text {
-    match outcome {
-        FetchOutcome::Response { status: 200..=299, body, .. } if !body.is_empty() => {
+/// The text of a policy file the origin served (2xx) at the location whose state is in force
+/// (the last fetched), as the console shows it: invalid UTF-8 replaced, at most the
+/// format's size cap (the fetcher already cut the body there).
+fn text_of(responses: &Responses) -> Option<Arc<str>> {
+    match responses.last().map(|(_, outcome)| outcome) {
+        Some(FetchOutcome::Response { status: 200..=299, body, .. }) if !body.is_empty() => {
             Some(Arc::from(String::from_utf8_lossy(body)))
         }
         _ => None,

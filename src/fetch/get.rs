@@ -3,6 +3,11 @@
 //! up to the format's cap plus one byte, one timeout over all of it, and one tracing line.
 //! The result is a [`FetchOutcome`] for the format's `from_fetch`, plus the response's
 //! freshness lifetime; nothing here reads the body or gives a status a meaning.
+//!
+//! Revalidation (RFC 9111 §4.3): given the stored copy of the file, the request carries its
+//! validators (`If-None-Match` from `ETag`, `If-Modified-Since` from `Last-Modified`); a
+//! `304 Not Modified` then hands back the stored copy with the 304's headers merged in
+//! (§4.3.4), its lifetime computed from those merged headers, and no body read.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -27,10 +32,14 @@ const AT_CAPACITY_TTL: Duration = Duration::from_secs(1);
 /// One fetched file: what the format's `from_fetch` takes, and how long it is fresh.
 #[derive(Debug)]
 pub(crate) struct Fetched {
-    /// The response after redirects, or why there is none.
+    /// The response after redirects, or why there is none; after a `304` to a conditional
+    /// request, the stored copy with the 304's headers merged in.
     pub(crate) outcome: FetchOutcome,
     /// RFC 9111 freshness, floored and capped ([`TtlBounds`]).
     pub(crate) ttl: Duration,
+    /// True when the origin answered `304 Not Modified` to the stored copy's validators:
+    /// `outcome` is that copy, its body unchanged.
+    pub(crate) not_modified: bool,
 }
 
 /// The transport plus the limits every fetch obeys.
@@ -52,17 +61,40 @@ struct Answer {
 
 impl Fetcher {
     /// Fetches `file` from `origin`; never fails (a failure is [`FetchOutcome::Failed`]).
-    pub(crate) async fn fetch(&self, origin: &Origin, file: PolicyFile) -> Fetched {
+    /// With `stored`, the copy kept from the last fetch, the request is conditional on its
+    /// validators when it has any ([`Fetched::not_modified`]).
+    pub(crate) async fn fetch(&self, origin: &Origin, file: PolicyFile, stored: Option<&FetchOutcome>) -> Fetched {
         let started = Instant::now();
+        let conditions = stored.map(conditions).unwrap_or_default();
+        let conditional = !conditions.is_empty();
         let result = match file.url(origin) {
-            Ok(url) => {
-                tokio::time::timeout(self.timeout, self.follow(file, url)).await.unwrap_or(Err(FetchError::Timeout))
-            }
+            Ok(url) => tokio::time::timeout(self.timeout, self.follow(file, url, conditions))
+                .await
+                .unwrap_or(Err(FetchError::Timeout)),
             Err(error) => Err(error),
         };
         let ms = started.elapsed().as_millis() as u64;
-        match result {
-            Ok(answer) => {
+        match (result, stored) {
+            (Ok(answer), Some(FetchOutcome::Response { status, headers: stored_headers, body, over_cap }))
+                if conditional && answer.head.status == http::StatusCode::NOT_MODIFIED =>
+            {
+                let mut head = answer.head;
+                head.headers = merge_headers(stored_headers, &head.headers);
+                head.status = http::StatusCode::from_u16(*status).unwrap_or(http::StatusCode::OK);
+                let ttl = self.ttl.lifetime(&answer.request, &head, SystemTime::now());
+                tracing::info!(
+                    origin = %origin, file = file.path(), url = %answer.url, status = 304, bytes = 0, ttl_s = ttl.as_secs(), ms,
+                    "policy file not modified; the stored copy is fresh again"
+                );
+                let outcome = FetchOutcome::Response {
+                    status: *status,
+                    headers: policy_headers(&head.headers),
+                    body: body.clone(),
+                    over_cap: *over_cap,
+                };
+                Fetched { outcome, ttl, not_modified: true }
+            }
+            (Ok(answer), _) => {
                 let ttl = self.ttl.lifetime(&answer.request, &answer.head, SystemTime::now());
                 tracing::info!(
                     origin = %origin, file = file.path(), url = %answer.url, status = answer.head.status.as_u16(),
@@ -75,9 +107,9 @@ impl Fetcher {
                     body: answer.body,
                     over_cap: answer.over_cap,
                 };
-                Fetched { outcome, ttl }
+                Fetched { outcome, ttl, not_modified: false }
             }
-            Err(error) => {
+            (Err(error), _) => {
                 let ttl = match error {
                     // agentgate's own cap, not the origin's answer: kept only long enough for
                     // the requests waiting on this load to share it, then fetched again.
@@ -88,14 +120,14 @@ impl Fetcher {
                     origin = %origin, file = file.path(), error = %error, bytes = 0, ttl_s = ttl.as_secs(), ms,
                     "policy file fetch failed"
                 );
-                Fetched { outcome: FetchOutcome::Failed(error), ttl }
+                Fetched { outcome: FetchOutcome::Failed(error), ttl, not_modified: false }
             }
         }
     }
 
     /// GETs `url`, following redirects, and reads the final body up to the cap.
-    async fn follow(&self, file: PolicyFile, mut url: Uri) -> Result<Answer, FetchError> {
-        let mut headers = HeaderMap::new();
+    async fn follow(&self, file: PolicyFile, mut url: Uri, conditions: HeaderMap) -> Result<Answer, FetchError> {
+        let mut headers = conditions;
         headers.insert(header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
         for hop in 0..=MAX_REDIRECTS {
             let response = self.transport.get(url.clone(), headers.clone()).await.map_err(|error| match error {
@@ -126,6 +158,42 @@ impl Fetcher {
         }
         Err(FetchError::TooManyRedirects)
     }
+}
+
+/// The conditional request headers for a stored copy (RFC 9110 §13.1): `If-None-Match`
+/// with its `ETag`, `If-Modified-Since` with its `Last-Modified`; none for a failure or a
+/// copy without validators (or with values that are not valid header values).
+fn conditions(stored: &FetchOutcome) -> HeaderMap {
+    let mut conditions = HeaderMap::new();
+    let FetchOutcome::Response { headers, .. } = stored else { return conditions };
+    for (validator, condition) in
+        [(header::ETAG, header::IF_NONE_MATCH), (header::LAST_MODIFIED, header::IF_MODIFIED_SINCE)]
+    {
+        if let Some(value) = headers.get(validator.as_str()).and_then(|v| HeaderValue::from_str(v).ok()) {
+            conditions.insert(condition, value);
+        }
+    }
+    conditions
+}
+
+/// The stored copy's headers updated with those of a `304` (RFC 9111 §3.2, §4.3.4): each
+/// field the 304 carries replaces the stored field of that name, except the framing fields
+/// that describe the 304's own (empty) body.
+fn merge_headers(stored: &Headers, not_modified: &HeaderMap) -> HeaderMap {
+    let mut merged = HeaderMap::new();
+    for (name, value) in stored.iter() {
+        if let (Ok(name), Ok(value)) = (header::HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+            merged.append(name, value);
+        }
+    }
+    let framing = [header::CONTENT_LENGTH, header::TRANSFER_ENCODING, header::CONTENT_ENCODING, header::CONTENT_RANGE];
+    for name in not_modified.keys().filter(|name| !framing.contains(name)) {
+        merged.remove(name);
+        for value in not_modified.get_all(name) {
+            merged.append(name.clone(), value.clone());
+        }
+    }
+    merged
 }
 
 /// Reads at most `cap + 1` bytes: enough to know the body is over the cap, never more

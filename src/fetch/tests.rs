@@ -11,6 +11,7 @@ use super::file::PolicyFile;
 use super::freshness::TtlBounds;
 use super::get::Fetcher;
 use super::*;
+use crate::metrics::Metrics;
 use crate::net::NetworkConfig;
 use crate::policy::Format as _;
 use crate::policy::agents_md::{AgentsMd, Location};
@@ -198,6 +199,102 @@ async fn fresh_files_are_served_from_cache_and_only_stale_ones_refetched() -> Te
         assert_eq!(origin.hits(path), 1, "{path} is still fresh");
     }
     assert_eq!(decide(&policies, "/md-only"), Outcome::Deny, "fresh states carried over");
+    Ok(())
+}
+
+/// The count of `agentgate_policy_fetches_total` for `file` and `status` in `metrics`.
+fn fetches(metrics: &Metrics, file: &str, status: &str) -> usize {
+    let text = metrics.encode(crate::metrics::Scraped::default());
+    let sample = format!("agentgate_policy_fetches_total{{file=\"{file}\",status=\"{status}\"}} ");
+    text.lines().find_map(|line| line.strip_prefix(&sample)).and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// Issue 33: a stale robots.txt with an `ETag` is refreshed with `If-None-Match`; the `304`
+/// renews it with the lifetime the 304 itself gives (RFC 9111 §4.3.4: here an hour where
+/// the stored copy said two minutes), no body comes back, the state is the same, and the
+/// fetch is counted with status 304.
+#[tokio::test]
+async fn stale_file_with_an_etag_is_revalidated_and_the_304_renews_it() -> TestResult {
+    let ca = test_ca()?;
+    let origin = TestOrigin::https(&ca).await?;
+    serve_all(&origin).serve("/robots.txt", Served::ok(ROBOTS).with("etag", "\"r1\"").max_age(120));
+    let metrics = Arc::new(Metrics::new());
+    let cache = PolicyCache::new(transport(&ca)?, CacheSettings::default(), Arc::clone(&metrics));
+    let key = origin_key(&origin);
+    policies_refreshed(&cache, &key).await;
+    assert_eq!(origin.conditional("/robots.txt"), 0, "the first fetch has nothing to revalidate");
+    // The origin's 304 now says the copy is fresh for an hour.
+    origin.serve("/robots.txt", Served::ok(ROBOTS).with("etag", "\"r1\"").max_age(3600));
+    advance(Duration::from_secs(121)).await;
+    let policies = policies_refreshed(&cache, &key).await;
+    assert_eq!(origin.hits("/robots.txt"), 2);
+    assert_eq!(origin.conditional("/robots.txt"), 1, "the refresh is conditional");
+    assert_eq!(origin.not_modified("/robots.txt"), 1, "and answered 304 without a body");
+    assert_eq!(decide(&policies, "/private"), Outcome::Deny, "the stored copy stays in force");
+    assert_eq!(fetches(&metrics, "/robots.txt", "304"), 1);
+    assert_eq!(fetches(&metrics, "/robots.txt", "200"), 1);
+    let text = cache.cached(&key).await.and_then(|files| files[0].text.clone());
+    assert_eq!(text.as_deref(), Some(ROBOTS), "the admin API still shows the stored text");
+    // Fresh for the 304's hour, not the stored two minutes.
+    advance(Duration::from_secs(600)).await;
+    policies_refreshed(&cache, &key).await;
+    assert_eq!(origin.hits("/robots.txt"), 2, "renewed by the 304's own max-age");
+    Ok(())
+}
+
+/// Issue 33: a changed file (new `ETag`) answers the conditional request with 200 and the
+/// whole body, which decides from then on; a file with only `Last-Modified` is revalidated
+/// with `If-Modified-Since`; a file without validators is fetched whole.
+#[tokio::test]
+async fn changed_file_is_fetched_whole_and_last_modified_revalidates_too() -> TestResult {
+    let ca = test_ca()?;
+    let origin = TestOrigin::https(&ca).await?;
+    let modified = "Mon, 01 Jan 2024 00:00:00 GMT";
+    serve_all(&origin)
+        .serve("/robots.txt", Served::ok(ROBOTS).with("etag", "\"r1\"").max_age(60))
+        .serve("/automation-preferences.txt", Served::ok(AUTOCTL).with("last-modified", modified).max_age(60))
+        .serve("/agents.txt", Served::ok(agents_txt_body()).max_age(60));
+    let metrics = Arc::new(Metrics::new());
+    let cache = PolicyCache::new(transport(&ca)?, CacheSettings::default(), Arc::clone(&metrics));
+    let key = origin_key(&origin);
+    policies_refreshed(&cache, &key).await;
+    origin.serve("/robots.txt", Served::ok("User-agent: *\nDisallow: /other\n").with("etag", "\"r2\"").max_age(60));
+    advance(Duration::from_secs(61)).await;
+    let policies = policies_refreshed(&cache, &key).await;
+    assert_eq!(origin.conditional("/robots.txt"), 1);
+    assert_eq!(origin.not_modified("/robots.txt"), 0, "a new ETag: fetched whole");
+    assert_eq!(decide(&policies, "/private"), Outcome::Allow, "the new file decides");
+    assert_eq!(decide(&policies, "/other"), Outcome::Deny);
+    assert_eq!(origin.conditional("/automation-preferences.txt"), 1, "If-Modified-Since");
+    assert_eq!(origin.not_modified("/automation-preferences.txt"), 1);
+    assert_eq!(origin.conditional("/agents.txt"), 0, "no validator, nothing to send");
+    assert_eq!(origin.hits("/agents.txt"), 2);
+    assert_eq!(fetches(&metrics, "/robots.txt", "200"), 2);
+    // The next refresh is conditional on the new ETag.
+    advance(Duration::from_secs(61)).await;
+    let policies = policies_refreshed(&cache, &key).await;
+    assert_eq!(origin.not_modified("/robots.txt"), 1, "revalidated on the new file's ETag");
+    assert_eq!(decide(&policies, "/other"), Outcome::Deny);
+    Ok(())
+}
+
+/// AGENTS.md read from its fallback location (C1) is revalidated at both locations; when
+/// both answer 304 the state is unchanged and nothing is parsed.
+#[tokio::test]
+async fn c1_agents_md_fallback_is_revalidated_at_both_locations() -> TestResult {
+    let ca = test_ca()?;
+    let origin = TestOrigin::https(&ca).await?;
+    serve_all(&origin)
+        .serve("/AGENTS.md", Served::ok(CODING_AGENTS_MD).with("etag", "\"a1\"").max_age(60))
+        .serve("/.well-known/agents.md", Served::ok(AGENTS_MD).with("etag", "\"w1\"").max_age(60));
+    let cache = cache(&ca)?;
+    let key = origin_key(&origin);
+    assert_eq!(decide(&*policies_refreshed(&cache, &key).await, "/md-only"), Outcome::Deny);
+    advance(Duration::from_secs(61)).await;
+    let policies = policies_refreshed(&cache, &key).await;
+    assert_eq!(origin.not_modified("/AGENTS.md"), 1);
+    assert_eq!(origin.not_modified("/.well-known/agents.md"), 1);
+    assert_eq!(decide(&policies, "/md-only"), Outcome::Deny, "the well-known policy stays in force");
     Ok(())
 }
 
@@ -464,7 +561,7 @@ async fn c3_https_to_http_redirect_is_refused() -> TestResult {
     let origin = TestOrigin::https(&ca).await?;
     origin.serve("/AGENTS.md", Served::redirect(302, plain.url("/AGENTS.md")));
     let fetched = fetcher(&ca, Duration::from_secs(10))?
-        .fetch(&origin_key(&origin), PolicyFile::of::<AgentsMd>(AgentsMd::PATH))
+        .fetch(&origin_key(&origin), PolicyFile::of::<AgentsMd>(AgentsMd::PATH), None)
         .await;
     assert_eq!(fetched.outcome, FetchOutcome::Failed(FetchError::InsecureRedirect));
     assert_eq!(plain.hits("/AGENTS.md"), 0);
@@ -483,12 +580,12 @@ async fn five_redirects_are_followed_and_a_sixth_is_too_many() -> TestResult {
     }
     origin.serve("/hop/6", Served::ok(ROBOTS));
     let fetcher = fetcher(&ca, Duration::from_secs(10))?;
-    let fetched = fetcher.fetch(&origin_key(&origin), PolicyFile::of::<Robots>(Robots::PATH)).await;
+    let fetched = fetcher.fetch(&origin_key(&origin), PolicyFile::of::<Robots>(Robots::PATH), None).await;
     assert_eq!(fetched.outcome, FetchOutcome::Failed(FetchError::TooManyRedirects));
     assert_eq!(origin.hits("/hop/6"), 0);
 
     origin.serve("/hop/5", Served::ok(ROBOTS));
-    let fetched = fetcher.fetch(&origin_key(&origin), PolicyFile::of::<Robots>(Robots::PATH)).await;
+    let fetched = fetcher.fetch(&origin_key(&origin), PolicyFile::of::<Robots>(Robots::PATH), None).await;
     let FetchOutcome::Response { status, body, .. } = fetched.outcome else { panic!("{:?}", fetched.outcome) };
     assert_eq!((status, body.as_slice()), (200, ROBOTS.as_bytes()));
     Ok(())
@@ -501,7 +598,7 @@ async fn body_over_the_cap_is_cut_at_cap_plus_one_without_reading_on() -> TestRe
     origin.serve("/robots.txt", Served::ok("").endless());
     // The body never ends: the fetch only returns because it stops reading at the cap.
     let fetched = fetcher(&ca, Duration::from_secs(30))?
-        .fetch(&origin_key(&origin), PolicyFile::of::<Robots>(Robots::PATH))
+        .fetch(&origin_key(&origin), PolicyFile::of::<Robots>(Robots::PATH), None)
         .await;
     let FetchOutcome::Response { status, body, over_cap, .. } = fetched.outcome else {
         panic!("{:?}", fetched.outcome)
@@ -519,7 +616,7 @@ async fn origin_that_never_answers_times_out() -> TestResult {
     // Held and never released: the origin never answers.
     origin.serve("/agents.txt", Served::ok("").held());
     let fetched = fetcher(&ca, Duration::from_millis(300))?
-        .fetch(&origin_key(&origin), PolicyFile::of::<AgentsTxt>(AgentsTxt::PATH))
+        .fetch(&origin_key(&origin), PolicyFile::of::<AgentsTxt>(AgentsTxt::PATH), None)
         .await;
     assert_eq!(fetched.outcome, FetchOutcome::Failed(FetchError::Timeout));
     assert_eq!(fetched.ttl, Duration::from_secs(60), "a failure is retried after the floor");

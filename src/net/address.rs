@@ -242,7 +242,9 @@ pub enum Refusal {
         cidr: IpNet,
     },
     /// agentgate's own proxy or admin address: a request there would loop or reach the admin API.
-    #[error("{host} is or resolves to agentgate's own listen or admin address; agentgate never connects to itself")]
+    #[error(
+        "{host} is or resolves to agentgate's own listen or admin address or its shared policy store; agentgate never connects to itself"
+    )]
     OwnAddress {
         /// The host as canonicalized.
         host: String,

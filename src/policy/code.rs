@@ -204,7 +204,8 @@ codes! {
         PrivateAddress = "network.private_address",
         /// The network guard: an address in `[network] deny_cidrs`.
         DeniedCidr = "network.denied_cidr",
-        /// The network guard: agentgate's own listen or admin address.
+        /// The network guard: agentgate's own listen or admin address, or its shared policy
+        /// store (`[cache] store = "redis"`).
         OwnAddress = "network.own_address",
         /// The network guard: a CONNECT to a port outside `[connect] allowed_ports`.
         PortNotAllowed = "network.port_not_allowed",

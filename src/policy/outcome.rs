@@ -21,6 +21,16 @@ impl Headers {
         self.0.push((name.into(), value.into()));
     }
 
+    /// Every header, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
+    /// Bytes of names and values together (what a cache weighs them at).
+    pub fn bytes(&self) -> usize {
+        self.0.iter().map(|(n, v)| n.len() + v.len()).sum()
+    }
+
     /// The first value of a header, by case-insensitive name.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.0.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())

@@ -48,6 +48,13 @@ pub enum StartError {
         source: crate::audit::AuditError,
     },
 
+    /// The shared policy store could not be set up (`[cache] store = "redis"`).
+    #[error("cannot set up the shared policy store ([cache.redis]): {source}")]
+    PolicyStore {
+        /// What the Redis client setup reported.
+        source: crate::limits::LimitsError,
+    },
+
     /// The limits store could not be set up (`[limits]`).
     #[error("cannot set up the limits store: {source}")]
     Limits {

@@ -104,7 +104,14 @@ impl Proxy {
         let agents = config.connections.max_connections;
         let upstream = Arc::new(Upstream::new(&config.upstream, agents, tcp, metrics.upstream())?);
         let settings = CacheSettings::from(config.cache.clone());
-        let cache = PolicyCache::new(upstream.clone(), settings, Arc::clone(&metrics));
+        let cache = PolicyCache::with_store(
+            upstream.clone(),
+            settings,
+            Arc::clone(&metrics),
+            &config.limits.redis,
+            &config.upstream.extra_ca_files,
+        )
+        .map_err(|source| StartError::PolicyStore { source })?;
         let limiter = Limiter::from_config(&config.limits, &config.upstream.extra_ca_files, metrics.limits_store())
             .map_err(|source| StartError::Limits { source })?;
         let limiter = Arc::new(limiter);
@@ -347,9 +354,14 @@ pub fn policy_transport(config: &Config) -> Result<Arc<dyn PolicyTransport>, Sta
     Ok(Arc::new(Upstream::new(&config.upstream, agents, tcp, UpstreamMetrics::default())?))
 }
 
-/// The network guard for `config`: `[network]`, with the admin address as one of
-/// agentgate's own, pinning answers as long as `[upstream] idle_timeout` keeps connections.
+/// The network guard for `config`: `[network]`, with the admin address and the shared
+/// policy store's Redis (`[cache] store = "redis"`) as agentgate's own, pinning answers as long as `[upstream] idle_timeout` keeps connections.
 fn guard(config: &Config, resolver: Arc<dyn Resolve>) -> Guard {
     let policy = AddressPolicy::new(&config.network, config.admin.listen);
+    // The shared policy store decides policy for the fleet: never an agent's destination.
+    if config.cache.store == crate::fetch::CacheStore::Redis {
+        let url = config.cache.redis.connection(&config.limits.redis).url;
+        crate::fetch::redis_addresses(&url).into_iter().for_each(|addr| policy.add_own(addr));
+    }
     Guard::new(policy, resolver, config.upstream.idle_timeout)
 }

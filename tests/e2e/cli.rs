@@ -191,7 +191,7 @@ fn config_check_lists_every_problem_of_a_file_in_one_run() -> TestResult {
     let expected = [
         format!("{file}:4:19: [mitm] cert_cache_size = \"many\": invalid type: string \"many\""),
         format!(
-            "{file}:7:1: [cache] max_origin = 100: unknown field `max_origin`, expected `max_origins` or `max_bytes`"
+            "{file}:7:1: [cache] max_origin = 100: unknown field `max_origin`, expected one of `max_origins`, `max_bytes`, `store`, `redis`"
         ),
         format!(
             "{file}:10:19: [upstream] connect_timeout = \"10 parsecs\": invalid duration; expected a number with a unit"

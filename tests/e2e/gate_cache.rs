@@ -1,13 +1,18 @@
 //! The policy cache seen from the origin: within a file's freshness lifetime the proxy fetches
 //! it once, however many requests follow (RFC 9111, SEMANTICS B22, C5, D16), concurrent
 //! first requests to a fresh origin share one fetch of each file (single flight), and the
-//! cache is bounded in bytes (`[cache] max_bytes`): origins it cannot keep are fetched again.
+//! cache is bounded in bytes (`[cache] max_bytes`): origins it cannot keep are fetched again,
+//! and a stale file is revalidated with a conditional GET (issue 33, RFC 9111 §4.3).
+
+use std::time::Duration;
 
 use futures_util::future::join_all;
 
+use crate::admin::{sample, scrape};
 use crate::support::block::{self, Expected};
-use crate::support::origin::{Origin, POLICY_PATHS, Site};
+use crate::support::origin::{Origin, POLICY_PATHS, Served, Site};
 use crate::support::pki::TestCa;
+use crate::support::wait::eventually;
 use crate::support::{TestProxy, TestResult};
 
 const MAX_AGE: &[(&str, &str)] = &[("cache-control", "max-age=3600"), ("content-type", "text/plain")];
@@ -123,5 +128,56 @@ async fn large_policies_on_many_origins_stay_under_max_bytes() -> TestResult {
     for record in &blocked {
         block::logged(&records, record, "GET", &expected)?;
     }
+    Ok(())
+}
+
+/// A site whose robots.txt disallows `/private`, fresh for 60 s (the floor) with `etag`.
+fn etag_site(etag: &str) -> Site {
+    let headers = [("cache-control", "max-age=60"), ("etag", etag), ("content-type", "text/plain")];
+    Site::new().serve("/robots.txt", 200, &headers, "User-agent: *\nDisallow: /private\n")
+}
+
+/// Issue 33 (RFC 9111 §4.3): once two origins' robots.txt copies are stale, each refresh is
+/// a conditional GET on the stored `ETag`. The unchanged file is answered `304` without a
+/// body and keeps deciding; the changed one (new `ETag`) comes back whole and decides the
+/// next request. `/metrics` counts the 304.
+#[tokio::test]
+async fn a_stale_file_is_revalidated_and_a_changed_one_decides_the_next_request() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let same = Origin::http_site(etag_site("\"r1\"")).await?;
+    let changed = Origin::http_site(etag_site("\"r1\"")).await?;
+    let proxy = TestProxy::start(&ca).await?;
+    let client = proxy.client()?;
+    for origin in [&same, &changed] {
+        assert_eq!(client.get(origin.url("/private/a")).send().await?.status(), 403);
+    }
+    changed.serve("/robots.txt", Served::ok("User-agent: *\nDisallow: /other\n").with("etag", "\"r2\"").max_age(60));
+    // Freshness is the proxy's clock against the copies' 60 s lifetime (the floor, C5):
+    // nothing to await but the time itself.
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    for origin in [&same, &changed] {
+        // The stale copy is served while the one refresh runs (stale-while-revalidate).
+        assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
+    }
+    eventually("the changed robots.txt to decide", async || {
+        let private = client.get(changed.url("/private/a")).send().await?.status();
+        let other = client.get(changed.url("/other/a")).send().await?.status();
+        if (private.as_u16(), other.as_u16()) == (200, 403) { Ok(()) } else { Err(format!("{private} {other}").into()) }
+    })
+    .await?;
+    eventually("the unchanged robots.txt to be revalidated", async || match same.not_modified("/robots.txt") {
+        1 => Ok(()),
+        n => Err(format!("{n} 304s").into()),
+    })
+    .await?;
+    assert_eq!(client.get(same.url("/private/a")).send().await?.status(), 403, "the renewed copy decides");
+    assert_eq!((same.hits("/robots.txt"), same.conditional("/robots.txt")), (2, 1), "one conditional refresh");
+    assert_eq!((changed.hits("/robots.txt"), changed.conditional("/robots.txt")), (2, 1));
+    assert_eq!(changed.not_modified("/robots.txt"), 0, "a new ETag: fetched whole");
+    let metrics = scrape(&proxy).await?;
+    let fetches =
+        |status| sample(&metrics, "agentgate_policy_fetches_total", &[("file", "/robots.txt"), ("status", status)]);
+    assert_eq!(fetches("304"), Some(1.0));
+    assert_eq!(fetches("200"), Some(3.0), "two first fetches and the changed file");
     Ok(())
 }

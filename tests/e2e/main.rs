@@ -89,6 +89,7 @@ mod console;
 mod docker;
 mod egress;
 mod errors;
+mod fleet;
 mod forward;
 mod gate;
 mod gate_cache;

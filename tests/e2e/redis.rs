@@ -45,9 +45,9 @@ use crate::support::{TestProxy, TestResult, bypass_all, header};
 const READY_LIMIT: Duration = Duration::from_secs(10);
 
 /// A `redis-server` of this test's own, on a free loopback port, killed on drop.
-struct RedisServer {
+pub(crate) struct RedisServer {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     /// Set when it speaks TLS only: how `PING` reaches it.
     tls: Option<TlsConnector>,
 }
@@ -58,12 +58,12 @@ fn free_port() -> TestResult<u16> {
 }
 
 impl RedisServer {
-    async fn start() -> TestResult<RedisServer> {
+    pub(crate) async fn start() -> TestResult<RedisServer> {
         RedisServer::start_on(free_port()?).await
     }
 
     /// Starts (or starts again) on `port`, and waits (bounded) until `PING` answers.
-    async fn start_on(port: u16) -> TestResult<RedisServer> {
+    pub(crate) async fn start_on(port: u16) -> TestResult<RedisServer> {
         RedisServer::spawn(port, &["--port".to_owned(), port.to_string()], None).await
     }
 
@@ -115,19 +115,19 @@ impl RedisServer {
         Ok(RedisServer { child, port, tls })
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
         format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// SIGKILL, and waits for the exit: every key is gone (no persistence).
-    async fn stop(mut self) -> TestResult<u16> {
+    pub(crate) async fn stop(mut self) -> TestResult<u16> {
         self.child.kill().await?;
         Ok(self.port)
     }
 
     /// SIGSTOP (`true`) or SIGCONT: a Redis that accepts connections but never answers.
-    async fn pause(&self, paused: bool) -> TestResult {
+    pub(crate) async fn pause(&self, paused: bool) -> TestResult {
         let pid = self.child.id().ok_or("redis-server has exited")?;
         let signal = if paused { "-STOP" } else { "-CONT" };
         assert!(Command::new("kill").arg(signal).arg(pid.to_string()).status().await?.success());

@@ -12,7 +12,9 @@
 //! and every header, as JSON).
 //!
 //! Every origin serves the files a test sets with [`Origin::serve`] (chosen status, headers
-//! and body per path, held until [`Origin::release_all`] or endless if asked), counts the
+//! and body per path, held until [`Origin::release_all`] or endless if asked; a `304` with no
+//! body when the request's `If-None-Match` names the file's `ETag` or its `If-Modified-Since`
+//! is the file's `Last-Modified`, counting those conditional requests and the 304s), counts the
 //! requests for every path and keeps each request's `User-Agent`, so a test can tell how
 //! often and as whom each policy file was fetched. An origin started with a [`Site`] starts
 //! with the site's files, answers `/hold-all` (every request waits until
@@ -101,6 +103,25 @@ impl Served {
         Served { held: true, ..self }
     }
 
+    /// The value of header `name` (case-insensitive), when served.
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// True when a conditional request with these validators is answered `304`: the
+    /// `If-None-Match` list names this file's `ETag` (weak comparison, RFC 9110 §13.1.2), or,
+    /// without `If-None-Match`, `If-Modified-Since` is this file's `Last-Modified` exactly.
+    fn matches(&self, if_none_match: Option<&[u8]>, if_modified_since: Option<&[u8]>) -> bool {
+        let weak = |tag: &str| tag.trim().trim_start_matches("W/").to_owned();
+        match (if_none_match, self.header("etag")) {
+            (Some(list), Some(etag)) => {
+                String::from_utf8_lossy(list).split(',').any(|tag| tag.trim() == "*" || weak(tag) == weak(etag))
+            }
+            (Some(_), None) => false,
+            (None, _) => if_modified_since.zip(self.header("last-modified")).is_some_and(|(a, b)| a == b.as_bytes()),
+        }
+    }
+
     /// A body that never ends.
     pub fn endless(self) -> Self {
         Served { endless: true, ..self }
@@ -156,6 +177,10 @@ struct OriginState {
     files: Mutex<HashMap<String, Served>>,
     /// Requests per path (query left out).
     hits: Mutex<HashMap<String, usize>>,
+    /// Requests for a served file carrying `If-None-Match` or `If-Modified-Since`, per path.
+    conditional: Mutex<HashMap<String, usize>>,
+    /// `304 Not Modified` answers (no body) per path.
+    not_modified: Mutex<HashMap<String, usize>>,
     /// The `User-Agent` of every request, in arrival order (empty when absent).
     user_agents: Mutex<Vec<String>>,
     /// `/hold-all` requests waiting, and a signal on every arrival.
@@ -179,6 +204,8 @@ impl OriginState {
             site: site.is_some(),
             files: Mutex::new(site.map(|site| site.files).unwrap_or_default()),
             hits: Mutex::default(),
+            conditional: Mutex::default(),
+            not_modified: Mutex::default(),
             user_agents: Mutex::default(),
             held: AtomicUsize::new(0),
             held_changed: Notify::new(),
@@ -325,6 +352,17 @@ impl Origin {
         self.state.hits.lock().unwrap_or_else(PoisonError::into_inner).get(path).copied().unwrap_or(0)
     }
 
+    /// How many requests for the served file at `path` were conditional (`If-None-Match` or
+    /// `If-Modified-Since`).
+    pub fn conditional(&self, path: &str) -> usize {
+        self.state.conditional.lock().unwrap_or_else(PoisonError::into_inner).get(path).copied().unwrap_or(0)
+    }
+
+    /// How many `304 Not Modified` answers (no body) the served file at `path` got.
+    pub fn not_modified(&self, path: &str) -> usize {
+        self.state.not_modified.lock().unwrap_or_else(PoisonError::into_inner).get(path).copied().unwrap_or(0)
+    }
+
     /// Requests for each policy file, in [`POLICY_PATHS`] order.
     pub fn policy_fetches(&self) -> Vec<(&'static str, usize)> {
         POLICY_PATHS.iter().map(|path| (*path, self.hits(path))).collect()
@@ -425,6 +463,16 @@ async fn route(state: Arc<OriginState>, request: Request<Incoming>) -> Result<Re
     if let Some(served) = served {
         if served.held {
             hold(&state).await;
+        }
+        let header = |name| request.headers().get(name).map(|v: &HeaderValue| v.as_bytes().to_vec());
+        let (if_none_match, if_modified_since) =
+            (header(http::header::IF_NONE_MATCH), header(http::header::IF_MODIFIED_SINCE));
+        if if_none_match.is_some() || if_modified_since.is_some() {
+            *state.conditional.lock().unwrap_or_else(PoisonError::into_inner).entry(path.clone()).or_default() += 1;
+            if served.matches(if_none_match.as_deref(), if_modified_since.as_deref()) {
+                *state.not_modified.lock().unwrap_or_else(PoisonError::into_inner).entry(path).or_default() += 1;
+                return Ok(serve_file(&Served { status: 304, body: Vec::new(), ..served }));
+            }
         }
         return Ok(serve_file(&served));
     }

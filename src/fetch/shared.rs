@@ -1,0 +1,249 @@
+//! The shared policy store (`[cache] store = "redis"`, issue 33): the copies of every
+//! origin's policy files in one Redis, so a fleet of replicas fetches each file once per
+//! freshness period between them, revalidates instead of refetching, and decides alike.
+//!
+//! Owns the Redis side: one value per origin ([`value`]: each format's raw responses and
+//! freshness) under `<key_prefix>policies:<origin>`, read with `GETRANGE` up to a size bound
+//! (a huge planted value is never read whole), written with a TTL of its freshness
+//! plus [`STALE_USE`]; a short lease per origin (`SET NX PX`, `<key_prefix>policy-lease:
+//! <origin>`) so one replica fetches while the others wait for its value, at most `wait`;
+//! and what happens when Redis fails: every call is bounded by `timeout`, a failure (error,
+//! timeout, refused connection) makes the replica fetch for itself, is counted in
+//! `/metrics` (`agentgate_policy_store_total{result="failure"}`) and is logged at most once
+//! a second. A value that is not what [`value`] writes (wrong type, oversized, corrupt) is a
+//! miss, counted as `result="corrupt"`, and is overwritten by the next fetch.
+//!
+//! Connections are made as for `[limits.redis]` (`crate::limits::redis::connection_manager`:
+//! the URL, AUTH from `password_env`, `rediss://` trusting the system's roots and
+//! `[upstream] extra_ca_files`). Never: parses policy text, decides freshness (the cache
+//! does, `super::cache`), logs the URL (it may hold a password).
+
+pub(crate) mod config;
+pub(crate) mod value;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands as _;
+use redis::aio::ConnectionManager;
+
+use super::Origin;
+use crate::error_chain::error_chain;
+use crate::limits::{LimitsError, RedisConfig};
+use crate::metrics::Metrics;
+use crate::policy::MAX_TTL;
+
+/// How long a value outlives its freshness in Redis: the longest window in which a stale
+/// rule may still use a stale copy or its validators (one lifetime for agents.txt, B21, at
+/// most 24 h; an hour for AGENTS.md, C4; robots.txt's "while unreachable", cut here to 24 h).
+pub(crate) const STALE_USE: Duration = MAX_TTL;
+/// How often a replica waiting for another's fetch looks for its value.
+const POLL: Duration = Duration::from_millis(50);
+/// How often a failure is logged at most.
+const WARN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Releases a lease only when it is still this replica's (it may have expired and been taken).
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
+/// The addresses of the Redis at `url`, for the network guard to refuse as an agent
+/// destination (the shared store decides policy for the fleet, so an agent must never reach
+/// it through the proxy): its host when an IP address, else what the host resolves to at
+/// start (a name that does not resolve then gives none; `[network] deny_cidrs` covers a
+/// store whose address changes).
+pub fn redis_addresses(url: &str) -> Vec<SocketAddr> {
+    let Ok(info) = redis::IntoConnectionInfo::into_connection_info(url) else { return Vec::new() };
+    let (host, port) = match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port) | redis::ConnectionAddr::TcpTls { host, port, .. } => (host, *port),
+        _ => return Vec::new(),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => (host, port).to_socket_addrs().map(Iterator::collect).unwrap_or_default(),
+    }
+}
+
+/// The Redis store of the policy cache. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct SharedStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    manager: ConnectionManager,
+    release: redis::Script,
+    prefix: String,
+    timeout: Duration,
+    wait: Duration,
+    /// This replica's lease token: random, so two processes never share one.
+    token: String,
+    metrics: Arc<Metrics>,
+    /// When the last failure was logged, in ms since `started` (0: never).
+    last_warn_ms: AtomicU64,
+    started: Instant,
+}
+
+/// What [`SharedStore::lease`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lease {
+    /// This replica fetches; release when done.
+    Taken,
+    /// Another replica is fetching: wait for its value.
+    Held,
+    /// Redis did not answer: fetch without it.
+    Unavailable,
+}
+
+impl SharedStore {
+    /// A store on `connection` (the resolved `[cache.redis]` settings), waiting `wait` for
+    /// other replicas' fetches, counting into `metrics`. Connects on first use.
+    ///
+    /// # Errors
+    /// As [`crate::limits::redis::connection_manager`].
+    pub(crate) fn new(
+        connection: &RedisConfig,
+        wait: Duration,
+        extra_ca_files: &[PathBuf],
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, LimitsError> {
+        let manager = crate::limits::redis::connection_manager(connection, extra_ca_files)?;
+        Ok(SharedStore {
+            inner: Arc::new(Inner {
+                manager,
+                release: redis::Script::new(RELEASE),
+                prefix: connection.key_prefix.clone(),
+                timeout: connection.timeout,
+                wait,
+                token: format!("{:016x}", rand::random::<u64>()),
+                metrics,
+                last_warn_ms: AtomicU64::new(0),
+                started: Instant::now(),
+            }),
+        })
+    }
+
+    fn key(&self, origin: &Origin) -> String {
+        format!("{}policies:{origin}", self.inner.prefix)
+    }
+
+    fn lease_key(&self, origin: &Origin) -> String {
+        format!("{}policy-lease:{origin}", self.inner.prefix)
+    }
+
+    /// How long a replica waits for another's fetch (`[cache.redis] wait`).
+    pub(crate) fn wait(&self) -> Duration {
+        self.inner.wait
+    }
+
+    /// The pause between two looks while waiting.
+    pub(crate) fn poll(&self) -> Duration {
+        POLL
+    }
+
+    /// Runs one Redis call within `timeout`; a failure is counted, logged at most once a
+    /// second, and `None`.
+    async fn call<T>(
+        &self,
+        what: &str,
+        origin: &Origin,
+        call: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Option<T> {
+        let error = match tokio::time::timeout(self.inner.timeout, call).await {
+            Ok(Ok(answer)) => return Some(answer),
+            Ok(Err(error)) => error_chain(&error),
+            Err(_) => format!("no answer within {:?} ([cache.redis] timeout)", self.inner.timeout),
+        };
+        self.inner.metrics.policy_store("failure");
+        let now_ms = u64::try_from(self.inner.started.elapsed().as_millis()).unwrap_or(u64::MAX).max(1);
+        let last = self.inner.last_warn_ms.load(Ordering::Relaxed);
+        if (last == 0 || now_ms.saturating_sub(last) >= WARN_INTERVAL.as_millis() as u64)
+            && self.inner.last_warn_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            tracing::warn!(
+                %origin, call = what, %error,
+                "the shared policy store did not answer; this replica fetches the policy files itself"
+            );
+        }
+        None
+    }
+
+    /// The value stored for `origin`, at most `max_bytes` plus one (`GETRANGE`, so a huge
+    /// planted value is never read whole; one byte more tells it is over); `None` on a miss
+    /// or a failure. A value of the wrong type is a miss: the empty value.
+    pub(crate) async fn get(&self, origin: &Origin, max_bytes: usize) -> Option<Vec<u8>> {
+        let mut connection = self.inner.manager.clone();
+        let getrange = redis::cmd("GETRANGE").arg(self.key(origin)).arg(0).arg(max_bytes).to_owned();
+        let answer = self
+            .call("GETRANGE", origin, async {
+                match getrange.query_async::<Vec<u8>>(&mut connection).await {
+                    // Not a string: a value agentgate never writes, refused as one.
+                    Err(error) if error.code() == Some("WRONGTYPE") => Ok(b"-".to_vec()),
+                    answer => answer,
+                }
+            })
+            .await?;
+        // GETRANGE answers "" for a missing key.
+        (!answer.is_empty()).then_some(answer)
+    }
+
+    /// Stores `value` for `origin` for `ttl`; a failure is counted and logged.
+    pub(crate) async fn put(&self, origin: &Origin, value: Vec<u8>, ttl: Duration) {
+        let mut connection = self.inner.manager.clone();
+        let key = self.key(origin);
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.call("SET", origin, connection.pset_ex::<_, _, ()>(&key, value, ttl_ms)).await;
+    }
+
+    /// Takes the lease on fetching `origin` for `wait` (`SET NX PX`).
+    pub(crate) async fn lease(&self, origin: &Origin) -> Lease {
+        let mut connection = self.inner.manager.clone();
+        let key = self.lease_key(origin);
+        let ms = u64::try_from(self.inner.wait.as_millis()).unwrap_or(u64::MAX).max(1);
+        let set = redis::cmd("SET").arg(&key).arg(&self.inner.token).arg("NX").arg("PX").arg(ms).to_owned();
+        match self.call("SET NX", origin, set.query_async::<Option<String>>(&mut connection)).await {
+            Some(Some(_)) => Lease::Taken,
+            Some(None) => Lease::Held,
+            None => Lease::Unavailable,
+        }
+    }
+
+    /// Gives back a lease this replica took, if it is still its own.
+    pub(crate) async fn release(&self, origin: &Origin) {
+        let mut connection = self.inner.manager.clone();
+        let mut invocation = self.inner.release.key(self.lease_key(origin));
+        invocation.arg(&self.inner.token);
+        self.call("release", origin, invocation.invoke_async::<i64>(&mut connection)).await;
+    }
+
+    /// Deletes the value of `origin` (`DELETE /policies?origin=…`).
+    pub(crate) async fn purge(&self, origin: &Origin) {
+        let mut connection = self.inner.manager.clone();
+        let key = self.key(origin);
+        self.call("DEL", origin, connection.del::<_, i64>(&key)).await;
+    }
+
+    /// Counts a value found but refused as corrupt or hostile.
+    pub(crate) fn corrupt(&self, origin: &Origin) {
+        self.inner.metrics.policy_store("corrupt");
+        tracing::warn!(%origin, "the shared policy store held a value that is not a policy copy; ignored and refetched");
+    }
+
+    /// Counts a copy taken from the store.
+    pub(crate) fn hit(&self) {
+        self.inner.metrics.policy_store("hit");
+    }
+
+    /// Counts a wait for another replica's fetch that ran out.
+    pub(crate) fn waited_out(&self, origin: &Origin) {
+        self.inner.metrics.policy_store("wait_timeout");
+        tracing::info!(%origin, wait = ?self.inner.wait, "another replica's policy fetch did not land in time; fetching here");
+    }
+}
