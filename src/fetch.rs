@@ -29,7 +29,6 @@ mod tests;
 pub use cache::{CacheConfig, CacheSettings, CachedFile, CopyFrom, PolicyCache};
 pub use origin::{Origin, OriginError, Scheme};
 pub use shared::config::{CacheStore, SharedConfig};
-pub use shared::redis_addresses;
 pub use transport::{PolicyBody, PolicyResponse, PolicyTransport, TransportFuture};
 
 /// The `User-Agent` of every policy fetch (SEMANTICS X3).

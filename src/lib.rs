@@ -24,6 +24,7 @@ pub mod net;
 pub mod policy;
 pub mod proxy;
 pub mod recipe;
+pub mod redis_connection;
 pub mod reload;
 pub mod secrets;
 mod setting;

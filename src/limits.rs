@@ -47,6 +47,7 @@ use governor::{Quota, RateLimiter};
 use serde::Deserialize;
 
 use crate::policy::{Direction, Limit, LimitKind, LimitScope};
+use crate::redis_connection::ConnectError;
 
 pub mod redis;
 
@@ -81,31 +82,6 @@ pub enum Store {
     Memory,
     /// In Redis, shared by every replica (`[limits.redis]`).
     Redis,
-}
-
-/// Why the limits store could not be built at start.
-#[derive(Debug, thiserror::Error)]
-pub enum LimitsError {
-    /// `[limits.redis] password_env` names a variable that is not set (or not UTF-8).
-    #[error(
-        "[limits.redis] password_env = {name:?}: the environment variable is not set; set it to the Redis password or remove the key"
-    )]
-    PasswordEnv {
-        /// The variable's name.
-        name: String,
-    },
-    /// An `[upstream] extra_ca_files` entry cannot be used to trust a `rediss://` server.
-    #[error("[limits.redis] url: cannot trust the Redis server's certificate: {source}")]
-    Trust {
-        /// What is wrong with the CA file (it names the file).
-        source: crate::tls::TlsError,
-    },
-    /// The Redis client refused the URL or its settings.
-    #[error("[limits.redis] url: the Redis client refused it: {source}; write e.g. \"redis://127.0.0.1:6379\"")]
-    Client {
-        /// The client's error.
-        source: ::redis::RedisError,
-    },
 }
 
 /// Why a request may not go now.
@@ -180,12 +156,12 @@ impl Limiter {
     /// client's connection task runs there); it connects when [warmed](Self::warm).
     ///
     /// # Errors
-    /// [`LimitsError`] when the Redis store cannot be set up.
+    /// [`ConnectError`] when the Redis store cannot be set up.
     pub fn from_config(
         config: &LimitsConfig,
         extra_ca_files: &[std::path::PathBuf],
         metrics: crate::metrics::StoreMetrics,
-    ) -> Result<Self, LimitsError> {
+    ) -> Result<Self, ConnectError> {
         match config.store {
             Store::Memory => Ok(Limiter::in_process()),
             Store::Redis => Ok(Limiter::Redis(Box::new(RedisLimiter::new(&config.redis, extra_ca_files, metrics)?))),

@@ -36,6 +36,7 @@ use crate::metrics::Metrics;
 use crate::policy::{
     FetchOutcome, Format, MAX_TTL, Policies, PolicyReport, Previous, Source, StaleRules, agents_txt, formats, refresh,
 };
+use crate::redis_connection::ConnectError;
 
 /// The responses a format's state in force was read from, in the order fetched: its path,
 /// then its fallback location when the first fell through (C1). They carry the validators a
@@ -459,7 +460,7 @@ impl PolicyCache {
     /// `rediss://` trusting the system's roots and `extra_ca_files`.
     ///
     /// # Errors
-    /// [`crate::limits::LimitsError`] when the Redis client cannot be built (a
+    /// [`ConnectError`] when the Redis client cannot be built (a
     /// `password_env` not set, a CA file that cannot be used, a URL the client refuses).
     pub fn with_store(
         transport: Arc<dyn PolicyTransport>,
@@ -467,7 +468,7 @@ impl PolicyCache {
         metrics: Arc<Metrics>,
         limits_redis: &crate::limits::RedisConfig,
         extra_ca_files: &[std::path::PathBuf],
-    ) -> Result<Self, crate::limits::LimitsError> {
+    ) -> Result<Self, ConnectError> {
         let shared = match settings.bounds.store {
             CacheStore::Memory => None,
             CacheStore::Redis => {

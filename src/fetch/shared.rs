@@ -13,15 +13,14 @@
 //! a second. A value that is not what [`value`] writes (wrong type, oversized, corrupt) is a
 //! miss, counted as `result="corrupt"`, and is overwritten by the next fetch.
 //!
-//! Connections are made as for `[limits.redis]` (`crate::limits::redis::connection_manager`:
-//! the URL, AUTH from `password_env`, `rediss://` trusting the system's roots and
-//! `[upstream] extra_ca_files`). Never: parses policy text, decides freshness (the cache
+//! Connections are made as for `[limits.redis]` (`crate::redis_connection`: the URL, AUTH
+//! from `password_env`, `rediss://` trusting the system's roots and `[upstream]
+//! extra_ca_files`). Never: parses policy text, decides freshness (the cache
 //! does, `super::cache`), logs the URL (it may hold a password).
 
 pub(crate) mod config;
 pub(crate) mod value;
 
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,9 +31,9 @@ use redis::aio::ConnectionManager;
 
 use super::Origin;
 use crate::error_chain::error_chain;
-use crate::limits::{LimitsError, RedisConfig};
 use crate::metrics::Metrics;
 use crate::policy::MAX_TTL;
+use crate::redis_connection::{ConnectError, Connection};
 
 /// How long a value outlives its freshness in Redis: the longest window in which a stale
 /// rule may still use a stale copy or its validators (one lifetime for agents.txt, B21, at
@@ -52,24 +51,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 ";
-
-/// The addresses of the Redis at `url`, for the network guard to refuse as an agent
-/// destination (the shared store decides policy for the fleet, so an agent must never reach
-/// it through the proxy): its host when an IP address, else what the host resolves to at
-/// start (a name that does not resolve then gives none; `[network] deny_cidrs` covers a
-/// store whose address changes).
-pub fn redis_addresses(url: &str) -> Vec<SocketAddr> {
-    let Ok(info) = redis::IntoConnectionInfo::into_connection_info(url) else { return Vec::new() };
-    let (host, port) = match info.addr() {
-        redis::ConnectionAddr::Tcp(host, port) | redis::ConnectionAddr::TcpTls { host, port, .. } => (host, *port),
-        _ => return Vec::new(),
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    match host.parse::<std::net::IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => (host, port).to_socket_addrs().map(Iterator::collect).unwrap_or_default(),
-    }
-}
 
 /// The Redis store of the policy cache. Cheap to clone.
 #[derive(Clone)]
@@ -107,19 +88,19 @@ impl SharedStore {
     /// other replicas' fetches, counting into `metrics`. Connects on first use.
     ///
     /// # Errors
-    /// As [`crate::limits::redis::connection_manager`].
+    /// [`ConnectError`] when the connection cannot be set up.
     pub(crate) fn new(
-        connection: &RedisConfig,
+        connection: &Connection<'_>,
         wait: Duration,
         extra_ca_files: &[PathBuf],
         metrics: Arc<Metrics>,
-    ) -> Result<Self, LimitsError> {
-        let manager = crate::limits::redis::connection_manager(connection, extra_ca_files)?;
+    ) -> Result<Self, ConnectError> {
+        let manager = connection.connect(extra_ca_files)?;
         Ok(SharedStore {
             inner: Arc::new(Inner {
                 manager,
                 release: redis::Script::new(RELEASE),
-                prefix: connection.key_prefix.clone(),
+                prefix: connection.key_prefix.to_owned(),
                 timeout: connection.timeout,
                 wait,
                 token: format!("{:016x}", rand::random::<u64>()),

@@ -45,8 +45,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, IntoConnectionInfo, Script, TlsCertificates};
+use redis::Script;
+use redis::aio::ConnectionManager;
 use sha2::{Digest, Sha256};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
@@ -55,10 +55,11 @@ use tracing::{info, warn};
 mod config;
 
 pub use self::config::{OnFailure, RedisConfig};
-use super::{ByteCost, ByteItem, Counted, Exceeded, LimitsError, LocalLimiter, Permit, Refused, Spend, Usage};
+use super::{ByteCost, ByteItem, Counted, Exceeded, LocalLimiter, Permit, Refused, Spend, Usage};
 use crate::error_chain::error_chain;
 use crate::metrics::StoreMetrics;
 use crate::policy::{Limit, LimitKind};
+use crate::redis_connection::ConnectError;
 
 /// Keys longer than this (prefix included) are replaced by a SHA-256 of their parts.
 const MAX_PLAIN_KEY: usize = 160;
@@ -137,44 +138,6 @@ end
 return 0
 ";
 
-/// A lazily connecting, reconnecting connection to the Redis of `config` (its `url`,
-/// `password_env` and `timeout`; the other keys are the limiter's), trusting the system's
-/// roots and `extra_ca_files` for `rediss://`. Shared with the policy cache's shared store
-/// (`crate::fetch`, `[cache] store = "redis"`), so both connect alike.
-///
-/// # Errors
-/// [`LimitsError::PasswordEnv`] when `password_env` names a variable that is not set;
-/// [`LimitsError::Trust`] when an extra CA file cannot be used;
-/// [`LimitsError::Client`] when the URL is refused by the client.
-pub(crate) fn connection_manager(
-    config: &RedisConfig,
-    extra_ca_files: &[PathBuf],
-) -> Result<ConnectionManager, LimitsError> {
-    let mut info = config.url.as_str().into_connection_info().map_err(|source| LimitsError::Client { source })?;
-    if !config.password_env.is_empty() {
-        let password = std::env::var(&config.password_env)
-            .map_err(|_| LimitsError::PasswordEnv { name: config.password_env.clone() })?;
-        let settings = info.redis_settings().clone().set_password(password);
-        info = info.set_redis_settings(settings);
-    }
-    let client = if config.url.starts_with("rediss://") {
-        let roots =
-            crate::tls::upstream::trusted_roots_pem(extra_ca_files).map_err(|source| LimitsError::Trust { source })?;
-        let trust = TlsCertificates { client_tls: None, root_cert: Some(roots.into_bytes()) };
-        Client::build_with_tls(info, trust)
-    } else {
-        Client::open(info)
-    }
-    .map_err(|source| LimitsError::Client { source })?;
-    let manager_config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config.timeout))
-        .set_response_timeout(Some(config.timeout))
-        // Reconnect quickly and give up soon: the next call tries again anyway.
-        .set_number_of_retries(1)
-        .set_max_delay(config.timeout);
-    ConnectionManager::new_lazy_with_config(client, manager_config).map_err(|source| LimitsError::Client { source })
-}
-
 /// The Redis store, with the in-process store it falls back to.
 pub struct RedisLimiter {
     manager: ConnectionManager,
@@ -206,11 +169,9 @@ impl RedisLimiter {
     /// start-up error). Call inside a tokio runtime.
     ///
     /// # Errors
-    /// [`LimitsError::PasswordEnv`] when `password_env` names a variable that is not set;
-    /// [`LimitsError::Trust`] when an extra CA file cannot be used;
-    /// [`LimitsError::Client`] when the URL is refused by the client.
-    pub fn new(config: &RedisConfig, extra_ca_files: &[PathBuf], metrics: StoreMetrics) -> Result<Self, LimitsError> {
-        let manager = connection_manager(config, extra_ca_files)?;
+    /// [`ConnectError`] when the connection cannot be set up (`crate::redis_connection`).
+    pub fn new(config: &RedisConfig, extra_ca_files: &[PathBuf], metrics: StoreMetrics) -> Result<Self, ConnectError> {
+        let manager = config.connection().connect(extra_ca_files)?;
         Ok(RedisLimiter {
             manager,
             check: Script::new(CHECK),

@@ -52,14 +52,14 @@ pub enum StartError {
     #[error("cannot set up the shared policy store ([cache.redis]): {source}")]
     PolicyStore {
         /// What the Redis client setup reported.
-        source: crate::limits::LimitsError,
+        source: crate::redis_connection::ConnectError,
     },
 
     /// The limits store could not be set up (`[limits]`).
     #[error("cannot set up the limits store: {source}")]
     Limits {
         /// What the limits module reported.
-        source: crate::limits::LimitsError,
+        source: crate::redis_connection::ConnectError,
     },
 
     /// The listen address could not be bound.

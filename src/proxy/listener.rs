@@ -354,14 +354,17 @@ pub fn policy_transport(config: &Config) -> Result<Arc<dyn PolicyTransport>, Sta
     Ok(Arc::new(Upstream::new(&config.upstream, agents, tcp, UpstreamMetrics::default())?))
 }
 
-/// The network guard for `config`: `[network]`, with the admin address and the shared
-/// policy store's Redis (`[cache] store = "redis"`) as agentgate's own, pinning answers as long as `[upstream] idle_timeout` keeps connections.
+/// The network guard for `config`: `[network]`, with the admin address and the Redis of
+/// each shared store in use (`[limits] store = "redis"`, `[cache] store = "redis"`) as
+/// agentgate's own, pinning answers as long as `[upstream] idle_timeout` keeps connections.
 fn guard(config: &Config, resolver: Arc<dyn Resolve>) -> Guard {
     let policy = AddressPolicy::new(&config.network, config.admin.listen);
-    // The shared policy store decides policy for the fleet: never an agent's destination.
-    if config.cache.store == crate::fetch::CacheStore::Redis {
-        let url = config.cache.redis.connection(&config.limits.redis).url;
-        crate::fetch::redis_addresses(&url).into_iter().for_each(|addr| policy.add_own(addr));
+    // A store that counts an agent's budget or decides its policy: never its destination.
+    let limits = (config.limits.store == crate::limits::Store::Redis).then(|| config.limits.redis.connection());
+    let cache = (config.cache.store == crate::fetch::CacheStore::Redis)
+        .then(|| config.cache.redis.connection(&config.limits.redis));
+    for store in limits.iter().chain(cache.iter()) {
+        store.addresses().into_iter().for_each(|addr| policy.add_own(addr));
     }
     Guard::new(policy, resolver, config.upstream.idle_timeout)
 }

@@ -795,3 +795,20 @@ async fn redis_killed_byte_budgets_fall_back_to_each_replicas_own_counters_and_a
     drop(a);
     Ok(())
 }
+
+#[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
+async fn an_agent_cannot_reach_the_limits_store_through_the_proxy() -> TestResult {
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    // Loopback is allowed for the test's origins; the store's address is refused all the same:
+    // an agent that could talk to it could reset its own budgets.
+    let proxy = TestProxy::start_with(&ca, shared(&redis.url(), OnFailure::Deny)).await?;
+    let response = proxy.client()?.get(format!("http://127.0.0.1:{}/", redis.port)).send().await?;
+    let status = response.status().as_u16();
+    let headers = format!("{:?}", response.headers());
+    let text = format!("{headers} {}", response.text().await?);
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("network.own_address"), "{text}");
+    Ok(())
+}

@@ -9,10 +9,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::limits::RedisConfig;
+use crate::redis_connection::Connection;
 use crate::setting::duration;
 
-/// The longest `timeout` accepted.
-const MAX_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest `wait` accepted: a first request to a new origin waits at most this for
 /// another replica's fetch before fetching itself.
 const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -61,61 +60,20 @@ impl Default for SharedConfig {
 
 impl SharedConfig {
     /// The connection settings: these, the unset ones from `limits` (`[limits.redis]`).
-    pub(crate) fn connection(&self, limits: &RedisConfig) -> RedisConfig {
-        RedisConfig {
-            url: self.url.clone().unwrap_or_else(|| limits.url.clone()),
-            password_env: self.password_env.clone().unwrap_or_else(|| limits.password_env.clone()),
-            key_prefix: self.key_prefix.clone(),
+    pub(crate) fn connection<'a>(&'a self, limits: &'a RedisConfig) -> Connection<'a> {
+        Connection {
+            table: "[cache.redis]",
+            url: self.url.as_deref().unwrap_or(&limits.url),
+            password_env: self.password_env.as_deref().unwrap_or(&limits.password_env),
+            key_prefix: &self.key_prefix,
             timeout: self.timeout,
-            ..limits.clone()
         }
     }
 
     /// Problems in `[cache.redis]`, each naming the key, its value and the fix.
     pub(crate) fn problems(&self, problems: &mut Vec<String>) {
-        if let Some(url) = &self.url {
-            match url.split_once("://").map(|(scheme, _)| scheme) {
-                Some("rediss") if url.contains('#') => problems.push(
-                    "[cache.redis] url: rediss:// takes no #fragment (#insecure would skip certificate checks); \
-                     add the Redis server's CA to [upstream] extra_ca_files instead"
-                        .to_owned(),
-                ),
-                Some("redis" | "rediss") => {
-                    if let Err(err) = redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
-                        problems.push(format!(
-                            "[cache.redis] url: not a Redis URL ({err}); write e.g. \"redis://127.0.0.1:6379\""
-                        ));
-                    }
-                }
-                // Never echo the URL: it may hold a password.
-                _ => problems.push(
-                    "[cache.redis] url: must start with redis:// or rediss:// (TLS), e.g. \"redis://127.0.0.1:6379\""
-                        .to_owned(),
-                ),
-            }
-        }
-        if let Some(env) = &self.password_env
-            && !env.is_empty()
-            && (env.starts_with(|c: char| c.is_ascii_digit())
-                || !env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
-        {
-            problems.push(format!(
-                "[cache.redis] password_env = {env:?}: not an environment variable name; write e.g. \"REDIS_PASSWORD\""
-            ));
-        }
-        let prefix = &self.key_prefix;
-        if prefix.len() > 64 || prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            problems.push(format!(
-                "[cache.redis] key_prefix = {prefix:?}: at most 64 bytes, no spaces or control characters; \
-                 the default is \"agentgate:\""
-            ));
-        }
-        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
-            problems.push(format!(
-                "[cache.redis] timeout = \"{}\": must be more than 0s and at most 5s; the default is \"500ms\"",
-                humantime::format_duration(self.timeout)
-            ));
-        }
+        // Unset keys are `[limits.redis]`'s, checked under that table.
+        self.connection(&RedisConfig::default()).problems(problems);
         if self.wait.is_zero() || self.wait > MAX_WAIT {
             problems.push(format!(
                 "[cache.redis] wait = \"{}\": must be more than 0s and at most 60s; the default is \"12s\"",

@@ -1,19 +1,16 @@
 //! `[limits.redis]`: where the shared limits store is, how long a check may take, and what a
 //! check does when Redis does not answer; each bad value named with its fix.
 //!
-//! Never: connects to Redis (`super` does).
+//! Never: connects to Redis (`super` does, through `crate::redis_connection`, which also
+//! checks the connection keys).
 
 use std::time::Duration;
 
-use redis::IntoConnectionInfo;
 use serde::Deserialize;
 
+use crate::redis_connection::Connection;
 use crate::setting::duration;
 
-/// The longest `key_prefix` accepted.
-const MAX_PREFIX: usize = 64;
-/// The longest `timeout` accepted: past it a slow Redis stalls every limited request.
-const MAX_TIMEOUT: Duration = Duration::from_secs(5);
 /// The shortest and longest `lease` accepted.
 const LEASE_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3600));
 /// `timeout`'s default. A healthy check is one round trip of a small script: well under a
@@ -84,49 +81,20 @@ impl OnFailure {
 }
 
 impl RedisConfig {
+    /// The connection settings, as `[limits.redis]`'s.
+    pub(crate) fn connection(&self) -> Connection<'_> {
+        Connection {
+            table: "[limits.redis]",
+            url: &self.url,
+            password_env: &self.password_env,
+            key_prefix: &self.key_prefix,
+            timeout: self.timeout,
+        }
+    }
+
     /// Problems in `[limits.redis]`, each naming the key, its value and the fix.
     pub(crate) fn problems(&self, problems: &mut Vec<String>) {
-        match self.url.split_once("://").map(|(scheme, _)| scheme) {
-            Some("rediss") if self.url.contains('#') => problems.push(
-                "[limits.redis] url: rediss:// takes no #fragment (#insecure would skip certificate checks); \
-                 add the Redis server's CA to [upstream] extra_ca_files instead"
-                    .to_owned(),
-            ),
-            Some("redis" | "rediss") => {
-                if let Err(err) = self.url.as_str().into_connection_info() {
-                    problems.push(format!(
-                        "[limits.redis] url: not a Redis URL ({err}); write e.g. \"redis://127.0.0.1:6379\""
-                    ));
-                }
-            }
-            // Never echo the URL: it may hold a password.
-            _ => problems.push(
-                "[limits.redis] url: must start with redis:// or rediss:// (TLS), e.g. \"redis://127.0.0.1:6379\""
-                    .to_owned(),
-            ),
-        }
-        let env = &self.password_env;
-        if !env.is_empty()
-            && (env.starts_with(|c: char| c.is_ascii_digit())
-                || !env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
-        {
-            problems.push(format!(
-                "[limits.redis] password_env = {env:?}: not an environment variable name; write e.g. \"REDIS_PASSWORD\""
-            ));
-        }
-        let prefix = &self.key_prefix;
-        if prefix.len() > MAX_PREFIX || prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            problems.push(format!(
-                "[limits.redis] key_prefix = {prefix:?}: at most {MAX_PREFIX} bytes, no spaces or control characters; \
-                 the default is \"agentgate:\""
-            ));
-        }
-        if self.timeout.is_zero() || self.timeout > MAX_TIMEOUT {
-            problems.push(format!(
-                "[limits.redis] timeout = \"{}\": must be more than 0s and at most 5s; the default is \"500ms\"",
-                humantime::format_duration(self.timeout)
-            ));
-        }
+        self.connection().problems(problems);
         if self.lease < LEASE_RANGE.0 || self.lease > LEASE_RANGE.1 {
             problems.push(format!(
                 "[limits.redis] lease = \"{}\": must be at least 1s and at most 1h; the default is \"30s\"",
