@@ -42,9 +42,14 @@ start_origin() {
     . "$WORK/origin.env"
 }
 
-# write_config: the benchmark configuration (bench/agentgate.toml.in) into WORK.
+# write_config: the benchmark configuration (bench/agentgate.toml.in) into WORK, with the
+# TOML file BENCH_CONFIG_EXTRA appended when set (e.g. an [inspect] table, to measure what a
+# setting costs requests it does not apply to).
 write_config() {
     sed "s|@WORK@|$WORK|g" "$ROOT/bench/agentgate.toml.in" >"$WORK/agentgate.toml"
+    if [ -n "${BENCH_CONFIG_EXTRA:-}" ]; then
+        cat "$BENCH_CONFIG_EXTRA" >>"$WORK/agentgate.toml" || die "BENCH_CONFIG_EXTRA=$BENCH_CONFIG_EXTRA: cannot read it"
+    fi
 }
 
 # start_agentgate NAME [WRAPPER...]: runs agentgate on WORK's config (under WRAPPER, e.g.
