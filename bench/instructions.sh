@@ -16,8 +16,9 @@
 # origin's policies are fetched, the leaf certificate minted, the upstream connection
 # pooled), zeroes callgrind's counters (`callgrind_control --zero`), sends BENCH_REQUESTS
 # requests with oha (`-n`, BENCH_CONNECTIONS connections, keep-alive), dumps the counters
-# (`callgrind_control --dump`) and prints instructions per request: the dump's total over
-# the requests oha saw answered. Each scenario is its own process.
+# (`callgrind_control --dump`) and prints instructions per request (the dump's total over
+# the requests oha saw answered) and heap allocations per request (the calls to malloc,
+# calloc and realloc callgrind counted, bench/allocations.py). Each scenario is its own process.
 #
 # Bounded: under callgrind agentgate runs ~50x slower, so 2000 requests take about half a
 # minute per scenario; every oha run is also stopped after BENCH_TIMEOUT seconds (300). The
@@ -77,7 +78,7 @@ measure() {
     callgrind_control --dump="$name" "$pid" >/dev/null 2>&1
     stop_agentgate
     stop_floor
-    local answered oks dump instructions
+    local answered oks dump instructions allocations
     answered=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(d["statusCodeDistribution"].values()))' "$WORK/$name.json")
     oks=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["statusCodeDistribution"].get("200", 0))' "$WORK/$name.json")
     [ "$answered" = "$oks" ] || die "$name: $((answered - oks)) of $answered answers were not 200"
@@ -86,13 +87,15 @@ measure() {
     dump=$(grep -l "^desc: Trigger: .*$name" "$out".* | head -1)
     instructions=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$dump")
     [ -n "$instructions" ] || die "$name: no callgrind summary in $dump"
+    allocations=$(python3 "$ROOT/bench/allocations.py" "$dump")
     PER_REQUEST[$name]=$((instructions / answered))
-    printf '| %s | %s | %s | %s |\n' "$name" "$answered" "$instructions" "$((instructions / answered))"
+    ALLOCATIONS[$name]=$(python3 -c "print(f'{$allocations / $answered:.1f}')")
+    printf '| %s | %s | %s | %s | %s |\n' "$name" "$answered" "$instructions" "$((instructions / answered))" "${ALLOCATIONS[$name]}"
     echo "instructions: $name: callgrind_annotate $dump" >&2
 }
 
-declare -A PER_REQUEST
-printf '| scenario | requests | instructions | instructions/request |\n|---|---:|---:|---:|\n'
+declare -A PER_REQUEST ALLOCATIONS
+printf '| scenario | requests | instructions | instructions/request | allocations/request |\n|---|---:|---:|---:|---:|\n'
 for scenario in $SCENARIOS; do
     case $scenario in
         http) measure http "http://$ORIGIN_IP:$ORIGIN_HTTP_PORT/bench/1k" ;;
@@ -106,6 +109,7 @@ done
 # agentgate's instructions above the floor's, where both were measured.
 for scenario in http mitm; do
     if [ -n "${PER_REQUEST[$scenario]:-}" ] && [ -n "${PER_REQUEST[floor-$scenario]:-}" ]; then
-        printf '| %s above the floor | | | %s |\n' "$scenario" "$((PER_REQUEST[$scenario] - PER_REQUEST[floor-$scenario]))"
+        printf '| %s above the floor | | | %s | %s |\n' "$scenario" "$((PER_REQUEST[$scenario] - PER_REQUEST[floor-$scenario]))" \
+            "$(python3 -c "print(f'{${ALLOCATIONS[$scenario]} - ${ALLOCATIONS[floor-$scenario]}:.1f}')")"
     fi
 done
