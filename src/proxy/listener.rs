@@ -277,11 +277,12 @@ fn accept(state: &Arc<ProxyState>, admission: &Arc<Admission>, tcp: TcpStream, c
     let state = Arc::clone(state);
     let span = debug_span!("connection", client = %client);
     let until_stopped = drain.clone();
-    let connection = async move {
+    // Boxed, so the wrappers below hold a pointer, not (twice) the connection's future.
+    let connection = Box::pin(async move {
         debug!("accepted");
         serve_connection(tcp, service, ServerProtocols::Http1, drain, &state.config.connections).await;
         drop(admitted);
-    };
+    });
     tokio::spawn(until_stopped.until_stopped(connection).instrument(span));
 }
 

@@ -75,10 +75,11 @@ pub(crate) async fn accept_loop(
         let Ok(admitted) = admission.admit(client.ip()) else { continue };
         let (state, connection_drain) = (Arc::clone(&state), drain.clone());
         let span = debug_span!("transparent", client = %client);
-        let connection = async move {
+        // Boxed, so the wrappers below hold a pointer, not (twice) the connection's future.
+        let connection = Box::pin(async move {
             serve(state, tcp, client, connection_drain).await;
             drop(admitted);
-        };
+        });
         tokio::spawn(drain.clone().until_stopped(connection).instrument(span));
     }
 }
