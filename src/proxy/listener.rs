@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tracing::{Instrument, debug, debug_span, info, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::conn::{Admission, Drain, DrainController, Throttled};
 use super::context::ProxyState;
@@ -275,7 +275,8 @@ fn accept(state: &Arc<ProxyState>, admission: &Arc<Admission>, tcp: TcpStream, c
     }
     let service = ProxyService::for_proxy_port(Arc::clone(state), client, drain.clone());
     let state = Arc::clone(state);
-    let span = debug_span!("connection", client = %client);
+    // At `info`, once per connection: the client of every line its requests write.
+    let span = info_span!("connection", client = %client);
     let until_stopped = drain.clone();
     // Boxed, so the wrappers below hold a pointer, not (twice) the connection's future.
     let connection = Box::pin(async move {
