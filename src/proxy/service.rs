@@ -362,8 +362,14 @@ impl Named {
     fn of(context: &RequestContext, request: &Request<Incoming>) -> Result<Self, ProxyError> {
         let origin = Origin::from_parts(&context.scheme, &context.authority)
             .map_err(|_| ProxyError::UnsupportedScheme { uri: shown_target(request.uri()) })?;
-        let port = context.authority.port().map(|p| format!(":{p}")).unwrap_or_default();
-        let url = format!("{}://{}{port}{}", context.scheme, origin.host(), path_and_query(request));
+        // Pushed piece by piece into one buffer sized for it: no formatting on the hot path.
+        let (scheme, host, path) = (context.scheme.as_str(), origin.host(), path_and_query(request));
+        let port = context.authority.port();
+        let port = port.as_ref().map_or("", |p| p.as_str());
+        let mut url = String::with_capacity(scheme.len() + host.len() + port.len() + path.len() + 4);
+        for piece in [scheme, "://", host, if port.is_empty() { "" } else { ":" }, port, path] {
+            url.push_str(piece);
+        }
         Ok(Named { origin, url })
     }
 }
