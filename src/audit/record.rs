@@ -743,7 +743,14 @@ mod tests {
                 "\n"
             )
         );
-        for field in ["user_agent.original", "agentgate.purposes", "agentgate.secrets", "agentgate.reasons", "agentgate.limits", "agentgate.signature.keyid"] {
+        for field in [
+            "user_agent.original",
+            "agentgate.purposes",
+            "agentgate.secrets",
+            "agentgate.reasons",
+            "agentgate.limits",
+            "agentgate.signature.keyid",
+        ] {
             assert!(start.contains(&format!("\"{field}\":")), "the start line holds {field}: {start}");
         }
         // A decision changed after the start line (C17's would_deny): written whole again.

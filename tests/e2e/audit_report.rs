@@ -246,7 +246,8 @@ async fn grep_prints_one_line_per_request_and_summary_counts_one_deciding_reason
     assert!(ok, "{stderr}");
     let mut found: Vec<Value> = out.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
     assert_eq!((found.len(), ids(&found)), (9, ids(&records)), "{out}");
-    let ends_without_reasons = written.iter().filter(|r| r["event.type"][0] == "end" && r["agentgate.reasons"].is_null());
+    let ends_without_reasons =
+        written.iter().filter(|r| r["event.type"][0] == "end" && r["agentgate.reasons"].is_null());
     assert_eq!(ends_without_reasons.count(), 5, "forwarded requests' end lines leave the reasons out: {text}");
     assert!(found.iter().all(|r| r["agentgate.reasons"].is_array()), "merged: {out}");
     assert!(found.iter().all(|r| r["http.response.status_code"].is_u64()), "completed lines: {out}");
