@@ -10,19 +10,22 @@
 # (bench/origin, loopback only) and agentgate under `valgrind --tool=callgrind` with
 # bench/run.sh's configuration (decision log on, to a file; default log level). For each
 # scenario, HTTP keep-alive and MITM HTTPS keep-alive (and, when asked for, MITM HTTPS with
-# a new connection per request: `mitm-newconn`), it sends one warm-up request (the
+# a new connection per request: `mitm-newconn`), and the same two through the floor proxy
+# (`floor-http`, `floor-mitm`: bench/origin/src/bin/floor.rs, hyper and rustls with no
+# policy and no log; the last rows are agentgate's instructions above the floor), it sends one warm-up request (the
 # origin's policies are fetched, the leaf certificate minted, the upstream connection
 # pooled), zeroes callgrind's counters (`callgrind_control --zero`), sends BENCH_REQUESTS
 # requests with oha (`-n`, BENCH_CONNECTIONS connections, keep-alive), dumps the counters
-# (`callgrind_control --dump`) and prints instructions per request: the dump's total over
-# the requests oha saw answered. Each scenario is its own agentgate process.
+# (`callgrind_control --dump`) and prints instructions per request (the dump's total over
+# the requests oha saw answered) and heap allocations per request (the calls to malloc,
+# calloc and realloc callgrind counted, bench/allocations.py). Each scenario is its own process.
 #
 # Bounded: under callgrind agentgate runs ~50x slower, so 2000 requests take about half a
 # minute per scenario; every oha run is also stopped after BENCH_TIMEOUT seconds (300). The
 # callgrind files stay in the work directory it prints (`callgrind_annotate FILE` shows
 # where the instructions go, `--inclusive=yes` for inclusive costs).
 # Environment: BENCH_REQUESTS (2000), BENCH_CONNECTIONS (10), BENCH_TIMEOUT (300),
-# BENCH_SCENARIOS ("http mitm"; also "mitm-newconn"), BENCH_AGENTGATE (a release binary to measure instead of
+# BENCH_SCENARIOS ("http mitm floor-http floor-mitm"; also "mitm-newconn"), BENCH_AGENTGATE (a release binary to measure instead of
 # building this checkout's, e.g. a copy kept from before a change). Needs valgrind and oha (~/.cargo/bin). Everything listens
 # on and connects to 127.0.0.0/8 only.
 set -euo pipefail
@@ -30,7 +33,7 @@ set -euo pipefail
 REQUESTS=${BENCH_REQUESTS:-2000}
 CONNECTIONS=${BENCH_CONNECTIONS:-10}
 TIMEOUT=${BENCH_TIMEOUT:-300}
-SCENARIOS=${BENCH_SCENARIOS:-http mitm}
+SCENARIOS=${BENCH_SCENARIOS:-http mitm floor-http floor-mitm}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -54,20 +57,28 @@ start_origin 0
 
 write_config
 
-# measure NAME URL [OHA-ARGS...]: one agentgate under callgrind, one scenario.
+# measure NAME URL [OHA-ARGS...]: one process under callgrind, one scenario: agentgate, or
+# for a NAME starting with floor- the floor proxy (bench/origin/src/bin/floor.rs).
 measure() {
     local name=$1 url=$2
     shift 2
-    local out="$WORK/callgrind.$name"
-    start_agentgate "agentgate-$name" valgrind --tool=callgrind --callgrind-out-file="$out.%p"
-    curl -sSf -o /dev/null --max-time 60 -x "http://$PROXY" --cacert "$WORK/ca/agentgate-ca.pem" "$url" \
-        || die "$name: warm-up request through agentgate failed"
-    callgrind_control --zero "$AG_PID" >/dev/null 2>&1
+    local out="$WORK/callgrind.$name" pid ca proxy
+    if [[ $name == floor-* ]]; then
+        start_floor valgrind --tool=callgrind --callgrind-out-file="$out.%p"
+        pid=$FLOOR_PID proxy=$FLOOR ca="$WORK/floor-ca.pem"
+    else
+        start_agentgate "agentgate-$name" valgrind --tool=callgrind --callgrind-out-file="$out.%p"
+        pid=$AG_PID proxy=$PROXY ca="$WORK/ca/agentgate-ca.pem"
+    fi
+    curl -sSf -o /dev/null --max-time 60 -x "http://$proxy" --cacert "$ca" "$url" \
+        || die "$name: warm-up request failed"
+    callgrind_control --zero "$pid" >/dev/null 2>&1
     timeout "$TIMEOUT" oha --no-tui --output-format json -n "$REQUESTS" -c "$CONNECTIONS" \
-        -x "http://$PROXY" --cacert "$WORK/ca/agentgate-ca.pem" "$@" "$url" >"$WORK/$name.json"
-    callgrind_control --dump="$name" "$AG_PID" >/dev/null 2>&1
+        -x "http://$proxy" --cacert "$ca" "$@" "$url" >"$WORK/$name.json"
+    callgrind_control --dump="$name" "$pid" >/dev/null 2>&1
     stop_agentgate
-    local answered oks dump instructions
+    stop_floor
+    local answered oks dump instructions allocations
     answered=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(d["statusCodeDistribution"].values()))' "$WORK/$name.json")
     oks=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["statusCodeDistribution"].get("200", 0))' "$WORK/$name.json")
     [ "$answered" = "$oks" ] || die "$name: $((answered - oks)) of $answered answers were not 200"
@@ -76,16 +87,29 @@ measure() {
     dump=$(grep -l "^desc: Trigger: .*$name" "$out".* | head -1)
     instructions=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$dump")
     [ -n "$instructions" ] || die "$name: no callgrind summary in $dump"
-    printf '| %s | %s | %s | %s |\n' "$name" "$answered" "$instructions" "$((instructions / answered))"
+    allocations=$(python3 "$ROOT/bench/allocations.py" "$dump")
+    PER_REQUEST[$name]=$((instructions / answered))
+    ALLOCATIONS[$name]=$(python3 -c "print(f'{$allocations / $answered:.1f}')")
+    printf '| %s | %s | %s | %s | %s |\n' "$name" "$answered" "$instructions" "$((instructions / answered))" "${ALLOCATIONS[$name]}"
     echo "instructions: $name: callgrind_annotate $dump" >&2
 }
 
-printf '| scenario | requests | instructions | instructions/request |\n|---|---:|---:|---:|\n'
+declare -A PER_REQUEST ALLOCATIONS
+printf '| scenario | requests | instructions | instructions/request | allocations/request |\n|---|---:|---:|---:|---:|\n'
 for scenario in $SCENARIOS; do
     case $scenario in
         http) measure http "http://$ORIGIN_IP:$ORIGIN_HTTP_PORT/bench/1k" ;;
         mitm) measure mitm "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT/bench/1k" ;;
         mitm-newconn) measure mitm-newconn "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT/bench/1k" --disable-keepalive ;;
-        *) die "unknown scenario $scenario (http, mitm, mitm-newconn)" ;;
+        floor-http) measure floor-http "http://$ORIGIN_IP:$ORIGIN_HTTP_PORT/bench/1k" ;;
+        floor-mitm) measure floor-mitm "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT/bench/1k" ;;
+        *) die "unknown scenario $scenario (http, mitm, mitm-newconn, floor-http, floor-mitm)" ;;
     esac
+done
+# agentgate's instructions above the floor's, where both were measured.
+for scenario in http mitm; do
+    if [ -n "${PER_REQUEST[$scenario]:-}" ] && [ -n "${PER_REQUEST[floor-$scenario]:-}" ]; then
+        printf '| %s above the floor | | | %s | %s |\n' "$scenario" "$((PER_REQUEST[$scenario] - PER_REQUEST[floor-$scenario]))" \
+            "$(python3 -c "print(f'{${ALLOCATIONS[$scenario]} - ${ALLOCATIONS[floor-$scenario]}:.1f}')")"
+    fi
 done

@@ -15,20 +15,22 @@ wait_for() {
 
 # Builds what is measured, in release: agentgate (unless BENCH_AGENTGATE names a binary kept
 # from an earlier build, to compare two builds in one sitting) and the origin, which has its
-# own manifest and lock file and shares agentgate's target directory so common dependencies
-# are built once. Sets AGENTGATE, ORIGIN_BIN and FLOOR_BIN (the floor proxy, same package).
+# own manifest and lock file and shares agentgate's target directory (CARGO_TARGET_DIR, or
+# target/) so common dependencies are built once. Sets AGENTGATE, ORIGIN_BIN and FLOOR_BIN
+# (the floor proxy, same package).
 build_binaries() {
+    local target=${CARGO_TARGET_DIR:-$ROOT/target}
     if [ -n "${BENCH_AGENTGATE:-}" ]; then
         AGENTGATE=$BENCH_AGENTGATE
     else
         say "building agentgate (release)"
-        cargo build --release --quiet --bin agentgate
-        AGENTGATE="$ROOT/target/release/agentgate"
+        CARGO_TARGET_DIR="$target" cargo build --release --quiet --bin agentgate
+        AGENTGATE="$target/release/agentgate"
     fi
     say "building the origin (release)"
-    CARGO_TARGET_DIR="$ROOT/target" cargo build --release --quiet --manifest-path "$ROOT/bench/origin/Cargo.toml"
-    ORIGIN_BIN="$ROOT/target/release/agentgate-bench-origin"
-    FLOOR_BIN="$ROOT/target/release/agentgate-bench-floor"
+    CARGO_TARGET_DIR="$target" cargo build --release --quiet --manifest-path "$ROOT/bench/origin/Cargo.toml"
+    ORIGIN_BIN="$target/release/agentgate-bench-origin"
+    FLOOR_BIN="$target/release/agentgate-bench-floor"
 }
 
 # start_origin UNSEEN: starts the origin in WORK with UNSEEN extra origins, waits for its
@@ -73,11 +75,14 @@ stop_agentgate() {
     AG_PID=""
 }
 
-# start_floor: runs the floor proxy (bench/origin/src/bin/floor.rs: hyper's server and pooled
-# client, no policy, no log), its output in WORK/floor.out, and waits for its start-up line.
+# start_floor [WRAPPER...]: runs the floor proxy (bench/origin/src/bin/floor.rs: hyper's
+# server and pooled client, plain HTTP and MITM, no policy, no log; under WRAPPER, e.g.
+# valgrind, if given) on WORK (it trusts WORK/origin-ca.pem upstream and writes its own CA
+# to WORK/floor-ca.pem), its output in WORK/floor.out, and waits for its start-up line.
 # Sets FLOOR_PID and FLOOR (host:port).
 start_floor() {
-    "$FLOOR_BIN" >"$WORK/floor.out" 2>"$WORK/floor.err" &
+    : >"$WORK/floor.out"
+    "$@" "$FLOOR_BIN" --dir "$WORK" >"$WORK/floor.out" 2>"$WORK/floor.err" &
     FLOOR_PID=$!
     wait_for grep -qs "listening on " "$WORK/floor.out" || die "floor proxy did not start: $(cat "$WORK/floor.err")"
     FLOOR=$(sed -n 's|^listening on \([0-9.:]*\)$|\1|p' "$WORK/floor.out")

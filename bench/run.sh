@@ -7,8 +7,8 @@
 # Builds agentgate (release) and the in-repo origin (bench/origin), starts both with a
 # benchmark config (decision log on, to a file), drives each scenario with oha (installed
 # with `cargo install oha --locked` if missing) and prints one table: req/s, p50, p99, the
-# ratio to the matching direct run (and, for HTTP, the same for a floor proxy: hyper's
-# server and client with nothing else), agentgate's CPU time per request (utime + stime from
+# ratio to the matching direct run (and, for HTTP and MITM keep-alive, the same for a floor
+# proxy: hyper's server and client, and for MITM a minted leaf and rustls, with nothing else), agentgate's CPU time per request (utime + stime from
 # /proc/PID/stat, and each of the two: user space and kernel) and its peak RSS (VmHWM, reset before each run). Then the memory step:
 # agentgate's RSS per idle keep-alive connection and per idle MITM tunnel (bench/idle.py).
 #
@@ -109,7 +109,7 @@ run() {
     local proxy_args=() pid=""
     case $through in
         proxy) proxy_args=(-x "http://$PROXY" --cacert "$AG_CA"); pid=$AG_PID ;;
-        floor) proxy_args=(-x "http://$FLOOR"); pid=$FLOOR_PID ;;
+        floor) proxy_args=(-x "http://$FLOOR" --cacert "$WORK/floor-ca.pem"); pid=$FLOOR_PID ;;
         *) proxy_args=(--cacert "$WORK/origin-ca.pem") ;;
     esac
     [ -z "$pid" ] || echo 5 >"/proc/$pid/clear_refs"   # resets VmHWM to the current RSS
@@ -144,6 +144,13 @@ run floor-http floor "http://$HTTP_ORIGIN/bench/1k"
 stop_floor
 run direct-https direct "https://$HTTPS_ORIGIN/bench/1k"
 run mitm-keepalive proxy "https://$HTTPS_ORIGIN/bench/1k"
+# The MITM floor: the same run through the floor proxy's CONNECT path (a minted, cached leaf,
+# TLS both ways, the pooled HTTPS client; no policy, no log).
+start_floor
+curl -sSf -o /dev/null -x "http://$FLOOR" --cacert "$WORK/floor-ca.pem" "https://$HTTPS_ORIGIN/bench/1k" \
+    || die "MITM HTTPS through the floor proxy failed"
+run floor-mitm-keepalive floor "https://$HTTPS_ORIGIN/bench/1k"
+stop_floor
 run direct-https-newconn direct --disable-keepalive "https://$HTTPS_ORIGIN/bench/1k"
 run mitm-newconn proxy --disable-keepalive "https://$HTTPS_ORIGIN/bench/1k"
 run direct-https-1m direct "https://$HTTPS_ORIGIN/bench/1m"

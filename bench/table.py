@@ -19,8 +19,9 @@ SCENARIOS = [
     ("HTTP, first request to an unseen origin", "proxy-unseen", "direct-unseen"),
 ]
 # The floor proxy's run beside an agentgate run: the same requests through hyper's server and
-# pooled client with nothing else (bench/origin/src/bin/floor.rs).
-FLOORS = {"proxy-http": "floor-http"}
+# pooled client (for MITM also a minted, cached leaf and rustls both ways) with nothing else
+# (bench/origin/src/bin/floor.rs).
+FLOORS = {"proxy-http": "floor-http", "mitm-keepalive": "floor-mitm-keepalive"}
 
 
 def load(work, name):

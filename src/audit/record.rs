@@ -93,6 +93,14 @@ pub enum Line {
     /// (`deny`, `needs_approval`, `rate_limited`).
     #[default]
     End,
+    /// The `End` line of a forwarded request whose `Start` line was committed and whose
+    /// decision has not changed since: `["end"]` with what identifies the request and what
+    /// the end adds (status, duration, bytes, cut, error), not the decision's fields the
+    /// start line already holds (`user_agent.original`, `agentgate.purposes`,
+    /// `agentgate.secrets`, `agentgate.reasons`, `agentgate.limits`, `agentgate.approval.*`,
+    /// `agentgate.signature.keyid`); readers merge the two by `event.id`
+    /// (`docs/decision-log.md`). [`DecisionRecord::set_reasons`] turns it back into `End`.
+    Completion,
     /// A passthrough tunnel's one line, written as its bytes start to flow (they are not
     /// seen, so nothing ends it): `["allowed"]`.
     TunnelOpened,
@@ -275,8 +283,13 @@ impl DecisionRecord {
         }
     }
 
-    /// Records `decision`'s reasons, those that decided a block marked as such.
+    /// Records `decision`'s reasons, those that decided a block marked as such. A
+    /// [`Line::Completion`] becomes a whole `End` line: its decision is no longer the one its
+    /// start line holds.
     pub fn set_reasons(&mut self, decision: &policy::Decision) {
+        if self.line == Line::Completion {
+            self.line = Line::End;
+        }
         self.reasons = decision.reasons.clone();
         self.blocking = decision.blocking_reasons().len();
     }
@@ -286,10 +299,12 @@ impl DecisionRecord {
         match self.line {
             Line::Start => "start",
             Line::TunnelOpened => "allowed",
-            Line::End if matches!(self.outcome, Outcome::Deny | Outcome::NeedsApproval | Outcome::RateLimited) => {
+            Line::End | Line::Completion
+                if matches!(self.outcome, Outcome::Deny | Outcome::NeedsApproval | Outcome::RateLimited) =>
+            {
                 "denied"
             }
-            Line::End => "end",
+            Line::End | Line::Completion => "end",
         }
     }
 
@@ -370,13 +385,15 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     if let Some(domain) = &url.domain {
         map.str(field::URL_DOMAIN, domain);
     }
-    if let Some(user_agent) = &record.user_agent {
+    // The decision's fields are on the start line, which a completion follows.
+    let decision = record.line != Line::Completion;
+    if let Some(user_agent) = record.user_agent.as_ref().filter(|_| decision) {
         map.str(field::USER_AGENT_ORIGINAL, user_agent);
     }
-    if !record.purposes.is_empty() {
+    if decision && !record.purposes.is_empty() {
         map.array(field::PURPOSES, &record.purposes, |out, purpose| json::string(out, purpose));
     }
-    if !record.secrets.is_empty() {
+    if decision && !record.secrets.is_empty() {
         map.array(field::SECRETS, &record.secrets, |out, secret| json::string(out, secret));
     }
     if let Some(bytes) = record.request_bytes {
@@ -391,12 +408,14 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     if let Some(cut) = record.body_cut {
         map.str(field::BODY_CUT, cut.as_str());
     }
-    let blocking = record.blocking;
-    map.array(field::REASONS, record.reasons.iter().enumerate(), |out, (i, r)| reason(out, r, i < blocking));
-    if !record.limits.is_empty() {
+    if decision {
+        let blocking = record.blocking;
+        map.array(field::REASONS, record.reasons.iter().enumerate(), |out, (i, r)| reason(out, r, i < blocking));
+    }
+    if decision && !record.limits.is_empty() {
         map.array(field::LIMITS, &record.limits, limit);
     }
-    if let Some(approval) = &record.approval {
+    if let Some(approval) = record.approval.as_ref().filter(|_| decision) {
         map.str(field::APPROVAL_DECISION, approval.decision.as_str());
         if let Some(by) = &approval.by {
             map.str(field::APPROVAL_BY, by);
@@ -412,7 +431,7 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
             map.shown(field::APPROVAL_UNTIL, rfc3339_millis(until));
         }
     }
-    if let Some(keyid) = &record.signature_keyid {
+    if let Some(keyid) = record.signature_keyid.as_ref().filter(|_| decision) {
         map.str(field::SIGNATURE_KEYID, keyid);
     }
     if let Some(message) = &record.error {
@@ -561,6 +580,8 @@ mod tests {
         rec.outcome = Outcome::RateLimited;
         assert_eq!(rec.event_type(), "denied");
         rec.outcome = Outcome::Allow;
+        rec.line = Line::Completion;
+        assert_eq!(rec.event_type(), "end", "a forwarded request's end after its start");
         rec.line = Line::TunnelOpened;
         assert_eq!(rec.event_type(), "allowed");
         assert!(rec.to_json_line(false).contains(r#""event.category":["network","web"],"event.type":["allowed"]"#));
@@ -686,5 +707,56 @@ mod tests {
                 "\n"
             )
         );
+    }
+
+    #[test]
+    fn a_completion_line_carries_what_the_end_adds_and_leaves_the_decision_to_its_start_line() {
+        let mut rec = fixed_record();
+        rec.outcome = Outcome::Allow;
+        rec.user_agent = Some("ExampleBot/1.0".to_owned());
+        rec.purposes = vec!["search".to_owned()];
+        rec.secrets = vec!["github (header authorization)".to_owned()];
+        rec.reasons = vec![Reason::new(OperatorCode::Allow, "host = example.com")];
+        rec.limits = vec![Limit {
+            source: Source::AgentsMd,
+            kind: LimitKind::Concurrent { max: 2 },
+            scope: LimitScope::Host,
+            reason: Reason::new(AgentsMdCode::ConcurrentSessions, "concurrent-sessions: 2"),
+        }];
+        rec.signature_keyid = Some("kid".to_owned());
+        rec.line = Line::Start;
+        let start = rec.to_json_line(false);
+        rec.line = Line::Completion;
+        rec.duration = Some(Duration::from_micros(1500));
+        rec.request_bytes = Some(0);
+        rec.status = Some(200);
+        rec.response_bytes = Some(1024);
+        assert_eq!(
+            rec.to_json_line(false),
+            concat!(
+                r#"{"@timestamp":"2023-11-14T22:13:20.123Z","event.id":"0123456789abcdef0123456789abcdef","#,
+                r#""event.category":["network","web"],"event.type":["end"],"#,
+                r#""event.outcome":"allow","event.duration":1500000,"client.address":"10.0.0.7","client.port":51234,"#,
+                r#""agentgate.agent":"bot-1","agentgate.mode":"enforce","http.request.method":"GET","#,
+                r#""url.full":"https://Example.com/private/x?q=REDACTED","url.domain":"example.com","#,
+                r#""http.request.body.bytes":0,"http.response.status_code":200,"http.response.body.bytes":1024}"#,
+                "\n"
+            )
+        );
+        for field in [
+            "user_agent.original",
+            "agentgate.purposes",
+            "agentgate.secrets",
+            "agentgate.reasons",
+            "agentgate.limits",
+            "agentgate.signature.keyid",
+        ] {
+            assert!(start.contains(&format!("\"{field}\":")), "the start line holds {field}: {start}");
+        }
+        // A decision changed after the start line (C17's would_deny): written whole again.
+        rec.outcome = Outcome::WouldDeny;
+        rec.set_reasons(&policy::Decision::single(policy::Outcome::Deny, Reason::new(OperatorCode::Allow, "x")));
+        assert_eq!(rec.line, Line::End);
+        assert!(rec.to_json_line(false).contains(r#""agentgate.reasons":[{"#), "written whole");
     }
 }

@@ -73,6 +73,13 @@ impl Permitted {
         &self.record
     }
 
+    /// Which line of its request the record is written as next: `Start` for the commit
+    /// before forwarding, then `Completion` (its end line, which leaves the decision to the
+    /// start line), without a copy of the record.
+    pub fn set_line(&mut self, line: crate::audit::Line) {
+        self.record.line = line;
+    }
+
     /// The response-time check of SEMANTICS C17: a `Content-Disposition: attachment` answer
     /// from a host whose AGENTS.md does not allow `download-files` is withheld. In monitor
     /// mode the request stays permitted and its record says `would_deny`.

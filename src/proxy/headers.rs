@@ -11,8 +11,14 @@ use http::header::{CONNECTION, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROX
 use http::header::{TRANSFER_ENCODING, UPGRADE, VIA};
 use http::{HeaderMap, Version};
 
-/// The pseudonym agentgate uses in `Via` (RFC 9110 §7.6.3).
-const VIA_PSEUDONYM: &str = "agentgate";
+/// The pseudonym agentgate uses in `Via` (RFC 9110 §7.6.3), spelled out in each of the
+/// `Via` values of [`append_via`] (static, so a forwarded message's `Via` costs no formatting
+/// or allocation: bench/RESULTS.md, round 8).
+macro_rules! via {
+    ($protocol:literal) => {
+        HeaderValue::from_static(concat!($protocol, " agentgate"))
+    };
+}
 
 /// Fields that describe one connection, not the message (RFC 9110 §7.6.1), plus the
 /// pre-standard `Keep-Alive` and `Proxy-Connection` that clients still send, and h2c's
@@ -76,18 +82,14 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Upgrade) {
 /// Appends `Via: <received-protocol> agentgate`, where the protocol is the version of the
 /// message as agentgate received it (`1.1`, `2`), after any `Via` already present.
 pub(crate) fn append_via(headers: &mut HeaderMap, received: Version) {
-    let protocol = match received {
-        Version::HTTP_09 => "0.9",
-        Version::HTTP_10 => "1.0",
-        Version::HTTP_2 => "2",
-        Version::HTTP_3 => "3",
-        _ => "1.1",
+    let value = match received {
+        Version::HTTP_09 => via!("0.9"),
+        Version::HTTP_10 => via!("1.0"),
+        Version::HTTP_2 => via!("2"),
+        Version::HTTP_3 => via!("3"),
+        _ => via!("1.1"),
     };
-    let value = format!("{protocol} {VIA_PSEUDONYM}");
-    // Built from two fixed ASCII strings, so always a valid header value.
-    if let Ok(value) = HeaderValue::from_str(&value) {
-        headers.append(VIA, value);
-    }
+    headers.append(VIA, value);
 }
 
 /// The lower-cased tokens of every `Connection` field line.

@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tracing::{Instrument, debug, debug_span, info, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::conn::{Admission, Drain, DrainController, Throttled};
 use super::context::ProxyState;
@@ -282,13 +282,15 @@ fn accept(state: &Arc<ProxyState>, admission: &Arc<Admission>, tcp: TcpStream, c
     }
     let service = ProxyService::for_proxy_port(Arc::clone(state), client, drain.clone());
     let state = Arc::clone(state);
-    let span = debug_span!("connection", client = %client);
+    // At `info`, once per connection: the client of every line its requests write.
+    let span = info_span!("connection", client = %client);
     let until_stopped = drain.clone();
-    let connection = async move {
+    // Boxed, so the wrappers below hold a pointer, not (twice) the connection's future.
+    let connection = Box::pin(async move {
         debug!("accepted");
         serve_connection(tcp, service, ServerProtocols::Http1, drain, &state.config.connections).await;
         drop(admitted);
-    };
+    });
     tokio::spawn(until_stopped.until_stopped(connection).instrument(span));
 }
 

@@ -278,15 +278,16 @@ impl RequestRecord {
     /// # Errors
     /// The 503 answer when the commit failed (the log counted the record as not written, and
     /// nothing is forwarded).
-    pub(crate) async fn forwarding(&mut self, permit: Permitted) -> Result<(&Permitted, SentBytes), Exit> {
+    pub(crate) async fn forwarding(&mut self, mut permit: Permitted) -> Result<(&Permitted, SentBytes), Exit> {
         if self.state.audit.on_failure() == OnFailure::Block {
-            let mut start = permit.record().clone();
-            start.line = Line::Start;
-            if let Err(unrecorded) = self.state.audit.commit(&start).await {
+            permit.set_line(Line::Start);
+            if let Err(unrecorded) = self.state.audit.commit(permit.record()).await {
                 warn!(error = %unrecorded.cause, "decision log unavailable; refusing to forward unaudited");
                 self.pending = Pending::Written;
                 return Err(Exit::Answered(audit_unavailable()));
             }
+            // Its end line carries what the end adds; the decision is on the start line.
+            permit.set_line(Line::Completion);
         }
         let budgets = permit.budgets().cloned();
         let sent = self.sent.insert(SentBytes { budgets, ..SentBytes::default() }).clone();

@@ -25,7 +25,7 @@ use http::uri::{Authority, Scheme};
 use http::{Method, Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tracing::{Instrument, debug, field, info, info_span, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::answer::{Exit, error_response};
 use super::body::{BodyError, ProxyBody};
@@ -118,14 +118,12 @@ impl ProxyService {
             Target::Tunnel { entry, .. } => *entry,
             Target::Transparent { .. } => Entry::Transparent { tls: false },
         };
-        let span = info_span!(
-            "request",
-            id = %id,
-            client = %self.client,
-            entry = entry.as_str(),
-            method = %request.method(),
-            authority = field::Empty,
-        );
+        // Only the request's number on its span: the client is on the connection's (or the
+        // tunnel's) span around it, and the lines that report a request's failure name its
+        // method and entry themselves, so no per-request field is formatted unless a line
+        // is written (the span's fields cost ~5 % of a request's CPU, bench/RESULTS.md).
+        let span = info_span!("request", id = %id);
+        let method = request.method().clone();
         async {
             let response = match self.run_phases(&mut record, request).await {
                 Ok(response) | Err(Exit::Answered(response)) => {
@@ -135,10 +133,11 @@ impl ProxyService {
                 Err(Exit::Failed(error)) => {
                     let response = error_response(&error);
                     // A client's mistake is routine; an origin or proxy failure deserves attention.
+                    let entry = entry.as_str();
                     if response.status().is_client_error() {
-                        info!(error = %error, "request refused");
+                        info!(error = %error, %method, entry, "request refused");
                     } else {
-                        warn!(error = %error, "request failed");
+                        warn!(error = %error, %method, entry, "request failed");
                     }
                     record.finish(Ending::Failed(&error)).await;
                     response
@@ -346,7 +345,6 @@ impl ProxyService {
                 (Scheme::HTTP, authority)
             }
         };
-        tracing::Span::current().record("authority", field::display(&authority));
         let context = RequestContext { client: self.client, scheme, authority, started };
         Ok((context, request))
     }
@@ -364,8 +362,14 @@ impl Named {
     fn of(context: &RequestContext, request: &Request<Incoming>) -> Result<Self, ProxyError> {
         let origin = Origin::from_parts(&context.scheme, &context.authority)
             .map_err(|_| ProxyError::UnsupportedScheme { uri: shown_target(request.uri()) })?;
-        let port = context.authority.port().map(|p| format!(":{p}")).unwrap_or_default();
-        let url = format!("{}://{}{port}{}", context.scheme, origin.host(), path_and_query(request));
+        // Pushed piece by piece into one buffer sized for it: no formatting on the hot path.
+        let (scheme, host, path) = (context.scheme.as_str(), origin.host(), path_and_query(request));
+        let port = context.authority.port();
+        let port = port.as_ref().map_or("", |p| p.as_str());
+        let mut url = String::with_capacity(scheme.len() + host.len() + port.len() + path.len() + 4);
+        for piece in [scheme, "://", host, if port.is_empty() { "" } else { ":" }, port, path] {
+            url.push_str(piece);
+        }
         Ok(Named { origin, url })
     }
 }

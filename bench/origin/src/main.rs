@@ -32,13 +32,12 @@ use hyper::header::{CACHE_CONTROL, CONTENT_TYPE};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
-use rustls::ServerConfig;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+mod pki;
+
+use pki::{BoxError, Pki};
 
 const MAIN_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 
@@ -52,37 +51,6 @@ struct State {
     one_kib: Bytes,
     one_mib: Bytes,
     unseen_robots: AtomicU64,
-}
-
-/// The CA and the one key every leaf certificate uses (minting stays cheap).
-struct Pki {
-    issuer: Issuer<'static, KeyPair>,
-    leaf_key: KeyPair,
-}
-
-impl Pki {
-    fn new() -> Result<(Self, String), BoxError> {
-        let ca_key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(rcgen::DnType::CommonName, "agentgate bench origin CA");
-        let ca_pem = params.self_signed(&ca_key)?.pem();
-        let issuer = Issuer::new(params, ca_key);
-        Ok((Pki { issuer, leaf_key: KeyPair::generate()? }, ca_pem))
-    }
-
-    /// A TLS acceptor whose certificate names `ip`.
-    fn acceptor(&self, ip: IpAddr) -> Result<TlsAcceptor, BoxError> {
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.subject_alt_names = vec![SanType::IpAddress(ip)];
-        let cert = params.signed_by(&self.leaf_key, &self.issuer)?;
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.leaf_key.serialize_der()));
-        let config = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_single_cert(vec![CertificateDer::from(cert.der().to_vec())], key)?;
-        Ok(TlsAcceptor::from(Arc::new(config)))
-    }
 }
 
 #[derive(Clone, Copy)]
@@ -119,7 +87,7 @@ fn parse_args() -> Result<Args, BoxError> {
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let args = parse_args()?;
-    let (pki, ca_pem) = Pki::new()?;
+    let (pki, ca_pem) = Pki::new("agentgate bench origin CA")?;
     let pki = Arc::new(pki);
     std::fs::write(args.dir.join("origin-ca.pem"), ca_pem)?;
     let state = Arc::new(State {
@@ -129,7 +97,7 @@ async fn main() -> Result<(), BoxError> {
     });
 
     let main_ip = IpAddr::V4(MAIN_IP);
-    let main_acceptor = pki.acceptor(main_ip)?;
+    let main_acceptor = tls_acceptor(&pki, main_ip)?;
     let http = TcpListener::bind((main_ip, 0)).await?;
     let https = TcpListener::bind((main_ip, 0)).await?;
     let http_port = http.local_addr()?.port();
@@ -200,6 +168,11 @@ fn write_env(dir: &Path, http: u16, https: u16, port_443: bool, unseen_port: u16
     Ok(())
 }
 
+/// A TLS acceptor whose certificate names `ip`.
+fn tls_acceptor(pki: &Pki, ip: IpAddr) -> Result<TlsAcceptor, BoxError> {
+    Ok(TlsAcceptor::from(pki.server_config(&ip.to_string(), &[])?))
+}
+
 fn serve(listener: TcpListener, tls: Option<TlsAcceptor>, kind: Kind, state: Arc<State>) {
     tokio::spawn(async move {
         loop {
@@ -217,7 +190,7 @@ fn serve_lazy_tls(listener: TcpListener, ip: IpAddr, pki: Arc<Pki>, state: Arc<S
             let Some(stream) = accept(&listener).await else { continue };
             let tls = match acceptor.get() {
                 Some(tls) => tls.clone(),
-                None => match pki.acceptor(ip) {
+                None => match tls_acceptor(&pki, ip) {
                     Ok(tls) => acceptor.get_or_init(|| tls).clone(),
                     Err(error) => {
                         eprintln!("origin: certificate for {ip}: {error}");

@@ -129,10 +129,11 @@ function addLine(line, fromRecent) {
   }
   const id = record["event.id"];
   let entry = decisions.get(id);
-  if (entry && fromRecent) return;
   if (entry) {
-    // A forwarded request's completed line supersedes its decision line (same event.id).
-    entry.record = record;
+    // A forwarded request's end line completes its decision line (same event.id): it
+    // carries what the end adds, the decision line the reasons and limits. A line from
+    // `/decisions/recent` never overrides what the stream showed.
+    entry.record = fromRecent ? { ...record, ...entry.record } : { ...entry.record, ...record };
   } else {
     const row = el("tr", { class: "decision", "data-id": id });
     const details = el("tr", { class: "details" });

@@ -1,18 +1,20 @@
 //! `agentgate audit grep`: the records of decision logs that match a [`Filter`], printed
 //! as the JSON lines they are, so the output is itself a decision log (for `jq`, a SIEM, or
 //! `audit summary -`). By default one line per request, as `audit summary` counts them: a
-//! forwarded request's completed line (its decision line completed by the response), or its
-//! decision line alone when it was never completed; [`GrepLines::Raw`] (`--raw`) prints every
+//! forwarded request's end line merged with its decision line (the end line carries what the
+//! end adds, the decision line the decision), or its decision line alone when it was never
+//! completed; [`GrepLines::Raw`] (`--raw`) prints every
 //! matching line as written, both lines of a forwarded request included.
 //!
-//! Never: rewrites a line, or stops at a line that is not a record (it is counted).
+//! Never: rewrites a line other than by that merge, or stops at a line that is not a record
+//! (it is counted).
 
 use std::borrow::Borrow;
 use std::io::{self, Write};
 use std::path::Path;
 
 use super::input::for_each_line;
-use super::query::{Filter, LoggedRecord, OnePerRequest};
+use super::query::{Completed, Filter, LoggedRecord, OnePerRequest};
 use super::summary::MalformedLine;
 use crate::audit::AuditError;
 
@@ -49,6 +51,19 @@ struct Line {
 impl Borrow<LoggedRecord> for Line {
     fn borrow(&self) -> &LoggedRecord {
         &self.record
+    }
+}
+
+impl Completed for Line {
+    /// The end line as written when it holds every field of its decision line (lines
+    /// written whole); else the two merged, in the schema's order.
+    fn completed_by(self, end: Line) -> Line {
+        if !self.record.adds_to(&end.record) {
+            return end;
+        }
+        let record = self.record.completed_by(end.record);
+        let bytes = record.to_json_line();
+        Line { record, bytes }
     }
 }
 
@@ -220,6 +235,33 @@ mod tests {
         );
         let allowed = Filter { outcomes: vec!["allow".to_owned()], ..Filter::default() };
         assert_eq!(run(&allowed, GrepLines::Raw).1, 4, "as written, 04's decision line was an allow");
+    }
+
+    #[test]
+    fn an_end_line_that_leaves_the_decision_to_its_start_line_is_printed_merged_in_schema_order() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("decisions.jsonl");
+        let start = concat!(
+            r#"{"event.id":"01","event.type":["start"],"event.outcome":"allow","agentgate.agent":"a","#,
+            r#""url.full":"https://a.example/x","agentgate.reasons":[{"source":"robots.txt","code":"robots.allow"}]}"#
+        );
+        let end = concat!(
+            r#"{"event.id":"01","event.type":["end"],"event.outcome":"allow","agentgate.agent":"a","#,
+            r#""url.full":"https://a.example/x","http.response.status_code":200}"#
+        );
+        std::fs::write(&path, format!("{start}\n{end}\n")).expect("writes");
+        let mut out = Vec::new();
+        grep(&[&path], &Filter::default(), GrepLines::PerRequest, &mut out).expect("reads");
+        assert_eq!(
+            String::from_utf8(out).expect("UTF-8"),
+            concat!(
+                r#"{"event.id":"01","event.type":["end"],"event.outcome":"allow","agentgate.agent":"a","#,
+                r#""url.full":"https://a.example/x","http.response.status_code":200,"#,
+                r#""agentgate.reasons":[{"code":"robots.allow","source":"robots.txt"}]}"#,
+                "\n"
+            ),
+            "the end line's fields and the decision's, in the order of field::ORDER"
+        );
     }
 
     #[test]

@@ -138,12 +138,60 @@ impl LoggedRecord {
     }
 }
 
+impl LoggedRecord {
+    /// True when this decision line holds a field its `end` line leaves out: the end line of
+    /// a forwarded request carries only what the end adds (`docs/decision-log.md`).
+    pub(super) fn adds_to(&self, end: &LoggedRecord) -> bool {
+        self.fields.keys().any(|key| !end.fields.contains_key(key))
+    }
+
+    /// This decision line completed by its `end` line: every field of the end line, and the
+    /// decision's fields the end line left to this one.
+    pub(super) fn completed_by(mut self, end: LoggedRecord) -> LoggedRecord {
+        self.fields.extend(end.fields);
+        self
+    }
+
+    /// The record as one JSON line (no `\n`), fields in the schema's order
+    /// ([`field::ORDER`]), then any this version does not know, by name.
+    pub(super) fn to_json_line(&self) -> Vec<u8> {
+        let known = field::ORDER.iter().filter_map(|key| self.fields.get_key_value(*key));
+        let unknown = self.fields.iter().filter(|(key, _)| !field::ORDER.contains(&key.as_str()));
+        let mut out = vec![b'{'];
+        for (i, (key, value)) in known.chain(unknown).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            // Writing JSON values into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut out, key);
+            out.push(b':');
+            let _ = serde_json::to_writer(&mut out, value);
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+/// What a report keeps of each line: a decision line and its end line become one
+/// ([`OnePerRequest`]).
+pub(super) trait Completed: Borrow<LoggedRecord> + Sized {
+    /// The request's one record: this decision line completed by its `end` line.
+    fn completed_by(self, end: Self) -> Self;
+}
+
+impl Completed for LoggedRecord {
+    fn completed_by(self, end: Self) -> Self {
+        LoggedRecord::completed_by(self, end)
+    }
+}
+
 /// One record per request from lines read in order (a forwarded request's decision line may
 /// sit in a rotated file and its completed line in the next): a decision line without
 /// `http.response.status_code` (written before forwarding, `docs/decision-log.md`) waits for
-/// the completed line with its `event.id`, which is the same record completed by the
-/// response and counts in its place; one never completed counts on its own at the end.
-/// `T` is what the caller keeps of each line: the record, or the record with its bytes.
+/// the completed line with its `event.id`, which completes it (the end line carries what the
+/// end adds, the decision line the decision) and counts in its place; one never completed
+/// counts on its own at the end. `T` is what the caller keeps of each line: the record, or
+/// the record with its bytes.
 #[derive(Debug)]
 pub(super) struct OnePerRequest<T = LoggedRecord> {
     /// Decision lines waiting for their completed line, by `event.id`: as many as requests
@@ -157,8 +205,9 @@ impl<T> Default for OnePerRequest<T> {
     }
 }
 
-impl<T: Borrow<LoggedRecord>> OnePerRequest<T> {
-    /// The line to count now for `line`, if any: `None` while it waits for its completed line.
+impl<T: Completed> OnePerRequest<T> {
+    /// The record to count now for `line`, if any: `None` while it waits for its completed
+    /// line; a completed line merged with its decision line.
     pub(super) fn next(&mut self, line: T) -> Option<T> {
         let record = line.borrow();
         match record.id().map(str::to_owned) {
@@ -166,12 +215,11 @@ impl<T: Borrow<LoggedRecord>> OnePerRequest<T> {
                 self.awaiting.insert(id, line);
                 None
             }
-            id => {
-                if let Some(id) = id {
-                    self.awaiting.remove(&id);
-                }
-                Some(line)
-            }
+            Some(id) => match self.awaiting.remove(&id) {
+                Some(start) => Some(start.completed_by(line)),
+                None => Some(line),
+            },
+            None => Some(line),
         }
     }
 

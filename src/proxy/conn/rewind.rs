@@ -31,6 +31,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
             let n = this.prefix.len().min(buf.remaining());
             buf.put_slice(&this.prefix[..n]);
             this.prefix.advance(n);
+            if !this.prefix.has_remaining() {
+                // An empty slice still holds its whole buffer (4 KiB read for the first
+                // bytes): let it go for the rest of the connection's life.
+                this.prefix = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.inner).poll_read(cx, buf)
@@ -55,6 +60,21 @@ mod tests {
         let mut text = String::new();
         rewound.read_to_string(&mut text).await?;
         assert_eq!(text, "hello world");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn the_prefix_buffer_is_let_go_once_replayed() -> io::Result<()> {
+        let (near, _far) = tokio::io::duplex(64);
+        let mut first = bytes::BytesMut::with_capacity(4096);
+        first.extend_from_slice(b"hello");
+        let prefix = first.freeze();
+        let probe = prefix.clone();
+        let mut rewound = Rewind::new(prefix, near);
+        let mut read = [0u8; 5];
+        rewound.read_exact(&mut read).await?;
+        assert_eq!(&read, b"hello");
+        assert!(probe.is_unique(), "the rewind still holds the buffer the first bytes were read into");
         Ok(())
     }
 }

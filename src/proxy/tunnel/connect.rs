@@ -183,14 +183,15 @@ fn spawn_intercepted(
     let (inside, authority) = tunnel;
     let open = state.metrics.tunnel_opened();
     let until_stopped = drain.clone();
-    let tunnel = async move {
+    // Boxed, so the wrappers below hold a pointer, not (twice) the tunnel's future.
+    let tunnel = Box::pin(async move {
         let _open = open;
         match intercept(state, client, inside, authority, on_upgrade, drain).await {
             Ok(()) => {}
             Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "tunnel closed"),
             Err(error) => warn!(error = %error, "tunnel failed"),
         }
-    };
+    });
     tokio::spawn(until_stopped.until_stopped(tunnel).instrument(span));
 }
 

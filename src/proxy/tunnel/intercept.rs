@@ -75,10 +75,13 @@ pub(super) async fn intercept(
     if !is_tls {
         debug!("no TLS ClientHello: serving the tunnel as plain HTTP");
         let tunnel = (authority, Entry::PlainTunnel);
-        serve_inside(state, client, inside, tunnel, io, ServerProtocols::Http1, drain).await;
+        Box::pin(serve_inside(state, client, inside, tunnel, io, ServerProtocols::Http1, drain)).await;
         return Ok(());
     }
-    serve_intercepted(state, client, inside, authority, io, Entry::Mitm, drain).await
+    // Boxed, as every stage of a tunnel: a future held by value in an async fn is stored
+    // twice in its caller (once as the argument, once as the awaited local), so nesting them
+    // unboxed multiplied an idle tunnel's task to ~26 KiB (bench/RESULTS.md, round 8).
+    Box::pin(serve_intercepted(state, client, inside, authority, io, Entry::Mitm, drain)).await
 }
 
 /// Whether `first`, the first bytes of a connection, start a TLS handshake record.
@@ -127,7 +130,8 @@ where
             .map_err(|source| TunnelError::LeafCertificate { host: name.clone(), source })?;
         start.into_stream(config).await.map_err(tls_failed)
     };
-    let tls = match tokio::time::timeout(handshake_timeout, accept).await {
+    // Boxed: the handshake's state is freed once it is done, not kept for the connection's life.
+    let tls = match Box::pin(tokio::time::timeout(handshake_timeout, accept)).await {
         Ok(result) => result?,
         Err(_elapsed) => {
             return Err(handshake_failed(format!("the TLS handshake did not finish in {handshake_timeout:?}")));
@@ -135,7 +139,7 @@ where
     };
     let protocols =
         if tls.get_ref().1.alpn_protocol() == Some(b"h2") { ServerProtocols::Http2 } else { ServerProtocols::Http1 };
-    serve_inside(state, client, inside, (authority, entry), tls, protocols, drain).await;
+    Box::pin(serve_inside(state, client, inside, (authority, entry), tls, protocols, drain)).await;
     Ok(())
 }
 

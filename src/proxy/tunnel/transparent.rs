@@ -29,7 +29,7 @@ use http::uri::Scheme;
 use http::{HeaderMap, StatusCode};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
-use tracing::{Instrument, debug, debug_span, info, warn};
+use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::intercept::{Inside, serve_intercepted, starts_tls};
 use super::original::{connection_request, names_destination, original_authority, refused_origin};
@@ -74,11 +74,13 @@ pub(crate) async fn accept_loop(
         };
         let Ok(admitted) = admission.admit(client.ip()) else { continue };
         let (state, connection_drain) = (Arc::clone(&state), drain.clone());
-        let span = debug_span!("transparent", client = %client);
-        let connection = async move {
+        // At `info`, once per connection: the client of every line its requests write.
+        let span = info_span!("transparent", client = %client);
+        // Boxed, so the wrappers below hold a pointer, not (twice) the connection's future.
+        let connection = Box::pin(async move {
             serve(state, tcp, client, connection_drain).await;
             drop(admitted);
-        };
+        });
         tokio::spawn(drain.clone().until_stopped(connection).instrument(span));
     }
 }

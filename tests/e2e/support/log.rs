@@ -11,14 +11,19 @@ use super::wait::eventually;
 
 /// Every request in the log at `path`, one record per `event.id`: under
 /// `[audit] on_failure = "block"` a forwarded request has a decision line written before
-/// forwarding and a completed line (with the status) after it; the later line stands, in the
-/// place of the first. A missing file is an empty log; a line that is not a JSON object is an
+/// forwarding and a completed line (with the status) after it; the two merge, the later
+/// line's fields over the first's, in the place of the first. A missing file is an empty log; a line that is not a JSON object is an
 /// error naming it.
 pub fn read(path: &Path) -> TestResult<Vec<Value>> {
     let mut records: Vec<Value> = Vec::new();
     for record in lines(path)? {
         match records.iter_mut().find(|seen| record["event.id"].is_string() && seen["event.id"] == record["event.id"]) {
-            Some(seen) => *seen = record,
+            // A later line of the same request completes it: the end line carries what the
+            // end adds, the start line the decision (docs/decision-log.md).
+            Some(seen) => match (seen.as_object_mut(), record) {
+                (Some(fields), Value::Object(later)) => fields.extend(later),
+                (_, record) => *seen = record,
+            },
             None => records.push(record),
         }
     }
