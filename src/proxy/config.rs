@@ -101,7 +101,8 @@ pub struct UpstreamConfig {
     /// idle), policy fetches, WebSocket, passthrough tunnels (default: derived from the
     /// open-file limit, [`UpstreamConfig::max_connections_for`]).
     pub max_connections: Option<usize>,
-    /// Most idle pooled HTTP/1.1 connections kept per origin; 0 keeps none (default 4).
+    /// Most idle pooled HTTP/1.1 connections kept per origin; 0 keeps none (default 64:
+    /// docs/upstream.md, "Idle connections per origin").
     pub max_idle_per_host: usize,
     /// How long a new connection waits for a socket when every one under `max_connections`
     /// is busy, before its request is answered 503 (default `2s`).
@@ -116,7 +117,7 @@ impl Default for UpstreamConfig {
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(90),
             max_connections: None,
-            max_idle_per_host: 4,
+            max_idle_per_host: 64,
             connect_queue_timeout: Duration::from_secs(2),
         }
     }
