@@ -4,7 +4,7 @@
 //!
 //! Never: reads a request (`super` does), or decides anything.
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 use super::detect::built_in_names;
 use super::pattern::PatternConfig;
@@ -23,6 +23,8 @@ const MAX_MAX_BODY: u64 = 16 * 1024 * 1024;
 pub struct InspectConfig {
     /// Host patterns whose requests are inspected: `example.com`, `*.example.com`, or `*`
     /// (every intercepted or plain-HTTP host). Empty: every host, when `agents` is set.
+    /// Read in canonical form ([`canonical_hosts`]), so a request's check allocates nothing.
+    #[serde(deserialize_with = "canonical_hosts")]
     pub hosts: Vec<String>,
     /// Agent ids whose requests are inspected. Empty: every agent, when `hosts` is set.
     pub agents: Vec<String>,
@@ -47,6 +49,14 @@ impl Default for InspectConfig {
     }
 }
 
+/// `hosts` as written, each host pattern in canonical form (an IDN as its A-label, an address
+/// in its one spelling); an entry that is not a host pattern is kept as written, for
+/// [`InspectConfig::problems`] to name.
+fn canonical_hosts<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    let written = Vec::<String>::deserialize(deserializer)?;
+    Ok(written.into_iter().map(|p| if p == "*" || is_host_pattern(&p) { canonical_pattern(&p) } else { p }).collect())
+}
+
 /// What a request whose body cannot be inspected gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -63,7 +73,7 @@ impl InspectConfig {
         if self.hosts.is_empty() && self.agents.is_empty() {
             return false;
         }
-        let host_listed = self.hosts.is_empty() || self.hosts.iter().any(|p| host_matches(&canonical_pattern(p), host));
+        let host_listed = self.hosts.is_empty() || self.hosts.iter().any(|p| host_matches(p, host));
         host_listed && (self.agents.is_empty() || self.agents.iter().any(|a| a == agent))
     }
 
@@ -123,6 +133,21 @@ mod tests {
             agents: agents.iter().map(|a| (*a).to_owned()).collect(),
             ..InspectConfig::default()
         }
+    }
+
+    #[test]
+    fn hosts_are_read_in_canonical_form_so_an_idn_or_an_address_spelling_matches() {
+        let text = "[inspect]\nhosts = [\"*.Bücher.Example.\", \"0x7f.1\", \"not a host\"]\n";
+        let config: InspectConfig = toml::from_str::<toml::Table>(text)
+            .ok()
+            .and_then(|t| t.get("inspect").cloned())
+            .and_then(|v| v.try_into().ok())
+            .expect("the table parses");
+        assert_eq!(config.hosts, ["*.xn--bcher-kva.example", "127.0.0.1", "not a host"]);
+        assert!(config.applies("shop.xn--bcher-kva.example", "a") && config.applies("127.0.0.1", "a"));
+        let mut problems = Vec::new();
+        config.problems(&mut problems);
+        assert!(problems.len() == 1 && problems[0].contains("\"not a host\""), "{problems:?}");
     }
 
     #[test]
