@@ -58,6 +58,18 @@ fn free_port() -> TestResult<u16> {
 }
 
 impl RedisServer {
+    /// Asserts that `client`'s proxy refuses this server as a destination: `403`, code
+    /// `network.own_address` (a shared store is never an agent's destination).
+    pub(crate) async fn is_refused_through(&self, client: &reqwest::Client) -> TestResult {
+        let response = client.get(format!("http://127.0.0.1:{}/", self.port)).send().await?;
+        let status = response.status().as_u16();
+        let headers = format!("{:?}", response.headers());
+        let text = format!("{headers} {}", response.text().await?);
+        assert_eq!(status, 403, "{text}");
+        assert!(text.contains("network.own_address"), "{text}");
+        Ok(())
+    }
+
     pub(crate) async fn start() -> TestResult<RedisServer> {
         RedisServer::start_on(free_port()?).await
     }
@@ -804,11 +816,5 @@ async fn an_agent_cannot_reach_the_limits_store_through_the_proxy() -> TestResul
     // Loopback is allowed for the test's origins; the store's address is refused all the same:
     // an agent that could talk to it could reset its own budgets.
     let proxy = TestProxy::start_with(&ca, shared(&redis.url(), OnFailure::Deny)).await?;
-    let response = proxy.client()?.get(format!("http://127.0.0.1:{}/", redis.port)).send().await?;
-    let status = response.status().as_u16();
-    let headers = format!("{:?}", response.headers());
-    let text = format!("{headers} {}", response.text().await?);
-    assert_eq!(status, 403, "{text}");
-    assert!(text.contains("network.own_address"), "{text}");
-    Ok(())
+    redis.is_refused_through(&proxy.client()?).await
 }
