@@ -41,7 +41,7 @@ use super::record::{Ending, RequestRecord};
 use super::tunnel::{self, handle_connect};
 use crate::agents::Identity;
 use crate::fetch::Origin;
-use crate::gate::{Admitted, GateRequest, Permitted, Verdict};
+use crate::gate::{Admitted, Blocked, GateRequest, Permitted, Verdict};
 
 /// Where a connection's requests go: the proxy port, or the inside of one CONNECT tunnel.
 #[derive(Clone, Debug)]
@@ -182,7 +182,13 @@ impl ProxyService {
         self.check_host(record, &context, &request).await?;
         // Held until the request is forwarded: the connector dials these addresses.
         let vetted = check_destination(&self.state, &live, record, gate_request, Ask::Request).await?;
-        let permit = self.decide(&live, record, GateRequest { addresses: vetted.addresses(), ..gate_request }).await?;
+        // Phase `decide`: the gate's verdict, awaited here rather than in a phase function
+        // around it, whose future would be one more move of the gate's per request.
+        let gate_request = GateRequest { addresses: vetted.addresses(), ..gate_request };
+        let permit = match live.gate.decide(gate_request).await {
+            Verdict::Forward(permit) => permit,
+            Verdict::Block(blocked) => self.hold(&live, record, blocked, gate_request).await?,
+        };
         // A withheld download (C17) is answered like any block: JSON if the agent accepts it.
         let accept = request.headers().get(ACCEPT).cloned();
         let (permit, request) = if live.config.inspect.applies(named.origin.host(), &agent.id) {
@@ -282,19 +288,18 @@ impl ProxyService {
         self.answer_locally(record, context, request)
     }
 
-    /// Phase `decide`: the gate's verdict (`Gate::decide`); a block a human may approve waits
-    /// for one (`hold`).
-    async fn decide(
+    /// Phase `hold`, after the gate's verdict (`Gate::decide`) was a block: one a human may
+    /// approve waits for one (`hold`); any other is answered.
+    async fn hold(
         &self,
         live: &Generation,
         record: &mut RequestRecord,
+        blocked: Blocked,
         request: GateRequest<'_>,
     ) -> Result<Permitted, Exit> {
-        let verdict = match live.gate.decide(request).await {
-            Verdict::Block(blocked) if hold::holds(&live.config, &blocked) => {
-                hold::held(&self.state, live, record, blocked, request, self.drain.clone()).await
-            }
-            verdict => verdict,
+        let verdict = match hold::holds(&live.config, &blocked) {
+            true => hold::held(&self.state, live, record, blocked, request, self.drain.clone()).await,
+            false => Verdict::Block(blocked),
         };
         match verdict {
             Verdict::Forward(permit) => Ok(permit),
