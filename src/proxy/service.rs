@@ -41,7 +41,7 @@ use super::record::{Ending, RequestRecord};
 use super::tunnel::{self, handle_connect};
 use crate::agents::Identity;
 use crate::fetch::Origin;
-use crate::gate::{Admitted, GateRequest, Permitted, Verdict};
+use crate::gate::{Admitted, Blocked, GateRequest, Permitted, Verdict};
 
 /// Where a connection's requests go: the proxy port, or the inside of one CONNECT tunnel.
 #[derive(Clone, Debug)]
@@ -107,50 +107,40 @@ impl ProxyService {
         ProxyService { state, client, target: Target::Transparent { original, agent }, drain }
     }
 
-    /// One request, start to response head, inside its tracing span, with its one decision
-    /// record: started here, finished here with whatever answer the phases ended with, and
-    /// written from `Drop` should the client hang up first (`record`).
-    async fn handle(self, request: Request<Incoming>) -> Response<ProxyBody> {
+    /// One request, start to response head (inside its tracing span, `call`), with its one
+    /// decision record: started here, finished here with whatever answer the phases ended
+    /// with, and written from `Drop` should the client hang up first (`record`).
+    async fn handle(self, request: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
         let mut record = RequestRecord::start(Arc::clone(&self.state), self.drain.clone());
-        let id = self.state.next_request_id();
         let entry = match &self.target {
             Target::ProxyPort => Entry::Forward,
             Target::Tunnel { entry, .. } => *entry,
             Target::Transparent { .. } => Entry::Transparent { tls: false },
         };
-        // Only the request's number on its span: the client is on the connection's (or the
-        // tunnel's) span around it, and the lines that report a request's failure name its
-        // method and entry themselves, so no per-request field is formatted unless a line
-        // is written (the span's fields cost ~5 % of a request's CPU, bench/RESULTS.md).
-        let span = info_span!("request", id = %id);
         let method = request.method().clone();
-        async {
-            let response = match self.run_phases(&mut record, request).await {
-                Ok(response) | Err(Exit::Answered(response)) => {
-                    record.finish(Ending::Answered(response.status())).await;
-                    response
+        let response = match self.run_phases(&mut record, request).await {
+            Ok(response) | Err(Exit::Answered(response)) => {
+                record.finish(Ending::Answered(response.status())).await;
+                response
+            }
+            Err(Exit::Failed(error)) => {
+                let response = error_response(&error);
+                // A client's mistake is routine; an origin or proxy failure deserves attention.
+                let entry = entry.as_str();
+                if response.status().is_client_error() {
+                    info!(error = %error, %method, entry, "request refused");
+                } else {
+                    warn!(error = %error, %method, entry, "request failed");
                 }
-                Err(Exit::Failed(error)) => {
-                    let response = error_response(&error);
-                    // A client's mistake is routine; an origin or proxy failure deserves attention.
-                    let entry = entry.as_str();
-                    if response.status().is_client_error() {
-                        info!(error = %error, %method, entry, "request refused");
-                    } else {
-                        warn!(error = %error, %method, entry, "request failed");
-                    }
-                    record.finish(Ending::Failed(&error)).await;
-                    response
-                }
-            };
-            // The decision log is the per-request record; this line is for debugging only
-            // (at `info` it cost about a tenth of a request's CPU, bench/RESULTS.md).
-            let elapsed_ms = record.started().elapsed().as_millis() as u64;
-            debug!(status = response.status().as_u16(), elapsed_ms, "response");
-            response
-        }
-        .instrument(span)
-        .await
+                record.finish(Ending::Failed(&error)).await;
+                response
+            }
+        };
+        // The decision log is the per-request record; this line is for debugging only
+        // (at `info` it cost about a tenth of a request's CPU, bench/RESULTS.md).
+        let elapsed_ms = record.started().elapsed().as_millis() as u64;
+        debug!(status = response.status().as_u16(), elapsed_ms, "response");
+        Ok(response)
     }
 
     /// The phases in order, each named: a CONNECT on the proxy port opens a tunnel; every
@@ -192,7 +182,13 @@ impl ProxyService {
         self.check_host(record, &context, &request).await?;
         // Held until the request is forwarded: the connector dials these addresses.
         let vetted = check_destination(&self.state, &live, record, gate_request, Ask::Request).await?;
-        let permit = self.decide(&live, record, GateRequest { addresses: vetted.addresses(), ..gate_request }).await?;
+        // Phase `decide`: the gate's verdict, awaited here rather than in a phase function
+        // around it, whose future would be one more move of the gate's per request.
+        let gate_request = GateRequest { addresses: vetted.addresses(), ..gate_request };
+        let permit = match live.gate.decide(gate_request).await {
+            Verdict::Forward(permit) => permit,
+            Verdict::Block(blocked) => self.hold(&live, record, blocked, gate_request).await?,
+        };
         // A withheld download (C17) is answered like any block: JSON if the agent accepts it.
         let accept = request.headers().get(ACCEPT).cloned();
         let (permit, request) = if live.config.inspect.applies(named.origin.host(), &agent.id) {
@@ -292,19 +288,18 @@ impl ProxyService {
         self.answer_locally(record, context, request)
     }
 
-    /// Phase `decide`: the gate's verdict (`Gate::decide`); a block a human may approve waits
-    /// for one (`hold`).
-    async fn decide(
+    /// Phase `hold`, after the gate's verdict (`Gate::decide`) was a block: one a human may
+    /// approve waits for one (`hold`); any other is answered.
+    async fn hold(
         &self,
         live: &Generation,
         record: &mut RequestRecord,
+        blocked: Blocked,
         request: GateRequest<'_>,
     ) -> Result<Permitted, Exit> {
-        let verdict = match live.gate.decide(request).await {
-            Verdict::Block(blocked) if hold::holds(&live.config, &blocked) => {
-                hold::held(&self.state, live, record, blocked, request, self.drain.clone()).await
-            }
-            verdict => verdict,
+        let verdict = match hold::holds(&live.config, &blocked) {
+            true => hold::held(&self.state, live, record, blocked, request, self.drain.clone()).await,
+            false => Verdict::Block(blocked),
         };
         match verdict {
             Verdict::Forward(permit) => Ok(permit),
@@ -399,9 +394,16 @@ impl hyper::service::Service<Request<Incoming>> for ProxyService {
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
 
+    /// The request's future is boxed as it is made, inside its span, with no wrapper future
+    /// around it: every layer between hyper and the phases would be a move of the whole
+    /// state machine, a few KiB, per request (bench/RESULTS.md, round 9).
     fn call(&self, request: Request<Incoming>) -> Self::Future {
-        let service = self.clone();
-        Box::pin(async move { Ok(service.handle(request).await) })
+        // Only the request's number on its span: the client is on the connection's (or the
+        // tunnel's) span around it, and the lines that report a request's failure name its
+        // method and entry themselves, so no per-request field is formatted unless a line
+        // is written (the span's fields cost ~5 % of a request's CPU, bench/RESULTS.md).
+        let span = info_span!("request", id = %self.state.next_request_id());
+        Box::pin(self.clone().handle(request).instrument(span))
     }
 }
 
