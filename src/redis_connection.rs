@@ -4,7 +4,8 @@
 //! `rediss://` trusting the system's roots and `[upstream] extra_ca_files`
 //! ([`crate::tls::upstream::trusted_roots_pem`]), the connect and response timeouts, the
 //! problems of those keys (named under the table they were written in), and the server's
-//! addresses, which the network guard refuses as an agent destination: a store that
+//! addresses, which the network guard refuses as an agent destination ([`FailureLog`], the
+//! gate that lets a failing store's WARN through at most once a second, is shared too): a store that
 //! counts an agent's budget or decides its policy must never be reachable by that agent
 //! through the proxy.
 //!
@@ -13,7 +14,8 @@
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ConnectionAddr, IntoConnectionInfo, TlsCertificates};
@@ -22,6 +24,35 @@ use redis::{Client, ConnectionAddr, IntoConnectionInfo, TlsCertificates};
 const MAX_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest `key_prefix` either store accepts.
 const MAX_PREFIX: usize = 64;
+
+/// How often a store's failure is logged at most.
+const WARN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Lets a store's failure line through at most once per [`WARN_INTERVAL`], so a Redis that is
+/// down cannot flood the log; the failures themselves are counted by each store's metrics.
+#[derive(Debug)]
+pub struct FailureLog {
+    started: Instant,
+    /// When the last line went out, in ms since `started` (0: never).
+    last_ms: AtomicU64,
+}
+
+impl Default for FailureLog {
+    fn default() -> Self {
+        FailureLog { started: Instant::now(), last_ms: AtomicU64::new(0) }
+    }
+}
+
+impl FailureLog {
+    /// True for the one caller whose failure should be logged now.
+    pub fn due(&self) -> bool {
+        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX).max(1);
+        let last = self.last_ms.load(Ordering::Relaxed);
+        let interval = u64::try_from(WARN_INTERVAL.as_millis()).unwrap_or(u64::MAX);
+        (last == 0 || now_ms.saturating_sub(last) >= interval)
+            && self.last_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+}
 
 /// One store's connection settings, as written under `table`.
 #[derive(Debug, Clone, Copy)]
@@ -202,6 +233,17 @@ mod tests {
         let mut none = Vec::new();
         connection("rediss://cache.internal:6380").problems(&mut none);
         assert!(none.is_empty(), "{none:?}");
+    }
+
+    #[test]
+    fn a_failure_is_logged_once_then_not_again_within_the_interval() {
+        let log = FailureLog::default();
+        assert!(log.due(), "the first failure is logged");
+        assert!(!log.due() && !log.due(), "the next ones within a second are not");
+        // Logged last at 1 ms after a start a whole interval ago: due again.
+        let later = FailureLog { started: Instant::now() - WARN_INTERVAL - WARN_INTERVAL, last_ms: AtomicU64::new(1) };
+        assert!(later.due(), "a second later it is logged again");
+        assert!(!later.due(), "and then not again at once");
     }
 
     #[test]

@@ -23,8 +23,7 @@ pub(crate) mod value;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::AsyncCommands as _;
 use redis::aio::ConnectionManager;
@@ -33,7 +32,7 @@ use super::Origin;
 use crate::error_chain::error_chain;
 use crate::metrics::Metrics;
 use crate::policy::MAX_TTL;
-use crate::redis_connection::{ConnectError, Connection};
+use crate::redis_connection::{ConnectError, Connection, FailureLog};
 
 /// How long a value outlives its freshness in Redis: the longest window in which a stale
 /// rule may still use a stale copy or its validators (one lifetime for agents.txt, B21, at
@@ -41,8 +40,6 @@ use crate::redis_connection::{ConnectError, Connection};
 pub(crate) const STALE_USE: Duration = MAX_TTL;
 /// How often a replica waiting for another's fetch looks for its value.
 const POLL: Duration = Duration::from_millis(50);
-/// How often a failure is logged at most.
-const WARN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Releases a lease only when it is still this replica's (it may have expired and been taken).
 const RELEASE: &str = r"
@@ -67,9 +64,7 @@ struct Inner {
     /// This replica's lease token: random, so two processes never share one.
     token: String,
     metrics: Arc<Metrics>,
-    /// When the last failure was logged, in ms since `started` (0: never).
-    last_warn_ms: AtomicU64,
-    started: Instant,
+    failure_log: FailureLog,
 }
 
 /// What [`SharedStore::lease`] got.
@@ -105,8 +100,7 @@ impl SharedStore {
                 wait,
                 token: format!("{:016x}", rand::random::<u64>()),
                 metrics,
-                last_warn_ms: AtomicU64::new(0),
-                started: Instant::now(),
+                failure_log: FailureLog::default(),
             }),
         })
     }
@@ -143,11 +137,7 @@ impl SharedStore {
             Err(_) => format!("no answer within {:?} ([cache.redis] timeout)", self.inner.timeout),
         };
         self.inner.metrics.policy_store("failure");
-        let now_ms = u64::try_from(self.inner.started.elapsed().as_millis()).unwrap_or(u64::MAX).max(1);
-        let last = self.inner.last_warn_ms.load(Ordering::Relaxed);
-        if (last == 0 || now_ms.saturating_sub(last) >= WARN_INTERVAL.as_millis() as u64)
-            && self.inner.last_warn_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-        {
+        if self.inner.failure_log.due() {
             tracing::warn!(
                 %origin, call = what, %error,
                 "the shared policy store did not answer; this replica fetches the policy files itself"

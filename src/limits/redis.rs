@@ -59,12 +59,10 @@ use super::{ByteCost, ByteItem, Counted, Exceeded, LocalLimiter, Permit, Refused
 use crate::error_chain::error_chain;
 use crate::metrics::StoreMetrics;
 use crate::policy::{Limit, LimitKind};
-use crate::redis_connection::ConnectError;
+use crate::redis_connection::{ConnectError, FailureLog};
 
 /// Keys longer than this (prefix included) are replaced by a SHA-256 of their parts.
 const MAX_PLAIN_KEY: usize = 160;
-/// How often the store's fallback is logged at most.
-const WARN_INTERVAL: Duration = Duration::from_secs(1);
 /// How long start-up waits for Redis ([`RedisLimiter::warm`]) before serving without it.
 const WARM_LIMIT: Duration = Duration::from_secs(2);
 
@@ -157,9 +155,7 @@ pub struct RedisLimiter {
     clock: RedisClock,
     /// Checks Redis did not answer in time (each fell back to `on_failure`).
     failures: AtomicU64,
-    /// When the last fallback was logged, in ms since `started`.
-    last_warn_ms: AtomicU64,
-    started: Instant,
+    failure_log: FailureLog,
 }
 
 impl RedisLimiter {
@@ -186,8 +182,7 @@ impl RedisLimiter {
             next_slot: AtomicU64::new(0),
             clock: RedisClock::new(config.timeout),
             failures: AtomicU64::new(0),
-            last_warn_ms: AtomicU64::new(0),
-            started: Instant::now(),
+            failure_log: FailureLog::default(),
         })
     }
 
@@ -379,11 +374,7 @@ impl RedisLimiter {
         uncounted: T,
     ) -> Result<T, Refused> {
         self.failures.fetch_add(1, Ordering::Relaxed);
-        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let last = self.last_warn_ms.load(Ordering::Relaxed);
-        let due = last == 0 || now_ms.saturating_sub(last) >= millis(WARN_INTERVAL);
-        if due && self.last_warn_ms.compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed).is_ok()
-        {
+        if self.failure_log.due() {
             let on_failure = self.on_failure.meaning();
             warn!(failures = self.failures(), "limits store unavailable: {error}; {on_failure}");
         }
