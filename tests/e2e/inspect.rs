@@ -12,6 +12,7 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use serde_json::Value;
 
+use crate::forward::{LARGE_BODY, large_body_both_directions};
 use crate::support::binary::Agentgate;
 use crate::support::origin::Origin;
 use crate::support::pki::TestCa;
@@ -261,7 +262,11 @@ async fn a_websocket_upgrade_to_an_inspected_host_is_refused_and_other_hosts_str
     let response = proxy.client()?.post(https.url("/echo")).body(format!("key={AWS_KEY}")).send().await?;
     assert_eq!(response.status(), 200);
     assert_eq!(response.text().await?, format!("key={AWS_KEY}"));
-    Ok(())
+    // And a body far over any `max_body` (16 MiB at most) streams both ways, as it does with
+    // no `[inspect]` (`forward::large_body_streams_both_directions`): read for inspection, it
+    // would have been refused as unreadable.
+    let url = https.url(&format!("/bytes/{LARGE_BODY}"));
+    large_body_both_directions(&proxy.client()?, &url, &https.url("/sink"), LARGE_BODY).await
 }
 
 /// The real binary at debug: a refused credential and a monitored one leave no value on
