@@ -39,10 +39,12 @@ use tracing::debug;
 
 mod lease;
 mod lru;
+mod turn;
 
 pub(crate) use self::lease::PooledBody;
 use self::lease::{Back, Lease};
 use self::lru::{Found, Idle, Liveness};
+use self::turn::{FETCH_TURN_WAIT, Turn, Turns};
 use super::body::ProxyBody;
 use super::conn::{AtCapacity, CloseIdle, Counted, Sockets};
 use super::resolve::{ConnectError, GuardedConnector};
@@ -51,6 +53,11 @@ use crate::metrics::UpstreamMetrics;
 use crate::net::GuardError;
 
 type H1 = http1::SendRequest<ProxyBody>;
+
+/// The most body bytes a policy fetch's HTTP/1.1 connection may carry and still be kept: a
+/// connection keeps a read buffer as large as the largest body it read, so one that read a
+/// 400 KiB robots.txt would hold that much idle (docs/upstream.md, "Policy fetches").
+pub(crate) const FETCH_KEEP_WITHIN: usize = 16 * 1024;
 type H2 = http2::SendRequest<ProxyBody>;
 
 /// An origin as the pool keys it: the scheme and the authority the request named.
@@ -81,10 +88,12 @@ pub(crate) enum Reuse {
     /// Proxied requests: an idle connection (or the origin's shared h2 connection) when
     /// there is one, else a new one; either goes back to the pool when the response ends.
     Pool,
-    /// Policy fetches: a pooled connection when there is one, given back as by `Pool`; a
-    /// connection opened for the fetch is closed when its response ends, so fetches never
-    /// leave idle connections behind.
-    Borrow,
+    /// Policy fetches: in turn per origin ([`turn`]), a pooled connection when there is one,
+    /// else a new one; either goes back to the pool as by `Pool` unless its response body
+    /// passed [`FETCH_KEEP_WITHIN`] bytes (HTTP/1.1: hyper's read buffer stays as large as the
+    /// body, so the connection is closed). A fetch that waited [`turn::FETCH_TURN_WAIT`] for
+    /// its turn without getting it opens a connection closed when it ends.
+    Fetch,
     /// Upgrades: a new connection offering HTTP/1.1 only, never pooled; after a `101` the
     /// socket belongs to the upgraded stream.
     Upgrade,
@@ -163,6 +172,7 @@ impl Pool {
                 idle_timeout: settings.idle_timeout,
                 wake: Arc::new(Notify::new()),
                 reaper_started: AtomicBool::new(false),
+                turns: Turns::default(),
             }
         });
         // Both share `tls`'s session store: a new connection resumes whichever was before.
@@ -246,17 +256,25 @@ impl Pool {
     }
 
     /// A connection for one request to `key`, its lease (what goes back to the pool, and
-    /// when), and whether it was pooled before.
+    /// when), and whether it was pooled before. A policy fetch first waits for its turn on
+    /// the origin ([`Turns`]), so the fetches of one origin share one connection.
     async fn connection(&self, key: &Key, reuse: Reuse) -> Result<(Conn, Lease, bool), SendError> {
+        let turn = match reuse {
+            Reuse::Fetch => self.shared.turns.take(key, FETCH_TURN_WAIT).await,
+            Reuse::Pool | Reuse::Upgrade => None,
+        };
         if reuse != Reuse::Upgrade {
             while let Some(found) = self.shared.take(key) {
                 match found {
-                    Found::H2 { id, sender } => return Ok((Conn::H2(sender), self.lease(key, Back::Shared(id)), true)),
+                    // h2 multiplexes: the next fetch need not wait for this one.
+                    Found::H2 { id, sender } => {
+                        return Ok((Conn::H2(sender), self.lease(key, Back::Shared(id), reuse, None), true));
+                    }
                     // Ready at once unless its last response has only just ended; an error
                     // means it closed meanwhile, and the next one is tried.
                     Found::H1(mut sender) => {
                         if sender.ready().await.is_ok() {
-                            return Ok((Conn::H1(sender), self.lease(key, Back::Pool), true));
+                            return Ok((Conn::H1(sender), self.lease(key, Back::Pool, reuse, turn), true));
                         }
                     }
                 }
@@ -267,14 +285,17 @@ impl Pool {
         let conn = Box::pin(self.open(key, reuse)).await?;
         let back = match (&conn, reuse) {
             (Conn::H1(_), Reuse::Pool) => Back::Pool,
-            (Conn::H2(sender), Reuse::Pool) => match self.shared.share_h2(key, sender) {
+            // The origin's one fetch connection, kept for the agent's own request.
+            (Conn::H1(_), Reuse::Fetch) if turn.is_some() => Back::Pool,
+            (Conn::H2(sender), Reuse::Pool | Reuse::Fetch) => match self.shared.share_h2(key, sender) {
                 Some(id) => Back::Shared(id),
                 // Another request's new h2 connection became the origin's first.
                 None => Back::Close,
             },
-            (_, Reuse::Borrow | Reuse::Upgrade) => Back::Close,
+            (_, Reuse::Fetch | Reuse::Upgrade) => Back::Close,
         };
-        Ok((conn, self.lease(key, back), false))
+        let turn = turn.filter(|_| matches!(conn, Conn::H1(_)));
+        Ok((conn, self.lease(key, back, reuse, turn), false))
     }
 
     /// Opens a new connection to `key`: a socket under the budget, TCP through the guard,
@@ -323,8 +344,20 @@ impl Pool {
         }
     }
 
-    fn lease(&self, key: &Key, back: Back) -> Lease {
-        Lease { shared: Arc::clone(&self.shared), key: key.clone(), back, h1: None, clean: false, discard: false }
+    /// The lease of a connection to `key` taken for `reuse`; a fetch's HTTP/1.1 lease holds
+    /// its `turn` and keeps the connection only within [`FETCH_KEEP_WITHIN`].
+    fn lease(&self, key: &Key, back: Back, reuse: Reuse, turn: Option<Turn>) -> Lease {
+        let keep_within = (reuse == Reuse::Fetch && matches!(back, Back::Pool)).then_some(FETCH_KEEP_WITHIN);
+        Lease {
+            shared: Arc::clone(&self.shared),
+            key: key.clone(),
+            back,
+            h1: None,
+            clean: false,
+            discard: false,
+            keep_within,
+            _turn: turn,
+        }
     }
 }
 
@@ -437,6 +470,8 @@ struct Shared {
     /// Wakes the reaper when the idle list stops being empty, and when the pool goes.
     wake: Arc<Notify>,
     reaper_started: AtomicBool,
+    /// Whose go it is on each origin's fetch connection.
+    turns: Turns,
 }
 
 impl Shared {

@@ -98,9 +98,9 @@ impl Upstream {
 }
 
 /// Policy files are fetched through the same pool as proxied traffic: one budget, one
-/// resolver (where the SSRF guard sits) and one trust store. A fetch uses a pooled connection
-/// when one is there and gives it back; a connection opened for it is closed when the fetch
-/// ends, so fetches never leave idle connections behind (docs/upstream.md).
+/// resolver (where the SSRF guard sits) and one trust store. The fetches of one origin take
+/// turns on one connection, which is then pooled for the agent's own request unless it
+/// carried a large body (`Reuse::Fetch`, docs/upstream.md).
 impl PolicyTransport for Upstream {
     fn get(&self, url: Uri, headers: HeaderMap) -> TransportFuture<'_> {
         Box::pin(async move {
@@ -110,7 +110,7 @@ impl PolicyTransport for Upstream {
             let mut request = Request::new(Empty::new().map_err(|never| match never {}).boxed_unsync());
             *request.uri_mut() = url.clone();
             *request.headers_mut() = headers;
-            match self.pool.send(&key, request, Reuse::Borrow).await {
+            match self.pool.send(&key, request, Reuse::Fetch).await {
                 Ok(response) => Ok(response.map(BodyExt::boxed_unsync)),
                 Err(error) => Err(fetch_error(&url, &error)),
             }

@@ -89,8 +89,8 @@ async fn issue_25_many_origins_stay_under_the_upstream_cap_and_a_new_agent_is_se
     .await?;
     let port = origin.addr.port();
     let client = proxy.client()?;
-    // Five requests in flight at a time, each to an origin never seen before: four policy
-    // fetches and the page each.
+    // Five requests in flight at a time, each to an origin never seen before: three policy
+    // fetches and the page each (AGENTS.md is fetched on port 443, where nothing listens).
     let statuses: Vec<_> = stream::iter(0..ORIGINS)
         .map(|i| {
             let client = client.clone();
@@ -105,7 +105,9 @@ async fn issue_25_many_origins_stay_under_the_upstream_cap_and_a_new_agent_is_se
     for status in statuses {
         assert_eq!(status?, 200);
     }
-    assert!(origin.connections() > ORIGINS, "every origin needed connections of its own");
+    // Its policy fetches take turns on one connection, kept for the page (unless the cap
+    // closed it meanwhile to make room for another origin's).
+    assert!(origin.connections() >= ORIGINS, "every origin needed a connection of its own");
     let peak = origin.peak_held();
     assert!(peak <= CAP, "at most {CAP} connections open at the origin at once, saw {peak}");
     assert!(peak >= CAP / 2, "the check saw the connections: {peak}");
@@ -381,4 +383,66 @@ async fn issue_25_the_binary_keeps_open_files_and_rss_bounded_across_origins_wit
     let response = agentgate.client()?.get(format!("http://127.0.0.1:{}/page", origins[0].addr.port())).send().await?;
     assert_eq!(response.status(), 200, "a new agent is accepted and served");
     agentgate.stop().await
+}
+
+/// An HTTPS origin on `127.0.0.1:0` that speaks HTTP/1.1 only (no h2 in its ALPN).
+fn https_h1_only(ca: &TestCa, site: Site) -> TestResult<Origin> {
+    let mut config = (*ca.origin_server_config()?).clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Origin::on_listener(std::net::TcpListener::bind("127.0.0.1:0")?, Some(Arc::new(config)), site)
+}
+
+#[tokio::test]
+async fn the_policy_fetches_of_an_unseen_origin_share_one_connection_kept_for_the_agents_request() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let proxy = start(&ca, |_| {}).await?;
+    let client = proxy.client()?;
+    // Every file but AGENTS.md's fallback location is there, so each load fetches five.
+    let site = || {
+        small_site()
+            .file("/agents.txt", "")
+            .file("/AGENTS.md", "# AGENTS.md\n\n## Allowed actions\n- read\n")
+            .file("/automation-preferences.txt", "")
+    };
+    for (name, origin) in [
+        ("https, h2", Origin::https_site(&ca, site()).await?),
+        ("https, HTTP/1.1 only", https_h1_only(&ca, site())?),
+        ("plain http", Origin::http_site(site()).await?),
+    ] {
+        let response = client.get(origin.url("/page")).send().await?;
+        assert_eq!(response.status(), 200, "{name}");
+        response.text().await?;
+        let fetched: usize =
+            ["/robots.txt", "/agents.txt", "/automation-preferences.txt"].iter().map(|path| origin.hits(path)).sum();
+        assert_eq!(fetched, 3, "{name}: the origin's policy files were fetched from it");
+        assert_eq!(origin.hits("/page"), 1, "{name}");
+        // The fetches took turns on one connection (h2: multiplexed on it), and the agent's
+        // own request went out on it too.
+        assert_eq!(origin.connections(), 1, "{name}: one connection for the policies and the request");
+        if name.starts_with("https") {
+            assert_eq!(origin.hits("/AGENTS.md"), 1, "{name}");
+            assert_eq!(origin.handshakes(), [rustls::HandshakeKind::Full], "{name}: one TLS handshake");
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_policy_fetch_connection_that_carried_a_large_body_is_not_kept() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let proxy = start(&ca, |_| {}).await?;
+    let client = proxy.client()?;
+    // 64 KiB of comments: over the 16 KiB a kept fetch connection may have read.
+    let robots = format!("User-agent: *\nAllow: /\n{}", format!("# {}\n", "x".repeat(62)).repeat(1024));
+    let origin = https_h1_only(&ca, Site::new().file("/robots.txt", robots))?;
+    let response = client.get(origin.url("/page")).send().await?;
+    assert_eq!(response.status(), 200);
+    response.text().await?;
+    assert_eq!(origin.hits("/robots.txt"), 1);
+    // The connection that read robots.txt was closed after it; the other fetches and the
+    // agent's request took turns on a second one.
+    tokio::time::timeout(GUARD, origin.closed(1)).await?;
+    assert_eq!(origin.connections(), 2, "the large body's connection closed, one other for the rest");
+    assert_eq!(origin.open(), 1, "only the small fetches' connection is kept");
+    Ok(())
 }

@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use super::turn::Turn;
 use super::{H1, Key, Shared};
 
 /// What happens to a connection when its response ends.
@@ -38,8 +39,15 @@ pub(super) struct Lease {
     pub(super) h1: Option<H1>,
     /// The response ended cleanly: an HTTP/1.1 connection can carry another request.
     pub(super) clean: bool,
-    /// The connection refused a request unsent: not used again.
+    /// The connection refused a request unsent, or carried more of a policy fetch's body
+    /// than `keep_within`: not used again.
     pub(super) discard: bool,
+    /// For a policy fetch on HTTP/1.1: how many more body bytes the connection may carry and
+    /// still be kept ([`super::FETCH_KEEP_WITHIN`]).
+    pub(super) keep_within: Option<usize>,
+    /// A policy fetch's turn on the origin, let go after the connection went back (fields
+    /// drop after `Drop::drop`), so the next fetch finds it idle.
+    pub(super) _turn: Option<Turn>,
 }
 
 impl Drop for Lease {
@@ -79,6 +87,16 @@ impl Body for PooledBody {
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(lease) = &mut this.lease
+            && let Some(left) = &mut lease.keep_within
+            && let Some(data) = frame.data_ref()
+        {
+            match left.checked_sub(data.len()) {
+                Some(rest) => *left = rest,
+                None => lease.discard = true,
+            }
+        }
         match &polled {
             Poll::Ready(None) => this.finish(true),
             Poll::Ready(Some(Err(_))) => this.finish(false),
