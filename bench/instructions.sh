@@ -24,8 +24,15 @@
 # minute per scenario; every oha run is also stopped after BENCH_TIMEOUT seconds (300). The
 # callgrind files stay in the work directory it prints (`callgrind_annotate FILE` shows
 # where the instructions go, `--inclusive=yes` for inclusive costs).
+# First requests (scenarios `unseen-http` and `unseen-https`, asked for by name): curl sends
+# one request to each of BENCH_UNSEEN_REQUESTS (200) origins agentgate has not seen
+# (bench/origin's unseen origins, 127.1.x.y; for HTTPS a CONNECT each, and 443 must be
+# bindable), one after another, and the row is instructions per first request: the policy
+# fetches, their parsing, the decision, the request and the log (for HTTPS also the client's
+# TLS handshake and the leaf minted for the host).
 # Environment: BENCH_REQUESTS (2000), BENCH_CONNECTIONS (10), BENCH_TIMEOUT (300),
-# BENCH_SCENARIOS ("http mitm floor-http floor-mitm"; also "mitm-newconn"), BENCH_AGENTGATE (a release binary to measure instead of
+# BENCH_UNSEEN_REQUESTS (200), BENCH_NET (0: the origin's addresses, bench/lib.sh),
+# BENCH_SCENARIOS ("http mitm floor-http floor-mitm"; also "mitm-newconn", "unseen-http", "unseen-https"), BENCH_AGENTGATE (a release binary to measure instead of
 # building this checkout's, e.g. a copy kept from before a change). Needs valgrind and oha (~/.cargo/bin). Everything listens
 # on and connects to 127.0.0.0/8 only.
 set -euo pipefail
@@ -34,6 +41,7 @@ REQUESTS=${BENCH_REQUESTS:-2000}
 CONNECTIONS=${BENCH_CONNECTIONS:-10}
 TIMEOUT=${BENCH_TIMEOUT:-300}
 SCENARIOS=${BENCH_SCENARIOS:-http mitm floor-http floor-mitm}
+UNSEEN_REQUESTS=${BENCH_UNSEEN_REQUESTS:-200}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -52,13 +60,17 @@ build_binaries
 
 open_work instructions "1"
 
-start_origin 0
+unseen=0
+[[ " $SCENARIOS " != *" unseen-"* ]] || unseen=$((2 * UNSEEN_REQUESTS))
+start_origin "$unseen"
 [ "$ORIGIN_443" = 1 ] || echo "instructions: origin could not bind port 443: the HTTP scenario runs without AGENTS.md" >&2
 
 write_config
 
 # measure NAME URL [OHA-ARGS...]: one process under callgrind, one scenario: agentgate, or
-# for a NAME starting with floor- the floor proxy (bench/origin/src/bin/floor.rs).
+# for a NAME starting with floor- the floor proxy (bench/origin/src/bin/floor.rs). For a NAME
+# starting with unseen-, URL is a file of unseen origins' URLs: curl requests the first
+# UNSEEN_REQUESTS of them in turn (the warm-up goes to the main origin).
 measure() {
     local name=$1 url=$2
     shift 2
@@ -70,17 +82,28 @@ measure() {
         start_agentgate "agentgate-$name" valgrind --tool=callgrind --callgrind-out-file="$out.%p"
         pid=$AG_PID proxy=$PROXY ca="$WORK/ca/agentgate-ca.pem"
     fi
-    curl -sSf -o /dev/null --max-time 60 -x "http://$proxy" --cacert "$ca" "$url" \
+    local warm=$url
+    [[ $name != unseen-* ]] || warm="http://$ORIGIN_IP:$ORIGIN_HTTP_PORT/bench/1k"
+    curl -sSf -o /dev/null --max-time 60 -x "http://$proxy" --cacert "$ca" "$warm" \
         || die "$name: warm-up request failed"
     callgrind_control --zero "$pid" >/dev/null 2>&1
-    timeout "$TIMEOUT" oha --no-tui --output-format json -n "$REQUESTS" -c "$CONNECTIONS" \
-        -x "http://$proxy" --cacert "$ca" "$@" "$url" >"$WORK/$name.json"
+    local answered oks dump instructions allocations
+    if [[ $name == unseen-* ]]; then
+        head -n "$UNSEEN_REQUESTS" "$url" | sed 's/.*/url = "&"\noutput = "\/dev\/null"/' >"$WORK/$name.curl"
+        timeout "$TIMEOUT" curl -sS --max-time 60 -x "http://$proxy" --cacert "$ca" -w '%{http_code}\n' \
+            -K "$WORK/$name.curl" >"$WORK/$name.codes" || true
+        answered=$(grep -c . "$WORK/$name.codes" || true)
+        oks=$(grep -c '^200$' "$WORK/$name.codes" || true)
+    else
+        timeout "$TIMEOUT" oha --no-tui --output-format json -n "$REQUESTS" -c "$CONNECTIONS" \
+            -x "http://$proxy" --cacert "$ca" "$@" "$url" >"$WORK/$name.json"
+        answered=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(d["statusCodeDistribution"].values()))' "$WORK/$name.json")
+        oks=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["statusCodeDistribution"].get("200", 0))' "$WORK/$name.json")
+    fi
     callgrind_control --dump="$name" "$pid" >/dev/null 2>&1
     stop_agentgate
     stop_floor
-    local answered oks dump instructions allocations
-    answered=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(d["statusCodeDistribution"].values()))' "$WORK/$name.json")
-    oks=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["statusCodeDistribution"].get("200", 0))' "$WORK/$name.json")
+    [ "$answered" -gt 0 ] || die "$name: no answers"
     [ "$answered" = "$oks" ] || die "$name: $((answered - oks)) of $answered answers were not 200"
     # The dump taken after the requests: the first of this process's files whose
     # trigger names the scenario.
@@ -103,7 +126,11 @@ for scenario in $SCENARIOS; do
         mitm-newconn) measure mitm-newconn "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT/bench/1k" --disable-keepalive ;;
         floor-http) measure floor-http "http://$ORIGIN_IP:$ORIGIN_HTTP_PORT/bench/1k" ;;
         floor-mitm) measure floor-mitm "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT/bench/1k" ;;
-        *) die "unknown scenario $scenario (http, mitm, mitm-newconn, floor-http, floor-mitm)" ;;
+        unseen-http) measure unseen-http "$WORK/unseen-urls.txt" ;;
+        unseen-https)
+            [ -s "$WORK/unseen-https-urls.txt" ] || die "unseen-https needs the origin on port 443 (run as root)"
+            measure unseen-https "$WORK/unseen-https-urls.txt" ;;
+        *) die "unknown scenario $scenario (http, mitm, mitm-newconn, floor-http, floor-mitm, unseen-http, unseen-https)" ;;
     esac
 done
 # agentgate's instructions above the floor's, where both were measured.

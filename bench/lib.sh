@@ -33,11 +33,12 @@ build_binaries() {
     FLOOR_BIN="$target/release/agentgate-bench-floor"
 }
 
-# start_origin UNSEEN: starts the origin in WORK with UNSEEN extra origins, waits for its
+# start_origin UNSEEN: starts the origin in WORK with UNSEEN extra origins (on 127.0.K.2 and
+# 127.(1+K).x.y with BENCH_NET=K, 0 unless set: two benchmarks at once each take their own), waits for its
 # origin.env and reads it (ORIGIN_IP, ORIGIN_HTTP_PORT, ORIGIN_HTTPS_PORT, ORIGIN_443, ...).
 # Sets ORIGIN_PID.
 start_origin() {
-    "$ORIGIN_BIN" --dir "$WORK" --unseen "$1" 2>"$WORK/origin.err" &
+    "$ORIGIN_BIN" --dir "$WORK" --unseen "$1" --net "${BENCH_NET:-0}" 2>"$WORK/origin.err" &
     ORIGIN_PID=$!
     wait_for test -f "$WORK/origin.env" || die "origin did not start: $(cat "$WORK/origin.err")"
     # shellcheck source=/dev/null

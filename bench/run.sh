@@ -16,7 +16,8 @@
 # instead, each bounded by it), BENCH_CONNECTIONS (50), BENCH_UNSEEN (unseen origins
 # the origin listens as, 10000 or what the open-file limit allows), BENCH_IDLE (idle connections, 1000), BENCH_KEEP=1 keeps
 # the work directory (configs, oha JSON, decision log, agentgate's stderr). BENCH_AGENTGATE=PATH
-# runs a kept release binary instead of building this checkout (before/after). BENCH_PERF=1
+# runs a kept release binary instead of building this checkout (before/after). BENCH_NET=K
+# moves the origin's addresses (bench/lib.sh) so two benchmarks can run at once. BENCH_PERF=1
 # records each run through agentgate with `perf record` (installs linux-perf with apt if
 # missing) and leaves the self cost per function in WORK/NAME.perf.txt (implies BENCH_KEEP).
 # Everything listens on and connects to 127.0.0.0/8 only.
@@ -58,13 +59,14 @@ if [ "${BENCH_PERF:-0}" = 1 ]; then
         $sudo apt-get update -q && $sudo apt-get install -y -q linux-perf; }
 fi
 
-# Many sockets: the unseen origins listen on 2 x BENCH_UNSEEN addresses, the memory step
-# holds BENCH_IDLE connections (agentgate raises its own limit at start-up).
+# Many sockets: the unseen origins listen on 2 x BENCH_UNSEEN addresses and hold up to one
+# connection per address for 2 s (so a third for room), the memory step holds BENCH_IDLE
+# connections (agentgate raises its own limit at start-up).
 hard=$(ulimit -Hn)
-if [ -z "${BENCH_UNSEEN:-}" ] && [ "$hard" != unlimited ] && [ "$hard" -lt $((2 * UNSEEN + IDLE + 1024)) ]; then
-    UNSEEN=$(( (hard - IDLE - 1024) / 2 ))   # as many unseen origins as the limit allows
+if [ -z "${BENCH_UNSEEN:-}" ] && [ "$hard" != unlimited ] && [ "$hard" -lt $((3 * UNSEEN + IDLE + 1024)) ]; then
+    UNSEEN=$(( (hard - IDLE - 1024) / 3 ))   # as many unseen origins as the limit allows
 fi
-if [ "$hard" != unlimited ] && [ "$hard" -lt $((2 * UNSEEN + IDLE + 1024)) ]; then
+if [ "$hard" != unlimited ] && [ "$hard" -lt $((3 * UNSEEN + IDLE + 1024)) ]; then
     die "open-file hard limit $hard is too low for BENCH_UNSEEN=$UNSEEN and BENCH_IDLE=$IDLE"
 fi
 ulimit -n "$hard" 2>/dev/null || ulimit -n 1048576
@@ -155,18 +157,27 @@ run direct-https-newconn direct --disable-keepalive "https://$HTTPS_ORIGIN/bench
 run mitm-newconn proxy --disable-keepalive "https://$HTTPS_ORIGIN/bench/1k"
 run direct-https-1m direct "https://$HTTPS_ORIGIN/bench/1m"
 run mitm-1m proxy "https://$HTTPS_ORIGIN/bench/1m"
-# Unseen origins: every URL is its own origin (127.1.x.y); oha picks URLs at random, so
-# some are picked twice: the origin counts the robots.txt it served, i.e. the origins
-# agentgate really fetched for the first time. A count, not a duration: a quarter as many
-# requests as origins keeps ~88 % of them first requests however fast the machine (a 10 s
-# run on a fast one went through all the origins and measured repeats), and each request
-# is bounded in time (-t) so the run is too.
-bound=(-n "$(( UNSEEN / 4 > 0 ? UNSEEN / 4 : 1 ))" -t "${SECONDS_PER_RUN}s")
-run direct-unseen direct --urls-from-file "$WORK/unseen-urls.txt"
-unseen_before=$(curl -sSf "http://$HTTP_ORIGIN/stats" | sed 's/[^0-9]//g')
-run proxy-unseen proxy --urls-from-file "$WORK/unseen-urls.txt"
-unseen_after=$(curl -sSf "http://$HTTP_ORIGIN/stats" | sed 's/[^0-9]//g')
-echo $((unseen_after - unseen_before)) >"$WORK/proxy-unseen.fetched"
+# Unseen origins: every URL is its own origin (127.1.x.y; half of them for HTTP, half for
+# HTTPS, bench/origin); oha picks URLs at random, so some are picked twice: the origin
+# counts the robots.txt it served, i.e. the origins agentgate really fetched for the first
+# time. A count, not a duration: a quarter as many requests as origins keeps ~88 % of them
+# first requests however fast the machine (a 10 s run on a fast one went through all the
+# origins and measured repeats), and each request is bounded in time (-t) so the run is too.
+# unseen RUN-SUFFIX URL-FILE: the direct run and agentgate's over the origins in URL-FILE.
+unseen() {
+    local suffix=$1 urls=$2 count
+    count=$(wc -l <"$urls")
+    bound=(-n "$(( count / 4 > 0 ? count / 4 : 1 ))" -t "${SECONDS_PER_RUN}s")
+    run "direct-unseen$suffix" direct --urls-from-file "$urls"
+    local before after
+    before=$(curl -sSf "http://$HTTP_ORIGIN/stats" | sed 's/[^0-9]//g')
+    run "proxy-unseen$suffix" proxy --urls-from-file "$urls"
+    after=$(curl -sSf "http://$HTTP_ORIGIN/stats" | sed 's/[^0-9]//g')
+    echo $((after - before)) >"$WORK/proxy-unseen$suffix.fetched"
+}
+unseen "" "$WORK/unseen-urls.txt"
+# HTTPS: a CONNECT to each, a leaf minted for it, and its four policy files over TLS.
+[ ! -s "$WORK/unseen-https-urls.txt" ] || unseen -https "$WORK/unseen-https-urls.txt"
 
 # --- memory: a fresh agentgate per measurement ----------------------------------------
 for mode in keepalive mitm; do

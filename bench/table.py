@@ -17,6 +17,7 @@ SCENARIOS = [
     ("MITM HTTPS, new connection per request", "mitm-newconn", "direct-https-newconn"),
     ("MITM HTTPS, 1 MiB, keep-alive", "mitm-1m", "direct-https-1m"),
     ("HTTP, first request to an unseen origin", "proxy-unseen", "direct-unseen"),
+    ("MITM HTTPS, first request to an unseen origin", "proxy-unseen-https", "direct-unseen-https"),
 ]
 # The floor proxy's run beside an agentgate run: the same requests through hyper's server and
 # pooled client (for MITM also a minted, cached leaf and rustls both ways) with nothing else
@@ -67,6 +68,9 @@ def main():
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     notes = []
     for label, proxied, direct in SCENARIOS:
+        if not os.path.exists(os.path.join(work, f"{direct}.json")):
+            notes.append(f"{label}: not run (the origin could not bind port 443)")
+            continue
         d = load(work, direct)
         print(row(f"{label}: direct", d, 0, None, clk_tck))
         runs = [(direct, d)]
@@ -83,13 +87,14 @@ def main():
             if bad:
                 notes.append(f"{name}: {bad} responses not 200 or errors "
                              f"({result['statusCodeDistribution']}, {result['errorDistribution']})")
-    fetched = os.path.join(work, "proxy-unseen.fetched")
-    if os.path.exists(fetched):
-        with open(fetched) as f:
-            origins = int(f.read())
-        total = completed(load(work, "proxy-unseen"))
-        notes.append(f"unseen origins: {origins} of {total} requests went to an origin agentgate had not seen "
-                     "(the rest picked an origin a second time)")
+    for run in ("proxy-unseen", "proxy-unseen-https"):
+        fetched = os.path.join(work, f"{run}.fetched")
+        if os.path.exists(fetched):
+            with open(fetched) as f:
+                origins = int(f.read())
+            total = completed(load(work, run))
+            notes.append(f"{run}: {origins} of {total} requests went to an origin agentgate had not seen "
+                         "(the rest picked an origin a second time)")
     for mode, label in (("keepalive", "idle keep-alive connections"), ("mitm", "idle MITM tunnels")):
         path = os.path.join(work, f"idle-{mode}.json")
         if os.path.exists(path):

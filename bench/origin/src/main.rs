@@ -5,11 +5,16 @@
 //! Listeners (all on 127.0.0.0/8, never anything else):
 //! - the main origin on 127.0.0.2: HTTP and HTTPS on free ports, and HTTPS on 443 when it
 //!   can be bound, which is where agentgate fetches AGENTS.md for an `http://` origin;
-//! - `--unseen N` origins for the first-request scenario: 127.1.x.y, HTTP on one free port
-//!   and HTTPS on 443 (when bindable), each its own origin to agentgate's policy cache.
-//!   They close every connection after one answer: a client that pools its connections
-//!   to every origin it has seen (agentgate keeps them `[upstream] idle_timeout`) would
-//!   otherwise hold thousands open here and exhaust this process's open-file limit.
+//! - `--unseen N` origins for the first-request scenarios: 127.1.x.y, HTTP on one free port
+//!   and HTTPS on 443 (when bindable), each its own origin to agentgate's policy cache. The
+//!   first half are the HTTP scenario's (`DIR/unseen-urls.txt`), the second half the HTTPS
+//!   one's (`DIR/unseen-https-urls.txt`, when 443 could be bound), so neither finds a
+//!   connection or a policy the other left. Their connections keep alive, as real origins'
+//!   do (agentgate's policy fetches take turns on one connection and its request reuses it),
+//!   and each is closed gracefully [`UNSEEN_CONNECTION_LIFETIME`] after it opened: a client
+//!   that pools its connections to every origin it has seen (agentgate keeps them
+//!   `[upstream] idle_timeout`) would otherwise hold thousands open here and exhaust this
+//!   process's open-file limit.
 //!
 //! It makes a CA at start with rcgen (written to `DIR/origin-ca.pem`, which run.sh gives
 //! agentgate as `[upstream] extra_ca_files`) and a leaf certificate per listening address.
@@ -22,8 +27,9 @@
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -39,7 +45,19 @@ mod pki;
 
 use pki::{BoxError, Pki};
 
-const MAIN_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+/// `--net K` (0 unless given) moves every address: the main origin to 127.0.K.2 and the
+/// unseen origins to 127.(1+K).x.y, so two origins (two benchmarks at once) never compete
+/// for the same port 443.
+static NET: AtomicU8 = AtomicU8::new(0);
+
+fn main_ip() -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, NET.load(Ordering::Relaxed), 2)
+}
+
+/// How long an unseen origin keeps a connection: long enough for one first request (its
+/// policy fetches and the request itself), short enough that a run's connections do not
+/// pile up here. Closed gracefully: an answer in flight is finished first.
+const UNSEEN_CONNECTION_LIFETIME: Duration = Duration::from_secs(2);
 
 const ROBOTS: &str = include_str!("../policy/robots.txt");
 const AGENTS_TXT: &str = include_str!("../policy/agents.txt");
@@ -62,11 +80,13 @@ enum Kind {
 struct Args {
     dir: PathBuf,
     unseen: u32,
+    net: u8,
 }
 
 fn parse_args() -> Result<Args, BoxError> {
     let mut dir = None;
     let mut unseen = 0;
+    let mut net = 0;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -78,10 +98,14 @@ fn parse_args() -> Result<Args, BoxError> {
                     return Err(format!("--unseen {unseen}: at most 60000 (127.1.0.0/16)").into());
                 }
             }
-            other => return Err(format!("unknown argument {other}; usage: --dir DIR [--unseen N]").into()),
+            "--net" => {
+                let value = args.next().ok_or("--net needs a number")?;
+                net = value.parse().ok().filter(|k| *k < 100).ok_or(format!("--net {value}: a number below 100"))?;
+            }
+            other => return Err(format!("unknown argument {other}; usage: --dir DIR [--unseen N] [--net K]").into()),
         }
     }
-    Ok(Args { dir: dir.ok_or("--dir DIR is required")?, unseen })
+    Ok(Args { dir: dir.ok_or("--dir DIR is required")?, unseen, net })
 }
 
 #[tokio::main]
@@ -96,7 +120,8 @@ async fn main() -> Result<(), BoxError> {
         unseen_robots: AtomicU64::new(0),
     });
 
-    let main_ip = IpAddr::V4(MAIN_IP);
+    NET.store(args.net, Ordering::Relaxed);
+    let main_ip = IpAddr::V4(main_ip());
     let main_acceptor = tls_acceptor(&pki, main_ip)?;
     let http = TcpListener::bind((main_ip, 0)).await?;
     let https = TcpListener::bind((main_ip, 0)).await?;
@@ -115,25 +140,26 @@ async fn main() -> Result<(), BoxError> {
         }
     };
 
-    let unseen_port = bind_unseen(&args, port_443, &pki, &state).await?;
-    write_env(&args.dir, http_port, https_port, port_443, unseen_port, args.unseen)?;
+    let (unseen_port, unseen_https) = bind_unseen(&args, &pki, &state).await?;
+    write_env(&args.dir, http_port, https_port, port_443, (unseen_port, unseen_https), args.unseen)?;
     eprintln!("origin: ready (http {http_port}, https {https_port}, 443 {port_443}, unseen {})", args.unseen);
     std::future::pending::<()>().await;
     Ok(())
 }
 
-/// The address of unseen origin `i`: 127.1.x.y, skipping .0 and .255 in the last byte.
+/// The address of unseen origin `i`: 127.(1+K).x.y, skipping .0 and .255 in the last byte.
 fn unseen_ip(i: u32) -> IpAddr {
     let n = i / 254 * 256 + i % 254 + 1;
-    IpAddr::V4(Ipv4Addr::new(127, 1, (n >> 8) as u8, (n & 0xff) as u8))
+    IpAddr::V4(Ipv4Addr::new(127, 1 + NET.load(Ordering::Relaxed), (n >> 8) as u8, (n & 0xff) as u8))
 }
 
 /// Binds the unseen origins: HTTP on one port shared by all their addresses (found by
-/// binding the first on port 0) and HTTPS on 443; each TLS certificate is made on the
-/// address's first handshake. Returns the HTTP port.
-async fn bind_unseen(args: &Args, port_443: bool, pki: &Arc<Pki>, state: &Arc<State>) -> Result<u16, BoxError> {
+/// binding the first on port 0) and HTTPS on 443 when this process may bind it (whether or
+/// not another origin holds the main address's 443); each TLS certificate is made on the
+/// address's first handshake. Returns the HTTP port and whether HTTPS is served.
+async fn bind_unseen(args: &Args, pki: &Arc<Pki>, state: &Arc<State>) -> Result<(u16, bool), BoxError> {
     if args.unseen == 0 {
-        return Ok(0);
+        return Ok((0, false));
     }
     let first = TcpListener::bind((unseen_ip(0), 0)).await?;
     let port = first.local_addr()?.port();
@@ -144,21 +170,39 @@ async fn bind_unseen(args: &Args, port_443: bool, pki: &Arc<Pki>, state: &Arc<St
             .map_err(|e| format!("bind {}:{port}: {e} (raise `ulimit -n`, or lower BENCH_UNSEEN)", unseen_ip(i)))?;
         serve(listener, None, Kind::Unseen, state.clone());
     }
-    if port_443 {
-        for i in 0..args.unseen {
-            let ip = unseen_ip(i);
-            let listener = TcpListener::bind((ip, 443)).await.map_err(|e| format!("bind {ip}:443: {e}"))?;
-            serve_lazy_tls(listener, ip, pki.clone(), state.clone());
-        }
+    let Ok(first_443) = TcpListener::bind((unseen_ip(0), 443)).await else {
+        eprintln!("origin: cannot bind port 443 (not root?): no unseen HTTPS origins");
+        return Ok((port, false));
+    };
+    serve_lazy_tls(first_443, unseen_ip(0), pki.clone(), state.clone());
+    for i in 1..args.unseen {
+        let ip = unseen_ip(i);
+        let listener = TcpListener::bind((ip, 443)).await.map_err(|e| format!("bind {ip}:443: {e}"))?;
+        serve_lazy_tls(listener, ip, pki.clone(), state.clone());
     }
-    Ok(port)
+    Ok((port, true))
 }
 
-fn write_env(dir: &Path, http: u16, https: u16, port_443: bool, unseen_port: u16, unseen: u32) -> Result<(), BoxError> {
-    let urls: String = (0..unseen).map(|i| format!("http://{}:{unseen_port}/bench/1k\n", unseen_ip(i))).collect();
+fn write_env(
+    dir: &Path,
+    http: u16,
+    https: u16,
+    port_443: bool,
+    (unseen_port, unseen_https): (u16, bool),
+    unseen: u32,
+) -> Result<(), BoxError> {
+    let half = unseen.div_ceil(2);
+    let urls: String = (0..half).map(|i| format!("http://{}:{unseen_port}/bench/1k\n", unseen_ip(i))).collect();
     std::fs::write(dir.join("unseen-urls.txt"), urls)?;
+    let https_urls: String = if unseen_https {
+        (half..unseen).map(|i| format!("https://{}/bench/1k\n", unseen_ip(i))).collect()
+    } else {
+        String::new()
+    };
+    std::fs::write(dir.join("unseen-https-urls.txt"), https_urls)?;
     let env = format!(
-        "ORIGIN_IP={MAIN_IP}\nORIGIN_HTTP_PORT={http}\nORIGIN_HTTPS_PORT={https}\nORIGIN_443={}\nORIGIN_UNSEEN_PORT={unseen_port}\n",
+        "ORIGIN_IP={}\nORIGIN_HTTP_PORT={http}\nORIGIN_HTTPS_PORT={https}\nORIGIN_443={}\nORIGIN_UNSEEN_PORT={unseen_port}\n",
+        main_ip(),
         u8::from(port_443)
     );
     // Written last and renamed into place: run.sh waits for this file.
@@ -218,22 +262,36 @@ async fn accept(listener: &TcpListener) -> Option<TcpStream> {
 
 async fn connection(stream: TcpStream, tls: Option<TlsAcceptor>, kind: Kind, state: Arc<State>) {
     let _ = stream.set_nodelay(true);
+    match tls {
+        None => serve_http(TokioIo::new(stream), kind, state).await,
+        Some(tls) => {
+            let Ok(stream) = tls.accept(stream).await else { return };
+            serve_http(TokioIo::new(stream), kind, state).await;
+        }
+    }
+}
+
+/// HTTP/1.1 on one connection, keep-alive; an unseen origin's connection is shut down
+/// gracefully after [`UNSEEN_CONNECTION_LIFETIME`].
+async fn serve_http<I>(io: I, kind: Kind, state: Arc<State>)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
     let service = service_fn(move |request| {
         let state = state.clone();
         async move { Ok::<_, Infallible>(respond(&request, kind, &state)) }
     });
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.keep_alive(!matches!(kind, Kind::Unseen));
+    let http = hyper::server::conn::http1::Builder::new();
+    let conn = http.serve_connection(io, service);
+    tokio::pin!(conn);
     // Errors are the client going away mid-response (oha's deadline): nothing to report.
-    match tls {
-        None => {
-            let _ = http.serve_connection(TokioIo::new(stream), service).await;
-        }
-        Some(tls) => {
-            let Ok(stream) = tls.accept(stream).await else { return };
-            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+    if let Kind::Unseen = kind {
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            () = tokio::time::sleep(UNSEEN_CONNECTION_LIFETIME) => conn.as_mut().graceful_shutdown(),
         }
     }
+    let _ = conn.await;
 }
 
 fn respond(request: &Request<Incoming>, kind: Kind, state: &State) -> Response<Full<Bytes>> {
