@@ -172,6 +172,14 @@ pub enum TlsError {
         /// rcgen's error.
         source: rcgen::Error,
     },
+    /// The key the leaf certificates certify could not be made.
+    #[error(
+        "cannot make the key for intercepted hosts' certificates: {reason}; this is a bug in agentgate or its crypto library, please report it"
+    )]
+    LeafKey {
+        /// What failed (key generation, or loading the key into rustls).
+        reason: String,
+    },
     /// The host to mint a leaf for is neither a DNS name nor an IP address.
     #[error("cannot mint a certificate for {host:?}: not a valid DNS name or IP address")]
     InvalidHost {

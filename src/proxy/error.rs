@@ -34,6 +34,13 @@ pub enum StartError {
         source: TlsError,
     },
 
+    /// The key of the minted leaf certificates could not be made.
+    #[error("{source}")]
+    LeafKey {
+        /// What the TLS module reported.
+        source: TlsError,
+    },
+
     /// A signing agent's key could not be loaded or created (`signing` in `[agent]` / `[[agents]]`).
     #[error("{source}")]
     Signing {

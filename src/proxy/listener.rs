@@ -95,7 +95,8 @@ impl Proxy {
         let ca = CertificateAuthority::load_or_create(&config.ca.dir)
             .map_err(|source| StartError::Ca { dir: config.ca.dir.clone(), source })?;
         let ca_cert_path = ca.cert_path().to_owned();
-        let certs = LeafCertCache::new(Arc::new(ca), config.mitm.cert_cache_size);
+        let certs = LeafCertCache::new(Arc::new(ca), config.mitm.cert_cache_size)
+            .map_err(|source| StartError::LeafKey { source })?;
         let guard = Arc::new(guard(&config, resolver));
         let metrics = Arc::new(Metrics::new());
         // One pool for proxied requests and policy fetches: one socket budget, guard and

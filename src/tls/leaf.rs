@@ -7,11 +7,19 @@
 //!
 //! Never does: accept connections or pick the host itself (the proxy passes it in).
 //!
-//! Each leaf has its own fresh ECDSA P-256 key (never the CA's), a SAN for the host (an IP
-//! address SAN for IP literals), EKU serverAuth, an AKI, KU digitalSignature, a random 16-byte
-//! serial, and a validity of [`LEAF_VALIDITY`] from one hour in the past. Cache entries live at
-//! most [`CACHE_TTL`], well inside that validity, so a long-running proxy never serves an
-//! expired leaf.
+//! Every leaf certifies one ECDSA P-256 key made when the cache is (so once per process, held
+//! in memory only, never written, never the CA's), with a SAN for the host (an IP address SAN
+//! for IP literals), EKU serverAuth, an AKI, KU digitalSignature, a random 16-byte serial, and
+//! a validity of [`LEAF_VALIDITY`] from one hour in the past. Cache entries live at most
+//! [`CACHE_TTL`], well inside that validity, so a long-running proxy never serves an expired
+//! leaf.
+//!
+//! One key per process rather than per host (as mitmproxy, Squid and hudsucker do, who go
+//! further and use the CA's own key): a fresh key per host cost two P-256 base-point
+//! multiplications (making it, then loading it into rustls), about a tenth of the CPU of a
+//! first request to an unseen HTTPS origin (bench/RESULTS.md, "First requests"). It buys no
+//! isolation: every host's key sat in this same process's memory beside the CA key that
+//! signs them, so whoever can read one can read them all and mint their own.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -26,7 +34,7 @@ use rcgen::{
 use rustls::ServerConfig;
 use rustls::pki_types::{DnsName, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::ResolvesServerCertUsingSni;
-use rustls::sign::{CertifiedKey, SingleCertAndKey};
+use rustls::sign::{CertifiedKey, SigningKey, SingleCertAndKey};
 
 use super::ca::{BACKDATE, random_serial};
 use super::{CertificateAuthority, TlsError, crypto_provider, interception_provider};
@@ -45,6 +53,8 @@ const MAX_COMMON_NAME: usize = 64;
 #[derive(Clone)]
 pub struct LeafCertCache {
     ca: Arc<CertificateAuthority>,
+    /// The key every leaf certifies.
+    key: Arc<LeafKey>,
     cache: Cache<String, Arc<ServerConfig>>,
     /// Cloned per host with its own cert resolver, so the session cache and ticketer are shared.
     template: Arc<ServerConfig>,
@@ -61,11 +71,31 @@ impl std::fmt::Debug for LeafCertCache {
     }
 }
 
+/// The leafs' key: rcgen's copy (its public half goes in each certificate) and rustls's
+/// (signs each handshake), loaded once.
+struct LeafKey {
+    pair: KeyPair,
+    signer: Arc<dyn SigningKey>,
+}
+
+impl LeafKey {
+    fn generate() -> Result<Self, TlsError> {
+        let failed = |reason: String| TlsError::LeafKey { reason };
+        let pair = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(|e| failed(e.to_string()))?;
+        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pair.serialize_der()));
+        let signer = crypto_provider().key_provider.load_private_key(der).map_err(|e| failed(e.to_string()))?;
+        Ok(LeafKey { pair, signer })
+    }
+}
+
 impl LeafCertCache {
     /// A cache minting leafs signed by `ca`, holding at most `capacity` hosts (`[mitm] cert_cache_size`).
     ///
     /// When full, the least recently useful hosts are evicted and minted again on their next use.
-    pub fn new(ca: Arc<CertificateAuthority>, capacity: u64) -> Self {
+    ///
+    /// # Errors
+    /// [`TlsError::LeafKey`] when the leafs' key cannot be made (the system's random source failed).
+    pub fn new(ca: Arc<CertificateAuthority>, capacity: u64) -> Result<Self, TlsError> {
         let mut template = ServerConfig::builder_with_provider(interception_provider())
             .with_safe_default_protocol_versions()
             .expect("the ring provider supports TLS 1.2 and 1.3, the safe default versions")
@@ -75,12 +105,13 @@ impl LeafCertCache {
         template.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         // Ours, not the client's: AES-128-GCM first (see `interception_provider`).
         template.ignore_client_order = true;
-        Self {
+        Ok(Self {
             ca,
+            key: Arc::new(LeafKey::generate()?),
             cache: Cache::builder().max_capacity(capacity).time_to_live(CACHE_TTL).build(),
             template: Arc::new(template),
             minted: Arc::new(AtomicU64::new(0)),
-        }
+        })
     }
 
     /// A rustls server config presenting a leaf for `host` (DNS name or IP literal, IPv6 with or without brackets), ALPN ["h2","http/1.1"].
@@ -94,10 +125,11 @@ impl LeafCertCache {
     /// [`TlsError::Mint`] when minting itself fails.
     pub async fn server_config(&self, host: &str) -> Result<Arc<ServerConfig>, TlsError> {
         let (name, san) = subject(host)?;
-        let (ca, template, minted) = (Arc::clone(&self.ca), Arc::clone(&self.template), Arc::clone(&self.minted));
+        let (ca, key, template) = (Arc::clone(&self.ca), Arc::clone(&self.key), Arc::clone(&self.template));
+        let minted = Arc::clone(&self.minted);
         let task_name = name.clone();
         let mint_job = async move {
-            let certified = tokio::task::spawn_blocking(move || mint(&ca, &task_name, san))
+            let certified = tokio::task::spawn_blocking(move || mint(&ca, &key, &task_name, san))
                 .await
                 .map_err(|e| format!("the minting task failed ({e}); the runtime may be shutting down"))??;
             minted.fetch_add(1, Ordering::Relaxed);
@@ -142,11 +174,10 @@ fn subject(host: &str) -> Result<(String, SanType), TlsError> {
     Ok((name, SanType::DnsName(ia5)))
 }
 
-/// Mints a leaf for `host` (already normalised, SAN `san`) with its own new key; returns `[leaf, ca]` and the key.
+/// Mints a leaf for `host` (already normalised, SAN `san`) certifying `key`; returns `[leaf, ca]` and the key.
 ///
 /// The error is the reason only: the caller wraps it into [`TlsError::Mint`] with the host.
-fn mint(ca: &CertificateAuthority, host: &str, san: SanType) -> Result<CertifiedKey, String> {
-    let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(|e| format!("key generation: {e}"))?;
+fn mint(ca: &CertificateAuthority, key: &LeafKey, host: &str, san: SanType) -> Result<CertifiedKey, String> {
     let mut params = CertificateParams::default();
     let mut name = DistinguishedName::new();
     if host.len() <= MAX_COMMON_NAME {
@@ -163,10 +194,9 @@ fn mint(ca: &CertificateAuthority, host: &str, san: SanType) -> Result<Certified
     params.not_before = (now - BACKDATE).into();
     params.not_after = (now + LEAF_VALIDITY).into();
     params.serial_number = Some(random_serial());
-    let leaf = params.signed_by(&key, ca.issuer()).map_err(|e| format!("signing: {e}"))?;
+    let leaf = params.signed_by(&key.pair, ca.issuer()).map_err(|e| format!("signing: {e}"))?;
     let chain = vec![leaf.der().clone(), ca.cert_der().clone()];
-    let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    CertifiedKey::from_der(chain, key_der, &crypto_provider()).map_err(|e| format!("loading the new key: {e}"))
+    Ok(CertifiedKey::new(chain, Arc::clone(&key.signer)))
 }
 
 #[cfg(test)]
@@ -195,7 +225,7 @@ mod tests {
 
     fn mint_for(ca: &CertificateAuthority, host: &str) -> CertifiedKey {
         let (name, san) = subject(host).unwrap();
-        mint(ca, &name, san).unwrap()
+        mint(ca, &LeafKey::generate().unwrap(), &name, san).unwrap()
     }
 
     /// Verifies `leaf` for `server_name` at `now + offset` (offset may be negative, in seconds).
@@ -257,14 +287,23 @@ mod tests {
     }
 
     #[test]
-    fn every_leaf_has_its_own_key() {
+    fn leafs_certify_the_process_key_which_is_never_the_cas_and_new_each_process() {
         let (_dir, ca) = test_ca();
-        let (first, second) = (mint_for(&ca, "example.test"), mint_for(&ca, "example.test"));
+        let key = LeafKey::generate().unwrap();
+        let mint_with = |key: &LeafKey, host: &str| {
+            let (name, san) = subject(host).unwrap();
+            mint(&ca, key, &name, san).unwrap()
+        };
+        let (first, second) = (mint_with(&key, "example.test"), mint_with(&key, "other.test"));
         let ca_key = rcgen::PublicKeyData::subject_public_key_info(ca.issuer().key());
         let first_key = first.key.public_key().unwrap();
-        assert_ne!(first_key.as_ref(), ca_key.as_slice());
-        assert_ne!(first_key, second.key.public_key().unwrap());
+        assert_ne!(first_key.as_ref(), ca_key.as_slice(), "never the CA's key");
+        assert_eq!(first_key, second.key.public_key().unwrap(), "one key for every host of a process");
         assert_ne!(first.cert[0], second.cert[0]);
+        // Another process (another cache) makes its own.
+        let other = mint_with(&LeafKey::generate().unwrap(), "example.test");
+        assert_ne!(first_key, other.key.public_key().unwrap());
+        verify_at(&ca, &second, "other.test", 0).unwrap();
     }
 
     #[test]
@@ -278,7 +317,7 @@ mod tests {
     #[tokio::test]
     async fn handshake_over_duplex_negotiates_h2_and_our_aes_128_gcm() {
         let (_dir, ca) = test_ca();
-        let cache = LeafCertCache::new(Arc::clone(&ca), 16);
+        let cache = LeafCertCache::new(Arc::clone(&ca), 16).unwrap();
         let server_config = cache.server_config("[::1]").await.unwrap();
 
         let mut client_config = ClientConfig::builder_with_provider(crypto_provider())
@@ -318,7 +357,7 @@ mod tests {
     #[tokio::test]
     async fn cache_returns_the_same_config_for_the_same_host() {
         let (_dir, ca) = test_ca();
-        let cache = LeafCertCache::new(ca, 16);
+        let cache = LeafCertCache::new(ca, 16).unwrap();
         let first = cache.server_config("example.test").await.unwrap();
         let again = cache.server_config("EXAMPLE.test.").await.unwrap();
         assert!(Arc::ptr_eq(&first, &again));
@@ -333,7 +372,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_first_requests_mint_once() {
         let (_dir, ca) = test_ca();
-        let cache = LeafCertCache::new(ca, 16);
+        let cache = LeafCertCache::new(ca, 16).unwrap();
         let tasks: Vec<_> = (0..32)
             .map(|_| {
                 let cache = cache.clone();

@@ -161,7 +161,7 @@ mod tests {
     async fn extra_ca_file_is_trusted() {
         let dir = tempfile::tempdir().unwrap();
         let ca = Arc::new(CertificateAuthority::create(dir.path(), false).unwrap());
-        let origin = LeafCertCache::new(Arc::clone(&ca), 4).server_config("origin.test").await.unwrap();
+        let origin = LeafCertCache::new(Arc::clone(&ca), 4).unwrap().server_config("origin.test").await.unwrap();
         let handshake = |client: ClientConfig| {
             let origin = Arc::clone(&origin);
             async move {

@@ -212,7 +212,7 @@ mod tests {
         crate::tls::install_default_provider();
         let dir = tempfile::tempdir().expect("a temp dir");
         let ca = crate::tls::CertificateAuthority::create(dir.path(), false).expect("a CA");
-        let certs = crate::tls::LeafCertCache::new(Arc::new(ca), 4);
+        let certs = crate::tls::LeafCertCache::new(Arc::new(ca), 4).expect("a leaf key");
         let authority: Authority = "example.com:443".parse().expect("an authority");
         let accept = |io: tokio::io::DuplexStream| {
             let certs = &certs;
