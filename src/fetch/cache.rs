@@ -43,6 +43,26 @@ use crate::redis_connection::ConnectError;
 /// refresh sends and the text the admin API shows.
 type Responses = Arc<[(&'static str, FetchOutcome)]>;
 
+/// Appends `responses` to a load's one log line: `/robots.txt 200 149 B`, `/agents.txt 404`,
+/// `/AGENTS.md failed (timed out)`, separated by `, `. Each file's own line (URL, redirects,
+/// freshness, time) is at `debug` (`fetch::get`).
+fn describe(line: &mut String, responses: &Responses) {
+    use std::fmt::Write as _;
+    for (path, outcome) in responses.iter() {
+        let separator = if line.is_empty() { "" } else { ", " };
+        let _ = match outcome {
+            FetchOutcome::Response { status, body, over_cap: false, .. } if !body.is_empty() => {
+                write!(line, "{separator}{path} {status} {} B", body.len())
+            }
+            FetchOutcome::Response { status, body, over_cap: true, .. } => {
+                write!(line, "{separator}{path} {status} over the cap (first {} B kept)", body.len().saturating_sub(1))
+            }
+            FetchOutcome::Response { status, .. } => write!(line, "{separator}{path} {status}"),
+            FetchOutcome::Failed(error) => write!(line, "{separator}{path} failed ({error})"),
+        };
+    }
+}
+
 /// What [`Responses`] weigh: bodies and headers.
 fn responses_bytes(responses: &Responses) -> usize {
     responses
@@ -228,6 +248,14 @@ macro_rules! snapshot {
                         started,
                     )
                 ),*);
+                let mut files = String::new();
+                $(if previous.is_none_or(|p| !Arc::ptr_eq(&p.responses.$field, &$field.2)) {
+                    describe(&mut files, &$field.2);
+                })*
+                if !files.is_empty() {
+                    let ms = started.elapsed().as_millis() as u64;
+                    tracing::info!(origin = %origin, files = %files, ms, "policies loaded");
+                }
                 let freshness = Freshnesses { $($field: $field.1,)* };
                 let responses = AllResponses { $($field: $field.2,)* };
                 let fresh_until = freshness.all().map(|f| f.fresh_until).min().unwrap_or(started);
@@ -810,5 +838,38 @@ fn text_of(responses: &Responses) -> Option<Arc<str>> {
             Some(Arc::from(String::from_utf8_lossy(body)))
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::policy::{FetchError, Headers};
+
+    #[test]
+    fn a_loads_files_are_told_in_one_line() {
+        let response = |body: &str, over_cap| FetchOutcome::Response {
+            status: 200,
+            headers: Headers::default(),
+            body: body.as_bytes().to_vec(),
+            over_cap,
+        };
+        let ok = |body: &str| response(body, false);
+        let mut line = String::new();
+        describe(&mut line, &Arc::from([("/robots.txt", ok("User-agent: *\n"))]));
+        describe(
+            &mut line,
+            &Arc::from([
+                ("/AGENTS.md", FetchOutcome::not_found()),
+                ("/.well-known/agents.md", FetchOutcome::Failed(FetchError::Timeout)),
+            ]),
+        );
+        let cut = response("12345", true);
+        describe(&mut line, &Arc::from([("/agents.txt", cut)]));
+        assert_eq!(
+            line,
+            "/robots.txt 200 14 B, /AGENTS.md 404, /.well-known/agents.md failed (timed out), /agents.txt 200 over the cap (first 4 B kept)"
+        );
     }
 }

@@ -2,7 +2,8 @@
 //! redirects resolved against the current URL, HTTPS kept for AGENTS.md, the body streamed
 //! up to the format's cap plus one byte, one timeout over all of it, and one tracing line.
 //! The result is a [`FetchOutcome`] for the format's `from_fetch`, plus the response's
-//! freshness lifetime; nothing here reads the body or gives a status a meaning.
+//! freshness lifetime; nothing here reads the body or gives a status a meaning. Its line is
+//! at `debug`: a load's files are told at `info` in one line (`fetch::cache`).
 //!
 //! Revalidation (RFC 9111 §4.3): given the stored copy of the file, the request carries its
 //! validators (`If-None-Match` from `ETag`, `If-Modified-Since` from `Last-Modified`); a
@@ -82,7 +83,7 @@ impl Fetcher {
                 head.headers = merge_headers(stored_headers, &head.headers);
                 head.status = http::StatusCode::from_u16(*status).unwrap_or(http::StatusCode::OK);
                 let ttl = self.ttl.lifetime(&answer.request, &head, SystemTime::now());
-                tracing::info!(
+                tracing::debug!(
                     origin = %origin, file = file.path(), url = %answer.url, status = 304, bytes = 0, ttl_s = ttl.as_secs(), ms,
                     "policy file not modified; the stored copy is fresh again"
                 );
@@ -96,7 +97,7 @@ impl Fetcher {
             }
             (Ok(answer), _) => {
                 let ttl = self.ttl.lifetime(&answer.request, &answer.head, SystemTime::now());
-                tracing::info!(
+                tracing::debug!(
                     origin = %origin, file = file.path(), url = %answer.url, status = answer.head.status.as_u16(),
                     bytes = answer.body.len(), over_cap = answer.over_cap, ttl_s = ttl.as_secs(), ms,
                     "policy file fetched"
@@ -116,7 +117,7 @@ impl Fetcher {
                     FetchError::AtCapacity { .. } => AT_CAPACITY_TTL,
                     _ => self.ttl.failed(),
                 };
-                tracing::info!(
+                tracing::debug!(
                     origin = %origin, file = file.path(), error = %error, bytes = 0, ttl_s = ttl.as_secs(), ms,
                     "policy file fetch failed"
                 );
