@@ -46,8 +46,8 @@ pub(crate) enum ServerProtocols {
 /// size. An `async fn` kept `io` twice for the connection's life (as its argument and in
 /// hyper's connection), and room for a connection of either version inline (a future is as
 /// large as its largest state). With the same change to its callers (`intercept::serve_inside`,
-/// `refused::serve_refusal`, `Drain::serve`): an idle MITM tunnel ~5.5 KiB smaller, an idle
-/// keep-alive connection ~2.5 KiB (bench/idle.py, 1,000 connections).
+/// `refused::serve_refusal`, `Drain::serve`): an idle MITM tunnel ~5 KiB smaller, an idle
+/// keep-alive connection ~3 KiB (bench/idle.py, 1,000 connections, LTO builds).
 pub(crate) fn serve_connection<I, S>(
     io: I,
     service: S,
