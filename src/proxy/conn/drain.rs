@@ -101,9 +101,12 @@ impl Drain {
     /// connection's idle timeout), asks hyper to finish the in-flight requests and close (h1:
     /// after the current response; h2: GOAWAY); on stop, or once `quiet()` completes again
     /// (an h2 client that never acknowledges the GOAWAY's PING), drops it.
+    ///
+    /// `conn` comes boxed: held by value, an `async fn` would keep it twice (as the argument
+    /// and pinned in its body), and with it the connection's stream and buffers' heads.
     pub(crate) async fn serve<C, E, Q>(
         mut self,
-        conn: C,
+        mut conn: Pin<Box<C>>,
         quiet: impl Fn() -> Q,
     ) -> Result<(), Box<dyn StdError + Send + Sync>>
     where
@@ -111,7 +114,6 @@ impl Drain {
         E: Into<Box<dyn StdError + Send + Sync>>,
         Q: Future<Output = ()>,
     {
-        tokio::pin!(conn);
         tokio::select! {
             result = conn.as_mut() => return result.map_err(Into::into),
             () = self.draining() => {}

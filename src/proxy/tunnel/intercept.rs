@@ -10,7 +10,9 @@
 //! Never mints certificates itself (the TLS module does); never routes an inner request
 //! anywhere but the tunnel's destination.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -75,7 +77,7 @@ pub(super) async fn intercept(
     if !is_tls {
         debug!("no TLS ClientHello: serving the tunnel as plain HTTP");
         let tunnel = (authority, Entry::PlainTunnel);
-        Box::pin(serve_inside(state, client, inside, tunnel, io, ServerProtocols::Http1, drain)).await;
+        serve_inside(state, client, inside, tunnel, io, ServerProtocols::Http1, drain).await;
         return Ok(());
     }
     // Boxed, as every stage of a tunnel: a future held by value in an async fn is stored
@@ -128,23 +130,27 @@ where
             .server_config(&name)
             .await
             .map_err(|source| TunnelError::LeafCertificate { host: name.clone(), source })?;
-        start.into_stream(config).await.map_err(tls_failed)
+        let tls = start.into_stream(config).await.map_err(tls_failed)?;
+        // Asked here, not of `tls` below: a local borrowed in an async fn keeps its place in
+        // the future until its scope ends, so the TLS session would be held twice.
+        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+        Ok((tls, if h2 { ServerProtocols::Http2 } else { ServerProtocols::Http1 }))
     };
     // Boxed: the handshake's state is freed once it is done, not kept for the connection's life.
-    let tls = match Box::pin(tokio::time::timeout(handshake_timeout, accept)).await {
+    let (tls, protocols) = match Box::pin(tokio::time::timeout(handshake_timeout, accept)).await {
         Ok(result) => result?,
         Err(_elapsed) => {
             return Err(handshake_failed(format!("the TLS handshake did not finish in {handshake_timeout:?}")));
         }
     };
-    let protocols =
-        if tls.get_ref().1.alpn_protocol() == Some(b"h2") { ServerProtocols::Http2 } else { ServerProtocols::Http1 };
-    Box::pin(serve_inside(state, client, inside, (authority, entry), tls, protocols, drain)).await;
+    serve_inside(state, client, inside, (authority, entry), tls, protocols, drain).await;
     Ok(())
 }
 
-/// Serves the inner HTTP of a tunnel (its TLS terminated, or plain) as `inside` says.
-async fn serve_inside<I>(
+/// Serves the inner HTTP of a tunnel (its TLS terminated, or plain) as `inside` says. Not an
+/// `async fn`, for the reason `serve_connection` is not: the future it returns holds a
+/// pointer to the served connection, not `io` a second time.
+fn serve_inside<I>(
     state: Arc<ProxyState>,
     client: SocketAddr,
     inside: Inside,
@@ -152,16 +158,17 @@ async fn serve_inside<I>(
     io: I,
     protocols: ServerProtocols,
     drain: Drain,
-) where
+) -> Pin<Box<dyn Future<Output = ()> + Send>>
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let settings = state.config.connections.clone();
+    let settings = &state.config.connections;
     match inside {
         Inside::Served(agent, admitted) => {
-            let service = ProxyService::for_tunnel(state, client, tunnel, agent, admitted, drain.clone());
-            serve_connection(io, service, protocols, drain, &settings).await;
+            let service = ProxyService::for_tunnel(Arc::clone(&state), client, tunnel, agent, admitted, drain.clone());
+            Box::pin(serve_connection(io, service, protocols, drain, settings))
         }
-        Inside::Refused(blocked) => serve_refusal(io, blocked, protocols, drain, &settings).await,
+        Inside::Refused(blocked) => Box::pin(serve_refusal(io, blocked, protocols, drain, settings)),
     }
 }
 

@@ -13,7 +13,7 @@
 //! (`RequestRecord::answered_inside`), and the answer carries its `event.id`.
 
 use std::convert::Infallible;
-use std::future::{Ready, ready};
+use std::future::{Future, Ready, ready};
 use std::sync::Arc;
 
 use http::header::{CONNECTION, HeaderValue};
@@ -35,13 +35,15 @@ use crate::proxy::serve::{ServerProtocols, serve_connection};
 /// Serves the inner connection `io` of a refused CONNECT's tunnel until its first request is
 /// answered with `blocked`, then closes it gracefully (or sooner, when agentgate drains);
 /// the close waits at most `[connections] idle_timeout` before the connection is dropped.
-pub(super) async fn serve_refusal<I>(
+/// Not an `async fn`, as `serve_connection` is not: `io` is held once, in the connection.
+pub(super) fn serve_refusal<I>(
     io: I,
     blocked: Arc<Blocked>,
     protocols: ServerProtocols,
     mut drain: Drain,
     settings: &ConnectionsConfig,
-) where
+) -> impl Future<Output = ()> + Send + 'static
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let answered = Arc::new(Notify::new());
@@ -49,15 +51,17 @@ pub(super) async fn serve_refusal<I>(
     // The connection's own shutdown signal, given once it has had its answer: hyper then
     // finishes that answer and closes (h2: GOAWAY).
     let close = DrainController::new();
-    let served = serve_connection(io, service, protocols, close.handle(), settings);
-    tokio::pin!(served);
-    tokio::select! {
-        () = &mut served => return,
-        () = answered.notified() => debug!("refused CONNECT answered inside its tunnel; closing it"),
-        () = drain.draining() => {}
+    let mut served = Box::pin(serve_connection(io, service, protocols, close.handle(), settings));
+    let idle_timeout = settings.idle_timeout;
+    async move {
+        tokio::select! {
+            () = &mut served => return,
+            () = answered.notified() => debug!("refused CONNECT answered inside its tunnel; closing it"),
+            () = drain.draining() => {}
+        }
+        let deadline = Instant::now() + idle_timeout;
+        let ((), _still_open) = tokio::join!(served, close.drain(deadline));
     }
-    let deadline = Instant::now() + settings.idle_timeout;
-    let ((), _still_open) = tokio::join!(served, close.drain(deadline));
 }
 
 /// The service inside a refused CONNECT's tunnel: every request it is handed (the first, and
