@@ -58,19 +58,11 @@ impl<'a> Object<'a> {
         self.key(key).push_str(itoa::Buffer::new().format(value));
     }
 
-    /// `"key":"address"`: IPv4 octet by octet (std's `Display` goes through the formatter
-    /// four times), IPv6 through its `Display`.
+    /// `"key":"address"`, without the formatter for IPv4 (`crate::net::host::push_ip`).
     pub(super) fn ip(&mut self, key: &str, value: IpAddr) {
-        let IpAddr::V4(v4) = value else { return self.shown(key, value) };
         let out = self.key(key);
         out.push('"');
-        let mut octets = itoa::Buffer::new();
-        for (i, octet) in v4.octets().into_iter().enumerate() {
-            if i > 0 {
-                out.push('.');
-            }
-            out.push_str(octets.format(octet));
-        }
+        crate::net::host::push_ip(out, value);
         out.push('"');
     }
 
