@@ -7,7 +7,6 @@
 //!
 //! Never: parses JSON, reorders or drops members, or writes a value it was not given.
 
-use std::fmt::{self, Write as _};
 use std::net::IpAddr;
 
 /// An object being written into a `String`; [`Object::end`] closes it.
@@ -39,18 +38,6 @@ impl<'a> Object<'a> {
     /// `"key":"value"`, escaped as JSON requires.
     pub(super) fn str(&mut self, key: &str, value: &str) {
         string(self.key(key), value);
-    }
-
-    /// `"key":"value"` through `value`'s `Display`, which writes no character JSON escapes
-    /// (timestamps, event ids, IP addresses): no string in between.
-    pub(super) fn shown(&mut self, key: &str, value: impl fmt::Display) {
-        let out = self.key(key);
-        out.push('"');
-        let start = out.len();
-        // fmt::Write for String fails only when a Display impl does; these never do.
-        let _ = write!(out, "{value}");
-        debug_assert!(is_plain(&out[start..]), "{:?} needs escaping", &out[start..]);
-        out.push('"');
     }
 
     /// `"key":value` for a number (itoa: no formatter in between).
