@@ -342,15 +342,21 @@ impl DecisionRecord {
     pub fn to_json_line(&self, log_query: bool) -> String {
         // Sized for a typical line, so it is written without regrowing.
         let mut line = String::with_capacity(LINE_CAPACITY);
-        encode(self, log_query, &mut line);
-        line.push('\n');
+        self.write_json_line(log_query, &mut line);
         line
+    }
+
+    /// [`to_json_line`](Self::to_json_line) at the end of `out`: what the writer encodes into
+    /// a buffer it keeps, so a line costs no allocation of its own.
+    pub(super) fn write_json_line(&self, log_query: bool, out: &mut String) {
+        encode(self, log_query, out);
+        out.push('\n');
     }
 }
 
 /// The buffer a line is encoded into: an allowed request with four reasons and three limits
 /// takes about 1,300 bytes; a longer line grows it.
-const LINE_CAPACITY: usize = 2048;
+pub(super) const LINE_CAPACITY: usize = 2048;
 
 /// The longest instance name kept (a DNS name's limit).
 const MAX_INSTANCE: usize = 253;
