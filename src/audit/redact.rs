@@ -32,12 +32,14 @@ pub struct LoggedUrl<'a> {
 /// [display-unsafe](is_display_unsafe) character left (the request line may carry them as
 /// raw UTF-8) is percent-encoded, as RFC 3986 wants any non-ASCII octet anyway.
 pub fn redact_url(url: &str, log_query: bool) -> LoggedUrl<'_> {
-    let url = url.split_once('#').map_or(url, |(before, _)| before);
+    // Byte searches (memchr, a scan) rather than `str`'s pattern searches: this runs for both
+    // lines of every request, and those were ~1,600 instructions a line (bench/RESULTS.md).
+    let url = memchr::memchr(b'#', url.as_bytes()).map_or(url, |fragment| &url[..fragment]);
     let (authority, domain, path_and_query) = match split_scheme(url) {
         Some((scheme, rest)) => {
-            let end = rest.find(['/', '?']).unwrap_or(rest.len());
+            let end = rest.bytes().position(|b| b == b'/' || b == b'?').unwrap_or(rest.len());
             let (authority, path_and_query) = rest.split_at(end);
-            let host_port = authority.rsplit_once('@').map_or(authority, |(_, host_port)| host_port);
+            let host_port = memchr::memrchr(b'@', authority.as_bytes()).map_or(authority, |at| &authority[at + 1..]);
             let host = host_of(host_port);
             let domain = match host.bytes().any(|b| b.is_ascii_uppercase()) {
                 true => Cow::Owned(host.to_ascii_lowercase()),
@@ -47,7 +49,9 @@ pub fn redact_url(url: &str, log_query: bool) -> LoggedUrl<'_> {
         }
         None => (None, None, url),
     };
-    let query = path_and_query.split_once('?').filter(|_| !log_query);
+    let query = memchr::memchr(b'?', path_and_query.as_bytes())
+        .filter(|_| !log_query)
+        .map(|mark| (&path_and_query[..mark], &path_and_query[mark + 1..]));
     let user_info = authority.is_some_and(|(_, authority, host_port)| authority.len() != host_port.len());
     if query.is_none() && !user_info && is_printable_ascii(url) {
         return LoggedUrl { full: Cow::Borrowed(url), domain };
@@ -110,11 +114,11 @@ fn percent_encode_unsafe(text: &str) -> String {
 /// Splits `scheme://rest` when `url` starts with a valid scheme (RFC 3986 §3.1), so that a
 /// `://` inside an origin-form path or query is not taken for one.
 fn split_scheme(url: &str) -> Option<(&str, &str)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let mut chars = scheme.chars();
-    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    valid.then_some((scheme, rest))
+    // The scheme characters, then `://`: a `:` ends them, so this is the first `://` exactly
+    // when everything before it is a scheme.
+    let end = url.bytes().position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')))?;
+    let (scheme, rest) = (&url[..end], url[end..].strip_prefix("://")?);
+    scheme.starts_with(|c: char| c.is_ascii_alphabetic()).then_some((scheme, rest))
 }
 
 /// The host of `host[:port]`, keeping an IPv6 literal's brackets.
