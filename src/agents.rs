@@ -417,7 +417,7 @@ impl Agents {
     }
 
     fn identity(&self, agent: &Arc<Agent>, client: IpAddr) -> Identity {
-        let id = agent.id.clone().unwrap_or_else(|| Arc::from(client.to_canonical().to_string()));
+        let id = agent.id.clone().unwrap_or_else(|| Arc::from(crate::net::host::ip_text(client.to_canonical())));
         Identity { agent: Arc::clone(agent), id }
     }
 

@@ -7,7 +7,6 @@
 //!
 //! Never: parses JSON, reorders or drops members, or writes a value it was not given.
 
-use std::fmt::{self, Write as _};
 use std::net::IpAddr;
 
 /// An object being written into a `String`; [`Object::end`] closes it.
@@ -41,36 +40,16 @@ impl<'a> Object<'a> {
         string(self.key(key), value);
     }
 
-    /// `"key":"value"` through `value`'s `Display`, which writes no character JSON escapes
-    /// (timestamps, event ids, IP addresses): no string in between.
-    pub(super) fn shown(&mut self, key: &str, value: impl fmt::Display) {
-        let out = self.key(key);
-        out.push('"');
-        let start = out.len();
-        // fmt::Write for String fails only when a Display impl does; these never do.
-        let _ = write!(out, "{value}");
-        debug_assert!(is_plain(&out[start..]), "{:?} needs escaping", &out[start..]);
-        out.push('"');
-    }
-
     /// `"key":value` for a number (itoa: no formatter in between).
     pub(super) fn u64(&mut self, key: &str, value: u64) {
         self.key(key).push_str(itoa::Buffer::new().format(value));
     }
 
-    /// `"key":"address"`: IPv4 octet by octet (std's `Display` goes through the formatter
-    /// four times), IPv6 through its `Display`.
+    /// `"key":"address"`, without the formatter for IPv4 (`crate::net::host::push_ip`).
     pub(super) fn ip(&mut self, key: &str, value: IpAddr) {
-        let IpAddr::V4(v4) = value else { return self.shown(key, value) };
         let out = self.key(key);
         out.push('"');
-        let mut octets = itoa::Buffer::new();
-        for (i, octet) in v4.octets().into_iter().enumerate() {
-            if i > 0 {
-                out.push('.');
-            }
-            out.push_str(octets.format(octet));
-        }
+        crate::net::host::push_ip(out, value);
         out.push('"');
     }
 

@@ -146,9 +146,38 @@ impl EventId {
     }
 }
 
+impl EventId {
+    /// The 32 lower-case hex digits, most significant first, without the formatter (the log
+    /// writes an id on every line).
+    fn hex(self) -> Ascii<32> {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = [0; 32];
+        for (i, digit) in hex.iter_mut().enumerate() {
+            *digit = DIGITS[((self.0 >> (124 - 4 * i)) & 0xf) as usize];
+        }
+        Ascii(hex)
+    }
+}
+
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
+        f.write_str(self.hex().as_str())
+    }
+}
+
+/// Fixed-width text of ASCII digits and punctuation, made without the formatter: an event id
+/// or a timestamp as the log writes them.
+pub(crate) struct Ascii<const N: usize>([u8; N]);
+
+impl<const N: usize> Ascii<N> {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("only ASCII is written into it")
+    }
+}
+
+impl<const N: usize> fmt::Display for Ascii<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -313,15 +342,21 @@ impl DecisionRecord {
     pub fn to_json_line(&self, log_query: bool) -> String {
         // Sized for a typical line, so it is written without regrowing.
         let mut line = String::with_capacity(LINE_CAPACITY);
-        encode(self, log_query, &mut line);
-        line.push('\n');
+        self.write_json_line(log_query, &mut line);
         line
+    }
+
+    /// [`to_json_line`](Self::to_json_line) at the end of `out`: what the writer encodes into
+    /// a buffer it keeps, so a line costs no allocation of its own.
+    pub(super) fn write_json_line(&self, log_query: bool, out: &mut String) {
+        encode(self, log_query, out);
+        out.push('\n');
     }
 }
 
 /// The buffer a line is encoded into: an allowed request with four reasons and three limits
 /// takes about 1,300 bytes; a longer line grows it.
-const LINE_CAPACITY: usize = 2048;
+pub(super) const LINE_CAPACITY: usize = 2048;
 
 /// The longest instance name kept (a DNS name's limit).
 const MAX_INSTANCE: usize = 253;
@@ -362,8 +397,8 @@ pub(super) fn sample(agent: &str, outcome: Outcome, url: &str) -> DecisionRecord
 fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     let url = redact_url(&record.url, log_query);
     let mut map = Object::new(out);
-    map.shown(field::TIMESTAMP, rfc3339_millis(record.timestamp));
-    map.shown(field::EVENT_ID, record.id);
+    map.str(field::TIMESTAMP, rfc3339_millis(record.timestamp).as_str());
+    map.str(field::EVENT_ID, record.id.hex().as_str());
     map.array(field::EVENT_CATEGORY, EVENT_CATEGORY, json::string);
     map.array(field::EVENT_TYPE, [record.event_type()], json::string);
     map.str(field::EVENT_OUTCOME, record.outcome.as_str());
@@ -423,12 +458,12 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
         if let Some(reason) = &approval.reason {
             map.str(field::APPROVAL_REASON, reason);
         }
-        map.shown(field::APPROVAL_AT, rfc3339_millis(approval.at));
+        map.str(field::APPROVAL_AT, rfc3339_millis(approval.at).as_str());
         if let Some(remember) = approval.remember {
             map.str(field::APPROVAL_REMEMBER, remember.as_str());
         }
         if let Some(until) = approval.until {
-            map.shown(field::APPROVAL_UNTIL, rfc3339_millis(until));
+            map.str(field::APPROVAL_UNTIL, rfc3339_millis(until).as_str());
         }
     }
     if let Some(keyid) = record.signature_keyid.as_ref().filter(|_| decision) {
@@ -510,12 +545,47 @@ fn unix_millis(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH).map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// `at` as RFC 3339 in UTC with milliseconds, e.g. `2023-11-14T22:13:20.000Z`. humantime
-/// writes years 1970 to 9999 only; a clock outside them is a broken clock, and the nearest
+/// `at` as RFC 3339 in UTC with milliseconds, e.g. `2023-11-14T22:13:20.000Z`, as humantime's
+/// `format_rfc3339_millis` writes it but without the formatter (the log writes one on every
+/// line; through humantime and `write!` it cost ~700 instructions, bench/RESULTS.md). Years
+/// 1970 to 9999 only, as humantime: a clock outside them is a broken clock, and the nearest
 /// time it can write is the least wrong answer.
-pub(crate) fn rfc3339_millis(at: SystemTime) -> humantime::Rfc3339Timestamp {
+pub(crate) fn rfc3339_millis(at: SystemTime) -> Ascii<24> {
     let latest = UNIX_EPOCH + Duration::from_millis(253_402_300_799_999);
-    humantime::format_rfc3339_millis(at.clamp(UNIX_EPOCH, latest))
+    let since = at.clamp(UNIX_EPOCH, latest).duration_since(UNIX_EPOCH).unwrap_or_default();
+    let (days, seconds) = (since.as_secs() / 86_400, since.as_secs() % 86_400);
+    let (year, month, day) = civil_date(days);
+    let mut text = *b"0000-00-00T00:00:00.000Z";
+    let fields = [
+        (0..4, year),
+        (5..7, month),
+        (8..10, day),
+        (11..13, seconds / 3600),
+        (14..16, seconds / 60 % 60),
+        (17..19, seconds % 60),
+        (20..23, u64::from(since.subsec_millis())),
+    ];
+    for (range, mut value) in fields {
+        for digit in text[range].iter_mut().rev() {
+            *digit = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    }
+    Ascii(text)
+}
+
+/// The proleptic Gregorian (year, month, day) of `days` after 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`, for days on or after the epoch).
+fn civil_date(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z - era * 146_097;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 { shifted_month + 3 } else { shifted_month - 9 };
+    (year_of_era + era * 400 + u64::from(month <= 2), month, day)
 }
 
 #[cfg(test)]
@@ -544,12 +614,25 @@ mod tests {
     }
 
     #[test]
+    fn timestamps_are_what_humantime_writes_across_its_range() {
+        let latest = 253_402_300_799_999_u64;
+        // Every day boundary of four leap cycles, then a stride through the whole range.
+        let days = (0..4 * 1461).map(|day| day * 86_400_000 + 86_399_999);
+        let stride = (0..=100_000).map(|i| latest / 100_000 * i + i % 1000);
+        for millis in days.chain(stride).chain([latest]) {
+            let expected = humantime::format_rfc3339_millis(at(millis)).to_string();
+            assert_eq!(rfc3339_millis(at(millis)).to_string(), expected, "{millis}");
+        }
+    }
+
+    #[test]
     fn event_ids_sort_by_time_and_differ() {
         let earlier = EventId::generate(at(1_700_000_000_000));
         let later = EventId::generate(at(1_700_000_000_001));
         assert!(earlier < later);
         assert_eq!(earlier.to_string().len(), 32);
         assert!(earlier.to_string().starts_with("018bcfe56800"), "{earlier}");
+        assert_eq!(EventId(0xab << 120 | 0x0f).to_string(), format!("{:032x}", 0xab_u128 << 120 | 0x0f));
         let same_ms: std::collections::HashSet<_> = (0..1000).map(|_| EventId::generate(at(5))).collect();
         assert_eq!(same_ms.len(), 1000);
     }

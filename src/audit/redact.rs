@@ -5,20 +5,23 @@
 //! URL disguise itself to its reader: characters that reorder or hide text
 //! ([`is_display_unsafe`]) are percent-encoded.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// What a query value is replaced with.
 pub const REDACTED: &str = "REDACTED";
 
-/// A request URL as the decision log shows it.
+/// A request URL as the decision log shows it: borrowed from the URL redacted when nothing
+/// in it needs changing (the common case: no user info, no query or `log_query`, printable
+/// ASCII, a lower-case host), so most lines cost no copy of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoggedUrl {
+pub struct LoggedUrl<'a> {
     /// The URL for `url.full`: no user info, no fragment, query values redacted unless asked,
     /// display-unsafe characters percent-encoded.
-    pub full: String,
+    pub full: Cow<'a, str>,
     /// The host for `url.domain`, lower-cased; IPv6 literals keep their brackets (ECS).
     /// `None` for a URL without an authority (origin-form such as `/path`).
-    pub domain: Option<String>,
+    pub domain: Option<Cow<'a, str>>,
 }
 
 /// Redacts `url` for the log. Query keys are kept and every value, even an empty one,
@@ -28,37 +31,57 @@ pub struct LoggedUrl {
 /// kept as sent. User info and the fragment are removed either way, and every
 /// [display-unsafe](is_display_unsafe) character left (the request line may carry them as
 /// raw UTF-8) is percent-encoded, as RFC 3986 wants any non-ASCII octet anyway.
-pub fn redact_url(url: &str, log_query: bool) -> LoggedUrl {
-    let url = url.split_once('#').map_or(url, |(before, _)| before);
+pub fn redact_url(url: &str, log_query: bool) -> LoggedUrl<'_> {
+    // Byte searches (memchr, a scan) rather than `str`'s pattern searches: this runs for both
+    // lines of every request, and those were ~1,600 instructions a line (bench/RESULTS.md).
+    let url = memchr::memchr(b'#', url.as_bytes()).map_or(url, |fragment| &url[..fragment]);
+    let (authority, domain, path_and_query) = match split_scheme(url) {
+        Some((scheme, rest)) => {
+            let end = rest.bytes().position(|b| b == b'/' || b == b'?').unwrap_or(rest.len());
+            let (authority, path_and_query) = rest.split_at(end);
+            let host_port = memchr::memrchr(b'@', authority.as_bytes()).map_or(authority, |at| &authority[at + 1..]);
+            let host = host_of(host_port);
+            let domain = match host.bytes().any(|b| b.is_ascii_uppercase()) {
+                true => Cow::Owned(host.to_ascii_lowercase()),
+                false => Cow::Borrowed(host),
+            };
+            (Some((scheme, authority, host_port)), (!host.is_empty()).then_some(domain), path_and_query)
+        }
+        None => (None, None, url),
+    };
+    let query = memchr::memchr(b'?', path_and_query.as_bytes())
+        .filter(|_| !log_query)
+        .map(|mark| (&path_and_query[..mark], &path_and_query[mark + 1..]));
+    let user_info = authority.is_some_and(|(_, authority, host_port)| authority.len() != host_port.len());
+    if query.is_none() && !user_info && is_printable_ascii(url) {
+        return LoggedUrl { full: Cow::Borrowed(url), domain };
+    }
     // Pushed piece by piece into one buffer: `format!` cost a request two formatting passes
     // per log line.
     let mut full = String::with_capacity(url.len() + 16);
-    let (domain, path_and_query) = match split_scheme(url) {
-        Some((scheme, rest)) => {
-            let end = rest.find(['/', '?']).unwrap_or(rest.len());
-            let (authority, path_and_query) = rest.split_at(end);
-            let host_port = authority.rsplit_once('@').map_or(authority, |(_, host_port)| host_port);
-            let domain = host_of(host_port).to_ascii_lowercase();
-            full.push_str(scheme);
-            full.push_str("://");
-            full.push_str(host_port);
-            ((!domain.is_empty()).then_some(domain), path_and_query)
-        }
-        None => (None, url),
-    };
-    match path_and_query.split_once('?') {
-        Some((path, query)) if !log_query => {
+    if let Some((scheme, _, host_port)) = authority {
+        full.push_str(scheme);
+        full.push_str("://");
+        full.push_str(host_port);
+    }
+    match query {
+        Some((path, query)) => {
             full.push_str(path);
             full.push('?');
             full.push_str(&redact_query(query));
         }
-        _ => full.push_str(path_and_query),
+        None => full.push_str(path_and_query),
     }
     // ASCII apart from controls is the common case and needs no second pass.
-    if full.bytes().any(|b| !(0x20..0x7f).contains(&b)) {
+    if !is_printable_ascii(&full) {
         full = percent_encode_unsafe(&full);
     }
-    LoggedUrl { full, domain }
+    LoggedUrl { full: Cow::Owned(full), domain }
+}
+
+/// True when `text` is printable ASCII (no control character, no DEL, nothing beyond).
+fn is_printable_ascii(text: &str) -> bool {
+    text.bytes().all(|b| (0x20..0x7f).contains(&b))
 }
 
 /// Whether `c` must never reach a reader raw: the C0 and C1 controls and DEL (a terminal or
@@ -91,11 +114,11 @@ fn percent_encode_unsafe(text: &str) -> String {
 /// Splits `scheme://rest` when `url` starts with a valid scheme (RFC 3986 §3.1), so that a
 /// `://` inside an origin-form path or query is not taken for one.
 fn split_scheme(url: &str) -> Option<(&str, &str)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let mut chars = scheme.chars();
-    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    valid.then_some((scheme, rest))
+    // The scheme characters, then `://`: a `:` ends them, so this is the first `://` exactly
+    // when everything before it is a scheme.
+    let end = url.bytes().position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')))?;
+    let (scheme, rest) = (&url[..end], url[end..].strip_prefix("://")?);
+    scheme.starts_with(|c: char| c.is_ascii_alphabetic()).then_some((scheme, rest))
 }
 
 /// The host of `host[:port]`, keeping an IPv6 literal's brackets.

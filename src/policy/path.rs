@@ -164,6 +164,9 @@ fn strictness(outcome: Outcome) -> u8 {
 /// resolving dot segments. The query keeps its slashes, dots and `%2F`s; only its unreserved
 /// escapes are decoded (RFC 3986 §6.2.2.2 covers the whole URI).
 fn equivalents(path_and_query: &str) -> Vec<String> {
+    if has_one_spelling(path_and_query) {
+        return Vec::new();
+    }
     let (sent_path, query) = match path_and_query.split_once('?') {
         Some((path, query)) => (path, Some(query)),
         None => (path_and_query, None),
@@ -203,6 +206,29 @@ fn equivalents(path_and_query: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// True when `path_and_query` has no other spelling, by one pass over its bytes: no `%`, no
+/// `.` at the start or after a `/` or `?`, no `//` before the query. Most requests are such,
+/// and the substring searches below cost every request ~800 instructions, twice (operator
+/// rules and site policies; bench/RESULTS.md). False says only that [`equivalents`] must look.
+fn has_one_spelling(path_and_query: &str) -> bool {
+    let bytes = path_and_query.as_bytes();
+    let query = memchr::memchr(b'?', bytes).unwrap_or(bytes.len());
+    let mut previous = b'/';
+    for (i, &byte) in bytes.iter().enumerate() {
+        let other = match byte {
+            b'%' => true,
+            b'.' => matches!(previous, b'/' | b'?'),
+            b'/' => previous == b'/' && i > 0 && i < query,
+            _ => false,
+        };
+        if other {
+            return false;
+        }
+        previous = byte;
+    }
+    true
 }
 
 /// True when `path` holds `%2F` or `%2f`.
@@ -287,6 +313,16 @@ mod tests {
         assert_eq!(spellings("/./a/."), ["/a/"]);
         assert_eq!(spellings("/a%2Fb%"), ["/a/b%"], "%2F read as `/`, a broken escape stays");
         assert!(spellings("/caf%C3%A9/ツ").is_empty());
+    }
+
+    #[test]
+    fn only_a_path_with_nothing_to_normalise_is_passed_over() {
+        for plain in ["/", "/bench/1k", "/a.b/c.d?x=1.2", "/a?b=//c", "/caf\u{e9}/x", ""] {
+            assert!(has_one_spelling(plain), "{plain:?}");
+        }
+        for other in ["//x", "/a//b", ".", "./a", "/a/./b", "/a/..", "/a?./b", "/%70", "/a?q=%7e", "/a%"] {
+            assert!(!has_one_spelling(other), "{other:?}");
+        }
     }
 
     #[test]

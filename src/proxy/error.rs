@@ -290,5 +290,5 @@ pub enum ProxyError {
 /// info, no fragment, query values `REDACTED`), because errors are printed on stderr and
 /// answered in 4xx bodies. Proven by e2e `redaction::no_secret_reaches_stderr_or_the_decision_log`.
 pub(crate) fn shown_target(target: &impl std::fmt::Display) -> String {
-    crate::audit::redact_url(&target.to_string(), false).full
+    crate::audit::redact_url(&target.to_string(), false).full.into_owned()
 }

@@ -165,7 +165,7 @@ fn summary(blocked: &Blocked, req: GateRequest<'_>, log_query: bool, new_host: O
     Held {
         record_id: record.id.to_string(),
         method: record.method.clone(),
-        url: redact_url(&record.url, log_query).full,
+        url: redact_url(&record.url, log_query).full.into_owned(),
         agent: record.agent.clone(),
         origin: req.origin.to_string(),
         rule,

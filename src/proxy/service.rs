@@ -416,13 +416,11 @@ fn without_user_info(authority: &Authority) -> Authority {
 }
 
 /// Inside a tunnel, the request's own idea of its host (`Host`, or the h2 `:authority`) is
-/// ignored for routing; when it differs from the CONNECT target, say so once.
+/// ignored for routing; when it differs from the CONNECT target, say so once. Compared where
+/// it lies: this runs on every request in a tunnel, and parsing and copying the `Host` cost
+/// two allocations a request (bench/RESULTS.md).
 fn log_misdirection(tunnel: &Authority, request: &Request<Incoming>) {
-    let named = request
-        .uri()
-        .host()
-        .map(str::to_owned)
-        .or_else(|| request.headers().get(HOST).and_then(|h| h.to_str().ok()).map(host_of));
+    let named = request.uri().host().or_else(|| request.headers().get(HOST).and_then(|h| h.to_str().ok()).map(host_of));
     if let Some(named) = named
         && !named.eq_ignore_ascii_case(tunnel.host())
     {
@@ -430,9 +428,17 @@ fn log_misdirection(tunnel: &Authority, request: &Request<Incoming>) {
     }
 }
 
-/// The host part of a `Host` value (`example.com:8443` → `example.com`, `[::1]:80` → `[::1]`).
-fn host_of(host_header: &str) -> String {
-    host_header.parse::<Authority>().map_or_else(|_| host_header.to_owned(), |a| a.host().to_owned())
+/// The host part of a `Host` value (`example.com:8443` → `example.com`, `[::1]:80` → `[::1]`),
+/// any user info left out; the value as it is when it has no such parts.
+fn host_of(host_header: &str) -> &str {
+    let host_port = host_header.rsplit_once('@').map_or(host_header, |(_, host_port)| host_port);
+    if host_port.starts_with('[') {
+        return host_port.find(']').map_or(host_port, |end| &host_port[..=end]);
+    }
+    match host_port.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => host_port,
+    }
 }
 
 #[cfg(test)]
@@ -451,5 +457,8 @@ mod tests {
         assert_eq!(host_of("example.com:8443"), "example.com");
         assert_eq!(host_of("[::1]:80"), "[::1]");
         assert_eq!(host_of("Example.com"), "Example.com");
+        assert_eq!(host_of("user@example.com:80"), "example.com");
+        assert_eq!(host_of("example.com:"), "example.com");
+        assert_eq!(host_of("[::1]"), "[::1]");
     }
 }
