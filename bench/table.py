@@ -94,16 +94,12 @@ def main():
             if bad:
                 notes.append(f"{name}: {bad} responses not 200 or errors "
                              f"({result['statusCodeDistribution']}, {result['errorDistribution']})")
-    ratios = []
-    for label, ours, peer in (("HTTP keep-alive", "proxy-http", "peer-http"),
-                              ("MITM keep-alive", "mitm-keepalive", "peer-mitm-keepalive")):
-        if os.path.exists(os.path.join(work, f"{peer}.json")):
-            rps = lambda name: load(work, name)["metrics"]["requests_per_sec"]
-            ratios.append(f"agentgate / hudsucker req/s, {label}: {rps(ours) / rps(peer):.2f}")
+    labels = {proxied: label for label, proxied, _ in SCENARIOS}
+    rps = lambda name: load(work, name)["metrics"]["requests_per_sec"]
+    ratios = [f"agentgate / hudsucker req/s, {labels[ours]}: {rps(ours) / rps(peer):.2f}"
+              for ours, peer in PEERS.items() if os.path.exists(os.path.join(work, f"{peer}.json"))]
     if ratios:
-        print()
-        for line in ratios:
-            print(line)
+        print("\n" + "\n".join(ratios))
     for run in ("proxy-unseen", "proxy-unseen-https"):
         fetched = os.path.join(work, f"{run}.fetched")
         if os.path.exists(fetched):
