@@ -17,7 +17,8 @@ wait_for() {
 # from an earlier build, to compare two builds in one sitting) and the origin, which has its
 # own manifest and lock file and shares agentgate's target directory (CARGO_TARGET_DIR, or
 # target/) so common dependencies are built once. Sets AGENTGATE, ORIGIN_BIN and FLOOR_BIN
-# (the floor proxy, same package).
+# (the floor proxy, same package). With BENCH_PEER=1 also the peer (bench/peer, its own
+# package and lock file, same target directory): PEER_BIN, left empty if it does not build.
 build_binaries() {
     local target=${CARGO_TARGET_DIR:-$ROOT/target}
     if [ -n "${BENCH_AGENTGATE:-}" ]; then
@@ -31,6 +32,15 @@ build_binaries() {
     CARGO_TARGET_DIR="$target" cargo build --release --quiet --manifest-path "$ROOT/bench/origin/Cargo.toml"
     ORIGIN_BIN="$target/release/agentgate-bench-origin"
     FLOOR_BIN="$target/release/agentgate-bench-floor"
+    PEER_BIN=""
+    if [ "${BENCH_PEER:-0}" = 1 ]; then
+        say "building the peer, hudsucker (release)"
+        if CARGO_TARGET_DIR="$target" cargo build --release --quiet --manifest-path "$ROOT/bench/peer/Cargo.toml"; then
+            PEER_BIN="$target/release/agentgate-bench-peer"
+        else
+            echo "bench: the peer (bench/peer, hudsucker) did not build: going on without its rows" >&2
+        fi
+    fi
 }
 
 # start_origin UNSEEN: starts the origin in WORK with UNSEEN extra origins (on 127.0.K.2 and
@@ -76,30 +86,45 @@ stop_agentgate() {
     AG_PID=""
 }
 
-# start_floor [WRAPPER...]: runs the floor proxy (bench/origin/src/bin/floor.rs: hyper's
-# server and pooled client, plain HTTP and MITM, no policy, no log; under WRAPPER, e.g.
-# valgrind, if given) on WORK (it trusts WORK/origin-ca.pem upstream and writes its own CA
-# to WORK/floor-ca.pem), its output in WORK/floor.out, and waits for its start-up line.
-# Sets FLOOR_PID and FLOOR (host:port).
-start_floor() {
-    : >"$WORK/floor.out"
-    "$@" "$FLOOR_BIN" --dir "$WORK" >"$WORK/floor.out" 2>"$WORK/floor.err" &
-    FLOOR_PID=$!
-    wait_for grep -qs "listening on " "$WORK/floor.out" || die "floor proxy did not start: $(cat "$WORK/floor.err")"
-    FLOOR=$(sed -n 's|^listening on \([0-9.:]*\)$|\1|p' "$WORK/floor.out")
+# start_bench_proxy NAME BIN VAR [WRAPPER...]: runs a bench proxy (BIN --dir WORK: it trusts
+# WORK/origin-ca.pem upstream, writes its own CA to WORK/NAME-ca.pem and prints `listening on
+# HOST:PORT`; under WRAPPER, e.g. valgrind, if given), its output in WORK/NAME.out and
+# NAME.err, and waits for its start-up line. Sets VAR_PID at once (so close_work stops it
+# even if it never comes up) and VAR (host:port).
+start_bench_proxy() {
+    local name=$1 bin=$2 var=$3
+    shift 3
+    : >"$WORK/$name.out"
+    "$@" "$bin" --dir "$WORK" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    printf -v "${var}_PID" '%s' "$!"
+    wait_for grep -qs "listening on " "$WORK/$name.out" || die "$name proxy did not start: $(cat "$WORK/$name.err")"
+    printf -v "$var" '%s' "$(sed -n 's|^listening on \([0-9.:]*\)$|\1|p' "$WORK/$name.out")"
 }
 
-# Stops the floor proxy start_floor started, if any.
-stop_floor() {
-    if [ -n "${FLOOR_PID:-}" ]; then
-        kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
+# stop_bench_proxy VAR: stops the bench proxy whose pid is in VAR_PID, if any.
+stop_bench_proxy() {
+    local pid_var=${1}_PID
+    if [ -n "${!pid_var:-}" ]; then
+        kill "${!pid_var}" 2>/dev/null && wait "${!pid_var}" 2>/dev/null || true
     fi
-    FLOOR_PID=""
+    printf -v "$pid_var" '%s' ""
 }
+
+# start_floor [WRAPPER...]: the floor proxy (bench/origin/src/bin/floor.rs: hyper's server
+# and pooled client, plain HTTP and MITM, no policy, no log), its CA in WORK/floor-ca.pem.
+# Sets FLOOR_PID and FLOOR (host:port). stop_floor stops it.
+start_floor() { start_bench_proxy floor "$FLOOR_BIN" FLOOR "$@"; }
+stop_floor() { stop_bench_proxy FLOOR; }
+
+# start_peer: the peer (bench/peer: hudsucker from crates.io forwarding everything unchanged,
+# no policy, no log), its CA in WORK/peer-ca.pem. Sets PEER_PID and PEER (host:port).
+# stop_peer stops it.
+start_peer() { start_bench_proxy peer "$PEER_BIN" PEER "$@"; }
+stop_peer() { stop_bench_proxy PEER; }
 
 # open_work NAME KEEP: makes WORK (a fresh agentgate-NAME.XXXXXX under the temp directory)
-# and arranges that on exit, whatever the cause, agentgate, the origin and the floor proxy
-# (start_floor) are stopped and
+# and arranges that on exit, whatever the cause, agentgate, the origin, the floor proxy
+# (start_floor) and the peer (start_peer) are stopped and
 # WORK is kept (its path printed) when KEEP is 1, removed otherwise.
 open_work() {
     WORK=$(mktemp -d -t "agentgate-$1.XXXXXX")
@@ -108,6 +133,7 @@ open_work() {
     ORIGIN_PID=""
     AG_PID=""
     FLOOR_PID=""
+    PEER_PID=""
     trap close_work EXIT
     trap 'exit 130' INT TERM
 }
@@ -115,6 +141,7 @@ close_work() {
     local status=$?
     stop_agentgate
     stop_floor
+    stop_peer
     if [ -n "$ORIGIN_PID" ]; then
         kill "$ORIGIN_PID" 2>/dev/null && wait "$ORIGIN_PID" 2>/dev/null || true
     fi

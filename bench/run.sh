@@ -17,7 +17,9 @@
 # the origin listens as, 10000 or what the open-file limit allows), BENCH_IDLE (idle connections, 1000), BENCH_KEEP=1 keeps
 # the work directory (configs, oha JSON, decision log, agentgate's stderr). BENCH_AGENTGATE=PATH
 # runs a kept release binary instead of building this checkout (before/after). BENCH_NET=K
-# moves the origin's addresses (bench/lib.sh) so two benchmarks can run at once. BENCH_PERF=1
+# moves the origin's addresses (bench/lib.sh) so two benchmarks can run at once. BENCH_PEER
+# (1) builds hudsucker as a peer proxy (bench/peer, from crates.io) and runs the HTTP and MITM
+# keep-alive scenarios through it too; 0 skips it (as does a failed build, with a warning). BENCH_PERF=1
 # records each run through agentgate with `perf record` (installs linux-perf with apt if
 # missing) and leaves the self cost per function in WORK/NAME.perf.txt (implies BENCH_KEEP).
 # Everything listens on and connects to 127.0.0.0/8 only.
@@ -71,6 +73,7 @@ if [ "$hard" != unlimited ] && [ "$hard" -lt $((3 * UNSEEN + IDLE + 1024)) ]; th
 fi
 ulimit -n "$hard" 2>/dev/null || ulimit -n 1048576
 
+export BENCH_PEER=${BENCH_PEER:-1}
 build_binaries
 
 # --- processes, all cleaned up on exit -------------------------------------------------
@@ -103,8 +106,8 @@ vm_hwm() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
 # except for the unseen origins (below).
 bound=(-z "${SECONDS_PER_RUN}s")
 
-# run NAME through(proxy|floor|direct) OHA-ARGS... : one oha run, its JSON in $WORK/NAME.json
-# and for runs through a proxy (agentgate, or the floor proxy) that proxy's user and system
+# run NAME through(proxy|floor|peer|direct) OHA-ARGS... : one oha run, its JSON in $WORK/NAME.json
+# and for runs through a proxy (agentgate, the floor proxy or the peer) that proxy's user and system
 # CPU ticks and peak RSS in $WORK/NAME.proc.
 run() {
     local name=$1 through=$2; shift 2
@@ -112,6 +115,7 @@ run() {
     case $through in
         proxy) proxy_args=(-x "http://$PROXY" --cacert "$AG_CA"); pid=$AG_PID ;;
         floor) proxy_args=(-x "http://$FLOOR" --cacert "$WORK/floor-ca.pem"); pid=$FLOOR_PID ;;
+        peer) proxy_args=(-x "http://$PEER" --cacert "$WORK/peer-ca.pem"); pid=$PEER_PID ;;
         *) proxy_args=(--cacert "$WORK/origin-ca.pem") ;;
     esac
     [ -z "$pid" ] || echo 5 >"/proc/$pid/clear_refs"   # resets VmHWM to the current RSS
@@ -144,6 +148,14 @@ start_floor
 curl -sSf -o /dev/null -x "http://$FLOOR" "http://$HTTP_ORIGIN/bench/1k" || die "HTTP through the floor proxy failed"
 run floor-http floor "http://$HTTP_ORIGIN/bench/1k"
 stop_floor
+# The peer: the same run through hudsucker (bench/peer), a mature MITM proxy with no policy
+# and no log, when it built.
+if [ -n "$PEER_BIN" ]; then
+    start_peer
+    curl -sSf -o /dev/null -x "http://$PEER" "http://$HTTP_ORIGIN/bench/1k" || die "HTTP through the peer failed"
+    run peer-http peer "http://$HTTP_ORIGIN/bench/1k"
+    stop_peer
+fi
 run direct-https direct "https://$HTTPS_ORIGIN/bench/1k"
 run mitm-keepalive proxy "https://$HTTPS_ORIGIN/bench/1k"
 # The MITM floor: the same run through the floor proxy's CONNECT path (a minted, cached leaf,
@@ -153,6 +165,13 @@ curl -sSf -o /dev/null -x "http://$FLOOR" --cacert "$WORK/floor-ca.pem" "https:/
     || die "MITM HTTPS through the floor proxy failed"
 run floor-mitm-keepalive floor "https://$HTTPS_ORIGIN/bench/1k"
 stop_floor
+if [ -n "$PEER_BIN" ]; then
+    start_peer
+    curl -sSf -o /dev/null -x "http://$PEER" --cacert "$WORK/peer-ca.pem" "https://$HTTPS_ORIGIN/bench/1k" \
+        || die "MITM HTTPS through the peer failed"
+    run peer-mitm-keepalive peer "https://$HTTPS_ORIGIN/bench/1k"
+    stop_peer
+fi
 run direct-https-newconn direct --disable-keepalive "https://$HTTPS_ORIGIN/bench/1k"
 run mitm-newconn proxy --disable-keepalive "https://$HTTPS_ORIGIN/bench/1k"
 run direct-https-1m direct "https://$HTTPS_ORIGIN/bench/1m"

@@ -2,7 +2,7 @@
 """Prints bench/run.sh's table (Markdown) from the files its runs left in WORK.
 
 usage: table.py WORK CLK_TCK SECONDS CONNECTIONS
-Per run: WORK/NAME.json (oha --output-format json); for runs through agentgate or the floor proxy also
+Per run: WORK/NAME.json (oha --output-format json); for runs through agentgate, the floor proxy or the peer also
 WORK/NAME.proc ("user_ticks system_ticks vm_hwm_kib"); WORK/idle-{keepalive,mitm}.json (bench/idle.py).
 """
 
@@ -23,6 +23,9 @@ SCENARIOS = [
 # pooled client (for MITM also a minted, cached leaf and rustls both ways) with nothing else
 # (bench/origin/src/bin/floor.rs).
 FLOORS = {"proxy-http": "floor-http", "mitm-keepalive": "floor-mitm-keepalive"}
+# The peer's run beside an agentgate run: the same requests through hudsucker with no policy and
+# no log (bench/peer), when bench/run.sh built it.
+PEERS = {"proxy-http": "peer-http", "mitm-keepalive": "peer-mitm-keepalive"}
 
 
 def load(work, name):
@@ -62,7 +65,8 @@ def main():
     print(f"\n{seconds} s per run (the unseen-origin runs: a count of requests, see the note), "
           f"{connections} connections, 1 KiB bodies unless noted; "
           "ratio = req/s over the matching direct run; CPU and peak RSS are the proxy's (agentgate's, or the "
-          "floor proxy's: hyper's server and pooled client, no policy, no log), CPU split into "
+          "floor proxy's: hyper's server and pooled client, no policy, no log; or hudsucker's, the peer: "
+          "a mature MITM proxy from crates.io, no policy, no log), CPU split into "
           "user space (utime) and kernel (stime).\n")
     print("| scenario | req/s | p50 ms | p99 ms | ratio to direct | CPU µs/request | user µs | sys µs | peak RSS MiB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -74,9 +78,12 @@ def main():
         d = load(work, direct)
         print(row(f"{label}: direct", d, 0, None, clk_tck))
         runs = [(direct, d)]
-        for who, name in (("floor proxy", FLOORS.get(proxied)), ("agentgate", proxied)):
+        for who, name in (("floor proxy", FLOORS.get(proxied)), ("hudsucker", PEERS.get(proxied)),
+                          ("agentgate", proxied)):
             if name is None:
                 continue
+            if who == "hudsucker" and not os.path.exists(os.path.join(work, f"{name}.json")):
+                continue  # BENCH_PEER=0, or the peer did not build
             result = load(work, name)
             with open(os.path.join(work, f"{name}.proc")) as f:
                 proc = tuple(int(x) for x in f.read().split())
@@ -87,6 +94,12 @@ def main():
             if bad:
                 notes.append(f"{name}: {bad} responses not 200 or errors "
                              f"({result['statusCodeDistribution']}, {result['errorDistribution']})")
+    labels = {proxied: label for label, proxied, _ in SCENARIOS}
+    rps = lambda name: load(work, name)["metrics"]["requests_per_sec"]
+    ratios = [f"agentgate / hudsucker req/s, {labels[ours]}: {rps(ours) / rps(peer):.2f}"
+              for ours, peer in PEERS.items() if os.path.exists(os.path.join(work, f"{peer}.json"))]
+    if ratios:
+        print("\n" + "\n".join(ratios))
     for run in ("proxy-unseen", "proxy-unseen-https"):
         fetched = os.path.join(work, f"{run}.fetched")
         if os.path.exists(fetched):
