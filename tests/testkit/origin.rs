@@ -384,17 +384,21 @@ impl Origin {
     }
 }
 
-/// IPv4 TCP sockets connected to remote port `port` (the clients' side) that a process still
-/// holds (inode not 0), from `/proc/net/tcp`; 0 where it cannot be read.
-fn held_open_to(port: u16) -> usize {
+/// IPv4 TCP sockets connected to `addr` (the clients' side) that a process still holds
+/// (inode not 0), from `/proc/net/tcp`; 0 where it cannot be read. The whole address is
+/// matched, not the port alone: another process's origin on another loopback address may
+/// have the same port number.
+fn held_open_to(addr: SocketAddr) -> usize {
     let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else { return 0 };
-    let remote_port = format!(":{port:04X}");
+    let std::net::IpAddr::V4(ip) = addr.ip() else { return 0 };
+    // The kernel writes the address as the hex of its 32 bits in host (little-endian) order.
+    let remote = format!("{:08X}:{:04X}", u32::from_le_bytes(ip.octets()), addr.port());
     table
         .lines()
         .skip(1)
         .filter(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            fields.len() > 9 && fields[2].ends_with(&remote_port) && fields[9] != "0"
+            fields.len() > 9 && fields[2] == remote && fields[9] != "0"
         })
         .count()
 }
@@ -416,8 +420,9 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, state: Arc
     while let Ok((tcp, _)) = listener.accept().await {
         state.connections.fetch_add(1, Ordering::SeqCst);
         if state.watch_held.load(Ordering::SeqCst) {
-            let port = listener.local_addr().map(|addr| addr.port()).unwrap_or_default();
-            state.peak_held.fetch_max(held_open_to(port), Ordering::SeqCst);
+            if let Ok(addr) = listener.local_addr() {
+                state.peak_held.fetch_max(held_open_to(addr), Ordering::SeqCst);
+            }
         }
         let (tls, state) = (tls.clone(), Arc::clone(&state));
         tokio::spawn(async move {
