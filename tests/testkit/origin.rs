@@ -419,10 +419,10 @@ async fn reach(count: &AtomicUsize, changed: &Notify, n: usize) {
 async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, state: Arc<OriginState>) {
     while let Ok((tcp, _)) = listener.accept().await {
         state.connections.fetch_add(1, Ordering::SeqCst);
-        if state.watch_held.load(Ordering::SeqCst) {
-            if let Ok(addr) = listener.local_addr() {
-                state.peak_held.fetch_max(held_open_to(addr), Ordering::SeqCst);
-            }
+        if state.watch_held.load(Ordering::SeqCst)
+            && let Ok(addr) = listener.local_addr()
+        {
+            state.peak_held.fetch_max(held_open_to(addr), Ordering::SeqCst);
         }
         let (tls, state) = (tls.clone(), Arc::clone(&state));
         tokio::spawn(async move {
