@@ -182,21 +182,26 @@ run mitm-1m proxy "https://$HTTPS_ORIGIN/bench/1m"
 # time. A count, not a duration: a quarter as many requests as origins keeps ~88 % of them
 # first requests however fast the machine (a 10 s run on a fast one went through all the
 # origins and measured repeats), and each request is bounded in time (-t) so the run is too.
-# unseen RUN-SUFFIX URL-FILE: the direct run and agentgate's over the origins in URL-FILE.
+# unseen RUN-SUFFIX URL-FILE [OHA-ARGS...]: the direct run and agentgate's over the origins
+# in URL-FILE.
 unseen() {
     local suffix=$1 urls=$2 count
+    shift 2
     count=$(wc -l <"$urls")
     bound=(-n "$(( count / 4 > 0 ? count / 4 : 1 ))" -t "${SECONDS_PER_RUN}s")
-    run "direct-unseen$suffix" direct --urls-from-file "$urls"
+    run "direct-unseen$suffix" direct "$@" --urls-from-file "$urls"
     local before after
     before=$(curl -sSf "http://$HTTP_ORIGIN/stats" | sed 's/[^0-9]//g')
-    run "proxy-unseen$suffix" proxy --urls-from-file "$urls"
+    run "proxy-unseen$suffix" proxy "$@" --urls-from-file "$urls"
     after=$(curl -sSf "http://$HTTP_ORIGIN/stats" | sed 's/[^0-9]//g')
     echo $((after - before)) >"$WORK/proxy-unseen$suffix.fetched"
 }
 unseen "" "$WORK/unseen-urls.txt"
-# HTTPS: a CONNECT to each, a leaf minted for it, and its four policy files over TLS.
-[ ! -s "$WORK/unseen-https-urls.txt" ] || unseen -https "$WORK/unseen-https-urls.txt"
+# HTTPS: a CONNECT to each, a leaf minted for it, and its four policy files over TLS. A new
+# connection per request: oha keeps a tunnel open and sends the next URL's request into it
+# whatever its host, so with keep-alive 50 tunnels were 50 origins (the rest repeats sent to
+# the tunnel's host; 49 of 749 first requests on 2026-11-27).
+[ ! -s "$WORK/unseen-https-urls.txt" ] || unseen -https "$WORK/unseen-https-urls.txt" --disable-keepalive
 
 # --- memory: a fresh agentgate per measurement ----------------------------------------
 for mode in keepalive mitm; do
