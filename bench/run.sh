@@ -201,7 +201,13 @@ unseen "" "$WORK/unseen-urls.txt"
 # connection per request: oha keeps a tunnel open and sends the next URL's request into it
 # whatever its host, so with keep-alive 50 tunnels were 50 origins (the rest repeats sent to
 # the tunnel's host; 49 of 749 first requests on 2026-11-27).
-[ ! -s "$WORK/unseen-https-urls.txt" ] || unseen -https "$WORK/unseen-https-urls.txt" --disable-keepalive
+# The MITM floor beside it: its own leaf cache and pool, so every origin is new to it too.
+if [ -s "$WORK/unseen-https-urls.txt" ]; then
+    unseen -https "$WORK/unseen-https-urls.txt" --disable-keepalive
+    start_floor
+    run floor-unseen-https floor --disable-keepalive --urls-from-file "$WORK/unseen-https-urls.txt"
+    stop_floor
+fi
 
 # --- memory: a fresh agentgate per measurement ----------------------------------------
 for mode in keepalive mitm; do

@@ -22,7 +22,7 @@ SCENARIOS = [
 # The floor proxy's run beside an agentgate run: the same requests through hyper's server and
 # pooled client (for MITM also a minted, cached leaf and rustls both ways) with nothing else
 # (bench/origin/src/bin/floor.rs).
-FLOORS = {"proxy-http": "floor-http", "mitm-keepalive": "floor-mitm-keepalive"}
+FLOORS = {"proxy-http": "floor-http", "mitm-keepalive": "floor-mitm-keepalive", "proxy-unseen-https": "floor-unseen-https"}
 # The peer's run beside an agentgate run: the same requests through hudsucker with no policy and
 # no log (bench/peer), when bench/run.sh built it.
 PEERS = {"proxy-http": "peer-http", "mitm-keepalive": "peer-mitm-keepalive"}
