@@ -40,7 +40,7 @@ pub fn redact_url(url: &str, log_query: bool) -> LoggedUrl<'_> {
             let end = rest.bytes().position(|b| b == b'/' || b == b'?').unwrap_or(rest.len());
             let (authority, path_and_query) = rest.split_at(end);
             let host_port = memchr::memrchr(b'@', authority.as_bytes()).map_or(authority, |at| &authority[at + 1..]);
-            let host = host_of(host_port);
+            let host = crate::net::host::host_part(host_port);
             let domain = match host.bytes().any(|b| b.is_ascii_uppercase()) {
                 true => Cow::Owned(host.to_ascii_lowercase()),
                 false => Cow::Borrowed(host),
@@ -119,15 +119,6 @@ fn split_scheme(url: &str) -> Option<(&str, &str)> {
     let end = url.bytes().position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')))?;
     let (scheme, rest) = (&url[..end], url[end..].strip_prefix("://")?);
     scheme.starts_with(|c: char| c.is_ascii_alphabetic()).then_some((scheme, rest))
-}
-
-/// The host of `host[:port]`, keeping an IPv6 literal's brackets.
-fn host_of(host_port: &str) -> &str {
-    if host_port.starts_with('[') {
-        host_port.find(']').map_or(host_port, |end| &host_port[..=end])
-    } else {
-        host_port.split_once(':').map_or(host_port, |(host, _)| host)
-    }
 }
 
 fn redact_query(query: &str) -> String {

@@ -47,6 +47,19 @@ pub fn canonical_host(host: &str) -> Result<String, HostError> {
     }
 }
 
+/// The host of an authority as written, `[user@]host[:port]`: `example.com:8443` →
+/// `example.com`, `[::1]:80` → `[::1]` (an IPv6 literal keeps its brackets), user info left
+/// out; the text as it is where it has no such parts. Not canonical (see [`canonical_host`]):
+/// what the decision log's `url.domain` and a tunnel's misdirection check read.
+pub fn host_part(authority: &str) -> &str {
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, host_port)| host_port);
+    if host_port.starts_with('[') {
+        host_port.find(']').map_or(host_port, |end| &host_port[..=end])
+    } else {
+        host_port.split_once(':').map_or(host_port, |(host, _)| host)
+    }
+}
+
 /// `ip` as its `Display` writes it, at the end of `out`: IPv4 octet by octet (std's
 /// `Display` goes through the formatter four times, ~1,300 instructions an address, and a
 /// request's host and client address are written several times: bench/RESULTS.md), IPv6
@@ -165,6 +178,16 @@ mod tests {
         }
         // One enormous label: an answer, not a panic.
         let _ = canonical_host(&"a".repeat(100_000));
+    }
+
+    #[test]
+    fn host_part_of_an_authority() {
+        assert_eq!(host_part("example.com:8443"), "example.com");
+        assert_eq!(host_part("[::1]:80"), "[::1]");
+        assert_eq!(host_part("Example.com"), "Example.com");
+        assert_eq!(host_part("user@example.com:80"), "example.com");
+        assert_eq!(host_part("example.com:"), "example.com");
+        assert_eq!(host_part("[::1]"), "[::1]");
     }
 
     #[test]

@@ -42,6 +42,7 @@ use super::tunnel::{self, handle_connect};
 use crate::agents::Identity;
 use crate::fetch::Origin;
 use crate::gate::{Admitted, Blocked, GateRequest, Permitted, Verdict};
+use crate::net::host::host_part;
 
 /// Where a connection's requests go: the proxy port, or the inside of one CONNECT tunnel.
 #[derive(Clone, Debug)]
@@ -417,27 +418,15 @@ fn without_user_info(authority: &Authority) -> Authority {
 
 /// Inside a tunnel, the request's own idea of its host (`Host`, or the h2 `:authority`) is
 /// ignored for routing; when it differs from the CONNECT target, say so once. Compared where
-/// it lies: this runs on every request in a tunnel, and parsing and copying the `Host` cost
-/// two allocations a request (bench/RESULTS.md).
+/// it lies ([`host_part`]): this runs on every request in a tunnel, and parsing and copying
+/// the `Host` cost two allocations a request (bench/RESULTS.md).
 fn log_misdirection(tunnel: &Authority, request: &Request<Incoming>) {
-    let named = request.uri().host().or_else(|| request.headers().get(HOST).and_then(|h| h.to_str().ok()).map(host_of));
+    let named =
+        request.uri().host().or_else(|| request.headers().get(HOST).and_then(|h| h.to_str().ok()).map(host_part));
     if let Some(named) = named
         && !named.eq_ignore_ascii_case(tunnel.host())
     {
         info!(named = %named, tunnel = %tunnel, "request names another host than its CONNECT target; routing to the CONNECT target");
-    }
-}
-
-/// The host part of a `Host` value (`example.com:8443` → `example.com`, `[::1]:80` → `[::1]`),
-/// any user info left out; the value as it is when it has no such parts.
-fn host_of(host_header: &str) -> &str {
-    let host_port = host_header.rsplit_once('@').map_or(host_header, |(_, host_port)| host_port);
-    if host_port.starts_with('[') {
-        return host_port.find(']').map_or(host_port, |end| &host_port[..=end]);
-    }
-    match host_port.rsplit_once(':') {
-        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
-        _ => host_port,
     }
 }
 
@@ -450,15 +439,5 @@ mod tests {
         let authority = Authority::from_static("user:secret@example.test:8080");
         assert_eq!(without_user_info(&authority).as_str(), "example.test:8080");
         assert_eq!(without_user_info(&Authority::from_static("example.test")).as_str(), "example.test");
-    }
-
-    #[test]
-    fn host_header_host_part() {
-        assert_eq!(host_of("example.com:8443"), "example.com");
-        assert_eq!(host_of("[::1]:80"), "[::1]");
-        assert_eq!(host_of("Example.com"), "Example.com");
-        assert_eq!(host_of("user@example.com:80"), "example.com");
-        assert_eq!(host_of("example.com:"), "example.com");
-        assert_eq!(host_of("[::1]"), "[::1]");
     }
 }
