@@ -321,7 +321,7 @@ impl Gate {
         req: &GateRequest<'_>,
     ) -> Verdict {
         let host = req.origin.bare_host();
-        let usage = Usage { agent: &req.agent.id, origin: &origin_text(req.origin), host };
+        let usage = Usage { agent: &req.agent.id, origin: &req.origin.text(), host };
         let checked = match self.check_limits(usage, &record.limits).await {
             Ok(permit) => {
                 self.spend_declared(usage, &record.limits, req.headers).await.map(|budgets| (permit, budgets))
@@ -573,20 +573,6 @@ fn auth_rule(failure: AuthFailure) -> String {
         }
         AuthFailure::Invalid => "Proxy-Authorization names no [[agents]] entry or carries a wrong token".to_owned(),
     }
-}
-
-/// `scheme://host:port`, as `Origin`'s `Display` writes it and the limit keys name it, pushed
-/// piece by piece: the formatter cost every allowed request ~1,400 instructions
-/// (bench/RESULTS.md).
-fn origin_text(origin: &Origin) -> String {
-    let (scheme, host) = (origin.scheme().as_str(), origin.host());
-    let mut port = itoa::Buffer::new();
-    let port = port.format(origin.port());
-    let mut text = String::with_capacity(scheme.len() + host.len() + port.len() + 4);
-    for piece in [scheme, "://", host, ":", port] {
-        text.push_str(piece);
-    }
-    text
 }
 
 /// The purposes declared in `agentgate-purpose` (comma-separated, blanks dropped), if sent.

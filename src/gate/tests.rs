@@ -723,11 +723,3 @@ async fn a_held_request_a_human_approves_is_forwarded_with_its_reasons_and_the_a
     assert!(record.reasons.iter().any(|r| r.code.as_str() == "agents_md.requires_human_approval"));
     assert_eq!(record.approval.as_ref(), Some(&approval));
 }
-
-#[test]
-fn the_origin_of_limit_keys_is_what_origin_displays() {
-    for uri in ["https://example.com/", "http://Example.COM:8080/x", "https://[::1]:8443/", "http://127.0.0.2/"] {
-        let origin = Origin::from_uri(&uri.parse().expect("a literal URI")).expect("an origin");
-        assert_eq!(origin_text(&origin), origin.to_string(), "{uri}");
-    }
-}
