@@ -4,10 +4,10 @@
 //! `rediss://` trusting the system's roots and `[upstream] extra_ca_files`
 //! ([`crate::tls::upstream::trusted_roots_pem`]), the connect and response timeouts, the
 //! problems of those keys (named under the table they were written in), and the server's
-//! addresses, which the network guard refuses as an agent destination ([`FailureLog`], the
-//! gate that lets a failing store's WARN through at most once a second, is shared too): a store that
-//! counts an agent's budget or decides its policy must never be reachable by that agent
-//! through the proxy.
+//! addresses, which the network guard refuses as an agent destination: a store that counts
+//! an agent's budget or decides its policy must never be reachable by that agent through
+//! the proxy. Also shared: [`FailureLog`], which lets a failing store's WARN through at most
+//! once a second.
 //!
 //! Never: runs a command, decides what a store does when Redis fails, logs the URL (it may
 //! hold a password).

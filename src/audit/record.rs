@@ -144,9 +144,7 @@ impl EventId {
         let random = rand::random::<u128>() & ((1 << 80) - 1);
         EventId((u128::from(millis) << 80) | random)
     }
-}
 
-impl EventId {
     /// The 32 lower-case hex digits, most significant first, without the formatter (the log
     /// writes an id on every line).
     fn hex(self) -> Ascii<32> {

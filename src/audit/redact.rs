@@ -11,9 +11,10 @@ use std::fmt::Write as _;
 /// What a query value is replaced with.
 pub const REDACTED: &str = "REDACTED";
 
-/// A request URL as the decision log shows it: borrowed from the URL redacted when nothing
-/// in it needs changing (the common case: no user info, no query or `log_query`, printable
-/// ASCII, a lower-case host), so most lines cost no copy of it.
+/// A request URL as the decision log shows it, borrowed from the URL redacted where nothing
+/// in it needs changing, so most lines cost no copy of it: `full` when the URL has no user
+/// info, no query (or `log_query` is on) and only printable ASCII; `domain` when the host is
+/// already lower case.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoggedUrl<'a> {
     /// The URL for `url.full`: no user info, no fragment, query values redacted unless asked,

@@ -14,8 +14,8 @@
 //! [`CACHE_TTL`], well inside that validity, so a long-running proxy never serves an expired
 //! leaf.
 //!
-//! One key per process rather than per host (as mitmproxy, Squid and hudsucker do, who go
-//! further and use the CA's own key): a fresh key per host cost two P-256 base-point
+//! One key per process rather than per host (mitmproxy and hudsucker go further and give
+//! every leaf the CA's own key): a fresh key per host cost two P-256 base-point
 //! multiplications (making it, then loading it into rustls), 8 % of the instructions of a
 //! first request to an unseen HTTPS origin (bench/RESULTS.md, "First requests"). It bought no
 //! isolation: every host's key sat in this same process's memory beside the CA key that
