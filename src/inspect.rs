@@ -83,6 +83,9 @@ impl InspectConfig {
             }
             let shown = scanner.shown(name.as_str().as_bytes());
             scanner.scan(name.as_str().as_bytes(), || "header: a header name".to_owned());
+            // Names arrive lower-cased: an upper-case credential (an AWS key id) sent as one
+            // is whole again upper-cased.
+            scanner.scan(&name.as_str().to_ascii_uppercase().into_bytes(), || "header: a header name".to_owned());
             scanner.scan(value.as_bytes(), || match &shown {
                 Some(name) => format!("header: {name}"),
                 None => "header: a header".to_owned(),

@@ -75,7 +75,8 @@ pub(crate) fn scan_body(
     let body = decoded.as_deref().unwrap_or(body);
     let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let media = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    let parsed = if media == "application/json" || media.ends_with("+json") {
+    let labelled_json = media == "application/json" || media.ends_with("+json");
+    let parsed = if labelled_json {
         scan_json(scanner, body)
     } else if media == "application/x-www-form-urlencoded" {
         scan_form(scanner, body);
@@ -88,6 +89,11 @@ pub(crate) fn scan_body(
     };
     if parsed.is_err() {
         scanner.scan(body, || "body".to_owned());
+    }
+    // Origins read a body as JSON whatever its label says (`text/json`, `text/plain`, none,
+    // a second `Content-Type` line): whenever it parses, its escapes are undone too.
+    if !labelled_json && let Ok(value) = serde_json::from_slice::<Value>(body) {
+        walk_json(scanner, &value, &mut String::new());
     }
     parsed
 }
@@ -313,6 +319,16 @@ mod tests {
         let body = br#"{"k":"\u0041KIAIOSFODNN7EXAMPLE"}"#;
         let (found, _) = scan(&[("content-type", "application/vnd.api+json")], body);
         assert_eq!(found, ["aws_access_key_id in body: JSON field \"k\""]);
+    }
+
+    #[test]
+    fn json_escapes_are_undone_whatever_the_label_when_the_body_parses() {
+        let body = br#"{"k":"\u0041KIAIOSFODNN7EXAMPLE"}"#;
+        for label in [&[("content-type", "text/json")][..], &[("content-type", "text/plain")], &[]] {
+            let (found, read) = scan(label, body);
+            assert_eq!(read, Ok(()), "{label:?}");
+            assert_eq!(found, ["aws_access_key_id in body: JSON field \"k\""], "{label:?}");
+        }
     }
 
     #[test]

@@ -311,3 +311,29 @@ async fn no_found_value_reaches_stderr_or_the_decision_log() -> TestResult {
     assert_eq!(origin.hits("/echo"), 0);
     Ok(())
 }
+
+/// Origins read a body as JSON whatever it is labelled: a key spelled with `\u` escapes is
+/// found under `text/json`, `text/plain`, no `Content-Type` and two `Content-Type` lines,
+/// as under `application/json`. And an AWS key id sent as a header *name* (which arrives
+/// lower-cased) is found too.
+#[tokio::test]
+async fn an_escaped_key_in_json_under_any_label_and_a_key_as_a_header_name_are_refused() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let proxy = TestProxy::start_with(&ca, inspecting(|_| {})).await?;
+    let client = proxy.client()?;
+    let escaped = format!(r#"{{"key":"\u0041{}"}}"#, &AWS_KEY[1..]);
+    let labels: [&[&str]; 4] = [&["text/json"], &["text/plain"], &[], &["text/plain", "application/json"]];
+    for label in labels {
+        let mut headers = reqwest::header::HeaderMap::new();
+        for value in label {
+            headers.append(reqwest::header::CONTENT_TYPE, reqwest::header::HeaderValue::from_str(value)?);
+        }
+        let response = client.post(origin.url("/echo")).headers(headers).body(escaped.clone()).send().await?;
+        assert_refused(response, "aws_access_key_id", "body").await?;
+    }
+    let response = client.get(origin.url("/echo")).header(format!("X-{AWS_KEY}"), "1").send().await?;
+    assert_refused(response, "aws_access_key_id", "header").await?;
+    assert_eq!(origin.hits("/echo"), 0, "the origin saw none of them");
+    Ok(())
+}
