@@ -23,6 +23,7 @@ mod egress;
 mod tests;
 mod verdict;
 
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -381,6 +382,7 @@ impl Gate {
             tls: req.origin.scheme() == crate::fetch::Scheme::Https,
             host: req.origin.bare_host(),
             port: req.origin.port(),
+            method: req.method,
             path_and_query: req.path_and_query,
             headers: req.headers,
         }
@@ -394,13 +396,13 @@ impl Gate {
         let decision = Decision::single(Outcome::Deny, Reason::new(misuse.code, misuse.rule));
         let mut record = self.record_for(LogOutcome::Deny, req);
         record.set_reasons(&decision);
-        if let Some(url) = self.secrets.redact(&record.url) {
-            record.url = url;
-        }
-        if let Some(user_agent) = record.user_agent.as_deref().and_then(|ua| self.secrets.redact(ua)) {
-            record.user_agent = Some(user_agent);
-        }
         Err(Box::new(Blocked { decision, record, kind: BlockKind::Policy, policies: None }))
+    }
+
+    /// `text`, typed by an agent, with every secret's value (in any case) replaced by its
+    /// name (`Secrets::redact`): what a record or a diagnostic line may show of it.
+    pub fn redacted<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        self.secrets.redact(text).map_or(Cow::Borrowed(text), Cow::Owned)
     }
 
     /// The secrets not bound to `host:port`, with their values, for request inspection to
@@ -490,9 +492,11 @@ impl Gate {
 
     fn record_for(&self, outcome: LogOutcome, req: &GateRequest<'_>) -> DecisionRecord {
         let mode = req.agent.mode(self.mode);
-        let mut record = DecisionRecord::new(outcome, mode, req.client, req.agent.id.to_string(), req.method, req.url);
+        let (method, url) = (self.redacted(req.method), self.redacted(req.url));
+        let mut record = DecisionRecord::new(outcome, mode, req.client, req.agent.id.to_string(), &*method, &*url);
         record.entry = Some(req.entry.as_str());
-        record.user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        record.user_agent =
+            req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(|ua| self.redacted(ua).into_owned());
         record.instance = Some(Arc::clone(&self.instance));
         if let Some(Admitted { approval, record: Some(id), .. }) = req.admitted {
             // A held request a human admitted: however it ends, its one record keeps its id.

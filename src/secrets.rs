@@ -61,6 +61,8 @@ pub struct SecretRequest<'a> {
     pub host: &'a str,
     /// The routed port.
     pub port: u16,
+    /// The method, as sent.
+    pub method: &'a str,
     /// The path and query, as sent.
     pub path_and_query: &'a str,
     /// The request's headers (its `Proxy-Authorization`, which goes nowhere, is skipped).
@@ -153,10 +155,11 @@ impl Secrets {
         self.live.is_empty() && self.retired.is_empty()
     }
 
-    /// `text` (a request's URL or a header as a record keeps it) with every value in force or
-    /// retired replaced by `[secret <name>]`; `None` when it holds none. A refused request's
-    /// record and answer show the request this way, so a value an agent typed where it does
-    /// not belong is not written to the log.
+    /// `text` (agent-supplied text as a record or a diagnostic line shows it: a URL, a
+    /// method, a header, a tunnel's target, a reason naming a host) with every value in force
+    /// or retired replaced by `[secret <name>]`, in any ASCII case (host names are lowered on
+    /// the way); `None` when it holds none. So a value an agent typed where it does not
+    /// belong is written to neither log nor stderr.
     pub fn redact(&self, text: &str) -> Option<String> {
         let values = self
             .live
@@ -166,10 +169,8 @@ impl Secrets {
         let mut redacted: Option<String> = None;
         for (name, value) in values {
             let current = redacted.as_deref().unwrap_or(text);
-            let lower = value.to_ascii_lowercase();
-            if current.contains(value) || current.contains(&lower) {
-                let marker = format!("[secret {name}]");
-                redacted = Some(current.replace(value, &marker).replace(&lower, &marker));
+            if let Some(replaced) = replace_ignoring_case(current, value, &format!("[secret {name}]")) {
+                redacted = Some(replaced);
             }
         }
         redacted
@@ -195,7 +196,8 @@ impl Secrets {
     ///
     /// # Errors
     /// A [`Misuse`]: a real value (in force, or retired less than [`RETIRED_GRACE`] ago) in
-    /// a request to a host it is not bound to (host name, path, query, headers); a
+    /// a request to a host it is not bound to (host name, method, path, query, header names
+    /// and values); a
     /// placeholder sent to a host its secret is not bound to, by an agent it is not for, or
     /// over plain HTTP where the secret does not allow it.
     pub fn check(&self, req: &SecretRequest<'_>, now: Instant) -> Result<Plan, Misuse> {
@@ -214,11 +216,14 @@ impl Secrets {
                 continue;
             }
             if let Some(place) = places.find(value) {
+                // The host may be where the value is: the reason names it redacted.
+                let host = self.redact(req.host);
+                let host = host.as_deref().unwrap_or(req.host);
                 return Err(Misuse {
                     code: OperatorCode::SecretValueLeak,
                     rule: format!(
-                        "the value of secret {name:?} is in the {place} of a request to {}:{}, a host it is not bound to",
-                        req.host, req.port
+                        "the value of secret {name:?} is in the {place} of a request to {host}:{}, a host it is not bound to",
+                        req.port
                     ),
                 });
             }
@@ -279,8 +284,9 @@ impl Secrets {
     }
 }
 
-/// The places of a request a secret may be found in, as text: the host, the path and query
-/// (as sent and percent-decoded) and each header (Basic credentials decoded too).
+/// The places of a request a secret may be found in, as text: the host, the method, the path
+/// and query (as sent and percent-decoded), each header's name and each value (Basic
+/// credentials decoded too).
 struct Places<'a> {
     req: &'a SecretRequest<'a>,
     decoded_target: Option<String>,
@@ -292,15 +298,20 @@ impl<'a> Places<'a> {
         Places { req, decoded_target: (decoded != req.path_and_query).then_some(decoded) }
     }
 
-    /// Where `needle` is first found, named for a reason (`host name`, `path or query`,
-    /// `header authorization`).
+    /// Where `needle` is first found, named for a reason (`host name`, `method`, `path or
+    /// query`, `header authorization`, `a header name`: never the name that holds it).
     fn find(&self, needle: &str) -> Option<String> {
         if needle.is_empty() {
             return None;
         }
-        // Host names are canonical, in lowercase: so is what is looked for in them.
-        if inject::contains(self.req.host.as_bytes(), &needle.to_ascii_lowercase()) {
+        // Host names are canonical and header names arrive in lowercase: so is what is
+        // looked for in them.
+        let lower = needle.to_ascii_lowercase();
+        if inject::contains(self.req.host.as_bytes(), &lower) {
             return Some("host name".to_owned());
+        }
+        if inject::contains(self.req.method.as_bytes(), needle) {
+            return Some("method".to_owned());
         }
         let target = std::iter::once(self.req.path_and_query).chain(self.decoded_target.as_deref());
         if target.into_iter().any(|t| inject::contains(t.as_bytes(), needle)) {
@@ -310,12 +321,37 @@ impl<'a> Places<'a> {
             if name == PROXY_AUTHORIZATION {
                 continue;
             }
+            if inject::contains(name.as_str().as_bytes(), &lower) {
+                return Some("a header name".to_owned());
+            }
             if inject::header_holds(value.as_bytes(), needle) {
                 return Some(format!("header {name}"));
             }
         }
         None
     }
+}
+
+/// `text` with every occurrence of `needle`, in any ASCII case, replaced by `marker`; `None`
+/// when there is none. A match begins and ends on character boundaries: its non-ASCII bytes
+/// equal the needle's.
+fn replace_ignoring_case(text: &str, needle: &str, marker: &str) -> Option<String> {
+    let (haystack, wanted) = (text.as_bytes(), needle.as_bytes());
+    if wanted.is_empty() {
+        return None;
+    }
+    let (mut out, mut kept, mut at) = (String::new(), 0, 0);
+    while at + wanted.len() <= haystack.len() {
+        if haystack[at..at + wanted.len()].eq_ignore_ascii_case(wanted) {
+            out.push_str(&text[kept..at]);
+            out.push_str(marker);
+            at += wanted.len();
+            kept = at;
+        } else {
+            at += 1;
+        }
+    }
+    (kept > 0).then(|| out + &text[kept..])
 }
 
 pub use inject::apply;

@@ -54,6 +54,7 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         | ProxyError::UnsupportedScheme { .. }
         | ProxyError::BadConnectTarget { .. }
         | ProxyError::BadTunnelRequest { .. }
+        | ProxyError::MethodTooLong { .. }
         | ProxyError::ClientBody { .. } => StatusCode::BAD_REQUEST,
         ProxyError::DestinationRefused { .. } => StatusCode::FORBIDDEN,
         ProxyError::UpstreamCertificate { .. }

@@ -12,6 +12,10 @@ use std::path::PathBuf;
 
 use crate::tls::TlsError;
 
+/// The longest method accepted, in bytes (the longest registered one, `UPDATEREDIRECTREF`,
+/// has 17).
+pub(crate) const MAX_METHOD_LEN: usize = 32;
+
 /// Why the proxy could not start: out of [`Proxy::new`](super::Proxy::new) and
 /// [`Proxy::bind`](super::Proxy::bind).
 #[derive(Debug, thiserror::Error)]
@@ -167,6 +171,16 @@ pub enum ProxyError {
     UnsupportedScheme {
         /// The request target as received.
         uri: String,
+    },
+
+    /// A method longer than [`MAX_METHOD_LEN`]: no HTTP method is, and a token that long is
+    /// room for a credential. The method itself is not shown.
+    #[error(
+        "a method of {length} bytes: at most {MAX_METHOD_LEN} are accepted; send a standard method such as GET or POST"
+    )]
+    MethodTooLong {
+        /// The method's length in bytes.
+        length: usize,
     },
 
     /// A CONNECT request's target was not `host:port` (RFC 9110 §9.3.6).

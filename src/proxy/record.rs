@@ -397,7 +397,9 @@ impl RequestRecord {
                     Ending::Failed(error) => {
                         record.status = Some(status_for(error).as_u16());
                         record.outcome = Outcome::Error;
-                        record.error = Some(error.to_string());
+                        // It may quote the agent's text: a secret's value in it is redacted.
+                        let shown = error.to_string();
+                        record.error = Some(self.state.generation().gate.redacted(&shown).into_owned());
                         // A body a byte budget cut fails the exchange: agentgate's own bound.
                         let cut = record.body_cut == Some(BodyCut::Budget);
                         record.error_type = Some(if cut { ErrorType::Proxy } else { error_type_for(error) });

@@ -32,7 +32,7 @@ use super::body::{BodyError, ProxyBody};
 use super::conn::Drain;
 use super::context::{Entry, Generation, ProxyState, RequestContext};
 use super::destination::{Ask, check_destination};
-use super::error::{ProxyError, shown_target};
+use super::error::{MAX_METHOD_LEN, ProxyError, shown_target};
 use super::forward::forward;
 use super::hold;
 use super::inspect::inspect;
@@ -127,11 +127,15 @@ impl ProxyService {
             Err(Exit::Failed(error)) => {
                 let response = error_response(&error);
                 // A client's mistake is routine; an origin or proxy failure deserves attention.
+                // Both name what the agent typed, a secret's value in it redacted.
                 let entry = entry.as_str();
+                let gate = &self.state.generation().gate;
+                let (shown, method) = (error.to_string(), method.as_str());
+                let (shown, method) = (gate.redacted(&shown), gate.redacted(method));
                 if response.status().is_client_error() {
-                    info!(error = %error, %method, entry, "request refused");
+                    info!(error = %shown, %method, entry, "request refused");
                 } else {
-                    warn!(error = %error, %method, entry, "request failed");
+                    warn!(error = %shown, %method, entry, "request failed");
                 }
                 record.finish(Ending::Failed(&error)).await;
                 response
@@ -178,6 +182,10 @@ impl ProxyService {
             admitted: tunnel_admitted,
         };
         record.undecided(live.gate.undecided(&gate_request));
+        let length = gate_request.method.len();
+        if length > MAX_METHOD_LEN {
+            return Err(ProxyError::MethodTooLong { length }.into());
+        }
         let admitted = self.check_egress(&live, record, gate_request).await?;
         let gate_request = GateRequest { admitted: admitted.as_ref().or(tunnel_admitted), ..gate_request };
         self.check_host(record, &context, &request).await?;

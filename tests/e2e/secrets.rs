@@ -204,3 +204,42 @@ async fn config_check_refuses_a_secret_on_a_passthrough_host_or_with_an_unreadab
     );
     Ok(())
 }
+
+/// A lower-case hex key (many APIs issue them) fits in a header name and in a method: there
+/// too it is refused towards a host it is not bound to, and nothing reaches the origin. A
+/// method longer than any real one is refused 400 and recorded.
+#[tokio::test]
+async fn a_value_in_a_header_name_or_the_method_is_refused_towards_another_host() -> TestResult {
+    const HEX: &str = "3f9a0c7e5b1d2468ace01357";
+    agentgate::tls::install_default_provider();
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let dir = tempfile::tempdir()?;
+    let value_file = dir.path().join("hex-key");
+    std::fs::write(&value_file, format!("{HEX}\n"))?;
+    let config_path = dir.path().join("agentgate.toml");
+    let config = format!(
+        "{base}\n[[agents]]\nid = \"bot\"\nclients = [\"127.0.0.1/32\"]\n\n[[secrets]]\nname = \"hexkey\"\n\
+         placeholder = \"agp_hexkey_e2e_0001\"\nvalue_file = {value_file:?}\nhosts = [\"localhost\"]\n",
+        base = base_config(dir.path(), &ca)
+    );
+    std::fs::write(&config_path, config)?;
+    let agentgate = Agentgate::start(dir.path(), &config_path, "agentgate=debug").await?;
+    let bot = agentgate.client()?;
+    let url = origin.ip_url("/reflect");
+
+    let named = bot.get(&url).header(format!("x-{HEX}"), "1").send().await?;
+    refused(named, "secrets.value_leak").await?;
+    let method = reqwest::Method::from_bytes(format!("M{HEX}").as_bytes())?;
+    refused(bot.request(method, &url).send().await?, "secrets.value_leak").await?;
+    let long = reqwest::Method::from_bytes("M".repeat(33).as_bytes())?;
+    assert_eq!(bot.request(long, &url).send().await?.status(), 400, "a 33-byte method");
+    assert_eq!(origin.hits("/reflect"), 0, "no refused request reached the origin");
+
+    agentgate.stop().await?;
+    let log = std::fs::read_to_string(dir.path().join("decisions.jsonl"))?;
+    assert_eq!(log.matches("secrets.value_leak").count(), 2, "{log}");
+    assert!(log.contains(r#""http.response.status_code":400"#), "the long method recorded: {log}");
+    assert!(!log.contains(HEX), "{log}");
+    Ok(())
+}

@@ -19,7 +19,7 @@ use http::{Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use tracing::{Instrument, Span, debug, field, info_span, warn};
+use tracing::{Instrument, Span, debug, info_span, warn};
 
 use super::intercept::{Inside, intercept};
 use super::passthrough::{decide_passthrough, open_passthrough};
@@ -72,7 +72,6 @@ pub(crate) async fn handle_connect(
     mut request: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Exit> {
     let authority = connect_target(request.uri())?;
-    tracing::Span::current().record("authority", field::display(&authority));
     let origin = Origin::from_parts(&Scheme::HTTPS, &authority)
         .map_err(|_| ProxyError::BadConnectTarget { target: authority.to_string() })?;
     // The log names the canonical host (`crate::net::host`).
@@ -105,7 +104,9 @@ pub(crate) async fn handle_connect(
     // looked up, vetted or passed through.
     let is_local = local::is_local(authority.host());
     let tunnel = if is_local { Tunnel::Mitm } else { decide_tunnel(&live.config, &authority) };
-    let span = info_span!("tunnel", client = %client, authority = %authority, mode = ?tunnel);
+    // The target is the agent's text: a secret's value typed into it is not shown.
+    let shown = live.gate.redacted(authority.as_str());
+    let span = info_span!("tunnel", client = %client, authority = %shown, mode = ?tunnel);
     // The agent's egress lists, before the target is looked up; a human admitting the host
     // admits the whole tunnel.
     let admitted = match live.gate.check_egress(&connect) {

@@ -152,7 +152,8 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
         Err(blocked) => match hold::admit_host(&state, &live, &mut record, *blocked, request, drain.clone()).await {
             Ok(admitted) => Some(admitted),
             Err(blocked) => {
-                warn!(%client, %original, sni = %host, "transparent TLS connection refused by the agent's egress lists; closed");
+                let sni = live.gate.redacted(&host);
+                warn!(%client, %original, %sni, "transparent TLS connection refused by the agent's egress lists; closed");
                 return record.refused(blocked).await;
             }
         },
