@@ -30,4 +30,5 @@ pub mod secrets;
 mod setting;
 pub mod signing;
 pub mod tls;
+pub mod throttled;
 pub mod token;

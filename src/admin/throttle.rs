@@ -127,7 +127,7 @@ fn wait_for(n: u32) -> Duration {
 
 /// Who a failure is counted against: the address, every loopback address as one, IPv6 by
 /// its /64.
-fn client_key(ip: IpAddr) -> IpAddr {
+pub(super) fn client_key(ip: IpAddr) -> IpAddr {
     match canonical_ip(ip) {
         ip if ip.is_loopback() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(v6.to_bits() & !u128::from(u64::MAX))),

@@ -3,12 +3,15 @@
 //! open), `/metrics` parsed with a Prometheus text parser and moving with traffic (an allow,
 //! a robots.txt deny and a rate-limited request), a purge that makes the next request fetch
 //! the policy files again, readiness (a failing decision log, the drain at shutdown), the
-//! connection cap and start-up on a taken address, and `http://agentgate.local/` answered by
+//! per-client connection cap (a client's newest connections push out its oldest, and the
+//! operator's token is answered while one client holds 80 slow sockets) and start-up on a
+//! taken address, and `http://agentgate.local/` answered by
 //! agentgate itself with no lookup and no connection (proven by a recording resolver and
 //! dialer). Issue 25: a DNS-rebinding page (a foreign `Host`, a foreign `Origin`) is refused,
 //! and repeated wrong tokens are answered late while a right one is served.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -323,25 +326,82 @@ async fn a_configured_token_is_required_except_for_healthz() -> TestResult {
 }
 
 #[tokio::test]
-async fn admin_connections_over_the_cap_are_closed_at_once() -> TestResult {
+async fn a_clients_connections_past_its_share_push_out_its_oldest_one() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let proxy = TestProxy::start(&ca).await?;
     let addr = proxy.admin_addr.ok_or("no admin address")?;
+    // 16 connections without a token, from 127.0.0.1 to 127.0.0.16: one client.
     let mut held = Vec::new();
-    for _ in 0..64 {
-        held.push(TcpStream::connect(addr).await?);
+    for n in 1..=16 {
+        held.push(connect_from(IpAddr::from([127, 0, 0, n]), addr).await?);
     }
-    // Each held connection is served: a request on the last one is answered.
     let last = held.last_mut().ok_or("no connection")?;
     last.write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n").await?;
     let head = crate::support::raw::read_head(last).await?;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let mut over = TcpStream::connect(addr).await?;
+    // The 17th is served, and the client's oldest connection is closed to make room.
+    let mut newest = connect_from(IpAddr::from([127, 0, 0, 17]), addr).await?;
+    newest.write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n").await?;
+    let head = crate::support::raw::read_head(&mut newest).await?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let mut byte = [0u8; 1];
-    let read = over.read(&mut byte).await;
-    assert!(matches!(read, Ok(0) | Err(_)), "the 65th connection is closed unanswered: {read:?}");
+    let read = tokio::time::timeout(Duration::from_secs(5), held[0].read(&mut byte)).await?;
+    assert!(matches!(read, Ok(0) | Err(_)), "the oldest connection is closed unanswered: {read:?}");
     drop(held);
     assert_eq!(get(&proxy, "/healthz").await?.0, 200, "places are given back");
+    proxy.finish().await?;
+    Ok(())
+}
+
+/// A connection to `to` from the local address `from` (any of 127.0.0.0/8 is this host's).
+async fn connect_from(from: IpAddr, to: SocketAddr) -> TestResult<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(from, 0))?;
+    Ok(socket.connect(to).await?)
+}
+
+#[tokio::test]
+async fn the_operators_token_is_answered_while_one_client_holds_eighty_slow_sockets() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let proxy = TestProxy::start_with(&ca, |config| config.admin.token_sha256 = Some(TOKEN_SHA256.to_owned())).await?;
+    let addr = proxy.admin_addr.ok_or("no admin address")?;
+    // 80 slow sockets from 127.0.0.1 to 127.0.0.8, each sending half a request head and
+    // waiting; closed, each comes back at once (at most ROUNDS times).
+    const ROUNDS: usize = 100_000;
+    let opened = Arc::new(AtomicUsize::new(0));
+    let mut slow = tokio::task::JoinSet::new();
+    for n in 0..80u8 {
+        let opened = Arc::clone(&opened);
+        slow.spawn(async move {
+            for _ in 0..ROUNDS {
+                let Ok(mut socket) = connect_from(IpAddr::from([127, 0, 0, 1 + n % 8]), addr).await else { continue };
+                opened.fetch_add(1, Ordering::Relaxed);
+                if socket.write_all(b"GET /approvals HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.is_ok() {
+                    let mut byte = [0u8; 1];
+                    let _closed = socket.read(&mut byte).await;
+                }
+            }
+        });
+    }
+    eventually("80 slow sockets opened", async || {
+        let count = opened.load(Ordering::Relaxed);
+        if count >= 80 { Ok(()) } else { Err(format!("{count} opened").into()) }
+    })
+    .await?;
+    // The operator, from the same host: each request on a connection of its own.
+    let operator = reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).timeout(Duration::from_secs(5)).build()?;
+    let url = admin_url(&proxy, "/approvals")?;
+    let mut answered = Vec::new();
+    for _ in 0..10 {
+        answered.push(match operator.get(&url).bearer_auth("admin-secret").send().await {
+            Ok(response) => response.status().as_u16().to_string(),
+            Err(error) => format!("{error:?}"),
+        });
+    }
+    let still_open = opened.load(Ordering::Relaxed);
+    slow.shutdown().await;
+    assert!(answered.iter().all(|status| status == "200"), "{answered:?}");
+    assert!(still_open >= 80, "the slow sockets were held throughout: {still_open} opened");
     proxy.finish().await?;
     Ok(())
 }
