@@ -343,6 +343,7 @@ fn run_proxy(args: RunArgs, out: &mut impl Write) -> anyhow::Result<()> {
         // Absolute, so the printed variables work from any directory or container mount.
         let ca_path = running.ca_cert_path();
         let ca = std::fs::canonicalize(ca_path).unwrap_or_else(|_| ca_path.to_path_buf()).display().to_string();
+        let warnings = agentgate::agents::advisories(&config.auth, &config.agent, &config.agents);
         let startup = agentgate::recipe::Startup {
             listen: addr,
             ca: &ca,
@@ -351,6 +352,7 @@ fn run_proxy(args: RunArgs, out: &mut impl Write) -> anyhow::Result<()> {
             decision_log: &config.audit,
             admin: running.admin_addr(),
             tokens_unchallenged: agentgate::agents::tokens_unchallenged(&config.auth, &config.agents),
+            warnings: &warnings,
         };
         // The banner is for whoever reads it; a proxy nobody watches still serves.
         if let Err(error) = out.write_all(startup.render().as_bytes()).and_then(|()| out.flush()) {
@@ -462,6 +464,9 @@ fn audit_suggest(files: &[PathBuf], agent: Option<&str>, out: &mut impl Write) -
 fn check_config(file: &std::path::Path, out: &mut impl Write) -> anyhow::Result<()> {
     let config = Config::check(file)?;
     writeln!(out, "{}: ok (listen {}, mode {})", file.display(), config.listen, config.mode.as_str())?;
+    for warning in agentgate::agents::advisories(&config.auth, &config.agent, &config.agents) {
+        writeln!(out, "{}: warning: {warning}", file.display())?;
+    }
     Ok(())
 }
 

@@ -7,7 +7,7 @@
 //! variables; Chromium sends loopback and link-local addresses past `--proxy-server` unless
 //! told `<-loopback>`; `NO_PROXY` skips the gate; git sends an agent token only after a 407
 //! unless told `GIT_HTTP_PROXY_AUTHMETHOD=basic`, and the operator is told when `[[agents]]`
-//! tokens go unchallenged). Each client's lines are run by the e2e tests (`clients`: wget
+//! tokens go unchallenged, or agent boundaries hold only for agents that cooperate). Each client's lines are run by the e2e tests (`clients`: wget
 //! and Chromium as printed here; `git`: git with and without that variable).
 //!
 //! Never: reads the environment or the network; it formats what `main` hands it.
@@ -37,6 +37,9 @@ pub struct Startup<'a> {
     /// `[[agents]]` have tokens and `[auth] required = false`
     /// ([`crate::agents::tokens_unchallenged`]): said, with what git needs.
     pub tokens_unchallenged: bool,
+    /// Agent boundaries that hold only for cooperating agents ([`crate::agents::advisories`]),
+    /// each said on a `warning` line.
+    pub warnings: &'a [String],
 }
 
 impl Startup<'_> {
@@ -56,6 +59,9 @@ impl Startup<'_> {
         let _ = writeln!(out, "  admin API     {admin}");
         if self.tokens_unchallenged {
             out.push_str(TOKENS_UNCHALLENGED);
+        }
+        for warning in self.warnings {
+            let _ = writeln!(out, "  warning       {warning}");
         }
         out.push_str(&client_recipe(addr, ca));
         out
@@ -134,6 +140,7 @@ mod tests {
             decision_log: &audit,
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
             tokens_unchallenged: false,
+            warnings: &[],
         };
         let text = startup.render();
         let mut lines = text.lines();
@@ -171,6 +178,10 @@ mod tests {
         let odd = AuditConfig { max_file_size: 5000, max_files: 2, ..audit.clone() };
         let odd = Startup { decision_log: &odd, ..startup }.render();
         assert!(odd.contains("(rotated at 5000 bytes, 2 kept: at most 15000 bytes)\n"), "{odd}");
+
+        let warnings = ["the default [agent] is open".to_owned()];
+        let warned = Startup { warnings: &warnings, ..startup }.render();
+        assert!(warned.contains("\n  warning       the default [agent] is open\n"), "{warned}");
 
         let unchallenged = Startup { tokens_unchallenged: true, ..startup }.render();
         let mut lines = unchallenged.lines().skip(5);

@@ -87,3 +87,56 @@ async fn config_check_prints_the_mode_as_written() -> TestResult {
     }
     Ok(())
 }
+
+/// An `[[agents]]` entry known by its token carries egress lists and limits while `[auth]
+/// required = false` and the default `[agent]` is open, and another claims a loopback address
+/// by `clients`: `config check` and the banner say both, each with its fix.
+#[tokio::test]
+async fn config_check_and_the_banner_say_when_agent_boundaries_hold_only_for_cooperating_agents() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\n[ca]\ndir = {ca:?}\n[audit]\npath = {log:?}\n[admin]\nlisten = \"off\"\n\
+         [[agents]]\nid = \"scraper\"\ntoken_sha256 = \"{digest}\"\nallow_hosts = [\"docs.test\"]\nlimits = {{ sent_bytes_per_hour = \"100KiB\" }}\n\
+         [[agents]]\nid = \"local\"\nclients = [\"127.0.0.2\"]\n",
+        ca = dir.path().join("ca"),
+        log = dir.path().join("decisions.jsonl"),
+        digest = "16175223c8ddce5ace0493c948569c211b03c4c6bb3d3e484434999448cffe01",
+    );
+    let path = dir.path().join("agentgate.toml");
+    std::fs::write(&path, &config)?;
+    let out = Command::new(env!("CARGO_BIN_EXE_agentgate")).args(["config", "check"]).arg(&path).output().await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let default_agent = format!(
+        "{}: warning: [[agents]] \"scraper\" (allow_hosts, limits) are known by their token only, but [auth] required = false",
+        path.display()
+    );
+    assert!(stdout.contains(&default_agent), "{stdout}");
+    assert!(stdout.contains("a client that sends no token or a wrong one is the default [agent]"), "{stdout}");
+    assert!(stdout.contains("Set [auth] required = true, or give [agent] its own allow_hosts"), "{stdout}");
+    let loopback = "warning: [[agents]] \"local\" clients = [\"127.0.0.2/32\"] holds a loopback address: any process on this \
+                    host can send from it (curl --interface 127.0.0.2)";
+    assert!(stdout.contains(loopback), "{stdout}");
+
+    let (mut child, mut stdout) = run_reading_stdout(&path)?;
+    let mut lines = Vec::new();
+    while let Some(line) = stdout.next_line().await? {
+        let last = line.starts_with("Agents, in a shell");
+        lines.push(line);
+        if last {
+            break;
+        }
+    }
+    child.kill().await?;
+    let text = lines.join("\n");
+    assert!(text.contains("\n  warning       [[agents]] \"scraper\" (allow_hosts, limits) are known by their token only"), "{text}");
+    assert!(text.contains("\n  warning       [[agents]] \"local\" clients = [\"127.0.0.2/32\"] holds a loopback address"), "{text}");
+
+    // The fix said: both warnings go.
+    let fixed = config.replace("[admin]\n", "[auth]\nrequired = true\n[admin]\n").replace("clients = [\"127.0.0.2\"]\n", "clients = [\"10.9.0.0/24\"]\n");
+    std::fs::write(&path, fixed)?;
+    let out = Command::new(env!("CARGO_BIN_EXE_agentgate")).args(["config", "check"]).arg(&path).output().await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && !stdout.contains("warning"), "{stdout}");
+    Ok(())
+}
