@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::net::host::canonical_ip;
+use crate::net::host::client_address;
 
 /// Failures answered at once within a window.
 pub(super) const FREE_FAILURES: u32 = 5;
@@ -128,8 +128,7 @@ fn wait_for(n: u32) -> Duration {
 /// Who a failure is counted against: the address, every loopback address as one, IPv6 by
 /// its /64.
 pub(super) fn client_key(ip: IpAddr) -> IpAddr {
-    match canonical_ip(ip) {
-        ip if ip.is_loopback() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+    match client_address(ip) {
         IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(v6.to_bits() & !u128::from(u64::MAX))),
         v4 => v4,
     }

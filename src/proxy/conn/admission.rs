@@ -1,5 +1,6 @@
 //! Connection caps on the proxy port: [`Admission`] counts the connections open in all and
-//! per client address, and hands out an [`Admitted`] ticket that gives its place back when
+//! per client address (every loopback address one client: a local process could otherwise
+//! bind 127.0.0.2, 127.0.0.3, … and fill the cap of all; `crate::net::host::client_address`), and hands out an [`Admitted`] ticket that gives its place back when
 //! the connection ends. Over a cap the caller closes the new connection at once; refusals are
 //! counted and logged at most once a second (`crate::throttled`), so a flood cannot flood the
 //! log too.
@@ -12,6 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tracing::warn;
 
+use crate::net::host::client_address;
 use crate::proxy::config::ConnectionsConfig;
 use crate::throttled::Throttled;
 
@@ -56,6 +58,7 @@ impl Admission {
     /// Takes a place for a connection from `client`, or says which cap is full (the refusal
     /// is counted and, at most once a second, logged).
     pub(crate) fn admit(self: &Arc<Self>, client: IpAddr) -> Result<Admitted, Cap> {
+        let client = client_address(client);
         let cap = {
             let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
             let from_client = open.per_client.get(&client).copied().unwrap_or(0);
@@ -118,9 +121,21 @@ mod tests {
     }
 
     #[test]
+    fn every_loopback_address_is_one_client() {
+        let caps = admission(10, 2);
+        let _first = caps.admit(IpAddr::from([127, 0, 0, 1])).expect("1 of 2");
+        let _second = caps.admit(IpAddr::from([127, 0, 0, 2])).expect("2 of 2");
+        for other in ["127.9.9.9", "::1", "::ffff:127.0.0.3"] {
+            let ip: IpAddr = other.parse().expect("an address");
+            assert_eq!(caps.admit(ip).err(), Some(Cap::PerClient), "{other}");
+        }
+        let _lan = caps.admit(IpAddr::from([192, 0, 2, 1])).expect("another client");
+    }
+
+    #[test]
     fn each_cap_refuses_past_its_limit_and_a_closed_connection_frees_its_place() {
         let caps = admission(3, 2);
-        let (a, b) = (IpAddr::from([127, 0, 0, 1]), IpAddr::from([127, 0, 0, 2]));
+        let (a, b) = (IpAddr::from([192, 0, 2, 1]), IpAddr::from([192, 0, 2, 2]));
         let first = caps.admit(a).expect("1 of 2 for a");
         let _second = caps.admit(a).expect("2 of 2 for a");
         assert_eq!(caps.admit(a).err(), Some(Cap::PerClient));
