@@ -76,7 +76,7 @@ pub(super) fn held<'a>(
 /// `allow_hosts` does not list the host: a live grant of the host to the agent admits it at
 /// once; otherwise, when the block is `needs_approval` (the agent's `unlisted = "hold"`), it
 /// waits for a human as [`held`] does. An approval with `remember = "host-for-agent"`
-/// grants the host to the agent until its `until`. Nothing has been resolved yet.
+/// grants the host, on the port asked for, to the agent until its `until`. Nothing has been resolved yet.
 ///
 /// # Errors
 /// `blocked` itself when nothing admits the host (no grant and `unlisted = "deny"`, or a
@@ -91,7 +91,7 @@ pub(super) fn admit_host<'a>(
 ) -> Pin<Box<dyn Future<Output = Result<Admitted, Blocked>> + Send + 'a>> {
     Box::pin(async move {
         let host = req.origin.bare_host();
-        let key = HostGrantKey { agent: req.agent.id.to_string(), host: host.to_owned() };
+        let key = HostGrantKey { agent: req.agent.id.to_string(), host: host.to_owned(), port: req.origin.port() };
         if let Some(grant) = state.approvals.host_grant(&key).await {
             return Ok(Admitted::new(host, grant, None));
         }
@@ -102,7 +102,7 @@ pub(super) fn admit_host<'a>(
         match ask(state, &live.config.approvals, record, &mut blocked, summary, drain).await {
             Some(approval) => {
                 if approval.remember == Some(Remember::HostForAgent) {
-                    info!(agent = %key.agent, host = %key.host, by = ?approval.by, "host granted to the agent");
+                    info!(agent = %key.agent, host = %key.host, port = key.port, by = ?approval.by, "host granted to the agent");
                     state.approvals.grant_host(key, approval.clone()).await;
                 }
                 let admitted = Admitted::new(host, approval, Some(blocked.record().id));

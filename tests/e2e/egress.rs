@@ -350,6 +350,41 @@ fn hold_toml() -> String {
 }
 
 #[tokio::test]
+async fn a_host_grant_admits_the_port_asked_for_and_another_port_is_held_again() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let granted = site_on("127.0.0.2", Site::new())?;
+    let other_port = site_on("127.0.0.2", Site::new())?;
+    let net = Net::new(&[("site.test", "127.0.0.1"), ("other.test", "127.0.0.2")])?;
+    let proxy = start(&ca, &net, &hold_toml()).await?;
+    let sbx = client_as(&proxy, "sbx", "sbx-secret")?;
+    let url = format!("http://other.test:{}/page", granted.addr.port());
+    let waiting = tokio::spawn(sbx.get(&url).send());
+    let listed = pending(&proxy, 1).await?;
+    let id = listed[0]["id"].as_str().ok_or("an id")?;
+    let grant = json!({"decision": "approve", "remember": "host-for-agent", "ttl": "10m"});
+    assert_eq!(answer(&proxy, id, grant).await?.0, 200);
+    assert_eq!(waiting.await??.status(), 200);
+    assert_eq!(sbx.get(&url).send().await?.status(), 200, "the granted port passes without a hold");
+
+    // The same host on another port is held for a human again, not admitted by the grant.
+    let elsewhere = format!("http://other.test:{}/page", other_port.addr.port());
+    let waiting = tokio::spawn(sbx.get(&elsewhere).send());
+    let listed = pending(&proxy, 1).await?;
+    assert_eq!(listed[0]["new_host"], "other.test");
+    let text = listed[0]["rule"]["text"].as_str().unwrap_or_default();
+    assert!(text.contains(&format!("does not list other.test:{}", other_port.addr.port())), "{text}");
+    let id = listed[0]["id"].as_str().ok_or("an id")?;
+    assert_eq!(answer(&proxy, id, json!({"decision": "deny", "reason": "one port only"})).await?.0, 200);
+    assert_eq!(waiting.await??.status(), 403);
+    let agents = admin_client()?.get(admin_url(&proxy, "/agents")?).bearer_auth("alice-secret").send().await?;
+    let agents: Value = serde_json::from_str(&agents.text().await?)?;
+    let sbx_entry = agents["agents"].as_array().and_then(|a| a.iter().find(|a| a["id"] == "sbx")).ok_or("sbx")?;
+    assert_eq!(sbx_entry["grants"][0]["port"], json!(granted.addr.port()), "{agents:#}");
+    proxy.finish().await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_new_host_held_for_a_human_is_granted_to_its_agent_for_a_while_or_denied_with_a_reason() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let other = site_on("127.0.0.2", Site::new())?;

@@ -286,7 +286,7 @@ function renderPending(p) {
   const rule = p.new_host ? `agent ${p.agent} wants to reach ${p.new_host}`
     : p.rule ? `${p.rule.file}:${p.rule.line} ${p.rule.text}` : "";
   const wider = p.new_host
-    ? el("option", { value: "host-for-agent" }, "this host for this agent, 1 h")
+    ? el("option", { value: "host-for-agent" }, "this host and port for this agent, 1 h")
     : el("option", { value: "path-for-agent-15m" }, "this path for this agent, 15 min");
   const remember = el("select", { class: "remember" }, el("option", { value: "this-request" }, "this request"), wider);
   const reason = el("input", { class: "reason", type: "text", placeholder: "reason for a deny (optional)" });
@@ -333,7 +333,7 @@ async function loadGrants() {
   const { agents } = await response.json();
   const grants = agents.flatMap((a) => a.grants);
   document.querySelector("#grants tbody").replaceChildren(...grants.map((g) =>
-    el("tr", { class: "grant" }, el("td", {}, g.agent), el("td", {}, g.host), el("td", {}, g.by || ""),
+    el("tr", { class: "grant" }, el("td", {}, g.agent), el("td", {}, `${g.host}:${g.port}`), el("td", {}, g.by || ""),
       el("td", {}, (g.until || "").slice(0, 19).replace("T", " ")), el("td", {}, g.reason || ""))));
   document.getElementById("grants-state").textContent = grants.length
     ? "" : "No host is granted to an agent now.";
