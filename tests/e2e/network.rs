@@ -2,7 +2,8 @@
 //! loopback, the internal and special-purpose ranges (Teredo by its client), names that
 //! resolve inside, policy-file redirects, CONNECT ports and agentgate's own address (on every
 //! interface address for a listener on `0.0.0.0`), operator rules on canonical hosts and
-//! CIDRs, and `Upgrade: h2c`.
+//! CIDRs, and `Upgrade: h2c`. In a network namespace of its own (root): an address in the
+//! prefix of an address configured on `lo` is agentgate's own too.
 //! Destinations outside loopback are only ever handed to a recording dialer that refuses to
 //! leave loopback: "no connect attempted" is proven by what it was asked, never by traffic.
 
@@ -516,7 +517,7 @@ async fn issue_25_special_purpose_ranges_and_teredo_loopback_are_refused_unless_
 /// The host's interface addresses other than loopback, as agentgate enumerates them; when the
 /// machine has none, its loopback interface addresses, said loudly.
 fn interface_addresses() -> TestResult<Vec<IpAddr>> {
-    let all = agentgate::net::interfaces::addresses()?;
+    let all: Vec<IpAddr> = agentgate::net::interfaces::addresses()?.iter().map(ipnet::IpNet::addr).collect();
     let lan: Vec<IpAddr> = all.iter().copied().filter(|ip| !ip.is_loopback()).collect();
     if lan.is_empty() {
         eprintln!(
@@ -572,5 +573,61 @@ async fn issue_25_an_unspecified_admin_listen_refuses_the_hosts_interface_addres
         assert!(!answer.decision.contains("code=network."), "{other}: {}", answer.decision);
         assert!(dialer.dialed().contains(&other), "{:?}", dialer.dialed());
     }
+    Ok(())
+}
+
+/// A network namespace of one test, deleted when dropped.
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip").args(["netns", "delete", &self.0]).output();
+    }
+}
+
+/// Runs `ip ARGS`; an error names it and its stderr.
+fn ip(args: &[&str]) -> TestResult {
+    let output = std::process::Command::new("ip").args(args).output()?;
+    if !output.status.success() {
+        return Err(format!("ip {args:?} failed: {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    Ok(())
+}
+
+/// Linux delivers every address of a prefix configured on `lo` locally: with `10.231.0.1/24`
+/// there, `10.231.0.2` reaches a listener on `0.0.0.0` as well. The real binary runs in a
+/// namespace of its own with the admin API on `0.0.0.0` and the /24 allowed in `[network]`.
+#[tokio::test]
+#[ignore = "needs root and ip: run by scripts/test.sh"]
+async fn an_address_in_the_prefix_of_an_address_on_lo_is_agentgates_own() -> TestResult {
+    crate::support::tools::need_root()?;
+    crate::support::tools::need(crate::support::tools::IP)?;
+    let netns = Netns(format!("agt-own-{}", std::process::id()));
+    ip(&["netns", "add", &netns.0])?;
+    ip(&["-n", &netns.0, "link", "set", "lo", "up"])?;
+    ip(&["-n", &netns.0, "addr", "add", "10.231.0.1/24", "dev", "lo"])?;
+    let dir = tempfile::tempdir()?;
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\n[ca]\ndir = {ca:?}\n[audit]\npath = {log:?}\n[network]\nallow_cidrs = [\"10.231.0.0/24\"]\n\
+         [admin]\nlisten = \"0.0.0.0:9090\"\ntoken_sha256 = \"{token}\"\n",
+        ca = dir.path().join("ca"),
+        log = dir.path().join("decisions.jsonl"),
+        token = "ab".repeat(32),
+    );
+    let config_path = dir.path().join("agentgate.toml");
+    std::fs::write(&config_path, config)?;
+    let gate = crate::support::binary::Agentgate::start_in_netns(&netns.0, dir.path(), &config_path, "agentgate=info").await?;
+    let proxy = format!("http://{}", gate.addr());
+    for target in ["10.231.0.1", "10.231.0.2", "10.231.0.200"] {
+        let url = format!("http://{target}:9090/healthz");
+        let answer = crate::support::curl::curl_in_netns(&netns.0, &["-x", &proxy, &url]).await?;
+        let body = String::from_utf8_lossy(&answer.body);
+        assert_eq!(answer.status, 403, "{url}: {} {body}", answer.headers);
+        assert!(answer.headers.contains("code=network.own_address"), "{url}: {}", answer.headers);
+    }
+    // Another port of the prefix is not agentgate's: the guard lets it be dialled.
+    let other = crate::support::curl::curl_in_netns(&netns.0, &["-x", &proxy, "http://10.231.0.2:9091/"]).await?;
+    assert!(!other.headers.contains("code=network."), "{}", other.headers);
+    gate.stop().await?;
     Ok(())
 }
