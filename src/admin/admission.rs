@@ -117,7 +117,8 @@ impl Admission {
                         let id = open.next_id;
                         open.next_id += 1;
                         let (close, closed) = oneshot::channel();
-                        open.connections.insert(id, Connection { client: key, since: now, authenticated: false, close });
+                        open.connections
+                            .insert(id, Connection { client: key, since: now, authenticated: false, close });
                         drop(open);
                         if let Some(old) = pushed_out {
                             // The receiver is gone when that connection has just ended by itself.

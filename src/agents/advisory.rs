@@ -43,7 +43,8 @@ pub fn advisories(auth: &AuthConfig, default: &AgentConfig, agents: &[AgentConfi
         }
     }
     for agent in agents {
-        let loopback: Vec<String> = agent.clients.iter().filter(|net| holds_loopback(net)).map(IpNet::to_string).collect();
+        let loopback: Vec<String> =
+            agent.clients.iter().filter(|net| holds_loopback(net)).map(IpNet::to_string).collect();
         if let Some(first) = loopback.first() {
             let first = first.split('/').next().unwrap_or(first);
             said.push(format!(
@@ -103,7 +104,11 @@ mod tests {
         let (auth, default, agents) = parse(ALPHA);
         let said = advisories(&auth, &default, &agents);
         assert_eq!(said.len(), 1, "{said:?}");
-        assert!(said[0].starts_with("[[agents]] \"alpha\" (allow_hosts, limits) are known by their token only"), "{}", said[0]);
+        assert!(
+            said[0].starts_with("[[agents]] \"alpha\" (allow_hosts, limits) are known by their token only"),
+            "{}",
+            said[0]
+        );
         assert!(said[0].contains("Set [auth] required = true, or give [agent] its own allow_hosts"), "{}", said[0]);
 
         for fixed in ["[auth]\nrequired = true\n", "[agent]\nallow_hosts = []\nlimits = { requests_per_hour = 9 }\n"] {
@@ -125,7 +130,11 @@ mod tests {
             let (auth, default, agents) = parse(&format!("[[agents]]\nid = \"local\"\nclients = [\"{clients}\"]\n"));
             let said = advisories(&auth, &default, &agents);
             assert_eq!(said.len(), 1, "{clients}: {said:?}");
-            assert!(said[0].contains("holds a loopback address: any process on this host can send from it"), "{}", said[0]);
+            assert!(
+                said[0].contains("holds a loopback address: any process on this host can send from it"),
+                "{}",
+                said[0]
+            );
         }
         let (auth, default, agents) = parse("[[agents]]\nid = \"lan\"\nclients = [\"10.0.0.0/8\", \"fd00::/8\"]\n");
         assert_eq!(advisories(&auth, &default, &agents), Vec::<String>::new());

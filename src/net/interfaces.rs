@@ -53,7 +53,13 @@ fn own(address: IpAddr, netmask: Option<IpAddr>, loopback: bool) -> IpNet {
     let prefix = match (loopback, netmask) {
         (true, Some(IpAddr::V4(mask))) => mask.to_bits().count_ones() as u8,
         (true, Some(IpAddr::V6(mask))) => mask.to_bits().count_ones() as u8,
-        _ => if address.is_ipv4() { 32 } else { 128 },
+        _ => {
+            if address.is_ipv4() {
+                32
+            } else {
+                128
+            }
+        }
     };
     IpNet::new(address, prefix).unwrap_or_else(|_| IpNet::from(address))
 }

@@ -16,7 +16,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::conn::{Admission, Drain, DrainController};
-use crate::throttled::Throttled;
 use super::context::ProxyState;
 use super::error::StartError;
 use super::resolve::GuardedConnector;
@@ -33,6 +32,7 @@ use crate::limits::Limiter;
 use crate::metrics::{Metrics, UpstreamMetrics};
 use crate::net::{AddressPolicy, Dial, Guard, Resolve, SystemResolver, TcpDialer};
 use crate::reload::{ConfigSource, Reloader};
+use crate::throttled::Throttled;
 use crate::tls::{CertificateAuthority, LeafCertCache};
 
 /// How long to pause accepting after an accept error (out of file descriptors, say), so the

@@ -389,7 +389,8 @@ async fn the_operators_token_is_answered_while_one_client_holds_eighty_slow_sock
     })
     .await?;
     // The operator, from the same host: each request on a connection of its own.
-    let operator = reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).timeout(Duration::from_secs(5)).build()?;
+    let operator =
+        reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).timeout(Duration::from_secs(5)).build()?;
     let url = admin_url(&proxy, "/approvals")?;
     let mut answered = Vec::new();
     for _ in 0..10 {

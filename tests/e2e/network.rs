@@ -616,7 +616,8 @@ async fn an_address_in_the_prefix_of_an_address_on_lo_is_agentgates_own() -> Tes
     );
     let config_path = dir.path().join("agentgate.toml");
     std::fs::write(&config_path, config)?;
-    let gate = crate::support::binary::Agentgate::start_in_netns(&netns.0, dir.path(), &config_path, "agentgate=info").await?;
+    let gate =
+        crate::support::binary::Agentgate::start_in_netns(&netns.0, dir.path(), &config_path, "agentgate=info").await?;
     let proxy = format!("http://{}", gate.addr());
     for target in ["10.231.0.1", "10.231.0.2", "10.231.0.200"] {
         let url = format!("http://{target}:9090/healthz");

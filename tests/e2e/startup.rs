@@ -129,11 +129,19 @@ async fn config_check_and_the_banner_say_when_agent_boundaries_hold_only_for_coo
     }
     child.kill().await?;
     let text = lines.join("\n");
-    assert!(text.contains("\n  warning       [[agents]] \"scraper\" (allow_hosts, limits) are known by their token only"), "{text}");
-    assert!(text.contains("\n  warning       [[agents]] \"local\" clients = [\"127.0.0.2/32\"] holds a loopback address"), "{text}");
+    assert!(
+        text.contains("\n  warning       [[agents]] \"scraper\" (allow_hosts, limits) are known by their token only"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n  warning       [[agents]] \"local\" clients = [\"127.0.0.2/32\"] holds a loopback address"),
+        "{text}"
+    );
 
     // The fix said: both warnings go.
-    let fixed = config.replace("[admin]\n", "[auth]\nrequired = true\n[admin]\n").replace("clients = [\"127.0.0.2\"]\n", "clients = [\"10.9.0.0/24\"]\n");
+    let fixed = config
+        .replace("[admin]\n", "[auth]\nrequired = true\n[admin]\n")
+        .replace("clients = [\"127.0.0.2\"]\n", "clients = [\"10.9.0.0/24\"]\n");
     std::fs::write(&path, fixed)?;
     let out = Command::new(env!("CARGO_BIN_EXE_agentgate")).args(["config", "check"]).arg(&path).output().await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
