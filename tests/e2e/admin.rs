@@ -100,7 +100,7 @@ async fn metrics_parse_as_prometheus_text_and_move_with_traffic() -> TestResult 
     assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
     assert_eq!(client.get(origin.url("/page")).send().await?.status(), 429, "over 2 per minute");
     let records = proxy.log_lines(4).await?;
-    let outcomes: Vec<&str> = records.iter().filter_map(|r| r["event.outcome"].as_str()).collect();
+    let outcomes: Vec<&str> = records.iter().filter_map(|r| r["event.action"].as_str()).collect();
     assert_eq!(outcomes, ["allow", "deny", "allow", "rate_limited"]);
 
     let after = scrape(&proxy).await?;
@@ -500,7 +500,7 @@ async fn agentgate_local_serves_the_ca_without_any_lookup_or_dial() -> TestResul
     let pem_record =
         records.iter().find(|r| r["url.full"] == "http://agentgate.local/ca.pem" && r["http.request.method"] == "GET");
     let pem_record = pem_record.ok_or("a record for GET http://agentgate.local/ca.pem")?;
-    assert_eq!(pem_record["event.outcome"], "allow", "{pem_record}");
+    assert_eq!(pem_record["event.action"], "allow", "{pem_record}");
     assert_eq!(pem_record["http.response.status_code"], 200, "{pem_record}");
     assert_eq!(pem_record["agentgate.reasons"][0]["code"], "operator.served_locally", "{pem_record}");
     assert_eq!(pem_record["agentgate.reasons"][0]["source"], "operator", "{pem_record}");

@@ -125,7 +125,7 @@ async fn wget_with_the_recipes_wgetrc_goes_through_agentgate_and_ssl_cert_file_a
     let records = proxy.finish().await?;
     let record = the_get(&records, &origin.url("/page"))?;
     assert_eq!(
-        (&record["event.outcome"], &record["http.response.status_code"]),
+        (&record["event.action"], &record["http.response.status_code"]),
         (&Value::from("allow"), &Value::from(200))
     );
     Ok(())
@@ -168,7 +168,7 @@ async fn chromium_with_the_recipes_flags_and_nss_database_reaches_a_loopback_htt
     let records = proxy.finish().await?;
     let record = the_get(&records, &url)?;
     assert_eq!(
-        (&record["event.outcome"], &record["http.response.status_code"]),
+        (&record["event.action"], &record["http.response.status_code"]),
         (&Value::from("allow"), &Value::from(200))
     );
     Ok(())

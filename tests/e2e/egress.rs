@@ -298,7 +298,7 @@ async fn monitor_mode_records_would_deny_with_the_same_code_and_forwards() -> Te
     let records = proxy.finish().await?;
     let found = for_request(&records, "GET", "/page");
     let [record] = found.as_slice() else { return Err(format!("{records:#?}").into()) };
-    assert_eq!(record["event.outcome"], "would_deny", "{record:#}");
+    assert_eq!(record["event.action"], "would_deny", "{record:#}");
     assert_eq!(record["agentgate.mode"], "monitor");
     let reason = &record["agentgate.reasons"][0];
     assert_eq!(reason["code"], "operator.not_allowlisted", "{record:#}");
@@ -425,7 +425,7 @@ async fn a_new_host_held_for_a_human_is_granted_to_its_agent_for_a_while_or_deni
     let records = proxy.finish().await?;
     // The held request: one record, under the id the queue listed, with the grant.
     let approved = by_id(&records, &held_record)?;
-    assert_eq!(approved["event.outcome"], "allow", "{approved:#}");
+    assert_eq!(approved["event.action"], "allow", "{approved:#}");
     assert_eq!(approved["agentgate.approval.decision"], "approved");
     assert_eq!(approved["agentgate.approval.by"], "alice");
     assert_eq!(approved["agentgate.approval.remember"], "host-for-agent");
@@ -434,7 +434,7 @@ async fn a_new_host_held_for_a_human_is_granted_to_its_agent_for_a_while_or_deni
     assert_eq!(to_other.len(), 3, "held-and-approved, granted, and the peer's refusal: {records:#?}");
     let granted = to_other.iter().find(|r| r["agentgate.agent"] == "sbx" && r["event.id"] != held_record.as_str());
     let granted = granted.ok_or("the granted request's record")?;
-    assert_eq!(granted["event.outcome"], "allow");
+    assert_eq!(granted["event.action"], "allow");
     let reasons = granted["agentgate.reasons"].as_array().ok_or("reasons")?;
     let reason = reasons.iter().find(|r| r["code"] == "operator.host_approved").ok_or("the grant is in the record")?;
     let rule = reason["rule"].as_str().unwrap_or_default();
@@ -687,7 +687,7 @@ async fn audit_suggest_learns_an_allowlist_from_a_monitor_run_that_config_check_
     let helper = client_as(&proxy, "helper", "helper-secret")?;
     assert_eq!(helper.get(format!("http://d.test:{}/", d.addr.port())).send().await?.status(), 200);
     let (records, text) = proxy.finish_with_text().await?;
-    let would_deny = records.iter().filter(|r| r["event.outcome"] == "would_deny").count();
+    let would_deny = records.iter().filter(|r| r["event.action"] == "would_deny").count();
     assert_eq!(would_deny, 6, "what the empty list would have stopped");
 
     // The log as logrotate leaves it: the older half gzip'd.
@@ -736,7 +736,7 @@ async fn audit_suggest_learns_an_allowlist_from_a_monitor_run_that_config_check_
     assert!(
         records
             .iter()
-            .all(|r| r["event.outcome"] == "allow" && r["agentgate.reasons"][0]["code"] != "operator.not_allowlisted"),
+            .all(|r| r["event.action"] == "allow" && r["agentgate.reasons"][0]["code"] != "operator.not_allowlisted"),
         "{records:#?}"
     );
     let fourth = sbx.get(format!("http://d.test:{}/", d.addr.port())).send().await?;
@@ -775,7 +775,7 @@ async fn a_held_connect_approved_for_this_request_opens_its_tunnel_and_each_requ
 
     let records = proxy.finish().await?;
     let connect = by_id(&records, &held_record)?;
-    assert_eq!((&connect["http.request.method"], &connect["event.outcome"]), (&json!("CONNECT"), &json!("allow")));
+    assert_eq!((&connect["http.request.method"], &connect["event.action"]), (&json!("CONNECT"), &json!("allow")));
     assert_eq!(
         (&connect["agentgate.approval.decision"], &connect["agentgate.approval.by"]),
         (&json!("approved"), &json!("alice"))
