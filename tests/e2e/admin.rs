@@ -302,11 +302,11 @@ async fn every_endpoint_answers_as_documented() -> TestResult {
 }
 
 #[tokio::test]
-async fn a_configured_token_is_required_except_for_healthz() -> TestResult {
+async fn a_configured_token_is_required_except_for_the_liveness_and_readiness_probes() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let proxy = TestProxy::start_with(&ca, |config| config.admin.token_sha256 = Some(TOKEN_SHA256.to_owned())).await?;
     let client = admin_client()?;
-    for path in ["/readyz", "/metrics", "/ca.pem", "/policies?origin=http://a.test", "/decisions/recent", "/nope"] {
+    for path in ["/metrics", "/ca.pem", "/policies?origin=http://a.test", "/decisions/recent", "/nope"] {
         let url = admin_url(&proxy, path)?;
         let bare = client.get(&url).send().await?;
         assert_eq!(bare.status(), 401, "{path}");
@@ -318,6 +318,7 @@ async fn a_configured_token_is_required_except_for_healthz() -> TestResult {
     }
     assert_eq!(client.get(admin_url(&proxy, "/metrics")?).bearer_auth("admin-secret").send().await?.status(), 200);
     assert_eq!(get(&proxy, "/healthz").await?, (200, "ok\n".to_owned()), "liveness needs no token");
+    assert_eq!(get(&proxy, "/readyz").await?, (200, "ready\n".to_owned()), "readiness neither: probes send none");
     proxy.finish().await?;
     Ok(())
 }
