@@ -92,7 +92,9 @@ Chromium: --proxy-server alone sends localhost, 127.0.0.0/8, [::1] and link-loca
   fe80::/10) straight to the site: start it with <-loopback>, and trust the CA in its NSS database
   (certutil is in Debian's libnss3-tools):
   mkdir -p ~/.pki/nssdb && certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n agentgate -i {ca}
-  chromium --proxy-server=http://{addr} --proxy-bypass-list='<-loopback>'
+  chromium --proxy-server=http://{addr} --proxy-bypass-list='<-loopback>' --no-first-run --disable-background-networking --disable-component-update --disable-sync
+  (the last four flags cut most of Chromium's own traffic to Google, which would go through agentgate as the agent;
+  set allow_hosts on the agent for what is left; as root Chromium also needs --no-sandbox)
 NO_PROXY/no_proxy: hosts listed there (e.g. localhost,127.0.0.1) go past agentgate, neither gated nor logged.
 "
     )
@@ -158,7 +160,7 @@ mod tests {
         assert!(text.contains(&format!("CURL_CA_BUNDLE={ca} GIT_SSL_CAINFO={ca}")), "{text}");
         assert!(text.contains("EnvHttpProxyAgent") && text.contains("neither gated nor logged"), "{text}");
         assert!(text.contains(&format!("  echo ca_certificate={ca} >> ~/.wgetrc\n")), "{text}");
-        let chromium = "  chromium --proxy-server=http://127.0.0.1:8080 --proxy-bypass-list='<-loopback>'\n";
+        let chromium = "  chromium --proxy-server=http://127.0.0.1:8080 --proxy-bypass-list='<-loopback>' --no-first-run --disable-background-networking --disable-component-update --disable-sync\n";
         assert!(text.contains(chromium) && text.contains(&format!("-n agentgate -i {ca}\n")), "{text}");
 
         let stdout = AuditConfig { path: "-".into(), ..AuditConfig::default() };

@@ -49,9 +49,10 @@ const ENDPOINTS: [Endpoint; 17] = [
     ("/approvals/", "POST", &[]),
 ];
 
-/// Paths answered without credentials: liveness (a container health check needs no secret),
-/// the console's static assets (they hold no data) and the login itself.
-const OPEN: [&str; 4] = ["/healthz", "/console.js", "/console.css", "/login"];
+/// Paths answered without credentials: liveness and readiness (a container's probes send no
+/// secret; both answer a fixed word), the console's static assets (they hold no data) and the
+/// login itself.
+const OPEN: [&str; 5] = ["/healthz", "/readyz", "/console.js", "/console.css", "/login"];
 
 /// One admin request, start to answer: first whether it is addressed to this API at all
 /// (`super::hosts`), then who calls (`super::access`, a wrong token answered late; a right

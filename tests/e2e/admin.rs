@@ -103,7 +103,7 @@ async fn metrics_parse_as_prometheus_text_and_move_with_traffic() -> TestResult 
     assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
     assert_eq!(client.get(origin.url("/page")).send().await?.status(), 429, "over 2 per minute");
     let records = proxy.log_lines(4).await?;
-    let outcomes: Vec<&str> = records.iter().filter_map(|r| r["event.outcome"].as_str()).collect();
+    let outcomes: Vec<&str> = records.iter().filter_map(|r| r["event.action"].as_str()).collect();
     assert_eq!(outcomes, ["allow", "deny", "allow", "rate_limited"]);
 
     let after = scrape(&proxy).await?;
@@ -305,11 +305,11 @@ async fn every_endpoint_answers_as_documented() -> TestResult {
 }
 
 #[tokio::test]
-async fn a_configured_token_is_required_except_for_healthz() -> TestResult {
+async fn a_configured_token_is_required_except_for_the_liveness_and_readiness_probes() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let proxy = TestProxy::start_with(&ca, |config| config.admin.token_sha256 = Some(TOKEN_SHA256.to_owned())).await?;
     let client = admin_client()?;
-    for path in ["/readyz", "/metrics", "/ca.pem", "/policies?origin=http://a.test", "/decisions/recent", "/nope"] {
+    for path in ["/metrics", "/ca.pem", "/policies?origin=http://a.test", "/decisions/recent", "/nope"] {
         let url = admin_url(&proxy, path)?;
         let bare = client.get(&url).send().await?;
         assert_eq!(bare.status(), 401, "{path}");
@@ -321,6 +321,7 @@ async fn a_configured_token_is_required_except_for_healthz() -> TestResult {
     }
     assert_eq!(client.get(admin_url(&proxy, "/metrics")?).bearer_auth("admin-secret").send().await?.status(), 200);
     assert_eq!(get(&proxy, "/healthz").await?, (200, "ok\n".to_owned()), "liveness needs no token");
+    assert_eq!(get(&proxy, "/readyz").await?, (200, "ready\n".to_owned()), "readiness neither: probes send none");
     proxy.finish().await?;
     Ok(())
 }
@@ -561,7 +562,7 @@ async fn agentgate_local_serves_the_ca_without_any_lookup_or_dial() -> TestResul
     let pem_record =
         records.iter().find(|r| r["url.full"] == "http://agentgate.local/ca.pem" && r["http.request.method"] == "GET");
     let pem_record = pem_record.ok_or("a record for GET http://agentgate.local/ca.pem")?;
-    assert_eq!(pem_record["event.outcome"], "allow", "{pem_record}");
+    assert_eq!(pem_record["event.action"], "allow", "{pem_record}");
     assert_eq!(pem_record["http.response.status_code"], 200, "{pem_record}");
     assert_eq!(pem_record["agentgate.reasons"][0]["code"], "operator.served_locally", "{pem_record}");
     assert_eq!(pem_record["agentgate.reasons"][0]["source"], "operator", "{pem_record}");

@@ -69,7 +69,7 @@ async fn blocks_and_allows(over: Over, case: Case) -> TestResult {
     block::logged(&records, &json_id, method, expected)?;
     let allowed_lines = for_request(&records, allowed_method, allowed_path);
     assert_eq!(allowed_lines.len(), 1, "{records:#?}");
-    assert_eq!(allowed_lines[0]["event.outcome"], "allow");
+    assert_eq!(allowed_lines[0]["event.action"], "allow");
     assert_eq!(allowed_lines[0]["http.response.status_code"], 200);
     Ok(())
 }
@@ -246,7 +246,7 @@ async fn robots_txt_client_error_allows_everything() -> TestResult {
             assert_eq!(response.status(), 200, "robots.txt {status} over {over:?} restricts nothing");
         }
         for record in &records {
-            assert_eq!(record["event.outcome"], "allow", "{record:#}");
+            assert_eq!(record["event.action"], "allow", "{record:#}");
         }
     }
     Ok(())
@@ -271,7 +271,7 @@ async fn agents_txt_hash_mismatch_denies_the_whole_site() -> TestResult {
             assert!(body.contains("restricts the whole site"), "{body}");
         }
         for record in &records {
-            assert_eq!(record["event.outcome"], "deny", "{record:#}");
+            assert_eq!(record["event.action"], "deny", "{record:#}");
             assert_eq!(record["agentgate.reasons"][0]["source"], "agents.txt", "{record:#}");
             let code = record["agentgate.reasons"][0]["code"].as_str().unwrap_or_default();
             assert!(code.contains("hash"), "a hash code, got {code:?}");
@@ -295,7 +295,7 @@ async fn agents_md_served_only_over_http_is_ignored() -> TestResult {
     assert_eq!(origin.hits("/.well-known/agents.md"), 0, "never fetched over plain HTTP");
     let records = proxy.finish().await?;
     assert_eq!(records.len(), 1, "{records:#?}");
-    assert_eq!(records[0]["event.outcome"], "allow");
+    assert_eq!(records[0]["event.action"], "allow");
     Ok(())
 }
 
@@ -425,7 +425,7 @@ async fn equivalent_spellings_of_a_forbidden_path_are_blocked() -> TestResult {
         let logged = for_request(&records, "GET", path);
         assert_eq!(logged.len(), 1, "{path} logged as sent: {records:#?}");
         let outcome = if source.is_empty() { "allow" } else { "deny" };
-        assert_eq!(logged[0]["event.outcome"], outcome, "{path}");
+        assert_eq!(logged[0]["event.action"], outcome, "{path}");
     }
     Ok(())
 }
@@ -550,7 +550,7 @@ async fn issue_25_escapes_never_unlock_a_robots_disallow() -> TestResult {
                 })
                 .collect();
             assert_eq!(logged.len(), 1, "{over:?} {path} logged as sent: {records:#?}");
-            assert_eq!(logged[0]["event.outcome"], if blocked { "deny" } else { "allow" }, "{over:?} {path}");
+            assert_eq!(logged[0]["event.action"], if blocked { "deny" } else { "allow" }, "{over:?} {path}");
         }
     }
     Ok(())

@@ -83,7 +83,7 @@ async fn fifty_concurrent_first_requests_share_one_fetch_per_file() -> TestResul
     assert_one_fetch_each(&https, true);
     let records = proxy.finish().await?;
     assert_eq!(records.len(), 100, "one line per request");
-    assert!(records.iter().all(|r| r["event.outcome"] == "allow"));
+    assert!(records.iter().all(|r| r["event.action"] == "allow"));
     Ok(())
 }
 

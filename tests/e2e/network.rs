@@ -229,7 +229,7 @@ async fn issue_8_internal_ranges_and_names_are_never_dialled() -> TestResult {
     let records = proxy.log_lines(answers.len() + 4).await?;
     let line = for_request(&records, "GET", "empty.test/x");
     assert_eq!(line.len(), 1, "{records:#?}");
-    assert_eq!((&line[0]["event.outcome"], &line[0]["http.response.status_code"]), (&"error".into(), &502.into()));
+    assert_eq!((&line[0]["event.action"], &line[0]["http.response.status_code"]), (&"error".into(), &502.into()));
     assert_eq!(dialer.dialed(), Vec::<SocketAddr>::new());
 
     // After all that, a normal request works, and dials the origin's host only (its port,

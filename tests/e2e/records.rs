@@ -36,7 +36,7 @@ fn one_request<'a>(records: &'a [Value], method: &str, path: &str, lines: usize)
 /// The last line of a request its client abandoned before any answer: an error the client
 /// caused, with no status.
 fn hung_up(line: &Value) {
-    assert_eq!(line["event.outcome"], "error", "{line}");
+    assert_eq!(line["event.action"], "error", "{line}");
     assert_eq!(line["error.type"], "client", "{line}");
     assert_eq!(line["error.message"], "the client hung up before agentgate answered", "{line}");
     assert!(line["http.response.status_code"].is_null(), "nothing was answered: {line}");
@@ -80,11 +80,11 @@ async fn a_client_that_hangs_up_at_any_point_leaves_exactly_one_record() -> Test
     hung_up(loading[0]);
     // Forwarded: the decision committed before forwarding, then its completion.
     let waiting = one_request(&records, "GET", "/hold", 2)?;
-    assert_eq!(waiting[0]["event.outcome"], "allow", "{}", waiting[0]);
+    assert_eq!(waiting[0]["event.action"], "allow", "{}", waiting[0]);
     hung_up(waiting[1]);
     // Its head was answered: the completion has the status, and the cut body is the client's.
     let reading = one_request(&records, "GET", "/trickle", 2)?;
-    assert_eq!(reading[1]["event.outcome"], "allow", "{}", reading[1]);
+    assert_eq!(reading[1]["event.action"], "allow", "{}", reading[1]);
     assert_eq!(reading[1]["http.response.status_code"], 200, "{}", reading[1]);
     // Its end line says the body was cut by the client, after at least the chunk it read.
     assert_eq!(reading[0]["event.type"], serde_json::json!(["start"]), "{}", reading[0]);
@@ -107,7 +107,7 @@ async fn a_client_that_hangs_up_while_held_for_approval_leaves_exactly_one_recor
 
     let records = every_line(proxy).await?;
     let line = one_request(&records, "POST", "/checkout", 1)?[0];
-    assert_eq!(line["event.outcome"], "needs_approval", "{line}");
+    assert_eq!(line["event.action"], "needs_approval", "{line}");
     assert_eq!(line["agentgate.approval.decision"], "hung_up", "{line}");
     assert_eq!(origin.hits("/checkout"), 0);
     Ok(())

@@ -250,7 +250,7 @@ async fn two_proxies_sharing_redis_let_exactly_six_through_for_requests_per_minu
 
     let records = a.finish().await?;
     let line = by_id(&records, &record)?;
-    assert_eq!(line["event.outcome"], "rate_limited");
+    assert_eq!(line["event.action"], "rate_limited");
     assert_eq!(line["http.response.status_code"], 429);
     assert_eq!(line["agentgate.reasons"][0]["code"], "agents_md.rate_limit");
     assert_eq!(line["agentgate.reasons"][0]["line"], 7);
@@ -388,7 +388,7 @@ async fn a_hung_redis_gives_503_under_deny_and_no_limit_under_allow() -> TestRes
 
     let records = deny.finish().await?;
     let line = by_id(&records, &record)?;
-    assert_eq!(line["event.outcome"], "deny");
+    assert_eq!(line["event.action"], "deny");
     assert_eq!(line["http.response.status_code"], 503);
     assert_eq!(line["agentgate.reasons"][0]["code"], "limits.store_unavailable");
     drop(allow);
@@ -711,7 +711,7 @@ async fn a_sending_budget_shared_through_redis_refuses_the_second_60_kib_upload_
 
     let lines = b.finish().await?;
     let sinks = for_request(&lines, "POST", "/sink");
-    assert_eq!(sinks[0]["event.outcome"], "rate_limited", "{}", sinks[0]);
+    assert_eq!(sinks[0]["event.action"], "rate_limited", "{}", sinks[0]);
     assert_eq!(sinks[0]["agentgate.reasons"][0]["code"], "operator.byte_budget", "{}", sinks[0]);
     let cut = sinks.last().ok_or("the chunked upload's record")?;
     assert_eq!(cut["agentgate.body.cut"], "budget", "{cut}");

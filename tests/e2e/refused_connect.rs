@@ -87,7 +87,7 @@ fn one_record(records: &[Value], id: &str, method: &str, code: &str) {
     assert_eq!(record["event.id"], id, "the header's id is the log's: {record:#}");
     assert_eq!(record["http.request.method"], method, "{record:#}");
     assert_eq!(record["http.response.status_code"], 403, "{record:#}");
-    assert_eq!(record["event.outcome"], "deny", "{record:#}");
+    assert_eq!(record["event.action"], "deny", "{record:#}");
     assert_eq!(record["agentgate.reasons"][0]["code"], code, "{record:#}");
 }
 

@@ -223,14 +223,14 @@ async fn issue_25_with_every_connection_busy_a_request_gets_a_recorded_503_and_a
 
     let records = proxy.log_lines(2).await?;
     let fresh = by_id(&records, &fresh_id)?;
-    assert_eq!(fresh["event.outcome"], "error", "{fresh:#}");
+    assert_eq!(fresh["event.action"], "error", "{fresh:#}");
     assert_eq!(fresh["http.response.status_code"], 503);
     assert_eq!(fresh["error.type"], "proxy");
     assert_eq!(fresh["agentgate.reasons"][0]["code"], "upstream.at_capacity");
     let refused_url = format!("http://h0.busy.test:{port}/page");
     let forwarded =
         records.iter().find(|r| r["url.full"] == refused_url.as_str()).ok_or("no record of the refused forward")?;
-    assert_eq!(forwarded["event.outcome"], "error", "{forwarded:#}");
+    assert_eq!(forwarded["event.action"], "error", "{forwarded:#}");
     assert_eq!(forwarded["http.response.status_code"], 503);
     assert_eq!(forwarded["error.type"], "proxy");
 

@@ -62,13 +62,19 @@ function decidingReasons(record) {
 
 // ---- decisions -------------------------------------------------------------------------
 
+// The gate's decision: `event.action`; a line written before that field held it in
+// `event.outcome` (docs/decision-log.md, "ECS").
+function actionOf(record) {
+  return record["event.action"] || record["event.outcome"];
+}
+
 function matchesFilters(record) {
   const agent = document.getElementById("filter-agent").value.trim().toLowerCase();
   const origin = document.getElementById("filter-origin").value.trim().toLowerCase();
   const outcome = document.getElementById("filter-outcome").value;
   return (!agent || (record["agentgate.agent"] || "").toLowerCase().includes(agent))
     && (!origin || originOf(record["url.full"] || "").toLowerCase().includes(origin))
-    && (!outcome || record["event.outcome"] === outcome);
+    && (!outcome || actionOf(record) === outcome);
 }
 
 function applyFilters() {
@@ -107,7 +113,7 @@ function renderRow(entry) {
   const cells = [
     (r["@timestamp"] || "").slice(11, 23),
     r["agentgate.agent"],
-    el("span", { class: `outcome ${r["event.outcome"]}` }, r["event.outcome"]),
+    el("span", { class: `outcome ${actionOf(r)}` }, actionOf(r)),
     r["http.response.status_code"] || "…",
     r["http.request.method"],
     el("span", { class: "url" }, r["url.full"]),
