@@ -147,6 +147,9 @@ async fn config_check_and_the_banner_say_when_agent_boundaries_hold_only_for_coo
     let out = Command::new(env!("CARGO_BIN_EXE_agentgate")).args(["config", "check"]).arg(&path).output().await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && !stdout.contains("warning"), "{stdout}");
+    Ok(())
+}
+
 /// A CA directory the running user cannot enter (root's, 0700; the real binary run as
 /// `nobody`): start-up stops with an error naming the directory, the user and read access,
 /// never "creating", and the CA files are untouched.
