@@ -376,7 +376,7 @@ async fn agents_md_agent_header_and_human_approval() -> TestResult {
 }
 
 /// A path that names a forbidden resource in another spelling (`%70` for `p`, `..` and `.`
-/// segments, RFC 3986 §6.2.2; repeated slashes, which nginx merges, SEMANTICS R7; issue 9:
+/// segments, RFC 3986 §6.2.2; repeated slashes, which nginx merges, SEMANTICS R7; once
 /// `//private/x` passed `Disallow: /private`) is decided like the resource it names, for site files and
 /// operator rules alike; the log keeps the URL as sent. Raw requests, since clients remove
 /// dot segments themselves.
@@ -477,7 +477,7 @@ async fn redirects_robots_followed_agents_md_never_downgraded() -> TestResult {
     Ok(())
 }
 
-/// Issue 25 (SEMANTICS R9): an escape never unlocks what robots.txt disallows, through the
+/// SEMANTICS R9: an escape never unlocks what robots.txt disallows, through the
 /// real proxy over plain HTTP (raw request line) and MITM'd HTTPS (curl `--path-as-is`). A real
 /// rule of a large site, `Disallow: /*/all_posts$`, must stop `//all%5Fposts` (decided decoded
 /// with its slashes kept); `Disallow: /%7Ejoe/` must stop `/~joe/x` (the pattern decoded); and

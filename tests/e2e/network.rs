@@ -248,7 +248,7 @@ async fn issue_8_robots_redirect_to_a_denied_address_is_not_followed() -> TestRe
     let redirect = |to: &str| Site::new().serve("/robots.txt", 302, &[("location", to)], "");
     let metadata = Origin::http_site(redirect("http://169.254.169.254/latest/meta-data/")).await?;
     let other_loopback = Origin::http_site(redirect("http://127.0.0.2:9/internal?leak=1")).await?;
-    // Issue 25: Teredo whose client is 127.0.0.1; allowing 127.0.0.1/32 does not open it.
+    // Teredo whose client is 127.0.0.1; allowing 127.0.0.1/32 does not open it.
     let teredo = Origin::http_site(redirect(&format!("http://[{TEREDO_LOOPBACK}]/robots.txt"))).await?;
     let normal = Origin::http_site(Site::new()).await?;
     let dialer = Arc::new(Recorder::default());
@@ -447,7 +447,7 @@ async fn issue_8_one_lookup_per_request_no_rebinding_and_none_on_a_pooled_connec
     Ok(())
 }
 
-/// Issue 25: one address in each special-purpose block the IANA registries mark not globally
+/// One address in each special-purpose block the IANA registries mark not globally
 /// reachable (and Teredo carrying 127.0.0.1), with the `allow_cidrs` entry that opens it.
 const SPECIAL_PURPOSE: [(&str, &str); 16] = [
     ("192.0.0.192", "192.0.0.0/24"),

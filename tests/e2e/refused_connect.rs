@@ -1,4 +1,4 @@
-//! A CONNECT refused before its `200` (issue 28 item 1): a port not in `[connect]
+//! A CONNECT refused before its `200`: a port not in `[connect]
 //! allowed_ports`, an agent's `deny_hosts` or unlisted `allow_hosts` host, the network guard.
 //! An HTTPS client shows nothing of a refused CONNECT but "403", so to an intercepted host the
 //! refusal is answered to the first request inside the tunnel (TLS with the minted leaf, h2

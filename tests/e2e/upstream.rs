@@ -1,4 +1,4 @@
-//! Connections to origins are bounded (issue 25, item 1; docs/upstream.md): one agent visiting
+//! Connections to origins are bounded (docs/upstream.md): one agent visiting
 //! many distinct origins (distinct names that the test resolver sends to one loopback origin)
 //! never has more than `[upstream] max_connections` sockets open at the origin, an origin keeps
 //! at most `max_idle_per_host` idle connections, WebSocket and passthrough tunnels count too,

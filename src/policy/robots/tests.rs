@@ -275,7 +275,7 @@ fn rfc9309_percent_encoding_is_normalised_on_both_sides() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Issue 25, SEMANTICS R9: no spelling unlocks a path, and the two readings of the patterns.
+// SEMANTICS R9: no spelling unlocks a path, and the two readings of the patterns.
 
 #[test]
 fn issue_25_escapes_never_unlock_a_disallowed_path() {
