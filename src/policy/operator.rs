@@ -395,7 +395,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_8_address_and_cidr_rules_match_the_vetted_addresses() {
+    fn address_and_cidr_rules_match_the_vetted_addresses() {
         let h = Headers::default();
         let rules = OperatorRules::new(
             Vec::new(),

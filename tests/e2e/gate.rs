@@ -484,7 +484,7 @@ async fn redirects_robots_followed_agents_md_never_downgraded() -> TestResult {
 /// `Disallow: /private` must stop `/%2fprivate`, which nginx serves as `//private`. Each is a
 /// 403 citing the rule as written, and none reaches the origin.
 #[tokio::test]
-async fn issue_25_escapes_never_unlock_a_robots_disallow() -> TestResult {
+async fn escapes_never_unlock_a_robots_disallow() -> TestResult {
     const ROBOTS_25: &str = "User-agent: *\nDisallow: /*/all_posts$\nDisallow: /%7Ejoe/\nDisallow: /private\n";
     let cases: [(&str, Option<(u32, &str)>); 7] = [
         ("//all%5Fposts", Some((2, "Disallow: /*/all_posts$"))),
