@@ -42,6 +42,16 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# The tests of the tree's checks (scripts/check-tree.py) first: a run whose checks cannot be
+# trusted stops before the cargo passes.
+echo "test: the tree checks' own tests (scripts/check-tree-test.py)"
+if ! out=$(python3 scripts/check-tree-test.py 2>&1); then
+  printf '%s\n' "$out" >&2
+  echo "test: scripts/check-tree-test.py failed (above); fix the check or its test before the cargo passes" >&2
+  exit 1
+fi
+printf '%s\n' "$out" | tail -n 1
+
 # Both passes run, and every test binary, whatever fails first: one run shows every failure.
 failed=0
 echo "test: cargo test (what a machine without the tools above runs)"

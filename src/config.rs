@@ -678,7 +678,7 @@ identity = "bad\u0001value"
     }
 
     #[test]
-    fn issue_8_network_and_connect_keys() {
+    fn network_and_connect_keys() {
         let text = "[network]\ndeny_cidrs = [\"10.9.0.0/16\", \"192.0.2.1\"]\n[connect]\nallowed_ports = [443, \"8000-8999\"]\n";
         let config = Config::from_toml_str(text, "t.toml").unwrap();
         assert_eq!(
@@ -704,7 +704,7 @@ identity = "bad\u0001value"
     }
 
     #[test]
-    fn issue_8_rule_hosts_may_be_cidrs_and_idns() {
+    fn rule_hosts_may_be_cidrs_and_idns() {
         let rule = |host: &str| format!("[[rules]]\nhost = \"{host}\"\naction = \"deny\"\n");
         for host in ["10.0.0.0/8", "fd00::/8", "127.1", "bücher.example", "*.bücher.example"] {
             assert!(Config::from_toml_str(&rule(host), "t.toml").is_ok(), "{host}");

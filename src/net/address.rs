@@ -458,7 +458,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_8_internal_addresses_are_denied_by_default() {
+    fn internal_addresses_are_denied_by_default() {
         let p = policy(&[], &[]);
         for addr in [
             "127.0.0.1",
@@ -505,7 +505,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_25_special_purpose_blocks_are_denied_and_their_reachable_exceptions_are_not() {
+    fn special_purpose_blocks_are_denied_and_their_reachable_exceptions_are_not() {
         let p = policy(&[], &[]);
         for addr in [
             "192.0.0.1",
@@ -558,7 +558,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_25_teredo_is_judged_by_its_server_and_its_decoded_client() {
+    fn teredo_is_judged_by_its_server_and_its_decoded_client() {
         let p = policy(&[], &[]);
         let server = [65, 54, 227, 120];
         // The literal pins the decoding: client bits 80ff:fffe are 127.0.0.1 inverted.
@@ -579,7 +579,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_25_allow_cidrs_opens_any_special_purpose_block() {
+    fn allow_cidrs_opens_any_special_purpose_block() {
         let loopback_client = teredo([65, 54, 227, 120], [127, 0, 0, 1]);
         let p = policy(
             &["192.0.0.0/24", "198.18.0.0/15", "203.0.113.7/32", "fec0::/10", "100::/64", "2001:db8::/32", "2001::/32"],
@@ -636,7 +636,7 @@ mod tests {
 
     #[test]
     #[cfg(target_os = "linux")]
-    fn issue_25_an_unspecified_listener_owns_its_port_on_every_interface_address() {
+    fn an_unspecified_listener_owns_its_port_on_every_interface_address() {
         let p = policy(&["0.0.0.0/0", "::/0"], &[]);
         p.add_own(SocketAddr::from(([0, 0, 0, 0], 8080)));
         p.add_own(SocketAddr::from((Ipv6Addr::UNSPECIFIED, 9443)));

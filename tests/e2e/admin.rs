@@ -1,4 +1,4 @@
-//! The admin API end to end (issue 12, `docs/admin.md`): every endpoint on its own loopback
+//! The admin API end to end (`docs/admin.md`): every endpoint on its own loopback
 //! port with answers as documented, the bearer token (401 without it, `/healthz` always
 //! open), `/metrics` parsed with a Prometheus text parser and moving with traffic (an allow,
 //! a robots.txt deny and a rate-limited request), a purge that makes the next request fetch
@@ -7,7 +7,7 @@
 //! operator's token is answered while one client holds 80 slow sockets) and start-up on a
 //! taken address, and `http://agentgate.local/` answered by
 //! agentgate itself with no lookup and no connection (proven by a recording resolver and
-//! dialer). Issue 25: a DNS-rebinding page (a foreign `Host`, a foreign `Origin`) is refused,
+//! dialer). A DNS-rebinding page (a foreign `Host`, a foreign `Origin`) is refused,
 //! and repeated wrong tokens are answered late while a right one is served.
 
 use std::net::{IpAddr, SocketAddr};

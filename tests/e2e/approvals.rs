@@ -1,10 +1,10 @@
-//! Human approvals end to end (issue 13, `docs/approvals.md`): an origin whose AGENTS.md
+//! Human approvals end to end (`docs/approvals.md`): an origin whose AGENTS.md
 //! reserves `POST /checkout` for a human, the proxy in `[approvals] mode = "hold"`, a real
 //! client whose request waits while the test finds it with `GET /approvals` and answers it
 //! with `POST /approvals/{id}` on the admin API. Each way a held request ends — approved,
 //! denied, timed out, its client hanging up, refused by a full queue, let through by a
 //! remembered approval — is checked at the client, at the origin and in the decision log,
-//! where it is recorded once. Holding needs an admin token (issue 25): without one the
+//! where it is recorded once. Holding needs an admin token: without one the
 //! binary refuses to start, `config check` refuses the file, and a reload that would hold is
 //! rejected while the running config stays.
 

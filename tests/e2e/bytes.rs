@@ -1,4 +1,4 @@
-//! One event per request, and its bytes (issue 29): a forwarded request's two lines told apart
+//! One event per request, and its bytes: a forwarded request's two lines told apart
 //! by `event.type` (`["start"]`, then `["end"]` with both body byte counts, counted exactly as
 //! they streamed through the MITM), a blocked request's one line (`["denied"]`), `audit grep`
 //! printing one line per request unless `--raw`, and `audit summary` adding up the bytes.

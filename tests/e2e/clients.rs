@@ -1,5 +1,5 @@
 //! The client recipe as printed, followed by the clients that need more than the proxy
-//! variables (issue 28 item 3): Debian's wget (GnuTLS), which ignores `SSL_CERT_FILE`, and
+//! variables: Debian's wget (GnuTLS), which ignores `SSL_CERT_FILE`, and
 //! Chromium, which sends loopback addresses past `--proxy-server` and trusts its NSS database,
 //! not a PEM file. Each test takes its commands from the start-up recipe
 //! (`agentgate::recipe::client_recipe`, what `agentgate run` prints) and runs them with `sh`

@@ -1,4 +1,4 @@
-//! The console end to end (issue 13, `docs/console.md`): the page, its login and session
+//! The console end to end (`docs/console.md`): the page, its login and session
 //! cookie, the live `/decisions/stream` (Server-Sent Events read with reqwest) and
 //! `/agents/summary` against the real proxy and a loopback origin; then the page itself in a
 //! real headless Chromium (`support::browser`): log in, watch a request arrive live, open its
@@ -495,7 +495,7 @@ async fn browser_deny_answers_the_waiting_curl_with_a_403_naming_the_denial() ->
     Ok(())
 }
 
-/// Issue 25: bidi controls in what the console shows could disguise it (a right-to-left
+/// Bidi controls in what the console shows could disguise it (a right-to-left
 /// override makes `/evil` U+202E `gpj.exe` read `/evilexe.jpg`). The URL reaches the page
 /// percent-encoded from the log (`url.full`); a rule and a policy file from the site still
 /// carry the raw character, and the page shows it escaped, as `\u202E`, in the row, the

@@ -1,4 +1,4 @@
-//! Per-agent egress lists end to end (issue 26, `docs/operator-guide.md` "Locking an agent
+//! Per-agent egress lists end to end (`docs/operator-guide.md` "Locking an agent
 //! down"): two or three agents told apart by proxy credentials, sites on loopback names that a
 //! recording resolver answers (each on its own loopback address, so a dial says which site it
 //! was for), real clients (reqwest, curl, raw sockets). An allowlisted agent reaches its host

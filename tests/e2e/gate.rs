@@ -376,7 +376,7 @@ async fn agents_md_agent_header_and_human_approval() -> TestResult {
 }
 
 /// A path that names a forbidden resource in another spelling (`%70` for `p`, `..` and `.`
-/// segments, RFC 3986 §6.2.2; repeated slashes, which nginx merges, SEMANTICS R7; issue 9:
+/// segments, RFC 3986 §6.2.2; repeated slashes, which nginx merges, SEMANTICS R7; once
 /// `//private/x` passed `Disallow: /private`) is decided like the resource it names, for site files and
 /// operator rules alike; the log keeps the URL as sent. Raw requests, since clients remove
 /// dot segments themselves.
@@ -477,14 +477,14 @@ async fn redirects_robots_followed_agents_md_never_downgraded() -> TestResult {
     Ok(())
 }
 
-/// Issue 25 (SEMANTICS R9): an escape never unlocks what robots.txt disallows, through the
+/// SEMANTICS R9: an escape never unlocks what robots.txt disallows, through the
 /// real proxy over plain HTTP (raw request line) and MITM'd HTTPS (curl `--path-as-is`). A real
 /// rule of a large site, `Disallow: /*/all_posts$`, must stop `//all%5Fposts` (decided decoded
 /// with its slashes kept); `Disallow: /%7Ejoe/` must stop `/~joe/x` (the pattern decoded); and
 /// `Disallow: /private` must stop `/%2fprivate`, which nginx serves as `//private`. Each is a
 /// 403 citing the rule as written, and none reaches the origin.
 #[tokio::test]
-async fn issue_25_escapes_never_unlock_a_robots_disallow() -> TestResult {
+async fn escapes_never_unlock_a_robots_disallow() -> TestResult {
     const ROBOTS_25: &str = "User-agent: *\nDisallow: /*/all_posts$\nDisallow: /%7Ejoe/\nDisallow: /private\n";
     let cases: [(&str, Option<(u32, &str)>); 7] = [
         ("//all%5Fposts", Some((2, "Disallow: /*/all_posts$"))),

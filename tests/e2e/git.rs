@@ -2,7 +2,7 @@
 //! (smart HTTP, as a CGI) behind a small hyper origin over TLS from a test CA, and `git clone`
 //! with `HTTPS_PROXY` and `GIT_SSL_CAINFO` as the README says.
 //!
-//! - Who git is (issue 28 item 2): git (libcurl, `http.proxyAuthMethod` "anyauth") sends the
+//! - Who git is: git (libcurl, `http.proxyAuthMethod` "anyauth") sends the
 //!   credentials of `HTTPS_PROXY=http://id:token@…` only after a `407`; with `[auth] required
 //!   = true` it is challenged and named by its token, while an agent matched by its address
 //!   is still served without a challenge; without `required` it is the client's address,

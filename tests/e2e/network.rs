@@ -140,7 +140,7 @@ fn refused(answer: &Answer, code: &'static str, records: &[serde_json::Value], w
 }
 
 #[tokio::test]
-async fn issue_8_every_spelling_of_loopback_is_refused_by_default() -> TestResult {
+async fn every_spelling_of_loopback_is_refused_by_default() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http().await?;
     let names = Names::new(&[("intranet.test", &["127.0.0.1"])]);
@@ -159,7 +159,7 @@ async fn issue_8_every_spelling_of_loopback_is_refused_by_default() -> TestResul
 }
 
 #[tokio::test]
-async fn issue_8_loopback_spellings_pass_once_allowed() -> TestResult {
+async fn loopback_spellings_pass_once_allowed() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new()).await?;
     let names = Names::new(&[("intranet.test", &["127.0.0.1"])]);
@@ -179,7 +179,7 @@ async fn issue_8_loopback_spellings_pass_once_allowed() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_8_internal_ranges_and_names_are_never_dialled() -> TestResult {
+async fn internal_ranges_and_names_are_never_dialled() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new()).await?;
     let names = Names::new(&[
@@ -243,12 +243,12 @@ async fn issue_8_internal_ranges_and_names_are_never_dialled() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_8_robots_redirect_to_a_denied_address_is_not_followed() -> TestResult {
+async fn robots_redirect_to_a_denied_address_is_not_followed() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let redirect = |to: &str| Site::new().serve("/robots.txt", 302, &[("location", to)], "");
     let metadata = Origin::http_site(redirect("http://169.254.169.254/latest/meta-data/")).await?;
     let other_loopback = Origin::http_site(redirect("http://127.0.0.2:9/internal?leak=1")).await?;
-    // Issue 25: Teredo whose client is 127.0.0.1; allowing 127.0.0.1/32 does not open it.
+    // Teredo whose client is 127.0.0.1; allowing 127.0.0.1/32 does not open it.
     let teredo = Origin::http_site(redirect(&format!("http://[{TEREDO_LOOPBACK}]/robots.txt"))).await?;
     let normal = Origin::http_site(Site::new()).await?;
     let dialer = Arc::new(Recorder::default());
@@ -284,7 +284,7 @@ async fn issue_8_robots_redirect_to_a_denied_address_is_not_followed() -> TestRe
 }
 
 #[tokio::test]
-async fn issue_8_connect_ports_and_agentgates_own_address() -> TestResult {
+async fn connect_ports_and_agentgates_own_address() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new()).await?;
     let shipped_ports = |config: &mut Config| config.connect = ConnectConfig::default();
@@ -311,7 +311,7 @@ async fn issue_8_connect_ports_and_agentgates_own_address() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_8_operator_rules_match_every_spelling_and_cidrs() -> TestResult {
+async fn operator_rules_match_every_spelling_and_cidrs() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new()).await?;
     let names = Names::new(&[("intranet.test", &["127.0.0.1"])]);
@@ -365,7 +365,7 @@ async fn issue_8_operator_rules_match_every_spelling_and_cidrs() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_8_h2c_upgrade_never_reaches_the_origin() -> TestResult {
+async fn h2c_upgrade_never_reaches_the_origin() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new().file("/robots.txt", "User-agent: *\nDisallow: /private\n")).await?;
     let proxy = TestProxy::start(&ca).await?;
@@ -404,7 +404,7 @@ async fn issue_8_h2c_upgrade_never_reaches_the_origin() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_8_monitor_mode_does_not_open_the_network() -> TestResult {
+async fn monitor_mode_does_not_open_the_network() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http().await?;
     let monitor = |config: &mut Config| {
@@ -421,7 +421,7 @@ async fn issue_8_monitor_mode_does_not_open_the_network() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_8_one_lookup_per_request_no_rebinding_and_none_on_a_pooled_connection() -> TestResult {
+async fn one_lookup_per_request_no_rebinding_and_none_on_a_pooled_connection() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new()).await?;
     let resolver = Arc::new(Rebinding::default());
@@ -447,7 +447,7 @@ async fn issue_8_one_lookup_per_request_no_rebinding_and_none_on_a_pooled_connec
     Ok(())
 }
 
-/// Issue 25: one address in each special-purpose block the IANA registries mark not globally
+/// One address in each special-purpose block the IANA registries mark not globally
 /// reachable (and Teredo carrying 127.0.0.1), with the `allow_cidrs` entry that opens it.
 const SPECIAL_PURPOSE: [(&str, &str); 16] = [
     ("192.0.0.192", "192.0.0.0/24"),
@@ -474,7 +474,7 @@ fn authority(ip: IpAddr, port: u16) -> String {
 }
 
 #[tokio::test]
-async fn issue_25_special_purpose_ranges_and_teredo_loopback_are_refused_unless_allowed() -> TestResult {
+async fn special_purpose_ranges_and_teredo_loopback_are_refused_unless_allowed() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let names = Names::new(&[("docs.test", &["192.0.2.10"]), ("teredo.test", &[TEREDO_LOOPBACK])]);
     let dialer = Arc::new(Recorder::default());
@@ -530,7 +530,7 @@ fn interface_addresses() -> TestResult<Vec<IpAddr>> {
 }
 
 #[tokio::test]
-async fn issue_25_an_unspecified_admin_listen_refuses_the_hosts_interface_addresses() -> TestResult {
+async fn an_unspecified_admin_listen_refuses_the_hosts_interface_addresses() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let lan = interface_addresses()?;
     let first = lan[0].to_string();

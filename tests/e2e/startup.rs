@@ -1,4 +1,4 @@
-//! What the real binary tells a newcomer (issue 12): `agentgate run` prints the line scripts
+//! What the real binary tells a newcomer: `agentgate run` prints the line scripts
 //! wait for, then the config, mode, decision log and admin address in use and the client
 //! recipe, and whether `[[agents]]` tokens go unchallenged; `agentgate config check` names
 //! the mode as the file spells it.
@@ -47,7 +47,7 @@ async fn run_prints_where_everything_is_and_the_client_recipe() -> TestResult {
     Ok(())
 }
 
-/// `[[agents]]` with tokens and `[auth] required = false` (issue 28 item 2): the banner says
+/// `[[agents]]` with tokens and `[auth] required = false`: the banner says
 /// that git, which sends its token only after a 407, is then the default agent, and the fix.
 #[tokio::test]
 async fn run_says_when_agent_tokens_go_unchallenged() -> TestResult {

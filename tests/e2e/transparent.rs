@@ -1,4 +1,4 @@
-//! Transparent mode (issue 15) in real network namespaces made by the test: a `client`
+//! Transparent mode in real network namespaces made by the test: a `client`
 //! namespace routed through a veth pair to a `gate` namespace, where the real `agentgate`
 //! binary runs and an nftables `redirect` sends the client's tcp 80/443 to its transparent
 //! listener. The origins (this process's hyper origin, HTTPS from a test CA, and plain HTTP)

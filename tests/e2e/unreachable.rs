@@ -1,4 +1,4 @@
-//! Answers that tell the truth (issue 12): an origin that cannot be reached while its policy
+//! Answers that tell the truth: an origin that cannot be reached while its policy
 //! files are fetched (connection refused, connect timeout) is answered 502 or 504 with
 //! `origin.unreachable` and the cause, recorded as an `error`, not as a robots.txt deny; an
 //! origin that accepts the connection and then fails keeps RFC 9309's full disallow
