@@ -54,6 +54,30 @@ pub struct OtherLine {
     pub value: String,
 }
 
+/// Which usage-preference line a [`UsageLine`] is (SEMANTICS U3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageKey {
+    /// `Content-Usage: [path] prefs` (draft-ietf-aipref-attach §4).
+    ContentUsage,
+    /// `Content-Signal: prefs` (contentsignals.org), for the whole group.
+    ContentSignal,
+}
+
+/// A `Content-Usage` or `Content-Signal` line inside a group, as written: the usage
+/// module reads its value (`policy::usage`); the matcher never does, so these lines never
+/// change an Allow/Disallow outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageLine {
+    /// Index of the group in the file's group list.
+    group: usize,
+    /// 1-based line.
+    pub line: u32,
+    /// Which of the two lines.
+    pub key: UsageKey,
+    /// The value, trimmed, without its comment.
+    pub value: Arc<str>,
+}
+
 /// What robots.txt means for one origin: a parsed file, "unavailable" (allow all) or
 /// "unreachable" (disallow all). Cheap to clone.
 #[derive(Debug, Clone)]
@@ -95,6 +119,7 @@ struct RobotsFile {
     groups: Vec<Group>,
     other_lines: Vec<OtherLine>,
     crawl_delays: Vec<CrawlDelay>,
+    usage_lines: Vec<UsageLine>,
     /// True when some pattern reads differently decoded: the file is then decided in both
     /// readings (SEMANTICS R9).
     has_decoded: bool,
@@ -190,17 +215,26 @@ impl RobotsState {
         if file.crawl_delays.is_empty() {
             return None;
         }
-        let named = file.groups.iter().any(|g| g.naming_line(req).is_some());
-        let applies = |group: &Group| {
-            if named { group.naming_line(req).is_some() } else { group.any_agent_line().is_some() }
-        };
-        let delay = file.crawl_delays.iter().filter(|d| applies(&file.groups[d.group])).max_by_key(|d| d.millis)?;
+        let applies = file.selected_groups(req);
+        let delay = file.crawl_delays.iter().filter(|d| applies[d.group]).max_by_key(|d| d.millis)?;
         (delay.millis > 0).then(|| Limit {
             source: Source::Robots,
             kind: LimitKind::Delay { millis: delay.millis },
             scope: LimitScope::Origin,
             reason: file.reason(RobotsCode::CrawlDelay, delay.line, Arc::clone(&delay.text)),
         })
+    }
+
+    /// The `Content-Usage` and `Content-Signal` lines of the groups that apply to the
+    /// request's agent, chosen as for [`RobotsState::evaluate`] (SEMANTICS U3), in file
+    /// order; empty without a parsed file.
+    pub fn usage_lines(&self, req: &RequestView<'_>) -> Vec<&UsageLine> {
+        let Kind::Parsed(file) = &self.kind else { return Vec::new() };
+        if file.usage_lines.is_empty() {
+            return Vec::new();
+        }
+        let applies = file.selected_groups(req);
+        file.usage_lines.iter().filter(|u| applies[u.group]).collect()
     }
 
     /// What robots.txt says about one request. The groups naming the agent (configured
@@ -265,10 +299,21 @@ impl RobotsFile {
             groups: parsed.groups,
             other_lines: parsed.other_lines,
             crawl_delays: parsed.crawl_delays,
+            usage_lines: parsed.usage_lines,
             has_decoded: parsed.has_decoded,
             digest: Arc::from(sha256_hex(body)),
             diagnostics: parsed.findings.finish(),
         }
+    }
+
+    /// For each group, whether it applies to the request's agent (RFC 9309 §2.2.1): the
+    /// groups naming it, else the `*` groups.
+    fn selected_groups(&self, req: &RequestView<'_>) -> Vec<bool> {
+        let named = self.groups.iter().any(|g| g.naming_line(req).is_some());
+        self.groups
+            .iter()
+            .map(|group| if named { group.naming_line(req).is_some() } else { group.any_agent_line().is_some() })
+            .collect()
     }
 
     /// The file's verdict: as written and, when a pattern reads differently decoded, with
@@ -378,6 +423,7 @@ impl Weigh for RobotsFile {
             + self.groups.heap_bytes()
             + self.other_lines.heap_bytes()
             + self.crawl_delays.heap_bytes()
+            + self.usage_lines.heap_bytes()
             + self.digest.heap_bytes()
             + self.diagnostics.heap_bytes()
     }
@@ -386,6 +432,12 @@ impl Weigh for RobotsFile {
 impl Weigh for CrawlDelay {
     fn heap_bytes(&self) -> usize {
         self.text.heap_bytes()
+    }
+}
+
+impl Weigh for UsageLine {
+    fn heap_bytes(&self) -> usize {
+        self.value.heap_bytes()
     }
 }
 
