@@ -25,6 +25,7 @@ use self::group::{AgentLine, Group, Rule};
 use super::path::{Reading, decide_both_readings};
 use super::pattern::normalized_path;
 use super::text::{Findings, sha256_hex};
+use super::usage;
 use super::weight::allocation;
 use super::{
     Advice, Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus,
@@ -485,6 +486,21 @@ impl super::Format for Robots {
     #[inline]
     fn evaluate(state: &RobotsState, req: &RequestView<'_>, settings: super::Settings) -> SourceVerdict {
         let mut verdict = state.evaluate(req);
+        // Preferences attach only to paths the group allows (SEMANTICS U3).
+        if verdict.opinion != Opinion::Deny {
+            let lines = state.usage_lines(req);
+            if !lines.is_empty() {
+                let applied = usage::robots_rules::preferences(&lines, req.path_and_query);
+                let decided = usage::decide(req.purposes, settings.usage_undeclared, applied);
+                if decided.is_refused() {
+                    verdict.opinion = Opinion::Deny;
+                    let mut reasons = usage::refusal_reasons(&decided);
+                    reasons.append(&mut verdict.reasons);
+                    verdict.reasons = reasons;
+                }
+                verdict.usage = decided.applied;
+            }
+        }
         if settings.honor_crawl_delay {
             verdict.limits.extend(state.crawl_delay(req));
         }

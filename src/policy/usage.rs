@@ -15,6 +15,8 @@ pub mod robots_rules;
 pub mod tdmrep;
 pub mod vocab;
 
+use super::Reason;
+use super::code::{Advice, UsageCode};
 use serde::Serialize;
 use std::fmt;
 
@@ -113,7 +115,43 @@ impl Preference {
     }
 }
 
+/// The reasons of a refusal (code `usage.refused`), one per refusing preference, in
+/// plain words: the source, line, label and value, which use the site refuses, and that
+/// other purposes may be fine.
+pub fn refusal_reasons(verdict: &UsageVerdict) -> Vec<Reason> {
+    verdict
+        .refusing()
+        .map(|pref| {
+            let purpose = pref.purpose.unwrap_or(pref.label.as_str());
+            let at = pref.path.as_deref().map(|p| format!(" for {p}")).unwrap_or_default();
+            let rule = format!(
+                "{}{at} says {}={}: the site refuses use for {purpose}; other purposes may be fine",
+                pref.source, pref.label, pref.value
+            );
+            let reason = Reason::new(UsageCode::Refused, rule);
+            match (pref.line, pref.source) {
+                (Some(line), UsageSource::RobotsContentUsage | UsageSource::RobotsContentSignal) => {
+                    reason.at_line(line)
+                }
+                _ => reason,
+            }
+        })
+        .collect()
+}
+
 /// The vocabulary label for a declared purpose or a stated aipref label, when it is one.
 pub fn known_label(label: &str) -> Option<&'static str> {
     LABELS.into_iter().find(|known| *known == label)
+}
+
+impl Advice for UsageCode {
+    fn advice(self) -> &'static str {
+        match self {
+            UsageCode::Refused => {
+                "The site says its content may not be used for a purpose you declared (the cited preference). Do not \
+                 fetch it for that purpose. Other purposes may be fine: an agent that declares only purposes the site \
+                 does not refuse is not blocked by this preference."
+            }
+        }
+    }
 }

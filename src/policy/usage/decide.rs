@@ -12,7 +12,8 @@
 use super::{LABELS, Preference};
 
 /// What `[usage] undeclared` says about an agent without a declared purpose (U7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Undeclared {
     /// Preferences are recorded, not enforced (the default).
     #[default]
