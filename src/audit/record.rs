@@ -11,6 +11,7 @@ use super::json::{self, Object};
 use super::redact::redact_url;
 use crate::approvals::Approval;
 use crate::policy::operator::Mode;
+use crate::policy::usage::Preference;
 use crate::policy::{self, Limit, LimitKind, LimitScope, Reason};
 
 /// What happened to a request, as the log's `event.outcome` says it. Wider than
@@ -234,6 +235,8 @@ pub struct DecisionRecord {
     pub blocking: usize,
     /// Limits that applied (`agentgate.limits`).
     pub limits: Vec<Limit>,
+    /// The usage preferences that applied (`agentgate.usage`).
+    pub usage: Vec<Preference>,
     /// How a request held for a human's approval ended (`agentgate.approval.*`); `None` for
     /// every other request.
     pub approval: Option<Approval>,
@@ -303,6 +306,7 @@ impl DecisionRecord {
             reasons: Vec::new(),
             blocking: 0,
             limits: Vec::new(),
+            usage: Vec::new(),
             approval: None,
             signature_keyid: None,
             error: None,
@@ -319,6 +323,7 @@ impl DecisionRecord {
         }
         self.reasons = decision.reasons.clone();
         self.blocking = decision.blocking_reasons().len();
+        self.usage = decision.usage.clone();
     }
 
     /// The `event.type` of this line (see [`Line`]).
@@ -448,6 +453,9 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     if decision && !record.limits.is_empty() {
         map.array(field::LIMITS, &record.limits, limit);
     }
+    if decision && !record.usage.is_empty() {
+        map.array(field::USAGE, &record.usage, preference);
+    }
     if let Some(approval) = record.approval.as_ref().filter(|_| decision) {
         map.str(field::APPROVAL_DECISION, approval.decision.as_str());
         if let Some(by) = &approval.by {
@@ -493,6 +501,26 @@ fn reason(out: &mut String, reason: &Reason, blocking: bool) {
     if blocking {
         map.true_("blocking");
     }
+    map.end();
+}
+
+/// One `agentgate.usage` element: `{"source", "line", "path", "label", "purpose", "value",
+/// "stance"}`, `line`, `path` and `purpose` left out when the preference has none.
+fn preference(out: &mut String, pref: &Preference) {
+    let mut map = Object::new(out);
+    map.str("source", pref.source.as_str());
+    if let Some(line) = pref.line {
+        map.u64("line", line.into());
+    }
+    if let Some(path) = &pref.path {
+        map.str("path", path);
+    }
+    map.str("label", &pref.label);
+    if let Some(purpose) = pref.purpose {
+        map.str("purpose", purpose);
+    }
+    map.str("value", &pref.value);
+    map.str("stance", pref.stance.as_str());
     map.end();
 }
 
@@ -754,6 +782,7 @@ mod tests {
         rec.signature_keyid = Some("kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k".to_owned());
         rec.instance = Some(Arc::from("replica-2"));
         rec.entry = Some("transparent");
+        rec.usage = crate::policy::usage::vocab::header_preferences("train-ai=n");
         let line = rec.to_json_line(true);
         let value: serde_json::Value = serde_json::from_str(&line).expect("the encoder writes JSON");
         let keys: Vec<&str> = value.as_object().expect("a line is an object").keys().map(String::as_str).collect();

@@ -84,6 +84,17 @@ pub enum Stance {
     None,
 }
 
+impl Stance {
+    /// The name the log and `explain` write.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stance::Allow => "allow",
+            Stance::Refuse => "refuse",
+            Stance::None => "none",
+        }
+    }
+}
+
 /// One preference a site stated, as it applies to a request: the `agentgate.usage` entry
 /// of a decision record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
