@@ -809,6 +809,8 @@ mod tests {
                 r#"{"source":"operator","code":"operator.allow","rule":"host = example.com"}],"#,
                 r#""agentgate.limits":[{"source":"agents.txt","kind":"rate","requests":10,"window_s":60,"scope":"rule","line":3},"#,
                 r#"{"source":"AGENTS.md","kind":"concurrent","max":2,"scope":"host"}],"#,
+                r#""agentgate.usage":[{"source":"header Content-Usage","label":"train-ai","purpose":"train-ai","#,
+                r#""value":"n","stance":"refuse"}],"#,
                 r#""agentgate.approval.decision":"denied","agentgate.approval.by":"alice","#,
                 r#""agentgate.approval.reason":"not on a Friday","agentgate.approval.at":"2023-11-14T22:13:21.000Z","#,
                 r#""agentgate.approval.remember":"host-for-agent","agentgate.approval.until":"2023-11-14T23:13:21.000Z","#,
