@@ -400,6 +400,7 @@ impl Explanation {
             "limits": limits,
             "concurrency": concurrency,
             "inject_headers": inject,
+            "usage": d.usage,
             "policies": policies,
         })
     }
@@ -429,6 +430,10 @@ impl Explanation {
         }
         for (name, value) in &d.inject_headers {
             let _ = writeln!(out, "inject header: {name}: {value}");
+        }
+        for p in &d.usage {
+            let line = p.line.map(|l| format!(":{l}")).unwrap_or_default();
+            let _ = writeln!(out, "usage: {}{line}: {}={} ({:?})", p.source, p.label, p.value, p.stance);
         }
         for (source, report) in self.reports() {
             let digest = report.digest.as_deref().map(|d| format!(" sha256={d}")).unwrap_or_default();

@@ -150,6 +150,7 @@ impl Gate {
             settings: policy::Settings {
                 honor_crawl_delay: config.robots.honor_crawl_delay,
                 strict_authentication: config.agents_md.strict_authentication,
+                usage_undeclared: config.usage.undeclared,
             },
         }
     }

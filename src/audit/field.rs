@@ -75,6 +75,9 @@ pub const BODY_CUT: &str = "agentgate.body.cut";
 pub const REASONS: &str = "agentgate.reasons";
 /// Limits that applied: an array of `{source, kind, ..., scope, line}` objects.
 pub const LIMITS: &str = "agentgate.limits";
+/// The site's usage preferences that applied (SEMANTICS U6, docs/usage.md): an array of
+/// `{source, line, path, label, purpose, value, stance}` objects, allowing or refusing.
+pub const USAGE: &str = "agentgate.usage";
 /// How a request held for a human's approval ended (`docs/approvals.md`): `approved`,
 /// `denied`, `timeout`, `hung_up`, `queue_full`, `shutdown`, or `remembered` (an earlier approval let it
 /// through). Only on records of such requests, with the other `agentgate.approval.*` fields.
@@ -101,7 +104,7 @@ pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line
 /// when they have no value; the rest keep this order.
-pub const ORDER: [&str; 38] = [
+pub const ORDER: [&str; 39] = [
     TIMESTAMP,
     EVENT_ID,
     EVENT_CATEGORY,
@@ -131,6 +134,7 @@ pub const ORDER: [&str; 38] = [
     BODY_CUT,
     REASONS,
     LIMITS,
+    USAGE,
     APPROVAL_DECISION,
     APPROVAL_BY,
     APPROVAL_REASON,

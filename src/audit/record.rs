@@ -12,6 +12,7 @@ use super::json::{self, Object};
 use super::redact::redact_url;
 use crate::approvals::Approval;
 use crate::policy::operator::Mode;
+use crate::policy::usage::Preference;
 use crate::policy::{self, Limit, LimitKind, LimitScope, Reason};
 
 /// What the gate decided for a request, as the log's `event.action` says it (logs written
@@ -244,6 +245,8 @@ pub struct DecisionRecord {
     pub blocking: usize,
     /// Limits that applied (`agentgate.limits`).
     pub limits: Vec<Limit>,
+    /// The usage preferences that applied (`agentgate.usage`).
+    pub usage: Vec<Preference>,
     /// How a request held for a human's approval ended (`agentgate.approval.*`); `None` for
     /// every other request.
     pub approval: Option<Approval>,
@@ -314,6 +317,7 @@ impl DecisionRecord {
             reasons: Vec::new(),
             blocking: 0,
             limits: Vec::new(),
+            usage: Vec::new(),
             approval: None,
             signature_keyid: None,
             error: None,
@@ -330,6 +334,7 @@ impl DecisionRecord {
         }
         self.reasons = decision.reasons.clone();
         self.blocking = decision.blocking_reasons().len();
+        self.usage = decision.usage.clone();
     }
 
     /// The `event.type` of this line (see [`Line`]).
@@ -465,6 +470,9 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     if decision && !record.limits.is_empty() {
         map.array(field::LIMITS, &record.limits, limit);
     }
+    if decision && !record.usage.is_empty() {
+        map.array(field::USAGE, &record.usage, preference);
+    }
     if let Some(approval) = record.approval.as_ref().filter(|_| decision) {
         map.str(field::APPROVAL_DECISION, approval.decision.as_str());
         if let Some(by) = &approval.by {
@@ -510,6 +518,26 @@ fn reason(out: &mut String, reason: &Reason, blocking: bool) {
     if blocking {
         map.true_("blocking");
     }
+    map.end();
+}
+
+/// One `agentgate.usage` element: `{"source", "line", "path", "label", "purpose", "value",
+/// "stance"}`, `line`, `path` and `purpose` left out when the preference has none.
+fn preference(out: &mut String, pref: &Preference) {
+    let mut map = Object::new(out);
+    map.str("source", pref.source.as_str());
+    if let Some(line) = pref.line {
+        map.u64("line", line.into());
+    }
+    if let Some(path) = &pref.path {
+        map.str("path", path);
+    }
+    map.str("label", &pref.label);
+    if let Some(purpose) = pref.purpose {
+        map.str("purpose", purpose);
+    }
+    map.str("value", &pref.value);
+    map.str("stance", pref.stance.as_str());
     map.end();
 }
 
@@ -773,6 +801,7 @@ mod tests {
         rec.instance = Some(Arc::from("replica-2"));
         rec.entry = Some("transparent");
         rec.destination = Some("93.184.215.14:443".parse().expect("a literal socket address"));
+        rec.usage = crate::policy::usage::vocab::header_preferences("train-ai=n");
         let line = rec.to_json_line(true);
         let value: serde_json::Value = serde_json::from_str(&line).expect("the encoder writes JSON");
         let keys: Vec<&str> = value.as_object().expect("a line is an object").keys().map(String::as_str).collect();
@@ -801,6 +830,8 @@ mod tests {
                 r#"{"source":"operator","code":"operator.allow","rule":"host = example.com"}],"#,
                 r#""agentgate.limits":[{"source":"agents.txt","kind":"rate","requests":10,"window_s":60,"scope":"rule","line":3},"#,
                 r#"{"source":"AGENTS.md","kind":"concurrent","max":2,"scope":"host"}],"#,
+                r#""agentgate.usage":[{"source":"header Content-Usage","label":"train-ai","purpose":"train-ai","#,
+                r#""value":"n","stance":"refuse"}],"#,
                 r#""agentgate.approval.decision":"denied","agentgate.approval.by":"alice","#,
                 r#""agentgate.approval.reason":"not on a Friday","agentgate.approval.at":"2023-11-14T22:13:21.000Z","#,
                 r#""agentgate.approval.remember":"host-for-agent","agentgate.approval.until":"2023-11-14T23:13:21.000Z","#,
