@@ -35,11 +35,22 @@ want /usr/bin/chromedriver chromium-driver
 want wget wget                  # the wget recipe (a wgetrc)
 want certutil libnss3-tools     # the Chromium recipe (an NSS database)
 want promtool prometheus        # the metrics test (`promtool check metrics`)
+want setpriv util-linux         # the CA directory another user cannot read
 python3 -c 'import cryptography' 2>/dev/null || need+=(python3-cryptography) # the Web Bot Auth verifier
 if [ ${#need[@]} -gt 0 ]; then
   echo "test: installing ${need[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+
+# The tests of the tree's checks (scripts/check-tree.py) first: a run whose checks cannot be
+# trusted stops before the cargo passes.
+echo "test: the tree checks' own tests (scripts/check-tree-test.py)"
+if ! out=$(python3 scripts/check-tree-test.py 2>&1); then
+  printf '%s\n' "$out" >&2
+  echo "test: scripts/check-tree-test.py failed (above); fix the check or its test before the cargo passes" >&2
+  exit 1
+fi
+printf '%s\n' "$out" | tail -n 1
 
 # Both passes run, and every test binary, whatever fails first: one run shows every failure.
 failed=0

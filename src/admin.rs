@@ -8,7 +8,7 @@
 //! endpoint but `/healthz` (and the console's login and static assets) needs
 //! `Authorization: Bearer TOKEN` or a console session. The reference is `docs/admin.md`.
 //!
-//! Owns: the listener and its connections (`server`), routing and the answers (`routes`),
+//! Owns: the listener and its connections (`server`) with their caps (`admission`), routing and the answers (`routes`),
 //! who may call (`access`: the `Host`/`Origin` check against DNS rebinding in `hosts`, the
 //! tokens, the console sessions in `session`, failed attempts answered late in `throttle`),
 //! the policy-cache views (`policies`), the approval endpoints (`approvals`), the agents view
@@ -18,6 +18,7 @@
 //! proxy port.
 
 mod access;
+mod admission;
 mod agents;
 mod answer;
 mod approvals;

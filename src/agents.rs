@@ -3,11 +3,14 @@
 //! token`), else the entry whose `clients` networks hold its address, else the default
 //! `[agent]`. Tokens are compared as SHA-256 digests in constant time, so neither the
 //! token's length nor its first differing byte shows in the timing. Owns the `[agent]`,
-//! `[[agents]]` and `[auth]` tables and their checks (`agent_problems`), and compiles each
+//! `[[agents]]` and `[auth]` tables and their checks (`agent_problems`, and the boundaries
+//! that hold only for cooperating agents in `advisory`), and compiles each
 //! agent's egress lists (`allow_hosts`, `deny_hosts`) into canonical form for the gate.
 //!
 //! Never: writes responses (the proxy answers 407), logs or keeps a credential (only the
 //! digest of a configured token is held), counts requests (`crate::limits` does).
+
+mod advisory;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -24,6 +27,8 @@ use crate::setting::byte_size;
 use crate::setting::{Located, networks};
 use crate::signing::{Keys, Signer, SigningConfig};
 use crate::token::{HOW_TO_HASH, TokenDigest, is_sha256_hex};
+
+pub use advisory::advisories;
 
 /// `[auth]`: proxy authentication (`Proxy-Authorization`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]

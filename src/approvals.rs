@@ -41,7 +41,7 @@ pub enum Remember {
     /// origin and path (query aside).
     PathForAgent15m,
     /// A request held because its host is not on the agent's `allow_hosts`: that host, on
-    /// any port, for the same agent, until [`Approval::until`] (a grant).
+    /// the port asked for, for the same agent, until [`Approval::until`] (a grant).
     HostForAgent,
 }
 

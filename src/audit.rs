@@ -25,6 +25,7 @@ use std::io;
 use std::path::PathBuf;
 
 mod config;
+mod ecs;
 pub mod field;
 mod json;
 mod recent;
@@ -35,6 +36,7 @@ mod tally;
 mod writer;
 
 pub use config::{AuditConfig, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_FILES, OnFailure};
+pub use ecs::EcsOutcome;
 pub use recent::{LIVE_CAPACITY, RECENT_CAPACITY, RecentDecisions};
 pub(crate) use record::instance_problems;
 pub(crate) use record::rfc3339_millis;

@@ -76,6 +76,8 @@ pub struct Config {
     pub robots: RobotsConfig,
     /// How strictly AGENTS.md's advisory keys are read (`[agents_md]`).
     pub agents_md: AgentsMdConfig,
+    /// How usage preferences treat an agent without a declared purpose (`[usage]`).
+    pub usage: UsageConfig,
     /// The per-origin policy cache (`[cache]`).
     pub cache: CacheConfig,
     /// The proxy's own CA (`[ca]`).
@@ -151,6 +153,15 @@ pub struct RobotsConfig {
     pub honor_crawl_delay: bool,
 }
 
+/// `[usage]`: usage preferences (SEMANTICS §6.6, docs/usage.md).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UsageConfig {
+    /// An agent that declares no purpose: `"record"` (default: preferences are logged, never
+    /// enforced) or `"deny"` (it counts as declaring every label, so any "no" refuses it).
+    pub undeclared: crate::policy::usage::Undeclared,
+}
+
 /// `[agents_md]`: how AGENTS.md's advisory keys are read.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -174,6 +185,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             robots: RobotsConfig::default(),
             agents_md: AgentsMdConfig::default(),
+            usage: UsageConfig::default(),
             cache: CacheConfig::default(),
             ca: CaConfig::default(),
             upstream: UpstreamConfig::default(),
@@ -678,7 +690,7 @@ identity = "bad\u0001value"
     }
 
     #[test]
-    fn issue_8_network_and_connect_keys() {
+    fn network_and_connect_keys() {
         let text = "[network]\ndeny_cidrs = [\"10.9.0.0/16\", \"192.0.2.1\"]\n[connect]\nallowed_ports = [443, \"8000-8999\"]\n";
         let config = Config::from_toml_str(text, "t.toml").unwrap();
         assert_eq!(
@@ -704,7 +716,7 @@ identity = "bad\u0001value"
     }
 
     #[test]
-    fn issue_8_rule_hosts_may_be_cidrs_and_idns() {
+    fn rule_hosts_may_be_cidrs_and_idns() {
         let rule = |host: &str| format!("[[rules]]\nhost = \"{host}\"\naction = \"deny\"\n");
         for host in ["10.0.0.0/8", "fd00::/8", "127.1", "bücher.example", "*.bücher.example"] {
             assert!(Config::from_toml_str(&rule(host), "t.toml").is_ok(), "{host}");

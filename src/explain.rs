@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::agents::{Agent, Agents};
+use crate::agents::{Agent, Agents, Unlisted};
 use crate::config::Config;
 use crate::policy::operator::{Egress, OperatorRules};
 use crate::policy::{
@@ -180,7 +180,12 @@ pub fn explain_operator(req: &ExplainRequest, operator: &Operator) -> Result<Opt
     let view = target.view(req, &headers);
     let agent = operator.agent.id().unwrap_or_default();
     let decision = match operator.agent.egress.decide(&target.host, target.port, &[]) {
-        Egress::Denied(reason) | Egress::Unlisted(reason) => Some(Decision::single(Outcome::Deny, reason)),
+        Egress::Denied(reason) => Some(Decision::single(Outcome::Deny, reason)),
+        // As `Gate::check_egress` decides it: the proxy holds such a host for a human.
+        Egress::Unlisted(reason) if operator.agent.unlisted == Unlisted::Hold => {
+            Some(Decision::single(Outcome::NeedsApproval, reason))
+        }
+        Egress::Unlisted(reason) => Some(Decision::single(Outcome::Deny, reason)),
         Egress::Admitted => operator.rules.evaluate(&view, agent, &[]),
     };
     Ok(decision.map(|decision| Explanation::new(decision, None, &view)))
@@ -395,6 +400,7 @@ impl Explanation {
             "limits": limits,
             "concurrency": concurrency,
             "inject_headers": inject,
+            "usage": d.usage,
             "policies": policies,
         })
     }
@@ -406,7 +412,8 @@ impl Explanation {
         let mut out = String::new();
         let _ = writeln!(out, "decision: {}", d.outcome.as_str());
         for r in &d.reasons {
-            let line = r.line.map(|l| format!(":{l}")).unwrap_or_default();
+            // An operator's reason names its config file and line itself (`ag.toml:32: ...`).
+            let line = r.line.filter(|l| !names_its_line(&r.rule, *l)).map(|l| format!(":{l}")).unwrap_or_default();
             let _ = writeln!(out, "  {}{line}: {} ({})", r.source, r.rule, r.code);
         }
         for l in &d.limits {
@@ -423,6 +430,10 @@ impl Explanation {
         }
         for (name, value) in &d.inject_headers {
             let _ = writeln!(out, "inject header: {name}: {value}");
+        }
+        for p in &d.usage {
+            let line = p.line.map(|l| format!(":{l}")).unwrap_or_default();
+            let _ = writeln!(out, "usage: {}{line}: {}={} ({:?})", p.source, p.label, p.value, p.stance);
         }
         for (source, report) in self.reports() {
             let digest = report.digest.as_deref().map(|d| format!(" sha256={d}")).unwrap_or_default();
@@ -476,6 +487,11 @@ impl Explanation {
         }
         formats!(reports)
     }
+}
+
+/// Whether `rule` starts with its own `file:line:` (`line`), as an operator's reasons do.
+fn names_its_line(rule: &str, line: u32) -> bool {
+    rule.split_once(": ").is_some_and(|(head, _)| head.ends_with(&format!(":{line}")))
 }
 
 fn scope_name(limit: &policy::Limit) -> &'static str {

@@ -151,6 +151,7 @@ impl Gate {
             settings: policy::Settings {
                 honor_crawl_delay: config.robots.honor_crawl_delay,
                 strict_authentication: config.agents_md.strict_authentication,
+                usage_undeclared: config.usage.undeclared,
             },
         }
     }
@@ -200,8 +201,13 @@ impl Gate {
     ) -> Result<Identity, Box<Blocked>> {
         self.agents.identify(client.ip(), headers.get(PROXY_AUTHORIZATION)).map_err(|failure| {
             let reason = Reason::new(failure.code(), auth_rule(failure));
-            let mut record =
-                DecisionRecord::new(LogOutcome::Deny, self.mode, client, client.ip().to_string(), method, url);
+            // No credentials at all is the challenge clients such as git wait for before
+            // sending theirs; a wrong one is refused.
+            let action = match failure {
+                AuthFailure::Missing => LogOutcome::AuthChallenge,
+                _ => LogOutcome::Deny,
+            };
+            let mut record = DecisionRecord::new(action, self.mode, client, client.ip().to_string(), method, url);
             record.user_agent = headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
             record.instance = Some(Arc::clone(&self.instance));
             let decision = Decision::single(Outcome::Deny, reason);
@@ -253,23 +259,9 @@ impl Gate {
             decision.reasons.push(admitted.reason(&agent.id));
         }
         let mode = agent.mode(self.mode);
-        let mut record = DecisionRecord::new(
-            LogOutcome::from(decision.outcome),
-            mode,
-            req.client,
-            agent.id.to_string(),
-            req.method,
-            req.url,
-        );
-        record.user_agent = user_agent.map(str::to_owned);
-        record.instance = Some(Arc::clone(&self.instance));
-        record.entry = Some(req.entry.as_str());
+        // A held request's own approval is in it: its one record keeps the id the queue listed.
+        let mut record = self.record_for(LogOutcome::from(decision.outcome), &req);
         record.purposes = view.purposes.to_vec();
-        if let Some(Admitted { approval, record: Some(id), .. }) = admitted {
-            // The held request's own approval: its one record keeps the id the queue listed.
-            record.id = *id;
-            record.approval = Some(approval.clone());
-        }
         if decision.outcome != Outcome::Allow {
             record.set_reasons(&decision);
             record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
@@ -498,6 +490,8 @@ impl Gate {
         record.user_agent =
             req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(|ua| self.redacted(ua).into_owned());
         record.instance = Some(Arc::clone(&self.instance));
+        // The first vetted address is the one the connector dials first.
+        record.destination = req.addresses.first().map(|ip| SocketAddr::new(*ip, req.origin.port()));
         if let Some(Admitted { approval, record: Some(id), .. }) = req.admitted {
             // A held request a human admitted: however it ends, its one record keeps its id.
             record.id = *id;

@@ -29,5 +29,6 @@ pub mod reload;
 pub mod secrets;
 mod setting;
 pub mod signing;
+pub mod throttled;
 pub mod tls;
 pub mod token;

@@ -191,7 +191,7 @@ mod tests {
     /// An AGENTS.md without Allowed Actions forbids every write; lint says so once,
     /// for the file, with the fix.
     #[test]
-    fn issue_12_agents_md_without_allowed_actions_is_warned_at_the_file_level() {
+    fn agents_md_without_allowed_actions_is_warned_at_the_file_level() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("AGENTS.md");
         std::fs::write(&path, "# AGENTS.md\n\n## Identity\n- site: example.com\n").expect("write");

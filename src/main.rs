@@ -83,6 +83,12 @@ enum AuditCommand {
         /// What a row is.
         #[arg(long, value_enum, default_value_t = SummaryBy::Agent)]
         by: SummaryBy,
+        /// Only this agent id (repeatable: any of them).
+        #[arg(long = "agent")]
+        agents: Vec<String>,
+        /// Only this origin (https://host:port as logged) or host (repeatable).
+        #[arg(long = "origin")]
+        origins: Vec<String>,
         /// Only records at or after this time: RFC 3339 (2026-11-23T10:00:00Z) or a duration
         /// before now (1h, 30m).
         #[arg(long)]
@@ -91,7 +97,7 @@ enum AuditCommand {
         #[arg(long, value_enum, default_value_t = SummaryFormat::Table)]
         format: SummaryFormat,
         /// Decision logs, plain or gzip'd, oldest first (decisions.jsonl.2 decisions.jsonl.1
-        /// decisions.jsonl).
+        /// decisions.jsonl); `-` reads standard input.
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -288,8 +294,9 @@ fn answer(command: Command, out: &mut impl Write) -> anyhow::Result<ExitCode> {
         Command::Config(ConfigCommand::Check { file }) => check_config(&file, out)?,
         Command::Explain(args) => return run_explain(args, out),
         Command::Lint(args) => return run_lint(args, out),
-        Command::Audit(AuditCommand::Summary { by, since, format, files }) => {
-            audit_summary(&files, by, since, format, out)?;
+        Command::Audit(AuditCommand::Summary { by, agents, origins, since, format, files }) => {
+            let filter = audit::Filter { since: self::since(since.as_deref())?, agents, origins, outcomes: Vec::new() };
+            audit_summary(&files, by, filter, format, out)?;
         }
         Command::Audit(AuditCommand::Grep { filter, raw, files }) => audit_grep(&files, filter, raw, out)?,
         Command::Audit(AuditCommand::Suggest { agent, files }) => audit_suggest(&files, agent.as_deref(), out)?,
@@ -343,6 +350,7 @@ fn run_proxy(args: RunArgs, out: &mut impl Write) -> anyhow::Result<()> {
         // Absolute, so the printed variables work from any directory or container mount.
         let ca_path = running.ca_cert_path();
         let ca = std::fs::canonicalize(ca_path).unwrap_or_else(|_| ca_path.to_path_buf()).display().to_string();
+        let warnings = agentgate::agents::advisories(&config.auth, &config.agent, &config.agents);
         let startup = agentgate::recipe::Startup {
             listen: addr,
             ca: &ca,
@@ -351,6 +359,7 @@ fn run_proxy(args: RunArgs, out: &mut impl Write) -> anyhow::Result<()> {
             decision_log: &config.audit,
             admin: running.admin_addr(),
             tokens_unchallenged: agentgate::agents::tokens_unchallenged(&config.auth, &config.agents),
+            warnings: &warnings,
         };
         // The banner is for whoever reads it; a proxy nobody watches still serves.
         if let Err(error) = out.write_all(startup.render().as_bytes()).and_then(|()| out.flush()) {
@@ -401,7 +410,7 @@ fn since(value: Option<&str>) -> anyhow::Result<Option<audit::Since>> {
 fn audit_summary(
     files: &[PathBuf],
     by: SummaryBy,
-    since_arg: Option<String>,
+    filter: audit::Filter,
     format: SummaryFormat,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
@@ -411,7 +420,6 @@ fn audit_summary(
         SummaryBy::Reason => audit::By::Reason,
         SummaryBy::Outcome => audit::By::Outcome,
     };
-    let filter = audit::Filter { since: since(since_arg.as_deref())?, ..audit::Filter::default() };
     let summary = audit::summarize_files(files, by, filter)?;
     match format {
         SummaryFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?,
@@ -462,6 +470,9 @@ fn audit_suggest(files: &[PathBuf], agent: Option<&str>, out: &mut impl Write) -
 fn check_config(file: &std::path::Path, out: &mut impl Write) -> anyhow::Result<()> {
     let config = Config::check(file)?;
     writeln!(out, "{}: ok (listen {}, mode {})", file.display(), config.listen, config.mode.as_str())?;
+    for warning in agentgate::agents::advisories(&config.auth, &config.agent, &config.agents) {
+        writeln!(out, "{}: warning: {warning}", file.display())?;
+    }
     Ok(())
 }
 

@@ -28,6 +28,7 @@ pub mod robots;
 #[cfg(test)]
 mod test_support;
 mod text;
+pub mod usage;
 mod weight;
 
 pub use code::{Advice, AgentsMdCode, AgentsTxtCode, AutoctlCode, Code, OperatorCode, RobotsCode, Source};

@@ -7,7 +7,7 @@
 //! variables; Chromium sends loopback and link-local addresses past `--proxy-server` unless
 //! told `<-loopback>`; `NO_PROXY` skips the gate; git sends an agent token only after a 407
 //! unless told `GIT_HTTP_PROXY_AUTHMETHOD=basic`, and the operator is told when `[[agents]]`
-//! tokens go unchallenged). Each client's lines are run by the e2e tests (`clients`: wget
+//! tokens go unchallenged, or agent boundaries hold only for agents that cooperate). Each client's lines are run by the e2e tests (`clients`: wget
 //! and Chromium as printed here; `git`: git with and without that variable).
 //!
 //! Never: reads the environment or the network; it formats what `main` hands it.
@@ -37,6 +37,9 @@ pub struct Startup<'a> {
     /// `[[agents]]` have tokens and `[auth] required = false`
     /// ([`crate::agents::tokens_unchallenged`]): said, with what git needs.
     pub tokens_unchallenged: bool,
+    /// Agent boundaries that hold only for cooperating agents ([`crate::agents::advisories`]),
+    /// each said on a `warning` line.
+    pub warnings: &'a [String],
 }
 
 impl Startup<'_> {
@@ -56,6 +59,9 @@ impl Startup<'_> {
         let _ = writeln!(out, "  admin API     {admin}");
         if self.tokens_unchallenged {
             out.push_str(TOKENS_UNCHALLENGED);
+        }
+        for warning in self.warnings {
+            let _ = writeln!(out, "  warning       {warning}");
         }
         out.push_str(&client_recipe(addr, ca));
         out
@@ -86,7 +92,9 @@ Chromium: --proxy-server alone sends localhost, 127.0.0.0/8, [::1] and link-loca
   fe80::/10) straight to the site: start it with <-loopback>, and trust the CA in its NSS database
   (certutil is in Debian's libnss3-tools):
   mkdir -p ~/.pki/nssdb && certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n agentgate -i {ca}
-  chromium --proxy-server=http://{addr} --proxy-bypass-list='<-loopback>'
+  chromium --proxy-server=http://{addr} --proxy-bypass-list='<-loopback>' --no-first-run --disable-background-networking --disable-component-update --disable-sync
+  (the last four flags cut most of Chromium's own traffic to Google, which would go through agentgate as the agent;
+  set allow_hosts on the agent for what is left; as root Chromium also needs --no-sandbox)
 NO_PROXY/no_proxy: hosts listed there (e.g. localhost,127.0.0.1) go past agentgate, neither gated nor logged.
 "
     )
@@ -134,6 +142,7 @@ mod tests {
             decision_log: &audit,
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
             tokens_unchallenged: false,
+            warnings: &[],
         };
         let text = startup.render();
         let mut lines = text.lines();
@@ -151,7 +160,7 @@ mod tests {
         assert!(text.contains(&format!("CURL_CA_BUNDLE={ca} GIT_SSL_CAINFO={ca}")), "{text}");
         assert!(text.contains("EnvHttpProxyAgent") && text.contains("neither gated nor logged"), "{text}");
         assert!(text.contains(&format!("  echo ca_certificate={ca} >> ~/.wgetrc\n")), "{text}");
-        let chromium = "  chromium --proxy-server=http://127.0.0.1:8080 --proxy-bypass-list='<-loopback>'\n";
+        let chromium = "  chromium --proxy-server=http://127.0.0.1:8080 --proxy-bypass-list='<-loopback>' --no-first-run --disable-background-networking --disable-component-update --disable-sync\n";
         assert!(text.contains(chromium) && text.contains(&format!("-n agentgate -i {ca}\n")), "{text}");
 
         let stdout = AuditConfig { path: "-".into(), ..AuditConfig::default() };
@@ -171,6 +180,10 @@ mod tests {
         let odd = AuditConfig { max_file_size: 5000, max_files: 2, ..audit.clone() };
         let odd = Startup { decision_log: &odd, ..startup }.render();
         assert!(odd.contains("(rotated at 5000 bytes, 2 kept: at most 15000 bytes)\n"), "{odd}");
+
+        let warnings = ["the default [agent] is open".to_owned()];
+        let warned = Startup { warnings: &warnings, ..startup }.render();
+        assert!(warned.contains("\n  warning       the default [agent] is open\n"), "{warned}");
 
         let unchallenged = Startup { tokens_unchallenged: true, ..startup }.render();
         let mut lines = unchallenged.lines().skip(5);

@@ -266,6 +266,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         auth: _,
         robots: _,
         agents_md: _,
+        usage: _,
         network: _,
         connect: _,
         approvals: _,

@@ -106,6 +106,19 @@ pub enum TlsError {
         /// The CA directory.
         dir: PathBuf,
     },
+    /// The CA directory exists but the running user cannot look inside it, so whether a CA is
+    /// there cannot be told: nothing is created.
+    #[error(
+        "cannot read the CA directory {dir} as user {user} ({source}); it is not absent, so no new CA is made there: give {user} read access to it (e.g. `chown -R {user} {dir}`, or `chmod 0750` with {user} in its group), run agentgate as its owner, or point [ca] dir at a directory {user} can read"
+    )]
+    CaUnreadable {
+        /// The CA directory.
+        dir: PathBuf,
+        /// The user agentgate runs as.
+        user: String,
+        /// The error looking inside it.
+        source: std::io::Error,
+    },
     /// Exactly one of the two CA files exists, so the CA can neither be loaded nor safely recreated.
     #[error(
         "{present} exists but {missing} does not; restore the missing file, or remove {present} and run `agentgate ca init` to make a new CA"

@@ -166,3 +166,68 @@ fn agents_txt_agents_md_and_autoctl_corpora() {
     assert!(ok && failed == 0, "policy corpus failures:\n{stdout}");
     assert!(passed >= 150, "too few policy checks ran ({passed}): is the corpus complete?\n{stdout}");
 }
+
+/// The usage-preference corpus (`tests/conformance/usage/`, its README says the shape):
+/// each check run through `agentgate explain --purpose`, compared on the verdict, the lines
+/// the `usage.refused` reasons cite and the preferences listed in `usage`.
+#[test]
+fn usage_preference_corpus() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/usage");
+    let path = require_file(dir.join("cases.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let corpus: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(corpus["format"], "agentgate-usage-v1");
+    let cases = corpus["cases"].as_array().unwrap_or_else(|| panic!("{}: no cases", path.display()));
+    let mut failures = Vec::new();
+    let mut checks = 0;
+    for case in cases {
+        let id = case["id"].as_str().unwrap_or("?");
+        let policy_dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let robots = case["robots"].as_str().unwrap_or_else(|| panic!("{id}: no robots text"));
+        std::fs::write(policy_dir.path().join("robots.txt"), robots).unwrap_or_else(|e| panic!("{id}: {e}"));
+        for (i, check) in case["checks"].as_array().into_iter().flatten().enumerate() {
+            checks += 1;
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentgate"));
+            cmd.arg("explain").arg("--policy-dir").arg(policy_dir.path());
+            if let Some(agent) = check["user_agent"].as_str() {
+                cmd.args(["--user-agent", agent]);
+            }
+            for purpose in check["purposes"].as_array().into_iter().flatten().filter_map(|p| p.as_str()) {
+                cmd.args(["--purpose", purpose]);
+            }
+            let url = format!("https://example.com{}", check["path"].as_str().unwrap_or("/"));
+            let out = cmd.args(["--method", "GET", &url]).output().unwrap_or_else(|e| panic!("run explain: {e}"));
+            let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!("{id}#{i}: explain printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr))
+            });
+            let allowed = json["allowed"].as_bool();
+            let refused: Vec<u64> = json["reasons"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| r["code"] == "usage.refused")
+                .filter_map(|r| r["line"].as_u64())
+                .collect();
+            let usage: Vec<serde_json::Value> = json["usage"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| serde_json::json!([p["line"], p["label"], p["value"]]))
+                .collect();
+            let want_refused: Vec<u64> =
+                check["refused"].as_array().into_iter().flatten().filter_map(serde_json::Value::as_u64).collect();
+            let want_usage = check["usage"].as_array().cloned().unwrap_or_default();
+            if allowed != check["allow"].as_bool() || out.status.success() != (allowed == Some(true)) {
+                failures.push(format!("{id}#{i}: allowed {allowed:?}, want {}: {json}", check["allow"]));
+            }
+            if refused != want_refused {
+                failures.push(format!("{id}#{i}: refused lines {refused:?}, want {want_refused:?}"));
+            }
+            if usage != want_usage {
+                failures.push(format!("{id}#{i}: usage {usage:?}, want {want_usage:?}"));
+            }
+        }
+    }
+    assert!(checks >= 20, "the corpus lost checks: {checks}");
+    assert!(failures.is_empty(), "{} of {checks} usage checks failed:\n{}", failures.len(), failures.join("\n"));
+}

@@ -1,4 +1,4 @@
-//! What parsed policies cost in memory, measured (issue 9): a counting global allocator
+//! What parsed policies cost in memory, measured: a counting global allocator
 //! gives the bytes a parsed file really holds, and the test checks that the weight each
 //! format reports (the policy cache bounds the sum, `[cache] max_bytes`) is never below
 //! it. Run with `--nocapture --test-threads=1` to see the figures: file size, live heap
@@ -109,7 +109,7 @@ fn weight_of_a_500_kib_robots_txt_with_20000_rules() {
     let body = big_robots();
     assert!(body.len() <= robots::MAX_BYTES, "{}", body.len());
     let (live, weight) = report("robots.txt", body.len(), measure(&body, robots::from_fetch));
-    // Issue 9: a compact parsed form, at most 3x the file, both as held and as accounted.
+    // A compact parsed form, at most 3x the file, both as held and as accounted.
     assert!(live <= 3 * body.len(), "robots.txt holds {live} B for a {} B file: over 3x", body.len());
     assert!(weight <= 3 * body.len(), "robots.txt weighs {weight} B for a {} B file: over 3x", body.len());
 }

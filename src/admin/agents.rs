@@ -39,6 +39,7 @@ fn agent_json(table: &str, agent: &AgentConfig, global: crate::policy::operator:
             json!({
                 "agent": grant.agent,
                 "host": grant.host,
+                "port": grant.port,
                 "by": approval.by,
                 "reason": approval.reason,
                 "at": rfc3339_millis(approval.at).to_string(),

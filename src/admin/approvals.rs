@@ -146,7 +146,9 @@ fn parse(bytes: &[u8]) -> Result<Answer, (&'static str, String)> {
         }
     };
     let reason = match fields.get("reason") {
+        // No reason given (the console sends `""` for an empty box): none recorded.
         None | Some(Value::Null) => None,
+        Some(Value::String(text)) if text.trim().is_empty() => None,
         Some(Value::String(text)) if text.chars().count() <= MAX_REASON_CHARS => Some(text.clone()),
         Some(_) => {
             return Err(("reason", format!("reason must be a string of at most {MAX_REASON_CHARS} characters")));
@@ -206,6 +208,11 @@ mod tests {
         );
         assert_eq!(
             parse(br#"{"decision": "deny", "reason": null}"#),
+            Ok(answer(ApprovalDecision::Denied, None, Remember::ThisRequest, None))
+        );
+        // An empty box is no reason: `agentgate.approval.reason` is then left out.
+        assert_eq!(
+            parse(br#"{"decision": "deny", "reason": "  "}"#),
             Ok(answer(ApprovalDecision::Denied, None, Remember::ThisRequest, None))
         );
         assert_eq!(

@@ -83,9 +83,9 @@ impl AcceptedHosts {
                 return Some(error(StatusCode::BAD_REQUEST, None, message));
             }
         };
-        // Liveness stays answerable by a health checker that names the service its own way
-        // (`Host: agentgate:9090` from another container); its answer is a fixed `ok`.
-        if request.uri().path() != "/healthz"
+        // Liveness and readiness stay answerable by a probe that names the service its own way
+        // (`Host: agentgate:9090` from another container); their answers are fixed words.
+        if !matches!(request.uri().path(), "/healthz" | "/readyz")
             && let Some(named) = named
             && !self.accepts(&named, 80, at)
         {

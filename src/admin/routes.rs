@@ -13,6 +13,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Either;
 
 use super::access::ANONYMOUS;
+use super::admission::Ticket;
 use super::answer::{AdminBody, BadParameter, Query, error, text};
 use super::hosts::Arrival;
 use super::state::AdminState;
@@ -48,14 +49,20 @@ const ENDPOINTS: [Endpoint; 17] = [
     ("/approvals/", "POST", &[]),
 ];
 
-/// Paths answered without credentials: liveness (a container health check needs no secret),
-/// the console's static assets (they hold no data) and the login itself.
-const OPEN: [&str; 4] = ["/healthz", "/console.js", "/console.css", "/login"];
+/// Paths answered without credentials: liveness and readiness (a container's probes send no
+/// secret; both answer a fixed word), the console's static assets (they hold no data) and the
+/// login itself.
+const OPEN: [&str; 5] = ["/healthz", "/readyz", "/console.js", "/console.css", "/login"];
 
 /// One admin request, start to answer: first whether it is addressed to this API at all
-/// (`super::hosts`), then who calls (`super::access`, a wrong token answered late), then the
-/// endpoint.
-pub(super) async fn handle<B>(state: &AdminState, request: Request<B>, at: Arrival) -> Response<AnswerBody>
+/// (`super::hosts`), then who calls (`super::access`, a wrong token answered late; a right
+/// one keeps its connection's `place` from being pushed out), then the endpoint.
+pub(super) async fn handle<B>(
+    state: &AdminState,
+    request: Request<B>,
+    at: Arrival,
+    place: &Ticket,
+) -> Response<AnswerBody>
 where
     B: hyper::body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -65,6 +72,9 @@ where
     }
     let path = request.uri().path();
     let caller = state.access.caller(&request, at.peer.ip(), !OPEN.contains(&path)).await;
+    if caller.as_deref().is_some_and(|caller| caller != ANONYMOUS) {
+        place.authenticated();
+    }
     // The console's page answers a browser without credentials with its login form.
     if path == "/" && request.method() == Method::GET {
         return console::page(state, caller.is_some()).map(Either::Left);

@@ -1,7 +1,8 @@
 //! The admin listener: binds `[admin] listen` at start-up (so a taken port stops `run`
 //! before any agent is served), serves HTTP/1.1 connections with hyper until the proxy shuts
 //! down, then lets the admin requests in flight finish until the proxy's shutdown deadline
-//! (the same `shutdown_grace`, not one more) and closes the rest.
+//! (the same `shutdown_grace`, not one more) and closes the rest. Each connection holds a
+//! place under the admin port's caps (`super::admission`) and is closed when pushed out.
 //!
 //! Never: answers a request itself (`super::routes` does), or serves the proxy port.
 
@@ -17,19 +18,17 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::admission::Admission;
 use super::hosts::Arrival;
 use super::routes;
 use super::state::AdminState;
 use crate::error_chain::error_chain;
 
-/// Admin connections open at once; past it new ones are closed. The API is for a handful of
-/// operators and one scraper, so a small cap keeps a stuck client from holding much.
-const MAX_CONNECTIONS: usize = 64;
 /// How long a client may take to send a request head.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -99,7 +98,7 @@ impl AdminServer {
         let AdminServer { listener, local_addr } = self;
         info!(%local_addr, "admin API listening");
         let graceful = GracefulShutdown::new();
-        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let admission = Arc::new(Admission::default());
         let (close, closed) = watch::channel(false);
         tokio::pin!(shutdown);
         let deadline = loop {
@@ -114,17 +113,20 @@ impl AdminServer {
                     }
                 },
             };
-            let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                debug!(%client, "admin API connection cap reached; closing the new connection");
-                continue;
+            // Until it has a place, no other connection is accepted: they wait in order.
+            let (ticket, pushed_out) = tokio::select! {
+                deadline = &mut shutdown => break deadline,
+                admitted = admission.admit(client.ip()) => admitted,
             };
+            let ticket = Arc::new(ticket);
             // The address it arrived on: one of the host's own when `listen` is unspecified.
             let local = tcp.local_addr().unwrap_or(local_addr);
             let at = Arrival { listen: local_addr, local, peer: client };
             let state = Arc::clone(&state);
+            let place = Arc::clone(&ticket);
             let service = service_fn(move |request| {
-                let state = Arc::clone(&state);
-                async move { Ok::<_, std::convert::Infallible>(routes::handle(&state, request, at).await) }
+                let (state, place) = (Arc::clone(&state), Arc::clone(&place));
+                async move { Ok::<_, std::convert::Infallible>(routes::handle(&state, request, at, &place).await) }
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -138,8 +140,9 @@ impl AdminServer {
                         debug!(error = %error_chain(&error), %client, "admin connection closed with an error");
                     },
                     _ = closed.wait_for(|closed| *closed) => debug!(%client, "admin connection closed: shutdown grace period over"),
+                    Ok(()) = pushed_out => debug!(%client, "admin connection closed: pushed out by newer ones of its client"),
                 }
-                drop(slot);
+                drop(ticket);
             });
         };
         drop(listener);

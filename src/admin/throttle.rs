@@ -15,14 +15,14 @@
 //! Never: checks a token (`super::access` does), or refuses a request itself.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::net::host::canonical_ip;
+use crate::net::host::client_address;
 
 /// Failures answered at once within a window.
 pub(super) const FREE_FAILURES: u32 = 5;
@@ -127,9 +127,8 @@ fn wait_for(n: u32) -> Duration {
 
 /// Who a failure is counted against: the address, every loopback address as one, IPv6 by
 /// its /64.
-fn client_key(ip: IpAddr) -> IpAddr {
-    match canonical_ip(ip) {
-        ip if ip.is_loopback() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+pub(super) fn client_key(ip: IpAddr) -> IpAddr {
+    match client_address(ip) {
         IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(v6.to_bits() & !u128::from(u64::MAX))),
         v4 => v4,
     }
@@ -137,6 +136,8 @@ fn client_key(ip: IpAddr) -> IpAddr {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
 
     const CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7));

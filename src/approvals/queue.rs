@@ -93,13 +93,16 @@ pub struct GrantKey {
     pub path: String,
 }
 
-/// Who a host grant is for: one agent and one canonical host (on any port).
+/// Who a host grant is for: one agent and one canonical host on the port the held request
+/// asked for (a grant of `docs.example:443` admits nothing on `docs.example:22`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct HostGrantKey {
     /// The agent id.
     pub agent: String,
     /// The canonical host.
     pub host: String,
+    /// The port.
+    pub port: u16,
 }
 
 /// A live `host-for-agent` grant, as the admin API lists it.
@@ -109,6 +112,8 @@ pub struct HostGrant {
     pub agent: String,
     /// The host it admits.
     pub host: String,
+    /// The one port of the host it admits.
+    pub port: u16,
     /// Who granted it, when, why and until when.
     pub approval: Approval,
 }
@@ -237,7 +242,7 @@ impl Approvals {
         Some(Approval { decision: ApprovalDecision::Remembered, ..(*grant).clone() })
     }
 
-    /// Every live host grant, by agent then host.
+    /// Every live host grant, by agent, host then port.
     pub fn host_grants(&self) -> Vec<HostGrant> {
         let now = SystemTime::now();
         let mut grants: Vec<HostGrant> = self
@@ -248,10 +253,11 @@ impl Approvals {
             .map(|(key, grant)| HostGrant {
                 agent: key.agent.clone(),
                 host: key.host.clone(),
+                port: key.port,
                 approval: (*grant).clone(),
             })
             .collect();
-        grants.sort_by(|a, b| (&a.agent, &a.host).cmp(&(&b.agent, &b.host)));
+        grants.sort_by(|a, b| (&a.agent, &a.host, a.port).cmp(&(&b.agent, &b.host, b.port)));
         grants
     }
 
@@ -407,7 +413,7 @@ mod tests {
     #[tokio::test]
     async fn a_host_grant_admits_its_agent_and_host_until_it_ends() {
         let approvals = Approvals::new();
-        let key = HostGrantKey { agent: "sbx".into(), host: "new.example".into() };
+        let key = HostGrantKey { agent: "sbx".into(), host: "new.example".into(), port: 443 };
         assert!(approvals.host_grant(&key).await.is_none());
         let until = SystemTime::now() + Duration::from_secs(3600);
         let grant = Approval { remember: Some(Remember::HostForAgent), until: Some(until), ..approved("alice") };
@@ -419,11 +425,13 @@ mod tests {
         );
         let other_agent = HostGrantKey { agent: "other".into(), ..key.clone() };
         assert!(approvals.host_grant(&other_agent).await.is_none(), "another agent is still refused");
+        let other_port = HostGrantKey { port: 22, ..key.clone() };
+        assert!(approvals.host_grant(&other_port).await.is_none(), "another port of the host is still refused");
         let listed = approvals.host_grants();
         assert_eq!(listed.len(), 1);
-        assert_eq!((listed[0].agent.as_str(), listed[0].host.as_str()), ("sbx", "new.example"));
+        assert_eq!((listed[0].agent.as_str(), listed[0].host.as_str(), listed[0].port), ("sbx", "new.example", 443));
 
-        let ended = HostGrantKey { agent: "sbx".into(), host: "old.example".into() };
+        let ended = HostGrantKey { agent: "sbx".into(), host: "old.example".into(), port: 443 };
         let past = Approval { until: Some(SystemTime::now() - Duration::from_secs(1)), ..approved("bob") };
         approvals.grant_host(ended.clone(), past).await;
         assert!(approvals.host_grant(&ended).await.is_none(), "a grant past its until admits nothing");

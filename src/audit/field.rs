@@ -14,7 +14,12 @@ pub const EVENT_CATEGORY: &str = "event.category";
 /// line of a request answered without a start line), `["denied"]` (a blocked request's one
 /// line) or `["allowed"]` (a passthrough tunnel's one line, written as it opens).
 pub const EVENT_TYPE: &str = "event.type";
-/// What happened to the request: see [`super::Outcome`].
+/// The gate's decision: `allow`, `deny`, `needs_approval`, `rate_limited`, `would_deny`,
+/// `auth_challenge` or `error` (see [`super::Outcome`]). Logs written before this field
+/// existed carry the decision in `event.outcome`; readers take either.
+pub const EVENT_ACTION: &str = "event.action";
+/// ECS's outcome: `success` (the gate did what it decided), `failure` (it could not: the
+/// action is `error`) or `unknown` (a start line). See [`super::EcsOutcome`].
 pub const EVENT_OUTCOME: &str = "event.outcome";
 /// Time from the request head to the end of the response, in nanoseconds (ECS convention).
 pub const EVENT_DURATION: &str = "event.duration";
@@ -38,6 +43,14 @@ pub const HTTP_REQUEST_METHOD: &str = "http.request.method";
 pub const URL_FULL: &str = "url.full";
 /// The URL's host (IPv6 literals keep their brackets, as ECS asks).
 pub const URL_DOMAIN: &str = "url.domain";
+/// The URL's path, without the query.
+pub const URL_PATH: &str = "url.path";
+/// The URL's port: the one it names, else its scheme's default.
+pub const URL_PORT: &str = "url.port";
+/// The vetted address a forwarded request was dialled to; only on records of requests sent on.
+pub const DESTINATION_IP: &str = "destination.ip";
+/// The port a forwarded request was dialled to, with `destination.ip`.
+pub const DESTINATION_PORT: &str = "destination.port";
 /// The request's `User-Agent` header, when it had one.
 pub const USER_AGENT_ORIGINAL: &str = "user_agent.original";
 /// The purposes the agent declared for this request (config, or its `agentgate-purpose`
@@ -62,6 +75,9 @@ pub const BODY_CUT: &str = "agentgate.body.cut";
 pub const REASONS: &str = "agentgate.reasons";
 /// Limits that applied: an array of `{source, kind, ..., scope, line}` objects.
 pub const LIMITS: &str = "agentgate.limits";
+/// The site's usage preferences that applied (SEMANTICS U6, docs/usage.md): an array of
+/// `{source, line, path, label, purpose, value, stance}` objects, allowing or refusing.
+pub const USAGE: &str = "agentgate.usage";
 /// How a request held for a human's approval ended (`docs/approvals.md`): `approved`,
 /// `denied`, `timeout`, `hung_up`, `queue_full`, `shutdown`, or `remembered` (an earlier approval let it
 /// through). Only on records of such requests, with the other `agentgate.approval.*` fields.
@@ -88,11 +104,12 @@ pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line
 /// when they have no value; the rest keep this order.
-pub const ORDER: [&str; 33] = [
+pub const ORDER: [&str; 39] = [
     TIMESTAMP,
     EVENT_ID,
     EVENT_CATEGORY,
     EVENT_TYPE,
+    EVENT_ACTION,
     EVENT_OUTCOME,
     EVENT_DURATION,
     CLIENT_ADDRESS,
@@ -104,6 +121,10 @@ pub const ORDER: [&str; 33] = [
     HTTP_REQUEST_METHOD,
     URL_FULL,
     URL_DOMAIN,
+    URL_PATH,
+    URL_PORT,
+    DESTINATION_IP,
+    DESTINATION_PORT,
     USER_AGENT_ORIGINAL,
     PURPOSES,
     SECRETS,
@@ -113,6 +134,7 @@ pub const ORDER: [&str; 33] = [
     BODY_CUT,
     REASONS,
     LIMITS,
+    USAGE,
     APPROVAL_DECISION,
     APPROVAL_BY,
     APPROVAL_REASON,

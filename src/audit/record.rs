@@ -6,15 +6,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::ecs::{self, EcsOutcome};
 use super::field;
 use super::json::{self, Object};
 use super::redact::redact_url;
 use crate::approvals::Approval;
 use crate::policy::operator::Mode;
+use crate::policy::usage::Preference;
 use crate::policy::{self, Limit, LimitKind, LimitScope, Reason};
 
-/// What happened to a request, as the log's `event.outcome` says it. Wider than
-/// [`policy::Outcome`]: limits, monitor mode and errors are decided outside the policy core.
+/// What the gate decided for a request, as the log's `event.action` says it (logs written
+/// before that field carry it in `event.outcome`). Wider than [`policy::Outcome`]: limits,
+/// monitor mode, proxy authentication and errors are decided outside the policy core.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Outcome {
     /// Forwarded.
@@ -27,22 +30,26 @@ pub enum Outcome {
     RateLimited,
     /// Monitor mode: forwarded, but enforce mode would have blocked it.
     WouldDeny,
+    /// `[auth] required` and the request carried no usable credentials: a `407` challenge,
+    /// which clients such as git answer with their credentials. Not a refusal.
+    AuthChallenge,
     /// The proxy could not complete the request (bad request, origin unreachable, bug).
     Error,
 }
 
 impl Outcome {
     /// Every outcome, in the order reports list them.
-    pub const ALL: [Outcome; 6] = [
+    pub const ALL: [Outcome; 7] = [
         Outcome::Allow,
         Outcome::Deny,
         Outcome::NeedsApproval,
         Outcome::RateLimited,
         Outcome::WouldDeny,
+        Outcome::AuthChallenge,
         Outcome::Error,
     ];
 
-    /// The value written to `event.outcome`.
+    /// The value written to `event.action`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Allow => "allow",
@@ -50,6 +57,7 @@ impl Outcome {
             Outcome::NeedsApproval => "needs_approval",
             Outcome::RateLimited => "rate_limited",
             Outcome::WouldDeny => "would_deny",
+            Outcome::AuthChallenge => "auth_challenge",
             Outcome::Error => "error",
         }
     }
@@ -90,7 +98,7 @@ pub enum Line {
     /// on_failure = "block"`: `["start"]`. Its `End` line follows.
     Start,
     /// The request's last line: `["end"]`, or `["denied"]` when its outcome refused it
-    /// (`deny`, `needs_approval`, `rate_limited`).
+    /// (`deny`, `needs_approval`, `rate_limited`) or challenged it (`auth_challenge`).
     #[default]
     End,
     /// The `End` line of a forwarded request whose `Start` line was committed and whose
@@ -192,7 +200,7 @@ pub struct DecisionRecord {
     pub id: EventId,
     /// Which of its request's lines this is (`event.type`).
     pub line: Line,
-    /// What happened (`event.outcome`).
+    /// What the gate decided (`event.action`; `event.outcome` is derived, `super::ecs`).
     pub outcome: Outcome,
     /// Enforce or monitor (`agentgate.mode`).
     pub mode: Mode,
@@ -212,6 +220,9 @@ pub struct DecisionRecord {
     /// The absolute request URL as received, secrets included; redacted on encoding
     /// (`url.full`, `url.domain`).
     pub url: String,
+    /// The vetted address the request is sent to (`destination.ip`, `destination.port`;
+    /// written only for a request sent on).
+    pub destination: Option<SocketAddr>,
     /// The `User-Agent` header (`user_agent.original`).
     pub user_agent: Option<String>,
     /// The purposes in effect for the request (`agentgate.purposes`; left out when none).
@@ -234,6 +245,8 @@ pub struct DecisionRecord {
     pub blocking: usize,
     /// Limits that applied (`agentgate.limits`).
     pub limits: Vec<Limit>,
+    /// The usage preferences that applied (`agentgate.usage`).
+    pub usage: Vec<Preference>,
     /// How a request held for a human's approval ended (`agentgate.approval.*`); `None` for
     /// every other request.
     pub approval: Option<Approval>,
@@ -293,6 +306,7 @@ impl DecisionRecord {
             agent: agent.into(),
             method: method.into(),
             url: url.into(),
+            destination: None,
             user_agent: None,
             purposes: Vec::new(),
             secrets: Vec::new(),
@@ -303,6 +317,7 @@ impl DecisionRecord {
             reasons: Vec::new(),
             blocking: 0,
             limits: Vec::new(),
+            usage: Vec::new(),
             approval: None,
             signature_keyid: None,
             error: None,
@@ -319,6 +334,7 @@ impl DecisionRecord {
         }
         self.reasons = decision.reasons.clone();
         self.blocking = decision.blocking_reasons().len();
+        self.usage = decision.usage.clone();
     }
 
     /// The `event.type` of this line (see [`Line`]).
@@ -327,7 +343,10 @@ impl DecisionRecord {
             Line::Start => "start",
             Line::TunnelOpened => "allowed",
             Line::End | Line::Completion
-                if matches!(self.outcome, Outcome::Deny | Outcome::NeedsApproval | Outcome::RateLimited) =>
+                if matches!(
+                    self.outcome,
+                    Outcome::Deny | Outcome::NeedsApproval | Outcome::RateLimited | Outcome::AuthChallenge
+                ) =>
             {
                 "denied"
             }
@@ -399,7 +418,8 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     map.str(field::EVENT_ID, record.id.hex().as_str());
     map.array(field::EVENT_CATEGORY, EVENT_CATEGORY, json::string);
     map.array(field::EVENT_TYPE, [record.event_type()], json::string);
-    map.str(field::EVENT_OUTCOME, record.outcome.as_str());
+    map.str(field::EVENT_ACTION, record.outcome.as_str());
+    map.str(field::EVENT_OUTCOME, EcsOutcome::of(record).as_str());
     if let Some(duration) = record.duration {
         map.u64(field::EVENT_DURATION, u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX));
     }
@@ -418,6 +438,8 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     if let Some(domain) = &url.domain {
         map.str(field::URL_DOMAIN, domain);
     }
+    ecs::url_parts(&mut map, &url.full);
+    ecs::destination(&mut map, record);
     // The decision's fields are on the start line, which a completion follows.
     let decision = record.line != Line::Completion;
     if let Some(user_agent) = record.user_agent.as_ref().filter(|_| decision) {
@@ -447,6 +469,9 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     }
     if decision && !record.limits.is_empty() {
         map.array(field::LIMITS, &record.limits, limit);
+    }
+    if decision && !record.usage.is_empty() {
+        map.array(field::USAGE, &record.usage, preference);
     }
     if let Some(approval) = record.approval.as_ref().filter(|_| decision) {
         map.str(field::APPROVAL_DECISION, approval.decision.as_str());
@@ -493,6 +518,26 @@ fn reason(out: &mut String, reason: &Reason, blocking: bool) {
     if blocking {
         map.true_("blocking");
     }
+    map.end();
+}
+
+/// One `agentgate.usage` element: `{"source", "line", "path", "label", "purpose", "value",
+/// "stance"}`, `line`, `path` and `purpose` left out when the preference has none.
+fn preference(out: &mut String, pref: &Preference) {
+    let mut map = Object::new(out);
+    map.str("source", pref.source.as_str());
+    if let Some(line) = pref.line {
+        map.u64("line", line.into());
+    }
+    if let Some(path) = &pref.path {
+        map.str("path", path);
+    }
+    map.str("label", &pref.label);
+    if let Some(purpose) = pref.purpose {
+        map.str("purpose", purpose);
+    }
+    map.str("value", &pref.value);
+    map.str("stance", pref.stance.as_str());
     map.end();
 }
 
@@ -699,10 +744,11 @@ mod tests {
             concat!(
                 r#"{"@timestamp":"2023-11-14T22:13:20.123Z","event.id":"0123456789abcdef0123456789abcdef","#,
                 r#""event.category":["network","web"],"event.type":["denied"],"#,
-                r#""event.outcome":"deny","client.address":"10.0.0.7","client.port":51234,"agentgate.agent":"bot-1","#,
+                r#""event.action":"deny","event.outcome":"success","#,
+                r#""client.address":"10.0.0.7","client.port":51234,"agentgate.agent":"bot-1","#,
                 r#""agentgate.mode":"enforce","http.request.method":"GET","#,
                 r#""url.full":"https://Example.com/private/x?q=REDACTED","url.domain":"example.com","#,
-                r#""agentgate.reasons":[]}"#,
+                r#""url.path":"/private/x","url.port":443,"agentgate.reasons":[]}"#,
                 "\n"
             )
         );
@@ -754,6 +800,8 @@ mod tests {
         rec.signature_keyid = Some("kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k".to_owned());
         rec.instance = Some(Arc::from("replica-2"));
         rec.entry = Some("transparent");
+        rec.destination = Some("93.184.215.14:443".parse().expect("a literal socket address"));
+        rec.usage = crate::policy::usage::vocab::header_preferences("train-ai=n");
         let line = rec.to_json_line(true);
         let value: serde_json::Value = serde_json::from_str(&line).expect("the encoder writes JSON");
         let keys: Vec<&str> = value.as_object().expect("a line is an object").keys().map(String::as_str).collect();
@@ -768,10 +816,12 @@ mod tests {
             concat!(
                 r#"{"@timestamp":"2023-11-14T22:13:20.123Z","event.id":"0123456789abcdef0123456789abcdef","#,
                 r#""event.category":["network","web"],"event.type":["end"],"#,
-                r#""event.outcome":"error","event.duration":1500000,"client.address":"10.0.0.7","client.port":51234,"#,
+                r#""event.action":"error","event.outcome":"failure","#,
+                r#""event.duration":1500000,"client.address":"10.0.0.7","client.port":51234,"#,
                 r#""agentgate.agent":"bot-1","agentgate.mode":"monitor","agentgate.instance":"replica-2","#,
                 r#""agentgate.entry":"transparent","http.request.method":"GET","#,
                 r#""url.full":"https://Example.com/private/x?q=secret","url.domain":"example.com","#,
+                r#""url.path":"/private/x","url.port":443,"destination.ip":"93.184.215.14","destination.port":443,"#,
                 r#""user_agent.original":"ExampleBot/1.0 \"quoted\"\n","agentgate.purposes":["search"],"#,
                 r#""agentgate.secrets":["github (header authorization)"],"#,
                 r#""http.request.body.bytes":12,"http.response.status_code":502,"#,
@@ -780,6 +830,8 @@ mod tests {
                 r#"{"source":"operator","code":"operator.allow","rule":"host = example.com"}],"#,
                 r#""agentgate.limits":[{"source":"agents.txt","kind":"rate","requests":10,"window_s":60,"scope":"rule","line":3},"#,
                 r#"{"source":"AGENTS.md","kind":"concurrent","max":2,"scope":"host"}],"#,
+                r#""agentgate.usage":[{"source":"header Content-Usage","label":"train-ai","purpose":"train-ai","#,
+                r#""value":"n","stance":"refuse"}],"#,
                 r#""agentgate.approval.decision":"denied","agentgate.approval.by":"alice","#,
                 r#""agentgate.approval.reason":"not on a Friday","agentgate.approval.at":"2023-11-14T22:13:21.000Z","#,
                 r#""agentgate.approval.remember":"host-for-agent","agentgate.approval.until":"2023-11-14T23:13:21.000Z","#,
@@ -817,13 +869,15 @@ mod tests {
             concat!(
                 r#"{"@timestamp":"2023-11-14T22:13:20.123Z","event.id":"0123456789abcdef0123456789abcdef","#,
                 r#""event.category":["network","web"],"event.type":["end"],"#,
-                r#""event.outcome":"allow","event.duration":1500000,"client.address":"10.0.0.7","client.port":51234,"#,
+                r#""event.action":"allow","event.outcome":"success","#,
+                r#""event.duration":1500000,"client.address":"10.0.0.7","client.port":51234,"#,
                 r#""agentgate.agent":"bot-1","agentgate.mode":"enforce","http.request.method":"GET","#,
                 r#""url.full":"https://Example.com/private/x?q=REDACTED","url.domain":"example.com","#,
-                r#""http.request.body.bytes":0,"http.response.status_code":200,"http.response.body.bytes":1024}"#,
+                r#""url.path":"/private/x","url.port":443,"http.request.body.bytes":0,"http.response.status_code":200,"http.response.body.bytes":1024}"#,
                 "\n"
             )
         );
+        assert!(start.contains(r#""event.action":"allow","event.outcome":"unknown","#), "{start}");
         for field in [
             "user_agent.original",
             "agentgate.purposes",

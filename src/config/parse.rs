@@ -98,7 +98,11 @@ impl<'i> Parsed<'i> {
                     problems.push(Problem { location: None, message });
                 }
             }
-            problems.extend(config.problems().into_iter().map(|message| Problem { location: None, message }));
+            // A problem inside an `[[agents]]` entry points at that entry's header.
+            problems.extend(config.problems().into_iter().map(|message| Problem {
+                location: agents_entry_line(self.text, &message).map(|line| format!("{}:{line}:1", self.origin)),
+                message,
+            }));
         }
         match self.config {
             Some(config) if problems.is_empty() => Ok(config),
@@ -173,6 +177,15 @@ fn remove_at(table: &mut DeTable<'_>, span: &Range<usize>, at: usize) -> Option<
     Some((span.clone(), key))
 }
 
+/// The line of the `[[agents]]` header a problem names (`[[agents]] #2 ...`): the `n`th
+/// such header of `text`, 1-based.
+fn agents_entry_line(text: &str, message: &str) -> Option<usize> {
+    let rest = message.strip_prefix("[[agents]] #")?;
+    let n: usize = rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
+    let headers = text.lines().enumerate().filter(|(_, line)| line.trim_start().starts_with("[[agents]]"));
+    headers.map(|(i, _)| i + 1).nth(n.checked_sub(1)?)
+}
+
 /// `message` at byte offset `at` of `text`: `origin:line:column`, and the message prefixed
 /// with the line as written (up to 120 characters) and the table header above it.
 pub(super) fn locate(text: &str, origin: &str, at: usize, message: &str) -> Problem {
@@ -208,6 +221,14 @@ mod tests {
 
     fn located(problems: &[Problem]) -> Vec<String> {
         problems.iter().filter_map(|p| Some(format!("{} {}", p.location.as_deref()?, p.message))).collect()
+    }
+
+    #[test]
+    fn a_problem_inside_an_agents_entry_names_its_line() {
+        let text = "[agent]\n\n[[agents]]\nid = \"a\"\ntoken = \"t\"\n\n[[agents]]\nid = \"b\"\nunlisted = \"hold\"\n";
+        let found = problems(text);
+        let hold = found.iter().find(|p| p.message.starts_with("[[agents]] #2 unlisted")).expect("the hold problem");
+        assert_eq!(hold.location.as_deref(), Some("a.toml:7:1"), "{found:?}");
     }
 
     #[test]

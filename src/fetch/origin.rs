@@ -211,7 +211,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_8_one_cache_key_for_every_spelling() {
+    fn one_cache_key_for_every_spelling() {
         for spelling in ["http://127.1/", "http://0x7f.1/", "http://2130706433/", "http://[::ffff:127.0.0.1]/"] {
             assert_eq!(origin(spelling).to_string(), "http://127.0.0.1:80", "{spelling}");
         }

@@ -1,4 +1,4 @@
-//! The shared policy store (`[cache] store = "redis"`, issue 33): the copies of every
+//! The shared policy store (`[cache] store = "redis"`): the copies of every
 //! origin's policy files in one Redis, so a fleet of replicas fetches each file once per
 //! freshness period between them, revalidates instead of refetching, and decides alike.
 //!

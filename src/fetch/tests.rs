@@ -209,7 +209,7 @@ fn fetches(metrics: &Metrics, file: &str, status: &str) -> usize {
     text.lines().find_map(|line| line.strip_prefix(&sample)).and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
-/// Issue 33: a stale robots.txt with an `ETag` is refreshed with `If-None-Match`; the `304`
+/// A stale robots.txt with an `ETag` is refreshed with `If-None-Match`; the `304`
 /// renews it with the lifetime the 304 itself gives (RFC 9111 §4.3.4: here an hour where
 /// the stored copy said two minutes), no body comes back, the state is the same, and the
 /// fetch is counted with status 304.
@@ -242,7 +242,7 @@ async fn stale_file_with_an_etag_is_revalidated_and_the_304_renews_it() -> TestR
     Ok(())
 }
 
-/// Issue 33: a changed file (new `ETag`) answers the conditional request with 200 and the
+/// A changed file (new `ETag`) answers the conditional request with 200 and the
 /// whole body, which decides from then on; a file with only `Last-Modified` is revalidated
 /// with `If-Modified-Since`; a file without validators is fetched whole.
 #[tokio::test]

@@ -617,7 +617,7 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
-            name: "[auth] required: no credentials is 407, in monitor mode too",
+            name: "[auth] required: no credentials is a 407 challenge, in monitor mode too",
             config: "mode = \"monitor\"\n[auth]\nrequired = true\n",
             agent: "",
             files: &[],
@@ -625,7 +625,7 @@ fn cases() -> Vec<Case> {
             want: Seen {
                 mode: "monitor",
                 agent: "192.0.2.7".to_owned(),
-                ..seen("407", "deny", &["auth.required"], &[], false)
+                ..seen("407", "auth_challenge", &["auth.required"], &[], false)
             },
         },
         Case {

@@ -615,7 +615,7 @@ mod tests {
     use crate::config::testing::problems;
 
     #[test]
-    fn issue_25_the_deadline_is_on_redis_clock_never_ahead_of_it_and_follows_it_back() {
+    fn the_deadline_is_on_redis_clock_never_ahead_of_it_and_follows_it_back() {
         let clock = RedisClock::new(Duration::from_millis(500));
         let at = |ms| clock.origin + Duration::from_millis(ms);
         assert_eq!(clock.deadline(at(0)), 0, "no deadline before Redis has answered once");

@@ -98,6 +98,16 @@ pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// Who a connection comes from, for caps counted per client: its canonical address, with
+/// every loopback address (127.0.0.0/8, `::1`) one client, since any local process can send
+/// from any of them.
+pub fn client_address(ip: IpAddr) -> IpAddr {
+    match canonical_ip(ip) {
+        ip if ip.is_loopback() => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        ip => ip,
+    }
+}
+
 /// The canonical host as an IP address, when it is one.
 pub fn as_ip(canonical: &str) -> Option<IpAddr> {
     canonical.parse().ok()

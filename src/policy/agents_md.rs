@@ -156,7 +156,7 @@ pub fn discover(root: AgentsMdState, well_known: Option<AgentsMdState>) -> Agent
 pub fn lint(body: &[u8]) -> Vec<Diagnostic> {
     let state = from_body(body, true);
     let mut diagnostics = state.diagnostics;
-    // Issue 12: the defaults restrict more than an author who left the section out may
+    // The defaults restrict more than an author who left the section out may
     // expect (§5.3, C18): only read-content is allowed, so every POST is refused and, e.g.,
     // `git clone` over HTTPS fails with nothing but "RPC failed; HTTP 403".
     if state.policy.as_ref().is_some_and(|policy| policy.actions.is_empty()) {

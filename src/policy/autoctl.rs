@@ -146,12 +146,7 @@ impl AutoctlState {
             Some(line) if denials.is_empty() => {
                 SourceVerdict::with(Opinion::Allow, self.reason(AutoctlCode::Allowed, line))
             }
-            _ => SourceVerdict {
-                opinion: Opinion::Deny,
-                reasons: denials,
-                limits: Vec::new(),
-                inject_headers: Vec::new(),
-            },
+            _ => SourceVerdict { opinion: Opinion::Deny, reasons: denials, ..SourceVerdict::no_opinion() },
         }
     }
 

@@ -24,6 +24,9 @@ pub enum Source {
     Autoctl,
     /// The operator's own rules in the agentgate config, and agentgate's own refusals.
     Operator,
+    /// A site's usage preferences (SEMANTICS §6.6): robots.txt `Content-Usage` and
+    /// `Content-Signal`, the `Content-Usage` and `tdm-reservation` headers, tdmrep.json.
+    Usage,
 }
 
 impl Source {
@@ -35,6 +38,7 @@ impl Source {
             Source::AgentsMd => "AGENTS.md",
             Source::Autoctl => "automation-preferences.txt",
             Source::Operator => "operator",
+            Source::Usage => "usage",
         }
     }
 }
@@ -235,6 +239,15 @@ codes! {
     }
 }
 
+codes! {
+    /// The codes of usage-preference reasons (SEMANTICS §6.6).
+    UsageCode => Usage {
+        /// A declared purpose the site refuses (U1, U6); the rule names the source, line,
+        /// label and value.
+        Refused = "usage.refused",
+    }
+}
+
 /// A reason's stable code: one of its source's codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Code {
@@ -248,6 +261,8 @@ pub enum Code {
     Autoctl(AutoctlCode),
     /// An operator reason.
     Operator(OperatorCode),
+    /// A usage-preference reason.
+    Usage(UsageCode),
 }
 
 impl Code {
@@ -259,6 +274,7 @@ impl Code {
             Code::AgentsMd(_) => Source::AgentsMd,
             Code::Autoctl(_) => Source::Autoctl,
             Code::Operator(_) => Source::Operator,
+            Code::Usage(_) => Source::Usage,
         }
     }
 
@@ -271,6 +287,7 @@ impl Code {
             Code::AgentsMd(code) => code.as_str(),
             Code::Autoctl(code) => code.as_str(),
             Code::Operator(code) => code.as_str(),
+            Code::Usage(code) => code.as_str(),
         }
     }
 
@@ -281,7 +298,8 @@ impl Code {
         let agents_md = AgentsMdCode::ALL.iter().copied().map(Code::from);
         let autoctl = AutoctlCode::ALL.iter().copied().map(Code::from);
         let operator = OperatorCode::ALL.iter().copied().map(Code::from);
-        robots.chain(agents_txt).chain(agents_md).chain(autoctl).chain(operator)
+        let usage = UsageCode::ALL.iter().copied().map(Code::from);
+        robots.chain(agents_txt).chain(agents_md).chain(autoctl).chain(operator).chain(usage)
     }
 }
 
@@ -308,6 +326,7 @@ impl Advice for Code {
             Code::AgentsMd(code) => code.advice(),
             Code::Autoctl(code) => code.advice(),
             Code::Operator(code) => code.advice(),
+            Code::Usage(code) => code.advice(),
         }
     }
 }
@@ -387,6 +406,7 @@ mod tests {
         "limits.store_unavailable",
         "inspect.secret_in_request",
         "inspect.unreadable",
+        "usage.refused",
     ];
 
     #[test]
@@ -403,6 +423,7 @@ mod tests {
                 Source::AgentsTxt => "agents_txt.",
                 Source::AgentsMd => "agents_md.",
                 Source::Autoctl => "autoctl.",
+                Source::Usage => "usage.",
                 Source::Operator => continue,
             };
             assert!(code.as_str().starts_with(prefix), "{code} of {}", code.source());

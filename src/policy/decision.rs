@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::usage::Preference;
 use super::{Code, Source};
 
 /// Why a source said what it said: the file, a stable reason code, the line and the rule
@@ -161,6 +162,8 @@ pub struct SourceVerdict {
     pub limits: Vec<Limit>,
     /// Headers the proxy must add to the forwarded request (AGENTS.md agent identification).
     pub inject_headers: Vec<(String, String)>,
+    /// The usage preferences that applied, allowing or refusing (SEMANTICS U6).
+    pub usage: Vec<Preference>,
 }
 
 impl SourceVerdict {
@@ -171,12 +174,13 @@ impl SourceVerdict {
             reasons: Vec::new(),
             limits: Vec::new(),
             inject_headers: Vec::new(),
+            usage: Vec::new(),
         }
     }
 
     /// An opinion with one reason.
     pub fn with(opinion: Opinion, reason: Reason) -> Self {
-        SourceVerdict { opinion, reasons: vec![reason], limits: Vec::new(), inject_headers: Vec::new() }
+        SourceVerdict { reasons: vec![reason], opinion, ..SourceVerdict::no_opinion() }
     }
 }
 
@@ -216,6 +220,9 @@ pub struct Decision {
     pub limits: Vec<Limit>,
     /// Headers to add to the forwarded request.
     pub inject_headers: Vec<(String, String)>,
+    /// The usage preferences that applied, allowing or refusing: the decision record's
+    /// `agentgate.usage` (SEMANTICS U6).
+    pub usage: Vec<Preference>,
 }
 
 impl Decision {
@@ -224,7 +231,14 @@ impl Decision {
     /// always-allowed policy files.
     pub fn single(outcome: Outcome, reason: Reason) -> Self {
         let blocking = usize::from(outcome != Outcome::Allow);
-        Decision { outcome, reasons: vec![reason], blocking, limits: Vec::new(), inject_headers: Vec::new() }
+        Decision {
+            outcome,
+            reasons: vec![reason],
+            blocking,
+            limits: Vec::new(),
+            inject_headers: Vec::new(),
+            usage: Vec::new(),
+        }
     }
 
     /// A deny decided by `blocking` (cited first), followed by the `rest` of the reasons and
@@ -233,7 +247,14 @@ impl Decision {
     pub fn deny_first(mut blocking: Vec<Reason>, mut rest: Vec<Reason>, limits: Vec<Limit>) -> Self {
         let count = blocking.len();
         blocking.append(&mut rest);
-        Decision { outcome: Outcome::Deny, reasons: blocking, blocking: count, limits, inject_headers: Vec::new() }
+        Decision {
+            outcome: Outcome::Deny,
+            reasons: blocking,
+            blocking: count,
+            limits,
+            inject_headers: Vec::new(),
+            usage: Vec::new(),
+        }
     }
 
     /// True when the request may be forwarded (before limits).

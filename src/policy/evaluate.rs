@@ -76,6 +76,9 @@ pub struct Settings {
     /// `[agents_md] strict_authentication` (SEMANTICS C23): on a host whose AGENTS.md says
     /// `authentication: required`, a write without `Authorization` or `Cookie` is denied.
     pub strict_authentication: bool,
+    /// `[usage] undeclared` (SEMANTICS U7): whether an agent without a declared purpose is
+    /// refused by any "no".
+    pub usage_undeclared: super::usage::Undeclared,
 }
 
 /// Evaluates one request against an origin's policies with the default [`Settings`].
@@ -107,6 +110,7 @@ pub(crate) fn combine<const N: usize>(mut verdicts: [SourceVerdict; N]) -> Decis
     let mut reasons = Vec::with_capacity(verdicts.iter().map(|v| v.reasons.len()).sum());
     let mut limits = Vec::with_capacity(verdicts.iter().map(|v| v.limits.len()).sum());
     let mut inject_headers = Vec::with_capacity(verdicts.iter().map(|v| v.inject_headers.len()).sum());
+    let mut usage = Vec::new();
     for v in verdicts.iter_mut().filter(|v| deciding(v)) {
         reasons.append(&mut v.reasons);
     }
@@ -114,6 +118,7 @@ pub(crate) fn combine<const N: usize>(mut verdicts: [SourceVerdict; N]) -> Decis
         reasons.append(&mut v.reasons);
         limits.append(&mut v.limits);
         inject_headers.append(&mut v.inject_headers);
+        usage.append(&mut v.usage);
     }
-    Decision { outcome, reasons, blocking, limits, inject_headers }
+    Decision { outcome, reasons, blocking, limits, inject_headers, usage }
 }

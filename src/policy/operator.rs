@@ -395,7 +395,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_8_address_and_cidr_rules_match_the_vetted_addresses() {
+    fn address_and_cidr_rules_match_the_vetted_addresses() {
         let h = Headers::default();
         let rules = OperatorRules::new(
             Vec::new(),
@@ -579,7 +579,7 @@ mod tests {
         let code = |path: &str| {
             rules.evaluate(&view("GET", "site.example", path, &h), "", &[]).map(|d| d.reasons[0].code.to_string())
         };
-        // Issue 25: a deny written with an escape stops the plain spelling, and the others.
+        // A deny written with an escape stops the plain spelling, and the others.
         for path in ["/~ops/x", "/%7eops/x", "//~ops", "/%2F%7Eops"] {
             assert_eq!(code(path).as_deref(), Some("operator.deny"), "{path}");
         }

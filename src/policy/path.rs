@@ -336,7 +336,7 @@ mod tests {
 
     #[test]
     fn semantics_r9_decoded_with_repeated_slashes_kept() {
-        // Issue 25: `Disallow: /*/all_posts$` stops `//all_posts`; the escaped spelling is
+        // `Disallow: /*/all_posts$` stops `//all_posts`; the escaped spelling is
         // decided decoded with its slashes kept, where that pattern matches it.
         assert_eq!(spellings("//all%5Fposts"), ["//all_posts", "/all_posts"]);
         assert_eq!(spellings("//%70rivate"), ["//private", "/private"]);
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn semantics_r9_escaped_slash_read_as_slash_in_the_path_only() {
-        // Issue 25: nginx decodes `%2F` before routing, so `/%2fprivate` is served `//private`.
+        // nginx decodes `%2F` before routing, so `/%2fprivate` is served `//private`.
         assert_eq!(spellings("/%2fprivate"), ["//private", "/private"]);
         assert_eq!(spellings("/%2Fprivate?next=%2Fhome"), ["//private?next=%2Fhome", "/private?next=%2Fhome"]);
         assert_eq!(spellings("/a%2F..%2Fprivate"), ["/private"], "dot segments the decoded slashes make");

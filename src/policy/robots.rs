@@ -25,6 +25,7 @@ use self::group::{AgentLine, Group, Rule};
 use super::path::{Reading, decide_both_readings};
 use super::pattern::normalized_path;
 use super::text::{Findings, sha256_hex};
+use super::usage;
 use super::weight::allocation;
 use super::{
     Advice, Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus,
@@ -52,6 +53,30 @@ pub struct OtherLine {
     pub key: String,
     /// The value, trimmed, without its comment.
     pub value: String,
+}
+
+/// Which usage-preference line a [`UsageLine`] is (SEMANTICS U3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageKey {
+    /// `Content-Usage: [path] prefs` (draft-ietf-aipref-attach §4).
+    ContentUsage,
+    /// `Content-Signal: prefs` (contentsignals.org), for the whole group.
+    ContentSignal,
+}
+
+/// A `Content-Usage` or `Content-Signal` line inside a group, as written: the usage
+/// module reads its value (`policy::usage`); the matcher never does, so these lines never
+/// change an Allow/Disallow outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageLine {
+    /// Index of the group in the file's group list.
+    group: usize,
+    /// 1-based line.
+    pub line: u32,
+    /// Which of the two lines.
+    pub key: UsageKey,
+    /// The value, trimmed, without its comment.
+    pub value: Arc<str>,
 }
 
 /// What robots.txt means for one origin: a parsed file, "unavailable" (allow all) or
@@ -95,6 +120,7 @@ struct RobotsFile {
     groups: Vec<Group>,
     other_lines: Vec<OtherLine>,
     crawl_delays: Vec<CrawlDelay>,
+    usage_lines: Vec<UsageLine>,
     /// True when some pattern reads differently decoded: the file is then decided in both
     /// readings (SEMANTICS R9).
     has_decoded: bool,
@@ -190,17 +216,26 @@ impl RobotsState {
         if file.crawl_delays.is_empty() {
             return None;
         }
-        let named = file.groups.iter().any(|g| g.naming_line(req).is_some());
-        let applies = |group: &Group| {
-            if named { group.naming_line(req).is_some() } else { group.any_agent_line().is_some() }
-        };
-        let delay = file.crawl_delays.iter().filter(|d| applies(&file.groups[d.group])).max_by_key(|d| d.millis)?;
+        let applies = file.selected_groups(req);
+        let delay = file.crawl_delays.iter().filter(|d| applies[d.group]).max_by_key(|d| d.millis)?;
         (delay.millis > 0).then(|| Limit {
             source: Source::Robots,
             kind: LimitKind::Delay { millis: delay.millis },
             scope: LimitScope::Origin,
             reason: file.reason(RobotsCode::CrawlDelay, delay.line, Arc::clone(&delay.text)),
         })
+    }
+
+    /// The `Content-Usage` and `Content-Signal` lines of the groups that apply to the
+    /// request's agent, chosen as for [`RobotsState::evaluate`] (SEMANTICS U3), in file
+    /// order; empty without a parsed file.
+    pub fn usage_lines(&self, req: &RequestView<'_>) -> Vec<&UsageLine> {
+        let Kind::Parsed(file) = &self.kind else { return Vec::new() };
+        if file.usage_lines.is_empty() {
+            return Vec::new();
+        }
+        let applies = file.selected_groups(req);
+        file.usage_lines.iter().filter(|u| applies[u.group]).collect()
     }
 
     /// What robots.txt says about one request. The groups naming the agent (configured
@@ -265,10 +300,21 @@ impl RobotsFile {
             groups: parsed.groups,
             other_lines: parsed.other_lines,
             crawl_delays: parsed.crawl_delays,
+            usage_lines: parsed.usage_lines,
             has_decoded: parsed.has_decoded,
             digest: Arc::from(sha256_hex(body)),
             diagnostics: parsed.findings.finish(),
         }
+    }
+
+    /// For each group, whether it applies to the request's agent (RFC 9309 §2.2.1): the
+    /// groups naming it, else the `*` groups.
+    fn selected_groups(&self, req: &RequestView<'_>) -> Vec<bool> {
+        let named = self.groups.iter().any(|g| g.naming_line(req).is_some());
+        self.groups
+            .iter()
+            .map(|group| if named { group.naming_line(req).is_some() } else { group.any_agent_line().is_some() })
+            .collect()
     }
 
     /// The file's verdict: as written and, when a pattern reads differently decoded, with
@@ -378,6 +424,7 @@ impl Weigh for RobotsFile {
             + self.groups.heap_bytes()
             + self.other_lines.heap_bytes()
             + self.crawl_delays.heap_bytes()
+            + self.usage_lines.heap_bytes()
             + self.digest.heap_bytes()
             + self.diagnostics.heap_bytes()
     }
@@ -386,6 +433,12 @@ impl Weigh for RobotsFile {
 impl Weigh for CrawlDelay {
     fn heap_bytes(&self) -> usize {
         self.text.heap_bytes()
+    }
+}
+
+impl Weigh for UsageLine {
+    fn heap_bytes(&self) -> usize {
+        self.value.heap_bytes()
     }
 }
 
@@ -433,6 +486,21 @@ impl super::Format for Robots {
     #[inline]
     fn evaluate(state: &RobotsState, req: &RequestView<'_>, settings: super::Settings) -> SourceVerdict {
         let mut verdict = state.evaluate(req);
+        // Preferences attach only to paths the group allows (SEMANTICS U3).
+        if verdict.opinion != Opinion::Deny {
+            let lines = state.usage_lines(req);
+            if !lines.is_empty() {
+                let applied = usage::robots_rules::preferences(&lines, req.path_and_query);
+                let decided = usage::decide(req.purposes, settings.usage_undeclared, applied);
+                if decided.is_refused() {
+                    verdict.opinion = Opinion::Deny;
+                    let mut reasons = usage::refusal_reasons(&decided);
+                    reasons.append(&mut verdict.reasons);
+                    verdict.reasons = reasons;
+                }
+                verdict.usage = decided.applied;
+            }
+        }
         if settings.honor_crawl_delay {
             verdict.limits.extend(state.crawl_delay(req));
         }

@@ -35,6 +35,9 @@ pub(crate) enum Exit {
     Answered(Response<ProxyBody>),
     /// Answer the error.
     Failed(ProxyError),
+    /// Nobody to answer: the client had gone before the request was taken, and the request
+    /// was decided only (`service::Client::Gone`).
+    Gone,
 }
 
 impl From<ProxyError> for Exit {

@@ -286,7 +286,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_25_the_derived_cap_leaves_room_for_agents_and_is_never_tiny() {
+    fn the_derived_cap_leaves_room_for_agents_and_is_never_tiny() {
         let derived = |limit, agents| UpstreamConfig::default().max_connections_for(Some(limit), agents);
         // Half of what is left after the agents' cap and the reserve...
         assert_eq!(derived(1_048_576, 10_000), (1_048_576 - 10_000 - 256) / 2);
@@ -300,7 +300,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_25_config_check_refuses_a_cap_over_the_hard_open_file_limit() {
+    fn config_check_refuses_a_cap_over_the_hard_open_file_limit() {
         // Where the limit is unknown or unlimited there is nothing to compare with.
         let Some((_, hard)) = open_file_limits().filter(|(_, hard)| *hard != rlimit::INFINITY) else { return };
         let text = format!("[upstream]\nmax_connections = {hard}\n");
@@ -311,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_25_a_cap_that_leaves_no_room_for_agents_is_refused() {
+    fn a_cap_that_leaves_no_room_for_agents_is_refused() {
         let problems = |max, agents, limit| {
             let config = UpstreamConfig { max_connections: Some(max), ..UpstreamConfig::default() };
             let mut problems = Vec::new();

@@ -61,7 +61,7 @@ mod relay;
 mod rewind;
 mod sockets;
 
-pub(crate) use admission::{Admission, Throttled};
+pub(crate) use admission::Admission;
 pub(crate) use drain::{Drain, DrainController};
 pub(crate) use first_byte::FirstByte;
 pub(crate) use idle::{Activity, InFlight};

@@ -17,7 +17,7 @@ use super::context::{Generation, ProxyState};
 use super::error::ProxyError;
 use super::record::RequestRecord;
 use crate::error_chain::error_chain;
-use crate::gate::GateRequest;
+use crate::gate::{Entry, GateRequest};
 use crate::net::{GuardError, Refusal, Vetted};
 
 /// What a tunnel asks of the guard beyond the address: a CONNECT also needs an allowed port.
@@ -45,8 +45,7 @@ pub(crate) async fn check_destination(
     ask: Ask,
 ) -> Result<Arc<Vetted>, Exit> {
     let (host, port) = (request.origin.host(), request.origin.port());
-    let refusal = match state.guard.check(host, port).await {
-        Ok(_) if ask == Ask::Connect && !live.config.connect.allows(port) => Refusal::PortNotAllowed { port },
+    let refusal = match vet(state, live, host, port, ask).await {
         Ok(vetted) => return Ok(vetted),
         Err(GuardError::Refused(refusal)) => refusal,
         Err(GuardError::Resolve { source, .. }) => {
@@ -60,4 +59,38 @@ pub(crate) async fn check_destination(
     };
     info!(code = refusal.code().as_str(), refusal = ?refusal, "destination refused by the network guard");
     Err(record.block(live.gate.refuse(&refusal, &request), request.headers))
+}
+
+/// The guard's refusal of `request`'s destination, asked before a human is asked to admit
+/// its host (`hold::admit_host`): nobody is ever asked to approve what the guard would refuse
+/// once approved (agentgate's own address, internal ranges, a CONNECT's port). A host that
+/// does not resolve is not refused here: it fails where `check_destination` asks again.
+pub(crate) async fn refused_before_hold(
+    state: &ProxyState,
+    live: &Generation,
+    request: &GateRequest<'_>,
+) -> Option<Refusal> {
+    let ask = if request.entry == Entry::Connect { Ask::Connect } else { Ask::Request };
+    match vet(state, live, request.origin.host(), request.origin.port(), ask).await {
+        Err(GuardError::Refused(refusal)) => {
+            info!(code = refusal.code().as_str(), refusal = ?refusal, "unlisted host refused by the network guard; not held");
+            Some(refusal)
+        }
+        Ok(_) | Err(GuardError::Resolve { .. } | GuardError::BadHost(_)) => None,
+    }
+}
+
+/// The guard's answer for `host:port`, a CONNECT's port held to `[connect] allowed_ports`.
+async fn vet(
+    state: &ProxyState,
+    live: &Generation,
+    host: &str,
+    port: u16,
+    ask: Ask,
+) -> Result<Arc<Vetted>, GuardError> {
+    let vetted = state.guard.check(host, port).await?;
+    if ask == Ask::Connect && !live.config.connect.allows(port) {
+        return Err(Refusal::PortNotAllowed { port }.into());
+    }
+    Ok(vetted)
 }

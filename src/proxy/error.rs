@@ -22,7 +22,7 @@ pub(crate) const MAX_METHOD_LEN: usize = 32;
 #[non_exhaustive]
 pub enum StartError {
     /// The CA could not be loaded from, or created in, `[ca] dir`.
-    #[error("cannot load or create the CA in {}: {source}; check that the directory is writable or point [ca] dir / --ca-dir elsewhere", dir.display())]
+    #[error("cannot use the CA in {}: {source}", dir.display())]
     Ca {
         /// The CA directory from the config.
         dir: PathBuf,

@@ -155,7 +155,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_8_only_websocket_is_forwarded() {
+    fn only_websocket_is_forwarded() {
         let h2c = headers(&[
             ("connection", "Upgrade, HTTP2-Settings"),
             ("upgrade", "h2c"),

@@ -6,9 +6,11 @@
 //! shutdown one that is held. See `docs/approvals.md`.
 //!
 //! A request for a host its agent's `allow_hosts` does not list is admitted here too
-//! (`admit_host`, right after the gate's `check_egress`, before anything is resolved): by a
-//! live grant of the host to the agent, or, when the agent has `unlisted = "hold"`, by a human
-//! answering it in the same queue, who may grant the host for a while.
+//! (`admit_host`, right after the gate's `check_egress`): by a live grant of the host to the
+//! agent, or, when the agent has `unlisted = "hold"`, by a human answering it in the same
+//! queue, who may grant the host for a while. The network guard vets the host first: a
+//! destination it refuses (agentgate's own address, an internal range) is refused at once
+//! with its `network.*` code, never held, so nobody is asked to approve it.
 //!
 //! Never: decides allow or deny itself (the gate turns an approved block into a permit,
 //! `Gate::approved`, and an admitted host into an [`Admitted`] its decision reads), or writes
@@ -23,6 +25,7 @@ use tracing::{info, warn};
 
 use super::conn::Drain;
 use super::context::{Generation, ProxyState};
+use super::destination::refused_before_hold;
 use super::record::RequestRecord;
 use crate::approvals::{
     Approval, ApprovalDecision, ApprovalMode, ApprovalsConfig, GrantKey, Held, HeldRule, HostGrantKey, Remember,
@@ -75,12 +78,15 @@ pub(super) fn held<'a>(
 /// Admits the host of `blocked`, a request `Gate::check_egress` refused because its agent's
 /// `allow_hosts` does not list the host: a live grant of the host to the agent admits it at
 /// once; otherwise, when the block is `needs_approval` (the agent's `unlisted = "hold"`), it
-/// waits for a human as [`held`] does. An approval with `remember = "host-for-agent"`
-/// grants the host to the agent until its `until`. Nothing has been resolved yet.
+/// waits for a human as [`held`] does, unless the network guard refuses its destination
+/// (refused at once with the guard's code, never held). An approval with
+/// `remember = "host-for-agent"` grants the host, on the port asked for, to the agent until
+/// its `until`.
 ///
 /// # Errors
 /// `blocked` itself when nothing admits the host (no grant and `unlisted = "deny"`, or a
-/// human denied it, nobody answered, the queue was full): answered like any block.
+/// human denied it, nobody answered, the queue was full), or the guard's refusal of its
+/// destination: answered like any block.
 pub(super) fn admit_host<'a>(
     state: &'a Arc<ProxyState>,
     live: &'a Generation,
@@ -91,18 +97,22 @@ pub(super) fn admit_host<'a>(
 ) -> Pin<Box<dyn Future<Output = Result<Admitted, Blocked>> + Send + 'a>> {
     Box::pin(async move {
         let host = req.origin.bare_host();
-        let key = HostGrantKey { agent: req.agent.id.to_string(), host: host.to_owned() };
+        let key = HostGrantKey { agent: req.agent.id.to_string(), host: host.to_owned(), port: req.origin.port() };
         if let Some(grant) = state.approvals.host_grant(&key).await {
             return Ok(Admitted::new(host, grant, None));
         }
         if !blocked.needs_approval() {
             return Err(blocked);
         }
+        // Only what would go out once approved is held: the guard's refusal is answered now.
+        if let Some(refusal) = refused_before_hold(state, live, &req).await {
+            return Err(live.gate.refuse(&refusal, &req));
+        }
         let summary = summary(&blocked, req, state.config.audit.log_query, Some(host.to_owned()));
         match ask(state, &live.config.approvals, record, &mut blocked, summary, drain).await {
             Some(approval) => {
                 if approval.remember == Some(Remember::HostForAgent) {
-                    info!(agent = %key.agent, host = %key.host, by = ?approval.by, "host granted to the agent");
+                    info!(agent = %key.agent, host = %key.host, port = key.port, by = ?approval.by, "host granted to the agent");
                     state.approvals.grant_host(key, approval.clone()).await;
                 }
                 let admitted = Admitted::new(host, approval, Some(blocked.record().id));

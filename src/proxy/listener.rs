@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::conn::{Admission, Drain, DrainController, Throttled};
+use super::conn::{Admission, Drain, DrainController};
 use super::context::ProxyState;
 use super::error::StartError;
 use super::resolve::GuardedConnector;
@@ -32,6 +32,7 @@ use crate::limits::Limiter;
 use crate::metrics::{Metrics, UpstreamMetrics};
 use crate::net::{AddressPolicy, Dial, Guard, Resolve, SystemResolver, TcpDialer};
 use crate::reload::{ConfigSource, Reloader};
+use crate::throttled::Throttled;
 use crate::tls::{CertificateAuthority, LeafCertCache};
 
 /// How long to pause accepting after an accept error (out of file descriptors, say), so the
@@ -214,7 +215,7 @@ impl RunningProxy {
             tokio::spawn(tunnel::accept_loop(listener, state, admission, drain.handle()));
         }
         let admin = admin.map(|server| server.start(admin_state(&state, cache, &admission)));
-        let accept_errors = Throttled::new();
+        let accept_errors = Throttled::default();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {

@@ -108,7 +108,10 @@ Set PROXY to agentgate's address as your container reaches it, e.g.
                     (Debian's wget ignores SSL_CERT_FILE)
   Chromium:         mkdir -p ~/.pki/nssdb && certutil -d sql:$HOME/.pki/nssdb -A -t C,, -n agentgate \\
                       -i /usr/local/share/ca-certificates/agentgate-ca.crt
-                    chromium --proxy-server=\"$PROXY\" --proxy-bypass-list='<-loopback>'
+                    chromium --proxy-server=\"$PROXY\" --proxy-bypass-list='<-loopback>' \\
+                      --no-first-run --disable-background-networking --disable-component-update --disable-sync
+                    (the last four flags cut most of Chromium's own traffic to Google; set
+                    allow_hosts on the agent for the rest; as root add --no-sandbox)
                     (certutil is in libnss3-tools; without <-loopback> Chromium sends localhost,
                     127.0.0.0/8 and link-local addresses straight to the site, past agentgate)
 

@@ -64,6 +64,14 @@ enum Target {
     },
 }
 
+/// Whether the request's client still waits for its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Client {
+    Waiting,
+    /// Closed before the request was taken: decided and recorded, never forwarded or held.
+    Gone,
+}
+
 /// The hyper service for one client connection (the proxy port, or the inside of a tunnel).
 #[derive(Clone)]
 pub(crate) struct ProxyService {
@@ -110,8 +118,13 @@ impl ProxyService {
 
     /// One request, start to response head (inside its tracing span, `call`), with its one
     /// decision record: started here, finished here with whatever answer the phases ended
-    /// with, and written from `Drop` should the client hang up first (`record`).
-    async fn handle(self, request: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+    /// with, and written from `Drop` should the client hang up first (`record`). A request
+    /// whose client had gone before it was taken ([`Client::Gone`], [`Unpolled`]) is decided
+    /// and recorded the same way, but never forwarded or held for a human: a refusal is
+    /// recorded with the answer it would have had, a forward as hung up with its decision, so
+    /// an agent cannot probe forbidden paths unseen by sending each request whole and closing
+    /// at once.
+    async fn handle(self, request: Request<Incoming>, client: Client) -> Result<Response<ProxyBody>, Infallible> {
         let mut record = RequestRecord::start(Arc::clone(&self.state), self.drain.clone());
         let entry = match &self.target {
             Target::ProxyPort => Entry::Forward,
@@ -119,7 +132,7 @@ impl ProxyService {
             Target::Transparent { .. } => Entry::Transparent { tls: false },
         };
         let method = request.method().clone();
-        let response = match self.run_phases(&mut record, request).await {
+        let response = match self.run_phases(&mut record, request, client).await {
             Ok(response) | Err(Exit::Answered(response)) => {
                 record.finish(Ending::Answered(response.status())).await;
                 response
@@ -140,6 +153,8 @@ impl ProxyService {
                 record.finish(Ending::Failed(&error)).await;
                 response
             }
+            // Nobody reads it; the record's `Drop` writes it as hung up, with its decision.
+            Err(Exit::Gone) => Response::default(),
         };
         // The decision log is the per-request record; this line is for debugging only
         // (at `info` it cost about a tenth of a request's CPU, bench/RESULTS.md).
@@ -151,10 +166,12 @@ impl ProxyService {
     /// The phases in order, each named: a CONNECT on the proxy port opens a tunnel; every
     /// other request is routed, identified, admitted, vetted, decided, then forwarded. A
     /// phase that answers instead (a block, a local page, an error) ends the request there.
+    /// For a client already gone ([`Client::Gone`]) they end at the decision.
     async fn run_phases(
         &self,
         record: &mut RequestRecord,
         request: Request<Incoming>,
+        client: Client,
     ) -> Result<Response<ProxyBody>, Exit> {
         if request.method() == Method::CONNECT && matches!(self.target, Target::ProxyPort) {
             // Boxed: once per tunnel, and its future would otherwise be part of every
@@ -196,8 +213,13 @@ impl ProxyService {
         let gate_request = GateRequest { addresses: vetted.addresses(), ..gate_request };
         let permit = match live.gate.decide(gate_request).await {
             Verdict::Forward(permit) => permit,
+            Verdict::Block(blocked) if client == Client::Gone => return Err(record.block(blocked, request.headers())),
             Verdict::Block(blocked) => self.hold(&live, record, blocked, gate_request).await?,
         };
+        if client == Client::Gone {
+            record.permitted(permit);
+            return Err(Exit::Gone);
+        }
         // A withheld download (C17) is answered like any block: JSON if the agent accepts it.
         let accept = request.headers().get(ACCEPT).cloned();
         let (permit, request) = if live.config.inspect.applies(named.origin.host(), &agent.id) {
@@ -412,7 +434,44 @@ impl hyper::service::Service<Request<Incoming>> for ProxyService {
         // method and entry themselves, so no per-request field is formatted unless a line
         // is written (the span's fields cost ~5 % of a request's CPU, bench/RESULTS.md).
         let span = info_span!("request", id = %self.state.next_request_id());
-        Box::pin(self.clone().handle(request).instrument(span))
+        let unpolled = Unpolled { service: self.clone(), request: Some(request), span: span.clone() };
+        Box::pin(unpolled.serve().instrument(span))
+    }
+}
+
+/// A request hyper has taken but whose future has not run yet. hyper drops that future
+/// unpolled when the client's FIN arrived with the request; the request is then decided and
+/// recorded all the same, on a task of its own ([`Client::Gone`]).
+/// A CONNECT is not: the tunnel it asks for cannot open without its client.
+struct Unpolled {
+    service: ProxyService,
+    request: Option<Request<Incoming>>,
+    span: tracing::Span,
+}
+
+impl Unpolled {
+    async fn serve(mut self) -> Result<Response<ProxyBody>, Infallible> {
+        let (service, request) = (self.service.clone(), self.request.take());
+        drop(self);
+        match request {
+            Some(request) => service.handle(request, Client::Waiting).await,
+            // Not reached: the request is taken here, once.
+            None => Ok(Response::default()),
+        }
+    }
+}
+
+impl Drop for Unpolled {
+    fn drop(&mut self) {
+        let Some(request) = self.request.take() else { return };
+        if request.method() == Method::CONNECT {
+            return;
+        }
+        // Dropped inside the connection's task, so a runtime is there; without one (the
+        // runtime itself shutting down) the request goes with the process's other work.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let service = self.service.clone();
+        runtime.spawn(service.handle(request, Client::Gone).instrument(self.span.clone()));
     }
 }
 

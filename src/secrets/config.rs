@@ -145,9 +145,15 @@ impl SecretConfig {
                 .push(format!("{described} name = {:?}: use letters, digits, `_` and `-`, e.g. \"github\"", self.name));
         }
         if self.placeholder.len() < MIN_PLACEHOLDER_LEN {
+            // The example itself long enough, however short the name.
+            let mut example = format!("agp_{}_", self.name);
+            while example.len() + 1 < MIN_PLACEHOLDER_LEN {
+                example.push('0');
+            }
+            example.push('1');
             problems.push(format!(
-                "{described} placeholder = {:?}: at least {MIN_PLACEHOLDER_LEN} characters, so it never occurs by chance; e.g. \"agp_{}_1\"",
-                self.placeholder, self.name
+                "{described} placeholder = {:?}: at least {MIN_PLACEHOLDER_LEN} characters, so it never occurs by chance; e.g. {example:?}",
+                self.placeholder
             ));
         }
         if self.placeholder.bytes().any(|b| !b.is_ascii_graphic()) {
@@ -277,6 +283,11 @@ mod tests {
         secret("short", &["bank.test"]).problems(1, |host| host == "bank.test", &mut problems);
         assert!(problems[0].contains("at least 12 characters"), "{problems:?}");
         assert!(problems[1].contains("passthrough_hosts"), "{problems:?}");
+        // The suggested placeholder is itself long enough, however short the name.
+        let mut problems = Vec::new();
+        SecretConfig { name: "gh".to_owned(), ..secret("agp_gh_1", &["a.test"]) }.problems(1, |_| false, &mut problems);
+        let example = problems[0].rsplit_once("e.g. ").map(|(_, e)| e.trim_matches('"')).unwrap_or_default();
+        assert!(example.starts_with("agp_gh_") && example.len() >= MIN_PLACEHOLDER_LEN, "{problems:?}");
         let mut problems = Vec::new();
         overlap_problems(
             &[secret("agp_github_1000", &["a.test"]), secret("agp_github_100", &["a.test"])],

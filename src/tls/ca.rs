@@ -59,8 +59,13 @@ impl CertificateAuthority {
     /// (see [`load`](Self::load) and [`create`](Self::create)).
     pub fn load_or_create(dir: &Path) -> Result<Self, TlsError> {
         let (cert, key) = Self::paths(dir);
-        if !cert.exists() && !key.exists() {
-            tracing::info!(dir = %dir.display(), "no CA found, creating one");
+        // A directory that cannot be read is not an absent CA: a new one there would break
+        // every agent's trust in the old one (and could not be written anyway).
+        if !present(dir, &cert)? && !present(dir, &key)? {
+            match dir.exists() {
+                true => tracing::info!(dir = %dir.display(), "no CA files in the CA directory, making a new CA there"),
+                false => tracing::info!(dir = %dir.display(), "no CA directory, creating it with a new CA"),
+            }
             return Self::create(dir, false);
         }
         Self::load(dir)
@@ -101,7 +106,7 @@ impl CertificateAuthority {
     /// does not belong to the certificate.
     pub fn load(dir: &Path) -> Result<Self, TlsError> {
         let (cert_path, key_path) = Self::paths(dir);
-        match (cert_path.exists(), key_path.exists()) {
+        match (present(dir, &cert_path)?, present(dir, &key_path)?) {
             (false, false) => return Err(TlsError::NoCa { dir: dir.to_owned() }),
             (true, false) => return Err(TlsError::CaIncomplete { present: cert_path, missing: key_path }),
             (false, true) => return Err(TlsError::CaIncomplete { present: key_path, missing: cert_path }),
@@ -110,6 +115,7 @@ impl CertificateAuthority {
         let cert_pem = read_file(&cert_path)?;
         let cert_pem = String::from_utf8(cert_pem).map_err(|_| TlsError::NoCertificate { path: cert_path.clone() })?;
         let key_pem = read_file(&key_path)?;
+        warn_if_shared(&key_path);
         Self::from_pem(cert_path, &key_path, cert_pem, &key_pem)
     }
 
@@ -154,6 +160,43 @@ impl CertificateAuthority {
             .map_err(|e| unusable(format!("the certificate cannot be used as an issuer ({e})")))?;
         Ok(Self { issuer, cert_pem, cert_der, cert_path })
     }
+}
+
+/// Whether `file`, a CA file in `dir`, exists; "cannot tell" (the directory cannot be entered
+/// by the running user) is an error, never "absent".
+fn present(dir: &Path, file: &Path) -> Result<bool, TlsError> {
+    file.try_exists().map_err(|source| TlsError::CaUnreadable { dir: dir.to_owned(), user: running_user(), source })
+}
+
+/// Warns when the CA key can be read by its group or others: whoever can read it can mint a
+/// certificate every agent trusts.
+fn warn_if_shared(key: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Ok(meta) = fs::metadata(key) else { return };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        tracing::warn!(
+            key = %key.display(),
+            mode = format_args!("{mode:04o}"),
+            "the CA key is readable by its group or others, who could mint certificates every agent trusts; run `chmod 600 {}`",
+            key.display()
+        );
+    }
+}
+
+/// The name of the user agentgate runs as (its uid when it has none), for errors about access.
+#[cfg(target_os = "linux")]
+fn running_user() -> String {
+    let uid = nix::unistd::getuid();
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(user)) => user.name,
+        Ok(None) | Err(_) => format!("uid {uid}"),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn running_user() -> String {
+    "agentgate's user".to_owned()
 }
 
 /// A fresh random serial number: 16 bytes, positive, never starting with a zero byte.

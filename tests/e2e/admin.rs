@@ -1,14 +1,17 @@
-//! The admin API end to end (issue 12, `docs/admin.md`): every endpoint on its own loopback
+//! The admin API end to end (`docs/admin.md`): every endpoint on its own loopback
 //! port with answers as documented, the bearer token (401 without it, `/healthz` always
 //! open), `/metrics` parsed with a Prometheus text parser and moving with traffic (an allow,
 //! a robots.txt deny and a rate-limited request), a purge that makes the next request fetch
 //! the policy files again, readiness (a failing decision log, the drain at shutdown), the
-//! connection cap and start-up on a taken address, and `http://agentgate.local/` answered by
+//! per-client connection cap (a client's newest connections push out its oldest, and the
+//! operator's token is answered while one client holds 80 slow sockets) and start-up on a
+//! taken address, and `http://agentgate.local/` answered by
 //! agentgate itself with no lookup and no connection (proven by a recording resolver and
-//! dialer). Issue 25: a DNS-rebinding page (a foreign `Host`, a foreign `Origin`) is refused,
+//! dialer). A DNS-rebinding page (a foreign `Host`, a foreign `Origin`) is refused,
 //! and repeated wrong tokens are answered late while a right one is served.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -100,7 +103,7 @@ async fn metrics_parse_as_prometheus_text_and_move_with_traffic() -> TestResult 
     assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
     assert_eq!(client.get(origin.url("/page")).send().await?.status(), 429, "over 2 per minute");
     let records = proxy.log_lines(4).await?;
-    let outcomes: Vec<&str> = records.iter().filter_map(|r| r["event.outcome"].as_str()).collect();
+    let outcomes: Vec<&str> = records.iter().filter_map(|r| r["event.action"].as_str()).collect();
     assert_eq!(outcomes, ["allow", "deny", "allow", "rate_limited"]);
 
     let after = scrape(&proxy).await?;
@@ -302,11 +305,11 @@ async fn every_endpoint_answers_as_documented() -> TestResult {
 }
 
 #[tokio::test]
-async fn a_configured_token_is_required_except_for_healthz() -> TestResult {
+async fn a_configured_token_is_required_except_for_the_liveness_and_readiness_probes() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let proxy = TestProxy::start_with(&ca, |config| config.admin.token_sha256 = Some(TOKEN_SHA256.to_owned())).await?;
     let client = admin_client()?;
-    for path in ["/readyz", "/metrics", "/ca.pem", "/policies?origin=http://a.test", "/decisions/recent", "/nope"] {
+    for path in ["/metrics", "/ca.pem", "/policies?origin=http://a.test", "/decisions/recent", "/nope"] {
         let url = admin_url(&proxy, path)?;
         let bare = client.get(&url).send().await?;
         assert_eq!(bare.status(), 401, "{path}");
@@ -318,30 +321,89 @@ async fn a_configured_token_is_required_except_for_healthz() -> TestResult {
     }
     assert_eq!(client.get(admin_url(&proxy, "/metrics")?).bearer_auth("admin-secret").send().await?.status(), 200);
     assert_eq!(get(&proxy, "/healthz").await?, (200, "ok\n".to_owned()), "liveness needs no token");
+    assert_eq!(get(&proxy, "/readyz").await?, (200, "ready\n".to_owned()), "readiness neither: probes send none");
     proxy.finish().await?;
     Ok(())
 }
 
 #[tokio::test]
-async fn admin_connections_over_the_cap_are_closed_at_once() -> TestResult {
+async fn a_clients_connections_past_its_share_push_out_its_oldest_one() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let proxy = TestProxy::start(&ca).await?;
     let addr = proxy.admin_addr.ok_or("no admin address")?;
+    // 16 connections without a token, from 127.0.0.1 to 127.0.0.16: one client.
     let mut held = Vec::new();
-    for _ in 0..64 {
-        held.push(TcpStream::connect(addr).await?);
+    for n in 1..=16 {
+        held.push(connect_from(IpAddr::from([127, 0, 0, n]), addr).await?);
     }
-    // Each held connection is served: a request on the last one is answered.
     let last = held.last_mut().ok_or("no connection")?;
     last.write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n").await?;
     let head = crate::support::raw::read_head(last).await?;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let mut over = TcpStream::connect(addr).await?;
+    // The 17th is served, and the client's oldest connection is closed to make room.
+    let mut newest = connect_from(IpAddr::from([127, 0, 0, 17]), addr).await?;
+    newest.write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n").await?;
+    let head = crate::support::raw::read_head(&mut newest).await?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let mut byte = [0u8; 1];
-    let read = over.read(&mut byte).await;
-    assert!(matches!(read, Ok(0) | Err(_)), "the 65th connection is closed unanswered: {read:?}");
+    let read = tokio::time::timeout(Duration::from_secs(5), held[0].read(&mut byte)).await?;
+    assert!(matches!(read, Ok(0) | Err(_)), "the oldest connection is closed unanswered: {read:?}");
     drop(held);
     assert_eq!(get(&proxy, "/healthz").await?.0, 200, "places are given back");
+    proxy.finish().await?;
+    Ok(())
+}
+
+/// A connection to `to` from the local address `from` (any of 127.0.0.0/8 is this host's).
+async fn connect_from(from: IpAddr, to: SocketAddr) -> TestResult<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(from, 0))?;
+    Ok(socket.connect(to).await?)
+}
+
+#[tokio::test]
+async fn the_operators_token_is_answered_while_one_client_holds_eighty_slow_sockets() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let proxy = TestProxy::start_with(&ca, |config| config.admin.token_sha256 = Some(TOKEN_SHA256.to_owned())).await?;
+    let addr = proxy.admin_addr.ok_or("no admin address")?;
+    // 80 slow sockets from 127.0.0.1 to 127.0.0.8, each sending half a request head and
+    // waiting; closed, each comes back at once (at most ROUNDS times).
+    const ROUNDS: usize = 100_000;
+    let opened = Arc::new(AtomicUsize::new(0));
+    let mut slow = tokio::task::JoinSet::new();
+    for n in 0..80u8 {
+        let opened = Arc::clone(&opened);
+        slow.spawn(async move {
+            for _ in 0..ROUNDS {
+                let Ok(mut socket) = connect_from(IpAddr::from([127, 0, 0, 1 + n % 8]), addr).await else { continue };
+                opened.fetch_add(1, Ordering::Relaxed);
+                if socket.write_all(b"GET /approvals HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.is_ok() {
+                    let mut byte = [0u8; 1];
+                    let _closed = socket.read(&mut byte).await;
+                }
+            }
+        });
+    }
+    eventually("80 slow sockets opened", async || {
+        let count = opened.load(Ordering::Relaxed);
+        if count >= 80 { Ok(()) } else { Err(format!("{count} opened").into()) }
+    })
+    .await?;
+    // The operator, from the same host: each request on a connection of its own.
+    let operator =
+        reqwest::Client::builder().no_proxy().pool_max_idle_per_host(0).timeout(Duration::from_secs(5)).build()?;
+    let url = admin_url(&proxy, "/approvals")?;
+    let mut answered = Vec::new();
+    for _ in 0..10 {
+        answered.push(match operator.get(&url).bearer_auth("admin-secret").send().await {
+            Ok(response) => response.status().as_u16().to_string(),
+            Err(error) => format!("{error:?}"),
+        });
+    }
+    let still_open = opened.load(Ordering::Relaxed);
+    slow.shutdown().await;
+    assert!(answered.iter().all(|status| status == "200"), "{answered:?}");
+    assert!(still_open >= 80, "the slow sockets were held throughout: {still_open} opened");
     proxy.finish().await?;
     Ok(())
 }
@@ -500,7 +562,7 @@ async fn agentgate_local_serves_the_ca_without_any_lookup_or_dial() -> TestResul
     let pem_record =
         records.iter().find(|r| r["url.full"] == "http://agentgate.local/ca.pem" && r["http.request.method"] == "GET");
     let pem_record = pem_record.ok_or("a record for GET http://agentgate.local/ca.pem")?;
-    assert_eq!(pem_record["event.outcome"], "allow", "{pem_record}");
+    assert_eq!(pem_record["event.action"], "allow", "{pem_record}");
     assert_eq!(pem_record["http.response.status_code"], 200, "{pem_record}");
     assert_eq!(pem_record["agentgate.reasons"][0]["code"], "operator.served_locally", "{pem_record}");
     assert_eq!(pem_record["agentgate.reasons"][0]["source"], "operator", "{pem_record}");

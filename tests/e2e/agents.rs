@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use agentgate::agents::AgentConfig;
 use agentgate::config::Config;
 use agentgate::policy::operator::Mode;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::log::for_request;
 use crate::support::origin::{Origin, Site};
@@ -103,10 +103,14 @@ async fn auth_required_challenges_then_accepts_credentials_over_http_and_connect
     assert!(!text.contains("guess"), "no rejected credential in the log either");
     let refused: Vec<&Value> = records.iter().filter(|r| r["http.response.status_code"] == 407).collect();
     assert_eq!(refused.len(), 6, "five from reqwest, one from curl: {records:#?}");
-    assert!(refused.iter().all(|r| r["event.outcome"] == "deny"));
+    // No credentials is a challenge, not a refusal; a wrong token is refused.
+    let action = |r: &&Value| (r["event.action"].clone(), r["agentgate.reasons"][0]["code"].clone());
+    let challenges = refused.iter().filter(|r| action(r) == (json!("auth_challenge"), json!("auth.required"))).count();
+    let wrong_token = refused.iter().filter(|r| action(r) == (json!("deny"), json!("auth.invalid"))).count();
+    assert_eq!((challenges, wrong_token), (4, 2), "{refused:#?}");
     let passed = of_agent(&records, "alpha");
     assert_eq!(passed.len(), 4, "two from reqwest, two from curl: {records:#?}");
-    assert!(passed.iter().all(|r| r["event.outcome"] == "allow" && r["http.response.status_code"] == 200));
+    assert!(passed.iter().all(|r| r["event.action"] == "allow" && r["http.response.status_code"] == 200));
     Ok(())
 }
 
@@ -148,9 +152,9 @@ async fn agents_matched_by_client_address_get_their_trust_level() -> TestResult 
     let trusted = of_agent(&records, "trusted");
     let untrusted = of_agent(&records, "untrusted");
     assert_eq!((trusted.len(), untrusted.len()), (1, 1), "{records:#?}");
-    assert_eq!(trusted[0]["event.outcome"], "allow");
+    assert_eq!(trusted[0]["event.action"], "allow");
     assert_eq!(trusted[0]["client.address"], "127.0.0.2");
-    assert_eq!(untrusted[0]["event.outcome"], "deny");
+    assert_eq!(untrusted[0]["event.action"], "deny");
     assert_eq!(untrusted[0]["client.address"], "127.0.0.3");
     assert_eq!(untrusted[0]["agentgate.reasons"][0]["code"], "agents_md.trust_level");
     Ok(())
@@ -219,9 +223,9 @@ async fn a_monitor_mode_agent_passes_where_an_enforce_mode_agent_is_blocked() ->
     let enforcer = of_agent(&records, "enforcer");
     let sandbox = of_agent(&records, "sandbox");
     assert_eq!((enforcer.len(), sandbox.len()), (1, 1), "{records:#?}");
-    assert_eq!(enforcer[0]["event.outcome"], "deny");
+    assert_eq!(enforcer[0]["event.action"], "deny");
     assert_eq!(enforcer[0]["agentgate.mode"], "enforce");
-    assert_eq!(sandbox[0]["event.outcome"], "would_deny");
+    assert_eq!(sandbox[0]["event.action"], "would_deny");
     assert_eq!(sandbox[0]["agentgate.mode"], "monitor");
     assert_eq!(sandbox[0]["agentgate.reasons"][0], enforcer[0]["agentgate.reasons"][0], "the same reasons");
     Ok(())
@@ -278,7 +282,7 @@ async fn passthrough_tunnel_to_a_host_with_automation_preferences_logs_unenforce
     let records = proxy.finish().await?;
     assert_eq!(records.len(), 1, "{records:#?}");
     assert_eq!(records[0]["http.request.method"], "CONNECT");
-    assert_eq!(records[0]["event.outcome"], "allow");
+    assert_eq!(records[0]["event.action"], "allow");
     let reasons = records[0]["agentgate.reasons"].as_array().cloned().unwrap_or_default();
     assert!(reasons.iter().any(|r| r["code"] == "autoctl.unenforceable"), "{reasons:#?}");
     Ok(())
@@ -320,7 +324,7 @@ async fn c23_authentication_required_is_logged_and_strict_mode_denies_an_unauthe
     };
     let posts = for_request(&records, "POST", "/api/items");
     assert_eq!(posts.len(), 2);
-    assert_eq!(posts[1]["event.outcome"], "allow");
+    assert_eq!(posts[1]["event.action"], "allow");
     assert!(codes(posts[1]).contains(&"\"agents_md.authentication_present\"".to_owned()), "{}", posts[1]);
     let read = for_request(&records, "GET", "/page");
     assert!(codes(read[0]).contains(&"\"agents_md.authentication_missing\"".to_owned()), "{}", read[0]);
@@ -333,7 +337,7 @@ async fn c23_authentication_required_is_logged_and_strict_mode_denies_an_unauthe
     assert_eq!(origin.hits("/api/items"), 2);
     let records = advisory.finish().await?;
     let posts = for_request(&records, "POST", "/api/items");
-    assert_eq!(posts[0]["event.outcome"], "allow");
+    assert_eq!(posts[0]["event.action"], "allow");
     assert!(codes(posts[0]).contains(&"\"agents_md.authentication_missing\"".to_owned()), "{}", posts[0]);
     Ok(())
 }

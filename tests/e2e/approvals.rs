@@ -1,10 +1,10 @@
-//! Human approvals end to end (issue 13, `docs/approvals.md`): an origin whose AGENTS.md
+//! Human approvals end to end (`docs/approvals.md`): an origin whose AGENTS.md
 //! reserves `POST /checkout` for a human, the proxy in `[approvals] mode = "hold"`, a real
 //! client whose request waits while the test finds it with `GET /approvals` and answers it
 //! with `POST /approvals/{id}` on the admin API. Each way a held request ends — approved,
 //! denied, timed out, its client hanging up, refused by a full queue, let through by a
 //! remembered approval — is checked at the client, at the origin and in the decision log,
-//! where it is recorded once. Holding needs an admin token (issue 25): without one the
+//! where it is recorded once. Holding needs an admin token: without one the
 //! binary refuses to start, `config check` refuses the file, and a reload that would hold is
 //! rejected while the running config stays.
 
@@ -150,7 +150,7 @@ async fn an_approved_request_reaches_the_origin_and_the_log_names_the_approver()
     let records = proxy.finish().await?;
     let line = the_checkout(&records)?;
     assert_eq!(line["event.id"], record_id.as_str(), "the approval settles the held request's own record");
-    assert_eq!(line["event.outcome"], "allow");
+    assert_eq!(line["event.action"], "allow");
     assert_eq!(line["http.response.status_code"], 200);
     assert_eq!(line["agentgate.approval.decision"], "approved");
     assert_eq!(line["agentgate.approval.by"], "alice");
@@ -194,7 +194,7 @@ async fn a_denied_request_gets_a_403_naming_the_denier_and_the_reason() -> TestR
     let records = proxy.finish().await?;
     let line = the_checkout(&records)?;
     assert_eq!(line["event.id"], listed[0]["record_id"]);
-    assert_eq!(line["event.outcome"], "needs_approval");
+    assert_eq!(line["event.action"], "needs_approval");
     assert_eq!(line["http.response.status_code"], 403);
     assert_eq!(line["agentgate.approval.decision"], "denied");
     assert_eq!(line["agentgate.approval.by"], "admin");
@@ -230,7 +230,7 @@ async fn nobody_answering_in_time_is_a_403_saying_so() -> TestResult {
     let records = proxy.finish().await?;
     let line = the_checkout(&records)?;
     assert_eq!(line["event.id"], body["record_id"]);
-    assert_eq!(line["event.outcome"], "needs_approval");
+    assert_eq!(line["event.action"], "needs_approval");
     assert_eq!(line["agentgate.approval.decision"], "timeout");
     assert!(line["agentgate.approval.by"].is_null(), "{line}");
     Ok(())
@@ -265,7 +265,7 @@ async fn a_client_that_hangs_up_leaves_the_queue_and_is_recorded_as_hung_up() ->
     assert_eq!(checkouts.len(), 2, "{records:#?}");
     for (line, held) in checkouts.iter().zip([&listed[0], &second[0]]) {
         assert_eq!(line["event.id"], held["record_id"]);
-        assert_eq!(line["event.outcome"], "needs_approval");
+        assert_eq!(line["event.action"], "needs_approval");
         assert_eq!(line["agentgate.approval.decision"], "hung_up");
         assert!(line["http.response.status_code"].is_null(), "nothing was answered: {line}");
     }
@@ -339,7 +339,7 @@ async fn a_remembered_approval_lets_the_same_agent_through_and_holds_another() -
         .iter()
         .find(|r| r["url.full"].as_str().is_some_and(|u| u.contains("/checkout?step=")))
         .ok_or("the remembered request is logged")?;
-    assert_eq!(remembered["event.outcome"], "allow");
+    assert_eq!(remembered["event.action"], "allow");
     assert_eq!(remembered["agentgate.approval.decision"], "remembered");
     assert_eq!(remembered["agentgate.approval.by"], "alice", "the original approver");
     assert_eq!(remembered["agentgate.approval.remember"], "path-for-agent-15m");
@@ -440,7 +440,7 @@ async fn an_approved_request_still_passes_the_limits() -> TestResult {
 
     let records = proxy.finish().await?;
     let line = the_checkout(&records)?;
-    assert_eq!(line["event.outcome"], "rate_limited");
+    assert_eq!(line["event.action"], "rate_limited");
     assert_eq!(line["agentgate.approval.decision"], "approved", "the approval is still on record");
     Ok(())
 }
@@ -463,7 +463,7 @@ async fn deny_mode_and_monitor_mode_never_hold() -> TestResult {
     assert!(body["error"].as_str().is_some_and(|e| e.contains("needs an admin token")), "{body}");
     let records = proxy.finish().await?;
     let line = the_checkout(&records)?;
-    assert_eq!(line["event.outcome"], "needs_approval");
+    assert_eq!(line["event.action"], "needs_approval");
     assert!(
         line.as_object().is_some_and(|fields| !fields.keys().any(|k| k.starts_with("agentgate.approval."))),
         "{line}"
@@ -478,7 +478,7 @@ async fn deny_mode_and_monitor_mode_never_hold() -> TestResult {
     assert_eq!(forwarded.status(), 200, "monitor mode forwards without holding");
     assert_eq!(origin.hits("/checkout"), 1);
     let records = monitored.finish().await?;
-    assert_eq!(the_checkout(&records)?["event.outcome"], "would_deny");
+    assert_eq!(the_checkout(&records)?["event.action"], "would_deny");
     Ok(())
 }
 

@@ -35,7 +35,7 @@ async fn the_decision_is_on_disk_before_the_origin_sees_the_request() -> TestRes
     // The origin holds the request: its decision line is already in the file, without a status.
     let written = log::lines(&proxy.log_path)?;
     assert_eq!(written.len(), 1, "{written:#?}");
-    assert_eq!(written[0]["event.outcome"], "allow");
+    assert_eq!(written[0]["event.action"], "allow");
     assert!(written[0]["http.response.status_code"].is_null(), "{written:#?}");
     let id = written[0]["event.id"].as_str().ok_or("an event.id")?.to_owned();
     origin.release();
@@ -135,7 +135,7 @@ async fn a_decision_log_on_stdout_holds_both_lines_of_every_request() -> TestRes
         assert_eq!(lines.len(), 2, "a decision line and a completed line: {lines:#?}");
         assert!(lines[0]["http.response.status_code"].is_null(), "the decision first: {lines:#?}");
         assert_eq!(lines[1]["http.response.status_code"], 200, "{lines:#?}");
-        assert_eq!(lines[1]["event.outcome"], "allow");
+        assert_eq!(lines[1]["event.action"], "allow");
     }
     Ok(())
 }

@@ -179,7 +179,7 @@ async fn audit_summary_over_a_real_run_counts_per_agent_across_rotated_and_gzip_
     assert!(ok, "{stderr}");
     let found: Vec<Value> = out.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
     assert_eq!(found.len(), 2, "{out}");
-    assert!(found.iter().all(|r| r["agentgate.agent"] == "beta" && r["event.outcome"] == "deny"));
+    assert!(found.iter().all(|r| r["agentgate.agent"] == "beta" && r["event.action"] == "deny"));
     assert!(out.lines().all(|line| text.lines().any(|l| l == line)), "lines are printed unchanged");
     assert!(stderr.contains("1 lines are not records"), "{stderr}");
     let mut args = vec!["grep", "--origin", &origin_key, "--outcome", "rate_limited", "--since", "1h"];
@@ -229,7 +229,7 @@ async fn grep_prints_one_line_per_request_and_summary_counts_one_deciding_reason
     };
     let written: Vec<Value> = text.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
     assert_eq!((written.len(), ids(&written).len(), records.len()), (14, 9, 9), "{text}");
-    let denied = records.iter().find(|r| r["event.outcome"] == "deny").ok_or("a deny")?;
+    let denied = records.iter().find(|r| r["event.action"] == "deny").ok_or("a deny")?;
     let blocking: Vec<&str> = denied["agentgate.reasons"]
         .as_array()
         .ok_or("reasons")?
@@ -297,5 +297,114 @@ async fn grep_prints_one_line_per_request_and_summary_counts_one_deciding_reason
     assert_eq!(blocks, 4);
     let (table, _, _) = audit(&["summary", &log]).await?;
     assert!(table.contains("top reasons for blocks") && !table.contains("robots.group"), "{table}");
+    Ok(())
+}
+
+/// A log written before `event.action` existed: its decisions are in `event.outcome` (two
+/// allowed, one with a start line, one robots.txt deny, one unreachable origin).
+const OLD_FORMAT_LOG: &str = "tests/e2e/fixtures/decisions-before-event-action.jsonl";
+
+#[tokio::test]
+async fn every_record_says_its_decision_in_event_action_and_ecs_outcome_and_old_logs_summarize_the_same() -> TestResult
+{
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http_site(Site::new().file("/robots.txt", "User-agent: *\nDisallow: /private\n")).await?;
+    let gone = tokio::net::TcpListener::bind("127.0.0.1:0").await?.local_addr()?.port();
+    let proxy = TestProxy::start(&ca).await?;
+    let client = proxy.client()?;
+    for (url, status) in [
+        (origin.url("/page"), 200),
+        (origin.url("/other"), 200),
+        (origin.url("/private/x"), 403),
+        (format!("http://127.0.0.1:{gone}/gone"), 502),
+    ] {
+        assert_eq!(client.get(&url).send().await?.status(), status, "{url}");
+    }
+    let (finished, text) = proxy.finish_with_text().await?;
+    // The log as written: every line, a forwarded request's start line too.
+    let dir = tempfile::tempdir()?;
+    let new_log = dir.path().join("decisions.jsonl");
+    std::fs::write(&new_log, &text)?;
+    let lines: Vec<Value> = text.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+    assert!(lines.len() >= 4, "{text}");
+    let ecs = ["success", "failure", "unknown"];
+    let actions = ["allow", "deny", "needs_approval", "rate_limited", "would_deny", "auth_challenge", "error"];
+    for line in &lines {
+        let outcome = line["event.outcome"].as_str().unwrap_or_default();
+        assert!(ecs.contains(&outcome), "event.outcome is ECS's: {line:#}");
+        let action = line["event.action"].as_str().unwrap_or_default();
+        assert!(actions.contains(&action), "the decision is in event.action: {line:#}");
+        let expected = match (line["event.type"][0].as_str(), action) {
+            (Some("start"), _) => "unknown",
+            (_, "error") => "failure",
+            _ => "success",
+        };
+        assert_eq!(outcome, expected, "{line:#}");
+    }
+    let page = finished.iter().find(|r| r["url.full"] == origin.url("/page")).ok_or("the /page record")?;
+    assert_eq!((&page["url.path"], &page["url.port"]), (&Value::from("/page"), &Value::from(origin.addr.port())));
+    assert_eq!(
+        (&page["destination.ip"], &page["destination.port"]),
+        (&Value::from("127.0.0.1"), &Value::from(origin.addr.port())),
+        "the vetted address dialled: {page:#}"
+    );
+    let denied = finished.iter().find(|r| r["url.path"] == "/private/x").ok_or("the deny")?;
+    assert!(denied.get("destination.ip").is_none(), "a refused request was dialled nowhere: {denied:#}");
+
+    let old = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(OLD_FORMAT_LOG);
+    let before = summary_json(&["--by", "outcome"], std::slice::from_ref(&old)).await?;
+    let after = summary_json(&["--by", "outcome"], std::slice::from_ref(&new_log)).await?;
+    assert_eq!(before["requests"], 4, "{before:#}");
+    for key in ["allow", "deny", "error"] {
+        assert_eq!(counts(&before, key), counts(&after, key), "{key}: {before:#} {after:#}");
+        assert!(counts(&before, key).is_some(), "{key}: {before:#}");
+    }
+    assert_eq!(before["requests"], after["requests"]);
+    let (old_grep, _, ok) = audit(&["grep", "--outcome", "deny", &old.display().to_string()]).await?;
+    assert!(ok && old_grep.contains("/private/x"), "grep reads the old log: {old_grep}");
+    let (new_grep, _, ok) = audit(&["grep", "--outcome", "deny", &new_log.display().to_string()]).await?;
+    assert!(ok && new_grep.contains("/private/x"), "and the new one: {new_grep}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn summary_filters_by_agent_and_origin_reads_standard_input_and_counts_budget_cuts() -> TestResult {
+    let old = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(OLD_FORMAT_LOG);
+    let mut text = std::fs::read_to_string(&old)?;
+    // Another agent's request, and a download a byte budget cut, in the new format.
+    text.push_str(concat!(
+        r#"{"@timestamp":"2026-11-20T10:00:04.000Z","event.id":"0192a1b2c3d4e5f60718293a4b5c6d74","event.type":["end"],"#,
+        r#""event.action":"allow","event.outcome":"success","agentgate.agent":"beta","http.request.method":"GET","#,
+        r#""url.full":"https://files.test/big","url.domain":"files.test","http.response.status_code":200,"#,
+        r#""http.response.body.bytes":8025,"agentgate.body.cut":"budget"}"#,
+        "\n"
+    ));
+    let run = |args: &'static [&'static str]| {
+        let text = text.clone();
+        async move {
+            let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentgate"))
+                .args(["audit", "summary", "--format", "json"])
+                .args(args)
+                .arg("-")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()?;
+            let mut stdin = child.stdin.take().ok_or("stdin")?;
+            tokio::io::AsyncWriteExt::write_all(&mut stdin, text.as_bytes()).await?;
+            drop(stdin);
+            let output = child.wait_with_output().await?;
+            assert!(output.status.success());
+            TestResult::Ok(serde_json::from_slice::<Value>(&output.stdout)?)
+        }
+    };
+    let all = run(&[]).await?;
+    assert_eq!((&all["requests"], &all["total"]["budget_cut"]), (&Value::from(5), &Value::from(1)), "{all:#}");
+    let beta = run(&["--agent", "beta"]).await?;
+    assert_eq!(beta["requests"], 1, "{beta:#}");
+    assert_eq!(beta["groups"][0]["budget_cut"], 1, "{beta:#}");
+    let origin = run(&["--origin", "http://127.0.0.1:8081"]).await?;
+    assert_eq!(origin["requests"], 3, "two allowed and one denied there: {origin:#}");
+    let (table, _, ok) = audit(&["summary", &old.display().to_string()]).await?;
+    assert!(ok && table.contains("budget cut") && table.contains("auth_challenges"), "{table}");
     Ok(())
 }

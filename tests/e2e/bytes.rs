@@ -1,4 +1,4 @@
-//! One event per request, and its bytes (issue 29): a forwarded request's two lines told apart
+//! One event per request, and its bytes: a forwarded request's two lines told apart
 //! by `event.type` (`["start"]`, then `["end"]` with both body byte counts, counted exactly as
 //! they streamed through the MITM), a blocked request's one line (`["denied"]`), `audit grep`
 //! printing one line per request unless `--raw`, and `audit summary` adding up the bytes.
@@ -81,7 +81,7 @@ async fn a_forwarded_request_has_a_start_and_an_end_line_with_exact_byte_counts(
     let denied = for_request(&lines, "GET", "/private/x");
     assert_eq!(denied.len(), 1, "a blocked request has one line: {denied:#?}");
     assert_eq!(types(denied[0]), &serde_json::json!(["denied"]), "{}", denied[0]);
-    assert_eq!(denied[0]["event.outcome"], "deny");
+    assert_eq!(denied[0]["event.action"], "deny");
 
     // `audit grep`: one line per request, the end line; `--raw`: both.
     let log = log.display().to_string();
@@ -146,7 +146,7 @@ async fn a_sending_budget_refuses_the_upload_that_would_cross_it_before_the_orig
     let sinks = for_request(&lines, "POST", "/sink");
     assert_eq!(sinks.len(), 2, "{sinks:#?}");
     assert_eq!(sinks[0]["http.request.body.bytes"], 60 * 1024, "{}", sinks[0]);
-    assert_eq!(sinks[1]["event.outcome"], "rate_limited", "{}", sinks[1]);
+    assert_eq!(sinks[1]["event.action"], "rate_limited", "{}", sinks[1]);
     assert_eq!(sinks[1]["event.type"], serde_json::json!(["denied"]), "{}", sinks[1]);
     assert_eq!(sinks[1]["agentgate.reasons"][0]["code"], "operator.byte_budget", "{}", sinks[1]);
     Ok(())

@@ -1,5 +1,5 @@
 //! The client recipe as printed, followed by the clients that need more than the proxy
-//! variables (issue 28 item 3): Debian's wget (GnuTLS), which ignores `SSL_CERT_FILE`, and
+//! variables: Debian's wget (GnuTLS), which ignores `SSL_CERT_FILE`, and
 //! Chromium, which sends loopback addresses past `--proxy-server` and trusts its NSS database,
 //! not a PEM file. Each test takes its commands from the start-up recipe
 //! (`agentgate::recipe::client_recipe`, what `agentgate run` prints) and runs them with `sh`
@@ -125,7 +125,7 @@ async fn wget_with_the_recipes_wgetrc_goes_through_agentgate_and_ssl_cert_file_a
     let records = proxy.finish().await?;
     let record = the_get(&records, &origin.url("/page"))?;
     assert_eq!(
-        (&record["event.outcome"], &record["http.response.status_code"]),
+        (&record["event.action"], &record["http.response.status_code"]),
         (&Value::from("allow"), &Value::from(200))
     );
     Ok(())
@@ -151,7 +151,15 @@ async fn chromium_with_the_recipes_flags_and_nss_database_reaches_a_loopback_htt
     // The flags as the shell splits them (the recipe quotes `<-loopback>`).
     let words = sh(home.path(), &start.replacen("chromium", "printf '%s\\n'", 1)).await?;
     let flags: Vec<String> = String::from_utf8(words.stdout)?.lines().map(str::to_owned).collect();
-    assert_eq!(flags, [format!("--proxy-server={}", proxy.url()), "--proxy-bypass-list=<-loopback>".to_owned()]);
+    let quiet = "--no-first-run --disable-background-networking --disable-component-update --disable-sync"
+        .split(' ')
+        .map(str::to_owned);
+    let expected: Vec<String> =
+        [format!("--proxy-server={}", proxy.url()), "--proxy-bypass-list=<-loopback>".to_owned()]
+            .into_iter()
+            .chain(quiet)
+            .collect();
+    assert_eq!(flags, expected);
 
     let browser = Browser::start_with(&flags, home.path()).await?;
     let url = origin.url("/page");
@@ -168,7 +176,7 @@ async fn chromium_with_the_recipes_flags_and_nss_database_reaches_a_loopback_htt
     let records = proxy.finish().await?;
     let record = the_get(&records, &url)?;
     assert_eq!(
-        (&record["event.outcome"], &record["http.response.status_code"]),
+        (&record["event.action"], &record["http.response.status_code"]),
         (&Value::from("allow"), &Value::from(200))
     );
     Ok(())

@@ -1,4 +1,4 @@
-//! The console end to end (issue 13, `docs/console.md`): the page, its login and session
+//! The console end to end (`docs/console.md`): the page, its login and session
 //! cookie, the live `/decisions/stream` (Server-Sent Events read with reqwest) and
 //! `/agents/summary` against the real proxy and a loopback origin; then the page itself in a
 //! real headless Chromium (`support::browser`): log in, watch a request arrive live, open its
@@ -198,7 +198,7 @@ async fn the_stream_delivers_the_log_line_of_a_request_through_the_proxy_and_the
     let client = proxy.client()?;
     let denied = client.get(origin.url("/private/report?key=secret")).send().await?;
     assert_eq!(denied.status(), 403);
-    let streamed = next_event(&mut stream, "decision", |line| line["event.outcome"] == "deny").await?;
+    let streamed = next_event(&mut stream, "decision", |line| line["event.action"] == "deny").await?;
     let logged = proxy.log_lines(1).await?;
     assert_eq!(streamed, logged[0], "the streamed line is the logged line, redaction included");
     assert_eq!(streamed["url.full"], origin.url("/private/report?key=REDACTED"));
@@ -207,7 +207,7 @@ async fn the_stream_delivers_the_log_line_of_a_request_through_the_proxy_and_the
 
     assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
     let completed = next_event(&mut stream, "decision", |line| {
-        line["event.outcome"] == "allow" && line["http.response.status_code"] == 200
+        line["event.action"] == "allow" && line["http.response.status_code"] == 200
     })
     .await?;
     assert_eq!(completed["url.full"], origin.url("/page"));
@@ -313,7 +313,7 @@ async fn browser_logs_in_and_sees_a_request_live_with_its_reasons_and_deciding_l
     // Within a second in practice; bounded at PAGE_DEADLINE for noisy CI.
     assert_eq!(client.get(origin.url("/private/report")).send().await?.status(), 403);
     let logged = proxy.log_lines(2).await?;
-    let denied: Vec<&Value> = logged.iter().filter(|line| line["event.outcome"] == "deny").collect();
+    let denied: Vec<&Value> = logged.iter().filter(|line| line["event.action"] == "deny").collect();
     let logged = denied.as_slice();
     let id = logged[0]["event.id"].as_str().ok_or("an event id")?;
     let row = format!("document.querySelector('tr.decision[data-id=\"{id}\"]')");
@@ -454,10 +454,7 @@ async fn browser_approve_lets_the_waiting_curl_through_and_the_log_names_the_app
     let records = proxy.finish().await?;
     let checkout: Vec<&Value> = records.iter().filter(|r| r["http.request.method"] == "POST").collect();
     let [line] = checkout.as_slice() else { return Err(format!("one POST record: {records:#?}").into()) };
-    assert_eq!(
-        (&line["event.outcome"], &line["http.response.status_code"]),
-        (&Value::from("allow"), &Value::from(200))
-    );
+    assert_eq!((&line["event.action"], &line["http.response.status_code"]), (&Value::from("allow"), &Value::from(200)));
     assert_eq!(
         (&line["agentgate.approval.decision"], &line["agentgate.approval.by"]),
         (&Value::from("approved"), &Value::from("alice"))
@@ -489,7 +486,7 @@ async fn browser_deny_answers_the_waiting_curl_with_a_403_naming_the_denial() ->
     let records = proxy.finish().await?;
     let checkout: Vec<&Value> = records.iter().filter(|r| r["http.request.method"] == "POST").collect();
     let [line] = checkout.as_slice() else { return Err(format!("one POST record: {records:#?}").into()) };
-    assert_eq!(line["event.outcome"], "needs_approval");
+    assert_eq!(line["event.action"], "needs_approval");
     assert_eq!(
         (&line["agentgate.approval.decision"], &line["agentgate.approval.by"]),
         (&Value::from("denied"), &Value::from("alice"))
@@ -498,7 +495,7 @@ async fn browser_deny_answers_the_waiting_curl_with_a_403_naming_the_denial() ->
     Ok(())
 }
 
-/// Issue 25: bidi controls in what the console shows could disguise it (a right-to-left
+/// Bidi controls in what the console shows could disguise it (a right-to-left
 /// override makes `/evil` U+202E `gpj.exe` read `/evilexe.jpg`). The URL reaches the page
 /// percent-encoded from the log (`url.full`); a rule and a policy file from the site still
 /// carry the raw character, and the page shows it escaped, as `\u202E`, in the row, the
@@ -520,7 +517,7 @@ async fn browser_shows_bidi_controls_escaped_in_urls_rules_and_policy_files() ->
     let denied = proxy.client()?.get(origin.url("/evil%E2%80%AEgpj.exe")).send().await?;
     assert_eq!(denied.status(), 403, "the rule matches its percent-encoded spelling");
     let logged = proxy.log_lines(1).await?;
-    let line = logged.iter().find(|line| line["event.outcome"] == "deny").ok_or("the deny line")?;
+    let line = logged.iter().find(|line| line["event.action"] == "deny").ok_or("the deny line")?;
     assert_eq!(line["url.full"], origin.url("/evil%E2%80%AEgpj.exe"));
     assert_eq!(line["agentgate.reasons"][0]["rule"], "Disallow: /evil\u{202e}gpj.exe", "the log keeps the file's text");
     let id = line["event.id"].as_str().ok_or("an event id")?;

@@ -115,7 +115,7 @@ async fn trust_ca_fetches_the_ca_through_the_proxy_into_an_alpine_root() -> Test
     let records = proxy.finish().await?;
     let fetched = crate::support::log::for_request(&records, "GET", "/ca.pem");
     assert_eq!(fetched.len(), 1, "{records:#?}");
-    assert_eq!(fetched[0]["event.outcome"], "allow");
+    assert_eq!(fetched[0]["event.action"], "allow");
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! Per-agent egress lists end to end (issue 26, `docs/operator-guide.md` "Locking an agent
+//! Per-agent egress lists end to end (`docs/operator-guide.md` "Locking an agent
 //! down"): two or three agents told apart by proxy credentials, sites on loopback names that a
 //! recording resolver answers (each on its own loopback address, so a dial says which site it
 //! was for), real clients (reqwest, curl, raw sockets). An allowlisted agent reaches its host
@@ -298,7 +298,7 @@ async fn monitor_mode_records_would_deny_with_the_same_code_and_forwards() -> Te
     let records = proxy.finish().await?;
     let found = for_request(&records, "GET", "/page");
     let [record] = found.as_slice() else { return Err(format!("{records:#?}").into()) };
-    assert_eq!(record["event.outcome"], "would_deny", "{record:#}");
+    assert_eq!(record["event.action"], "would_deny", "{record:#}");
     assert_eq!(record["agentgate.mode"], "monitor");
     let reason = &record["agentgate.reasons"][0];
     assert_eq!(reason["code"], "operator.not_allowlisted", "{record:#}");
@@ -350,6 +350,41 @@ fn hold_toml() -> String {
 }
 
 #[tokio::test]
+async fn a_host_grant_admits_the_port_asked_for_and_another_port_is_held_again() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let granted = site_on("127.0.0.2", Site::new())?;
+    let other_port = site_on("127.0.0.2", Site::new())?;
+    let net = Net::new(&[("site.test", "127.0.0.1"), ("other.test", "127.0.0.2")])?;
+    let proxy = start(&ca, &net, &hold_toml()).await?;
+    let sbx = client_as(&proxy, "sbx", "sbx-secret")?;
+    let url = format!("http://other.test:{}/page", granted.addr.port());
+    let waiting = tokio::spawn(sbx.get(&url).send());
+    let listed = pending(&proxy, 1).await?;
+    let id = listed[0]["id"].as_str().ok_or("an id")?;
+    let grant = json!({"decision": "approve", "remember": "host-for-agent", "ttl": "10m"});
+    assert_eq!(answer(&proxy, id, grant).await?.0, 200);
+    assert_eq!(waiting.await??.status(), 200);
+    assert_eq!(sbx.get(&url).send().await?.status(), 200, "the granted port passes without a hold");
+
+    // The same host on another port is held for a human again, not admitted by the grant.
+    let elsewhere = format!("http://other.test:{}/page", other_port.addr.port());
+    let waiting = tokio::spawn(sbx.get(&elsewhere).send());
+    let listed = pending(&proxy, 1).await?;
+    assert_eq!(listed[0]["new_host"], "other.test");
+    let text = listed[0]["rule"]["text"].as_str().unwrap_or_default();
+    assert!(text.contains(&format!("does not list other.test:{}", other_port.addr.port())), "{text}");
+    let id = listed[0]["id"].as_str().ok_or("an id")?;
+    assert_eq!(answer(&proxy, id, json!({"decision": "deny", "reason": "one port only"})).await?.0, 200);
+    assert_eq!(waiting.await??.status(), 403);
+    let agents = admin_client()?.get(admin_url(&proxy, "/agents")?).bearer_auth("alice-secret").send().await?;
+    let agents: Value = serde_json::from_str(&agents.text().await?)?;
+    let sbx_entry = agents["agents"].as_array().and_then(|a| a.iter().find(|a| a["id"] == "sbx")).ok_or("sbx")?;
+    assert_eq!(sbx_entry["grants"][0]["port"], json!(granted.addr.port()), "{agents:#}");
+    proxy.finish().await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_new_host_held_for_a_human_is_granted_to_its_agent_for_a_while_or_denied_with_a_reason() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let other = site_on("127.0.0.2", Site::new())?;
@@ -367,7 +402,8 @@ async fn a_new_host_held_for_a_human_is_granted_to_its_agent_for_a_while_or_deni
     assert_eq!(held["new_host"], "other.test");
     assert_eq!(held["rule"]["file"], "operator");
     assert!(held["rule"]["text"].as_str().is_some_and(|t| t.contains("does not list other.test:")), "{held}");
-    assert!(!net.looked_up("other.test"), "a held host is not looked up before a human admits it");
+    // Vetted by the network guard before anyone is asked, never dialled before it is admitted.
+    assert!(net.looked_up("other.test") && !net.dialled(other.addr), "{:?}", net.lookups());
     let id = held["id"].as_str().ok_or("an id")?;
     let held_record = held["record_id"].as_str().ok_or("a record id")?.to_owned();
     let (status, body) = answer(&proxy, id, json!({"decision": "approve", "remember": "path-for-agent-15m"})).await?;
@@ -419,12 +455,12 @@ async fn a_new_host_held_for_a_human_is_granted_to_its_agent_for_a_while_or_deni
         text.contains("alice denied it") && text.contains("Their reason: \"not for this task\". Do not retry it"),
         "{text}"
     );
-    assert!(!net.looked_up("third.test") && third.hits("/page") == 0, "a denied host is never reached");
+    assert!(!net.dialled(third.addr) && third.hits("/page") == 0, "a denied host is never reached");
 
     let records = proxy.finish().await?;
     // The held request: one record, under the id the queue listed, with the grant.
     let approved = by_id(&records, &held_record)?;
-    assert_eq!(approved["event.outcome"], "allow", "{approved:#}");
+    assert_eq!(approved["event.action"], "allow", "{approved:#}");
     assert_eq!(approved["agentgate.approval.decision"], "approved");
     assert_eq!(approved["agentgate.approval.by"], "alice");
     assert_eq!(approved["agentgate.approval.remember"], "host-for-agent");
@@ -433,7 +469,7 @@ async fn a_new_host_held_for_a_human_is_granted_to_its_agent_for_a_while_or_deni
     assert_eq!(to_other.len(), 3, "held-and-approved, granted, and the peer's refusal: {records:#?}");
     let granted = to_other.iter().find(|r| r["agentgate.agent"] == "sbx" && r["event.id"] != held_record.as_str());
     let granted = granted.ok_or("the granted request's record")?;
-    assert_eq!(granted["event.outcome"], "allow");
+    assert_eq!(granted["event.action"], "allow");
     let reasons = granted["agentgate.reasons"].as_array().ok_or("reasons")?;
     let reason = reasons.iter().find(|r| r["code"] == "operator.host_approved").ok_or("the grant is in the record")?;
     let rule = reason["rule"].as_str().unwrap_or_default();
@@ -441,6 +477,40 @@ async fn a_new_host_held_for_a_human_is_granted_to_its_agent_for_a_while_or_deni
         rule.contains("other.test is not on agent \"sbx\"'s allow_hosts; alice granted it to this agent until"),
         "{rule}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unlisted_host_the_network_guard_refuses_is_refused_at_once_and_never_held() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let net = Net::new(&[("site.test", "127.0.0.1"), ("intranet.test", "10.0.0.5")])?;
+    let proxy = start(&ca, &net, &hold_toml()).await?;
+    let sbx = client_as(&proxy, "sbx", "sbx-secret")?;
+    let admin = proxy.admin_addr.ok_or("the hold tests turn the admin API on")?;
+    let targets = [
+        (format!("http://{admin}/approvals"), "network.own_address"),
+        ("http://intranet.test/metadata".to_owned(), "network.private_address"),
+        ("http://10.0.0.6/".to_owned(), "network.private_address"),
+    ];
+    for (url, code) in &targets {
+        // Held, this would wait for `[approvals] timeout`: refused at once, it answers now.
+        let answer = tokio::time::timeout(Duration::from_secs(10), sbx.get(url).send())
+            .await
+            .map_err(|_| format!("{url} was held instead of refused at once"))??;
+        assert_eq!(answer.status(), 403, "{url}");
+        let decision = header(&answer, "agentgate-decision");
+        assert!(decision.starts_with(&format!("deny; source=operator; code={code};")), "{url}: {decision}");
+        assert!(pending(&proxy, 0).await?.is_empty(), "{url}: nothing is listed for a human");
+    }
+    assert_eq!(net.dials.lock().unwrap_or_else(PoisonError::into_inner).len(), 0, "nothing was dialled");
+    let records = proxy.finish().await?;
+    for (url, code) in &targets {
+        let target = url.trim_start_matches("http://");
+        let found = for_request(&records, "GET", target);
+        let [record] = found.as_slice() else { return Err(format!("one record for {url}: {records:#?}").into()) };
+        assert_eq!(record["agentgate.reasons"][0]["code"], *code, "{record:#}");
+        assert!(record.get("agentgate.approval.decision").is_none(), "never held: {record:#}");
+    }
     Ok(())
 }
 
@@ -501,6 +571,36 @@ async fn explain_and_the_admin_explain_take_the_agents_lists_and_scoped_rules_in
     assert_eq!(explained["decision"], "deny", "{explained:#}");
     assert_eq!(explained["reasons"][0]["code"], "operator.not_allowlisted");
     assert!(!net.looked_up("other.test"), "{:?}", net.lookups());
+    Ok(())
+}
+
+#[tokio::test]
+async fn explain_gives_needs_approval_for_a_host_the_agent_holds_naming_the_line_once() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let policies = dir.path().join("site");
+    std::fs::create_dir(&policies)?;
+    let toml = hold_toml();
+    let config = dir.path().join("agentgate.toml");
+    std::fs::write(&config, &toml)?;
+    let line = line_of(&toml, "id = \"sbx\"", "allow_hosts")?;
+    let (config_arg, dir_arg) = (config.display().to_string(), policies.display().to_string());
+    let base = ["explain", "--config", &config_arg, "--policy-dir", &dir_arg];
+    let json_args = [&base[..], &["--agent", "sbx", "http://other.test/page"]].concat();
+    let (code, stdout, stderr) = agentgate(&json_args).await?;
+    let json: Value = serde_json::from_str(&stdout).map_err(|e| format!("{e}: {stdout} {stderr}"))?;
+    assert_eq!((code, &json["decision"]), (1, &json!("needs_approval")), "as the proxy decides it: {json:#}");
+    assert_eq!(json["reasons"][0]["code"], "operator.not_allowlisted");
+    let peer_args = [&base[..], &["--agent", "peer", "http://other.test/page"]].concat();
+    let (_, stdout, _) = agentgate(&peer_args).await?;
+    let json: Value = serde_json::from_str(&stdout)?;
+    assert_eq!(json["decision"], "deny", "an agent that does not hold refuses: {json:#}");
+
+    let text_args = [&base[..], &["--agent", "sbx", "--format", "text", "http://other.test/page"]].concat();
+    let (_, text, _) = agentgate(&text_args).await?;
+    let located = format!("{config_arg}:{line}:");
+    assert_eq!(text.matches(&located).count(), 1, "file and line once: {text}");
+    assert!(text.contains(&format!("  operator: {located} [[agents]] #1 id = \"sbx\"")), "{text}");
+    assert!(!text.contains(&format!("operator:{line}:")), "{text}");
     Ok(())
 }
 
@@ -622,7 +722,7 @@ async fn audit_suggest_learns_an_allowlist_from_a_monitor_run_that_config_check_
     let helper = client_as(&proxy, "helper", "helper-secret")?;
     assert_eq!(helper.get(format!("http://d.test:{}/", d.addr.port())).send().await?.status(), 200);
     let (records, text) = proxy.finish_with_text().await?;
-    let would_deny = records.iter().filter(|r| r["event.outcome"] == "would_deny").count();
+    let would_deny = records.iter().filter(|r| r["event.action"] == "would_deny").count();
     assert_eq!(would_deny, 6, "what the empty list would have stopped");
 
     // The log as logrotate leaves it: the older half gzip'd.
@@ -671,7 +771,7 @@ async fn audit_suggest_learns_an_allowlist_from_a_monitor_run_that_config_check_
     assert!(
         records
             .iter()
-            .all(|r| r["event.outcome"] == "allow" && r["agentgate.reasons"][0]["code"] != "operator.not_allowlisted"),
+            .all(|r| r["event.action"] == "allow" && r["agentgate.reasons"][0]["code"] != "operator.not_allowlisted"),
         "{records:#?}"
     );
     let fourth = sbx.get(format!("http://d.test:{}/", d.addr.port())).send().await?;
@@ -697,7 +797,7 @@ async fn a_held_connect_approved_for_this_request_opens_its_tunnel_and_each_requ
     let waiting = tokio::spawn(sbx.get(format!("https://secure.test:{port}/page")).send());
     let listed = pending(&proxy, 1).await?;
     assert_eq!((&listed[0]["method"], &listed[0]["new_host"]), (&json!("CONNECT"), &json!("secure.test")));
-    assert!(!net.looked_up("secure.test"), "held before its lookup");
+    assert!(!net.dialled(secure.addr), "held before it is dialled");
     let held_record = listed[0]["record_id"].as_str().ok_or("a record id")?.to_owned();
     let (status, _) = answer(&proxy, listed[0]["id"].as_str().ok_or("an id")?, json!({"decision": "approve"})).await?;
     assert_eq!(status, 200);
@@ -710,7 +810,7 @@ async fn a_held_connect_approved_for_this_request_opens_its_tunnel_and_each_requ
 
     let records = proxy.finish().await?;
     let connect = by_id(&records, &held_record)?;
-    assert_eq!((&connect["http.request.method"], &connect["event.outcome"]), (&json!("CONNECT"), &json!("allow")));
+    assert_eq!((&connect["http.request.method"], &connect["event.action"]), (&json!("CONNECT"), &json!("allow")));
     assert_eq!(
         (&connect["agentgate.approval.decision"], &connect["agentgate.approval.by"]),
         (&json!("approved"), &json!("alice"))
@@ -746,7 +846,7 @@ async fn a_held_connect_denied_by_a_human_is_read_inside_its_tunnel() -> TestRes
     assert!(decision.contains("approval=denied; by=alice"), "{decision}");
     assert!(decision.ends_with(&format!("record={held_record}")), "{decision}");
     assert!(denied.text().await?.contains("not this week"), "the approver's reason reaches the agent");
-    assert!(!net.looked_up("secure.test") && !net.dialled(secure.addr), "{:?}", net.lookups());
+    assert!(!net.dialled(secure.addr), "a denied host is never dialled: {:?}", net.lookups());
 
     let records = proxy.finish().await?;
     assert_eq!(records.len(), 1, "{records:#?}");

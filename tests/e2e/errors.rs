@@ -151,7 +151,7 @@ async fn a_bad_chunked_request_body_is_400_blamed_on_the_client() -> TestResult 
     let logged = crate::support::log::for_request(&records, "POST", "/sink");
     assert_eq!(logged.len(), 1, "{records:#?}");
     assert_eq!(logged[0]["http.response.status_code"], 400);
-    assert_eq!(logged[0]["event.outcome"], "error");
+    assert_eq!(logged[0]["event.action"], "error");
     assert_eq!(logged[0]["error.type"], "client");
     let message = logged[0]["error.message"].as_str().unwrap_or_default();
     assert!(message.contains("could not be read from the client"), "{message}");

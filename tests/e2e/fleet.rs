@@ -1,4 +1,4 @@
-//! Policy files shared by a fleet through Redis (`[cache] store = "redis"`, issue 33,
+//! Policy files shared by a fleet through Redis (`[cache] store = "redis"`,
 //! docs/scale-out.md): two real `agentgate` processes sharing one real `redis-server` fetch
 //! each origin's policy files once between them and decide alike, revalidate a stale copy
 //! once for the fleet, keep serving (each fetching for itself, counted) while Redis is

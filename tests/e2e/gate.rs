@@ -69,7 +69,7 @@ async fn blocks_and_allows(over: Over, case: Case) -> TestResult {
     block::logged(&records, &json_id, method, expected)?;
     let allowed_lines = for_request(&records, allowed_method, allowed_path);
     assert_eq!(allowed_lines.len(), 1, "{records:#?}");
-    assert_eq!(allowed_lines[0]["event.outcome"], "allow");
+    assert_eq!(allowed_lines[0]["event.action"], "allow");
     assert_eq!(allowed_lines[0]["http.response.status_code"], 200);
     Ok(())
 }
@@ -246,7 +246,7 @@ async fn robots_txt_client_error_allows_everything() -> TestResult {
             assert_eq!(response.status(), 200, "robots.txt {status} over {over:?} restricts nothing");
         }
         for record in &records {
-            assert_eq!(record["event.outcome"], "allow", "{record:#}");
+            assert_eq!(record["event.action"], "allow", "{record:#}");
         }
     }
     Ok(())
@@ -271,7 +271,7 @@ async fn agents_txt_hash_mismatch_denies_the_whole_site() -> TestResult {
             assert!(body.contains("restricts the whole site"), "{body}");
         }
         for record in &records {
-            assert_eq!(record["event.outcome"], "deny", "{record:#}");
+            assert_eq!(record["event.action"], "deny", "{record:#}");
             assert_eq!(record["agentgate.reasons"][0]["source"], "agents.txt", "{record:#}");
             let code = record["agentgate.reasons"][0]["code"].as_str().unwrap_or_default();
             assert!(code.contains("hash"), "a hash code, got {code:?}");
@@ -295,7 +295,7 @@ async fn agents_md_served_only_over_http_is_ignored() -> TestResult {
     assert_eq!(origin.hits("/.well-known/agents.md"), 0, "never fetched over plain HTTP");
     let records = proxy.finish().await?;
     assert_eq!(records.len(), 1, "{records:#?}");
-    assert_eq!(records[0]["event.outcome"], "allow");
+    assert_eq!(records[0]["event.action"], "allow");
     Ok(())
 }
 
@@ -376,7 +376,7 @@ async fn agents_md_agent_header_and_human_approval() -> TestResult {
 }
 
 /// A path that names a forbidden resource in another spelling (`%70` for `p`, `..` and `.`
-/// segments, RFC 3986 §6.2.2; repeated slashes, which nginx merges, SEMANTICS R7; issue 9:
+/// segments, RFC 3986 §6.2.2; repeated slashes, which nginx merges, SEMANTICS R7; once
 /// `//private/x` passed `Disallow: /private`) is decided like the resource it names, for site files and
 /// operator rules alike; the log keeps the URL as sent. Raw requests, since clients remove
 /// dot segments themselves.
@@ -425,7 +425,7 @@ async fn equivalent_spellings_of_a_forbidden_path_are_blocked() -> TestResult {
         let logged = for_request(&records, "GET", path);
         assert_eq!(logged.len(), 1, "{path} logged as sent: {records:#?}");
         let outcome = if source.is_empty() { "allow" } else { "deny" };
-        assert_eq!(logged[0]["event.outcome"], outcome, "{path}");
+        assert_eq!(logged[0]["event.action"], outcome, "{path}");
     }
     Ok(())
 }
@@ -477,14 +477,14 @@ async fn redirects_robots_followed_agents_md_never_downgraded() -> TestResult {
     Ok(())
 }
 
-/// Issue 25 (SEMANTICS R9): an escape never unlocks what robots.txt disallows, through the
+/// SEMANTICS R9: an escape never unlocks what robots.txt disallows, through the
 /// real proxy over plain HTTP (raw request line) and MITM'd HTTPS (curl `--path-as-is`). A real
 /// rule of a large site, `Disallow: /*/all_posts$`, must stop `//all%5Fposts` (decided decoded
 /// with its slashes kept); `Disallow: /%7Ejoe/` must stop `/~joe/x` (the pattern decoded); and
 /// `Disallow: /private` must stop `/%2fprivate`, which nginx serves as `//private`. Each is a
 /// 403 citing the rule as written, and none reaches the origin.
 #[tokio::test]
-async fn issue_25_escapes_never_unlock_a_robots_disallow() -> TestResult {
+async fn escapes_never_unlock_a_robots_disallow() -> TestResult {
     const ROBOTS_25: &str = "User-agent: *\nDisallow: /*/all_posts$\nDisallow: /%7Ejoe/\nDisallow: /private\n";
     let cases: [(&str, Option<(u32, &str)>); 7] = [
         ("//all%5Fposts", Some((2, "Disallow: /*/all_posts$"))),
@@ -550,7 +550,7 @@ async fn issue_25_escapes_never_unlock_a_robots_disallow() -> TestResult {
                 })
                 .collect();
             assert_eq!(logged.len(), 1, "{over:?} {path} logged as sent: {records:#?}");
-            assert_eq!(logged[0]["event.outcome"], if blocked { "deny" } else { "allow" }, "{over:?} {path}");
+            assert_eq!(logged[0]["event.action"], if blocked { "deny" } else { "allow" }, "{over:?} {path}");
         }
     }
     Ok(())

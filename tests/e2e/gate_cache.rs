@@ -2,7 +2,7 @@
 //! it once, however many requests follow (RFC 9111, SEMANTICS B22, C5, D16), concurrent
 //! first requests to a fresh origin share one fetch of each file (single flight), and the
 //! cache is bounded in bytes (`[cache] max_bytes`): origins it cannot keep are fetched again,
-//! and a stale file is revalidated with a conditional GET (issue 33, RFC 9111 §4.3).
+//! and a stale file is revalidated with a conditional GET (RFC 9111 §4.3).
 
 use std::time::Duration;
 
@@ -83,11 +83,11 @@ async fn fifty_concurrent_first_requests_share_one_fetch_per_file() -> TestResul
     assert_one_fetch_each(&https, true);
     let records = proxy.finish().await?;
     assert_eq!(records.len(), 100, "one line per request");
-    assert!(records.iter().all(|r| r["event.outcome"] == "allow"));
+    assert!(records.iter().all(|r| r["event.action"] == "allow"));
     Ok(())
 }
 
-/// Issue 9: memory per origin is bounded in bytes. Twelve origins on their own loopback
+/// Memory per origin is bounded in bytes. Twelve origins on their own loopback
 /// ports each serve a robots.txt of 2,000 rules (about 46 KiB, weighing a few hundred KiB
 /// parsed); `[cache] max_bytes = 1 MiB` keeps only a few of them. Every request is still
 /// decided by its origin's file, and on a second round the origins the cache let go are
@@ -137,7 +137,7 @@ fn etag_site(etag: &str) -> Site {
     Site::new().serve("/robots.txt", 200, &headers, "User-agent: *\nDisallow: /private\n")
 }
 
-/// Issue 33 (RFC 9111 §4.3): once two origins' robots.txt copies are stale, each refresh is
+/// RFC 9111 §4.3: once two origins' robots.txt copies are stale, each refresh is
 /// a conditional GET on the stored `ETag`. The unchanged file is answered `304` without a
 /// body and keeps deciding; the changed one (new `ETag`) comes back whole and decides the
 /// next request. `/metrics` counts the 304.

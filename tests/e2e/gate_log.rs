@@ -63,7 +63,7 @@ async fn every_request_has_one_redacted_line_without_credentials() -> TestResult
     let allowed = for_request(&records, "GET", "/search?token=REDACTED&page=REDACTED");
     assert_eq!(allowed.len(), 1, "{records:#?}");
     let allowed = allowed[0];
-    assert_eq!(allowed["event.outcome"], "allow");
+    assert_eq!(allowed["event.action"], "allow");
     assert_eq!(allowed["http.response.status_code"], 200);
     assert_eq!(allowed["url.full"], origin.url("/search?token=REDACTED&page=REDACTED"));
     assert_eq!(allowed["user_agent.original"], "ExampleAgent/2.0");
@@ -81,7 +81,7 @@ async fn every_request_has_one_redacted_line_without_credentials() -> TestResult
     let tls_allowed = for_request(&records, "GET", "/search?token=REDACTED");
     assert_eq!(tls_allowed.len(), 1);
     assert_eq!(tls_allowed[0]["url.full"], tls_origin.url("/search?token=REDACTED"));
-    assert_eq!(tls_allowed[0]["event.outcome"], "allow");
+    assert_eq!(tls_allowed[0]["event.action"], "allow");
     block::logged(&records, &tls_denied_id, "GET", &robots_denial())?;
     assert_eq!(by_id(&records, &tls_denied_id)?["url.full"], tls_origin.url("/private?token=REDACTED"));
 
@@ -114,13 +114,13 @@ async fn monitor_mode_forwards_and_logs_would_deny() -> TestResult {
         let would = for_request(&records, "GET", "/private/page");
         assert_eq!(would.len(), 1);
         let would = would[0];
-        assert_eq!(would["event.outcome"], "would_deny", "{would:#}");
+        assert_eq!(would["event.action"], "would_deny", "{would:#}");
         assert_eq!(would["agentgate.mode"], "monitor");
         assert_eq!(would["http.response.status_code"], 200, "the origin's answer");
         let reason = &would["agentgate.reasons"][0];
         assert_eq!((reason["source"].as_str(), reason["code"].as_str()), (Some("robots.txt"), Some("robots.disallow")));
         assert_eq!(reason["line"], 2);
-        assert_eq!(for_request(&records, "GET", "/public")[0]["event.outcome"], "allow");
+        assert_eq!(for_request(&records, "GET", "/public")[0]["event.action"], "allow");
     }
     Ok(())
 }
@@ -177,7 +177,7 @@ async fn operator_rules_deny_and_bypass_hosts_skip_site_policies() -> TestResult
     block::logged(&records, &denied_json, "GET", &expected)?;
     let bypass = for_request(&records, "POST", "/v1/chat");
     assert_eq!(bypass.len(), 1);
-    assert_eq!(bypass[0]["event.outcome"], "allow");
+    assert_eq!(bypass[0]["event.action"], "allow");
     assert_eq!(bypass[0]["http.response.status_code"], 200);
     assert_eq!(bypass[0]["agentgate.reasons"][0]["source"], "operator");
     assert_eq!(bypass[0]["agentgate.reasons"][0]["code"], "operator.bypass");
@@ -222,7 +222,7 @@ async fn passthrough_connect_is_refused_when_robots_disallows_root() -> TestResu
     let records = proxy.finish().await?;
     let line = by_id(&records, &record)?;
     assert_eq!(line["http.request.method"], "CONNECT", "{line:#}");
-    assert_eq!(line["event.outcome"], "deny");
+    assert_eq!(line["event.action"], "deny");
     assert_eq!(line["http.response.status_code"], 403);
     assert_eq!(line["agentgate.reasons"][0]["source"], "robots.txt");
     assert!(records.iter().all(|r| r["http.request.method"] == "CONNECT"), "{records:#?}");
@@ -247,7 +247,7 @@ async fn passthrough_connect_is_allowed_and_logged() -> TestResult {
     let records = proxy.finish().await?;
     assert_eq!(records.len(), 1, "{records:#?}");
     assert_eq!(records[0]["http.request.method"], "CONNECT");
-    assert_eq!(records[0]["event.outcome"], "allow");
+    assert_eq!(records[0]["event.action"], "allow");
     assert_eq!(records[0]["http.response.status_code"], 200);
     Ok(())
 }
@@ -280,7 +280,7 @@ async fn shutdown_with_a_hundred_requests_in_flight_logs_each_once() -> TestResu
     let ids: HashSet<&str> = records.iter().filter_map(|r| r["event.id"].as_str()).collect();
     assert_eq!(ids.len(), IN_FLIGHT, "distinct event ids");
     for record in &records {
-        assert_eq!(record["event.outcome"], "allow", "{record:#}");
+        assert_eq!(record["event.action"], "allow", "{record:#}");
         assert_eq!(record["http.response.status_code"], 200, "{record:#}");
         assert_eq!(record["url.full"].as_str().map(|u| u.ends_with("/hold-all?n=REDACTED")), Some(true));
     }

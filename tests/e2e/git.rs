@@ -2,7 +2,7 @@
 //! (smart HTTP, as a CGI) behind a small hyper origin over TLS from a test CA, and `git clone`
 //! with `HTTPS_PROXY` and `GIT_SSL_CAINFO` as the README says.
 //!
-//! - Who git is (issue 28 item 2): git (libcurl, `http.proxyAuthMethod` "anyauth") sends the
+//! - Who git is: git (libcurl, `http.proxyAuthMethod` "anyauth") sends the
 //!   credentials of `HTTPS_PROXY=http://id:token@…` only after a `407`; with `[auth] required
 //!   = true` it is challenged and named by its token, while an agent matched by its address
 //!   is still served without a challenge; without `required` it is the client's address,
@@ -288,7 +288,7 @@ async fn with_auth_required_git_is_challenged_and_named_by_its_token_and_an_addr
     assert!(repository.len() >= 2, "the discovery and the POST at least: {records:#?}");
     for record in &repository {
         assert_eq!(record["agentgate.agent"], "git-agent", "git named by its token: {record:#}");
-        assert_eq!(record["event.outcome"], "allow", "{record:#}");
+        assert_eq!(record["event.action"], "allow", "{record:#}");
     }
     assert!(
         repository.iter().any(|r| r["http.request.method"] == "POST"),
@@ -298,6 +298,7 @@ async fn with_auth_required_git_is_challenged_and_named_by_its_token_and_an_addr
     let challenged: Vec<&Value> = records.iter().filter(|r| r["http.response.status_code"] == 407).collect();
     assert!(!challenged.is_empty(), "git sent its credentials only after a 407: {records:#?}");
     assert!(challenged.iter().all(|r| r["client.address"] == "127.0.0.1" && r["http.request.method"] == "CONNECT"));
+    assert!(challenged.iter().all(|r| r["event.action"] == "auth_challenge"), "a challenge, not a refusal");
     let local: Vec<&Value> = records.iter().filter(|r| r["client.address"] == "127.0.0.2").collect();
     assert!(!local.is_empty() && local.iter().all(|r| r["agentgate.agent"] == "local-bot"), "{local:#?}");
     assert!(local.iter().all(|r| r["http.response.status_code"] != 407), "never challenged: {local:#?}");
@@ -385,13 +386,13 @@ async fn a_git_clone_refused_by_agents_md_prints_the_sites_reason_and_a_site_all
         assert_eq!(on_site.len(), 1, "the discovery alone: git sent no POST: {on_site:#?}");
         let discovery = on_site[0];
         assert_eq!(discovery["http.request.method"], "GET");
-        assert_eq!(discovery["event.outcome"], "deny");
+        assert_eq!(discovery["event.action"], "deny");
         assert_eq!(discovery["agentgate.reasons"][0]["code"], "agents_md.action_denied", "{discovery:#}");
         assert_eq!(discovery["agentgate.reasons"][1]["code"], "git.refused_for_post", "{discovery:#}");
     }
     let allowed = on(&records, &allows);
     assert!(allowed.iter().any(|r| r["http.request.method"] == "POST"), "{allowed:#?}");
-    assert!(allowed.iter().all(|r| r["event.outcome"] == "allow"), "{allowed:#?}");
+    assert!(allowed.iter().all(|r| r["event.action"] == "allow"), "{allowed:#?}");
     Ok(())
 }
 
@@ -450,7 +451,7 @@ async fn a_discovery_whose_post_is_refused_is_refused_with_the_posts_reasons() -
     let records = proxy.finish().await?;
     let watched = for_request(&records, "GET", "/repo.git/info/refs?service=REDACTED");
     assert_eq!(watched.len(), 1, "{records:#?}");
-    assert_eq!(watched[0]["event.outcome"], "would_deny");
+    assert_eq!(watched[0]["event.action"], "would_deny");
     assert_eq!(watched[0]["agentgate.reasons"][1]["code"], "git.refused_for_post");
     Ok(())
 }

@@ -107,7 +107,7 @@ async fn credentials_in_json_gzip_form_header_query_and_path_are_refused_before_
     let (records, text) = proxy.finish_with_text().await?;
     assert_eq!(records.len(), 6, "one line per refused request: {records:#?}");
     for record in &records {
-        assert_eq!(record["event.outcome"], "deny", "{record}");
+        assert_eq!(record["event.action"], "deny", "{record}");
         assert_eq!(record["agentgate.reasons"][0]["code"], "inspect.secret_in_request", "{record}");
         assert_eq!(record["http.response.status_code"], 403, "{record}");
     }
@@ -152,7 +152,7 @@ async fn a_clean_200_kib_json_body_passes_byte_for_byte() -> TestResult {
     assert_eq!(response.status(), 200);
     assert_eq!(response.bytes().await?.as_ref(), body.as_slice());
     let records = proxy.finish().await?;
-    assert!(records.iter().all(|r| r["event.outcome"] == "allow"), "{records:#?}");
+    assert!(records.iter().all(|r| r["event.action"] == "allow"), "{records:#?}");
     Ok(())
 }
 
@@ -198,7 +198,7 @@ async fn an_oversized_body_follows_on_unreadable() -> TestResult {
     let completed: Vec<&Value> = records.iter().filter(|r| r["http.response.status_code"] == 200).collect();
     assert_eq!(completed.len(), 2, "{records:#?}");
     for record in completed {
-        assert_eq!(record["event.outcome"], "allow", "{record}");
+        assert_eq!(record["event.action"], "allow", "{record}");
         let noted = record["agentgate.reasons"]
             .as_array()
             .is_some_and(|reasons| reasons.iter().any(|r| r["code"] == "inspect.unreadable" && r["blocking"] != true));
@@ -225,7 +225,7 @@ async fn monitor_mode_forwards_with_would_deny() -> TestResult {
     assert_eq!(origin.hits("/echo"), 1);
     let records = proxy.finish().await?;
     let completed = records.iter().find(|r| r["http.response.status_code"] == 200).ok_or("a completed record")?;
-    assert_eq!(completed["event.outcome"], "would_deny", "{completed}");
+    assert_eq!(completed["event.action"], "would_deny", "{completed}");
     assert_eq!(completed["agentgate.reasons"][0]["code"], "inspect.secret_in_request", "{completed}");
     Ok(())
 }

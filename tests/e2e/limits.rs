@@ -64,7 +64,7 @@ async fn agents_md_requests_per_minute_three_then_429_and_each_agent_has_its_own
 
     let (records, text) = proxy.finish_with_text().await?;
     let line = crate::support::log::by_id(&records, &record)?;
-    assert_eq!(line["event.outcome"], "rate_limited");
+    assert_eq!(line["event.action"], "rate_limited");
     assert_eq!(line["agentgate.agent"], "alpha");
     assert_eq!(line["http.response.status_code"], 429);
     assert_eq!(line["agentgate.reasons"][0]["code"], "agents_md.rate_limit");
@@ -108,7 +108,7 @@ async fn agents_txt_limit_two_per_rule_and_other_paths_free() -> TestResult {
     let records = proxy.finish().await?;
     let limited = for_request(&records, "GET", "/api/c");
     assert_eq!(limited.len(), 1);
-    assert_eq!(limited[0]["event.outcome"], "rate_limited");
+    assert_eq!(limited[0]["event.action"], "rate_limited");
     assert_eq!(limited[0]["agentgate.reasons"][0]["source"], "agents.txt");
     Ok(())
 }
@@ -160,7 +160,7 @@ async fn concurrent_sessions_refuse_the_excess_at_once_and_slots_come_back() -> 
     .await?;
     drop(holding);
     let records = proxy.finish().await?;
-    assert_eq!(for_request(&records, "GET", "/page")[0]["event.outcome"], "rate_limited");
+    assert_eq!(for_request(&records, "GET", "/page")[0]["event.action"], "rate_limited");
     Ok(())
 }
 
@@ -187,7 +187,7 @@ async fn an_attachment_from_a_host_whose_agents_md_forbids_downloads_is_withheld
     let records = proxy.finish().await?;
     let lines = for_request(&records, "GET", "/report.pdf");
     assert_eq!(lines.len(), 2);
-    assert!(lines.iter().all(|l| l["event.outcome"] == "deny" && l["http.response.status_code"] == 403));
+    assert!(lines.iter().all(|l| l["event.action"] == "deny" && l["http.response.status_code"] == 403));
     Ok(())
 }
 
@@ -210,7 +210,7 @@ async fn robots_crawl_delay_honored_allows_one_request_per_delay() -> TestResult
 
     let records = proxy.finish().await?;
     let line = crate::support::log::by_id(&records, &record)?;
-    assert_eq!(line["event.outcome"], "rate_limited");
+    assert_eq!(line["event.action"], "rate_limited");
     assert_eq!(line["http.response.status_code"], 429);
     assert_eq!(line["agentgate.reasons"][0]["source"], "robots.txt");
     assert_eq!(line["agentgate.reasons"][0]["code"], "robots.crawl_delay");
@@ -218,7 +218,7 @@ async fn robots_crawl_delay_honored_allows_one_request_per_delay() -> TestResult
     assert_eq!(line["agentgate.reasons"][0]["rule"], "Crawl-delay: 2");
     let first = for_request(&records, "GET", "/page");
     assert_eq!(first.len(), 2);
-    assert_eq!(first[0]["event.outcome"], "allow");
+    assert_eq!(first[0]["event.action"], "allow");
     assert!(
         first[0]["agentgate.limits"]
             .as_array()
@@ -245,7 +245,7 @@ async fn robots_crawl_delay_is_not_enforced_by_default() -> TestResult {
     let both = for_request(&records, "GET", "/page");
     assert_eq!(both.len(), 2);
     for record in both {
-        assert_eq!(record["event.outcome"], "allow");
+        assert_eq!(record["event.action"], "allow");
         assert!(record["agentgate.limits"].as_array().is_none_or(|l| l.iter().all(|l| l["kind"] != "delay")));
     }
     Ok(())

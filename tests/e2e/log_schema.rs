@@ -1,5 +1,5 @@
 //! The decision log as `docs/decision-log.md` documents it for security teams, where the
-//! document makes a promise a reader could check with their own tools (issue 12): the
+//! document makes a promise a reader could check with their own tools: the
 //! reasons' `digest` is the SHA-256 of the file as served, except agents.txt, whose digest is
 //! the draft's content digest (SEMANTICS B3), the value its own `*<hex>` hash line carries.
 

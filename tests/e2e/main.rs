@@ -66,7 +66,7 @@
 //!   log, size rotation keeps every record once;
 //! - `redis`: limits shared by replicas through a real redis-server (rates, concurrency
 //!   leases, the store failing and coming back, memory and redis stores answering alike);
-//! - `upstream`: connections to origins bounded (issue 25): a global cap across many
+//! - `upstream`: connections to origins bounded: a global cap across many
 //!   origins, idle connections per origin, WebSocket and tunnels counted, a recorded 503 at
 //!   the cap, and the binary's open files and RSS with large robots.txt files;
 //! - `network`: the network guard (loopback spellings, internal ranges never dialled,

@@ -2,7 +2,8 @@
 //! loopback, the internal and special-purpose ranges (Teredo by its client), names that
 //! resolve inside, policy-file redirects, CONNECT ports and agentgate's own address (on every
 //! interface address for a listener on `0.0.0.0`), operator rules on canonical hosts and
-//! CIDRs, and `Upgrade: h2c`.
+//! CIDRs, and `Upgrade: h2c`. In a network namespace of its own (root): an address in the
+//! prefix of an address configured on `lo` is agentgate's own too.
 //! Destinations outside loopback are only ever handed to a recording dialer that refuses to
 //! leave loopback: "no connect attempted" is proven by what it was asked, never by traffic.
 
@@ -139,7 +140,7 @@ fn refused(answer: &Answer, code: &'static str, records: &[serde_json::Value], w
 }
 
 #[tokio::test]
-async fn issue_8_every_spelling_of_loopback_is_refused_by_default() -> TestResult {
+async fn every_spelling_of_loopback_is_refused_by_default() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http().await?;
     let names = Names::new(&[("intranet.test", &["127.0.0.1"])]);
@@ -158,7 +159,7 @@ async fn issue_8_every_spelling_of_loopback_is_refused_by_default() -> TestResul
 }
 
 #[tokio::test]
-async fn issue_8_loopback_spellings_pass_once_allowed() -> TestResult {
+async fn loopback_spellings_pass_once_allowed() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new()).await?;
     let names = Names::new(&[("intranet.test", &["127.0.0.1"])]);
@@ -178,7 +179,7 @@ async fn issue_8_loopback_spellings_pass_once_allowed() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_8_internal_ranges_and_names_are_never_dialled() -> TestResult {
+async fn internal_ranges_and_names_are_never_dialled() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new()).await?;
     let names = Names::new(&[
@@ -228,7 +229,7 @@ async fn issue_8_internal_ranges_and_names_are_never_dialled() -> TestResult {
     let records = proxy.log_lines(answers.len() + 4).await?;
     let line = for_request(&records, "GET", "empty.test/x");
     assert_eq!(line.len(), 1, "{records:#?}");
-    assert_eq!((&line[0]["event.outcome"], &line[0]["http.response.status_code"]), (&"error".into(), &502.into()));
+    assert_eq!((&line[0]["event.action"], &line[0]["http.response.status_code"]), (&"error".into(), &502.into()));
     assert_eq!(dialer.dialed(), Vec::<SocketAddr>::new());
 
     // After all that, a normal request works, and dials the origin's host only (its port,
@@ -242,12 +243,12 @@ async fn issue_8_internal_ranges_and_names_are_never_dialled() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_8_robots_redirect_to_a_denied_address_is_not_followed() -> TestResult {
+async fn robots_redirect_to_a_denied_address_is_not_followed() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let redirect = |to: &str| Site::new().serve("/robots.txt", 302, &[("location", to)], "");
     let metadata = Origin::http_site(redirect("http://169.254.169.254/latest/meta-data/")).await?;
     let other_loopback = Origin::http_site(redirect("http://127.0.0.2:9/internal?leak=1")).await?;
-    // Issue 25: Teredo whose client is 127.0.0.1; allowing 127.0.0.1/32 does not open it.
+    // Teredo whose client is 127.0.0.1; allowing 127.0.0.1/32 does not open it.
     let teredo = Origin::http_site(redirect(&format!("http://[{TEREDO_LOOPBACK}]/robots.txt"))).await?;
     let normal = Origin::http_site(Site::new()).await?;
     let dialer = Arc::new(Recorder::default());
@@ -283,7 +284,7 @@ async fn issue_8_robots_redirect_to_a_denied_address_is_not_followed() -> TestRe
 }
 
 #[tokio::test]
-async fn issue_8_connect_ports_and_agentgates_own_address() -> TestResult {
+async fn connect_ports_and_agentgates_own_address() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new()).await?;
     let shipped_ports = |config: &mut Config| config.connect = ConnectConfig::default();
@@ -310,7 +311,7 @@ async fn issue_8_connect_ports_and_agentgates_own_address() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_8_operator_rules_match_every_spelling_and_cidrs() -> TestResult {
+async fn operator_rules_match_every_spelling_and_cidrs() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new()).await?;
     let names = Names::new(&[("intranet.test", &["127.0.0.1"])]);
@@ -364,7 +365,7 @@ async fn issue_8_operator_rules_match_every_spelling_and_cidrs() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_8_h2c_upgrade_never_reaches_the_origin() -> TestResult {
+async fn h2c_upgrade_never_reaches_the_origin() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new().file("/robots.txt", "User-agent: *\nDisallow: /private\n")).await?;
     let proxy = TestProxy::start(&ca).await?;
@@ -403,7 +404,7 @@ async fn issue_8_h2c_upgrade_never_reaches_the_origin() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_8_monitor_mode_does_not_open_the_network() -> TestResult {
+async fn monitor_mode_does_not_open_the_network() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http().await?;
     let monitor = |config: &mut Config| {
@@ -420,7 +421,7 @@ async fn issue_8_monitor_mode_does_not_open_the_network() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_8_one_lookup_per_request_no_rebinding_and_none_on_a_pooled_connection() -> TestResult {
+async fn one_lookup_per_request_no_rebinding_and_none_on_a_pooled_connection() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new()).await?;
     let resolver = Arc::new(Rebinding::default());
@@ -446,7 +447,7 @@ async fn issue_8_one_lookup_per_request_no_rebinding_and_none_on_a_pooled_connec
     Ok(())
 }
 
-/// Issue 25: one address in each special-purpose block the IANA registries mark not globally
+/// One address in each special-purpose block the IANA registries mark not globally
 /// reachable (and Teredo carrying 127.0.0.1), with the `allow_cidrs` entry that opens it.
 const SPECIAL_PURPOSE: [(&str, &str); 16] = [
     ("192.0.0.192", "192.0.0.0/24"),
@@ -473,7 +474,7 @@ fn authority(ip: IpAddr, port: u16) -> String {
 }
 
 #[tokio::test]
-async fn issue_25_special_purpose_ranges_and_teredo_loopback_are_refused_unless_allowed() -> TestResult {
+async fn special_purpose_ranges_and_teredo_loopback_are_refused_unless_allowed() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let names = Names::new(&[("docs.test", &["192.0.2.10"]), ("teredo.test", &[TEREDO_LOOPBACK])]);
     let dialer = Arc::new(Recorder::default());
@@ -516,7 +517,7 @@ async fn issue_25_special_purpose_ranges_and_teredo_loopback_are_refused_unless_
 /// The host's interface addresses other than loopback, as agentgate enumerates them; when the
 /// machine has none, its loopback interface addresses, said loudly.
 fn interface_addresses() -> TestResult<Vec<IpAddr>> {
-    let all = agentgate::net::interfaces::addresses()?;
+    let all: Vec<IpAddr> = agentgate::net::interfaces::addresses()?.iter().map(ipnet::IpNet::addr).collect();
     let lan: Vec<IpAddr> = all.iter().copied().filter(|ip| !ip.is_loopback()).collect();
     if lan.is_empty() {
         eprintln!(
@@ -529,7 +530,7 @@ fn interface_addresses() -> TestResult<Vec<IpAddr>> {
 }
 
 #[tokio::test]
-async fn issue_25_an_unspecified_admin_listen_refuses_the_hosts_interface_addresses() -> TestResult {
+async fn an_unspecified_admin_listen_refuses_the_hosts_interface_addresses() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let lan = interface_addresses()?;
     let first = lan[0].to_string();
@@ -572,5 +573,62 @@ async fn issue_25_an_unspecified_admin_listen_refuses_the_hosts_interface_addres
         assert!(!answer.decision.contains("code=network."), "{other}: {}", answer.decision);
         assert!(dialer.dialed().contains(&other), "{:?}", dialer.dialed());
     }
+    Ok(())
+}
+
+/// A network namespace of one test, deleted when dropped.
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip").args(["netns", "delete", &self.0]).output();
+    }
+}
+
+/// Runs `ip ARGS`; an error names it and its stderr.
+fn ip(args: &[&str]) -> TestResult {
+    let output = std::process::Command::new("ip").args(args).output()?;
+    if !output.status.success() {
+        return Err(format!("ip {args:?} failed: {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    Ok(())
+}
+
+/// Linux delivers every address of a prefix configured on `lo` locally: with `10.231.0.1/24`
+/// there, `10.231.0.2` reaches a listener on `0.0.0.0` as well. The real binary runs in a
+/// namespace of its own with the admin API on `0.0.0.0` and the /24 allowed in `[network]`.
+#[tokio::test]
+#[ignore = "needs root and ip: run by scripts/test.sh"]
+async fn an_address_in_the_prefix_of_an_address_on_lo_is_agentgates_own() -> TestResult {
+    crate::support::tools::need_root()?;
+    crate::support::tools::need(crate::support::tools::IP)?;
+    let netns = Netns(format!("agt-own-{}", std::process::id()));
+    ip(&["netns", "add", &netns.0])?;
+    ip(&["-n", &netns.0, "link", "set", "lo", "up"])?;
+    ip(&["-n", &netns.0, "addr", "add", "10.231.0.1/24", "dev", "lo"])?;
+    let dir = tempfile::tempdir()?;
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\n[ca]\ndir = {ca:?}\n[audit]\npath = {log:?}\n[network]\nallow_cidrs = [\"10.231.0.0/24\"]\n\
+         [admin]\nlisten = \"0.0.0.0:9090\"\ntoken_sha256 = \"{token}\"\n",
+        ca = dir.path().join("ca"),
+        log = dir.path().join("decisions.jsonl"),
+        token = "ab".repeat(32),
+    );
+    let config_path = dir.path().join("agentgate.toml");
+    std::fs::write(&config_path, config)?;
+    let gate =
+        crate::support::binary::Agentgate::start_in_netns(&netns.0, dir.path(), &config_path, "agentgate=info").await?;
+    let proxy = format!("http://{}", gate.addr());
+    for target in ["10.231.0.1", "10.231.0.2", "10.231.0.200"] {
+        let url = format!("http://{target}:9090/healthz");
+        let answer = crate::support::curl::curl_in_netns(&netns.0, &["-x", &proxy, &url]).await?;
+        let body = String::from_utf8_lossy(&answer.body);
+        assert_eq!(answer.status, 403, "{url}: {} {body}", answer.headers);
+        assert!(answer.headers.contains("code=network.own_address"), "{url}: {}", answer.headers);
+    }
+    // Another port of the prefix is not agentgate's: the guard lets it be dialled.
+    let other = crate::support::curl::curl_in_netns(&netns.0, &["-x", &proxy, "http://10.231.0.2:9091/"]).await?;
+    assert!(!other.headers.contains("code=network."), "{}", other.headers);
+    gate.stop().await?;
     Ok(())
 }

@@ -36,7 +36,7 @@ fn one_request<'a>(records: &'a [Value], method: &str, path: &str, lines: usize)
 /// The last line of a request its client abandoned before any answer: an error the client
 /// caused, with no status.
 fn hung_up(line: &Value) {
-    assert_eq!(line["event.outcome"], "error", "{line}");
+    assert_eq!(line["event.action"], "error", "{line}");
     assert_eq!(line["error.type"], "client", "{line}");
     assert_eq!(line["error.message"], "the client hung up before agentgate answered", "{line}");
     assert!(line["http.response.status_code"].is_null(), "nothing was answered: {line}");
@@ -80,11 +80,11 @@ async fn a_client_that_hangs_up_at_any_point_leaves_exactly_one_record() -> Test
     hung_up(loading[0]);
     // Forwarded: the decision committed before forwarding, then its completion.
     let waiting = one_request(&records, "GET", "/hold", 2)?;
-    assert_eq!(waiting[0]["event.outcome"], "allow", "{}", waiting[0]);
+    assert_eq!(waiting[0]["event.action"], "allow", "{}", waiting[0]);
     hung_up(waiting[1]);
     // Its head was answered: the completion has the status, and the cut body is the client's.
     let reading = one_request(&records, "GET", "/trickle", 2)?;
-    assert_eq!(reading[1]["event.outcome"], "allow", "{}", reading[1]);
+    assert_eq!(reading[1]["event.action"], "allow", "{}", reading[1]);
     assert_eq!(reading[1]["http.response.status_code"], 200, "{}", reading[1]);
     // Its end line says the body was cut by the client, after at least the chunk it read.
     assert_eq!(reading[0]["event.type"], serde_json::json!(["start"]), "{}", reading[0]);
@@ -107,8 +107,53 @@ async fn a_client_that_hangs_up_while_held_for_approval_leaves_exactly_one_recor
 
     let records = every_line(proxy).await?;
     let line = one_request(&records, "POST", "/checkout", 1)?[0];
-    assert_eq!(line["event.outcome"], "needs_approval", "{line}");
+    assert_eq!(line["event.action"], "needs_approval", "{line}");
     assert_eq!(line["agentgate.approval.decision"], "hung_up", "{line}");
     assert_eq!(origin.hits("/checkout"), 0);
+    Ok(())
+}
+
+/// An agent probing forbidden paths cannot do it unseen: a request sent whole by a client that
+/// closes its socket at once (before any answer can be read) still leaves its refusal in the
+/// log, once per request, because the refusal is recorded before its answer is written.
+#[tokio::test]
+async fn refusals_whose_clients_close_at_once_are_all_recorded() -> TestResult {
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
+
+    const PROBES: usize = 40;
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http().await?;
+    origin.serve("/robots.txt", Served::ok("User-agent: *\nDisallow: /private\n"));
+    let proxy = TestProxy::start(&ca).await?;
+    // The policies loaded once, so every probe is refused without waiting for a fetch.
+    assert_eq!(proxy.client()?.get(origin.url("/private/warm")).send().await?.status(), 403);
+
+    for probe in 0..PROBES {
+        let mut socket = TcpStream::connect(proxy.addr).await?;
+        let url = origin.url(&format!("/private/{probe}"));
+        let host = url.trim_start_matches("http://").split('/').next().unwrap_or_default().to_owned();
+        socket.write_all(format!("GET {url} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes()).await?;
+        // Closed at once: nothing of the answer is ever read.
+        drop(socket);
+    }
+
+    let log = proxy.log_path.clone();
+    eventually("every probe recorded", async || {
+        let text = std::fs::read_to_string(&log)?;
+        let probes = text.lines().filter(|line| line.contains("/private/") && !line.contains("/private/warm")).count();
+        match probes {
+            PROBES => Ok(()),
+            seen => Err(format!("{seen} of {PROBES} probes recorded").into()),
+        }
+    })
+    .await?;
+    let records = every_line(proxy).await?;
+    for probe in 0..PROBES {
+        let lines = one_request(&records, "GET", &format!("/private/{probe}"), 1)?;
+        let reason = &lines[0]["agentgate.reasons"][0];
+        assert_eq!(reason["code"], "robots.disallow", "{}", lines[0]);
+    }
+    assert_eq!(origin.hits("/private/0"), 0, "nothing refused reached the origin");
     Ok(())
 }

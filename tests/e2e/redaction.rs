@@ -88,7 +88,7 @@ async fn no_secret_reaches_stderr_or_the_decision_log() -> TestResult {
     Ok(())
 }
 
-/// Issue 25: a right-to-left override (U+202E) sent raw in the request line made `url.full`
+/// A right-to-left override (U+202E) sent raw in the request line made `url.full`
 /// read backwards in any viewer (`/invoice` U+202E `fdp.exe` shows as `/invoiceexe.pdf`). It is logged
 /// percent-encoded, like every bidi and control character; the same character sent
 /// percent-encoded (`%E2%80%AE`) is logged as sent. No raw one reaches the log.

@@ -2,11 +2,11 @@
 //! sharing one real `redis-server` spend one budget (rates and concurrency slots), over
 //! `redis://` or `rediss://` (TLS), give the same answers as the in-process store, and keep
 //! going as `on_failure` says when Redis stops, hangs or presents a certificate they do not
-//! trust; a replica killed with SIGKILL frees its slots within the lease. Issue 25: two
+//! trust; a replica killed with SIGKILL frees its slots within the lease. Two
 //! freshly started replicas on the default timeout let exactly one budget through a burst
 //! (the connection is warmed at start, which says so when Redis is unreachable), and a
-//! Redis frozen and resumed spends nothing for the checks it received while frozen. Issue 29:
-//! byte budgets are shared the same way (a declared upload refused, a download cut, by the
+//! Redis frozen and resumed spends nothing for the checks it received while frozen.
+//! Byte budgets are shared the same way (a declared upload refused, a download cut, by the
 //! other replica) and fall back to each replica's own counters when Redis is killed.
 //!
 //! Each test starts its own `redis-server` on a free loopback port (no persistence) and
@@ -250,7 +250,7 @@ async fn two_proxies_sharing_redis_let_exactly_six_through_for_requests_per_minu
 
     let records = a.finish().await?;
     let line = by_id(&records, &record)?;
-    assert_eq!(line["event.outcome"], "rate_limited");
+    assert_eq!(line["event.action"], "rate_limited");
     assert_eq!(line["http.response.status_code"], 429);
     assert_eq!(line["agentgate.reasons"][0]["code"], "agents_md.rate_limit");
     assert_eq!(line["agentgate.reasons"][0]["line"], 7);
@@ -388,7 +388,7 @@ async fn a_hung_redis_gives_503_under_deny_and_no_limit_under_allow() -> TestRes
 
     let records = deny.finish().await?;
     let line = by_id(&records, &record)?;
-    assert_eq!(line["event.outcome"], "deny");
+    assert_eq!(line["event.action"], "deny");
     assert_eq!(line["http.response.status_code"], 503);
     assert_eq!(line["agentgate.reasons"][0]["code"], "limits.store_unavailable");
     drop(allow);
@@ -514,7 +514,7 @@ fn shared_operator_limit(url: &str, limit: u32) -> impl Fn(&mut Config) + use<> 
     }
 }
 
-/// Issue 25: on 50 ms, the first checks of fresh replicas timed out on cold connections and
+/// On 50 ms, the first checks of fresh replicas timed out on cold connections and
 /// fell back to local counting (31, 38 and 31 let through a limit of 30). Now each replica
 /// connects and loads its scripts before it serves, and the default timeout holds on this
 /// loaded machine: a concurrent burst of three budgets over two fresh replicas lets exactly
@@ -551,7 +551,7 @@ async fn two_fresh_proxies_on_the_default_timeout_let_exactly_one_budget_through
     Ok(())
 }
 
-/// Issue 25: a Redis frozen (SIGSTOP) accepts the checks sent to it and runs them when it is
+/// A Redis frozen (SIGSTOP) accepts the checks sent to it and runs them when it is
 /// resumed (SIGCONT), long after the replica stopped waiting and refused their requests. Each
 /// check carries its deadline on Redis's clock and the script spends nothing past it, so the
 /// budget left after the resume is the budget left before the freeze.
@@ -602,7 +602,7 @@ async fn a_frozen_then_resumed_redis_spends_nothing_for_the_requests_refused_mea
     Ok(())
 }
 
-/// Issue 25: start-up waits (bounded) for Redis to be ready, and when it is unreachable says
+/// Start-up waits (bounded) for Redis to be ready, and when it is unreachable says
 /// so, naming what `on_failure` does meanwhile; the proxy serves anyway, and the shared
 /// budget applies as soon as Redis answers.
 #[tokio::test]
@@ -632,7 +632,7 @@ async fn a_redis_unreachable_at_start_is_logged_and_on_failure_applies_until_it_
     Ok(())
 }
 
-/// Issue 29, byte budgets through Redis: config edit for a replica on the Redis store at
+/// Byte budgets through Redis: config edit for a replica on the Redis store at
 /// `url` (`on_failure` as given, timeout 1 s) whose one agent, `bot`, has `limits` edited
 /// by `edit`.
 fn budgeted_replica<E: Fn(&mut agentgate::agents::AgentLimits)>(
@@ -663,7 +663,7 @@ async fn download(client: &reqwest::Client, url: &str) -> Result<usize, reqwest:
     Ok(response.bytes().await?.len())
 }
 
-/// Issue 29: a sending budget is counted in Redis, so two replicas spend one budget: a
+/// A sending budget is counted in Redis, so two replicas spend one budget: a
 /// declared 60 KiB upload through one, then another through the other, is refused `429`
 /// with `Retry-After` before the origin sees it, as one proxy would; a chunked upload
 /// through the other is cut once it crosses what is left.
@@ -711,7 +711,7 @@ async fn a_sending_budget_shared_through_redis_refuses_the_second_60_kib_upload_
 
     let lines = b.finish().await?;
     let sinks = for_request(&lines, "POST", "/sink");
-    assert_eq!(sinks[0]["event.outcome"], "rate_limited", "{}", sinks[0]);
+    assert_eq!(sinks[0]["event.action"], "rate_limited", "{}", sinks[0]);
     assert_eq!(sinks[0]["agentgate.reasons"][0]["code"], "operator.byte_budget", "{}", sinks[0]);
     let cut = sinks.last().ok_or("the chunked upload's record")?;
     assert_eq!(cut["agentgate.body.cut"], "budget", "{cut}");
@@ -721,7 +721,7 @@ async fn a_sending_budget_shared_through_redis_refuses_the_second_60_kib_upload_
     Ok(())
 }
 
-/// Issue 29: a receiving budget is counted in Redis as bodies stream (reserved from Redis a
+/// A receiving budget is counted in Redis as bodies stream (reserved from Redis a
 /// chunk at a time): a download through one replica spends half of it, and a download
 /// through the other that crosses what is left is cut mid-stream; the client sees an
 /// error, never a short body that looks complete, and the other replica's record says so.
@@ -759,7 +759,7 @@ async fn a_receiving_budget_shared_through_redis_cuts_the_download_that_crosses_
     Ok(())
 }
 
-/// Issue 29: with Redis killed, byte budgets fall back to each replica's own counters under
+/// With Redis killed, byte budgets fall back to each replica's own counters under
 /// `on_failure = "local"` (each replica then allows its own budget), and every call Redis
 /// did not answer is counted: a declared upload is refused by the replica's own sending
 /// budget, the other replica has its own, and a download crossing the receiving budget is

@@ -1,4 +1,4 @@
-//! A CONNECT refused before its `200` (issue 28 item 1): a port not in `[connect]
+//! A CONNECT refused before its `200`: a port not in `[connect]
 //! allowed_ports`, an agent's `deny_hosts` or unlisted `allow_hosts` host, the network guard.
 //! An HTTPS client shows nothing of a refused CONNECT but "403", so to an intercepted host the
 //! refusal is answered to the first request inside the tunnel (TLS with the minted leaf, h2
@@ -87,12 +87,12 @@ fn one_record(records: &[Value], id: &str, method: &str, code: &str) {
     assert_eq!(record["event.id"], id, "the header's id is the log's: {record:#}");
     assert_eq!(record["http.request.method"], method, "{record:#}");
     assert_eq!(record["http.response.status_code"], 403, "{record:#}");
-    assert_eq!(record["event.outcome"], "deny", "{record:#}");
+    assert_eq!(record["event.action"], "deny", "{record:#}");
     assert_eq!(record["agentgate.reasons"][0]["code"], code, "{record:#}");
 }
 
 #[tokio::test]
-async fn issue_28_curl_reads_a_port_refusal_inside_the_tunnel() -> TestResult {
+async fn curl_reads_a_port_refusal_inside_the_tunnel() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::https_site(&ca, Site::new()).await?;
     let proxy = start(&ca, "", only_port_443).await?;
@@ -108,7 +108,7 @@ async fn issue_28_curl_reads_a_port_refusal_inside_the_tunnel() -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_28_curl_reads_an_agents_denied_and_unlisted_host_inside_the_tunnel() -> TestResult {
+async fn curl_reads_an_agents_denied_and_unlisted_host_inside_the_tunnel() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::https_site(&ca, Site::new()).await?;
     let toml = "[agent]\ndeny_hosts = [\"localhost\"]\n";
@@ -134,7 +134,7 @@ async fn issue_28_curl_reads_an_agents_denied_and_unlisted_host_inside_the_tunne
 }
 
 #[tokio::test]
-async fn issue_28_curl_reads_a_network_guard_refusal_inside_the_tunnel() -> TestResult {
+async fn curl_reads_a_network_guard_refusal_inside_the_tunnel() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::https_site(&ca, Site::new()).await?;
     // The default guard: loopback is internal, and the tests' opening of it is taken back.
@@ -153,7 +153,7 @@ async fn issue_28_curl_reads_a_network_guard_refusal_inside_the_tunnel() -> Test
 }
 
 #[tokio::test]
-async fn issue_28_curl_reads_an_operator_deny_of_the_whole_host() -> TestResult {
+async fn curl_reads_an_operator_deny_of_the_whole_host() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::https_site(&ca, Site::new()).await?;
     let toml = "[[rules]]\nhost = \"localhost\"\naction = \"deny\"\nreason = \"not for agents\"\n";
@@ -168,7 +168,7 @@ async fn issue_28_curl_reads_an_operator_deny_of_the_whole_host() -> TestResult 
 /// reqwest negotiates h2 inside the refused tunnel and gets the same answer; its `Accept`
 /// and method shape it as for any block (JSON; HEAD without a body).
 #[tokio::test]
-async fn issue_28_reqwest_over_h2_gets_the_refusal_as_json_and_head() -> TestResult {
+async fn reqwest_over_h2_gets_the_refusal_as_json_and_head() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::https_site(&ca, Site::new()).await?;
     let proxy = start(&ca, "", only_port_443).await?;
@@ -203,7 +203,7 @@ async fn issue_28_reqwest_over_h2_gets_the_refusal_as_json_and_head() -> TestRes
 /// The tunnel answers its first request and closes: a second request on the same HTTP/1.1
 /// connection is never read, and nothing reaches the origin.
 #[tokio::test]
-async fn issue_28_a_refused_tunnel_answers_once_and_closes() -> TestResult {
+async fn a_refused_tunnel_answers_once_and_closes() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::https_site(&ca, Site::new()).await?;
     let proxy = start(&ca, "", only_port_443).await?;
@@ -228,7 +228,7 @@ async fn issue_28_a_refused_tunnel_answers_once_and_closes() -> TestResult {
 /// seen) gets the same answer; a tunnel whose client sends nothing closes after the
 /// first-byte timeout, its record written once.
 #[tokio::test]
-async fn issue_28_plain_http_in_a_refused_tunnel_and_silence() -> TestResult {
+async fn plain_http_in_a_refused_tunnel_and_silence() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::https_site(&ca, Site::new()).await?;
     let proxy = start(&ca, "", |config| {
@@ -260,7 +260,7 @@ async fn issue_28_plain_http_in_a_refused_tunnel_and_silence() -> TestResult {
 /// A passthrough host's tunnel cannot be intercepted: its refusal stays the CONNECT's 403;
 /// and an unknown agent's CONNECT is still a 407 before any `200`.
 #[tokio::test]
-async fn issue_28_passthrough_refusals_and_407_stay_at_connect() -> TestResult {
+async fn passthrough_refusals_and_407_stay_at_connect() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::https_site(&ca, Site::new()).await?;
     let proxy = start(&ca, "", |config| {
@@ -288,7 +288,7 @@ async fn issue_28_passthrough_refusals_and_407_stay_at_connect() -> TestResult {
 /// A CONNECT to an IP literal is refused inside a tunnel whose leaf is minted for that IP, as
 /// an intercepted IP target's is: a client verifying the address reads the refusal.
 #[tokio::test]
-async fn issue_28_an_ip_target_is_answered_with_a_leaf_for_the_ip() -> TestResult {
+async fn an_ip_target_is_answered_with_a_leaf_for_the_ip() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::https_site(&ca, Site::new()).await?;
     let proxy = start(&ca, "", only_port_443).await?;

@@ -141,7 +141,7 @@ async fn a_request_in_flight_during_a_reload_completes() -> TestResult {
     agentgate.stop().await?;
     let records = log::read(&dir.path().join("decisions.jsonl"))?;
     let holds = log::for_request(&records, "GET", "/hold");
-    assert!(holds.iter().any(|r| r["http.response.status_code"] == 200 && r["event.outcome"] == "allow"), "{holds:#?}");
+    assert!(holds.iter().any(|r| r["http.response.status_code"] == 200 && r["event.action"] == "allow"), "{holds:#?}");
     assert!(holds.iter().any(|r| r["http.response.status_code"] == 403), "{holds:#?}");
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Graceful shutdown: once it starts, no new connections are accepted, and a request already
 //! in flight still gets its full response; one grace period bounds everything that serves,
-//! the admin API included (issue 25).
+//! the admin API included.
 
 use std::time::Duration;
 
@@ -72,7 +72,7 @@ async fn finishes<T>(task: tokio::task::JoinHandle<T>, limit: Duration, what: &s
     }
 }
 
-/// Issue 25: a shutdown was seen answering 20 s after SIGTERM with a 10 s grace. The admin
+/// A shutdown was seen answering 20 s after SIGTERM with a 10 s grace. The admin
 /// API took a grace period of its own once the proxy's had ended, and left whatever still ran
 /// then running. Now both share one deadline, and at it the admin API's connections are
 /// closed too, and so is a tunnel still waiting for its client's first byte (whose own

@@ -1,4 +1,4 @@
-//! Transparent mode (issue 15) in real network namespaces made by the test: a `client`
+//! Transparent mode in real network namespaces made by the test: a `client`
 //! namespace routed through a veth pair to a `gate` namespace, where the real `agentgate`
 //! binary runs and an nftables `redirect` sends the client's tcp 80/443 to its transparent
 //! listener. The origins (this process's hyper origin, HTTPS from a test CA, and plain HTTP)
@@ -305,7 +305,7 @@ async fn clients_that_ignore_proxy_variables_are_gated_over_https_and_http() -> 
     {
         let record = only(&records, "GET", url)?;
         assert_eq!(record["agentgate.entry"], "transparent", "{record}");
-        assert_eq!(record["event.outcome"], "deny");
+        assert_eq!(record["event.action"], "deny");
         assert_eq!(record["http.response.status_code"], 403);
         assert_eq!(record["client.address"], "10.200.1.2", "the agent is the client address");
         assert_eq!(reasons(record), reasons(through_proxy), "the same reasons as the proxied path: {record}");
@@ -313,7 +313,7 @@ async fn clients_that_ignore_proxy_variables_are_gated_over_https_and_http() -> 
     for url in ["https://origin.test:443/page", "http://origin.test:80/page"] {
         let allowed = log::for_request(&records, "GET", url);
         assert_eq!(allowed.len(), 2, "curl and python3: {records:#?}");
-        assert!(allowed.iter().all(|r| r["agentgate.entry"] == "transparent" && r["event.outcome"] == "allow"));
+        assert!(allowed.iter().all(|r| r["agentgate.entry"] == "transparent" && r["event.action"] == "allow"));
     }
     running.gate.stop().await
 }
@@ -343,7 +343,7 @@ async fn a_passthrough_host_is_spliced_to_the_original_destination_with_the_orig
     .await?;
     for record in log::for_request(&records, "CONNECT", "https://pass.test:443/") {
         assert_eq!(record["agentgate.entry"], "transparent", "{record}");
-        assert_eq!(record["event.outcome"], "allow");
+        assert_eq!(record["event.action"], "allow");
     }
     running.gate.stop().await
 }

@@ -1,4 +1,4 @@
-//! Answers that tell the truth (issue 12): an origin that cannot be reached while its policy
+//! Answers that tell the truth: an origin that cannot be reached while its policy
 //! files are fetched (connection refused, connect timeout) is answered 502 or 504 with
 //! `origin.unreachable` and the cause, recorded as an `error`, not as a robots.txt deny; an
 //! origin that accepts the connection and then fails keeps RFC 9309's full disallow
@@ -43,7 +43,7 @@ async fn unreachable_answer(
     assert!(body.contains("[origin.unreachable]") && !body.contains("[robots.unreachable]"), "{body}");
     let records = proxy.log_lines(nth).await?;
     let line = by_id(&records, &record)?;
-    assert_eq!(line["event.outcome"], "error", "{line:#}");
+    assert_eq!(line["event.action"], "error", "{line:#}");
     assert_eq!(line["http.response.status_code"], status, "{line:#}");
     assert_eq!(line["error.type"], "origin", "{line:#}");
     assert!(line["error.message"].as_str().is_some_and(|m| m.contains(cause)), "{line:#}");
@@ -125,7 +125,7 @@ async fn an_origin_that_accepts_then_hangs_up_keeps_the_robots_full_disallow() -
     assert!(decision.starts_with("deny; source=robots.txt; code=robots.unreachable; record="), "{decision}");
     let records = proxy.finish().await?;
     assert_eq!(records.len(), 1, "{records:#?}");
-    assert_eq!(records[0]["event.outcome"], "deny");
+    assert_eq!(records[0]["event.action"], "deny");
     assert_eq!(records[0]["agentgate.reasons"][0]["code"], "robots.unreachable");
     hang_up.abort();
     Ok(())

@@ -1,4 +1,4 @@
-//! Connections to origins are bounded (issue 25, item 1; docs/upstream.md): one agent visiting
+//! Connections to origins are bounded (docs/upstream.md): one agent visiting
 //! many distinct origins (distinct names that the test resolver sends to one loopback origin)
 //! never has more than `[upstream] max_connections` sockets open at the origin, an origin keeps
 //! at most `max_idle_per_host` idle connections, WebSocket and passthrough tunnels count too,
@@ -74,7 +74,7 @@ async fn until_metric(proxy: &TestProxy, name: &str, value: f64) -> TestResult {
 }
 
 #[tokio::test]
-async fn issue_25_many_origins_stay_under_the_upstream_cap_and_a_new_agent_is_served() -> TestResult {
+async fn many_origins_stay_under_the_upstream_cap_and_a_new_agent_is_served() -> TestResult {
     const CAP: usize = 10;
     const ORIGINS: usize = 150;
     let ca = TestCa::new("origin CA")?;
@@ -129,7 +129,7 @@ async fn issue_25_many_origins_stay_under_the_upstream_cap_and_a_new_agent_is_se
 }
 
 #[tokio::test]
-async fn issue_25_an_origin_keeps_at_most_max_idle_per_host_idle_connections() -> TestResult {
+async fn an_origin_keeps_at_most_max_idle_per_host_idle_connections() -> TestResult {
     const IN_FLIGHT: usize = 6;
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new()).await?;
@@ -162,7 +162,7 @@ async fn issue_25_an_origin_keeps_at_most_max_idle_per_host_idle_connections() -
 }
 
 #[tokio::test]
-async fn issue_25_an_agent_hanging_up_gives_the_shared_h2_connection_back() -> TestResult {
+async fn an_agent_hanging_up_gives_the_shared_h2_connection_back() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::https_site(&ca, Site::new()).await?;
     let proxy = start(&ca, crate::support::bypass_all).await?;
@@ -182,7 +182,7 @@ async fn issue_25_an_agent_hanging_up_gives_the_shared_h2_connection_back() -> T
 }
 
 #[tokio::test]
-async fn issue_25_with_every_connection_busy_a_request_gets_a_recorded_503_and_agents_are_still_served() -> TestResult {
+async fn with_every_connection_busy_a_request_gets_a_recorded_503_and_agents_are_still_served() -> TestResult {
     const CAP: usize = 3;
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(small_site()).await?;
@@ -223,14 +223,14 @@ async fn issue_25_with_every_connection_busy_a_request_gets_a_recorded_503_and_a
 
     let records = proxy.log_lines(2).await?;
     let fresh = by_id(&records, &fresh_id)?;
-    assert_eq!(fresh["event.outcome"], "error", "{fresh:#}");
+    assert_eq!(fresh["event.action"], "error", "{fresh:#}");
     assert_eq!(fresh["http.response.status_code"], 503);
     assert_eq!(fresh["error.type"], "proxy");
     assert_eq!(fresh["agentgate.reasons"][0]["code"], "upstream.at_capacity");
     let refused_url = format!("http://h0.busy.test:{port}/page");
     let forwarded =
         records.iter().find(|r| r["url.full"] == refused_url.as_str()).ok_or("no record of the refused forward")?;
-    assert_eq!(forwarded["event.outcome"], "error", "{forwarded:#}");
+    assert_eq!(forwarded["event.action"], "error", "{forwarded:#}");
     assert_eq!(forwarded["http.response.status_code"], 503);
     assert_eq!(forwarded["error.type"], "proxy");
 
@@ -245,7 +245,7 @@ async fn issue_25_with_every_connection_busy_a_request_gets_a_recorded_503_and_a
 }
 
 #[tokio::test]
-async fn issue_25_websockets_and_passthrough_tunnels_count_against_the_cap() -> TestResult {
+async fn websockets_and_passthrough_tunnels_count_against_the_cap() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new()).await?;
     let proxy = start(&ca, |config| {
@@ -319,7 +319,7 @@ fn tcp_sockets(pid: u32) -> TestResult<Vec<(u16, u16)>> {
 }
 
 #[tokio::test]
-async fn issue_25_the_binary_keeps_open_files_and_rss_bounded_across_origins_with_large_robots_files() -> TestResult {
+async fn the_binary_keeps_open_files_and_rss_bounded_across_origins_with_large_robots_files() -> TestResult {
     const CAP: usize = 16;
     const PER_ROUND: usize = 60;
     agentgate::tls::install_default_provider();

@@ -62,13 +62,19 @@ function decidingReasons(record) {
 
 // ---- decisions -------------------------------------------------------------------------
 
+// The gate's decision: `event.action`; a line written before that field held it in
+// `event.outcome` (docs/decision-log.md, "ECS").
+function actionOf(record) {
+  return record["event.action"] || record["event.outcome"];
+}
+
 function matchesFilters(record) {
   const agent = document.getElementById("filter-agent").value.trim().toLowerCase();
   const origin = document.getElementById("filter-origin").value.trim().toLowerCase();
   const outcome = document.getElementById("filter-outcome").value;
   return (!agent || (record["agentgate.agent"] || "").toLowerCase().includes(agent))
     && (!origin || originOf(record["url.full"] || "").toLowerCase().includes(origin))
-    && (!outcome || record["event.outcome"] === outcome);
+    && (!outcome || actionOf(record) === outcome);
 }
 
 function applyFilters() {
@@ -107,7 +113,7 @@ function renderRow(entry) {
   const cells = [
     (r["@timestamp"] || "").slice(11, 23),
     r["agentgate.agent"],
-    el("span", { class: `outcome ${r["event.outcome"]}` }, r["event.outcome"]),
+    el("span", { class: `outcome ${actionOf(r)}` }, actionOf(r)),
     r["http.response.status_code"] || "…",
     r["http.request.method"],
     el("span", { class: "url" }, r["url.full"]),
@@ -286,7 +292,7 @@ function renderPending(p) {
   const rule = p.new_host ? `agent ${p.agent} wants to reach ${p.new_host}`
     : p.rule ? `${p.rule.file}:${p.rule.line} ${p.rule.text}` : "";
   const wider = p.new_host
-    ? el("option", { value: "host-for-agent" }, "this host for this agent, 1 h")
+    ? el("option", { value: "host-for-agent" }, "this host and port for this agent, 1 h")
     : el("option", { value: "path-for-agent-15m" }, "this path for this agent, 15 min");
   const remember = el("select", { class: "remember" }, el("option", { value: "this-request" }, "this request"), wider);
   const reason = el("input", { class: "reason", type: "text", placeholder: "reason for a deny (optional)" });
@@ -333,7 +339,7 @@ async function loadGrants() {
   const { agents } = await response.json();
   const grants = agents.flatMap((a) => a.grants);
   document.querySelector("#grants tbody").replaceChildren(...grants.map((g) =>
-    el("tr", { class: "grant" }, el("td", {}, g.agent), el("td", {}, g.host), el("td", {}, g.by || ""),
+    el("tr", { class: "grant" }, el("td", {}, g.agent), el("td", {}, `${g.host}:${g.port}`), el("td", {}, g.by || ""),
       el("td", {}, (g.until || "").slice(0, 19).replace("T", " ")), el("td", {}, g.reason || ""))));
   document.getElementById("grants-state").textContent = grants.length
     ? "" : "No host is granted to an agent now.";

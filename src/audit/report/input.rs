@@ -5,7 +5,7 @@
 //! Never: interprets a line (that is `query`), or stops at a line that is not a record.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
 use flate2::bufread::MultiGzDecoder;
@@ -15,7 +15,8 @@ use crate::audit::AuditError;
 /// The first two bytes of every gzip member (RFC 1952 §2.3.1).
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
-/// Calls `each(path, line_number, bytes)` for every line of every file in `paths`, in order;
+/// Calls `each(path, line_number, bytes)` for every line of every file in `paths` (`-`:
+/// standard input), in order;
 /// line numbers start at 1 in each file and count blank lines; `bytes` keeps no `\n`. A
 /// gzip'd file is decompressed as it is read (all its members, as `gzip -d` does).
 ///
@@ -25,7 +26,13 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 pub fn for_each_line(paths: &[impl AsRef<Path>], mut each: impl FnMut(&Path, u64, &[u8])) -> Result<(), AuditError> {
     for path in paths {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|source| AuditError::ReadOpen { path: path.to_owned(), source })?;
+        // `-` is standard input: a log piped in (`zcat old.gz | agentgate audit summary -`).
+        let file: Box<dyn Read> = match path == Path::new("-") {
+            true => Box::new(io::stdin()),
+            false => {
+                Box::new(File::open(path).map_err(|source| AuditError::ReadOpen { path: path.to_owned(), source })?)
+            }
+        };
         let mut reader = BufReader::new(file);
         let gzip = reader
             .fill_buf()

@@ -29,15 +29,18 @@ impl LoggedRecord {
     /// The record on `line`.
     ///
     /// # Errors
-    /// [`NotARecord`] saying why: not JSON (or not UTF-8), not an object, or no string
-    /// `agentgate.agent` or `event.outcome`.
+    /// [`NotARecord`] saying why: not JSON (or not UTF-8), not an object, no string
+    /// `agentgate.agent`, or neither a string `event.action` nor (a log written before it)
+    /// `event.outcome`.
     pub fn parse(line: &[u8]) -> Result<LoggedRecord, NotARecord> {
         let value: Value = serde_json::from_slice(line).map_err(|err| NotARecord(format!("not JSON: {err}")))?;
         let Value::Object(fields) = value else { return Err(NotARecord("not a JSON object".to_owned())) };
-        for required in [field::AGENT, field::EVENT_OUTCOME] {
-            if !fields.get(required).is_some_and(Value::is_string) {
-                return Err(NotARecord(format!("no string \"{required}\"")));
-            }
+        if !fields.get(field::AGENT).is_some_and(Value::is_string) {
+            return Err(NotARecord(format!("no string \"{}\"", field::AGENT)));
+        }
+        if ![field::EVENT_ACTION, field::EVENT_OUTCOME].iter().any(|key| fields.get(*key).is_some_and(Value::is_string))
+        {
+            return Err(NotARecord(format!("no string \"{}\"", field::EVENT_ACTION)));
         }
         Ok(LoggedRecord { fields })
     }
@@ -51,9 +54,17 @@ impl LoggedRecord {
         self.str(field::AGENT).unwrap_or_default()
     }
 
-    /// `event.outcome` as written (a later version may write one this one does not know).
+    /// The gate's decision as written (a later version may write one this one does not
+    /// know): `event.action`, or on a line written before that field, `event.outcome`, which
+    /// then held the decision (`docs/decision-log.md`, "ECS").
     pub fn outcome(&self) -> &str {
-        self.str(field::EVENT_OUTCOME).unwrap_or_default()
+        self.str(field::EVENT_ACTION).or_else(|| self.str(field::EVENT_OUTCOME)).unwrap_or_default()
+    }
+
+    /// `agentgate.body.cut`, when the response body was cut short: `client`, `origin` or
+    /// `budget`.
+    pub fn body_cut(&self) -> Option<&str> {
+        self.str(field::BODY_CUT)
     }
 
     /// `event.id`, when present.
@@ -347,7 +358,8 @@ mod tests {
         assert!(why(b"\xff\xfe").starts_with("not JSON: "));
         assert_eq!(why(b"[1]"), "not a JSON object");
         assert_eq!(why(br#"{"event.outcome":"deny"}"#), "no string \"agentgate.agent\"");
-        assert_eq!(why(br#"{"agentgate.agent":"a","event.outcome":3}"#), "no string \"event.outcome\"");
+        assert_eq!(why(br#"{"agentgate.agent":"a","event.outcome":3}"#), "no string \"event.action\"");
+        assert_eq!(why(br#"{"agentgate.agent":"a","event.action":3}"#), "no string \"event.action\"");
     }
 
     #[test]

@@ -2,8 +2,12 @@
 //! (a monitor-mode run, typically: `docs/operator-guide.md`, "Locking an agent down"). Per
 //! agent, every host it sent a request to, with the number of requests, as the TOML line to
 //! put in that agent's table in place of its lists; a port only where it is not 80 or 443.
-//! Hosts the network guard refused (`network.*`, `transparent.host_mismatch`) are never
-//! suggested, nor those the agent's `deny_hosts` refused: both are listed in a comment.
+//! A host is suggested when the agent reached it at least once, whatever else happened to
+//! it: a port the network guard refused (`network.*`, `transparent.host_mismatch`; agentgate's
+//! own admin address among them) is never suggested, and the host's reached ports are then
+//! named one by one so the entry does not open the refused one; a host the agent's
+//! `deny_hosts` refused is never suggested at all; both are listed in a comment. A host whose
+//! every request ended in an `error` (it never resolved, or never answered) is not suggested.
 //! Logs are read as `audit summary` reads them: rotated and gzip'd, one record per request.
 //!
 //! Never: writes a config file, or suggests a host an agent never asked for.
@@ -18,7 +22,7 @@ use http::uri::Authority;
 use super::input::for_each_line;
 use super::query::{LoggedRecord, OnePerRequest};
 use super::summary::MalformedLine;
-use crate::audit::AuditError;
+use crate::audit::{AuditError, Outcome};
 use crate::policy::OperatorCode;
 
 /// What `audit suggest` found in the logs.
@@ -130,6 +134,8 @@ impl Tally {
                 let left = agent.left_out.entry((host, port)).or_insert((code, 0));
                 left.1 += 1;
             }
+            // Not resolved, not reached: nothing says the agent can use it.
+            None if Outcome::parse(record.outcome()) == Some(Outcome::Error) => {}
             None => *agent.hosts.entry(host).or_default().entry(port).or_default() += 1,
         }
     }
@@ -140,12 +146,16 @@ impl Tally {
             .map(|(agent, tally)| {
                 let mut hosts = Vec::new();
                 for (host, ports) in tally.hosts {
-                    // A host also refused is left out whole: never suggest what was refused.
-                    if tally.left_out.keys().any(|(refused, _)| *refused == host) {
+                    let refused = tally.left_out.iter().filter(|((refused, _), _)| *refused == host);
+                    let mut refused_codes = refused.map(|(_, (code, _))| code.as_str()).peekable();
+                    let guard_refused_a_port = refused_codes.peek().is_some();
+                    // The agent's own deny_hosts: the suggested line replaces it, so never open it.
+                    if refused_codes.any(|code| code == OperatorCode::DeniedHost.as_str()) {
                         continue;
                     }
-                    // An entry without a port admits every port: one for 80/443 covers the rest.
-                    if ports.keys().any(|port| matches!(port, 80 | 443)) {
+                    // An entry without a port admits every port: one for 80/443 covers the rest,
+                    // unless the guard refused a port of this host (agentgate's own address).
+                    if !guard_refused_a_port && ports.keys().any(|port| matches!(port, 80 | 443)) {
                         hosts.push((entry(&host, None), ports.values().sum()));
                     } else {
                         hosts.extend(ports.into_iter().map(|(port, n)| (entry(&host, Some(port)), n)));
@@ -300,19 +310,30 @@ mod tests {
     }
 
     #[test]
-    fn a_host_the_guard_refused_once_is_never_suggested() {
+    fn a_host_reached_once_is_suggested_but_never_a_port_the_guard_refused_nor_an_unresolved_host() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let path = dir.path().join("decisions.jsonl");
-        let lines = [
-            record("sbx", "allow", "http://rebind.test/", None),
-            record("sbx", "deny", "http://rebind.test/", Some("network.private_address")),
+        let mut lines = vec![
+            // Refused by the guard at first (its name pointed inside), then reached 7 times.
+            record("sbx", "deny", "http://site.test:8081/", Some("network.private_address")),
+            record("sbx", "deny", "http://site.test:8081/", Some("network.private_address")),
+            // agentgate's own admin address, and a local origin on the same host.
+            record("sbx", "deny", "http://127.0.0.1:9090/approvals", Some("network.own_address")),
+            record("sbx", "allow", "http://127.0.0.1:80/page", None),
+            // Never resolved.
+            record("sbx", "error", "http://nowhere.test/", None),
+            // Reached once, then put on deny_hosts.
+            record("sbx", "allow", "https://bank.test/", None),
+            record("sbx", "deny", "https://bank.test/", Some("operator.denied_host")),
         ];
+        lines.extend((0..7).map(|_| record("sbx", "allow", "http://site.test:8081/x", None)));
         std::fs::write(&path, lines.join("\n")).expect("writes");
         let found = suggest(&[&path], Some("sbx")).expect("reads");
-        assert!(found.agents[0].hosts.is_empty(), "{found:?}");
-        assert_eq!(
-            found.render(true),
-            "allow_hosts = [\n]\n# left out, never suggested (refused by the network guard or by deny_hosts):\n#   rebind.test:80: network.private_address, 1 request\n"
-        );
+        let hosts: Vec<(&str, u64)> = found.agents[0].hosts.iter().map(|(h, n)| (h.as_str(), *n)).collect();
+        assert_eq!(hosts, [("127.0.0.1:80", 1), ("site.test:8081", 7)], "{found:?}");
+        let text = found.render(true);
+        assert!(text.contains("#   127.0.0.1:9090: network.own_address, 1 request\n"), "{text}");
+        assert!(text.contains("#   bank.test:443: operator.denied_host, 1 request\n"), "{text}");
+        assert!(!text.contains("nowhere.test") && !text.contains("\"bank.test"), "{text}");
     }
 }

@@ -30,7 +30,7 @@ pub enum By {
     Origin,
     /// The first reason that decided the block (`source code`); `-` for requests not blocked.
     Reason,
-    /// `event.outcome`.
+    /// The decision: `event.action` (`event.outcome` in logs written before it).
     Outcome,
 }
 
@@ -106,6 +106,9 @@ pub struct Counts {
     pub would_deny: u64,
     /// `rate_limited`: refused by a limit (429).
     pub rate_limited: u64,
+    /// `auth_challenge`: a `407` asking for proxy credentials under `[auth] required`, which
+    /// clients such as git answer by sending them; not a refusal.
+    pub auth_challenges: u64,
     /// `error`: the request could not be completed (bad request, origin unreachable).
     pub errors: u64,
     /// Outcomes this version does not know, by name.
@@ -115,10 +118,12 @@ pub struct Counts {
     pub sent_bytes: u64,
     /// Response body bytes the agents received (`http.response.body.bytes`).
     pub received_bytes: u64,
+    /// Responses whose body a byte budget cut short (`agentgate.body.cut: budget`).
+    pub budget_cut: u64,
 }
 
 impl Counts {
-    /// Counts one request with `outcome` (`event.outcome` as written).
+    /// Counts one request with `outcome` (the decision as written, [`LoggedRecord::outcome`]).
     pub(in crate::audit) fn add(&mut self, outcome: &str) {
         self.requests += 1;
         let slot = match Outcome::parse(outcome) {
@@ -127,6 +132,7 @@ impl Counts {
             Some(Outcome::NeedsApproval) => &mut self.needs_approval,
             Some(Outcome::WouldDeny) => &mut self.would_deny,
             Some(Outcome::RateLimited) => &mut self.rate_limited,
+            Some(Outcome::AuthChallenge) => &mut self.auth_challenges,
             Some(Outcome::Error) => &mut self.errors,
             None => self.other.entry(outcome.to_owned()).or_default(),
         };
@@ -137,6 +143,7 @@ impl Counts {
     fn add_bytes(&mut self, record: &LoggedRecord) {
         self.sent_bytes += record.sent_bytes().unwrap_or(0);
         self.received_bytes += record.received_bytes().unwrap_or(0);
+        self.budget_cut += u64::from(record.body_cut() == Some("budget"));
     }
 
     fn merge(&mut self, other: &Counts) {
@@ -148,7 +155,9 @@ impl Counts {
         self.needs_approval += other.needs_approval;
         self.would_deny += other.would_deny;
         self.rate_limited += other.rate_limited;
+        self.auth_challenges += other.auth_challenges;
         self.errors += other.errors;
+        self.budget_cut += other.budget_cut;
         for (name, count) in &other.other {
             *self.other.entry(name.clone()).or_default() += count;
         }
@@ -164,18 +173,20 @@ impl Counts {
             self.needs_approval,
             self.would_deny,
             self.rate_limited,
+            self.auth_challenges,
             self.errors,
         ];
         let unknown = other.iter().map(|name| self.other.get(*name).copied().unwrap_or(0));
-        let bytes = [self.sent_bytes, self.received_bytes];
+        let bytes = [self.sent_bytes, self.received_bytes, self.budget_cut];
         known.into_iter().chain(unknown).chain(bytes).map(|n| n.to_string()).collect()
     }
 }
 
 /// The count columns of the table, as [`Counts::cells`] fills them.
-const COLUMNS: [&str; 7] = ["requests", "allowed", "denied", "needs_approval", "would_deny", "rate_limited", "errors"];
-/// The byte columns, after the outcomes.
-const BYTE_COLUMNS: [&str; 2] = ["sent bytes", "received bytes"];
+const COLUMNS: [&str; 8] =
+    ["requests", "allowed", "denied", "needs_approval", "would_deny", "rate_limited", "auth_challenges", "errors"];
+/// The byte columns, after the outcomes: bytes sent and received, and bodies a byte budget cut.
+const BYTE_COLUMNS: [&str; 3] = ["sent bytes", "received bytes", "budget cut"];
 
 /// A name and how often it occurred.
 #[derive(Debug, Serialize, PartialEq, Eq)]

@@ -508,7 +508,7 @@ fn semantics_r9_globs_match_as_written_and_decoded() {
         "## Identity\n- site: example.com\n## Restrictions\n- disallowed-paths: /%7Ejoe/*\n\
          - require-human-approval: /%6Frders/*\n## Allowed Actions\n- access-api: true\n",
     );
-    // Issue 25: the decoded glob stops the plain spelling, citing the line as written.
+    // The decoded glob stops the plain spelling, citing the line as written.
     for path in ["/~joe/x", "/%7ejoe/x"] {
         let v = eval(&s, "GET", path, 0, &[]);
         let cited = v.reasons.first().map(|r| (r.code.as_str(), r.line, r.rule.as_ref()));

@@ -101,7 +101,7 @@ fn semantics_b16_limit_zero_denies_and_limit_on_disallow_is_ignored() {
 #[test]
 fn semantics_r9_patterns_decide_as_written_and_decoded() {
     let s = state(&signed("/%7Ejoe/ DISALLOW\n/ ALLOW\n/%7Epub/ ALLOW limit=5\n/~x/ DISALLOW\n/%7Ex/ok ALLOW\n"));
-    // Issue 25: the decoded DISALLOW stops the plain spelling, citing the line as written.
+    // The decoded DISALLOW stops the plain spelling, citing the line as written.
     let v = verdict(&s, "GET", "/~joe/x");
     assert_eq!(v.opinion, Opinion::Deny);
     assert_eq!((v.reasons[0].line, &*v.reasons[0].rule), (Some(2), "/%7Ejoe/ DISALLOW"));

@@ -784,7 +784,7 @@ proptest! {
 
 #[test]
 fn semantics_r9_scopes_select_as_written_and_decoded() {
-    // Issue 25: a scope that escapes `~` selects its group for the plain spelling too.
+    // A scope that escapes `~` selects its group for the plain spelling too.
     let escaped =
         "user-agent: *\nscope: /\nallowed-methods: GET, POST\n\nuser-agent: *\nscope: /%7Ejoe/\nallowed-methods: GET\n";
     let state = parse(escaped);

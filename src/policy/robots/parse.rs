@@ -6,7 +6,7 @@
 //! Never: evaluates a request, or decides what a fetch status means.
 
 use super::group::{AgentLine, Group, Rule};
-use super::{CrawlDelay, MAX_BYTES, MAX_CRAWL_DELAY_MS, OtherLine};
+use super::{CrawlDelay, MAX_BYTES, MAX_CRAWL_DELAY_MS, OtherLine, UsageKey, UsageLine};
 use crate::policy::Diagnostic;
 use crate::policy::text::{Findings, closest, decode, lines, split_bom};
 
@@ -38,6 +38,7 @@ pub(super) struct ParsedFile {
     pub(super) groups: Vec<Group>,
     pub(super) other_lines: Vec<OtherLine>,
     pub(super) crawl_delays: Vec<CrawlDelay>,
+    pub(super) usage_lines: Vec<UsageLine>,
     pub(super) findings: Findings,
     /// True when some rule's pattern escapes an unreserved character, so the file reads
     /// differently decoded (SEMANTICS R9).
@@ -259,8 +260,26 @@ impl Parser {
                 self.crawl_delay(number, value, text);
                 self.other(number, key, value, false);
             }
-            Key::Other => self.other(number, key, value, typo_of.is_some()),
+            Key::Other => {
+                self.usage(number, key, value);
+                self.other(number, key, value, typo_of.is_some());
+            }
         }
+    }
+
+    /// A `Content-Usage` or `Content-Signal` line: kept for the group it sits in (SEMANTICS
+    /// U3; like the lines the matcher does not use, it never ends a group). One outside any
+    /// group is ignored, as RFC 9309 ignores other rules there; it stays in `other_lines`.
+    fn usage(&mut self, number: u32, key: &[u8], value: &[u8]) {
+        let kind = if key.eq_ignore_ascii_case(b"content-usage") {
+            UsageKey::ContentUsage
+        } else if key.eq_ignore_ascii_case(b"content-signal") {
+            UsageKey::ContentSignal
+        } else {
+            return;
+        };
+        let Some(group) = self.file.groups.len().checked_sub(1) else { return };
+        self.file.usage_lines.push(UsageLine { group, line: number, key: kind, value: display(value).into() });
     }
 
     fn user_agent(&mut self, number: u32, value: &[u8], text: Box<str>) {

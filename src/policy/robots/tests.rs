@@ -275,10 +275,10 @@ fn rfc9309_percent_encoding_is_normalised_on_both_sides() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Issue 25, SEMANTICS R9: no spelling unlocks a path, and the two readings of the patterns.
+// SEMANTICS R9: no spelling unlocks a path, and the two readings of the patterns.
 
 #[test]
-fn issue_25_escapes_never_unlock_a_disallowed_path() {
+fn escapes_never_unlock_a_disallowed_path() {
     let all_posts = "User-agent: *\nDisallow: /*/all_posts$\n";
     let joe = "User-agent: *\nDisallow: /%7Ejoe/\n";
     let private = "User-agent: *\nDisallow: /private\n";

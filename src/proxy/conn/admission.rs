@@ -1,60 +1,21 @@
 //! Connection caps on the proxy port: [`Admission`] counts the connections open in all and
-//! per client address, and hands out an [`Admitted`] ticket that gives its place back when
+//! per client address (every loopback address one client: a local process could otherwise
+//! bind 127.0.0.2, 127.0.0.3, … and fill the cap of all; `crate::net::host::client_address`), and hands out an [`Admitted`] ticket that gives its place back when
 //! the connection ends. Over a cap the caller closes the new connection at once; refusals are
-//! counted and logged at most once a second, so a flood cannot flood the log too.
-//! [`Throttled`] is that once-a-second count, shared with the accept loop's errors.
+//! counted and logged at most once a second (`crate::throttled`), so a flood cannot flood the
+//! log too.
 //!
 //! Never accepts, reads or closes sockets itself.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
 
 use tracing::warn;
 
+use crate::net::host::client_address;
 use crate::proxy::config::ConnectionsConfig;
-
-/// The least time between two log lines about the same kind of event.
-const LOG_INTERVAL: Duration = Duration::from_secs(1);
-
-/// A count of events (refused connections, failed accepts) that says when to log them: at
-/// most once per [`LOG_INTERVAL`], with how many happened since the last line.
-pub(crate) struct Throttled {
-    total: AtomicU64,
-    /// When a line was last due, and the total then.
-    last_log: Mutex<Option<(Instant, u64)>>,
-}
-
-/// What a due log line reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Counts {
-    /// Events since the last line, this one included (the others were not logged).
-    pub(crate) since_last_log: u64,
-    /// Events since start.
-    pub(crate) total: u64,
-}
-
-impl Throttled {
-    pub(crate) fn new() -> Self {
-        Throttled { total: AtomicU64::new(0), last_log: Mutex::new(None) }
-    }
-
-    /// Counts one event; returns the counts when a log line is due, `None` when the last line
-    /// was less than a second ago.
-    pub(crate) fn count(&self) -> Option<Counts> {
-        let total = self.total.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut last = self.last_log.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        if last.is_some_and(|(at, _)| now.duration_since(at) < LOG_INTERVAL) {
-            return None;
-        }
-        let since_last_log = total - last.map_or(0, |(_, count)| count);
-        *last = Some((now, total));
-        Some(Counts { since_last_log, total })
-    }
-}
+use crate::throttled::Throttled;
 
 /// The counts behind the connection caps.
 pub(crate) struct Admission {
@@ -90,13 +51,14 @@ impl Admission {
             max_total: config.max_connections,
             max_per_client: config.max_connections_per_client,
             open: Mutex::new(Open::default()),
-            refused: Throttled::new(),
+            refused: Throttled::default(),
         })
     }
 
     /// Takes a place for a connection from `client`, or says which cap is full (the refusal
     /// is counted and, at most once a second, logged).
     pub(crate) fn admit(self: &Arc<Self>, client: IpAddr) -> Result<Admitted, Cap> {
+        let client = client_address(client);
         let cap = {
             let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
             let from_client = open.per_client.get(&client).copied().unwrap_or(0);
@@ -146,6 +108,8 @@ impl Drop for Admitted {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
 
     fn admission(total: usize, per_client: usize) -> Arc<Admission> {
@@ -157,9 +121,21 @@ mod tests {
     }
 
     #[test]
+    fn every_loopback_address_is_one_client() {
+        let caps = admission(10, 2);
+        let _first = caps.admit(IpAddr::from([127, 0, 0, 1])).expect("1 of 2");
+        let _second = caps.admit(IpAddr::from([127, 0, 0, 2])).expect("2 of 2");
+        for other in ["127.9.9.9", "::1", "::ffff:127.0.0.3"] {
+            let ip: IpAddr = other.parse().expect("an address");
+            assert_eq!(caps.admit(ip).err(), Some(Cap::PerClient), "{other}");
+        }
+        let _lan = caps.admit(IpAddr::from([192, 0, 2, 1])).expect("another client");
+    }
+
+    #[test]
     fn each_cap_refuses_past_its_limit_and_a_closed_connection_frees_its_place() {
         let caps = admission(3, 2);
-        let (a, b) = (IpAddr::from([127, 0, 0, 1]), IpAddr::from([127, 0, 0, 2]));
+        let (a, b) = (IpAddr::from([192, 0, 2, 1]), IpAddr::from([192, 0, 2, 2]));
         let first = caps.admit(a).expect("1 of 2 for a");
         let _second = caps.admit(a).expect("2 of 2 for a");
         assert_eq!(caps.admit(a).err(), Some(Cap::PerClient));
@@ -168,19 +144,5 @@ mod tests {
         assert_eq!(caps.refused.total.load(Ordering::Relaxed), 2);
         drop(first);
         caps.admit(a).expect("a place came free");
-    }
-
-    #[test]
-    fn a_burst_is_logged_once_with_its_count() {
-        let errors = Throttled::new();
-        assert_eq!(errors.count(), Some(Counts { since_last_log: 1, total: 1 }));
-        for _ in 0..99 {
-            assert_eq!(errors.count(), None, "within the second after a line");
-        }
-        // The next line, a second later, reports the 99 unlogged events and itself.
-        let mut last = errors.last_log.lock().expect("not poisoned");
-        *last = last.map(|(at, total)| (at - LOG_INTERVAL, total));
-        drop(last);
-        assert_eq!(errors.count(), Some(Counts { since_last_log: 100, total: 101 }));
     }
 }

@@ -213,7 +213,7 @@ mod tests {
     /// `intercept` makes: a client that trusts no root rejects the minted certificate with an
     /// alert; a client that sends half a ClientHello and closes has hung up.
     #[tokio::test]
-    async fn issue_12_real_handshake_failures_are_told_apart() {
+    async fn real_handshake_failures_are_told_apart() {
         use tokio::io::AsyncWriteExt;
 
         crate::tls::install_default_provider();
@@ -254,7 +254,7 @@ mod tests {
     }
 
     #[test]
-    fn issue_12_a_hang_up_is_not_advice_to_install_the_ca() {
+    fn a_hang_up_is_not_advice_to_install_the_ca() {
         let authority: Authority = "example.com:443".parse().expect("an authority");
         let alert = |a| std::io::Error::new(std::io::ErrorKind::InvalidData, rustls::Error::AlertReceived(a));
         let rejected = handshake_error(&authority, &alert(rustls::AlertDescription::UnknownCA));

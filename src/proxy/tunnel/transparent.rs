@@ -229,6 +229,8 @@ async fn unsent(record: &mut RequestRecord, exit: Exit) {
     match exit {
         Exit::Answered(answer) => record.finish(Ending::Answered(answer.status())).await,
         Exit::Failed(error) => record.finish(Ending::Failed(&error)).await,
+        // Only a request whose client had gone is left unanswered; its record writes itself.
+        Exit::Gone => {}
     }
 }
 

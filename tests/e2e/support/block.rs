@@ -88,7 +88,8 @@ pub async fn json(response: reqwest::Response, expected: &Expected<'_>) -> TestR
 /// outcome, method, status 403 and the first reason as expected.
 pub fn logged(records: &[Value], record: &str, method: &str, expected: &Expected<'_>) -> TestResult {
     let line = by_id(records, record)?;
-    assert_eq!(line["event.outcome"], expected.decision, "{line:#}");
+    assert_eq!(line["event.action"], expected.decision, "{line:#}");
+    assert_eq!(line["event.outcome"], "success", "ECS: the gate did what it decided: {line:#}");
     assert_eq!(line["http.request.method"], method, "{line:#}");
     assert_eq!(line["http.response.status_code"], 403, "{line:#}");
     let first = &line["agentgate.reasons"][0];

@@ -33,6 +33,9 @@ pub const IP: Tool = Tool { program: "ip", package: "iproute2" };
 pub const NFT: Tool = Tool { program: "nft", package: "nftables" };
 pub const PROMTOOL: Tool = Tool { program: "promtool", package: "prometheus" };
 pub const GIT: Tool = Tool { program: "git", package: "git" };
+/// Runs a program as another user (util-linux, essential on Debian): root's tests of what
+/// another user may read.
+pub const SETPRIV: Tool = Tool { program: "setpriv", package: "util-linux" };
 /// Python 3 with the `cryptography` package (the independent Web Bot Auth verifier); the
 /// test also checks that the package imports.
 pub const PYTHON3_CRYPTOGRAPHY: Tool = Tool { program: "python3", package: "python3-cryptography" };
@@ -52,7 +55,8 @@ pub fn need(tool: Tool) -> TestResult<PathBuf> {
     })
 }
 
-/// Ok when this process runs as root on Linux (network namespaces, nftables).
+/// Ok when this process runs as root on Linux (network namespaces, nftables, running the
+/// binary as another user).
 pub fn need_root() -> TestResult {
     not_in_baseline("root")?;
     if !cfg!(target_os = "linux") || !is_root() {

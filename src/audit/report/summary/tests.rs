@@ -121,11 +121,11 @@ async fn summarizes_a_log_from_the_writer_and_reports_malformed_lines_with_file_
     let file = path.display().to_string();
     let expected_table = "\
 9 requests in 2 groups by agent, 5 malformed lines
-| agent     | requests | allowed | denied | needs_approval | would_deny | rate_limited | errors | defer | sent bytes | received bytes |
-|-----------|----------|---------|--------|----------------|------------|--------------|--------|-------|------------|----------------|
-| bot-a     |        7 |       2 |      3 |              0 |          0 |            1 |      0 |     1 |          0 |              0 |
-| crawler-b |        2 |       0 |      0 |              0 |          1 |            0 |      1 |     0 |          0 |              0 |
-| total     |        9 |       2 |      3 |              0 |          1 |            1 |      1 |     1 |          0 |              0 |
+| agent     | requests | allowed | denied | needs_approval | would_deny | rate_limited | auth_challenges | errors | defer | sent bytes | received bytes | budget cut |
+|-----------|----------|---------|--------|----------------|------------|--------------|-----------------|--------|-------|------------|----------------|------------|
+| bot-a     |        7 |       2 |      3 |              0 |          0 |            1 |               0 |      0 |     1 |          0 |              0 |          0 |
+| crawler-b |        2 |       0 |      0 |              0 |          1 |            0 |               0 |      1 |     0 |          0 |              0 |          0 |
+| total     |        9 |       2 |      3 |              0 |          1 |            1 |               0 |      1 |     1 |          0 |              0 |          0 |
 ";
     assert!(table.starts_with(expected_table), "{table}");
     assert!(table.contains("\ntop reasons for blocks\n| agent     | deciding reason "), "{table}");
@@ -209,9 +209,9 @@ fn an_empty_log_summarizes_to_a_total_of_nothing() {
         summary.render_table(),
         "\
 0 requests in 0 groups by agent, 0 malformed lines
-| agent | requests | allowed | denied | needs_approval | would_deny | rate_limited | errors | sent bytes | received bytes |
-|-------|----------|---------|--------|----------------|------------|--------------|--------|------------|----------------|
-| total |        0 |       0 |      0 |              0 |          0 |            0 |      0 |          0 |              0 |
+| agent | requests | allowed | denied | needs_approval | would_deny | rate_limited | auth_challenges | errors | sent bytes | received bytes | budget cut |
+|-------|----------|---------|--------|----------------|------------|--------------|-----------------|--------|------------|----------------|------------|
+| total |        0 |       0 |      0 |              0 |          0 |            0 |               0 |      0 |          0 |              0 |          0 |
 "
     );
 }

@@ -1,0 +1,212 @@
+//! TDMRep (W3C Text and Data Mining Reservation Protocol, final community report):
+//! `/.well-known/tdmrep.json` and what a reservation means (SEMANTICS U2, U5).
+//!
+//! The file is a JSON array of `{"location", "tdm-reservation", "tdm-policy"}`; `location`
+//! is a path pattern with robots.txt's `*` and `$`; of the entries whose location matches
+//! the path, the most specific (longest pattern) applies, the first written on a tie.
+//! `tdm-reservation: 1` is a "no" for `train-ai` and says nothing of other purposes; `0`
+//! is a "yes"; `tdm-policy` is kept for the log.
+//!
+//! Never: fetches (the fetcher does; 4xx or unreachable = no preference, U5) or decides.
+
+use super::{Preference, Stance, TRAIN_AI, UsageSource};
+use crate::policy::pattern::{Pattern, normalize};
+use serde::Deserialize;
+use std::fmt;
+
+/// The largest tdmrep.json read, as for the other policy files' caps.
+pub const MAX_BYTES: usize = 500 * 1024;
+
+/// A parsed tdmrep.json.
+#[derive(Debug, Clone, Default)]
+pub struct TdmRep {
+    entries: Vec<Entry>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    location: Pattern,
+    written: String,
+    reservation: Option<i64>,
+    policy: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawEntry {
+    location: String,
+    #[serde(rename = "tdm-reservation")]
+    reservation: Option<serde_json::Value>,
+    #[serde(rename = "tdm-policy")]
+    policy: Option<String>,
+}
+
+/// A tdmrep.json that is not an array of objects with a `location`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MalformedTdmRep {
+    /// The JSON parser's message.
+    pub why: String,
+}
+
+impl fmt::Display for MalformedTdmRep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "tdmrep.json is not a JSON array of {{\"location\", \"tdm-reservation\", \"tdm-policy\"}} objects \
+             ({}), so it states no preference: fix the file as the W3C TDMRep report describes",
+            self.why
+        )
+    }
+}
+
+impl std::error::Error for MalformedTdmRep {}
+
+impl TdmRep {
+    /// Parses the body (the first [`MAX_BYTES`]; a longer file is malformed JSON there).
+    pub fn parse(body: &[u8]) -> Result<Self, MalformedTdmRep> {
+        let body = &body[..body.len().min(MAX_BYTES)];
+        let raw: Vec<RawEntry> = serde_json::from_slice(body).map_err(|e| MalformedTdmRep { why: e.to_string() })?;
+        let entries = raw
+            .into_iter()
+            .map(|entry| Entry {
+                location: Pattern::new(&entry.location),
+                reservation: entry.reservation.as_ref().and_then(reservation_number),
+                written: entry.location,
+                policy: entry.policy,
+            })
+            .collect();
+        Ok(TdmRep { entries })
+    }
+
+    /// The preferences of the most specific entry matching `path` (path and query).
+    pub fn preferences(&self, path: &str) -> Vec<Preference> {
+        let path = normalize(path);
+        let best = self.entries.iter().enumerate().filter(|(_, entry)| entry.location.matches_normalized(&path)).fold(
+            None::<(usize, &Entry)>,
+            |best, (index, entry)| match best {
+                Some((_, kept)) if kept.location.specificity() >= entry.location.specificity() => best,
+                _ => Some((index, entry)),
+            },
+        );
+        let Some((index, entry)) = best else { return Vec::new() };
+        let line = u32::try_from(index + 1).ok();
+        let at = |label: &str, value: String, stance: Stance, purpose: Option<&'static str>| Preference {
+            source: UsageSource::TdmrepJson,
+            line,
+            path: Some(entry.written.clone()),
+            label: label.to_string(),
+            purpose,
+            value,
+            stance,
+        };
+        let mut prefs = Vec::with_capacity(2);
+        if let Some(reservation) = entry.reservation {
+            prefs.push(at("tdm-reservation", reservation.to_string(), stance(reservation), Some(TRAIN_AI)));
+        }
+        if let Some(policy) = &entry.policy {
+            prefs.push(at("tdm-policy", policy.clone(), Stance::None, None));
+        }
+        prefs
+    }
+}
+
+/// The preferences of the `tdm-reservation` and `tdm-policy` response headers.
+pub fn header_preferences(reservation: Option<&str>, policy: Option<&str>) -> Vec<Preference> {
+    let at = |label: &str, value: &str, stance: Stance, purpose: Option<&'static str>| Preference {
+        source: UsageSource::HeaderTdm,
+        line: None,
+        path: None,
+        label: label.to_string(),
+        purpose,
+        value: value.to_string(),
+        stance,
+    };
+    let mut prefs = Vec::with_capacity(2);
+    if let Some(value) = reservation {
+        let value = value.trim();
+        let meaning = value.parse::<i64>().map(stance).unwrap_or(Stance::None);
+        prefs.push(at("tdm-reservation", value, meaning, Some(TRAIN_AI)));
+    }
+    if let Some(value) = policy {
+        prefs.push(at("tdm-policy", value.trim(), Stance::None, None));
+    }
+    prefs
+}
+
+/// `1` reserves (a "no" for training), `0` does not; anything else states nothing.
+fn stance(reservation: i64) -> Stance {
+    match reservation {
+        1 => Stance::Refuse,
+        0 => Stance::Allow,
+        _ => Stance::None,
+    }
+}
+
+/// TDMRep writes the reservation as the number 0 or 1; a string "1" is read too.
+fn reservation_number(value: &serde_json::Value) -> Option<i64> {
+    match value {
+        serde_json::Value::Number(n) => n.as_i64(),
+        serde_json::Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"[
+        {"location": "/", "tdm-reservation": 0},
+        {"location": "/books/*", "tdm-reservation": 1, "tdm-policy": "https://example.com/policy.json"},
+        {"location": "/books/free/*", "tdm-reservation": 0}
+    ]"#;
+
+    fn summary(path: &str) -> Vec<(Option<u32>, String, String, Stance)> {
+        let file = TdmRep::parse(FILE.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        file.preferences(path).into_iter().map(|p| (p.line, p.label, p.value, p.stance)).collect()
+    }
+
+    #[test]
+    fn the_most_specific_matching_location_applies() {
+        assert_eq!(summary("/index.html"), vec![(Some(1), "tdm-reservation".into(), "0".into(), Stance::Allow)]);
+        assert_eq!(
+            summary("/books/a"),
+            vec![
+                (Some(2), "tdm-reservation".into(), "1".into(), Stance::Refuse),
+                (Some(2), "tdm-policy".into(), "https://example.com/policy.json".into(), Stance::None),
+            ]
+        );
+        assert_eq!(summary("/books/free/a"), vec![(Some(3), "tdm-reservation".into(), "0".into(), Stance::Allow)]);
+    }
+
+    #[test]
+    fn a_reservation_refuses_training_only() {
+        let prefs = TdmRep::parse(FILE.as_bytes()).map(|f| f.preferences("/books/a")).unwrap_or_default();
+        assert!(prefs[0].refuses(TRAIN_AI));
+        assert!(!prefs[0].refuses(crate::policy::usage::SEARCH));
+    }
+
+    #[test]
+    fn no_matching_location_states_nothing() {
+        let file = TdmRep::parse(br#"[{"location": "/a/", "tdm-reservation": 1}]"#).unwrap_or_default();
+        assert!(file.preferences("/b").is_empty());
+    }
+
+    #[test]
+    fn malformed_files_are_errors_that_name_the_fix() {
+        for body in [&b"{}"[..], b"not json", br#"[{"tdm-reservation": 1}]"#] {
+            let message = TdmRep::parse(body).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(message.contains("W3C TDMRep"), "{message}");
+        }
+    }
+
+    #[test]
+    fn headers_map_reservation_and_keep_the_policy() {
+        let prefs = header_preferences(Some(" 1 "), Some("https://example.com/p"));
+        assert_eq!(prefs.len(), 2);
+        assert!(prefs[0].refuses(TRAIN_AI));
+        assert_eq!(prefs[1].stance, Stance::None);
+        assert_eq!(header_preferences(Some("0"), None)[0].stance, Stance::Allow);
+        assert_eq!(header_preferences(Some("yes"), None)[0].stance, Stance::None);
+        assert!(header_preferences(None, None).is_empty());
+    }
+}
