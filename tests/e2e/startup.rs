@@ -19,16 +19,7 @@ async fn run_prints_where_everything_is_and_the_client_recipe() -> TestResult {
     );
     let config_path = dir.path().join("agentgate.toml");
     std::fs::write(&config_path, config)?;
-    let (mut child, mut stdout) = run_reading_stdout(&config_path)?;
-    let mut lines = Vec::new();
-    while let Some(line) = stdout.next_line().await? {
-        let last = line.starts_with("NO_PROXY");
-        lines.push(line);
-        if last {
-            break;
-        }
-    }
-    child.kill().await?;
+    let lines = banner_until(&config_path, "NO_PROXY").await?;
     let text = lines.join("\n");
     let addr = lines[0]
         .strip_prefix("agentgate listening on http://")
@@ -59,16 +50,7 @@ async fn run_says_when_agent_tokens_go_unchallenged() -> TestResult {
     );
     let config_path = dir.path().join("agentgate.toml");
     std::fs::write(&config_path, config)?;
-    let (mut child, mut stdout) = run_reading_stdout(&config_path)?;
-    let mut lines = Vec::new();
-    while let Some(line) = stdout.next_line().await? {
-        let last = line.starts_with("Agents, in a shell");
-        lines.push(line);
-        if last {
-            break;
-        }
-    }
-    child.kill().await?;
+    let lines = banner_until(&config_path, "Agents, in a shell").await?;
     let text = lines.join("\n");
     assert!(lines[5].starts_with("  auth          [[agents]] have tokens, but [auth] required = false"), "{text}");
     assert!(text.contains("Set [auth] required = true") && text.contains("GIT_HTTP_PROXY_AUTHMETHOD=basic"), "{text}");
@@ -119,16 +101,7 @@ async fn config_check_and_the_banner_say_when_agent_boundaries_hold_only_for_coo
                     host can send from it (curl --interface 127.0.0.2)";
     assert!(stdout.contains(loopback), "{stdout}");
 
-    let (mut child, mut stdout) = run_reading_stdout(&path)?;
-    let mut lines = Vec::new();
-    while let Some(line) = stdout.next_line().await? {
-        let last = line.starts_with("Agents, in a shell");
-        lines.push(line);
-        if last {
-            break;
-        }
-    }
-    child.kill().await?;
+    let lines = banner_until(&path, "Agents, in a shell").await?;
     let text = lines.join("\n");
     assert!(
         text.contains("\n  warning       [[agents]] \"scraper\" (allow_hosts, limits) are known by their token only"),
@@ -234,4 +207,20 @@ async fn a_ca_key_readable_by_others_is_warned_about_at_start() -> TestResult {
     let line = stderr.lines().find(|line| line.contains(warning)).unwrap_or_default();
     assert!(line.contains(&key.display().to_string()) && line.contains("0644"), "{line}");
     Ok(())
+}
+
+/// What `agentgate run --config <config>` prints on stdout up to and including the first line
+/// starting with `last`; the process is then killed.
+async fn banner_until(config: &std::path::Path, last: &str) -> TestResult<Vec<String>> {
+    let (mut child, mut stdout) = run_reading_stdout(config)?;
+    let mut lines = Vec::new();
+    while let Some(line) = stdout.next_line().await? {
+        let done = line.starts_with(last);
+        lines.push(line);
+        if done {
+            break;
+        }
+    }
+    child.kill().await?;
+    Ok(lines)
 }
