@@ -552,8 +552,6 @@ fn millis(duration: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use crate::config::Config;
     use crate::config::testing::problems;
 
