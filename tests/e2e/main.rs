@@ -55,6 +55,8 @@
 //! - `records`: exactly one decision record per request, whichever await its client hangs up at;
 //! - `refused_connect`: a CONNECT refused before its `200` answered inside the tunnel, where
 //!   curl and reqwest show it; a passthrough host's refusal and a `407` at the CONNECT;
+//! - `scrubbing`: agentgate's own encodings of a secret (Basic token, percent-encoded query) and
+//!   every content-coding layer of a bound host's answer, undone or withheld;
 //! - `secrets`: `[[secrets]]` injected towards their hosts only, scrubbed from answers, never logged, rotated by SIGHUP;
 //! - `approvals`: requests held for a human's approval, approved, denied, timed out, hung up,
 //!   refused by a full queue or let through by a remembered approval; the approval API's token;
@@ -104,6 +106,7 @@ mod redaction;
 mod redis;
 mod refused_connect;
 mod reload;
+mod scrubbing;
 mod secrets;
 mod shutdown;
 mod signing;

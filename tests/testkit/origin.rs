@@ -599,14 +599,19 @@ fn reflect(request: &Request<Incoming>) -> Response<OriginBody> {
         text.push_str(&format!("{name}: {}\n", String::from_utf8_lossy(value.as_bytes())));
     }
     let gzip = request.headers().get("x-reflect-gzip").is_some_and(|v| v == "1");
-    let body = if gzip {
-        use std::io::Write;
-        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        let _ = encoder.write_all(text.as_bytes());
-        encoder.finish().unwrap_or_default()
-    } else {
-        text.into_bytes()
-    };
+    // `x-reflect-codings: identity, gzip` applies each coding in turn, each named on a
+    // `Content-Encoding` line of its own; `x-reflect-transfer: gzip` then sends the body as
+    // `Transfer-Encoding: gzip, chunked` (hyper adds `chunked`).
+    let codings: Vec<String> = header_text(request.headers(), http::header::HeaderName::from_static("x-reflect-codings"))
+        .split(',')
+        .map(|c| c.trim().to_owned())
+        .filter(|c| !c.is_empty())
+        .collect();
+    let transfer = header_text(request.headers(), http::header::HeaderName::from_static("x-reflect-transfer"));
+    let mut body = if gzip { encode("gzip", text.as_bytes()) } else { text.into_bytes() };
+    for coding in codings.iter().chain(std::iter::once(&transfer).filter(|t| !t.is_empty())) {
+        body = encode(coding, &body);
+    }
     let mut response = respond(StatusCode::OK, full(body));
     let headers = response.headers_mut();
     let pairs = [
@@ -622,7 +627,37 @@ fn reflect(request: &Request<Incoming>) -> Response<OriginBody> {
     if gzip {
         headers.insert(http::header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
+    for coding in &codings {
+        if let Ok(value) = HeaderValue::from_str(coding) {
+            headers.append(http::header::CONTENT_ENCODING, value);
+        }
+    }
+    if let Ok(value) = HeaderValue::from_str(&transfer)
+        && !transfer.is_empty()
+    {
+        headers.insert(http::header::TRANSFER_ENCODING, value);
+    }
     response
+}
+
+/// `bytes` in `coding`: `gzip`, `deflate` (zlib) or, for any other name (`identity`, `br`),
+/// as they are.
+fn encode(coding: &str, bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let compression = flate2::Compression::default();
+    match coding {
+        "gzip" => {
+            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), compression);
+            let _ = encoder.write_all(bytes);
+            encoder.finish().unwrap_or_default()
+        }
+        "deflate" => {
+            let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), compression);
+            let _ = encoder.write_all(bytes);
+            encoder.finish().unwrap_or_default()
+        }
+        _ => bytes.to_vec(),
+    }
 }
 
 /// Reports what arrived in response headers and streams the body back.
