@@ -11,6 +11,7 @@ pub mod admin;
 pub mod agents;
 pub mod approvals;
 pub mod audit;
+pub mod coding;
 pub mod config;
 pub mod error_chain;
 pub mod explain;

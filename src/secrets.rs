@@ -124,9 +124,10 @@ impl Plan {
         !self.scrub.is_empty()
     }
 
-    /// The scrubber for the answer, when [`scrubs`](Self::scrubs).
-    pub fn scrubber(&self) -> Option<Scrubber> {
-        self.scrubs().then(|| Scrubber::new(self.scrub.clone()))
+    /// The scrubber for the answer, when [`scrubs`](Self::scrubs): every form of each value,
+    /// and `made`, the texts [`apply`] made for this request.
+    pub fn scrubber(&self, made: Vec<(Zeroizing<String>, String)>) -> Option<Scrubber> {
+        self.scrubs().then(|| Scrubber::new(self.scrub.clone(), made))
     }
 }
 

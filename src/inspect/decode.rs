@@ -1,4 +1,5 @@
-//! Request bodies as the detectors read them: `Content-Encoding` undone (gzip, deflate;
+//! Request bodies as the detectors read them: their codings undone (`crate::coding`: gzip,
+//! deflate, every `Content-Encoding` line and transfer coding;
 //! bounded by `max_body` after decoding, so a small bomb cannot grow past it), then JSON
 //! (every string, named by its field path), form (`application/x-www-form-urlencoded`, every
 //! field) and `multipart/form-data` (every part, named) taken apart; any other type is read
@@ -9,14 +10,13 @@
 //! `on_unreadable`.
 
 use std::fmt;
-use std::io::Read;
 
-use flate2::read::{MultiGzDecoder, ZlibDecoder};
 use http::HeaderMap;
-use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use http::header::CONTENT_TYPE;
 use serde_json::Value;
 
 use super::detect::{Place, Scanner};
+use crate::coding::{self, Undecodable};
 
 /// Why a body could not be inspected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,36 +98,16 @@ pub(crate) fn scan_body(
     parsed
 }
 
-/// The body with its `Content-Encoding`s undone, last applied first; `None` when it has none
-/// (or only `identity`).
+/// The body with its codings undone (`crate::coding`: every `Content-Encoding` line and
+/// any transfer coding), last applied first; `None` when it has none.
 fn decompress(headers: &HeaderMap, body: &[u8], max_body: u64) -> Result<Option<Vec<u8>>, Unreadable> {
-    let mut codings: Vec<String> = Vec::new();
-    for value in headers.get_all(CONTENT_ENCODING) {
-        let Ok(text) = value.to_str() else { return Err(Unreadable::Encoding("(not ASCII)".to_owned())) };
-        codings.extend(text.split(',').map(|c| c.trim().to_ascii_lowercase()).filter(|c| !c.is_empty()));
-    }
-    let mut current: Option<Vec<u8>> = None;
-    for coding in codings.iter().rev() {
-        let input = current.as_deref().unwrap_or(body);
-        let output = match coding.as_str() {
-            "identity" => continue,
-            "gzip" | "x-gzip" => bounded(MultiGzDecoder::new(input), max_body, "gzip")?,
-            "deflate" => bounded(ZlibDecoder::new(input), max_body, "deflate")?,
-            other => return Err(Unreadable::Encoding(other.chars().take(32).collect())),
-        };
-        current = Some(output);
-    }
-    Ok(current)
-}
-
-/// Reads `decoder` to the end, at most `max_body` bytes.
-fn bounded(decoder: impl Read, max_body: u64, encoding: &'static str) -> Result<Vec<u8>, Unreadable> {
-    let mut output = Vec::new();
-    decoder.take(max_body.saturating_add(1)).read_to_end(&mut output).map_err(|_| Unreadable::Corrupt(encoding))?;
-    if output.len() as u64 > max_body {
-        return Err(Unreadable::TooLarge { max_body });
-    }
-    Ok(output)
+    let undone = coding::stack(headers).and_then(|stack| coding::undo(&stack, body, max_body));
+    undone.map_err(|undecodable| match undecodable {
+        Undecodable::NotText => Unreadable::Encoding("(not ASCII)".to_owned()),
+        Undecodable::Unknown(name) => Unreadable::Encoding(name),
+        Undecodable::Corrupt(coding) => Unreadable::Corrupt(coding),
+        Undecodable::TooLarge { .. } => Unreadable::TooLarge { max_body },
+    })
 }
 
 /// Every string in a JSON body (keys too), each named by its field path (`credentials.key`,

@@ -281,7 +281,7 @@ pub enum ProxyError {
     /// The answer of a host with secrets bound to it could not be read to take the secret
     /// values out of it (`crate::secrets`), so it is withheld.
     #[error(
-        "the answer of {host} is withheld: {cause}; agentgate removes secrets from this host's answers, so it asks for the identity encoding (or gzip within 8 MiB)"
+        "the answer of {host} is withheld: {cause}; agentgate removes secrets from this host's answers, so it asks for the identity encoding (gzip and deflate, in any stack, it decodes within 8 MiB)"
     )]
     Unscrubbable {
         /// The origin, `host:port`.

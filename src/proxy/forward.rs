@@ -64,7 +64,7 @@ pub(crate) async fn forward(
         None => {}
     }
     let (mut parts, body) = request.into_parts();
-    secrets::apply(permit.secrets(), &mut parts);
+    let made = secrets::apply(permit.secrets(), &mut parts);
     let request = Request::from_parts(parts, Metered::new(body, sent).boxed_unsync());
     let mut response = state.upstream.send(&context.authority, request, upgrade).await?;
     let waited_ms = context.started.elapsed().as_millis() as u64;
@@ -76,7 +76,7 @@ pub(crate) async fn forward(
             tokio::spawn(relay.in_current_span());
             Ok(to_client(response, Upgrade::Keep))
         }
-        _ => match permit.secrets().scrubber() {
+        _ => match permit.secrets().scrubber(made) {
             Some(scrubber) => {
                 let scrubbed = secrets::scrub_response(to_client(response, Upgrade::Drop), scrubber).await;
                 let cause = |unreadable: secrets::Unreadable| ProxyError::Unscrubbable {

@@ -7,7 +7,9 @@
 //!
 //! Never reads or changes end-to-end fields other than those.
 
-use http::header::{CONNECTION, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER};
+use http::header::{
+    CONNECTION, CONTENT_ENCODING, HeaderName, HeaderValue, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE, TRAILER,
+};
 use http::header::{TRANSFER_ENCODING, UPGRADE, VIA};
 use http::{HeaderMap, Version};
 
@@ -61,10 +63,15 @@ pub(crate) fn is_upgrade_request(version: Version, headers: &HeaderMap) -> bool 
 /// Removes every hop-by-hop field, including each field named in `Connection`; with
 /// [`Upgrade::Keep`], puts back `Upgrade: websocket` (no other token) and `Connection: upgrade`. A `TE` that lists
 /// `trailers` is kept as `TE: trailers`: the one value h2 allows (RFC 9113 §8.2.2), which
-/// gRPC origins require.
+/// gRPC origins require. A transfer coding other than `chunked` (`Transfer-Encoding: gzip,
+/// chunked`) is a layer of the body the next hop still gets: it moves to a `Content-Encoding`
+/// line after the others (the codings share their names, RFC 9112 §7), so the body never
+/// travels coded without its label and the scrubber and inspector undo it (`crate::coding`).
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Upgrade) {
     let named: Vec<HeaderName> =
         connection_tokens(headers).filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok()).collect();
+    let transfer_codings: Vec<String> =
+        tokens(headers, &TRANSFER_ENCODING).filter(|t| t != "chunked" && t != "identity").collect();
     let accepts_trailers = tokens(headers, &TE).any(|t| t == "trailers");
     let keep_websocket = upgrade == Upgrade::Keep && tokens(headers, &UPGRADE).any(|t| t == WEBSOCKET);
     for name in named.iter().chain(HOP_BY_HOP.iter()) {
@@ -72,6 +79,11 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Upgrade) {
     }
     if accepts_trailers {
         headers.insert(TE, HeaderValue::from_static("trailers"));
+    }
+    if let Ok(codings) = HeaderValue::from_str(&transfer_codings.join(", "))
+        && !transfer_codings.is_empty()
+    {
+        headers.append(CONTENT_ENCODING, codings);
     }
     if keep_websocket {
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
@@ -118,6 +130,13 @@ mod tests {
             map.append(HeaderName::from_static(name), HeaderValue::from_static(value));
         }
         map
+    }
+
+    #[test]
+    fn a_transfer_coding_other_than_chunked_moves_to_the_content_encoding_lines() {
+        let mut map = headers(&[("content-encoding", "identity"), ("transfer-encoding", "gzip, chunked")]);
+        remove_hop_by_hop(&mut map, Upgrade::Drop);
+        assert_eq!(map, headers(&[("content-encoding", "identity"), ("content-encoding", "gzip")]));
     }
 
     #[test]

@@ -11,12 +11,19 @@ use base64::engine::general_purpose::STANDARD;
 use http::header::{ACCEPT_ENCODING, HeaderValue, IF_RANGE, RANGE};
 use http::request::Parts;
 use http::uri::PathAndQuery;
+use zeroize::Zeroizing;
 
 use super::{Place, Plan};
 
 /// Applies `plan` to a request's head: its injections, and for a host with secrets bound to
 /// it, `Accept-Encoding: identity` and no `Range` (a scrubbed body cannot honour one).
-pub fn apply(plan: &Plan, parts: &mut Parts) {
+/// Returns the texts it made that carry a value in a form of its own making (the `Basic`
+/// tokens it encoded), each with the agent's token it replaced: the answer's [`Scrubber`]
+/// puts the agent's own token back wherever the origin quotes the one agentgate made.
+///
+/// [`Scrubber`]: super::Scrubber
+pub fn apply(plan: &Plan, parts: &mut Parts) -> Vec<(Zeroizing<String>, String)> {
+    let mut made = Vec::new();
     for injection in &plan.injections {
         let (placeholder, value) = (injection.placeholder.as_str(), injection.value.as_str());
         match &injection.place {
@@ -24,7 +31,13 @@ pub fn apply(plan: &Plan, parts: &mut Parts) {
                 let values: Vec<HeaderValue> = parts.headers.get_all(name).iter().cloned().collect();
                 parts.headers.remove(name);
                 for original in values {
-                    let replaced = replace_header(&original, placeholder, value).unwrap_or(original);
+                    let replaced = match replace_header(&original, placeholder, value) {
+                        Some((replaced, token)) => {
+                            made.extend(token);
+                            replaced
+                        }
+                        None => original,
+                    };
                     parts.headers.append(name.clone(), replaced);
                 }
             }
@@ -48,22 +61,29 @@ pub fn apply(plan: &Plan, parts: &mut Parts) {
         parts.headers.remove(RANGE);
         parts.headers.remove(IF_RANGE);
     }
+    made
 }
 
 /// `original` with `placeholder` replaced by `value`: in its text, or inside its `Basic`
-/// credentials; `None` when it holds no placeholder or the result is not a header value.
-fn replace_header(original: &HeaderValue, placeholder: &str, value: &str) -> Option<HeaderValue> {
+/// credentials (then with the token made and the agent's token it replaced); `None` when it
+/// holds no placeholder or the result is not a header value.
+fn replace_header(
+    original: &HeaderValue,
+    placeholder: &str,
+    value: &str,
+) -> Option<(HeaderValue, Option<(Zeroizing<String>, String)>)> {
     let text = original.to_str().ok()?;
     if text.contains(placeholder) {
-        return HeaderValue::from_str(&text.replace(placeholder, value)).ok();
+        return Some((HeaderValue::from_str(&text.replace(placeholder, value)).ok()?, None));
     }
     let decoded = basic_decoded(original.as_bytes())?;
     if !decoded.contains(placeholder) {
         return None;
     }
-    let scheme = text.split_once(' ').map_or("Basic", |(scheme, _)| scheme);
-    let encoded = STANDARD.encode(decoded.replace(placeholder, value));
-    HeaderValue::from_str(&format!("{scheme} {encoded}")).ok()
+    let (scheme, token) = text.trim().split_once(' ')?;
+    let encoded = Zeroizing::new(STANDARD.encode(Zeroizing::new(decoded.replace(placeholder, value)).as_bytes()));
+    let replaced = HeaderValue::from_str(&format!("{scheme} {}", encoded.as_str())).ok()?;
+    Some((replaced, Some((encoded, token.trim().to_owned()))))
 }
 
 /// The query with `placeholder` replaced by `value` in the values of `param` only.
@@ -73,7 +93,7 @@ fn replace_query(query: &str, param: &str, placeholder: &str, value: &str) -> St
         .map(|pair| match pair.split_once('=') {
             Some((name, v)) if percent_decode(name) == param => {
                 let replaced = percent_decode(v).replace(placeholder, value);
-                format!("{name}={}", percent_encode(&replaced))
+                format!("{name}={}", percent_encode(&replaced, true))
             }
             _ => pair.to_owned(),
         })
@@ -115,14 +135,17 @@ pub(super) fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&crate::inspect::percent_decoded(text.as_bytes())).into_owned()
 }
 
-/// `text` percent-encoded for a query value (unreserved characters kept).
-fn percent_encode(text: &str) -> String {
+/// `text` percent-encoded for a query value (unreserved characters kept), its hex digits
+/// upper case (as [`apply`] sends it) or lower case (as an origin may quote it back).
+pub(super) fn percent_encode(text: &str, upper: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
             out.push(byte as char);
-        } else {
+        } else if upper {
             out.push_str(&format!("%{byte:02X}"));
+        } else {
+            out.push_str(&format!("%{byte:02x}"));
         }
     }
     out

@@ -1,57 +1,78 @@
 //! Taking secret values back out of what an origin answers: every header value, and the body
 //! as it streams ([`Scrubbed`], replacing across chunk boundaries with a look-behind of one
-//! byte less than the longest value), each value replaced by its secret's placeholder. A
-//! `gzip` body the origin sends although agentgate asked for `identity` is decoded first
-//! (whole, up to [`MAX_DECODED`]); any other encoding, or more, is [`Unreadable`] and the
-//! answer is withheld.
+//! byte less than the longest needle), each value replaced by its secret's placeholder. A
+//! value is looked for in every form agentgate itself may have given it to the origin: as
+//! it is, percent-encoded (either hex case, as a query parameter carries it), in base64 at
+//! each of the three alignments (as a `Basic` token carries it), and as the exact `Basic`
+//! tokens [`super::apply`] made for this request, which go back as the agent's own tokens.
+//! A body in codings the origin sends although agentgate asked for `identity` is decoded
+//! first, every layer (`crate::coding`), whole and up to [`MAX_DECODED`]; a coding it cannot
+//! decode, anywhere in the stack, is [`Unreadable`] and the answer is withheld.
 //!
-//! Never: lets a value through in a frame it has not scanned, or keeps a value in a carried
-//! buffer past the end of the body.
+//! Never: lets a value through in a frame it has not scanned, keeps a value in a carried
+//! buffer past the end of the body, or sends a coded body without its label.
 
-use std::io::Read;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
-use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, ETAG, HeaderName, HeaderValue};
+use http::header::{CONTENT_ENCODING, CONTENT_LENGTH, ETAG, HeaderName, HeaderValue, TRANSFER_ENCODING};
 use http::{HeaderMap, Response};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 use zeroize::Zeroizing;
 
-/// The most bytes a `gzip` answer may decode to before it is withheld.
+use crate::coding::{self, Undecodable};
+
+/// The most bytes a coded answer may be, read or decoded, before it is withheld.
 pub(super) const MAX_DECODED: usize = 8 * 1024 * 1024;
 
 /// Why an answer could not be scrubbed, so it is withheld (502).
 #[derive(Debug, thiserror::Error)]
 pub enum Unreadable {
-    /// An encoding agentgate cannot decode.
-    #[error("its body is `{0}`-encoded, which agentgate cannot read to remove a secret from it")]
-    Encoding(String),
-    /// A gzip body that does not decode, or decodes to too much.
-    #[error("its gzip body cannot be read to remove a secret from it: {0}")]
-    Gzip(String),
+    /// A coding agentgate cannot undo, or a layer that does not decode within [`MAX_DECODED`].
+    #[error(transparent)]
+    Coding(#[from] Undecodable),
+    /// A coded body longer than [`MAX_DECODED`] before decoding.
+    #[error("its coded body is over {MAX_DECODED} bytes")]
+    TooLarge,
     /// The body failed while it was read.
     #[error("its body failed while it was read: {0}")]
     Body(String),
 }
 
-/// The values to replace and their placeholders, and what a body carries between chunks.
+/// A secret value's forms and what replaces each, and what a body carries between chunks.
 #[derive(Debug)]
 pub struct Scrubber {
-    pairs: Vec<(Arc<Zeroizing<String>>, String)>,
+    /// (needle, replacement): each form of a value, and the same form of its placeholder.
+    pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
     /// The tail of the bytes seen that may be the start of a value: held back until the next
     /// chunk says (zeroised when dropped).
     carry: Zeroizing<Vec<u8>>,
-    /// How many bytes the carry may need: the longest value less one.
+    /// How many bytes the carry may need: the longest needle less one.
     keep: usize,
 }
 
 impl Scrubber {
-    /// A scrubber for `pairs` (value, placeholder).
-    pub fn new(pairs: Vec<(Arc<Zeroizing<String>>, String)>) -> Scrubber {
-        let keep = pairs.iter().map(|(value, _)| value.len()).max().unwrap_or(1).saturating_sub(1);
+    /// A scrubber for `values` (value, placeholder), each looked for in every form agentgate
+    /// may have sent it in, and for `made`: the exact texts [`super::apply`] produced for
+    /// this request (a `Basic` token) and what the agent sent in their place.
+    pub fn new(values: Vec<(Arc<Zeroizing<String>>, String)>, made: Vec<(Zeroizing<String>, String)>) -> Scrubber {
+        let mut pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)> = made
+            .into_iter()
+            .map(|(text, original)| (Zeroizing::new(text.as_bytes().to_vec()), original.into_bytes()))
+            .collect();
+        for (value, placeholder) in &values {
+            for (form, replacement) in forms(value, placeholder) {
+                if !form.is_empty() && !pairs.iter().any(|(known, _)| **known == *form) {
+                    pairs.push((form, replacement));
+                }
+            }
+        }
+        let keep = pairs.iter().map(|(needle, _)| needle.len()).max().unwrap_or(1).saturating_sub(1);
         Scrubber { pairs, carry: Zeroizing::new(Vec::new()), keep }
     }
 
@@ -93,15 +114,15 @@ impl Scrubber {
             let next = self
                 .pairs
                 .iter()
-                .filter_map(|(value, placeholder)| {
-                    let found = memchr::memmem::find(&text[at..], value.as_bytes())?;
-                    Some((at + found, value.len(), placeholder))
+                .filter_map(|(needle, replacement)| {
+                    let found = memchr::memmem::find(&text[at..], needle)?;
+                    Some((at + found, needle.len(), replacement))
                 })
                 .min_by_key(|(start, len, _)| (*start, usize::MAX - len));
             match next {
-                Some((start, len, placeholder)) if start < limit => {
+                Some((start, len, replacement)) if start < limit => {
                     out.extend_from_slice(&text[at..start]);
-                    out.extend_from_slice(placeholder.as_bytes());
+                    out.extend_from_slice(replacement);
                     at = start + len;
                 }
                 _ => {
@@ -114,6 +135,35 @@ impl Scrubber {
             }
         }
     }
+}
+
+/// The forms of `value` an answer may quote, each with the same form of `placeholder`: as it
+/// is; percent-encoded with upper- and lower-case hex (unreserved characters kept, as
+/// `inject` encodes a query value); and in base64 after 0, 1 and 2 other bytes, cut to the
+/// characters that depend on the value alone, so any base64 text holding the value holds
+/// one of the three.
+fn forms(value: &str, placeholder: &str) -> Vec<(Zeroizing<Vec<u8>>, Vec<u8>)> {
+    let mut forms = vec![(Zeroizing::new(value.as_bytes().to_vec()), placeholder.as_bytes().to_vec())];
+    for upper in [true, false] {
+        let encoded = Zeroizing::new(super::inject::percent_encode(value, upper).into_bytes());
+        forms.push((encoded, super::inject::percent_encode(placeholder, upper).into_bytes()));
+    }
+    for before in 0..3 {
+        forms.push((
+            Zeroizing::new(aligned_base64(value.as_bytes(), before)),
+            aligned_base64(placeholder.as_bytes(), before),
+        ));
+    }
+    forms
+}
+
+/// The base64 characters of (`before` zero bytes, then `bytes`) that depend on `bytes` only.
+fn aligned_base64(bytes: &[u8], before: usize) -> Vec<u8> {
+    let mut filled = Zeroizing::new(vec![0u8; before]);
+    filled.extend_from_slice(bytes);
+    let encoded = Zeroizing::new(STANDARD.encode(filled.as_slice()).into_bytes());
+    let (start, end) = ((8 * before).div_ceil(6), (8 * filled.len()) / 6);
+    encoded.get(start..end).map(<[u8]>::to_vec).unwrap_or_default()
 }
 
 /// Every header value holding a value, with it replaced (a value that no longer is a header
@@ -136,13 +186,13 @@ pub fn scrub_headers(headers: &mut HeaderMap, scrubber: &Scrubber) {
     }
 }
 
-/// An answer with its headers scrubbed and its body scrubbed as it streams; a `gzip` body
-/// is decoded whole first. The body may change length, so `Content-Length`, `ETag` and
-/// `Content-Digest` go.
+/// An answer with its headers scrubbed and its body scrubbed as it streams; a body in any
+/// coding is read whole and every layer undone first (the coding fields go). The body may
+/// change length, so `Content-Length`, `ETag` and `Content-Digest` go.
 ///
 /// # Errors
-/// [`Unreadable`] when the body is in an encoding agentgate cannot read, or gzip that does
-/// not decode within [`MAX_DECODED`].
+/// [`Unreadable`] when a layer is in a coding agentgate cannot undo (nothing of the body is
+/// read then), or the body does not decode within [`MAX_DECODED`].
 pub async fn scrub_response<B>(
     response: Response<B>,
     mut scrubber: Scrubber,
@@ -156,49 +206,44 @@ where
     for name in [CONTENT_LENGTH, ETAG, HeaderName::from_static("content-digest")] {
         parts.headers.remove(name);
     }
-    let encoding =
-        parts.headers.get(CONTENT_ENCODING).map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_ascii_lowercase());
-    let body = match encoding.as_deref() {
-        None | Some("identity" | "") => Scrubbed { inner: Some(body), scrubber, decoded: None, trailers: None },
-        Some("gzip" | "x-gzip") => {
-            let decoded = decode_gzip(body).await?;
-            let mut scrubbed = scrubber.push(&decoded).to_vec();
-            scrubbed.extend_from_slice(&scrubber.finish());
-            parts.headers.remove(CONTENT_ENCODING);
-            parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(scrubbed.len()));
-            Scrubbed { inner: None, scrubber, decoded: Some(Bytes::from(scrubbed)), trailers: None }
-        }
-        Some(other) => return Err(Unreadable::Encoding(other.to_owned())),
-    };
+    let stack = coding::stack(&parts.headers)?;
+    if stack.is_empty() {
+        return Ok(Response::from_parts(
+            parts,
+            Scrubbed { inner: Some(body), scrubber, decoded: None, trailers: None },
+        ));
+    }
+    if let Some(unknown) = stack.iter().find(|c| matches!(c, coding::Coding::Other(_))) {
+        return Err(Undecodable::Unknown(unknown.to_string()).into());
+    }
+    let coded = read_whole(body).await?;
+    let decoded = Zeroizing::new(coding::undo(&stack, &coded, MAX_DECODED as u64)?.unwrap_or_else(|| coded.to_vec()));
+    let mut scrubbed = scrubber.push(&decoded).to_vec();
+    scrubbed.extend_from_slice(&scrubber.finish());
+    parts.headers.remove(CONTENT_ENCODING);
+    parts.headers.remove(TRANSFER_ENCODING);
+    parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(scrubbed.len()));
+    let body = Scrubbed { inner: None, scrubber, decoded: Some(Bytes::from(scrubbed)), trailers: None };
     Ok(Response::from_parts(parts, body))
 }
 
-/// The whole gzip body, decoded, within [`MAX_DECODED`].
-async fn decode_gzip<B>(mut body: B) -> Result<Vec<u8>, Unreadable>
+/// The whole body, within [`MAX_DECODED`].
+async fn read_whole<B>(mut body: B) -> Result<Zeroizing<Vec<u8>>, Unreadable>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
-    let mut compressed = Vec::new();
+    let mut whole = Zeroizing::new(Vec::new());
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| Unreadable::Body(e.to_string()))?;
         if let Ok(data) = frame.into_data() {
-            if compressed.len() + data.len() > MAX_DECODED {
-                return Err(Unreadable::Gzip(format!("over {MAX_DECODED} bytes")));
+            if whole.len() + data.len() > MAX_DECODED {
+                return Err(Unreadable::TooLarge);
             }
-            compressed.extend_from_slice(&data);
+            whole.extend_from_slice(&data);
         }
     }
-    let mut decoded = Vec::new();
-    let limit = (MAX_DECODED + 1) as u64;
-    flate2::read::MultiGzDecoder::new(compressed.as_slice())
-        .take(limit)
-        .read_to_end(&mut decoded)
-        .map_err(|e| Unreadable::Gzip(e.to_string()))?;
-    if decoded.len() > MAX_DECODED {
-        return Err(Unreadable::Gzip(format!("decodes to over {MAX_DECODED} bytes")));
-    }
-    Ok(decoded)
+    Ok(whole)
 }
 
 /// A body with every secret value replaced as it streams.

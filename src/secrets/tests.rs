@@ -98,9 +98,11 @@ fn apply_replaces_in_the_named_header_basic_credentials_and_query_only() {
     let mut builder = Request::get(format!("https://api.github.test{target}"));
     *builder.headers_mut().expect("a builder") = sent.clone();
     let (mut parts, ()) = builder.body(()).expect("a request").into_parts();
-    apply(&plan, &mut parts);
+    let made = apply(&plan, &mut parts);
     let expected = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("git:{VALUE}"));
     assert_eq!(parts.headers[AUTHORIZATION], format!("Basic {expected}").as_str());
+    let made: Vec<(&str, &str)> = made.iter().map(|(text, original)| (text.as_str(), original.as_str())).collect();
+    assert_eq!(made, [(expected.as_str(), basic.as_str())], "the token made, for the scrubber to put back");
     assert_eq!(parts.headers["x-other"], PLACEHOLDER, "a header the secret does not name is left alone");
     assert_eq!(parts.uri.query(), Some(format!("access_token={VALUE}&note={PLACEHOLDER}").as_str()));
     assert_eq!(parts.headers[ACCEPT_ENCODING], "identity");
@@ -114,7 +116,7 @@ fn the_scrubber_replaces_values_split_across_any_chunk_boundary() {
     let body = format!("{{\"token\":\"{VALUE}\",\"again\":\"{VALUE}\"}}{VALUE}");
     let expected = body.replace(VALUE, PLACEHOLDER);
     for split in 1..body.len() {
-        let mut scrubber = Scrubber::new(pairs.clone());
+        let mut scrubber = Scrubber::new(pairs.clone(), Vec::new());
         let mut out = scrubber.push(&body.as_bytes()[..split]).to_vec();
         for byte in &body.as_bytes()[split..] {
             out.extend_from_slice(&scrubber.push(&[*byte]));
@@ -122,9 +124,33 @@ fn the_scrubber_replaces_values_split_across_any_chunk_boundary() {
         out.extend_from_slice(&scrubber.finish());
         assert_eq!(String::from_utf8(out).expect("utf-8"), expected, "split at {split}");
     }
-    let scrubber = Scrubber::new(pairs);
+    let scrubber = Scrubber::new(pairs, Vec::new());
     assert_eq!(scrubber.text(format!("Bearer {VALUE}").as_bytes()), Some(format!("Bearer {PLACEHOLDER}").into_bytes()));
     assert_eq!(scrubber.text(b"nothing here"), None);
+}
+
+#[test]
+fn the_scrubber_finds_the_percent_encoded_and_base64_forms_and_puts_back_the_agents_own_token() {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    let value = "ghp/Real+Value=0123456789abcdef";
+    let pairs = vec![(std::sync::Arc::new(zeroize::Zeroizing::new(value.to_owned())), PLACEHOLDER.to_owned())];
+    let (made, agents) = (STANDARD.encode(format!("x:{value}")), STANDARD.encode(format!("x:{PLACEHOLDER}")));
+    let scrubber = Scrubber::new(pairs, vec![(zeroize::Zeroizing::new(made.clone()), agents.clone())]);
+    let echoed = scrubber.text(format!("authorization: Basic {made}").as_bytes()).expect("the token made");
+    assert_eq!(String::from_utf8(echoed).expect("utf-8"), format!("authorization: Basic {agents}"));
+    for quoted in ["ghp%2FReal%2BValue%3D0123456789abcdef", "ghp%2fReal%2bValue%3d0123456789abcdef"] {
+        let scrubbed = scrubber.text(format!("/x?access_token={quoted}").as_bytes()).expect("percent-encoded");
+        assert!(!String::from_utf8_lossy(&scrubbed).contains(quoted), "{quoted}");
+    }
+    // Base64 of the value after any number of other bytes: each alignment is found.
+    for before in ["", "a", "ab", "abc", "user:"] {
+        let encoded = STANDARD.encode(format!("{before}{value}"));
+        let scrubbed = scrubber.text(encoded.as_bytes()).expect("base64");
+        let decoded = STANDARD.decode(&scrubbed).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&decoded).contains(value), "after {before:?}");
+        assert!(!String::from_utf8_lossy(&scrubbed).contains(&encoded), "after {before:?}");
+    }
 }
 
 #[test]
