@@ -63,6 +63,16 @@ fn describe(line: &mut String, responses: &Responses) {
     }
 }
 
+/// Says, at `info` and once per change of the file, that a file the origin serves is not a
+/// policy (an AGENTS.md written for coding agents, without `## Identity`, C1), so an operator
+/// who expected its rules to apply sees why they do not; the origin's `/policies` view shows
+/// the same finding.
+fn say_not_a_policy<F: Format>(origin: &Origin, state: &F::State) {
+    for finding in F::report(state).diagnostics.iter().filter(|d| d.code.starts_with("not-a-policy")) {
+        tracing::info!(origin = %origin, file = F::PATH, why = %finding.message, "not a policy: none of its rules apply");
+    }
+}
+
 /// What [`Responses`] weigh: bodies and headers.
 fn responses_bytes(responses: &Responses) -> usize {
     responses
@@ -251,6 +261,7 @@ macro_rules! snapshot {
                 let mut files = String::new();
                 $(if previous.is_none_or(|p| !Arc::ptr_eq(&p.responses.$field, &$field.2)) {
                     describe(&mut files, &$field.2);
+                    say_not_a_policy::<$format>(origin, &$field.0);
                 })*
                 if !files.is_empty() {
                     let ms = started.elapsed().as_millis() as u64;

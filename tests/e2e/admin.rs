@@ -8,7 +8,8 @@
 //! taken address, and `http://agentgate.local/` answered by
 //! agentgate itself with no lookup and no connection (proven by a recording resolver and
 //! dialer). A DNS-rebinding page (a foreign `Host`, a foreign `Origin`) is refused,
-//! and repeated wrong tokens are answered late while a right one is served.
+//! and repeated wrong tokens are answered late while a right one is served. An AGENTS.md
+//! that is not a policy is said once in the run log and shown in the origin's view.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -693,5 +694,43 @@ async fn repeated_wrong_tokens_are_answered_late_and_a_right_token_is_served() -
         .await?;
     assert_eq!(session.status(), 303, "a console session opened");
     proxy.finish().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_agents_md_that_is_not_a_policy_is_said_once_in_the_run_log_and_shown_in_the_origins_view() -> TestResult {
+    agentgate::tls::install_default_provider();
+    let ca = TestCa::new("origin CA")?;
+    // An AGENTS.md written for coding agents: no `## Identity`, so not a policy (C1).
+    let body = "# AGENTS.md\n\n## Build\n- run `cargo test` before a commit\n";
+    let site = Site::new().serve("/AGENTS.md", 200, &[("content-type", "text/markdown")], body);
+    let origin = Origin::https_site(&ca, site).await?;
+
+    // The run log says it once, at info, however many requests the origin gets.
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("agentgate.toml");
+    std::fs::write(&config, crate::reload::base_config(dir.path(), &ca))?;
+    let agentgate = crate::support::binary::Agentgate::start(dir.path(), &config, "agentgate=info").await?;
+    let client = agentgate.client()?;
+    for _ in 0..3 {
+        assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
+    }
+    let text = agentgate.logged(&["not a policy", "why=/AGENTS.md has no"], 1).await?;
+    let said: Vec<&str> = text.lines().filter(|line| line.contains("why=/AGENTS.md has no")).collect();
+    assert_eq!(said.len(), 1, "once per origin: {text}");
+    assert!(said[0].contains("INFO") && said[0].contains("## Identity"), "{}", said[0]);
+    agentgate.stop().await?;
+
+    // The origin's view (`/policies`, which the console shows) lists the same finding.
+    let proxy = TestProxy::start(&ca).await?;
+    assert_eq!(proxy.client()?.get(origin.url("/page")).send().await?.status(), 200);
+    let (status, body) = get(&proxy, &format!("/policies?origin={}", origin.url(""))).await?;
+    assert_eq!(status, 200, "{body}");
+    let cached: Value = serde_json::from_str(&body)?;
+    let codes: Vec<&str> = cached["files"]["AGENTS.md"]["diagnostics"]
+        .as_array()
+        .map(|all| all.iter().filter_map(|d| d["code"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(codes.contains(&"not-a-policy:no-identity-section"), "{cached:#}");
     Ok(())
 }
