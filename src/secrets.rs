@@ -126,7 +126,7 @@ impl Plan {
 
     /// The scrubber for the answer, when [`scrubs`](Self::scrubs): every form of each value,
     /// and `made`, the texts [`apply`] made for this request.
-    pub fn scrubber(&self, made: Vec<(Zeroizing<String>, String)>) -> Option<Scrubber> {
+    pub fn scrubber(&self, made: Vec<Made>) -> Option<Scrubber> {
         self.scrubs().then(|| Scrubber::new(self.scrub.clone(), made))
     }
 }
@@ -355,7 +355,7 @@ fn replace_ignoring_case(text: &str, needle: &str, marker: &str) -> Option<Strin
     (kept > 0).then(|| out + &text[kept..])
 }
 
-pub use inject::apply;
+pub use inject::{Made, apply};
 
 #[cfg(test)]
 mod tests;

@@ -4,10 +4,13 @@
 //! `/decisions/stream`, `/decisions/recent`, `/agents/summary`, `/policies` and the
 //! approvals. `docs/console.md` is the reference.
 //!
-//! Owns: the page, its two static assets, the login form and `/login`/`/logout` (a session
-//! cookie for a browser, where the API takes a bearer token), and `/agents/summary`. Never:
-//! renders a value from the log into HTML on the server (the script writes every value as
-//! text, never as markup), keeps or logs a token, or decides anything.
+//! Owns: the page (with its first paint of the latest decisions, `first_paint`), its two
+//! static assets, the login form and `/login`/`/logout` (a session cookie for a browser,
+//! where the API takes a bearer token), and `/agents/summary`. Never: writes a value from
+//! the log as markup (the first paint escapes every value; the script writes them as text),
+//! keeps or logs a token, or decides anything.
+
+mod first_paint;
 
 use std::net::IpAddr;
 use std::time::Instant;
@@ -44,7 +47,8 @@ pub(super) fn page(state: &AdminState, authorized: bool) -> Response<AdminBody> 
     } else {
         ""
     };
-    html(StatusCode::OK, PAGE.replace("<!--logout-->", logout))
+    let first_paint = first_paint::rows(&state.audit.recent().latest(first_paint::ROWS));
+    html(StatusCode::OK, PAGE.replace("<!--logout-->", logout).replace("<!--first-paint-->", &first_paint))
 }
 
 /// `GET /console.js` and `GET /console.css`: the page's static assets, the same for everyone

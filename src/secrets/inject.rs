@@ -15,6 +15,10 @@ use zeroize::Zeroizing;
 
 use super::{Place, Plan};
 
+/// A text [`apply`] made that carries a value in a form of its own making (a `Basic` token),
+/// and the agent's text it replaced.
+pub type Made = (Zeroizing<String>, String);
+
 /// Applies `plan` to a request's head: its injections, and for a host with secrets bound to
 /// it, `Accept-Encoding: identity` and no `Range` (a scrubbed body cannot honour one).
 /// Returns the texts it made that carry a value in a form of its own making (the `Basic`
@@ -22,7 +26,7 @@ use super::{Place, Plan};
 /// puts the agent's own token back wherever the origin quotes the one agentgate made.
 ///
 /// [`Scrubber`]: super::Scrubber
-pub fn apply(plan: &Plan, parts: &mut Parts) -> Vec<(Zeroizing<String>, String)> {
+pub fn apply(plan: &Plan, parts: &mut Parts) -> Vec<Made> {
     let mut made = Vec::new();
     for injection in &plan.injections {
         let (placeholder, value) = (injection.placeholder.as_str(), injection.value.as_str());
@@ -67,11 +71,7 @@ pub fn apply(plan: &Plan, parts: &mut Parts) -> Vec<(Zeroizing<String>, String)>
 /// `original` with `placeholder` replaced by `value`: in its text, or inside its `Basic`
 /// credentials (then with the token made and the agent's token it replaced); `None` when it
 /// holds no placeholder or the result is not a header value.
-fn replace_header(
-    original: &HeaderValue,
-    placeholder: &str,
-    value: &str,
-) -> Option<(HeaderValue, Option<(Zeroizing<String>, String)>)> {
+fn replace_header(original: &HeaderValue, placeholder: &str, value: &str) -> Option<(HeaderValue, Option<Made>)> {
     let text = original.to_str().ok()?;
     if text.contains(placeholder) {
         return Some((HeaderValue::from_str(&text.replace(placeholder, value)).ok()?, None));

@@ -60,7 +60,7 @@ impl Scrubber {
     /// A scrubber for `values` (value, placeholder), each looked for in every form agentgate
     /// may have sent it in, and for `made`: the exact texts [`super::apply`] produced for
     /// this request (a `Basic` token) and what the agent sent in their place.
-    pub fn new(values: Vec<(Arc<Zeroizing<String>>, String)>, made: Vec<(Zeroizing<String>, String)>) -> Scrubber {
+    pub fn new(values: Vec<(Arc<Zeroizing<String>>, String)>, made: Vec<super::Made>) -> Scrubber {
         let mut pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)> = made
             .into_iter()
             .map(|(text, original)| (Zeroizing::new(text.as_bytes().to_vec()), original.into_bytes()))

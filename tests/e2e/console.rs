@@ -235,6 +235,26 @@ async fn the_stream_delivers_the_log_line_of_a_request_through_the_proxy_and_the
 }
 
 #[tokio::test]
+async fn the_page_as_served_already_shows_the_latest_decisions_before_any_script_runs() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http_site(Site::new().file("/robots.txt", ROBOTS)).await?;
+    let proxy = TestProxy::start(&ca).await?;
+    let client = proxy.client()?;
+    assert_eq!(client.get(origin.url("/private/x")).send().await?.status(), 403);
+    assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);
+    proxy.log_lines(2).await?;
+
+    // No script runs here: the rows are in the HTML itself, newest first, one per request.
+    let html = admin_client()?.get(admin_url(&proxy, "/")?).send().await?.text().await?;
+    let rows: Vec<&str> = html.split("<tr class=\"decision first-paint\">").skip(1).collect();
+    assert_eq!(rows.len(), 2, "{html}");
+    assert!(rows[0].contains(&origin.url("/page")) && rows[0].contains(">allow<") && rows[0].contains(">200<"));
+    assert!(rows[1].contains(">deny<") && rows[1].contains("robots.txt:2 robots.disallow"), "{}", rows[1]);
+    proxy.finish().await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn streams_over_the_cap_are_refused_and_shutdown_ends_the_open_ones() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::http_site(Site::new().file("/robots.txt", ROBOTS)).await?;

@@ -198,6 +198,8 @@ function connectStream() {
 async function loadRecent() {
   const response = await api("/decisions/recent?n=200");
   if (!response.ok) return;
+  // The rows the server painted go: the same lines come back here.
+  for (const row of document.querySelectorAll("#decision-log tr.first-paint")) row.remove();
   // Newest first, each appended below the rows already shown.
   for (const record of await response.json()) addLine(JSON.stringify(record), true);
 }
