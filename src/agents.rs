@@ -459,7 +459,7 @@ pub fn signing_tables<'a>(
 }
 
 /// Problems of every `signing` table in `[agent]` and `[[agents]]`; `shared` when replicas
-/// share limits through Redis (each would mint its own key).
+/// share limits or policy copies through Redis (each would mint its own key).
 pub(crate) fn signing_problems(
     default: &AgentConfig,
     agents: &[AgentConfig],

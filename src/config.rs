@@ -322,7 +322,9 @@ impl Config {
             }
         }
         agent_problems(&self.agent, &self.agents, &mut problems);
-        let shared = self.limits.store == crate::limits::Store::Redis;
+        // Replicas that share limits or policy copies through Redis are one fleet: one key.
+        let shared =
+            self.limits.store == crate::limits::Store::Redis || self.cache.store == crate::fetch::CacheStore::Redis;
         crate::agents::signing_problems(&self.agent, &self.agents, shared, &mut problems);
         for table in holding_tables(&self.agent, &self.agents) {
             self.admin.holding_problems(&format!("{table} unlisted = \"hold\""), &mut problems);

@@ -49,8 +49,12 @@ pub const VALIDITY: Duration = Duration::from_secs(300);
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SigningConfig {
-    /// The https origin that serves the agent's key directory at
-    /// `/.well-known/http-message-signatures-directory`; sent as `Signature-Agent`.
+    /// The https URL of the agent's key directory, sent exactly as written as the
+    /// `Signature-Agent` member (draft-ietf-webbotauth-httpsig-protocol-01: the member is the
+    /// directory's URL). docs/signing.md recommends
+    /// `https://<host>/.well-known/http-message-signatures-directory`, which verifiers of the
+    /// earlier revisions (an origin, the well-known path appended) accept too; a bare origin
+    /// is still accepted.
     pub signature_agent: String,
     /// The agent's Ed25519 private key (PKCS#8, DER or PEM), which must exist; unset: created on
     /// first start as `<[ca] dir>/agent-keys/<id>.pk8`.
@@ -63,12 +67,13 @@ pub struct SigningConfig {
 
 impl SigningConfig {
     /// Problems of the table `table` (`[[agents]] #2 signing`): `signature_agent` must be an
-    /// https origin; a generated key needs a file-name-safe id, and a key per replica is
-    /// refused when replicas share limits (`shared`: `[limits] store = "redis"`).
+    /// https URL; a generated key needs a file-name-safe id, and a key per replica is refused
+    /// when replicas share work through Redis (`shared`: `[limits] store` or `[cache] store`
+    /// is `"redis"`).
     pub(crate) fn problems(&self, table: &str, id: Option<&str>, shared: bool, problems: &mut Vec<String>) {
-        if let Err(why) = origin(&self.signature_agent) {
+        if let Err(why) = directory_url(&self.signature_agent) {
             problems.push(format!(
-                "{table} signing.signature_agent = {:?}: {why}; write the https origin that serves your key directory, e.g. \"https://agents.example.com\"",
+                "{table} signing.signature_agent = {:?}: {why}; write the https URL of your key directory, e.g. \"{EXAMPLE_DIRECTORY}\"",
                 self.signature_agent
             ));
         }
@@ -77,7 +82,7 @@ impl SigningConfig {
         }
         if shared {
             problems.push(format!(
-                "{table} signing: no key_file, so each replica would create its own key while [limits] store = \"redis\" says replicas share the work; create one key (`openssl genpkey -algorithm ed25519 -outform DER -out agent.pk8`) and set signing.key_file on every replica"
+                "{table} signing: no key_file, so each replica would create its own key while a Redis store ([limits] or [cache] store = \"redis\") says replicas are one fleet; create one key (`openssl genpkey -algorithm ed25519 -outform DER -out agent.pk8`) and set signing.key_file on every replica"
             ));
         }
         if id.is_some_and(|id| !is_file_name(id)) {
@@ -96,27 +101,38 @@ fn is_file_name(id: &str) -> bool {
         && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
-/// `text` as an https origin (`https://host[:port]`, no path, query or credentials), in the
-/// ASCII serialization sites compare (`https://agents.example.com`).
-fn origin(text: &str) -> Result<String, &'static str> {
+/// The directory URL docs and error messages suggest.
+pub(crate) const EXAMPLE_DIRECTORY: &str = "https://agents.example.com/.well-known/http-message-signatures-directory";
+
+/// Checks that `text` is an https URL a verifier can fetch a key directory from: a host, no
+/// credentials, query or fragment; any path (none means the origin, as the earlier draft
+/// revisions wrote it).
+fn directory_url(text: &str) -> Result<(), &'static str> {
     let url = url::Url::parse(text).map_err(|_| "not a URL")?;
     if url.scheme() != "https" {
-        return Err("must be an https origin");
+        return Err("must be an https URL");
     }
-    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
-        return Err("an origin has no path, query or fragment");
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("has no host");
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("a key directory URL has no query or fragment");
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err("an origin has no credentials");
+        return Err("a key directory URL has no credentials");
     }
-    Ok(url.origin().ascii_serialization())
+    if text.chars().any(|c| c == '"' || c == '\\' || !c.is_ascii_graphic()) {
+        return Err("must be printable ASCII without quotes or backslashes (it is sent as a structured-field string)");
+    }
+    Ok(())
 }
 
 /// One agent's signing key, ready to sign its requests.
 pub struct Signer {
     pair: Ed25519KeyPair,
     keyid: String,
-    /// The `Signature-Agent` member value, an sf-string (`"https://agents.example.com"`).
+    /// The `Signature-Agent` member value, an sf-string of the configured URL, exactly as
+    /// written (`"https://agents.example.com/.well-known/http-message-signatures-directory"`).
     agent_member: String,
     rng: SystemRandom,
 }
@@ -132,12 +148,11 @@ impl Signer {
     /// an invalid one is refused here too).
     ///
     /// # Errors
-    /// [`KeyError::Origin`] when `signature_agent` is no https origin.
+    /// [`KeyError::Origin`] when `signature_agent` is no https URL a verifier can fetch.
     pub fn new(pair: Ed25519KeyPair, signature_agent: &str) -> Result<Signer, KeyError> {
-        let origin =
-            origin(signature_agent).map_err(|why| KeyError::Origin { value: signature_agent.to_owned(), why })?;
+        directory_url(signature_agent).map_err(|why| KeyError::Origin { value: signature_agent.to_owned(), why })?;
         let keyid = thumbprint(pair.public_key().as_ref());
-        Ok(Signer { pair, keyid, agent_member: base::sf_string(&origin), rng: SystemRandom::new() })
+        Ok(Signer { pair, keyid, agent_member: base::sf_string(signature_agent), rng: SystemRandom::new() })
     }
 
     /// The base64url RFC 7638 JWK thumbprint of the public key: the signature's `keyid`.

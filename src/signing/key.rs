@@ -42,8 +42,11 @@ pub enum KeyError {
         /// What the file system said.
         source: io::Error,
     },
-    /// `signature_agent` is no https origin.
-    #[error("signing.signature_agent = {value:?}: {why}; write an https origin, e.g. \"https://agents.example.com\"")]
+    /// `signature_agent` is no https URL a verifier can fetch a key directory from.
+    #[error(
+        "signing.signature_agent = {value:?}: {why}; write the https URL of the key directory, e.g. \"{}\"",
+        super::EXAMPLE_DIRECTORY
+    )]
     Origin {
         /// The value as written.
         value: String,

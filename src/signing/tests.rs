@@ -52,7 +52,8 @@ fn sf_strings_are_quoted_and_escaped() {
 fn a_signed_request_carries_the_three_headers_and_no_agent_sent_ones() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let pair = load_or_create(&dir.path().join("k.pk8")).expect("a new key");
-    let signer = Signer::new(pair, "https://Agents.Example.com/").expect("an https origin");
+    let directory = "https://agents.example.com/.well-known/http-message-signatures-directory";
+    let signer = Signer::new(pair, directory).expect("an https URL");
     let mut request = Request::get("https://site.test:443/a/b?q=1")
         .header("signature", "sig1=:Zm9yZ2Vk:")
         .header("signature-input", "sig1=();created=1")
@@ -60,7 +61,7 @@ fn a_signed_request_carries_the_three_headers_and_no_agent_sent_ones() {
         .expect("a request");
     signer.sign(&mut request, UNIX_EPOCH + Duration::from_secs(1_700_000_000));
     let headers = request.headers();
-    assert_eq!(headers[SIGNATURE_AGENT], "sig1=\"https://agents.example.com\"");
+    assert_eq!(headers[SIGNATURE_AGENT], format!("sig1=\"{directory}\"").as_str(), "sent exactly as configured");
     let input = headers[SIGNATURE_INPUT].to_str().expect("ASCII");
     assert!(
         input.starts_with(&format!(
@@ -103,18 +104,24 @@ fn signing_problems_name_the_key_and_the_fix() {
     use crate::config::testing::problems;
     let found = problems(
         "[limits]\nstore = \"redis\"\n[agent]\nsigning = { signature_agent = \"http://a.example\" }\n\
-         [[agents]]\nid = \"a/b\"\ntoken = \"t\"\npass_signatures = true\nsigning = { signature_agent = \"https://a.example/path\" }\n",
+         [[agents]]\nid = \"a/b\"\ntoken = \"t\"\npass_signatures = true\nsigning = { signature_agent = \"https://a.example/keys?v=1\" }\n",
     )
     .join("\n");
     for expected in [
-        "[agent] signing.signature_agent = \"http://a.example\": must be an https origin",
+        "[agent] signing.signature_agent = \"http://a.example\": must be an https URL",
         "[agent] signing: no key_file, so each replica would create its own key",
-        "[[agents]] #1 signing.signature_agent = \"https://a.example/path\": an origin has no path",
+        "[[agents]] #1 signing.signature_agent = \"https://a.example/keys?v=1\": a key directory URL has no query",
         "[[agents]] #1 signing: no key_file, and the id \"a/b\" cannot name the generated key file",
         "[[agents]] #1 pass_signatures = true: has no effect with signing",
     ] {
         assert!(found.contains(expected), "{expected:?} missing from:\n{found}");
     }
-    let fine = "[agent]\nsigning = { signature_agent = \"https://a.example\", key_file = \"k.pk8\" }\n";
-    assert!(problems(fine).is_empty(), "{:?}", problems(fine));
+    for url in ["https://a.example", "https://a.example/.well-known/http-message-signatures-directory"] {
+        let fine = format!("[agent]\nsigning = {{ signature_agent = {url:?}, key_file = \"k.pk8\" }}\n");
+        assert!(problems(&fine).is_empty(), "{:?}", problems(&fine));
+    }
+    // One fleet through the policy store alone also needs one key.
+    let cache_only =
+        problems("[cache]\nstore = \"redis\"\n[agent]\nsigning = { signature_agent = \"https://a.example\" }\n");
+    assert!(cache_only.iter().any(|p| p.contains("each replica would create its own key")), "{cache_only:?}");
 }

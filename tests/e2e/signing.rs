@@ -4,7 +4,9 @@
 //! Python's `cryptography`, the signature base rebuilt from what the origin received) accepts
 //! with the keys `agentgate keys` prints, and rejects once `@authority` changes; an agent's
 //! own signature headers never reach the origin unless the operator passes them for an agent
-//! without a key; a rotated key is picked up by reload and listed beside the old one.
+//! without a key; a rotated key is picked up by reload and listed beside the old one. A
+//! `Signature-Agent` naming the key directory's URL is sent as written, and the verifier
+//! fetches the key set from exactly that URL.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -84,6 +86,11 @@ fn kids(set: &Value) -> Vec<String> {
 /// The independent verifier's verdict on `seen` with the keys of `jwks`, `@authority`
 /// replaced by `authority` when given.
 async fn verify(python: &Path, seen: &Value, jwks: &Value, authority: Option<&str>) -> TestResult<Value> {
+    run_verifier(python, &serde_json::json!({"seen": seen, "jwks": jwks, "authority": authority})).await
+}
+
+/// The independent verifier's verdict on `input` (see `signing_verify.py`).
+async fn run_verifier(python: &Path, input: &Value) -> TestResult<Value> {
     let dir = tempfile::tempdir()?;
     let script = dir.path().join("verify.py");
     std::fs::write(&script, VERIFIER)?;
@@ -93,7 +100,6 @@ async fn verify(python: &Path, seen: &Value, jwks: &Value, authority: Option<&st
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    let input = serde_json::json!({"seen": seen, "jwks": jwks, "authority": authority});
     child.stdin.take().ok_or("no stdin")?.write_all(input.to_string().as_bytes()).await?;
     let output = child.wait_with_output().await?;
     assert!(output.status.success(), "the verifier crashed: {}", String::from_utf8_lossy(&output.stderr));
@@ -161,6 +167,39 @@ async fn a_signing_agents_request_arrives_signed_and_an_independent_verifier_acc
     for record in signed {
         assert_eq!(record["agentgate.signature.keyid"].as_str(), Some(kids(&jwks)[0].as_str()), "{record}");
     }
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs python3-cryptography: run by scripts/test.sh"]
+async fn the_signature_agent_is_the_directory_url_as_configured_and_a_verifier_fetches_the_keys_there() -> TestResult {
+    let python = verifier().await?;
+    agentgate::tls::install_default_provider();
+    let ca = TestCa::new("origin CA")?;
+    // The key directory's host: its port is known before the config is written.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let path = "/.well-known/http-message-signatures-directory";
+    let directory = format!("https://localhost:{}{path}", listener.local_addr()?.port());
+    let dir = tempfile::tempdir()?;
+    let key_file = dir.path().join("agent.pk8");
+    agentgate::signing::load_or_create(&key_file)?;
+    let config = dir.path().join("agentgate.toml");
+    let signing = format!("[agent]\nsigning = {{ signature_agent = {directory:?}, key_file = {key_file:?} }}\n");
+    std::fs::write(&config, format!("{}{signing}", base_config(dir.path(), &ca)))?;
+    let jwks = keys(&config).await?;
+    let keys_site = Site::new().serve(path, 200, &[("content-type", "application/json")], jwks.to_string());
+    let keys_host = Origin::on_listener(listener, Some(ca.origin_server_config()?), keys_site)?;
+
+    let site = Origin::https_site(&ca, Site::new()).await?;
+    let agentgate = Agentgate::start(dir.path(), &config, "info").await?;
+    let seen = seen(&agentgate.client()?, &site.url("/seen"), &[]).await?;
+    assert_eq!(values(&seen, "signature-agent"), [format!("sig1={directory:?}")], "sent exactly as configured");
+    let input = serde_json::json!({"seen": seen, "directory_cafile": ca.pem_path});
+    let verdict = run_verifier(&python, &input).await?;
+    assert_accepted(&verdict, "keys fetched from the directory URL");
+    assert_eq!(verdict["directory"], Value::from(directory.clone()), "{verdict}");
+    assert_eq!(keys_host.hits(path), 1, "the verifier fetched the key set from exactly that URL");
+    agentgate.stop().await?;
     Ok(())
 }
 

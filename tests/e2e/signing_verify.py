@@ -5,13 +5,21 @@ itself from what the origin received, finds the key by its RFC 7638 thumbprint i
 set `agentgate keys` printed, and verifies with the `cryptography` package.
 
 stdin: {"seen": {"authority", "method", "path", "headers": [[name, value], ...]},
-        "jwks": {"keys": [...]}, "authority": optional override (a tampered @authority)}
-stdout: {"ok": bool, "error": str, "keyid", "created", "expires", "components", "tag"}
+        "jwks": {"keys": [...]}, "authority": optional override (a tampered @authority),
+        "directory_cafile": a CA file; with it and no "jwks", the key set is fetched over https
+        from the signature's Signature-Agent member: the directory's URL itself
+        (draft-ietf-webbotauth-httpsig-protocol-01), or, for a bare origin as the earlier
+        revisions wrote it, that origin's /.well-known/http-message-signatures-directory}
+stdout: {"ok": bool, "error": str, "keyid", "created", "expires", "components", "tag",
+         "directory": the URL the key set was fetched from, when it was}
 """
 import base64
 import hashlib
 import json
+import ssl
 import sys
+import urllib.parse
+import urllib.request
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -144,6 +152,22 @@ def thumbprint(jwk):
     return b64url(hashlib.sha256(canonical.encode()).digest())
 
 
+def fetch_directory(member, cafile):
+    """The JWK set at the Signature-Agent member `member` (an sf-string URL), over https
+    verified with `cafile`, never through a proxy."""
+    if not isinstance(member, str):
+        raise ValueError("the Signature-Agent member is not a string")
+    url = urllib.parse.urlsplit(member)
+    if url.scheme != "https":
+        raise ValueError("the Signature-Agent member is not an https URL: " + member)
+    if url.path in ("", "/"):
+        member = member.rstrip("/") + "/.well-known/http-message-signatures-directory"
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=cafile)))
+    with opener.open(member, timeout=10) as response:
+        return member, json.load(response)
+
+
 def main():
     given = json.load(sys.stdin)
     seen = given["seen"]
@@ -186,7 +210,11 @@ def main():
         signature_params = "(" + " ".join(ser_bare(c) + ser_params(cp) for c, cp in components) + ")" + ser_params(params)
         lines.append('"@signature-params": ' + signature_params)
         base = "\n".join(lines).encode()
-        jwk = next((k for k in given["jwks"]["keys"] if k.get("kid") == p.get("keyid")), None)
+        jwks = given.get("jwks")
+        if jwks is None:
+            member = Parser(field("signature-agent")).dictionary()[label][0]
+            result["directory"], jwks = fetch_directory(member, given["directory_cafile"])
+        jwk = next((k for k in jwks["keys"] if k.get("kid") == p.get("keyid")), None)
         if jwk is None:
             raise ValueError("no key in the directory has kid " + str(p.get("keyid")))
         if thumbprint(jwk) != p.get("keyid"):
