@@ -142,7 +142,7 @@ pub fn scrub_headers(headers: &mut HeaderMap, scrubber: &Scrubber) {
 ///
 /// # Errors
 /// [`Unreadable`] when the body is in an encoding agentgate cannot read, or gzip that does
-/// not decode within [`MAX_DECODED`].
+/// not decode within `MAX_DECODED`.
 pub async fn scrub_response<B>(
     response: Response<B>,
     mut scrubber: Scrubber,
