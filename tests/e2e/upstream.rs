@@ -28,6 +28,7 @@ use crate::support::log::by_id;
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
 use crate::support::raw::{connect_tunnel, read_head};
+use crate::support::wait::eventually_within;
 use crate::support::{TestProxy, TestResult, header};
 
 /// A bound on waits that end by an event, never a timing assertion.
@@ -60,17 +61,11 @@ async fn metric(proxy: &TestProxy, name: &str) -> TestResult<f64> {
 /// Waits (bounded by [`GUARD`]) until the metric `name` is `value`: a socket is counted
 /// closed just after the origin sees it close.
 async fn until_metric(proxy: &TestProxy, name: &str, value: f64) -> TestResult {
-    let deadline = tokio::time::Instant::now() + GUARD;
-    loop {
-        let now = metric(proxy, name).await?;
-        if now == value {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!("{name} is {now}, not {value}, after {GUARD:?}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_within(GUARD, &format!("{name} to be {value}"), async || match metric(proxy, name).await? {
+        now if now == value => Ok(()),
+        now => Err(format!("{name} is {now}").into()),
+    })
+    .await
 }
 
 #[tokio::test]
