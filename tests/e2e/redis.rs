@@ -58,15 +58,18 @@ fn free_port() -> TestResult<u16> {
 }
 
 impl RedisServer {
-    /// Asserts that `client`'s proxy refuses this server as a destination: `403`, code
-    /// `network.own_address` (a shared store is never an agent's destination).
+    /// Asserts that `client`'s proxy refuses this server as a destination, whether asked
+    /// in plain HTTP or through a CONNECT tunnel (`https://`: the refusal is answered inside
+    /// it): `403`, code `network.own_address` (a shared store is never an agent's destination).
     pub(crate) async fn is_refused_through(&self, client: &reqwest::Client) -> TestResult {
-        let response = client.get(format!("http://127.0.0.1:{}/", self.port)).send().await?;
-        let status = response.status().as_u16();
-        let headers = format!("{:?}", response.headers());
-        let text = format!("{headers} {}", response.text().await?);
-        assert_eq!(status, 403, "{text}");
-        assert!(text.contains("network.own_address"), "{text}");
+        for scheme in ["http", "https"] {
+            let response = client.get(format!("{scheme}://127.0.0.1:{}/", self.port)).send().await?;
+            let status = response.status().as_u16();
+            let headers = format!("{:?}", response.headers());
+            let text = format!("{headers} {}", response.text().await?);
+            assert_eq!(status, 403, "{scheme}: {text}");
+            assert!(text.contains("network.own_address"), "{scheme}: {text}");
+        }
         Ok(())
     }
 
