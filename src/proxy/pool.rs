@@ -158,10 +158,7 @@ impl Pool {
         tls: rustls::ClientConfig,
         metrics: UpstreamMetrics,
     ) -> Self {
-        Pool {
-            shared: Shared::new(settings, metrics),
-            dialer: Dialer::new(tcp, &tls, settings.connect_timeout),
-        }
+        Pool { shared: Shared::new(settings, metrics), dialer: Dialer::new(tcp, &tls, settings.connect_timeout) }
     }
 
     /// Sends `request` (absolute URI on `key`, hop-by-hop fields already removed, no `Host`)
@@ -254,7 +251,8 @@ impl Pool {
         // Boxed: a new connection (TCP, TLS, handshake) is the cold path, and every request's
         // future would otherwise carry its state (the hot path, `docs/request-flow.md`).
         let permit = self.shared.sockets.acquire().await.map_err(SendError::AtCapacity)?;
-        let conn = Box::pin(self.dialer.open(permit, key, reuse == Reuse::Upgrade)).await.map_err(SendError::Connect)?;
+        let conn =
+            Box::pin(self.dialer.open(permit, key, reuse == Reuse::Upgrade)).await.map_err(SendError::Connect)?;
         let back = match (&conn, reuse) {
             (Conn::H1(_), Reuse::Pool) => Back::Pool,
             // The origin's one fetch connection, kept for the agent's own request.

@@ -131,7 +131,13 @@ async fn age_shared_copy(
         }
     }
     replica.purge(origin).await?;
-    redis::cmd("SET").arg(&key).arg(serde_json::to_vec(&value)?).arg("PX").arg(ttl_ms).query_async::<()>(connection).await?;
+    redis::cmd("SET")
+        .arg(&key)
+        .arg(serde_json::to_vec(&value)?)
+        .arg("PX")
+        .arg(ttl_ms)
+        .query_async::<()>(connection)
+        .await?;
     Ok(())
 }
 

@@ -593,13 +593,14 @@ async fn a_frozen_then_resumed_redis_spends_nothing_for_the_requests_refused_mea
     // again until the first answer that is not one.
     let mut allowed = 0;
     loop {
-        let status = eventually_within(READY_LIMIT, "an answer other than 503 after the resume", async || {
-            match client.get(&page).send().await?.status().as_u16() {
-                503 => Err("503".into()),
-                other => Ok(other),
-            }
-        })
-        .await?;
+        let status =
+            eventually_within(READY_LIMIT, "an answer other than 503 after the resume", async || {
+                match client.get(&page).send().await?.status().as_u16() {
+                    503 => Err("503".into()),
+                    other => Ok(other),
+                }
+            })
+            .await?;
         match status {
             200 if allowed < 3 => allowed += 1,
             429 => break,

@@ -46,12 +46,7 @@ impl Dialer {
             config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
             TlsConnector::from(Arc::new(config))
         };
-        Dialer {
-            tcp,
-            tls: with_alpn(&[b"h2", b"http/1.1"]),
-            tls_h1: with_alpn(&[b"http/1.1"]),
-            connect_timeout,
-        }
+        Dialer { tcp, tls: with_alpn(&[b"h2", b"http/1.1"]), tls_h1: with_alpn(&[b"http/1.1"]), connect_timeout }
     }
 
     /// A TCP connection to `host:port` on `permit`, within `connect_timeout`.
@@ -100,7 +95,8 @@ impl Dialer {
             sender.ready().await.map_err(ConnectFailure::Handshake)?;
             Ok(Conn::H2(sender))
         } else {
-            let (mut sender, connection) = http1::Builder::new().handshake(io).await.map_err(ConnectFailure::Handshake)?;
+            let (mut sender, connection) =
+                http1::Builder::new().handshake(io).await.map_err(ConnectFailure::Handshake)?;
             tokio::spawn(async move {
                 if let Err(error) = connection.with_upgrades().await {
                     debug!(error = %error_chain(&error), "upstream connection ended with an error");
@@ -167,4 +163,3 @@ impl AsyncWrite for Stream {
         }
     }
 }
-
