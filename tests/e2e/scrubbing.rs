@@ -217,7 +217,8 @@ async fn every_coding_layer_of_a_bound_answer_is_undone_before_scrubbing_or_the_
     let withheld = [("br", "br"), ("gzip-compress", "gzip, compress"), ("compress-gzip", "compress, gzip")];
     for (case, codings) in withheld {
         let url = origin.url(&format!("/reflect?case={case}"));
-        let response = agent.get(url).header(AUTHORIZATION, &bearer).header("x-reflect-codings", codings).send().await?;
+        let response =
+            agent.get(url).header(AUTHORIZATION, &bearer).header("x-reflect-codings", codings).send().await?;
         assert_eq!(response.status(), 502, "{case}");
         let bytes = answer_bytes(response).await?;
         let text = String::from_utf8_lossy(&bytes);

@@ -602,11 +602,12 @@ fn reflect(request: &Request<Incoming>) -> Response<OriginBody> {
     // `x-reflect-codings: identity, gzip` applies each coding in turn, each named on a
     // `Content-Encoding` line of its own; `x-reflect-transfer: gzip` then sends the body as
     // `Transfer-Encoding: gzip, chunked` (hyper adds `chunked`).
-    let codings: Vec<String> = header_text(request.headers(), http::header::HeaderName::from_static("x-reflect-codings"))
-        .split(',')
-        .map(|c| c.trim().to_owned())
-        .filter(|c| !c.is_empty())
-        .collect();
+    let codings: Vec<String> =
+        header_text(request.headers(), http::header::HeaderName::from_static("x-reflect-codings"))
+            .split(',')
+            .map(|c| c.trim().to_owned())
+            .filter(|c| !c.is_empty())
+            .collect();
     let transfer = header_text(request.headers(), http::header::HeaderName::from_static("x-reflect-transfer"));
     let mut body = if gzip { encode("gzip", text.as_bytes()) } else { text.into_bytes() };
     for coding in codings.iter().chain(std::iter::once(&transfer).filter(|t| !t.is_empty())) {
