@@ -6,7 +6,7 @@ the run fails if any line was printed:
      RUSTDOCFLAGS="-D warnings". Private items included: agentgate's library is mostly
      `pub(crate)`, so without them most of its docs would go unchecked;
   2. no unused dependency in any package of the repository (the root and `bench/*`), by
-     cargo-machete (`cargo install --locked cargo-machete`); and every entry of a package's
+     cargo-machete (`cargo install --locked --debug cargo-machete`); and every entry of a package's
      `[package.metadata.cargo-machete] ignored` list says why, in a comment on its line or
      on the line above.
 
@@ -108,7 +108,7 @@ def check_ignored_reasons(root):
 def check_dependencies(root):
     """cargo-machete's unused dependencies, as Cargo.toml: dependency; fix."""
     if shutil.which("cargo-machete") is None:
-        return ["cargo-machete is not installed; install it: cargo install --locked cargo-machete (.ci/run does)"]
+        return ["cargo-machete is not installed; install it: cargo install --locked --debug cargo-machete (.ci/run does)"]
     run = subprocess.run(["cargo", "machete", "."], cwd=root, capture_output=True, text=True)
     problems = []
     manifest = None

@@ -42,8 +42,8 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-# cargo-machete, which the tests of scripts/check-cargo.py run (built once, a few minutes).
-command -v cargo-machete >/dev/null 2>&1 || { echo "test: installing cargo-machete"; cargo install --locked --quiet cargo-machete; }
+# cargo-machete, which the tests of scripts/check-cargo.py run (a debug build, as .ci/run's).
+command -v cargo-machete >/dev/null 2>&1 || { echo "test: installing cargo-machete"; cargo install --locked --debug --quiet cargo-machete; }
 
 # The tests of the tree's checks (scripts/check-tree.py, scripts/check-cargo.py) first: a
 # run whose checks cannot be trusted stops before the cargo passes.
