@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Tests of scripts/check-tree.py: each check fails, naming the file and the fix, on a fixture
-tree with one planted violation, and every check passes on the clean fixture.
+"""Tests of scripts/check-tree.py and scripts/check-cargo.py: each check fails, naming the file
+and the fix, on a fixture tree with one planted violation, and every check passes on the
+clean fixture. check-cargo.py's run the real cargo doc and cargo-machete on a one-file package.
 
 Run: python3 scripts/check-tree-test.py   (scripts/test.sh runs it before the cargo passes)
 """
@@ -18,6 +19,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("check_tree", os.path.join(HERE, "check-tree.py"))
 check_tree = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(check_tree)
+spec = importlib.util.spec_from_file_location("check_cargo", os.path.join(HERE, "check-cargo.py"))
+check_cargo = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(check_cargo)
 
 CLEAN = {
     "src/lib.rs": "pub mod net;\n",
@@ -159,6 +163,64 @@ class CheckTreeTest(unittest.TestCase):
         self.write({"bench/origin/target/debug/floor": "x"})
         self.git("add", "-f", "bench/origin/target/debug/floor")
         self.assertEqual(len(check_tree.check_committed_cache(self.root)), 1)
+
+
+PACKAGE = '[package]\nname = "fixture"\nversion = "0.1.0"\nedition = "2021"\npublish = false\n\n[workspace]\n'
+
+
+class CheckCargoTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.root = self.dir.name
+        self.write({
+            "Cargo.toml": PACKAGE + "\n[dependencies]\n",
+            "src/lib.rs": "//! A fixture.\n\n/// One.\npub fn one() -> u8 {\n    1\n}\n",
+        })
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def write(self, files):
+        CheckTreeTest.write(self, files)
+
+    def test_the_clean_package_passes_both_checks(self):
+        self.assertEqual(check_cargo.check_docs(self.root), [])
+        self.assertEqual(check_cargo.check_dependencies(self.root), [])
+
+    def test_a_broken_doc_link_fails_naming_the_file_line_and_fix(self):
+        self.write({"src/lib.rs": "//! A fixture.\n\n/// One, unlike [`Missing`].\npub fn one() {}\n"})
+        problems = check_cargo.check_docs(self.root)
+        self.assertEqual(len(problems), 1, problems)
+        self.assertTrue(problems[0].startswith("src/lib.rs:3: rustdoc: unresolved link to `Missing`; link an item"), problems)
+
+    def test_a_public_doc_linking_a_private_item_fails(self):
+        self.write({"src/lib.rs": "//! A fixture.\n\n/// Calls [`helper`].\npub fn one() {\n    helper()\n}\n\nfn helper() {}\n"})
+        problems = check_cargo.check_docs(self.root)
+        self.assertEqual(len(problems), 1, problems)
+        self.assertIn("src/lib.rs:3: rustdoc: public documentation for `one` links to private item `helper`", problems[0])
+        self.assertIn("write the item as plain `code`", problems[0])
+
+    def test_an_unused_dependency_fails_naming_the_manifest_and_the_fix(self):
+        self.write({
+            "Cargo.toml": PACKAGE + '\n[dependencies]\nitoa = "1"\n',
+            "bench/peer/Cargo.toml": PACKAGE.replace("fixture", "peer") + '\n[dependencies]\nmemchr = "2"\n',
+            "bench/peer/src/main.rs": "fn main() {}\n",
+        })
+        problems = check_cargo.check_dependencies(self.root)
+        self.assertEqual(sorted(p.split(" is not used")[0] for p in problems), [
+            "Cargo.toml: dependency itoa",
+            "bench/peer/Cargo.toml: dependency memchr",
+        ], problems)
+        self.assertIn("remove it, or", problems[0])
+
+    def test_an_ignored_dependency_passes_only_with_a_reason(self):
+        ignored = '\n[dependencies]\nitoa = "1"\n\n[package.metadata.cargo-machete]\nignored = [\n    "itoa",\n]\n'
+        self.write({"Cargo.toml": PACKAGE + ignored})
+        self.assertEqual(check_cargo.check_dependencies(self.root), [
+            "Cargo.toml:14: cargo-machete ignores itoa without a reason; say in a comment on its line where the package uses it",
+        ])
+        self.write({"Cargo.toml": PACKAGE + ignored.replace('"itoa",', '"itoa", # used by a macro')})
+        self.assertEqual(check_cargo.check_dependencies(self.root), [])
 
 
 if __name__ == "__main__":

@@ -42,8 +42,11 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-# The tests of the tree's checks (scripts/check-tree.py) first: a run whose checks cannot be
-# trusted stops before the cargo passes.
+# cargo-machete, which the tests of scripts/check-cargo.py run (a debug build, as .ci/run's).
+command -v cargo-machete >/dev/null 2>&1 || { echo "test: installing cargo-machete"; cargo install --locked --debug --quiet cargo-machete; }
+
+# The tests of the tree's checks (scripts/check-tree.py, scripts/check-cargo.py) first: a
+# run whose checks cannot be trusted stops before the cargo passes.
 echo "test: the tree checks' own tests (scripts/check-tree-test.py)"
 if ! out=$(python3 scripts/check-tree-test.py 2>&1); then
   printf '%s\n' "$out" >&2

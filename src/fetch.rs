@@ -7,7 +7,7 @@
 //! freshness, one in-flight fetch per origin, stale-while-revalidate, and bounds on the
 //! bytes of parsed policies held and on the number of origins; revalidation of stale files
 //! (conditional GET, RFC 9111 §4.3); and the fleet's shared store of copies in Redis
-//! (`[cache] store = "redis"`, [`shared`]).
+//! (`[cache] store = "redis"`, `shared`).
 //!
 //! Never: reads policy text or decides what a status means for access. Outcomes go to each
 //! format's `from_fetch`, and which copy to keep after a failed re-fetch is asked of its

@@ -5,7 +5,7 @@
 //! shutdown, which starts and stops the admin API (`crate::admin`) with the proxy.
 //!
 //! It never parses policy text, decides allow or deny itself, or formats audit records: the
-//! gate (`crate::gate`) decides between "request parsed" and "forward" in [`service`]. The life of
+//! gate (`crate::gate`) decides between "request parsed" and "forward" in `service`. The life of
 //! a request through the phases is written down in `docs/request-flow.md`, and which module
 //! may use which in `docs/layering.md`.
 //!

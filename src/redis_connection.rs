@@ -28,7 +28,7 @@ const MAX_PREFIX: usize = 64;
 /// How often a store's failure is logged at most.
 const WARN_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Lets a store's failure line through at most once per [`WARN_INTERVAL`], so a Redis that is
+/// Lets a store's failure line through at most once per `WARN_INTERVAL`, so a Redis that is
 /// down cannot flood the log; the failures themselves are counted by each store's metrics.
 #[derive(Debug)]
 pub struct FailureLog {

@@ -144,7 +144,7 @@ impl std::fmt::Debug for Signer {
 }
 
 impl Signer {
-    /// A signer with `pair`, naming `signature_agent` (checked by [`SigningConfig::problems`];
+    /// A signer with `pair`, naming `signature_agent` (checked by `SigningConfig::problems`;
     /// an invalid one is refused here too).
     ///
     /// # Errors

@@ -60,7 +60,7 @@ impl Default for AdminConfig {
 
 impl AdminConfig {
     /// Every configured token's holder and digest, `token_sha256` first as
-    /// [`ADMIN_TOKEN_NAME`] (validated by [`problems`](Self::problems)). Empty: the API is open.
+    /// [`ADMIN_TOKEN_NAME`] (validated by `problems`). Empty: the API is open.
     pub fn tokens(&self) -> Vec<(String, TokenDigest)> {
         let unnamed = self.token_sha256.as_deref().map(|hash| (ADMIN_TOKEN_NAME, hash));
         let named = self.tokens.iter().map(|t| (t.name.as_str(), t.sha256.as_str()));

@@ -9,7 +9,7 @@ pub const TIMESTAMP: &str = "@timestamp";
 pub const EVENT_ID: &str = "event.id";
 /// What kind of event this is, as ECS asks, on every line: `["network", "web"]`.
 pub const EVENT_CATEGORY: &str = "event.category";
-/// Which line of its request this is (see [`super::EventType`]): `["start"]` (a forwarded
+/// Which line of its request this is (see [`super::Line`]): `["start"]` (a forwarded
 /// request's decision, written before forwarding), `["end"]` (its completion, or the one
 /// line of a request answered without a start line), `["denied"]` (a blocked request's one
 /// line) or `["allowed"]` (a passthrough tunnel's one line, written as it opens).

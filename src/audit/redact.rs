@@ -30,7 +30,7 @@ pub struct LoggedUrl<'a> {
 /// itself be a secret (`?AKIA...`), so it becomes `REDACTED` as a whole. `&` is the only
 /// separator, so an encoded `%26` stays inside its value. With `log_query` the query is
 /// kept as sent. User info and the fragment are removed either way, and every
-/// [display-unsafe](is_display_unsafe) character left (the request line may carry them as
+/// display-unsafe (`is_display_unsafe`) character left (the request line may carry them as
 /// raw UTF-8) is percent-encoded, as RFC 3986 wants any non-ASCII octet anyway.
 pub fn redact_url(url: &str, log_query: bool) -> LoggedUrl<'_> {
     // Byte searches (memchr, a scan) rather than `str`'s pattern searches: this runs for both

@@ -1,8 +1,8 @@
 //! Reading decision logs back, for `agentgate audit`: the files an operator names, plain or
 //! gzip'd and in order ([`for_each_line`]), a line as a record and the filters the commands
 //! share ([`LoggedRecord`], [`Filter`], [`Since`]), and the three reports: per-group counts
-//! ([`summarize_files`]), the matching records, one line per request or as written ([`grep`]),
-//! and the `allow_hosts` each agent needs ([`suggest`]). Every report counts a forwarded
+//! ([`summarize_files`]), the matching records, one line per request or as written ([`grep()`]),
+//! and the `allow_hosts` each agent needs ([`suggest()`]). Every report counts a forwarded
 //! request once, though the log holds its decision line and its completed line.
 //!
 //! Never: writes the decision log, or fails on a line that is not a record (it is counted

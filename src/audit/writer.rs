@@ -120,7 +120,7 @@ impl AuditLog {
 
     /// Queues `record` for writing, waiting while the queue is full (backpressure, never a
     /// drop). Returns once the line is queued, not written: it goes out with the next commit's
-    /// write, or the flusher's after [`commit::LINGER`]; a write that fails later is counted in
+    /// write, or the flusher's after `commit::LINGER`; a write that fails later is counted in
     /// [`AuditLog::failed_records`].
     ///
     /// # Errors

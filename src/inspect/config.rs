@@ -23,7 +23,7 @@ const MAX_MAX_BODY: u64 = 16 * 1024 * 1024;
 pub struct InspectConfig {
     /// Host patterns whose requests are inspected: `example.com`, `*.example.com`, or `*`
     /// (every intercepted or plain-HTTP host). Empty: every host, when `agents` is set.
-    /// Read in canonical form ([`canonical_hosts`]), so a request's check allocates nothing;
+    /// Read in canonical form (`canonical_hosts`), so a request's check allocates nothing;
     /// set in code, write them canonical too (`crate::net::canonical_pattern`).
     #[serde(deserialize_with = "canonical_hosts")]
     pub hosts: Vec<String>,

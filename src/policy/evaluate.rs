@@ -8,7 +8,7 @@ use super::{
 
 macro_rules! policies {
     ($($field:ident: $format:ty),* $(,)?) => {
-        /// The policy states of one origin, one field per format ([`formats!`]).
+        /// The policy states of one origin, one field per format (`formats!`).
         #[derive(Debug, Clone)]
         pub struct Policies {
             $(

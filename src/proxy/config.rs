@@ -99,7 +99,7 @@ pub struct UpstreamConfig {
     pub idle_timeout: Duration,
     /// Most TCP connections to origins open at once, every kind counted: pooled (busy or
     /// idle), policy fetches, WebSocket, passthrough tunnels (default: derived from the
-    /// open-file limit, [`UpstreamConfig::max_connections_for`]).
+    /// open-file limit, `UpstreamConfig::max_connections_for`).
     pub max_connections: Option<usize>,
     /// Most idle pooled HTTP/1.1 connections kept per origin; 0 keeps none (default 64:
     /// docs/upstream.md, "Idle connections per origin").

@@ -173,7 +173,7 @@ pub enum ProxyError {
         uri: String,
     },
 
-    /// A method longer than [`MAX_METHOD_LEN`]: no HTTP method is, and a token that long is
+    /// A method longer than `MAX_METHOD_LEN`: no HTTP method is, and a token that long is
     /// room for a credential. The method itself is not shown.
     #[error(
         "a method of {length} bytes: at most {MAX_METHOD_LEN} are accepted; send a standard method such as GET or POST"

@@ -14,39 +14,39 @@
 //! connection instead (its framing is unknown). See `docs/upstream.md` for why the pool is
 //! agentgate's own rather than hyper-util's.
 //!
+//! This module takes a connection for each request and gives it back; its parts: `dial`
+//! opens one (TCP, TLS, handshake), `shared` holds what the bodies, the budget and the
+//! reaper share (the idle lists of `lru` behind one lock), `lease` carries a connection back
+//! when its response ends, and `turn` lets one origin's policy fetches take turns.
+//!
 //! Never: decides, rewrites headers beyond what HTTP/1.1 needs (`Host`, origin-form), retries
 //! a request that reached the origin, or opens a socket outside the budget.
 
 use std::io;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use http::header::{HOST, HeaderValue};
 use http::uri::{Authority, Parts, Scheme};
 use http::{Request, Response, Uri};
 use hyper::client::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::Notify;
-use tokio_rustls::TlsConnector;
-use tokio_rustls::client::TlsStream;
 use tracing::debug;
 
+mod dial;
 mod lease;
 mod lru;
+mod shared;
 mod turn;
 
+use self::dial::Dialer;
 pub(crate) use self::lease::PooledBody;
 use self::lease::{Back, Lease};
-use self::lru::{Found, Idle, Liveness};
-use self::turn::{FETCH_TURN_WAIT, Turn, Turns};
+use self::lru::{Found, Liveness};
+use self::shared::Shared;
+use self::turn::{FETCH_TURN_WAIT, Turn};
 use super::body::ProxyBody;
-use super::conn::{AtCapacity, CloseIdle, Counted, Sockets};
+use super::conn::{AtCapacity, Counted};
 use super::resolve::{ConnectError, GuardedConnector};
 use crate::error_chain::error_chain;
 use crate::metrics::UpstreamMetrics;
@@ -143,15 +143,10 @@ pub(crate) struct PoolSettings {
     pub(crate) connect_timeout: Duration,
 }
 
-/// The pool: the connector, TLS, and what is shared with the bodies it hands out.
+/// The pool: what opens connections, and what is shared with the bodies it hands out.
 pub(crate) struct Pool {
     shared: Arc<Shared>,
-    tcp: GuardedConnector,
-    /// ALPN `h2`, `http/1.1`: the origin picks.
-    tls: TlsConnector,
-    /// ALPN `http/1.1` only: for upgrades, which have no meaning over h2.
-    tls_h1: TlsConnector,
-    connect_timeout: Duration,
+    dialer: Dialer,
 }
 
 impl Pool {
@@ -163,31 +158,7 @@ impl Pool {
         tls: rustls::ClientConfig,
         metrics: UpstreamMetrics,
     ) -> Self {
-        let shared = Arc::new_cyclic(|shared: &Weak<Shared>| {
-            let idle: Weak<dyn CloseIdle> = shared.clone();
-            Shared {
-                sockets: Sockets::new(settings.max_connections, settings.connect_queue_timeout, idle, metrics),
-                idle: Mutex::new(Idle::default()),
-                max_idle_per_host: settings.max_idle_per_host,
-                idle_timeout: settings.idle_timeout,
-                wake: Arc::new(Notify::new()),
-                reaper_started: AtomicBool::new(false),
-                turns: Turns::default(),
-            }
-        });
-        // Both share `tls`'s session store: a new connection resumes whichever was before.
-        let with_alpn = |protocols: &[&[u8]]| {
-            let mut config = tls.clone();
-            config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
-            TlsConnector::from(Arc::new(config))
-        };
-        Pool {
-            shared,
-            tcp,
-            tls: with_alpn(&[b"h2", b"http/1.1"]),
-            tls_h1: with_alpn(&[b"http/1.1"]),
-            connect_timeout: settings.connect_timeout,
-        }
+        Pool { shared: Shared::new(settings, metrics), dialer: Dialer::new(tcp, &tls, settings.connect_timeout) }
     }
 
     /// Sends `request` (absolute URI on `key`, hop-by-hop fields already removed, no `Host`)
@@ -249,15 +220,12 @@ impl Pool {
     /// [`SendError::AtCapacity`] or [`SendError::Connect`].
     pub(crate) async fn dial_tunnel(&self, host: &str, port: u16) -> Result<Counted<TcpStream>, SendError> {
         let permit = self.shared.sockets.acquire().await.map_err(SendError::AtCapacity)?;
-        match tokio::time::timeout(self.connect_timeout, self.tcp.connect(permit, host, port)).await {
-            Ok(connected) => connected.map_err(|error| SendError::Connect(error.into())),
-            Err(_elapsed) => Err(SendError::Connect(ConnectFailure::TimedOut(self.connect_timeout))),
-        }
+        self.dialer.tunnel(permit, host, port).await.map_err(SendError::Connect)
     }
 
     /// A connection for one request to `key`, its lease (what goes back to the pool, and
     /// when), and whether it was pooled before. A policy fetch first waits for its turn on
-    /// the origin ([`Turns`]), so the fetches of one origin share one connection.
+    /// the origin ([`Turns`](turn::Turns)), so the fetches of one origin share one connection.
     async fn connection(&self, key: &Key, reuse: Reuse) -> Result<(Conn, Lease, bool), SendError> {
         let turn = match reuse {
             Reuse::Fetch => self.shared.turns.take(key, FETCH_TURN_WAIT).await,
@@ -282,7 +250,9 @@ impl Pool {
         }
         // Boxed: a new connection (TCP, TLS, handshake) is the cold path, and every request's
         // future would otherwise carry its state (the hot path, `docs/request-flow.md`).
-        let conn = Box::pin(self.open(key, reuse)).await?;
+        let permit = self.shared.sockets.acquire().await.map_err(SendError::AtCapacity)?;
+        let conn =
+            Box::pin(self.dialer.open(permit, key, reuse == Reuse::Upgrade)).await.map_err(SendError::Connect)?;
         let back = match (&conn, reuse) {
             (Conn::H1(_), Reuse::Pool) => Back::Pool,
             // The origin's one fetch connection, kept for the agent's own request.
@@ -296,52 +266,6 @@ impl Pool {
         };
         let turn = turn.filter(|_| matches!(conn, Conn::H1(_)));
         Ok((conn, self.lease(key, back, reuse, turn), false))
-    }
-
-    /// Opens a new connection to `key`: a socket under the budget, TCP through the guard,
-    /// TLS for `https`, then hyper's HTTP/1.1 or h2 by ALPN, its task spawned.
-    async fn open(&self, key: &Key, reuse: Reuse) -> Result<Conn, SendError> {
-        let permit = self.shared.sockets.acquire().await.map_err(SendError::AtCapacity)?;
-        let host = key.authority.host();
-        let connecting = async {
-            let tcp = self.tcp.connect(permit, host, key.port()).await.map_err(ConnectFailure::from)?;
-            if !key.https() {
-                return Ok((Stream::Plain(tcp), false));
-            }
-            let name = ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']').to_owned())
-                .map_err(|error| ConnectFailure::Tls(io::Error::new(io::ErrorKind::InvalidInput, error)))?;
-            let tls = if reuse == Reuse::Upgrade { &self.tls_h1 } else { &self.tls };
-            let stream = tls.connect(name, tcp).await.map_err(ConnectFailure::Tls)?;
-            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-            Ok((Stream::Tls(Box::new(stream)), h2))
-        };
-        let (stream, h2) = match tokio::time::timeout(self.connect_timeout, connecting).await {
-            Ok(connected) => connected.map_err(SendError::Connect)?,
-            Err(_elapsed) => return Err(SendError::Connect(ConnectFailure::TimedOut(self.connect_timeout))),
-        };
-        let io = TokioIo::new(stream);
-        let handshake = |error| SendError::Connect(ConnectFailure::Handshake(error));
-        if h2 {
-            let mut builder = http2::Builder::new(TokioExecutor::new());
-            builder.timer(TokioTimer::new());
-            let (mut sender, connection) = builder.handshake(io).await.map_err(handshake)?;
-            tokio::spawn(async move {
-                if let Err(error) = connection.await {
-                    debug!(error = %error_chain(&error), "upstream h2 connection ended with an error");
-                }
-            });
-            sender.ready().await.map_err(handshake)?;
-            Ok(Conn::H2(sender))
-        } else {
-            let (mut sender, connection) = http1::Builder::new().handshake(io).await.map_err(handshake)?;
-            tokio::spawn(async move {
-                if let Err(error) = connection.with_upgrades().await {
-                    debug!(error = %error_chain(&error), "upstream connection ended with an error");
-                }
-            });
-            sender.ready().await.map_err(handshake)?;
-            Ok(Conn::H1(sender))
-        }
     }
 
     /// The lease of a connection to `key` taken for `reuse`; a fetch's HTTP/1.1 lease holds
@@ -402,201 +326,6 @@ impl Liveness for H1 {
 impl Liveness for H2 {
     fn is_closed(&self) -> bool {
         http2::SendRequest::is_closed(self)
-    }
-}
-
-/// A socket to an origin, with TLS or without.
-enum Stream {
-    Plain(Counted<TcpStream>),
-    Tls(Box<TlsStream<Counted<TcpStream>>>),
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
-            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
-            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
-            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Stream::Plain(tcp) => tcp.is_write_vectored(),
-            Stream::Tls(tls) => tls.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
-            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
-            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
-
-/// What the pool's bodies, the budget and the reaper share: the idle lists behind one lock.
-struct Shared {
-    sockets: Sockets,
-    idle: Mutex<Idle<H1, H2>>,
-    max_idle_per_host: usize,
-    idle_timeout: Duration,
-    /// Wakes the reaper when the idle list stops being empty, and when the pool goes.
-    wake: Arc<Notify>,
-    reaper_started: AtomicBool,
-    /// Whose go it is on each origin's fetch connection.
-    turns: Turns,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Idle<H1, H2>> {
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// An idle connection to `key`, or its shared h2 connection; closed ones are dropped.
-    fn take(&self, key: &Key) -> Option<Found<H1, H2>> {
-        let mut idle = self.lock();
-        let found = idle.take(key);
-        self.sockets.metrics().set_idle(idle.len());
-        found
-    }
-
-    /// Makes `sender` the shared h2 connection of `key` (one request in flight) unless it
-    /// already has one; the id its lease gives back.
-    fn share_h2(&self, key: &Key, sender: &H2) -> Option<u64> {
-        self.lock().share_h2(key, sender)
-    }
-
-    /// An HTTP/1.1 connection whose response ended cleanly, idle from now.
-    fn put_h1(self: &Arc<Self>, key: &Key, sender: H1) {
-        let (evicted, first) = {
-            let mut idle = self.lock();
-            let first = idle.is_empty();
-            let evicted = idle.put_h1(key, sender, self.max_idle_per_host, Instant::now());
-            self.sockets.metrics().set_idle(idle.len());
-            (evicted, first && !idle.is_empty())
-        };
-        drop(evicted);
-        self.went_idle(first);
-    }
-
-    /// One request fewer on `key`'s shared h2 connection `id`: idle from now when it was
-    /// the last (closed then when no idle connection may be kept); closed at once when
-    /// `discard`.
-    fn finish_h2(self: &Arc<Self>, key: &Key, id: u64, discard: bool) {
-        let (dropped, first) = {
-            let mut idle = self.lock();
-            let first = idle.is_empty();
-            let dropped = idle.finish_h2(key, id, discard, self.max_idle_per_host, Instant::now());
-            self.sockets.metrics().set_idle(idle.len());
-            (dropped, first && !idle.is_empty())
-        };
-        drop(dropped);
-        self.went_idle(first);
-    }
-
-    /// After a connection went idle: the reaper learns of the first, and a connection
-    /// waiting for a socket gets one closed for it.
-    fn went_idle(self: &Arc<Self>, first: bool) {
-        if first {
-            if self.reaper_started.load(Ordering::Acquire) {
-                self.wake.notify_one();
-            } else if let Ok(runtime) = tokio::runtime::Handle::try_current()
-                && !self.reaper_started.swap(true, Ordering::AcqRel)
-            {
-                runtime.spawn(reap(Arc::downgrade(self), Arc::clone(&self.wake)));
-            }
-        }
-        self.sockets.went_idle();
-    }
-
-    /// Closes what has been idle for `idle_timeout` at `now`; how long until the next one is
-    /// due, `None` when nothing is idle.
-    fn expire(&self, now: Instant) -> Option<Duration> {
-        loop {
-            let closed = {
-                let mut idle = self.lock();
-                let since = idle.oldest_since()?;
-                let due = since + self.idle_timeout;
-                if due > now {
-                    return Some(due - now);
-                }
-                let closed = idle.close_oldest();
-                self.sockets.metrics().set_idle(idle.len());
-                closed
-            };
-            drop(closed);
-        }
-    }
-}
-
-impl CloseIdle for Shared {
-    fn close_least_recent(&self) -> bool {
-        loop {
-            let closed = {
-                let mut idle = self.lock();
-                let closed = idle.close_oldest();
-                self.sockets.metrics().set_idle(idle.len());
-                closed
-            };
-            match closed {
-                None => return false,
-                // Already closed by the origin: its socket was given back then.
-                Some(closed) if closed.is_closed() => {}
-                Some(closed) => {
-                    drop(closed);
-                    return true;
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // The reaper holds only a weak reference: this lets it see the pool is gone.
-        self.wake.notify_one();
-    }
-}
-
-/// Closes idle connections once they have been idle for `[upstream] idle_timeout`, the
-/// least recently used first; sleeps until the next is due, or until one goes idle.
-async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
-    loop {
-        let next = match shared.upgrade() {
-            Some(shared) => shared.expire(Instant::now()),
-            None => return,
-        };
-        match next {
-            Some(due) => tokio::time::sleep(due).await,
-            None => wake.notified().await,
-        }
     }
 }
 

@@ -192,7 +192,7 @@ pub fn scrub_headers(headers: &mut HeaderMap, scrubber: &Scrubber) {
 ///
 /// # Errors
 /// [`Unreadable`] when a layer is in a coding agentgate cannot undo (nothing of the body is
-/// read then), or the body does not decode within [`MAX_DECODED`].
+/// read then), or the body does not decode within `MAX_DECODED`.
 pub async fn scrub_response<B>(
     response: Response<B>,
     mut scrubber: Scrubber,

@@ -523,11 +523,27 @@ async fn run_to_end(args: &[&OsStr]) -> TestResult<(std::process::ExitStatus, St
 
 #[tokio::test]
 async fn hold_without_an_admin_token_is_refused_at_start_and_by_config_check_and_starts_with_one() -> TestResult {
+    refused_without_a_token_and_started_with_one("[approvals]\nmode = \"hold\"\n", "[approvals] mode = \"hold\"").await
+}
+
+/// The same for an agent's `unlisted = "hold"`: without a token the agent itself could
+/// approve the hosts it was not given.
+#[tokio::test]
+async fn an_unlisted_hold_without_an_admin_token_is_refused_at_start_and_by_config_check_and_starts_with_one()
+-> TestResult {
+    let hold = "[agent]\nallow_hosts = [\"docs.example\"]\nunlisted = \"hold\"\n";
+    refused_without_a_token_and_started_with_one(hold, "[agent] unlisted = \"hold\"").await
+}
+
+/// A config holding requests through `hold` (its tables; `setting` as problems name it):
+/// `run` and `config check` refuse it without an admin token, naming the setting, the token
+/// settings and the fix, and nothing is served; with a token the same file starts.
+async fn refused_without_a_token_and_started_with_one(hold: &str, setting: &str) -> TestResult {
     agentgate::tls::install_default_provider();
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("agentgate.toml");
     let common = format!(
-        "listen = \"127.0.0.1:0\"\n[ca]\ndir = {:?}\n[audit]\npath = {:?}\n[approvals]\nmode = \"hold\"\n",
+        "listen = \"127.0.0.1:0\"\n[ca]\ndir = {:?}\n[audit]\npath = {:?}\n{hold}",
         dir.path().join("ca"),
         dir.path().join("decisions.jsonl")
     );
@@ -536,9 +552,9 @@ async fn hold_without_an_admin_token_is_refused_at_start_and_by_config_check_and
         let mut args: Vec<&OsStr> = command.split(' ').map(OsStr::new).collect();
         args.push(path.as_os_str());
         let (status, stderr) = run_to_end(&args).await?;
-        assert!(!status.success(), "agentgate {command} accepted hold without a token:\n{stderr}");
+        assert!(!status.success(), "agentgate {command} accepted {setting} without a token:\n{stderr}");
         for part in [
-            "[approvals] mode = \"hold\" holds requests for a human's approval, but no admin token is configured",
+            &format!("{setting} holds requests for a human's approval, but no admin token is configured"),
             "[admin] token_sha256",
             "[[admin.tokens]]",
             "printf %s TOKEN | sha256sum",

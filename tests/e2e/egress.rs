@@ -26,6 +26,7 @@ use crate::support::log::{by_id, for_request};
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
 use crate::support::raw::exchange;
+use crate::support::wait::eventually;
 use crate::support::{TestProxy, TestResult, header};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
@@ -309,20 +310,14 @@ async fn monitor_mode_records_would_deny_with_the_same_code_and_forwards() -> Te
 
 /// `GET /approvals` with alice's token, until it lists `count` held requests (bounded).
 async fn pending(proxy: &TestProxy, count: usize) -> TestResult<Vec<Value>> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
+    eventually(&format!("GET /approvals to list {count} held"), async || {
         let response = admin_client()?.get(admin_url(proxy, "/approvals")?).bearer_auth("alice-secret").send().await?;
         assert_eq!(response.status(), 200);
         let body: Value = serde_json::from_str(&response.text().await?)?;
-        let listed = body["pending"].as_array().ok_or("`pending` is an array")?.clone();
-        if listed.len() == count {
-            return Ok(listed);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!("GET /approvals lists {body}, expected {count} held").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        let listed = body["pending"].as_array().ok_or("`pending` is an array")?;
+        if listed.len() == count { Ok(listed.clone()) } else { Err(format!("it lists {body}").into()) }
+    })
+    .await
 }
 
 /// `POST /approvals/{id}` with alice's token and `body`: status and answer.
@@ -919,7 +914,7 @@ async fn a_grant_does_not_admit_a_host_a_reload_then_denies() -> TestResult {
 
     // Held, then granted to the agent by alice.
     let waiting = tokio::spawn(sbx.get(&url).send());
-    let listed = crate::support::wait::eventually("the held request listed", async || {
+    let listed = eventually("the held request listed", async || {
         let listing = admin_client()?.get(format!("http://{admin}/approvals")).bearer_auth("alice-secret").send();
         let body: Value = serde_json::from_str(&listing.await?.text().await?)?;
         match body["pending"].as_array() {

@@ -77,12 +77,68 @@ impl Replica {
         Ok(sample(&scrape, "agentgate_policy_store_total", &[("result", result)]).unwrap_or(0.0))
     }
 
+    /// `DELETE /policies?origin=…` on the admin API: purges `origin`'s copy here and the
+    /// shared one.
+    async fn purge(&self, origin: &Origin) -> TestResult {
+        let client = reqwest::Client::builder().no_proxy().build()?;
+        let url = format!("http://127.0.0.1:{}/policies?origin={}", self.admin, origin_key(origin));
+        let status = client.delete(url).send().await?.status();
+        assert_eq!(status, 200, "DELETE /policies");
+        Ok(())
+    }
+
     /// Where `origin`'s robots.txt in force came from (`/policies`' `from`).
     async fn robots_from(&self, origin: &Origin) -> TestResult<String> {
-        let key = origin.url("/").trim_end_matches('/').to_owned();
+        let key = origin_key(origin);
         let view: serde_json::Value = serde_json::from_str(&self.admin(&format!("/policies?origin={key}")).await?)?;
         Ok(view["files"]["robots.txt"]["from"].as_str().unwrap_or("").to_owned())
     }
+}
+
+/// `origin` as the cache names it (`/policies?origin=`, the shared store's keys).
+fn origin_key(origin: &Origin) -> String {
+    origin.url("/").trim_end_matches('/').to_owned()
+}
+
+/// The shared store's key of `origin`'s copy (the default `key_prefix`).
+fn shared_key(origin: &Origin) -> String {
+    format!("agentgate:policies:{}", origin_key(origin))
+}
+
+/// Makes `origin`'s copy in Redis what `by` of waiting would make it: every file's
+/// freshness moved back by `by`, its Redis TTL kept. `replica`, which fetched it, purges its
+/// own copy first (which deletes the shared one too), so that no replica holds a fresher one.
+async fn age_shared_copy(
+    connection: &mut redis::aio::MultiplexedConnection,
+    replica: &Replica,
+    origin: &Origin,
+    by: Duration,
+) -> TestResult {
+    let key = shared_key(origin);
+    let stored = eventually("the fetched copy to be shared", async || {
+        let stored: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query_async(connection).await?;
+        stored.ok_or_else(|| format!("no value at {key}").into())
+    })
+    .await?;
+    let ttl_ms: i64 = redis::cmd("PTTL").arg(&key).query_async(connection).await?;
+    assert!(ttl_ms > 0, "the shared copy has a TTL: {ttl_ms}");
+    let mut value: serde_json::Value = serde_json::from_slice(&stored)?;
+    let by_ms = u64::try_from(by.as_millis())?;
+    for file in value["files"].as_array_mut().ok_or("the shared copy lists its files")? {
+        for field in ["fresh_until_ms", "stale_since_ms"] {
+            let at = file[field].as_u64().ok_or_else(|| format!("{field} in {file}"))?;
+            file[field] = at.checked_sub(by_ms).ok_or("a time before the epoch")?.into();
+        }
+    }
+    replica.purge(origin).await?;
+    redis::cmd("SET")
+        .arg(&key)
+        .arg(serde_json::to_vec(&value)?)
+        .arg("PX")
+        .arg(ttl_ms)
+        .query_async::<()>(connection)
+        .await?;
+    Ok(())
 }
 
 /// A site whose robots.txt disallows `/private`, with `headers`.
@@ -132,19 +188,19 @@ async fn a_stale_copy_is_revalidated_once_for_the_fleet_and_a_changed_file_reach
     let same = Origin::http_site(site(&headers)).await?;
     let changed = Origin::http_site(site(&headers)).await?;
     let replicas = [Replica::start(&ca, &redis.url(), "").await?, Replica::start(&ca, &redis.url(), "").await?];
-    for replica in &replicas {
-        for origin in [&same, &changed] {
-            assert_eq!(replica.get(&origin.url("/private/a")).await?, 403);
-        }
+    let mut connection = redis::Client::open(redis.url())?.get_multiplexed_async_connection().await?;
+    // The copies' lifetime is the 60 s floor (C5), which stays in force: what goes stale is
+    // the copy in Redis, aged by 61 s, with no replica holding a fresher one of its own.
+    for origin in [&same, &changed] {
+        assert_eq!(replicas[0].get(&origin.url("/private/a")).await?, 403);
+        age_shared_copy(&mut connection, &replicas[0], origin, Duration::from_secs(61)).await?;
     }
     assert_eq!((same.hits("/robots.txt"), changed.hits("/robots.txt")), (1, 1));
     changed.serve("/robots.txt", Served::ok("User-agent: *\nDisallow: /other\n").with("etag", "\"r2\"").max_age(60));
-    // The copies' lifetime is the 60 s floor (C5) on the replicas' clocks: nothing to await
-    // but the time itself.
-    tokio::time::sleep(Duration::from_secs(61)).await;
     for replica in &replicas {
         for origin in [&same, &changed] {
-            replica.get(&origin.url("/page")).await?;
+            // The stale copy is served while the fleet's one refresh runs.
+            assert_eq!(replica.get(&origin.url("/page")).await?, 200);
         }
     }
     for replica in &replicas {
@@ -223,7 +279,7 @@ async fn corrupt_oversized_or_wrong_typed_values_planted_in_redis_are_ignored_an
     let mut connection = redis::Client::open(redis.url())?.get_multiplexed_async_connection().await?;
     let origins =
         [Origin::http_site(site(&[])).await?, Origin::http_site(site(&[])).await?, Origin::http_site(site(&[])).await?];
-    let key = |origin: &Origin| format!("agentgate:policies:{}", origin.url("/").trim_end_matches('/'));
+    let key = shared_key;
     let corrupt = br#"{"version":1,"origin":"x","files":[{"#.to_vec();
     let oversized = vec![b'{'; 16 * 1024 * 1024];
     redis::cmd("SET").arg(key(&origins[0])).arg(corrupt).query_async::<()>(&mut connection).await?;
@@ -291,15 +347,12 @@ async fn delete_policies_purges_the_shared_copy_and_the_next_request_fetches_aga
     let replica = Replica::start(&ca, &redis.url(), "").await?;
     assert_eq!(replica.get(&origin.url("/private/a")).await?, 403);
     let mut connection = redis::Client::open(redis.url())?.get_multiplexed_async_connection().await?;
-    let key = format!("agentgate:policies:{}", origin.url("/").trim_end_matches('/'));
+    let key = shared_key(&origin);
     let exists = async |connection: &mut redis::aio::MultiplexedConnection| -> TestResult<bool> {
         Ok(redis::cmd("EXISTS").arg(&key).query_async::<i64>(connection).await? == 1)
     };
     assert!(exists(&mut connection).await?, "the copy is shared");
-    let admin = reqwest::Client::builder().no_proxy().build()?;
-    let origin_key = origin.url("/").trim_end_matches('/').to_owned();
-    let purge = format!("http://127.0.0.1:{}/policies?origin={origin_key}", replica.admin);
-    assert_eq!(admin.delete(purge).send().await?.status(), 200);
+    replica.purge(&origin).await?;
     assert!(!exists(&mut connection).await?, "DELETE /policies deleted the shared copy");
     assert_eq!(replica.get(&origin.url("/private/a")).await?, 403);
     assert_eq!(origin.hits("/robots.txt"), 2, "fetched again, neither copy kept");

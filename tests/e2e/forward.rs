@@ -8,6 +8,8 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use crate::reload::base_config;
+use crate::support::binary::Agentgate;
 use crate::support::curl::curl;
 use crate::support::origin::Origin;
 use crate::support::pattern::{PatternCheck, pattern_chunks};
@@ -100,6 +102,34 @@ async fn large_body_streams_both_directions() -> TestResult {
     let proxy = TestProxy::start(&ca).await?;
     let url = origin.url(&format!("/bytes/{LARGE_BODY}"));
     large_body_both_directions(&proxy.client()?, &url, &origin.url("/sink"), LARGE_BODY).await
+}
+
+/// Through the real binary, with `[inspect]` on for another host: a 64 MiB download and
+/// upload through MITM stream without being held, so the process's peak RSS (`VmHWM`) grows
+/// by far less than one body (it would grow by at least one if a body were buffered).
+#[tokio::test]
+async fn the_binary_streams_64_mib_outside_inspect_with_its_peak_rss_far_below_the_body() -> TestResult {
+    agentgate::tls::install_default_provider();
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("agentgate.toml");
+    let inspect = "[inspect]\nhosts = [\"elsewhere.example\"]\n";
+    std::fs::write(&path, format!("{}{inspect}", base_config(dir.path(), &ca)))?;
+    let agentgate = Agentgate::start(dir.path(), &path, "agentgate=info").await?;
+    let client = agentgate.client()?;
+    // Warm: the leaf minted, the policy files fetched, buffers and connections at their size.
+    large_body_both_directions(&client, &origin.url("/bytes/1048576"), &origin.url("/sink"), 1024 * 1024).await?;
+    let before = agentgate.memory_kib("VmHWM")?;
+    let url = origin.url(&format!("/bytes/{LARGE_BODY}"));
+    large_body_both_directions(&client, &url, &origin.url("/sink"), LARGE_BODY).await?;
+    let after = agentgate.memory_kib("VmHWM")?;
+    let bound = LARGE_BODY / 1024 / 4;
+    assert!(
+        after.saturating_sub(before) < bound,
+        "peak RSS went from {before} KiB to {after} KiB streaming {LARGE_BODY} bytes each way (bound: {bound} KiB more)"
+    );
+    agentgate.stop().await
 }
 
 #[tokio::test]

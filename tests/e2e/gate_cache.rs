@@ -131,6 +131,15 @@ async fn large_policies_on_many_origins_stay_under_max_bytes() -> TestResult {
     Ok(())
 }
 
+/// Moves tokio's clock (the in-process proxy's) forward by `by` while no request is in
+/// flight, then lets it run on: what waiting `by` does to the cache, as `src/fetch/tests.rs`
+/// drives it.
+async fn advance(by: Duration) {
+    tokio::time::pause();
+    tokio::time::advance(by).await;
+    tokio::time::resume();
+}
+
 /// A site whose robots.txt disallows `/private`, fresh for 60 s (the floor) with `etag`.
 fn etag_site(etag: &str) -> Site {
     let headers = [("cache-control", "max-age=60"), ("etag", etag), ("content-type", "text/plain")];
@@ -152,9 +161,12 @@ async fn a_stale_file_is_revalidated_and_a_changed_one_decides_the_next_request(
         assert_eq!(client.get(origin.url("/private/a")).send().await?.status(), 403);
     }
     changed.serve("/robots.txt", Served::ok("User-agent: *\nDisallow: /other\n").with("etag", "\"r2\"").max_age(60));
-    // Freshness is the proxy's clock against the copies' 60 s lifetime (the floor, C5):
-    // nothing to await but the time itself.
-    tokio::time::sleep(Duration::from_secs(61)).await;
+    // Freshness is the proxy's clock against the copies' 60 s lifetime (the floor, C5, left
+    // as it is): tokio's clock, which the in-process proxy reads, moved past it.
+    advance(Duration::from_secs(61)).await;
+    // A new client: the proxy closed the old one's idle connections during those 61 s, as it
+    // would have in real time.
+    let client = proxy.client()?;
     for origin in [&same, &changed] {
         // The stale copy is served while the one refresh runs (stale-while-revalidate).
         assert_eq!(client.get(origin.url("/page")).send().await?.status(), 200);

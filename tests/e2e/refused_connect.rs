@@ -5,7 +5,8 @@
 //! or HTTP/1.1; plain HTTP alike) with the block answer and the CONNECT's one record, and
 //! the origin is never contacted. A passthrough host's refusal and a `407` stay the
 //! CONNECT's own answer. An operator `[[rules]]` deny of a whole intercepted host was never
-//! decided at CONNECT (each request inside is): curl reads it the same way.
+//! decided at CONNECT (each request inside is): curl reads it the same way. The clients
+//! read the refusal: curl, python3's urllib, reqwest over h2, raw sockets.
 
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use crate::support::curl::curl;
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
 use crate::support::raw::{connect_tunnel, read_head, tls_client};
+use crate::support::wait::WAIT_LIMIT;
 use crate::support::{TestProxy, TestResult, header};
 
 /// The config file the refusals' rules are quoted from.
@@ -73,12 +75,37 @@ async fn curl_reads_the_refusal(
     let out = curl(&args).await?;
     let body = String::from_utf8_lossy(&out.body);
     assert_eq!(out.status, 403, "curl reads the refusal's status: {}\n{body}", out.headers);
-    let id = record_of(&decision_in(&out.headers)?, code)?;
+    the_refusal(&decision_in(&out.headers)?, &body, code, rule)
+}
+
+/// A refusal as a client read it: its `agentgate-decision` value names `code`, and its body
+/// the code, `rule` and the record. Returns the record id.
+fn the_refusal(decision: &str, body: &str, code: &str, rule: &str) -> TestResult<String> {
+    let id = record_of(decision, code)?;
     assert!(body.contains(&format!("[{code}]")), "the body names the code: {body}");
     assert!(body.contains(rule), "the body quotes the rule {rule:?}: {body}");
     assert!(body.contains(&format!("(decision record {id})")), "{body}");
     Ok(id)
 }
+
+/// python3's urllib through the proxy (`ProxyHandler`: a CONNECT, then TLS trusting
+/// agentgate's CA): the status, the `agentgate-decision` value and the body, one per line.
+const PYTHON_CLIENT: &str = r#"
+import ssl, sys, urllib.error, urllib.request
+url, proxy, cafile = sys.argv[1:4]
+context = ssl.create_default_context(cafile=cafile)
+opener = urllib.request.build_opener(
+    urllib.request.ProxyHandler({"http": proxy, "https": proxy}),
+    urllib.request.HTTPSHandler(context=context),
+)
+try:
+    response = opener.open(url, timeout=10)
+except urllib.error.HTTPError as error:
+    response = error
+print(response.getcode())
+print(response.headers.get("agentgate-decision") or "-")
+sys.stdout.write(response.read().decode("utf-8", "replace"))
+"#;
 
 /// The log holds exactly one record, the refusal's: `event.id` `id`, `method`, 403, `code`.
 fn one_record(records: &[Value], id: &str, method: &str, code: &str) {
@@ -103,6 +130,32 @@ async fn curl_reads_a_port_refusal_inside_the_tunnel() -> TestResult {
     let records = proxy.finish().await?;
     one_record(&records, &id, "CONNECT", "network.port_not_allowed");
     assert_eq!(records[0]["agentgate.entry"], "connect", "{:#}", records[0]);
+    assert_eq!(origin.connections(), 0, "the origin saw no connection");
+    Ok(())
+}
+
+/// The issue's other client: python3's urllib reads a refused CONNECT's answer (from inside
+/// the tunnel) as an `HTTPError` 403 with the header and the body.
+#[tokio::test]
+async fn python_reads_a_port_refusal_inside_the_tunnel() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https_site(&ca, Site::new()).await?;
+    let proxy = start(&ca, "", only_port_443).await?;
+    let ca_path = proxy.ca_path.to_string_lossy().into_owned();
+    let mut python = tokio::process::Command::new("python3");
+    python.args(["-c", PYTHON_CLIENT, &origin.url("/page"), &proxy.url(), &ca_path]);
+    // urllib would bypass the proxy for a name listed there.
+    python.env_remove("no_proxy").env_remove("NO_PROXY").kill_on_drop(true);
+    let output = tokio::time::timeout(WAIT_LIMIT, python.output()).await.map_err(|_| "python3 did not exit")??;
+    let (text, stderr) = (String::from_utf8(output.stdout)?, String::from_utf8_lossy(&output.stderr));
+    let mut lines = text.splitn(3, '\n');
+    let (Some(status), Some(decision), Some(body)) = (lines.next(), lines.next(), lines.next()) else {
+        return Err(format!("python3 printed {text:?}; stderr: {stderr}").into());
+    };
+    assert_eq!(status, "403", "python3 reads the refusal's status: {text}\n{stderr}");
+    let rule = format!("port {}", origin.addr.port());
+    let id = the_refusal(decision, body, "network.port_not_allowed", &rule)?;
+    one_record(&proxy.finish().await?, &id, "CONNECT", "network.port_not_allowed");
     assert_eq!(origin.connections(), 0, "the origin saw no connection");
     Ok(())
 }

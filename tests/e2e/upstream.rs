@@ -28,6 +28,7 @@ use crate::support::log::by_id;
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
 use crate::support::raw::{connect_tunnel, read_head};
+use crate::support::wait::eventually_within;
 use crate::support::{TestProxy, TestResult, header};
 
 /// A bound on waits that end by an event, never a timing assertion.
@@ -60,17 +61,11 @@ async fn metric(proxy: &TestProxy, name: &str) -> TestResult<f64> {
 /// Waits (bounded by [`GUARD`]) until the metric `name` is `value`: a socket is counted
 /// closed just after the origin sees it close.
 async fn until_metric(proxy: &TestProxy, name: &str, value: f64) -> TestResult {
-    let deadline = tokio::time::Instant::now() + GUARD;
-    loop {
-        let now = metric(proxy, name).await?;
-        if now == value {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!("{name} is {now}, not {value}, after {GUARD:?}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_within(GUARD, &format!("{name} to be {value}"), async || match metric(proxy, name).await? {
+        now if now == value => Ok(()),
+        now => Err(format!("{name} is {now}").into()),
+    })
+    .await
 }
 
 #[tokio::test]
@@ -284,13 +279,6 @@ async fn websockets_and_passthrough_tunnels_count_against_the_cap() -> TestResul
     Ok(())
 }
 
-/// `VmRSS` of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> TestResult<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).ok_or("no VmRSS line")?;
-    Ok(line.split_whitespace().nth(1).ok_or("no VmRSS value")?.parse()?)
-}
-
 /// Open file descriptors of process `pid`.
 fn open_files(pid: u32) -> TestResult<usize> {
     Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count())
@@ -363,9 +351,9 @@ async fn the_binary_keeps_open_files_and_rss_bounded_across_origins_with_large_r
         }
     };
     round(&origins[..PER_ROUND]).await?;
-    let (rss_warm, files_warm) = (rss_kib(pid)?, open_files(pid)?);
+    let (rss_warm, files_warm) = (agentgate.memory_kib("VmRSS")?, open_files(pid)?);
     round(&origins[PER_ROUND..]).await?;
-    let (rss, files) = (rss_kib(pid)?, open_files(pid)?);
+    let (rss, files) = (agentgate.memory_kib("VmRSS")?, open_files(pid)?);
     assert!(origins.iter().all(|origin| origin.hits("/robots.txt") == 1), "each robots.txt fetched once");
     // Every socket but the agents' (whose local port is the proxy's) goes to an origin.
     let proxy_port: u16 = agentgate.addr().rsplit(':').next().unwrap_or_default().parse()?;

@@ -135,7 +135,7 @@ impl Kind {
     }
 }
 
-/// The segments of a normalised path, for [`Glob::matches`].
+/// The segments of a normalised path, for [`Glob::matches_in`].
 pub(crate) fn segments(path: &str) -> Vec<&str> {
     let path = path.strip_prefix('/').unwrap_or(path);
     // Sized first: collected as they come, the vector starts at four and is reallocated

@@ -65,7 +65,7 @@ impl Drop for Lease {
 }
 
 /// An origin's response body, streamed as hyper hands it over; when it ends it gives its
-/// connection back to the pool (or closes it, [`Reuse`]).
+/// connection back to the pool (or closes it, [`Reuse`](super::Reuse)).
 pub(crate) struct PooledBody {
     pub(super) inner: Incoming,
     pub(super) lease: Option<Lease>,

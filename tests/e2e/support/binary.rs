@@ -94,6 +94,17 @@ impl Agentgate {
         self.child.id()
     }
 
+    /// A size in `/proc/<pid>/status`, in KiB: `VmRSS` (resident now), `VmHWM` (the peak).
+    pub fn memory_kib(&self, field: &str) -> TestResult<u64> {
+        let pid = self.child.id().ok_or("agentgate has exited")?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let line = status
+            .lines()
+            .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+            .ok_or_else(|| format!("no {field} line in /proc/{pid}/status"))?;
+        Ok(line.split_whitespace().next().ok_or_else(|| format!("no {field} value"))?.parse()?)
+    }
+
     /// The proxy address, `host:port`.
     pub fn addr(&self) -> &str {
         &self.addr
