@@ -6,7 +6,7 @@
 //! each of the three alignments (as a `Basic` token carries it), and as the exact `Basic`
 //! tokens [`super::apply`] made for this request, which go back as the agent's own tokens.
 //! A body in codings the origin sends although agentgate asked for `identity` is decoded
-//! first, every layer (`crate::coding`), whole and up to [`MAX_DECODED`]; a coding it cannot
+//! first, every layer (`crate::coding`), whole and up to `MAX_DECODED`; a coding it cannot
 //! decode, anywhere in the stack, is [`Unreadable`] and the answer is withheld.
 //!
 //! Never: lets a value through in a frame it has not scanned, keeps a value in a carried
@@ -33,10 +33,10 @@ pub(super) const MAX_DECODED: usize = 8 * 1024 * 1024;
 /// Why an answer could not be scrubbed, so it is withheld (502).
 #[derive(Debug, thiserror::Error)]
 pub enum Unreadable {
-    /// A coding agentgate cannot undo, or a layer that does not decode within [`MAX_DECODED`].
+    /// A coding agentgate cannot undo, or a layer that does not decode within `MAX_DECODED`.
     #[error(transparent)]
     Coding(#[from] Undecodable),
-    /// A coded body longer than [`MAX_DECODED`] before decoding.
+    /// A coded body longer than `MAX_DECODED` before decoding.
     #[error("its coded body is over {MAX_DECODED} bytes")]
     TooLarge,
     /// The body failed while it was read.
@@ -227,7 +227,7 @@ where
     Ok(Response::from_parts(parts, body))
 }
 
-/// The whole body, within [`MAX_DECODED`].
+/// The whole body, within `MAX_DECODED`.
 async fn read_whole<B>(mut body: B) -> Result<Zeroizing<Vec<u8>>, Unreadable>
 where
     B: Body<Data = Bytes> + Unpin,
