@@ -8,7 +8,7 @@
 //! Rates are keyed GCRA quotas from `governor` with burst = the limit (C21; one for a crawl
 //! delay), one keyed limiter per distinct quota. Concurrency (`concurrent-sessions`) is a
 //! count of in-flight requests per key; the excess is refused at once, never queued. Byte
-//! budgets (the operator's `*_bytes_per_hour`) are GCRA over bytes ([`ByteCost`], one
+//! budgets (the operator's `*_bytes_per_hour`) are GCRA over bytes (`ByteCost`, one
 //! arithmetic for both stores), spent as bodies stream ([`ByteBudgets`]), in the store
 //! `[limits]` names: with Redis they are shared by every replica like the request limits
 //! (the declared `Content-Length` in one call before forwarding, streamed bytes from
@@ -514,7 +514,7 @@ impl<C: Clock + Clone> LocalLimiter<C> {
         Ok(permit)
     }
 
-    /// [`Limiter::spend_bytes`] in this store: GCRA over bytes, burst = the whole budget, so
+    /// `Limiter::spend_bytes` in this store: GCRA over bytes, burst = the whole budget, so
     /// a budget of B bytes per window lets B through at once and refills B per window.
     ///
     /// # Errors

@@ -1,18 +1,18 @@
 //! The shared store (DESIGN §10): every replica's counters in one Redis (or Valkey), so a
 //! fleet behind a load balancer enforces each site's limits as one proxy would.
 //!
-//! One check is one round trip: a Lua script ([`CHECK`], run with `EVALSHA` by
+//! One check is one round trip: a Lua script (`CHECK`, run with `EVALSHA` by
 //! `redis::Script`, which loads it again after a Redis restart) takes every concurrency slot
 //! and spends every rate of the request, or none of them. Rates are GCRA with the same
 //! quotas as the in-process store (period = window / limit, burst = the limit, a crawl delay
 //! one request per delay) on Redis's own clock, so replicas need no clock agreement; each
 //! rate key expires when its state equals a fresh one. Concurrency slots are members of a
-//! sorted set per key, scored by lease expiry: a [`Lease`] renews them every lease / 3 while
+//! sorted set per key, scored by lease expiry: a `Lease` renews them every lease / 3 while
 //! its request runs and removes them on drop, and a replica that dies leaks its slots for
 //! at most one lease.
 //!
 //! Byte budgets are GCRA keys of the same script, kept in µs, spent with a cost of n bytes
-//! ([`RedisLimiter::spend_bytes`]): a request's declared body (and its receiving budgets'
+//! (`RedisLimiter::spend_bytes`): a request's declared body (and its receiving budgets'
 //! check for a byte left) in one call before forwarding, its streamed bytes a reservation at
 //! a time (`super::ByteBudgets`), so no frame waits for Redis unless its reservation ran out.
 //!
@@ -29,7 +29,7 @@
 //! A check the replica stopped waiting for spends nothing, however late it reaches Redis (a
 //! Redis frozen, then resumed, runs the commands it had queued): every check carries a
 //! deadline on Redis's clock, and the script answers "expired" past it without touching a
-//! key. The replica estimates Redis's clock by [`clock::RedisClock`] from the `TIME` of every answer.
+//! key. The replica estimates Redis's clock by `clock::RedisClock` from the `TIME` of every answer.
 //! [`RedisLimiter::warm`] connects, loads the scripts and reads that clock once before the
 //! proxy serves, so no first check pays for a cold connection.
 //!
@@ -331,7 +331,7 @@ impl RedisLimiter {
     }
 
     /// Connects, loads both scripts and reads Redis's clock (one round trip once connected),
-    /// waiting at most [`WARM_LIMIT`], so the first checks find a warm connection and carry a
+    /// waiting at most `WARM_LIMIT`, so the first checks find a warm connection and carry a
     /// deadline. Start-up calls it before serving. When Redis does not answer, logs so at WARN
     /// with what `on_failure` will do, and returns: each check then tries Redis again.
     pub async fn warm(&self) {

@@ -5,7 +5,7 @@
 //!
 //! Owns: the one vocabulary (U2: `train-ai`, `search`, `ai-input`) and how each source's
 //! labels and values map to it, the parsers of each source's syntax ([`vocab`],
-//! [`robots_rules`], [`tdmrep`]), and [`decide`] (U1, U6, U7).
+//! [`robots_rules`], [`tdmrep`]), and [`decide()`] (U1, U6, U7).
 //!
 //! Never: fetches, reads a clock, logs, or decides where an agent may go (robots.txt
 //! Allow/Disallow does; a preference never widens another source's refusal, U1).

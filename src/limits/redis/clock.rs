@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Redis's clock as this replica sees it, for the deadline each check carries ([`CHECK`]):
+/// Redis's clock as this replica sees it, for the deadline each check carries (`CHECK`):
 /// the offset of Redis's `TIME` (ms) from this replica's monotonic clock, learned from every
 /// answer. An answer's time was read before the answer arrived, so `redis_ms - arrived_ms`
 /// is never more than the true offset: the estimate is never ahead of Redis, and a check
