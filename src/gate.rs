@@ -283,10 +283,12 @@ impl Gate {
             };
         }
         // Allowed: the decision's parts move into the record, which is all that reads them now.
-        let Decision { reasons, mut limits, inject_headers, .. } = decision;
+        let Decision { reasons, mut limits, inject_headers, usage, .. } = decision;
         limits.extend(agent.agent.limits.iter().cloned());
         record.reasons = reasons;
         record.limits = limits;
+        // What the site said about use is recorded when it allows too (SEMANTICS U6).
+        record.usage = usage;
         self.permit(record, mode, inject_headers, policies, &req).await
     }
 
@@ -341,8 +343,9 @@ impl Gate {
                         (reason, LogOutcome::Deny, BlockKind::LimitsUnavailable)
                     }
                 };
-                let decision =
+                let mut decision =
                     Decision::deny_first(vec![blocking], std::mem::take(&mut record.reasons), record.limits.clone());
+                decision.usage = std::mem::take(&mut record.usage);
                 record.set_reasons(&decision);
                 match mode {
                     Mode::Enforce => {

@@ -1,0 +1,240 @@
+//! Usage preferences end to end (SEMANTICS §6.6, docs/usage.md): robots.txt `Content-Usage`
+//! and `Content-Signal` lines refuse an agent declared for training before the origin sees
+//! the request, never one declared for search, and only record them for an agent that
+//! declares nothing (unless `[usage] undeclared = "deny"`). Over plain HTTP and MITM'd
+//! HTTPS, with reqwest, curl and python3's urllib.
+
+use agentgate::agents::AgentConfig;
+use agentgate::config::Config;
+use agentgate::policy::usage::Undeclared;
+use serde_json::Value;
+use tokio::process::Command;
+
+use crate::agents::{agent, client_as};
+use crate::support::block::{self, Expected};
+use crate::support::curl::curl;
+use crate::support::log::for_request;
+use crate::support::origin::{Origin, Site};
+use crate::support::pki::TestCa;
+use crate::support::{TestProxy, TestResult};
+
+/// Plain HTTP or HTTPS through a MITM'd CONNECT tunnel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Over {
+    Http,
+    Https,
+}
+
+/// aipref's attach example: training refused everywhere (line 3) but under `/open/` (line 4).
+const CONTENT_USAGE: &str = "User-agent: *\nAllow: /\nContent-Usage: train-ai=n\nContent-Usage: /open/ train-ai=y\n";
+/// Cloudflare's managed robots.txt: search yes, training no (line 2), for the whole group.
+const CONTENT_SIGNAL: &str = "User-agent: *\nContent-Signal: search=yes, ai-train=no\nAllow: /\n";
+
+async fn origin_for(over: Over, ca: &TestCa, site: Site) -> TestResult<Origin> {
+    match over {
+        Over::Http => Origin::http_site(site).await,
+        Over::Https => Origin::https_site(ca, site).await,
+    }
+}
+
+/// The two robots.txt origins.
+async fn usage_origins(over: Over, ca: &TestCa) -> TestResult<(Origin, Origin)> {
+    let usage = origin_for(over, ca, Site::new().file("/robots.txt", CONTENT_USAGE)).await?;
+    let signal = origin_for(over, ca, Site::new().file("/robots.txt", CONTENT_SIGNAL)).await?;
+    Ok((usage, signal))
+}
+
+/// Agents `trainer` (`train-ai`), `searcher` (`search`) and `plain` (nothing), each with a token.
+fn three_agents(config: &mut Config) {
+    let declaring = |id: &str, purposes: &[&str]| AgentConfig {
+        purposes: purposes.iter().map(|p| (*p).to_owned()).collect(),
+        ..agent(id, &format!("{id}-token"))
+    };
+    config.agents =
+        vec![declaring("trainer", &["train-ai"]), declaring("searcher", &["search"]), declaring("plain", &[])];
+}
+
+fn refused(line: u64, rule: &'static str) -> Expected<'static> {
+    Expected {
+        decision: "deny",
+        source: "usage",
+        code: "usage.refused",
+        line: Some(line),
+        rule,
+        advice: "Other purposes may be fine",
+    }
+}
+
+/// The `agentgate.usage` entries of a record as `(source, line, label, value, stance)`.
+fn usage_of(record: &Value) -> Vec<(String, Value, String, String, String)> {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    record["agentgate.usage"]
+        .as_array()
+        .map(|prefs| {
+            prefs
+                .iter()
+                .map(|p| {
+                    (text(&p["source"]), p["line"].clone(), text(&p["label"]), text(&p["value"]), text(&p["stance"]))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn pref(
+    source: &str,
+    line: Option<u64>,
+    label: &str,
+    value: &str,
+    stance: &str,
+) -> (String, Value, String, String, String) {
+    let line = line.map_or(Value::Null, Value::from);
+    (source.to_owned(), line, label.to_owned(), value.to_owned(), stance.to_owned())
+}
+
+async fn robots_lines_decide_by_declared_purpose(over: Over) -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let (usage, signal) = usage_origins(over, &ca).await?;
+    let proxy = TestProxy::start_with(&ca, three_agents).await?;
+    let trainer = client_as(&proxy, "trainer", "trainer-token")?;
+    let searcher = client_as(&proxy, "searcher", "searcher-token")?;
+    let plain = client_as(&proxy, "plain", "plain-token")?;
+
+    // The training agent: refused where the site refuses training, with the line...
+    let docs = block::plain(trainer.get(usage.url("/docs/x")).send().await?, &refused(3, "train-ai=n")).await?;
+    let json = trainer.get(signal.url("/page")).header("accept", "application/json").send().await?;
+    let page = block::json(json, &refused(2, "ai-train=no")).await?;
+    // ... and allowed where a longer rule says yes.
+    let open = trainer.get(usage.url("/open/x")).send().await?;
+    assert_eq!(open.status(), 200, "line 4 allows training under /open/");
+    // A training refusal refuses neither search nor an agent that declared nothing.
+    for (client, who) in [(&searcher, "searcher"), (&plain, "plain")] {
+        for url in [usage.url("/docs/x"), usage.url("/open/x"), signal.url("/page")] {
+            let response = client.get(&url).send().await?;
+            assert_eq!(response.status(), 200, "{who} {url}");
+            assert!(response.text().await?.starts_with("page GET /"), "{who} {url}: the origin answered");
+        }
+    }
+    assert_eq!(usage.hits("/docs/x"), 2, "the origin never saw the refused request");
+    assert_eq!(signal.hits("/page"), 2, "the origin never saw the refused request");
+
+    let records = proxy.finish().await?;
+    block::logged(&records, &docs, "GET", &refused(3, "train-ai=n"))?;
+    block::logged(&records, &page, "GET", &refused(2, "ai-train=no"))?;
+    let by = |id: &str, origin: &Origin, path: &str| {
+        for_request(&records, "GET", &origin.url(path)).into_iter().find(|r| r["agentgate.agent"] == id).cloned()
+    };
+    let plain_docs = by("plain", &usage, "/docs/x").ok_or("no record of plain's /docs/x")?;
+    assert_eq!(plain_docs["event.action"], "allow");
+    assert_eq!(
+        usage_of(&plain_docs),
+        vec![pref("robots.txt Content-Usage", Some(3), "train-ai", "n", "refuse")],
+        "the record shows what the site said: {plain_docs:#}"
+    );
+    let trainer_open = by("trainer", &usage, "/open/x").ok_or("no record of trainer's /open/x")?;
+    assert_eq!(usage_of(&trainer_open), vec![pref("robots.txt Content-Usage", Some(4), "train-ai", "y", "allow")]);
+    let searcher_page = by("searcher", &signal, "/page").ok_or("no record of searcher's /page")?;
+    assert_eq!(
+        usage_of(&searcher_page),
+        vec![
+            pref("robots.txt Content-Signal", Some(2), "search", "yes", "allow"),
+            pref("robots.txt Content-Signal", Some(2), "ai-train", "no", "refuse"),
+        ]
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn robots_txt_usage_lines_refuse_a_training_agent_only_over_plain_http() -> TestResult {
+    robots_lines_decide_by_declared_purpose(Over::Http).await
+}
+
+#[tokio::test]
+async fn robots_txt_usage_lines_refuse_a_training_agent_only_over_mitm_https() -> TestResult {
+    robots_lines_decide_by_declared_purpose(Over::Https).await
+}
+
+/// python3's urllib through the proxy `argv[1]`, trusting `argv[2]`, asking for `argv[3]` with
+/// `agentgate-purpose: argv[4]`: the status on the first line, then the body.
+const PYTHON_CLIENT: &str = r#"
+import ssl, sys, urllib.error, urllib.request
+context = ssl.create_default_context(cafile=sys.argv[2])
+proxies = urllib.request.ProxyHandler({"http": sys.argv[1], "https": sys.argv[1]})
+opener = urllib.request.build_opener(proxies, urllib.request.HTTPSHandler(context=context))
+request = urllib.request.Request(sys.argv[3], headers={"agentgate-purpose": sys.argv[4]})
+try:
+    response = opener.open(request, timeout=10)
+except urllib.error.HTTPError as error:
+    response = error
+print(response.getcode())
+print(response.read().decode("utf-8", "replace"))
+"#;
+
+/// What python3's urllib got for `url` declaring `purpose`: the status and the body.
+async fn python(proxy: &TestProxy, url: &str, purpose: &str) -> TestResult<(u16, String)> {
+    let ca = proxy.ca_path.display().to_string();
+    let output = Command::new("python3").args(["-c", PYTHON_CLIENT, &proxy.url(), &ca, url, purpose]).output().await?;
+    let text = String::from_utf8(output.stdout)?;
+    let (status, body) = text
+        .split_once('\n')
+        .ok_or_else(|| format!("python3 {url}: {text:?} {}", String::from_utf8_lossy(&output.stderr)))?;
+    Ok((status.trim().parse()?, body.to_owned()))
+}
+
+/// curl through `proxy` (trusting its CA) declaring `purpose` by header.
+async fn curl_as(proxy: &TestProxy, url: &str, purpose: &str) -> TestResult<(u16, String)> {
+    let ca = proxy.ca_path.display().to_string();
+    let declared = format!("agentgate-purpose: {purpose}");
+    let out = curl(&["-x", &proxy.url(), "--cacert", &ca, "-H", &declared, url]).await?;
+    Ok((out.status, String::from_utf8(out.body)?))
+}
+
+#[tokio::test]
+async fn curl_and_python_declaring_training_by_header_are_refused_by_robots_txt_lines() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let proxy = TestProxy::start(&ca).await?;
+    for over in [Over::Http, Over::Https] {
+        let (usage, signal) = usage_origins(over, &ca).await?;
+        for (client, (status, body)) in [
+            ("curl", curl_as(&proxy, &usage.url("/docs/x"), "train-ai").await?),
+            ("python", python(&proxy, &usage.url("/docs/x"), "train-ai").await?),
+        ] {
+            assert_eq!(status, 403, "{client} {over:?}: {body}");
+            assert!(body.contains("[usage.refused]"), "{client} {over:?}: the body names the code: {body}");
+            assert!(body.contains("- usage line 3: \""), "{client} {over:?}: the body names the line: {body}");
+            assert!(body.contains("train-ai=n"), "{client} {over:?}: the body quotes the preference: {body}");
+        }
+        let (status, body) = python(&proxy, &signal.url("/page"), "train-ai").await?;
+        assert_eq!(status, 403, "python {over:?}: {body}");
+        assert!(body.contains("- usage line 2: \"") && body.contains("ai-train=no"), "{body}");
+        for (client, (status, body)) in [
+            ("curl", curl_as(&proxy, &usage.url("/docs/x"), "search").await?),
+            ("python", python(&proxy, &signal.url("/page"), "search").await?),
+            ("curl", curl_as(&proxy, &usage.url("/open/x"), "train-ai").await?),
+        ] {
+            assert_eq!(status, 200, "{client} {over:?}: {body}");
+            assert!(body.starts_with("page GET /"), "{client} {over:?}: the origin answered: {body}");
+        }
+        assert_eq!(usage.hits("/docs/x"), 1, "{over:?}: only the search request reached the origin");
+        assert_eq!(signal.hits("/page"), 1, "{over:?}: only the search request reached the origin");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn undeclared_deny_refuses_an_agent_that_declares_nothing() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let proxy = TestProxy::start_with(&ca, |config| config.usage.undeclared = Undeclared::Deny).await?;
+    let client = proxy.client()?;
+    for over in [Over::Http, Over::Https] {
+        let (usage, signal) = usage_origins(over, &ca).await?;
+        block::plain(client.get(usage.url("/docs/x")).send().await?, &refused(3, "train-ai=n")).await?;
+        block::plain(client.get(signal.url("/page")).send().await?, &refused(2, "ai-train=no")).await?;
+        let (status, body) = python(&proxy, &usage.url("/docs/x"), "").await?;
+        assert_eq!(status, 403, "python {over:?}, no purpose declared: {body}");
+        let open = client.get(usage.url("/open/x")).send().await?;
+        assert_eq!(open.status(), 200, "{over:?}: nothing refuses /open/");
+        assert_eq!((usage.hits("/docs/x"), signal.hits("/page")), (0, 0), "{over:?}: never reached the origin");
+    }
+    Ok(())
+}
