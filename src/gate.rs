@@ -7,7 +7,7 @@
 //! and spends the limits that apply (`check_limits`), applies the agent's mode, and hands back
 //! either a [`Permitted`] (the only way to reach `forward`) or a [`Blocked`] with the decision,
 //! the kind of block (403, 407 or 429) and its audit record. After the origin answered,
-//! [`Permitted::check_response`] applies the response-time AGENTS.md check (C17). A request
+//! [`Permitted::check_response`] applies the response-time checks (AGENTS.md C17, usage U4). A request
 //! a human approved is turned from its [`Blocked`] into a [`Permitted`] here too
 //! ([`Gate::approved`]), so it passes the same limits as any allowed request.
 //!
@@ -273,6 +273,7 @@ impl Gate {
                     Verdict::Forward(Permitted {
                         record,
                         mode,
+                        undeclared: self.settings.usage_undeclared,
                         inject_headers: decision.inject_headers,
                         permit: Permit::default(),
                         policies,
@@ -328,7 +329,8 @@ impl Gate {
                 // Monitor mode never cuts a body: a crossed budget is for enforce mode.
                 let budgets = budgets.filter(|_| mode == Mode::Enforce).map(Arc::new);
                 let secrets = self.secrets_plan(req, &mut record);
-                Verdict::Forward(Permitted { record, mode, inject_headers, permit, policies, budgets, secrets })
+                let undeclared = self.settings.usage_undeclared;
+                Verdict::Forward(Permitted { record, mode, undeclared, inject_headers, permit, policies, budgets, secrets })
             }
             Err(refused) => {
                 let (blocking, outcome, kind) = match refused {
@@ -358,6 +360,7 @@ impl Gate {
                         Verdict::Forward(Permitted {
                             record,
                             mode,
+                            undeclared: self.settings.usage_undeclared,
                             inject_headers,
                             permit: Permit::default(),
                             policies,

@@ -1,11 +1,14 @@
 //! Usage preferences end to end (SEMANTICS §6.6, docs/usage.md): robots.txt `Content-Usage`
 //! and `Content-Signal` lines refuse an agent declared for training before the origin sees
 //! the request, never one declared for search, and only record them for an agent that
-//! declares nothing (unless `[usage] undeclared = "deny"`). Over plain HTTP and MITM'd
-//! HTTPS, with reqwest, curl and python3's urllib.
+//! declares nothing (unless `[usage] undeclared = "deny"`); a `Content-Usage` or
+//! `tdm-reservation` response header withholds the body from a training agent and passes
+//! it unchanged to a search agent; monitor mode records `would_deny` and forwards. Over
+//! plain HTTP and MITM'd HTTPS, with reqwest, curl and python3's urllib.
 
 use agentgate::agents::AgentConfig;
 use agentgate::config::Config;
+use agentgate::policy::operator::Mode;
 use agentgate::policy::usage::Undeclared;
 use serde_json::Value;
 use tokio::process::Command;
@@ -16,7 +19,7 @@ use crate::support::curl::curl;
 use crate::support::log::for_request;
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
-use crate::support::{TestProxy, TestResult};
+use crate::support::{TestProxy, TestResult, header};
 
 /// Plain HTTP or HTTPS through a MITM'd CONNECT tunnel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,6 +238,132 @@ async fn undeclared_deny_refuses_an_agent_that_declares_nothing() -> TestResult 
         let open = client.get(usage.url("/open/x")).send().await?;
         assert_eq!(open.status(), 200, "{over:?}: nothing refuses /open/");
         assert_eq!((usage.hits("/docs/x"), signal.hits("/page")), (0, 0), "{over:?}: never reached the origin");
+    }
+    Ok(())
+}
+
+/// An origin whose pages state their preferences in response headers.
+fn header_site() -> Site {
+    Site::new()
+        .serve("/usage-header", 200, &[("content-usage", "train-ai=n, search=y")], "ORIGIN-BYTES content-usage")
+        .serve(
+            "/tdm-header",
+            200,
+            &[("tdm-reservation", "1"), ("tdm-policy", "https://example.com/tdm-policy.json")],
+            "ORIGIN-BYTES tdm-reservation",
+        )
+}
+
+async fn response_headers_withhold_the_body_from_a_training_agent(over: Over) -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = origin_for(over, &ca, header_site()).await?;
+    let proxy = TestProxy::start_with(&ca, three_agents).await?;
+    let trainer = client_as(&proxy, "trainer", "trainer-token")?;
+    let searcher = client_as(&proxy, "searcher", "searcher-token")?;
+
+    for (path, header_name, rule) in [
+        ("/usage-header", "header Content-Usage", "train-ai=n"),
+        ("/tdm-header", "header tdm-reservation", "tdm-reservation=1"),
+    ] {
+        let response = trainer.get(origin.url(path)).send().await?;
+        assert_eq!(response.status(), 403, "{over:?} {path}");
+        let decision = header(&response, "agentgate-decision");
+        assert!(decision.starts_with("deny; source=usage; code=usage.refused; record="), "{decision}");
+        assert!(response.headers().get("content-usage").is_none(), "the origin's head is withheld too");
+        let body = response.text().await?;
+        assert!(!body.contains("ORIGIN-BYTES"), "{over:?} {path}: the origin's body never reaches the client: {body}");
+        assert!(
+            body.contains(header_name) && body.contains(rule),
+            "{over:?} {path}: the body names the header: {body}"
+        );
+        let (status, body) = curl_as(&proxy, &origin.url(path), "train-ai").await?;
+        assert_eq!(status, 403, "curl {over:?} {path}");
+        assert!(!body.contains("ORIGIN-BYTES") && body.contains("[usage.refused]"), "curl {over:?} {path}: {body}");
+
+        let passed = searcher.get(origin.url(path)).send().await?;
+        assert_eq!(passed.status(), 200, "{over:?} {path}: a search agent is not refused");
+        assert!(
+            passed.headers().get(if path == "/usage-header" { "content-usage" } else { "tdm-reservation" }).is_some()
+        );
+        let expected =
+            if path == "/usage-header" { "ORIGIN-BYTES content-usage" } else { "ORIGIN-BYTES tdm-reservation" };
+        assert_eq!(passed.text().await?, expected, "{over:?} {path}: passed unchanged");
+    }
+
+    let records = proxy.finish().await?;
+    let of = |id: &str, path: &str| {
+        for_request(&records, "GET", &origin.url(path)).into_iter().find(|r| r["agentgate.agent"] == id).cloned()
+    };
+    let refused_tdm = of("trainer", "/tdm-header").ok_or("no record of the trainer's /tdm-header")?;
+    assert_eq!(refused_tdm["event.action"], "deny");
+    assert_eq!(refused_tdm["http.response.status_code"], 403);
+    assert_eq!(refused_tdm["agentgate.reasons"][0]["code"], "usage.refused");
+    assert_eq!(
+        usage_of(&refused_tdm),
+        vec![
+            pref("header tdm-reservation", None, "tdm-reservation", "1", "refuse"),
+            pref("header tdm-reservation", None, "tdm-policy", "https://example.com/tdm-policy.json", "none"),
+        ]
+    );
+    let passed = of("searcher", "/usage-header").ok_or("no record of the searcher's /usage-header")?;
+    assert_eq!(passed["event.action"], "allow");
+    assert_eq!(
+        usage_of(&passed),
+        vec![
+            pref("header Content-Usage", None, "train-ai", "n", "refuse"),
+            pref("header Content-Usage", None, "search", "y", "allow"),
+        ],
+        "what the site said is recorded when it allows too"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn usage_response_headers_withhold_the_body_from_a_training_agent_over_plain_http() -> TestResult {
+    response_headers_withhold_the_body_from_a_training_agent(Over::Http).await
+}
+
+#[tokio::test]
+async fn usage_response_headers_withhold_the_body_from_a_training_agent_over_mitm_https() -> TestResult {
+    response_headers_withhold_the_body_from_a_training_agent(Over::Https).await
+}
+
+#[tokio::test]
+async fn monitor_mode_records_would_deny_for_each_usage_refusal_and_forwards() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let proxy = TestProxy::start_with(&ca, |config| {
+        config.mode = Mode::Monitor;
+        config.agent.purposes = vec!["train-ai".to_owned()];
+    })
+    .await?;
+    let client = proxy.client()?;
+    let mut seen = Vec::new();
+    for over in [Over::Http, Over::Https] {
+        let (usage, signal) = usage_origins(over, &ca).await?;
+        let headers = origin_for(over, &ca, header_site()).await?;
+        for (origin, path, body) in [
+            (&usage, "/docs/x", "page GET /docs/x"),
+            (&signal, "/page", "page GET /page"),
+            (&headers, "/usage-header", "ORIGIN-BYTES content-usage"),
+            (&headers, "/tdm-header", "ORIGIN-BYTES tdm-reservation"),
+        ] {
+            let response = client.get(origin.url(path)).send().await?;
+            assert_eq!(response.status(), 200, "{over:?} {path}: monitor mode forwards");
+            assert!(response.text().await?.starts_with(body), "{over:?} {path}");
+            assert_eq!(origin.hits(path), 1, "{over:?} {path}");
+            seen.push(origin.url(path));
+        }
+    }
+    let records = proxy.finish().await?;
+    for url in &seen {
+        let record = match for_request(&records, "GET", url)[..] {
+            [record] => record.clone(),
+            _ => return Err(format!("expected one record of {url}: {records:#?}").into()),
+        };
+        assert_eq!(record["event.action"], "would_deny", "{record:#}");
+        assert_eq!(record["http.response.status_code"], 200, "{record:#}");
+        assert_eq!(record["agentgate.reasons"][0]["code"], "usage.refused", "{record:#}");
+        assert!(!usage_of(&record).is_empty(), "{record:#}");
     }
     Ok(())
 }
