@@ -518,7 +518,9 @@ impl Gate {
         match self.rules.evaluate(view, agent, addresses) {
             Some(decision) => (decision, None),
             None => {
-                let policies = self.cache.policies(origin).await;
+                // tdmrep.json is fetched only for a request that needs it (SEMANTICS U5).
+                let wanted = policy::usage::tdmrep::wanted(view.purposes, self.settings.usage_undeclared);
+                let policies = self.cache.policies_for(origin, wanted).await;
                 (policy::evaluate_with(&policies, view, self.settings), Some(policies))
             }
         }

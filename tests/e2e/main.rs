@@ -78,8 +78,9 @@
 //! - `signing`: Web Bot Auth signatures on a signing agent's requests, verified by an
 //!   independent Python verifier with the keys `agentgate keys` prints; forgery, rotation;
 //! - `usage`: usage preferences (robots.txt `Content-Usage` / `Content-Signal` lines, the
-//!   `Content-Usage` and `tdm-reservation` response headers) against each agent's declared
-//!   purposes, with reqwest, curl and python3, over plain HTTP and MITM; monitor mode.
+//!   `Content-Usage` and `tdm-reservation` response headers, tdmrep.json fetched for training
+//!   agents only) against each agent's declared purposes, with reqwest, curl and python3,
+//!   over plain HTTP and MITM; monitor mode.
 
 mod admin;
 mod agents;

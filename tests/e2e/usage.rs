@@ -3,8 +3,10 @@
 //! the request, never one declared for search, and only record them for an agent that
 //! declares nothing (unless `[usage] undeclared = "deny"`); a `Content-Usage` or
 //! `tdm-reservation` response header withholds the body from a training agent and passes
-//! it unchanged to a search agent; monitor mode records `would_deny` and forwards. Over
-//! plain HTTP and MITM'd HTTPS, with reqwest, curl and python3's urllib.
+//! it unchanged to a search agent; `/.well-known/tdmrep.json` is fetched for a training agent
+//! only, once, and refuses its reserved locations (a missing or unreachable file allows);
+//! monitor mode records `would_deny` and forwards. Over plain HTTP and MITM'd HTTPS, with
+//! reqwest, curl and python3's urllib.
 
 use agentgate::agents::AgentConfig;
 use agentgate::config::Config;
@@ -17,7 +19,7 @@ use crate::agents::{agent, client_as};
 use crate::support::block::{self, Expected};
 use crate::support::curl::curl;
 use crate::support::log::for_request;
-use crate::support::origin::{Origin, Site};
+use crate::support::origin::{Origin, Served, Site};
 use crate::support::pki::TestCa;
 use crate::support::{TestProxy, TestResult, header};
 
@@ -364,6 +366,99 @@ async fn monitor_mode_records_would_deny_for_each_usage_refusal_and_forwards() -
         assert_eq!(record["http.response.status_code"], 200, "{record:#}");
         assert_eq!(record["agentgate.reasons"][0]["code"], "usage.refused", "{record:#}");
         assert!(!usage_of(&record).is_empty(), "{record:#}");
+    }
+    Ok(())
+}
+
+const TDMREP: &str = r#"[
+  {"location": "/", "tdm-reservation": 0},
+  {"location": "/books/*", "tdm-reservation": 1, "tdm-policy": "https://example.com/tdm-policy.json"}
+]"#;
+const TDMREP_PATH: &str = "/.well-known/tdmrep.json";
+
+/// The three agents, and `watcher`, declaring `train-ai` in monitor mode.
+fn agents_and_a_watcher(config: &mut Config) {
+    three_agents(config);
+    let watcher = AgentConfig {
+        purposes: vec!["train-ai".to_owned()],
+        mode: Some(Mode::Monitor),
+        ..agent("watcher", "watcher-token")
+    };
+    config.agents.push(watcher);
+}
+
+async fn tdmrep_json_is_fetched_for_training_agents_only(over: Over) -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let site = Site::new().serve(TDMREP_PATH, 200, &[("content-type", "application/json")], TDMREP);
+    let origin = origin_for(over, &ca, site).await?;
+    let proxy = TestProxy::start_with(&ca, agents_and_a_watcher).await?;
+    let trainer = client_as(&proxy, "trainer", "trainer-token")?;
+    let searcher = client_as(&proxy, "searcher", "searcher-token")?;
+
+    for path in ["/books/a", "/free"] {
+        assert_eq!(searcher.get(origin.url(path)).send().await?.status(), 200, "{over:?} {path}");
+    }
+    assert_eq!(origin.hits(TDMREP_PATH), 0, "{over:?}: never fetched for a search agent");
+
+    let expected = refused_by_tdmrep();
+    let id = block::plain(trainer.get(origin.url("/books/a")).send().await?, &expected).await?;
+    let free = trainer.get(origin.url("/free")).send().await?;
+    assert_eq!(free.status(), 200, "{over:?}: an unreserved location allows");
+    let (status, body) = curl_as(&proxy, &origin.url("/books/b"), "train-ai").await?;
+    assert_eq!(status, 403, "curl {over:?}: {body}");
+    assert!(body.contains("[usage.refused]") && body.contains("tdm-reservation=1"), "curl {over:?}: {body}");
+    let watched = client_as(&proxy, "watcher", "watcher-token")?.get(origin.url("/books/c")).send().await?;
+    assert_eq!(watched.status(), 200, "{over:?}: monitor mode forwards");
+    assert_eq!(searcher.get(origin.url("/books/a")).send().await?.status(), 200, "a reservation is about training");
+    assert_eq!(origin.hits(TDMREP_PATH), 1, "{over:?}: fetched once, then cached");
+    assert_eq!((origin.hits("/books/b"), origin.hits("/books/c")), (0, 1), "{over:?}: a refused request never left");
+    let admin = proxy.admin_addr.ok_or("the test proxy has an admin API")?;
+    let listed = format!("http://{admin}/policies?origin={}", origin.url(""));
+    let cached: Value =
+        serde_json::from_str(&reqwest::Client::builder().no_proxy().build()?.get(&listed).send().await?.text().await?)?;
+    assert_eq!(cached["files"]["tdmrep.json"]["status"], "valid", "{over:?}: listed in /policies: {cached:#}");
+
+    let records = proxy.finish().await?;
+    block::logged(&records, &id, "GET", &expected)?;
+    let of = |id: &str, path: &str| {
+        for_request(&records, "GET", &origin.url(path)).into_iter().find(|r| r["agentgate.agent"] == id).cloned()
+    };
+    let free = of("trainer", "/free").ok_or("no record of the trainer's /free")?;
+    assert_eq!(usage_of(&free), vec![pref("tdmrep.json", Some(1), "tdm-reservation", "0", "allow")]);
+    let watched = of("watcher", "/books/c").ok_or("no record of the watcher's /books/c")?;
+    assert_eq!(watched["event.action"], "would_deny", "{watched:#}");
+    assert_eq!(watched["agentgate.reasons"][0]["code"], "usage.refused", "{watched:#}");
+    Ok(())
+}
+
+fn refused_by_tdmrep() -> Expected<'static> {
+    Expected { line: None, rule: "tdmrep.json for /books/* says tdm-reservation=1", ..refused(0, "") }
+}
+
+#[tokio::test]
+async fn tdmrep_json_is_fetched_for_training_agents_only_and_refuses_reserved_paths_over_plain_http() -> TestResult {
+    tdmrep_json_is_fetched_for_training_agents_only(Over::Http).await
+}
+
+#[tokio::test]
+async fn tdmrep_json_is_fetched_for_training_agents_only_and_refuses_reserved_paths_over_mitm_https() -> TestResult {
+    tdmrep_json_is_fetched_for_training_agents_only(Over::Https).await
+}
+
+#[tokio::test]
+async fn a_missing_or_unreachable_tdmrep_json_allows_a_training_agent() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let missing = Origin::https_site(&ca, Site::new()).await?;
+    // The file redirects to a port nothing listens on: the fetch fails.
+    let unreachable = Origin::http_site(Site::new()).await?;
+    unreachable.serve(TDMREP_PATH, Served::redirect(302, "http://127.0.0.1:1/tdmrep.json"));
+    let proxy = TestProxy::start_with(&ca, three_agents).await?;
+    let trainer = client_as(&proxy, "trainer", "trainer-token")?;
+    for origin in [&missing, &unreachable] {
+        let response = trainer.get(origin.url("/books/a")).send().await?;
+        assert_eq!(response.status(), 200, "{}: no preference, so allowed", origin.url(""));
+        assert!(response.text().await?.starts_with("page GET /books/a"));
+        assert_eq!(origin.hits(TDMREP_PATH), 1, "{}: asked for once", origin.url(""));
     }
     Ok(())
 }
