@@ -4,7 +4,8 @@
 //! declares nothing (unless `[usage] undeclared = "deny"`); a `Content-Usage` or
 //! `tdm-reservation` response header withholds the body from a training agent and passes
 //! it unchanged to a search agent; `/.well-known/tdmrep.json` is fetched for a training agent
-//! only, once, and refuses its reserved locations (a missing or unreachable file allows);
+//! only, once (once for a fleet sharing Redis), and refuses its reserved locations (a missing
+//! or unreachable file allows);
 //! monitor mode records `would_deny` and forwards. Over plain HTTP and MITM'd HTTPS, with
 //! reqwest, curl and python3's urllib.
 
@@ -16,6 +17,9 @@ use serde_json::Value;
 use tokio::process::Command;
 
 use crate::agents::{agent, client_as};
+use crate::redis::RedisServer;
+use crate::reload::base_config;
+use crate::support::binary::Agentgate;
 use crate::support::block::{self, Expected};
 use crate::support::curl::curl;
 use crate::support::log::for_request;
@@ -460,5 +464,31 @@ async fn a_missing_or_unreachable_tdmrep_json_allows_a_training_agent() -> TestR
         assert!(response.text().await?.starts_with("page GET /books/a"));
         assert_eq!(origin.hits(TDMREP_PATH), 1, "{}: asked for once", origin.url(""));
     }
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
+async fn two_replicas_share_one_fetch_of_tdmrep_json_through_redis() -> TestResult {
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let site = Site::new().serve(TDMREP_PATH, 200, &[("cache-control", "max-age=3600")], TDMREP);
+    let origin = Origin::http_site(site).await?;
+    agentgate::tls::install_default_provider();
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("agentgate.toml");
+        let shared = format!("[cache]\nstore = \"redis\"\n[cache.redis]\nurl = {:?}\n", redis.url());
+        let config = format!("{}[agent]\npurposes = [\"train-ai\"]\n{shared}", base_config(dir.path(), &ca));
+        std::fs::write(&path, config)?;
+        replicas.push((Agentgate::start(dir.path(), &path, "agentgate=info").await?, dir));
+    }
+    let (first, second) = (replicas[0].0.client()?, replicas[1].0.client()?);
+    assert_eq!(first.get(origin.url("/books/a")).send().await?.status(), 403, "the first replica fetched it");
+    assert_eq!(second.get(origin.url("/books/b")).send().await?.status(), 403, "the second read the shared copy");
+    assert_eq!(second.get(origin.url("/free")).send().await?.status(), 200);
+    assert_eq!(origin.hits(TDMREP_PATH), 1, "one fetch of tdmrep.json for the fleet");
+    assert_eq!((origin.hits("/books/a"), origin.hits("/books/b")), (0, 0), "refused before the origin");
     Ok(())
 }
