@@ -267,20 +267,7 @@ impl Gate {
             record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
             return match mode {
                 Mode::Enforce => Verdict::Block(Blocked { decision, record, kind: BlockKind::Policy, policies }),
-                Mode::Monitor => {
-                    record.outcome = LogOutcome::WouldDeny;
-                    let secrets = self.secrets_plan(&req, &mut record);
-                    Verdict::Forward(Permitted {
-                        record,
-                        mode,
-                        undeclared: self.settings.usage_undeclared,
-                        inject_headers: decision.inject_headers,
-                        permit: Permit::default(),
-                        policies,
-                        secrets,
-                        budgets: None,
-                    })
-                }
+                Mode::Monitor => self.would_deny(record, decision.inject_headers, policies, &req),
             };
         }
         // Allowed: the decision's parts move into the record, which is all that reads them now.
@@ -330,7 +317,16 @@ impl Gate {
                 let budgets = budgets.filter(|_| mode == Mode::Enforce).map(Arc::new);
                 let secrets = self.secrets_plan(req, &mut record);
                 let undeclared = self.settings.usage_undeclared;
-                Verdict::Forward(Permitted { record, mode, undeclared, inject_headers, permit, policies, budgets, secrets })
+                Verdict::Forward(Permitted {
+                    record,
+                    mode,
+                    undeclared,
+                    inject_headers,
+                    permit,
+                    policies,
+                    budgets,
+                    secrets,
+                })
             }
             Err(refused) => {
                 let (blocking, outcome, kind) = match refused {
@@ -354,23 +350,26 @@ impl Gate {
                         record.outcome = outcome;
                         Verdict::Block(Blocked { decision, record, kind, policies })
                     }
-                    Mode::Monitor => {
-                        record.outcome = LogOutcome::WouldDeny;
-                        let secrets = self.secrets_plan(req, &mut record);
-                        Verdict::Forward(Permitted {
-                            record,
-                            mode,
-                            undeclared: self.settings.usage_undeclared,
-                            inject_headers,
-                            permit: Permit::default(),
-                            policies,
-                            secrets,
-                            budgets: None,
-                        })
-                    }
+                    Mode::Monitor => self.would_deny(record, inject_headers, policies, req),
                 }
             }
         }
+    }
+
+    /// A refusal in monitor mode: forwarded with its `would_deny` record, holding no slot
+    /// and cutting no body.
+    fn would_deny(
+        &self,
+        mut record: DecisionRecord,
+        inject_headers: Vec<(String, String)>,
+        policies: Option<Arc<Policies>>,
+        req: &GateRequest<'_>,
+    ) -> Verdict {
+        record.outcome = LogOutcome::WouldDeny;
+        let secrets = self.secrets_plan(req, &mut record);
+        let (mode, undeclared, permit, budgets) =
+            (Mode::Monitor, self.settings.usage_undeclared, Permit::default(), None);
+        Verdict::Forward(Permitted { record, mode, undeclared, inject_headers, permit, policies, secrets, budgets })
     }
 
     /// The secrets a request may carry, as [`Secrets::check`] reads it.

@@ -188,7 +188,10 @@ mod tests {
     fn an_unknown_name_lists_the_formats_to_pass() {
         let err = lint_file(Path::new("/nonexistent/policy.txt"), None, false).expect_err("no format");
         let message = err.to_string();
-        assert!(message.ends_with("pass --format with one of robots, agents-txt, agents-md, autoctl, tdmrep"), "{message}");
+        assert!(
+            message.ends_with("pass --format with one of robots, agents-txt, agents-md, autoctl, tdmrep"),
+            "{message}"
+        );
     }
 
     /// An AGENTS.md without Allowed Actions forbids every write; lint says so once,

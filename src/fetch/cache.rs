@@ -649,8 +649,7 @@ impl Inner {
     /// Refreshes the stale files of `entry` (the caller holds its `refreshing` lock) and
     /// puts the result in the cache, where moka weighs it again.
     async fn refresh(&self, origin: &Origin, entry: &Entry, wanted: bool) -> Arc<Policies> {
-        let next =
-            Entry::new(self.obtain(origin, Some(&entry.snapshot), wanted).await, Arc::clone(&entry.refreshing));
+        let next = Entry::new(self.obtain(origin, Some(&entry.snapshot), wanted).await, Arc::clone(&entry.refreshing));
         let policies = Arc::clone(&next.snapshot.policies);
         self.entries.insert(origin.clone(), next).await;
         self.evict_over_bounds().await;
@@ -666,9 +665,8 @@ impl Inner {
     /// `wanted`.
     async fn obtain(&self, origin: &Origin, previous: Option<&Snapshot>, wanted: bool) -> Snapshot {
         let Some(shared) = &self.shared else { return self.load(origin, previous, wanted).await };
-        let usable = |snapshot: &Snapshot| {
-            snapshot.fresh_until > Instant::now() && !(wanted && snapshot.lacks_on_demand())
-        };
+        let usable =
+            |snapshot: &Snapshot| snapshot.fresh_until > Instant::now() && !(wanted && snapshot.lacks_on_demand());
         let found = match Self::look(shared, origin).await {
             Some(snapshot) if usable(&snapshot) => {
                 shared.hit();

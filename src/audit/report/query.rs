@@ -123,7 +123,9 @@ impl LoggedRecord {
         let list = |key| self.fields.get(key).and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
         let declared: Vec<&str> = list(field::PURPOSES).iter().filter_map(Value::as_str).collect();
         let mut refused = Vec::new();
-        for pref in list(field::USAGE).iter().filter(|pref| pref.get("stance").and_then(Value::as_str) == Some("refuse")) {
+        for pref in
+            list(field::USAGE).iter().filter(|pref| pref.get("stance").and_then(Value::as_str) == Some("refuse"))
+        {
             let Some(purpose) = pref.get("purpose").and_then(Value::as_str) else { continue };
             if (declared.is_empty() || declared.contains(&purpose)) && !refused.contains(&purpose) {
                 refused.push(purpose);

@@ -8,8 +8,8 @@
 use super::group::{AgentLine, Group, Rule};
 use super::{CrawlDelay, MAX_BYTES, MAX_CRAWL_DELAY_MS, OtherLine, UsageKey, UsageLine};
 use crate::policy::Diagnostic;
-use crate::policy::usage::robots_rules::statement;
 use crate::policy::text::{Findings, closest, decode, lines, split_bom};
+use crate::policy::usage::robots_rules::statement;
 
 /// Lines longer than this are truncated by Google's parser (8 × 2083 − 1 bytes); agentgate
 /// keeps them whole and only warns, since Google may read such a rule differently.

@@ -289,8 +289,11 @@ fn usage_refusals_are_counted_per_agent_and_purpose_refused() {
             r#"{{"source":"robots.txt Content-Signal","line":2,"label":"{label}","purpose":"{purpose}","value":"{value}","stance":"{stance}"}}"#
         )
     };
-    let (train_no, input_no, search_yes) =
-        (pref("ai-train", "train-ai", "no", "refuse"), pref("ai-input", "ai-input", "no", "refuse"), pref("search", "search", "yes", "allow"));
+    let (train_no, input_no, search_yes) = (
+        pref("ai-train", "train-ai", "no", "refuse"),
+        pref("ai-input", "ai-input", "no", "refuse"),
+        pref("search", "search", "yes", "allow"),
+    );
     let lines = [
         // Declared train-ai: refused for it, not for ai-input, which it did not declare.
         format!(
