@@ -351,6 +351,14 @@ mod tests {
     }
 
     #[test]
+    fn the_file_is_wanted_for_training_or_for_nothing_declared_under_deny() {
+        assert!(wanted(&["search", "train-ai"], Undeclared::Record));
+        assert!(!wanted(&["search", "ai-input"], Undeclared::Deny));
+        assert!(!wanted::<&str>(&[], Undeclared::Record));
+        assert!(wanted::<&str>(&[], Undeclared::Deny));
+    }
+
+    #[test]
     fn headers_map_reservation_and_keep_the_policy() {
         let prefs = header_preferences(Some(" 1 "), Some("https://example.com/p"));
         assert_eq!(prefs.len(), 2);
