@@ -31,7 +31,7 @@ use crate::policy::{
 pub enum ExplainError {
     /// `--policy-dir` is not a readable directory.
     #[error(
-        "--policy-dir {path}: {source}; pass a directory holding robots.txt, agents.txt, AGENTS.md or automation-preferences.txt"
+        "--policy-dir {path}: {source}; pass a directory holding robots.txt, agents.txt, AGENTS.md, automation-preferences.txt or .well-known/tdmrep.json"
     )]
     PolicyDir {
         /// The directory given.
@@ -624,6 +624,33 @@ mod tests {
         assert_eq!(json["decision"], "deny", "{json:#}");
         assert_eq!(json["reasons"][0]["code"], "agents_md.disallowed_path", "{json:#}");
         assert_eq!(explain_get(dir.path(), "/private/x")["decision"], "allow", "the oversized root is ignored");
+    }
+
+    /// SEMANTICS U5: `.well-known/tdmrep.json` in the policy directory is read and listed;
+    /// its reserved location refuses a `train-ai` purpose only.
+    #[test]
+    fn tdmrep_json_is_listed_and_its_reservation_refuses_training() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir(dir.path().join(".well-known")).expect("mkdir");
+        let tdmrep = r#"[{"location": "/books/*", "tdm-reservation": 1}]"#;
+        std::fs::write(dir.path().join(".well-known/tdmrep.json"), tdmrep).expect("write tdmrep.json");
+        let explain_for = |purpose: &str| {
+            let request = ExplainRequest {
+                policy_dir: dir.path().to_owned(),
+                purposes: vec![purpose.to_owned()],
+                method: "GET".into(),
+                url: "https://example.com/books/a".into(),
+                ..ExplainRequest::default()
+            };
+            explain(&request).expect("explain").to_json()
+        };
+        let json = explain_for("train-ai");
+        assert_eq!(json["policies"]["tdmrep.json"]["status"], "valid", "{json:#}");
+        assert_eq!(json["decision"], "deny", "{json:#}");
+        assert_eq!(json["reasons"][0]["code"], "usage.refused", "{json:#}");
+        assert_eq!(json["usage"][0]["source"], "tdmrep.json", "{json:#}");
+        assert_eq!(json["usage"][0]["path"], "/books/*", "{json:#}");
+        assert_eq!(explain_for("search")["decision"], "allow");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! and spends the limits that apply (`check_limits`), applies the agent's mode, and hands back
 //! either a [`Permitted`] (the only way to reach `forward`) or a [`Blocked`] with the decision,
 //! the kind of block (403, 407 or 429) and its audit record. After the origin answered,
-//! [`Permitted::check_response`] applies the response-time AGENTS.md check (C17). A request
+//! [`Permitted::check_response`] applies the response-time checks (AGENTS.md C17, usage U4). A request
 //! a human approved is turned from its [`Blocked`] into a [`Permitted`] here too
 //! ([`Gate::approved`]), so it passes the same limits as any allowed request.
 //!
@@ -267,26 +267,16 @@ impl Gate {
             record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
             return match mode {
                 Mode::Enforce => Verdict::Block(Blocked { decision, record, kind: BlockKind::Policy, policies }),
-                Mode::Monitor => {
-                    record.outcome = LogOutcome::WouldDeny;
-                    let secrets = self.secrets_plan(&req, &mut record);
-                    Verdict::Forward(Permitted {
-                        record,
-                        mode,
-                        inject_headers: decision.inject_headers,
-                        permit: Permit::default(),
-                        policies,
-                        secrets,
-                        budgets: None,
-                    })
-                }
+                Mode::Monitor => self.would_deny(record, decision.inject_headers, policies, &req),
             };
         }
         // Allowed: the decision's parts move into the record, which is all that reads them now.
-        let Decision { reasons, mut limits, inject_headers, .. } = decision;
+        let Decision { reasons, mut limits, inject_headers, usage, .. } = decision;
         limits.extend(agent.agent.limits.iter().cloned());
         record.reasons = reasons;
         record.limits = limits;
+        // What the site said about use is recorded when it allows too (SEMANTICS U6).
+        record.usage = usage;
         self.permit(record, mode, inject_headers, policies, &req).await
     }
 
@@ -326,7 +316,17 @@ impl Gate {
                 // Monitor mode never cuts a body: a crossed budget is for enforce mode.
                 let budgets = budgets.filter(|_| mode == Mode::Enforce).map(Arc::new);
                 let secrets = self.secrets_plan(req, &mut record);
-                Verdict::Forward(Permitted { record, mode, inject_headers, permit, policies, budgets, secrets })
+                let undeclared = self.settings.usage_undeclared;
+                Verdict::Forward(Permitted {
+                    record,
+                    mode,
+                    undeclared,
+                    inject_headers,
+                    permit,
+                    policies,
+                    budgets,
+                    secrets,
+                })
             }
             Err(refused) => {
                 let (blocking, outcome, kind) = match refused {
@@ -341,30 +341,35 @@ impl Gate {
                         (reason, LogOutcome::Deny, BlockKind::LimitsUnavailable)
                     }
                 };
-                let decision =
+                let mut decision =
                     Decision::deny_first(vec![blocking], std::mem::take(&mut record.reasons), record.limits.clone());
+                decision.usage = std::mem::take(&mut record.usage);
                 record.set_reasons(&decision);
                 match mode {
                     Mode::Enforce => {
                         record.outcome = outcome;
                         Verdict::Block(Blocked { decision, record, kind, policies })
                     }
-                    Mode::Monitor => {
-                        record.outcome = LogOutcome::WouldDeny;
-                        let secrets = self.secrets_plan(req, &mut record);
-                        Verdict::Forward(Permitted {
-                            record,
-                            mode,
-                            inject_headers,
-                            permit: Permit::default(),
-                            policies,
-                            secrets,
-                            budgets: None,
-                        })
-                    }
+                    Mode::Monitor => self.would_deny(record, inject_headers, policies, req),
                 }
             }
         }
+    }
+
+    /// A refusal in monitor mode: forwarded with its `would_deny` record, holding no slot
+    /// and cutting no body.
+    fn would_deny(
+        &self,
+        mut record: DecisionRecord,
+        inject_headers: Vec<(String, String)>,
+        policies: Option<Arc<Policies>>,
+        req: &GateRequest<'_>,
+    ) -> Verdict {
+        record.outcome = LogOutcome::WouldDeny;
+        let secrets = self.secrets_plan(req, &mut record);
+        let (mode, undeclared, permit, budgets) =
+            (Mode::Monitor, self.settings.usage_undeclared, Permit::default(), None);
+        Verdict::Forward(Permitted { record, mode, undeclared, inject_headers, permit, policies, secrets, budgets })
     }
 
     /// The secrets a request may carry, as [`Secrets::check`] reads it.
@@ -512,7 +517,9 @@ impl Gate {
         match self.rules.evaluate(view, agent, addresses) {
             Some(decision) => (decision, None),
             None => {
-                let policies = self.cache.policies(origin).await;
+                // tdmrep.json is fetched only for a request that needs it (SEMANTICS U5).
+                let wanted = policy::usage::tdmrep::wanted(view.purposes, self.settings.usage_undeclared);
+                let policies = self.cache.policies_for(origin, wanted).await;
                 (policy::evaluate_with(&policies, view, self.settings), Some(policies))
             }
         }

@@ -11,13 +11,15 @@ use std::path::{Path, PathBuf};
 
 use crate::policy::{Diagnostic, FORMATS, FormatInfo, Severity, Source, agents_txt};
 
-/// The format a file name implies: the file name of a format ([`FormatInfo::file_name`]:
-/// `robots.txt`, `agents.txt`, `agents.md`, `automation-preferences.txt`), in any case,
-/// also with a prefix such as `site.robots.txt`.
+/// The format a file name implies: the file name of a format (the last segment of
+/// [`FormatInfo::file_name`]: `robots.txt`, `agents.txt`, `agents.md`,
+/// `automation-preferences.txt`, `tdmrep.json`), in any case, also with a prefix such as
+/// `site.robots.txt`.
 pub fn format_of(path: &Path) -> Option<FormatInfo> {
     let name = path.file_name()?.to_str()?.to_ascii_lowercase();
     FORMATS.iter().copied().find(|format| {
-        let suffix = format.file_name();
+        let file_name = format.file_name();
+        let suffix = file_name.rsplit('/').next().unwrap_or_default();
         name == suffix || name.ends_with(&format!(".{suffix}"))
     })
 }
@@ -41,7 +43,7 @@ pub fn read_capped(path: &Path, cap: usize) -> std::io::Result<(Vec<u8>, bool)> 
 pub enum LintError {
     /// The format cannot be told from the name.
     #[error(
-        "{0}: cannot tell the format from the file name; name it robots.txt, agents.txt, AGENTS.md or automation-preferences.txt, or pass --format with one of {formats}",
+        "{0}: cannot tell the format from the file name; name it robots.txt, agents.txt, AGENTS.md, automation-preferences.txt or tdmrep.json, or pass --format with one of {formats}",
         formats = FORMATS.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
     )]
     UnknownFormat(PathBuf),
@@ -140,6 +142,7 @@ mod tests {
         assert_eq!(f("blog.agents.md"), Some(Source::AgentsMd));
         assert_eq!(f("valid-basic.agents.txt"), Some(Source::AgentsTxt));
         assert_eq!(f("automation-preferences.txt"), Some(Source::Autoctl));
+        assert_eq!(f("example.tdmrep.json"), Some(Source::Tdmrep));
         assert_eq!(f("notes.txt"), None);
         assert_eq!(f("myrobots.txt"), None);
     }
@@ -185,7 +188,10 @@ mod tests {
     fn an_unknown_name_lists_the_formats_to_pass() {
         let err = lint_file(Path::new("/nonexistent/policy.txt"), None, false).expect_err("no format");
         let message = err.to_string();
-        assert!(message.ends_with("pass --format with one of robots, agents-txt, agents-md, autoctl"), "{message}");
+        assert!(
+            message.ends_with("pass --format with one of robots, agents-txt, agents-md, autoctl, tdmrep"),
+            "{message}"
+        );
     }
 
     /// An AGENTS.md without Allowed Actions forbids every write; lint says so once,

@@ -50,6 +50,7 @@ macro_rules! formats {
             agents_txt: $crate::policy::agents_txt::AgentsTxt,
             agents_md: $crate::policy::agents_md::AgentsMd,
             autoctl: $crate::policy::autoctl::Autoctl,
+            tdmrep: $crate::policy::usage::tdmrep::TdmRepFile,
         }
     };
 }

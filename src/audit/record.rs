@@ -337,6 +337,19 @@ impl DecisionRecord {
         self.usage = decision.usage.clone();
     }
 
+    /// Adds the usage preferences a response stated (SEMANTICS U4, U6). They change what the
+    /// decision says the site said, so a [`Line::Completion`] becomes a whole `End` line, as
+    /// in [`set_reasons`](Self::set_reasons).
+    pub fn add_usage(&mut self, usage: Vec<Preference>) {
+        if usage.is_empty() {
+            return;
+        }
+        if self.line == Line::Completion {
+            self.line = Line::End;
+        }
+        self.usage.extend(usage);
+    }
+
     /// The `event.type` of this line (see [`Line`]).
     pub fn event_type(&self) -> &'static str {
         match self.line {

@@ -248,14 +248,17 @@ macro_rules! snapshot {
 
         impl Inner {
             /// A snapshot with every file that is missing or stale in `previous` fetched (in
-            /// parallel) and passed through its stale rule; fresh files are carried over.
-            async fn load(&self, origin: &Origin, previous: Option<&Snapshot>) -> Snapshot {
+            /// parallel) and passed through its stale rule; fresh files are carried over. A
+            /// file fetched only on demand ([`Format::unfetched`]) is fetched when `wanted`
+            /// or when a copy of it is in force.
+            async fn load(&self, origin: &Origin, previous: Option<&Snapshot>, wanted: bool) -> Snapshot {
                 let started = Instant::now();
                 let ($($field,)*) = tokio::join!($(
                     self.refresh_file::<$format>(
                         origin,
                         previous.map(|p| (&p.policies.$field, p.freshness.$field, &p.responses.$field)),
                         started,
+                        wanted,
                     )
                 ),*);
                 let mut files = String::new();
@@ -307,6 +310,11 @@ macro_rules! snapshot {
         }
 
         impl Snapshot {
+            /// True when a file fetched only on demand has not been fetched for this origin.
+            fn lacks_on_demand(&self) -> bool {
+                false $(|| <$format>::is_unfetched(&self.policies.$field))*
+            }
+
             /// This snapshot as the shared store keeps it, and the Redis TTL: the freshness
             /// of its longest-lived file plus [`STALE_USE`].
             fn value(&self, origin: &Origin) -> (Value, Duration) {
@@ -529,6 +537,14 @@ impl PolicyCache {
     /// Never fails: a failed fetch is a state with the spec's meaning (robots.txt
     /// unreachable, ...).
     pub async fn policies(&self, origin: &Origin) -> Arc<Policies> {
+        self.policies_for(origin, false).await
+    }
+
+    /// [`PolicyCache::policies`] for a request that needs the files fetched only on demand
+    /// when `wanted` (tdmrep.json for an agent declaring `train-ai`, SEMANTICS U5): when the
+    /// origin's copy lacks them, the request waits for a load that fetches them (the other
+    /// files carried over while fresh).
+    pub async fn policies_for(&self, origin: &Origin, wanted: bool) -> Arc<Policies> {
         let inner = &self.inner;
         // Every request but an origin's first finds it cached. The first load, and a
         // refresh a request must wait for, are boxed: their futures are large (moka's entry
@@ -539,19 +555,20 @@ impl PolicyCache {
                 inner.metrics.policy_lookup(true);
                 entry
             }
-            None => Box::pin(self.first_load(origin)).await,
+            None => Box::pin(self.first_load(origin, wanted)).await,
         };
         let now = Instant::now();
-        if entry.snapshot.fresh_until > now {
+        let lacking = |entry: &Entry| wanted && entry.snapshot.lacks_on_demand();
+        if entry.snapshot.fresh_until > now && !lacking(&entry) {
             return Arc::clone(&entry.snapshot.policies);
         }
-        if entry.snapshot.serves_at(now) {
+        if entry.snapshot.serves_at(now) && !lacking(&entry) {
             // Whoever takes the lock starts the one background refresh; the others find it
             // taken and serve the stale copy too.
             if let Ok(refreshing) = Arc::clone(&entry.refreshing).try_lock_owned() {
                 let (inner, origin, entry) = (Arc::clone(inner), origin.clone(), Arc::clone(&entry));
                 tokio::spawn(async move {
-                    inner.refresh(&origin, &entry).await;
+                    inner.refresh(&origin, &entry, false).await;
                     drop(refreshing);
                 });
             }
@@ -561,21 +578,21 @@ impl PolicyCache {
         let _refreshing = refreshing.lock().await;
         // Whoever held the lock before may have refreshed already.
         let latest = inner.entries.get(origin).await.unwrap_or(entry);
-        if latest.snapshot.fresh_until > Instant::now() {
+        if latest.snapshot.fresh_until > Instant::now() && !lacking(&latest) {
             return Arc::clone(&latest.snapshot.policies);
         }
-        Box::pin(inner.refresh(origin, &latest)).await
+        Box::pin(inner.refresh(origin, &latest, wanted)).await
     }
 
     /// The entry of an origin that was not cached: loaded once, concurrent requests for the
     /// same origin sharing the load.
-    async fn first_load(&self, origin: &Origin) -> Arc<Entry> {
+    async fn first_load(&self, origin: &Origin, wanted: bool) -> Arc<Entry> {
         let inner = &self.inner;
         let loaded = inner
             .entries
             .entry_by_ref(origin)
             .or_insert_with(async {
-                Entry::new(inner.obtain(origin, None).await, Arc::new(tokio::sync::Mutex::new(())))
+                Entry::new(inner.obtain(origin, None, wanted).await, Arc::new(tokio::sync::Mutex::new(())))
             })
             .await;
         // A request that found the load another one started is a hit too.
@@ -642,8 +659,8 @@ impl std::fmt::Debug for PolicyCache {
 impl Inner {
     /// Refreshes the stale files of `entry` (the caller holds its `refreshing` lock) and
     /// puts the result in the cache, where moka weighs it again.
-    async fn refresh(&self, origin: &Origin, entry: &Entry) -> Arc<Policies> {
-        let next = Entry::new(self.obtain(origin, Some(&entry.snapshot)).await, Arc::clone(&entry.refreshing));
+    async fn refresh(&self, origin: &Origin, entry: &Entry, wanted: bool) -> Arc<Policies> {
+        let next = Entry::new(self.obtain(origin, Some(&entry.snapshot), wanted).await, Arc::clone(&entry.refreshing));
         let policies = Arc::clone(&next.snapshot.policies);
         self.entries.insert(origin.clone(), next).await;
         self.evict_over_bounds().await;
@@ -655,11 +672,14 @@ impl Inner {
     /// replica's lease, a load from the origin on top of the stale shared copy (or
     /// `previous`), stored for the fleet; else (another replica holds the lease) its copy once
     /// it lands, or after `[cache.redis] wait` a load of our own. When Redis fails, a load of
-    /// our own.
-    async fn obtain(&self, origin: &Origin, previous: Option<&Snapshot>) -> Snapshot {
-        let Some(shared) = &self.shared else { return self.load(origin, previous).await };
+    /// our own. A copy lacking the files fetched on demand does not do when they are
+    /// `wanted`.
+    async fn obtain(&self, origin: &Origin, previous: Option<&Snapshot>, wanted: bool) -> Snapshot {
+        let Some(shared) = &self.shared else { return self.load(origin, previous, wanted).await };
+        let usable =
+            |snapshot: &Snapshot| snapshot.fresh_until > Instant::now() && !(wanted && snapshot.lacks_on_demand());
         let found = match Self::look(shared, origin).await {
-            Some(snapshot) if snapshot.fresh_until > Instant::now() => {
+            Some(snapshot) if usable(&snapshot) => {
                 shared.hit();
                 return snapshot;
             }
@@ -671,7 +691,7 @@ impl Inner {
         let base = found.as_ref().or(previous);
         match shared.lease(origin).await {
             Lease::Taken => {
-                let snapshot = self.load(origin, base).await;
+                let snapshot = self.load(origin, base, wanted).await;
                 Self::store(shared, origin, &snapshot).await;
                 shared.release(origin).await;
                 snapshot
@@ -681,18 +701,18 @@ impl Inner {
                 while Instant::now() < deadline {
                     tokio::time::sleep(shared.poll()).await;
                     if let Some(snapshot) = Self::look(shared, origin).await
-                        && snapshot.fresh_until > Instant::now()
+                        && usable(&snapshot)
                     {
                         shared.hit();
                         return snapshot;
                     }
                 }
                 shared.waited_out(origin);
-                let snapshot = self.load(origin, base).await;
+                let snapshot = self.load(origin, base, wanted).await;
                 Self::store(shared, origin, &snapshot).await;
                 snapshot
             }
-            Lease::Unavailable => self.load(origin, base).await,
+            Lease::Unavailable => self.load(origin, base, wanted).await,
         }
     }
 
@@ -723,13 +743,19 @@ impl Inner {
     /// validators of the previous responses) and passed through its format's stale rule with
     /// the previous copy and how long it has been stale. A file the origin answered `304` for
     /// at every location is not parsed again: the previous state goes through the stale rule
-    /// as the state fetched.
+    /// as the state fetched. A file fetched only on demand that is neither `wanted` nor in
+    /// force stays unfetched, for the longest lifetime (nothing to refresh).
     async fn refresh_file<F: Format>(
         &self,
         origin: &Origin,
         previous: Option<(&F::State, Freshness, &Responses)>,
         started: Instant,
+        wanted: bool,
     ) -> (F::State, Freshness, Responses) {
+        let previous = previous.filter(|(state, _, _)| !F::is_unfetched(state));
+        if let Some(unfetched) = F::unfetched().filter(|_| !wanted && previous.is_none()) {
+            return (unfetched, Freshness::new(started, MAX_TTL), Arc::from([]));
+        }
         if let Some((state, freshness, responses)) = previous
             && freshness.fresh_until > started
         {
@@ -808,6 +834,9 @@ impl Inner {
 
     /// The state of a format read from its `responses` (as [`Inner::fetch_format`] would).
     fn parse<F: Format>(origin: &Origin, responses: &Responses) -> F::State {
+        if let Some(unfetched) = F::unfetched().filter(|_| responses.is_empty()) {
+            return unfetched;
+        }
         let mut states = responses.iter().map(|(_, outcome)| F::from_fetch(outcome));
         let first = states.next().unwrap_or_else(|| F::from_fetch(&FetchOutcome::not_found()));
         F::settle(first, states.next(), origin.host())

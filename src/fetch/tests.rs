@@ -633,3 +633,37 @@ fn policies_future_is_send_so_the_proxy_can_await_it_in_spawned_tasks() -> TestR
     assert_send(&cache.purge(&origin));
     Ok(())
 }
+
+/// SEMANTICS U5: tdmrep.json, fetched only on demand, is not asked for by a load that does
+/// not want it; a request that wants it waits for a load fetching it alone (the other files
+/// carried over while fresh); from then on it is revalidated like any other file.
+#[tokio::test]
+async fn tdmrep_json_is_fetched_only_when_wanted_then_revalidated_like_the_others() -> TestResult {
+    use crate::policy::usage::tdmrep::TdmRepState;
+    const TDMREP: &str = r#"[{"location": "/books/*", "tdm-reservation": 1}]"#;
+    let path = "/.well-known/tdmrep.json";
+    let ca = test_ca()?;
+    let origin = TestOrigin::https(&ca).await?;
+    serve_all(&origin).serve(path, Served::ok(TDMREP).with("etag", "\"t1\"").max_age(120));
+    let cache = cache(&ca)?;
+    let key = origin_key(&origin);
+
+    let unwanted = cache.policies(&key).await;
+    assert!(matches!(unwanted.tdmrep, TdmRepState::Unfetched), "{:?}", unwanted.tdmrep);
+    assert_eq!(origin.hits(path), 0, "not asked for without a request that needs it");
+    let wanted = cache.policies_for(&key, true).await;
+    assert!(matches!(wanted.tdmrep, TdmRepState::Fetched { file: Some(_), .. }), "{:?}", wanted.tdmrep);
+    assert_eq!(origin.hits(path), 1);
+    for other in FOUR.iter().filter(|p| **p != "/AGENTS.md") {
+        assert_eq!(origin.hits(other), 1, "{other} carried over, not fetched again");
+    }
+    cache.policies_for(&key, true).await;
+    cache.policies(&key).await;
+    assert_eq!(origin.hits(path), 1, "cached");
+
+    advance(Duration::from_secs(121)).await;
+    let refreshed = policies_refreshed(&cache, &key).await;
+    assert_eq!((origin.hits(path), origin.conditional(path), origin.not_modified(path)), (2, 1, 1), "revalidated");
+    assert!(matches!(refreshed.tdmrep, TdmRepState::Fetched { file: Some(_), .. }), "kept in force");
+    Ok(())
+}

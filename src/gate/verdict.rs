@@ -14,6 +14,7 @@ use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::inspect::{Place, Report};
 use crate::limits::{ByteBudgets, Permit};
 use crate::policy::operator::Mode;
+use crate::policy::usage::{self, Undeclared};
 use crate::policy::{AutoctlCode, Code, Decision, OperatorCode, Opinion, Outcome, Policies, PolicyStatus, Reason};
 use crate::secrets::Plan;
 
@@ -23,6 +24,8 @@ use crate::secrets::Plan;
 pub struct Permitted {
     pub(super) record: DecisionRecord,
     pub(super) mode: Mode,
+    /// `[usage] undeclared`, for the usage-preference response headers (U4, U7).
+    pub(super) undeclared: Undeclared,
     pub(super) inject_headers: Vec<(String, String)>,
     /// The concurrency slots this request holds until its response body ends.
     pub(super) permit: Permit,
@@ -80,26 +83,41 @@ impl Permitted {
         self.record.line = line;
     }
 
-    /// The response-time check of SEMANTICS C17: a `Content-Disposition: attachment` answer
-    /// from a host whose AGENTS.md does not allow `download-files` is withheld. In monitor
+    /// The response-time checks: SEMANTICS C17, a `Content-Disposition: attachment` answer
+    /// from a host whose AGENTS.md does not allow `download-files` is withheld; U4, an answer
+    /// whose `Content-Usage` or `tdm-reservation` header refuses a purpose the agent declared
+    /// is withheld, and what those headers said joins the record's `agentgate.usage` either
+    /// way. Site policies only: an operator rule or a bypassed host has none. In monitor
     /// mode the request stays permitted and its record says `would_deny`.
     ///
     /// # Errors
-    /// A [`Blocked`] (403, the AGENTS.md reason first) when the body must be withheld.
-    pub fn check_response(self, response_headers: &HeaderMap) -> Result<Permitted, Box<Blocked>> {
+    /// A [`Blocked`] (403, the refusing reasons first) when the body must be withheld.
+    pub fn check_response(mut self, response_headers: &HeaderMap) -> Result<Permitted, Box<Blocked>> {
         let Some(policies) = &self.policies else { return Ok(self) };
         let verdict = policies.agents_md.evaluate_response(response_headers);
-        if verdict.opinion != Opinion::Deny {
+        let mut blocking = if verdict.opinion == Opinion::Deny { verdict.reasons } else { Vec::new() };
+        let stated = usage::response_preferences(
+            combined(response_headers, "content-usage").as_deref(),
+            combined(response_headers, "tdm-reservation").as_deref(),
+            combined(response_headers, "tdm-policy").as_deref(),
+        );
+        if !stated.is_empty() {
+            let usage = usage::decide(&self.record.purposes, self.undeclared, stated);
+            blocking.extend(usage::refusal_reasons(&usage));
+            self.record.add_usage(usage.applied);
+        }
+        if blocking.is_empty() {
             return Ok(self);
         }
-        self.refused_by(verdict.reasons)
+        self.refused_by(blocking)
     }
 
     /// A check after the decision refused it for `blocking` (the reasons before the ones
     /// that allowed it): blocked (403) in enforce mode; in monitor mode it stays permitted
     /// and its record says `would_deny`.
     fn refused_by(mut self, blocking: Vec<Reason>) -> Result<Permitted, Box<Blocked>> {
-        let decision = Decision::deny_first(blocking, std::mem::take(&mut self.record.reasons), Vec::new());
+        let mut decision = Decision::deny_first(blocking, std::mem::take(&mut self.record.reasons), Vec::new());
+        decision.usage = std::mem::take(&mut self.record.usage);
         self.record.set_reasons(&decision);
         if self.mode == Mode::Monitor {
             self.record.outcome = LogOutcome::WouldDeny;
@@ -156,6 +174,13 @@ impl Permitted {
     pub fn into_record(self) -> DecisionRecord {
         self.record
     }
+}
+
+/// The field lines of header `name` combined into one value (RFC 9110 §5.3); `None` when
+/// absent. A line that is not visible ASCII states nothing.
+fn combined(headers: &HeaderMap, name: &str) -> Option<String> {
+    let lines: Vec<&str> = headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).collect();
+    (!lines.is_empty()).then(|| lines.join(", "))
 }
 
 /// `url` without the parts of its target a secret was found in (`places`): with one in the
@@ -270,6 +295,15 @@ pub enum Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn several_field_lines_of_a_usage_header_are_read_as_one_list() {
+        let mut headers = HeaderMap::new();
+        headers.append("content-usage", http::HeaderValue::from_static("search=y"));
+        headers.append("content-usage", http::HeaderValue::from_static("train-ai=n"));
+        assert_eq!(combined(&headers, "content-usage").as_deref(), Some("search=y, train-ai=n"));
+        assert_eq!(combined(&headers, "tdm-reservation"), None);
+    }
 
     #[test]
     fn the_parts_of_the_target_a_secret_is_in_are_withheld() {

@@ -27,6 +27,9 @@ pub enum Source {
     /// A site's usage preferences (SEMANTICS §6.6): robots.txt `Content-Usage` and
     /// `Content-Signal`, the `Content-Usage` and `tdm-reservation` headers, tdmrep.json.
     Usage,
+    /// `/.well-known/tdmrep.json` as a policy file (SEMANTICS U5), in `explain` and
+    /// `/policies`; its refusals are [`Source::Usage`]'s `usage.refused`.
+    Tdmrep,
 }
 
 impl Source {
@@ -39,6 +42,7 @@ impl Source {
             Source::Autoctl => "automation-preferences.txt",
             Source::Operator => "operator",
             Source::Usage => "usage",
+            Source::Tdmrep => "tdmrep.json",
         }
     }
 }
@@ -424,7 +428,7 @@ mod tests {
                 Source::AgentsMd => "agents_md.",
                 Source::Autoctl => "autoctl.",
                 Source::Usage => "usage.",
-                Source::Operator => continue,
+                Source::Operator | Source::Tdmrep => continue,
             };
             assert!(code.as_str().starts_with(prefix), "{code} of {}", code.source());
         }

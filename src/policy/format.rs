@@ -39,6 +39,17 @@ pub trait Format {
     /// The state a fetch outcome (or a file read from disk as one) leads to.
     fn from_fetch(outcome: &FetchOutcome) -> Self::State;
 
+    /// For a file fetched only when a request needs it (tdmrep.json, SEMANTICS U5): its
+    /// state until then. `None` (the default): every load fetches the file.
+    fn unfetched() -> Option<Self::State> {
+        None
+    }
+
+    /// True for the [`Format::unfetched`] state.
+    fn is_unfetched(_state: &Self::State) -> bool {
+        false
+    }
+
     /// True when [`Format::FALLBACK_PATH`] is to be read after this state.
     fn falls_through(_state: &Self::State) -> bool {
         false

@@ -150,6 +150,19 @@ pub fn refusal_reasons(verdict: &UsageVerdict) -> Vec<Reason> {
         .collect()
 }
 
+/// The preferences a response's headers state (U4): `Content-Usage` (its field lines
+/// combined, RFC 9110 §5.3), then `tdm-reservation` and `tdm-policy`, as the response
+/// carries them (`None` when absent).
+pub fn response_preferences(
+    content_usage: Option<&str>,
+    tdm_reservation: Option<&str>,
+    tdm_policy: Option<&str>,
+) -> Vec<Preference> {
+    let mut prefs = content_usage.map(vocab::header_preferences).unwrap_or_default();
+    prefs.extend(tdmrep::header_preferences(tdm_reservation, tdm_policy));
+    prefs
+}
+
 /// The vocabulary label for a declared purpose or a stated aipref label, when it is one.
 pub fn known_label(label: &str) -> Option<&'static str> {
     LABELS.into_iter().find(|known| *known == label)

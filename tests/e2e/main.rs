@@ -76,7 +76,11 @@
 //! - `transparent`: transparent mode in real network namespaces (nftables redirect, curl and
 //!   python clients that ignore proxy variables, passthrough, fronting, no loop);
 //! - `signing`: Web Bot Auth signatures on a signing agent's requests, verified by an
-//!   independent Python verifier with the keys `agentgate keys` prints; forgery, rotation.
+//!   independent Python verifier with the keys `agentgate keys` prints; forgery, rotation;
+//! - `usage`: usage preferences (robots.txt `Content-Usage` / `Content-Signal` lines, the
+//!   `Content-Usage` and `tdm-reservation` response headers, tdmrep.json fetched for training
+//!   agents only) against each agent's declared purposes, with reqwest, curl and python3,
+//!   over plain HTTP and MITM; monitor mode.
 
 mod admin;
 mod agents;
@@ -116,4 +120,5 @@ mod transparent;
 mod tunnel;
 mod unreachable;
 mod upstream;
+mod usage;
 mod websocket;

@@ -111,6 +111,29 @@ impl LoggedRecord {
         reasons.iter().filter_map(|reason| reason.get("code").and_then(Value::as_str))
     }
 
+    /// The purposes a `usage.refused` block refused, each once, in the order the record's
+    /// `agentgate.usage` names them: the `purpose` of each preference there with stance
+    /// `refuse` that the agent declared (`agentgate.purposes`; every one when it declared
+    /// none, as `[usage] undeclared = "deny"` reads it). Empty unless `usage.refused`
+    /// decided the block.
+    pub fn usage_refused(&self) -> Vec<&str> {
+        if !self.deciding_reasons().iter().any(|reason| reason.ends_with(" usage.refused")) {
+            return Vec::new();
+        }
+        let list = |key| self.fields.get(key).and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+        let declared: Vec<&str> = list(field::PURPOSES).iter().filter_map(Value::as_str).collect();
+        let mut refused = Vec::new();
+        for pref in
+            list(field::USAGE).iter().filter(|pref| pref.get("stance").and_then(Value::as_str) == Some("refuse"))
+        {
+            let Some(purpose) = pref.get("purpose").and_then(Value::as_str) else { continue };
+            if (declared.is_empty() || declared.contains(&purpose)) && !refused.contains(&purpose) {
+                refused.push(purpose);
+            }
+        }
+        refused
+    }
+
     /// `@timestamp`, when present and RFC 3339.
     pub fn timestamp(&self) -> Option<SystemTime> {
         humantime::parse_rfc3339(self.str(field::TIMESTAMP)?).ok()

@@ -89,6 +89,11 @@ pub struct GroupSummary {
     /// Reasons that only allowed, and a rule's supporting lines (`robots.group`), are not
     /// counted.
     pub top_reasons: Vec<Count>,
+    /// Requests refused (or, in monitor mode, that would have been) for what the site says
+    /// about their use (`usage.refused`), per purpose refused (`train-ai`, `search`,
+    /// `ai-input`), most first; left out when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub usage_refused: Vec<Count>,
 }
 
 /// Requests per outcome: the compliance figures of an evaluation.
@@ -213,6 +218,7 @@ struct GroupCounts {
     counts: Counts,
     denied_hosts: HashMap<String, u64>,
     reasons: HashMap<String, u64>,
+    usage_refused: HashMap<String, u64>,
 }
 
 /// Builds a [`Summary`] from lines of one or more logs, read in order: a forwarded request's
@@ -266,6 +272,9 @@ impl Summarizer {
         if let Some(reason) = record.deciding_reason() {
             *group.reasons.entry(reason).or_default() += 1;
         }
+        for label in record.usage_refused() {
+            *group.usage_refused.entry(label.to_owned()).or_default() += 1;
+        }
     }
 
     fn finish(mut self) -> Summary {
@@ -281,6 +290,7 @@ impl Summarizer {
                 counts: group.counts,
                 top_denied_hosts: top(group.denied_hosts),
                 top_reasons: top(group.reasons),
+                usage_refused: top(group.usage_refused),
             });
         }
         summary
@@ -323,7 +333,7 @@ fn top(counts: HashMap<String, u64>) -> Vec<Count> {
 
 impl Summary {
     /// The summary as terminal tables: one row per group with a total row, then the top
-    /// deciding reasons, the top denied hosts and the malformed lines (tables without rows
+    /// deciding reasons, the usage refusals per purpose, the top denied hosts and the malformed lines (tables without rows
     /// are left out). Numbers are right-aligned.
     pub fn render_table(&self) -> String {
         let mut out = format!(
@@ -354,6 +364,8 @@ impl Summary {
             let header = [self.by.column(), "deciding reason", "requests"];
             push_table(&mut out, Some("top reasons for blocks"), &header, tops(|g| &g.top_reasons));
         }
+        let header = [self.by.column(), "purpose refused", "requests"];
+        push_table(&mut out, Some("usage refusals (usage.refused)"), &header, tops(|g| &g.usage_refused));
         if self.by != By::Origin {
             let header = [self.by.column(), "host", "requests"];
             push_table(&mut out, Some("top denied hosts"), &header, tops(|g| &g.top_denied_hosts));

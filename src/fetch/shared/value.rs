@@ -100,7 +100,8 @@ impl StoredFile {
     /// The responses of format `F`: one or two, each at a path of `F`, each body within its
     /// cap plus one byte; `None` when any is not.
     pub(crate) fn responses<F: Format>(&self) -> Option<Vec<(&'static str, FetchOutcome)>> {
-        if self.responses.is_empty() || self.responses.len() > 2 {
+        // No response: a file fetched only on demand that was not (`Format::unfetched`).
+        if (self.responses.is_empty() && F::unfetched().is_none()) || self.responses.len() > 2 {
             return None;
         }
         self.responses.iter().map(StoredResponse::read::<F>).collect()

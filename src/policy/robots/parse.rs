@@ -9,6 +9,7 @@ use super::group::{AgentLine, Group, Rule};
 use super::{CrawlDelay, MAX_BYTES, MAX_CRAWL_DELAY_MS, OtherLine, UsageKey, UsageLine};
 use crate::policy::Diagnostic;
 use crate::policy::text::{Findings, closest, decode, lines, split_bom};
+use crate::policy::usage::robots_rules::statement;
 
 /// Lines longer than this are truncated by Google's parser (8 × 2083 − 1 bytes); agentgate
 /// keeps them whole and only warns, since Google may read such a rule differently.
@@ -270,6 +271,7 @@ impl Parser {
     /// A `Content-Usage` or `Content-Signal` line: kept for the group it sits in (SEMANTICS
     /// U3; like the lines the matcher does not use, it never ends a group). One outside any
     /// group is ignored, as RFC 9309 ignores other rules there; it stays in `other_lines`.
+    /// A statement that is not a structured-field dictionary states nothing: warned about.
     fn usage(&mut self, number: u32, key: &[u8], value: &[u8]) {
         let kind = if key.eq_ignore_ascii_case(b"content-usage") {
             UsageKey::ContentUsage
@@ -278,8 +280,14 @@ impl Parser {
         } else {
             return;
         };
-        let Some(group) = self.file.groups.len().checked_sub(1) else { return };
-        self.file.usage_lines.push(UsageLine { group, line: number, key: kind, value: display(value).into() });
+        let group = self.file.groups.len().checked_sub(1);
+        let line = UsageLine { group: group.unwrap_or(0), line: number, key: kind, value: display(value).into() };
+        if let Err(malformed) = statement(&line) {
+            self.warn(number, "malformed-usage", format!("`{}: {}`: {malformed}", display(key), line.value));
+        }
+        if group.is_some() {
+            self.file.usage_lines.push(line);
+        }
     }
 
     fn user_agent(&mut self, number: u32, value: &[u8], text: Box<str>) {

@@ -713,6 +713,21 @@ Sitemap: https://example.com/s.xml\n";
 }
 
 #[test]
+fn lint_warns_about_a_malformed_content_usage_or_content_signal_line() {
+    let body = b"User-agent: *\n\
+Content-Usage: train-ai=n search=y\n\
+Content-Usage: /open/ train-ai=y\n\
+Content-Signal: search=yes; ai-train=no,\n\
+Content-Signal: search=yes, ai-train=no\n";
+    let owned = lint(body);
+    let found: Vec<(Option<u32>, &str)> = owned.iter().map(|d| (d.line, d.code.as_str())).collect();
+    assert_eq!(found, [(Some(2), "malformed-usage"), (Some(4), "malformed-usage")]);
+    assert!(owned[0].message.contains("write it as `train-ai=n, search=y`"), "{}", owned[0].message);
+    assert!(owned[1].message.starts_with("`Content-Signal: search=yes; ai-train=no,`"), "{}", owned[1].message);
+    assert!(owned[1].message.contains("write it as `search=yes, ai-train=no`"), "{}", owned[1].message);
+}
+
+#[test]
 fn lint_warns_about_size_and_long_lines() {
     let long = format!("User-agent: *\nDisallow: /{}\n", "a".repeat(17_000));
     let found: Vec<_> = lint(long.as_bytes()).into_iter().map(|d| (d.line, d.code)).collect();

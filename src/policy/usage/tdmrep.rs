@@ -7,12 +7,22 @@
 //! `tdm-reservation: 1` is a "no" for `train-ai` and says nothing of other purposes; `0`
 //! is a "yes"; `tdm-policy` is kept for the log.
 //!
+//! As a policy file ([`TdmRepFile`], the fifth format) it is fetched only for an agent
+//! that declares `train-ai` ([`wanted`]): until then its state is
+//! [`TdmRepState::Unfetched`].
+//!
 //! Never: fetches (the fetcher does; 4xx or unreachable = no preference, U5) or decides.
 
-use super::{Preference, Stance, TRAIN_AI, UsageSource};
+use super::{Preference, Stance, TRAIN_AI, Undeclared, UsageSource};
+use crate::policy::code::Source;
 use crate::policy::pattern::{Pattern, normalize};
+use crate::policy::text::sha256_hex;
+use crate::policy::{
+    Diagnostic, FetchOutcome, Opinion, PolicyReport, PolicyStatus, RequestView, Settings, SourceVerdict, Weigh,
+};
 use serde::Deserialize;
 use std::fmt;
+use std::sync::Arc;
 
 /// The largest tdmrep.json read, as for the other policy files' caps.
 pub const MAX_BYTES: usize = 500 * 1024;
@@ -132,6 +142,147 @@ pub fn header_preferences(reservation: Option<&str>, policy: Option<&str>) -> Ve
     prefs
 }
 
+/// True when a request declaring `declared` needs tdmrep.json (U5): it declares `train-ai`,
+/// or declares nothing under `[usage] undeclared = "deny"` (which counts every label).
+pub fn wanted<S: AsRef<str>>(declared: &[S], undeclared: Undeclared) -> bool {
+    match declared.is_empty() {
+        true => undeclared == Undeclared::Deny,
+        false => declared.iter().any(|purpose| purpose.as_ref() == TRAIN_AI),
+    }
+}
+
+/// What a fetch of `/.well-known/tdmrep.json` led to.
+#[derive(Debug, Clone)]
+pub enum TdmRepState {
+    /// Not fetched: no request that needs it ([`wanted`]) came for this origin yet.
+    Unfetched,
+    /// Fetched: the file when it parsed (a 4xx, 5xx, failure or malformed file states no
+    /// preference, U5), and its report.
+    Fetched {
+        /// The parsed file, if any.
+        file: Option<Arc<TdmRep>>,
+        /// Status, digest and findings, for `explain` and `/policies`.
+        report: PolicyReport,
+    },
+}
+
+impl TdmRepState {
+    /// The state of a fetch outcome: a 2xx body parsed, anything else no file.
+    pub fn from_fetch(outcome: &FetchOutcome) -> Self {
+        let body = match outcome {
+            FetchOutcome::Response { status: 200..=299, body, .. } => body,
+            FetchOutcome::Response { .. } | FetchOutcome::Failed(_) => {
+                return TdmRepState::Fetched { file: None, report: PolicyReport::absent() };
+            }
+        };
+        let digest = Some(Arc::from(sha256_hex(body)));
+        match TdmRep::parse(body) {
+            Ok(file) => TdmRepState::Fetched {
+                file: Some(Arc::new(file)),
+                report: PolicyReport { status: PolicyStatus::Valid, digest, diagnostics: Vec::new() },
+            },
+            Err(malformed) => TdmRepState::Fetched {
+                file: None,
+                report: PolicyReport { status: PolicyStatus::Malformed, digest, diagnostics: lint_error(&malformed) },
+            },
+        }
+    }
+
+    /// The usage decision for one request: the preferences of the entry matching its path
+    /// against its declared purposes (U1, U6); no opinion unless one refuses.
+    pub fn evaluate(&self, req: &RequestView<'_>, undeclared: Undeclared) -> SourceVerdict {
+        let TdmRepState::Fetched { file: Some(file), .. } = self else { return SourceVerdict::no_opinion() };
+        let applied = file.preferences(req.path_and_query);
+        if applied.is_empty() {
+            return SourceVerdict::no_opinion();
+        }
+        let decided = super::decide(req.purposes, undeclared, applied);
+        let mut verdict = SourceVerdict::no_opinion();
+        if decided.is_refused() {
+            verdict.opinion = Opinion::Deny;
+            verdict.reasons = super::refusal_reasons(&decided);
+        }
+        verdict.usage = decided.applied;
+        verdict
+    }
+
+    /// What `explain` and `/policies` show: not fetched yet is absent, with a note saying why.
+    pub fn report(&self) -> PolicyReport {
+        match self {
+            TdmRepState::Fetched { report, .. } => report.clone(),
+            TdmRepState::Unfetched => PolicyReport {
+                diagnostics: vec![Diagnostic::warning(
+                    None,
+                    "not-fetched",
+                    "not fetched: tdmrep.json is fetched only for an agent that declares `train-ai`",
+                )],
+                ..PolicyReport::absent()
+            },
+        }
+    }
+}
+
+fn lint_error(malformed: &MalformedTdmRep) -> Vec<Diagnostic> {
+    vec![Diagnostic::error(None, "malformed", malformed.to_string())]
+}
+
+impl Weigh for TdmRepState {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            TdmRepState::Unfetched => 0,
+            TdmRepState::Fetched { file, report } => {
+                let entries = file.as_ref().map_or(0, |file| {
+                    crate::policy::weight::allocation(file.entries.capacity() * std::mem::size_of::<Entry>())
+                        + file
+                            .entries
+                            .iter()
+                            .map(|e| e.location.heap_bytes() + e.written.heap_bytes() + e.policy.heap_bytes())
+                            .sum::<usize>()
+                });
+                entries + report.heap_bytes()
+            }
+        }
+    }
+}
+
+/// `/.well-known/tdmrep.json` as a [`crate::policy::Format`] (U5): fetched only when a
+/// request needs it, as [`wanted`] says; every fetch replaces the cached state.
+#[derive(Debug, Clone, Copy)]
+pub struct TdmRepFile;
+
+impl crate::policy::Format for TdmRepFile {
+    type State = TdmRepState;
+    const SOURCE: Source = Source::Tdmrep;
+    const NAME: &'static str = "tdmrep";
+    const PATH: &'static str = "/.well-known/tdmrep.json";
+    const MAX_BYTES: usize = MAX_BYTES;
+
+    fn from_fetch(outcome: &FetchOutcome) -> TdmRepState {
+        TdmRepState::from_fetch(outcome)
+    }
+
+    fn unfetched() -> Option<TdmRepState> {
+        Some(TdmRepState::Unfetched)
+    }
+
+    fn is_unfetched(state: &TdmRepState) -> bool {
+        matches!(state, TdmRepState::Unfetched)
+    }
+
+    #[inline]
+    fn evaluate(state: &TdmRepState, req: &RequestView<'_>, settings: Settings) -> SourceVerdict {
+        state.evaluate(req, settings.usage_undeclared)
+    }
+
+    fn report(state: &TdmRepState) -> PolicyReport {
+        state.report()
+    }
+
+    fn lint(body: &[u8]) -> Vec<Diagnostic> {
+        TdmRep::parse(body).err().map(|malformed| lint_error(&malformed)).unwrap_or_default()
+    }
+}
+
 /// `1` reserves (a "no" for training), `0` does not; anything else states nothing.
 fn stance(reservation: i64) -> Stance {
     match reservation {
@@ -197,6 +348,14 @@ mod tests {
             let message = TdmRep::parse(body).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(message.contains("W3C TDMRep"), "{message}");
         }
+    }
+
+    #[test]
+    fn the_file_is_wanted_for_training_or_for_nothing_declared_under_deny() {
+        assert!(wanted(&["search", "train-ai"], Undeclared::Record));
+        assert!(!wanted(&["search", "ai-input"], Undeclared::Deny));
+        assert!(!wanted::<&str>(&[], Undeclared::Record));
+        assert!(wanted::<&str>(&[], Undeclared::Deny));
     }
 
     #[test]

@@ -87,6 +87,7 @@ async fn summarizes_a_log_from_the_writer_and_reports_malformed_lines_with_file_
                 top_denied_hosts: counts(&[("shop.example", 2), ("news.example", 1)]),
                 // autoctl.allowed rode along on a deny and a rate_limited record: not counted.
                 top_reasons: counts(&[("agents.txt agents_txt.hash_mismatch", 2), ("robots.txt robots.disallow", 2)]),
+                usage_refused: Vec::new(),
             },
             GroupSummary {
                 key: "crawler-b".to_owned(),
@@ -94,6 +95,7 @@ async fn summarizes_a_log_from_the_writer_and_reports_malformed_lines_with_file_
                 top_denied_hosts: counts(&[("news.example", 1)]),
                 // Two files blocked it; the first decided, as `--by reason` counts it.
                 top_reasons: counts(&[("agents.txt agents_txt.hash_mismatch", 1)]),
+                usage_refused: Vec::new(),
             },
         ],
         total: Counts {
@@ -277,4 +279,46 @@ fn bytes_sent_and_received_are_summed_per_agent_and_per_origin_from_end_lines() 
     assert!(table.contains("| sent bytes | received bytes |"), "{table}");
     assert!(table.contains("| total          |        4 |       3 |      1 |"), "{table}");
     assert!(table.contains("|       1007 |           5320 |"), "{table}");
+}
+
+#[test]
+fn usage_refusals_are_counted_per_agent_and_purpose_refused() {
+    let refused = r#""agentgate.reasons":[{"source":"usage","code":"usage.refused","blocking":true}]"#;
+    let pref = |label: &str, purpose: &str, value: &str, stance: &str| {
+        format!(
+            r#"{{"source":"robots.txt Content-Signal","line":2,"label":"{label}","purpose":"{purpose}","value":"{value}","stance":"{stance}"}}"#
+        )
+    };
+    let (train_no, input_no, search_yes) = (
+        pref("ai-train", "train-ai", "no", "refuse"),
+        pref("ai-input", "ai-input", "no", "refuse"),
+        pref("search", "search", "yes", "allow"),
+    );
+    let lines = [
+        // Declared train-ai: refused for it, not for ai-input, which it did not declare.
+        format!(
+            r#"{{"event.id":"1","agentgate.agent":"a","event.action":"deny",{refused},"agentgate.purposes":["train-ai"],"agentgate.usage":[{search_yes},{train_no},{input_no}]}}"#
+        ),
+        format!(
+            r#"{{"event.id":"2","agentgate.agent":"a","event.action":"would_deny",{refused},"agentgate.purposes":["train-ai"],"agentgate.usage":[{train_no}]}}"#
+        ),
+        // Declared nothing under undeclared = "deny": every purpose the site refuses.
+        format!(
+            r#"{{"event.id":"3","agentgate.agent":"b","event.action":"deny",{refused},"agentgate.usage":[{train_no},{input_no}]}}"#
+        ),
+        // Allowed with a refusal of a purpose not declared: not a usage refusal.
+        format!(
+            r#"{{"event.id":"4","agentgate.agent":"b","event.action":"allow","agentgate.purposes":["search"],"agentgate.usage":[{train_no}]}}"#
+        ),
+    ];
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("decisions.jsonl");
+    std::fs::write(&path, lines.join("\n")).expect("writes");
+    let summary = summarize_files(&[&path], By::Agent, Filter::default()).expect("reads");
+    let refused_of = |key: &str| summary.groups.iter().find(|g| g.key == key).map(|g| &g.usage_refused).expect(key);
+    assert_eq!(refused_of("a"), &counts(&[("train-ai", 2)]));
+    assert_eq!(refused_of("b"), &counts(&[("ai-input", 1), ("train-ai", 1)]));
+    let table = summary.render_table();
+    assert!(table.contains("usage refusals (usage.refused)"), "{table}");
+    assert!(table.contains("| a     | train-ai        |        2 |"), "{table}");
 }
