@@ -20,6 +20,7 @@ mod file;
 mod freshness;
 mod get;
 mod origin;
+mod run_log;
 mod shared;
 mod transport;
 

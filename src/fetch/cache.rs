@@ -28,6 +28,7 @@ use super::Origin;
 use super::file::PolicyFile;
 use super::freshness::TtlBounds;
 use super::get::Fetcher;
+use super::run_log;
 use super::shared::config::{CacheStore, SharedConfig};
 use super::shared::value::{StoredFile, Value};
 use super::shared::{Lease, STALE_USE, SharedStore};
@@ -41,37 +42,7 @@ use crate::redis_connection::ConnectError;
 /// The responses a format's state in force was read from, in the order fetched: its path,
 /// then its fallback location when the first fell through (C1). They carry the validators a
 /// refresh sends and the text the admin API shows.
-type Responses = Arc<[(&'static str, FetchOutcome)]>;
-
-/// Appends `responses` to a load's one log line: `/robots.txt 200 149 B`, `/agents.txt 404`,
-/// `/AGENTS.md failed (timed out)`, separated by `, `. Each file's own line (URL, redirects,
-/// freshness, time) is at `debug` (`fetch::get`).
-fn describe(line: &mut String, responses: &Responses) {
-    use std::fmt::Write as _;
-    for (path, outcome) in responses.iter() {
-        let separator = if line.is_empty() { "" } else { ", " };
-        let _ = match outcome {
-            FetchOutcome::Response { status, body, over_cap: false, .. } if !body.is_empty() => {
-                write!(line, "{separator}{path} {status} {} B", body.len())
-            }
-            FetchOutcome::Response { status, body, over_cap: true, .. } => {
-                write!(line, "{separator}{path} {status} over the cap (first {} B kept)", body.len().saturating_sub(1))
-            }
-            FetchOutcome::Response { status, .. } => write!(line, "{separator}{path} {status}"),
-            FetchOutcome::Failed(error) => write!(line, "{separator}{path} failed ({error})"),
-        };
-    }
-}
-
-/// Says, at `info` and once per change of the file, that a file the origin serves is not a
-/// policy (an AGENTS.md written for coding agents, without `## Identity`, C1), so an operator
-/// who expected its rules to apply sees why they do not; the origin's `/policies` view shows
-/// the same finding.
-fn say_not_a_policy<F: Format>(origin: &Origin, state: &F::State) {
-    for finding in F::report(state).diagnostics.iter().filter(|d| d.code.starts_with("not-a-policy")) {
-        tracing::info!(origin = %origin, file = F::PATH, why = %finding.message, "not a policy: none of its rules apply");
-    }
-}
+pub(super) type Responses = Arc<[(&'static str, FetchOutcome)]>;
 
 /// What [`Responses`] weigh: bodies and headers.
 fn responses_bytes(responses: &Responses) -> usize {
@@ -263,8 +234,8 @@ macro_rules! snapshot {
                 ),*);
                 let mut files = String::new();
                 $(if previous.is_none_or(|p| !Arc::ptr_eq(&p.responses.$field, &$field.2)) {
-                    describe(&mut files, &$field.2);
-                    say_not_a_policy::<$format>(origin, &$field.0);
+                    run_log::describe(&mut files, &$field.2);
+                    run_log::say_not_a_policy::<$format>(origin, &$field.0);
                 })*
                 if !files.is_empty() {
                     let ms = started.elapsed().as_millis() as u64;
