@@ -89,6 +89,14 @@ pub enum Store {
 pub enum Refused {
     /// A limit is spent: 429 with `Retry-After`.
     Exceeded(Exceeded),
+    /// A declared request body larger than a whole sending budget: it can never pass under
+    /// that budget, however long the agent waits (413).
+    NeverFits {
+        /// The sending budget.
+        limit: Limit,
+        /// The body's declared length.
+        bytes: u64,
+    },
     /// The shared store did not answer in time and `[limits.redis] on_failure = "deny"`: 503.
     StoreUnavailable,
 }
@@ -195,8 +203,8 @@ impl Limiter {
     }
 
     /// Spends (or only checks, as each item says) body bytes against byte budgets for
-    /// `usage`: in process, each item in turn (those before a refusal stay spent); in Redis,
-    /// all or none in one round trip, settled by `on_failure` when it does not answer.
+    /// `usage`, all or none: in process, every item checked before any is spent; in Redis,
+    /// in one round trip, settled by `on_failure` when it does not answer.
     ///
     /// # Errors
     /// [`Refused::Exceeded`] naming the first budget that has not the bytes left, with when
@@ -231,9 +239,14 @@ impl Limiter {
 }
 
 /// The byte budgets of one forwarded request (the operator's `*_bytes_per_hour` that apply
-/// to it), spent as its bodies stream; the declared `Content-Length` of its request body was
-/// spent before forwarding ([`ByteBudgets::spend_declared`]), so only bytes past it are spent
-/// again.
+/// to it), spent as its bodies (or its tunnel's or upgraded connection's bytes) stream; the
+/// declared `Content-Length` of its request body was spent before forwarding
+/// ([`ByteBudgets::spend_declared`]) and that of its response before the response head goes
+/// out ([`ByteBudgets::spend_response`]), so only bytes past them are spent again.
+///
+/// A budget with less than its [`floor`] left is spent: it refuses a request before
+/// forwarding (a receiving budget always, a sending budget when the request may send bytes
+/// of no declared length), so an agent is told to wait, not handed a body cut to nothing.
 ///
 /// In process every frame is spent as it passes. With the Redis store, a body's bytes are
 /// spent from a reservation taken from Redis ([`reservation`] bytes at a time, one round trip
@@ -246,13 +259,25 @@ pub struct ByteBudgets {
     origin: String,
     host: String,
     limits: Vec<Limit>,
-    declared: u64,
+    /// Bytes spent before they streamed (declared lengths): sent, received.
+    declared: [AtomicU64; 2],
     /// Bytes reserved in the shared store and not passed yet: sent, received.
     reserved: [AtomicU64; 2],
     /// Set once the shared store did not answer for this request and `on_failure` settled
     /// it: the rest of the request's bytes are settled the same way without asking Redis
     /// again (one timeout per request while Redis is away, not one per frame).
     unshared: AtomicBool,
+}
+
+/// The most a budget's [`floor`] is.
+pub const FLOOR_MAX: u64 = 64 * 1024;
+
+/// What a byte budget of `budget` bytes must have left to let a request start: the smaller of
+/// [`FLOOR_MAX`] and 1 % of the budget (at least one byte). Less than that left, the budget is
+/// spent: a request it counts is refused `429` with `Retry-After` until the floor has
+/// refilled (for a budget per hour under 6.4 MiB, 36 s).
+pub fn floor(budget: u64) -> u64 {
+    (budget / 100).clamp(1, FLOOR_MAX)
 }
 
 /// The smallest reservation taken from the shared store (when the body has passed as much).
@@ -307,61 +332,115 @@ impl ByteBudgets {
             origin: usage.origin.to_owned(),
             host: usage.host.to_owned(),
             limits,
-            declared: 0,
+            declared: [AtomicU64::new(0), AtomicU64::new(0)],
             reserved: [AtomicU64::new(0), AtomicU64::new(0)],
             unshared: AtomicBool::new(false),
         })
     }
 
     /// Before a request is forwarded, in one call to the store: checks every receiving
-    /// budget has a byte left (a spent one refuses the request as a spent rate does) and
-    /// spends the request body's declared length (`Content-Length`), so a body that would
-    /// cross a sending budget is refused before a byte leaves.
+    /// budget has its [`floor`] left (a spent one refuses the request as a spent rate does),
+    /// and spends the request body's declared length (`Content-Length`) against every sending
+    /// budget, so a body that would cross one is refused before a byte leaves; a request that
+    /// `streams` bytes of no declared length (a chunked body, an upgrade) checks each sending
+    /// budget's floor instead.
     ///
     /// # Errors
-    /// [`Refused::Exceeded`] naming the spent receiving budget or the sending budget it would
+    /// [`Refused::NeverFits`] for a declared body larger than a whole sending budget;
+    /// [`Refused::Exceeded`] naming the spent budget or the sending budget the body would
     /// cross; [`Refused::StoreUnavailable`] when Redis did not answer and `on_failure = "deny"`.
-    pub async fn spend_declared(&mut self, declared: u64) -> Result<(), Refused> {
+    pub async fn spend_declared(&mut self, declared: u64, streams: bool) -> Result<(), Refused> {
+        for limit in self.of(Direction::Sent) {
+            if let LimitKind::Bytes { bytes, .. } = limit.kind
+                && declared > bytes
+            {
+                return Err(Refused::NeverFits { limit: limit.clone(), bytes: declared });
+            }
+        }
         let items: Vec<ByteItem<'_>> = self
             .limits
             .iter()
             .filter_map(|limit| match limit.kind {
-                LimitKind::Bytes { direction: Direction::Received, .. } => {
-                    Some(ByteItem { limit, bytes: 1, spend: Spend::No })
-                }
-                LimitKind::Bytes { direction: Direction::Sent, .. } => {
+                LimitKind::Bytes { direction: Direction::Sent, .. } if declared > 0 => {
                     Some(ByteItem { limit, bytes: declared, spend: Spend::Yes })
                 }
+                LimitKind::Bytes { direction: Direction::Sent, .. } if !streams => None,
+                LimitKind::Bytes { bytes, .. } => Some(ByteItem { limit, bytes: floor(bytes), spend: Spend::No }),
                 _ => None,
             })
             .collect();
-        let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
-        let counted = self.limiter.spend_bytes(usage, &items).await?;
+        let counted = self.spend_items(&items).await?;
         *self.unshared.get_mut() = counted == Counted::Settled;
-        self.declared = declared;
+        *self.declared[slot(Direction::Sent)].get_mut() = declared;
         Ok(())
     }
 
-    /// The request body bytes already spent before forwarding.
-    pub fn declared(&self) -> u64 {
-        self.declared
+    /// Before a tunnel or an upgraded connection opens (its `200` or `101`): checks every
+    /// budget, both ways, has its [`floor`] left.
+    ///
+    /// # Errors
+    /// [`Refused::Exceeded`] naming the spent budget; [`Refused::StoreUnavailable`] as
+    /// [`spend_declared`](Self::spend_declared).
+    pub async fn check_open(&self) -> Result<(), Refused> {
+        let items: Vec<ByteItem<'_>> = self
+            .limits
+            .iter()
+            .filter_map(|limit| match limit.kind {
+                LimitKind::Bytes { bytes, .. } => Some(ByteItem { limit, bytes: floor(bytes), spend: Spend::No }),
+                _ => None,
+            })
+            .collect();
+        self.spend_items(&items).await.map(|_| ())
     }
 
-    /// Spends `n` body bytes in `direction` against every budget for it, the body having
-    /// passed `passed` bytes before them: at once in process or from the reservation, or
-    /// [`Spending::Later`] when a new reservation must be taken from Redis.
+    /// Before a response head goes out: spends the response body's declared length
+    /// (`Content-Length`) against every receiving budget, all or none, so a body longer than
+    /// what is left is refused whole, never cut part-way.
     ///
-    /// The future's or the answer's error is the [`Refused`] that cuts the body: in process,
-    /// the first budget that has not `n` bytes left (those before it were spent).
+    /// # Errors
+    /// [`Refused::Exceeded`] naming the receiving budget it would cross, with when `length`
+    /// bytes will be left; [`Refused::StoreUnavailable`] as [`spend_declared`](Self::spend_declared).
+    pub async fn spend_response(&self, length: u64) -> Result<(), Refused> {
+        let items: Vec<ByteItem<'_>> =
+            self.of(Direction::Received).map(|limit| ByteItem { limit, bytes: length, spend: Spend::Yes }).collect();
+        if self.spend_items(&items).await? == Counted::Settled {
+            self.unshared.store(true, Ordering::Relaxed);
+        }
+        self.declared[slot(Direction::Received)].store(length, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `items` spent (or checked) in the store, for this request's agent, origin and host;
+    /// settled by `on_failure` without asking Redis once it did not answer for this request.
+    async fn spend_items(&self, items: &[ByteItem<'_>]) -> Result<Counted, Refused> {
+        let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
+        if let Limiter::Redis(shared) = &*self.limiter
+            && self.unshared.load(Ordering::Relaxed)
+        {
+            return shared.settle_bytes(usage, items).map(|()| Counted::Settled);
+        }
+        self.limiter.spend_bytes(usage, items).await
+    }
+
+    /// Spends `n` bytes in `direction` against every budget for it, the body (or relay) having
+    /// passed `passed` bytes before them; bytes within the direction's declared length were
+    /// spent already. At once in process or from the reservation, or [`Spending::Later`] when
+    /// a new reservation must be taken from Redis.
+    ///
+    /// The future's or the answer's error is the [`Refused`] that cuts the body: a budget that
+    /// has not the bytes left (all or none).
     pub fn spend(self: &Arc<Self>, direction: Direction, n: u64, passed: u64) -> Spending {
         let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
+        let declared = self.declared[slot(direction)].load(Ordering::Relaxed);
+        let n = n.min((passed + n).saturating_sub(declared));
         if n == 0 {
             return Spending::Now(Ok(()));
         }
         let shared = match &*self.limiter {
             Limiter::Local(local) => {
-                let spent = self.of(direction).try_for_each(|limit| local.bytes(usage, limit, n, Spend::Yes));
-                return Spending::Now(spent.map_err(Refused::Exceeded));
+                let items: Vec<ByteItem<'_>> =
+                    self.of(direction).map(|limit| ByteItem { limit, bytes: n, spend: Spend::Yes }).collect();
+                return Spending::Now(local.spend_items(usage, &items).map_err(Refused::Exceeded));
             }
             Limiter::Redis(shared) => shared,
         };
@@ -524,9 +603,14 @@ impl<C: Clock + Clone> LocalLimiter<C> {
         self.bytes(usage, limit, n, Spend::Yes)
     }
 
-    /// Each item's bytes spent (or checked) in turn; those before a refusal stay spent.
+    /// Each item's bytes checked, then, when every one has them, spent (or only checked):
+    /// all or none, but for another request spending between the check and the spend.
     fn spend_items(&self, usage: Usage<'_>, items: &[ByteItem<'_>]) -> Result<(), Exceeded> {
-        items.iter().try_for_each(|item| self.bytes(usage, item.limit, item.bytes, item.spend))
+        items.iter().try_for_each(|item| self.bytes(usage, item.limit, item.bytes, Spend::No))?;
+        items
+            .iter()
+            .filter(|item| item.spend == Spend::Yes)
+            .try_for_each(|item| self.bytes(usage, item.limit, item.bytes, Spend::Yes))
     }
 
     /// [`spend_bytes`](Self::spend_bytes), or only the check when `spend` says so.
@@ -744,6 +828,51 @@ mod tests {
         assert!(limiter.spend_bytes(usage("a"), &sent, 1024).is_ok());
         assert!(limiter.spend_bytes(usage("a"), &sent, 1).is_err(), "the sending budget is spent");
         assert!(limiter.spend_bytes(usage("a"), &received, 1024).is_ok(), "the receiving one is whole");
+    }
+
+    /// A budget is spent when less than its floor (the smaller of 64 KiB and 1 % of it) is
+    /// left: a check for the floor refuses with the time until the floor has refilled, and
+    /// passes again once that time has gone by (the proxy's "after the refill time a download
+    /// passes again", on a clock the test moves).
+    #[test]
+    fn a_budget_with_less_than_its_floor_left_refuses_until_the_floor_has_refilled() {
+        use crate::policy::{Direction, OperatorCode};
+        assert_eq!(floor(300_000), 3_000, "1 % of the budget");
+        assert_eq!(floor(1 << 30), FLOOR_MAX, "at most 64 KiB");
+        assert_eq!(floor(50), 1, "at least a byte");
+        let clock = FakeRelativeClock::default();
+        let limiter = LocalLimiter::new(clock.clone());
+        let reason = Reason::new(OperatorCode::ByteBudget, "limits.received_bytes_per_hour = 300000");
+        let kind = LimitKind::Bytes { direction: Direction::Received, bytes: 300_000, window_s: 3600 };
+        let budget = Limit { source: Source::Operator, kind, scope: LimitScope::Agent, reason };
+        assert!(limiter.spend_bytes(usage("a"), &budget, 298_000).is_ok());
+        let spent = limiter.bytes(usage("a"), &budget, floor(300_000), Spend::No).expect_err("2,000 left: spent");
+        // 1,000 bytes more must come back, at 300,000 an hour.
+        assert_eq!(spent.retry_after_secs(), 12, "{spent:?}");
+        clock.advance(spent.retry_after - Duration::from_millis(1));
+        assert!(limiter.bytes(usage("a"), &budget, floor(300_000), Spend::No).is_err(), "not yet");
+        clock.advance(Duration::from_millis(1));
+        assert!(limiter.bytes(usage("a"), &budget, floor(300_000), Spend::No).is_ok(), "the floor refilled");
+        assert!(limiter.spend_bytes(usage("a"), &budget, 3_000).is_ok(), "and a download of it passes");
+    }
+
+    /// Several budgets spent at once (an agent's and a per-origin one) in process: all or
+    /// none, as in Redis, so a body refused by one spends nothing of the other.
+    #[test]
+    fn byte_items_are_spent_all_or_none_in_process() {
+        use crate::policy::{Direction, OperatorCode};
+        let limiter = LocalLimiter::new(FakeRelativeClock::default());
+        let budget = |bytes, scope| {
+            let reason = Reason::new(OperatorCode::ByteBudget, "limits.received_bytes_per_hour");
+            let kind = LimitKind::Bytes { direction: Direction::Received, bytes, window_s: 3600 };
+            Limit { source: Source::Operator, kind, scope, reason }
+        };
+        let (agent, origin) = (budget(10_000, LimitScope::Agent), budget(1_000, LimitScope::Origin));
+        let items = |bytes| {
+            [&agent, &origin].map(|limit| ByteItem { limit, bytes, spend: Spend::Yes }).into_iter().collect::<Vec<_>>()
+        };
+        assert!(limiter.spend_items(usage("a"), &items(2_000)).is_err(), "over the per-origin budget");
+        assert!(limiter.spend_bytes(usage("a"), &agent, 10_000).is_ok(), "the agent's budget was not touched");
     }
 
     /// The shared store's reservations: as much as the body has passed (a small body is
