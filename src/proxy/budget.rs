@@ -159,3 +159,94 @@ impl RelayBudget {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
+
+    use super::*;
+    use crate::audit::{AuditConfig, Outcome};
+    use crate::limits::{Limiter, Usage};
+    use crate::policy::operator::Mode;
+    use crate::policy::{Code, Limit, LimitKind, LimitScope, OperatorCode, Reason, Source};
+    use crate::proxy::conn::{DrainController, splice};
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    fn sending_budget(bytes: u64) -> Limit {
+        let reason = Reason::new(OperatorCode::ByteBudget, format!("limits.sent_bytes_per_hour = {bytes}"));
+        let kind = LimitKind::Bytes { direction: Direction::Sent, bytes, window_s: 3600 };
+        Limit { source: Source::Operator, kind, scope: LimitScope::Agent, reason }
+    }
+
+    /// `limits` counted in process for one agent, with nothing spent before forwarding.
+    async fn budgets(limits: &[Limit]) -> Result<Arc<ByteBudgets>, Box<dyn std::error::Error>> {
+        let limiter = Arc::new(Limiter::in_process());
+        let usage = Usage { agent: "bot", origin: "http://example.com:80", host: "example.com" };
+        let mut budgets = ByteBudgets::new(&limiter, usage, limits).ok_or("a byte budget")?;
+        budgets.spend_declared(0, true).await.map_err(|refused| format!("{refused:?}"))?;
+        Ok(Arc::new(budgets))
+    }
+
+    #[tokio::test]
+    async fn a_request_body_is_counted_until_a_sending_budget_cuts_it_and_the_refusal_is_kept() -> TestResult {
+        let mut sent = SentBytes::new(Some(budgets(&[sending_budget(1000)]).await?));
+        assert!(matches!(sent.passed(600, 600), Pass::Now(Ok(()))));
+        assert!(sent.cut().is_none());
+        let Pass::Now(Err(cut)) = sent.passed(600, 1200) else { return Err("600 + 600 > 1000: cut".into()) };
+        assert!(cut.0.contains("limits.sent_bytes_per_hour = 1000"), "{}", cut.0);
+        assert_eq!(sent.get(), 600, "only what passed is counted");
+        let Some(Refused::Exceeded(exceeded)) = sent.cut() else { return Err("the budget's refusal is kept".into()) };
+        assert_eq!(exceeded.limit.reason.code, Code::Operator(OperatorCode::ByteBudget));
+        Ok(())
+    }
+
+    /// A relay of 40 KiB from the agent under a 16 KiB sending budget: the origin gets at
+    /// most the budget, both ends are closed, and the relay's end is written to the decision
+    /// log as the budget's refusal, with the bytes relayed each way.
+    #[tokio::test]
+    async fn a_relay_that_crosses_its_budget_is_cut_there_and_its_end_recorded_as_the_refusal() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let config = AuditConfig { path: dir.path().join("decisions.jsonl"), ..AuditConfig::default() };
+        let (audit, _writer) = AuditLog::start(config)?;
+        let mut written = audit.recent().subscribe();
+        let client = SocketAddr::from(([127, 0, 0, 1], 40_000));
+        let record = DecisionRecord::new(Outcome::Allow, Mode::Enforce, client, "bot", "GET", "http://example.com/ws");
+        let budgets = budgets(&[sending_budget(16 * 1024)]).await?;
+        let budget = RelayBudget { budgets, record, status: StatusCode::SWITCHING_PROTOCOLS, audit: audit.clone() };
+        let (mut agent, agent_side) = duplex(64 * 1024);
+        let (origin_side, mut origin) = duplex(64 * 1024);
+        let drain = DrainController::new();
+        let relay = tokio::spawn(splice(agent_side, origin_side, drain.handle(), "test relay", Some(budget)));
+
+        let ends = async {
+            // Written in 4 KiB pieces, so the relay reads them one by one.
+            for _ in 0..10 {
+                if agent.write_all(&[7u8; 4 * 1024]).await.is_err() {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            let mut arrived = Vec::new();
+            origin.read_to_end(&mut arrived).await?;
+            relay.await?;
+            Ok::<_, Box<dyn std::error::Error>>(arrived.len())
+        };
+        let arrived = tokio::time::timeout(Duration::from_secs(10), ends).await??;
+        assert!(arrived <= 16 * 1024, "no more than the budget reached the origin: {arrived}");
+        let mut rest = Vec::new();
+        assert_eq!(agent.read_to_end(&mut rest).await?, 0, "the agent's end is closed too");
+
+        let line = tokio::time::timeout(Duration::from_secs(10), written.recv()).await??;
+        let line: serde_json::Value = serde_json::from_str(&line)?;
+        assert_eq!(line["event.action"], "rate_limited", "{line}");
+        assert_eq!(line["agentgate.reasons"][0]["code"], "operator.byte_budget", "{line}");
+        assert_eq!(line["agentgate.body.cut"], "budget", "{line}");
+        assert_eq!(line["http.response.status_code"], 101, "{line}");
+        assert_eq!(line["http.request.body.bytes"], u64::try_from(arrived)?, "what passed to the origin: {line}");
+        Ok(())
+    }
+}

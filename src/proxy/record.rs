@@ -492,3 +492,32 @@ fn body_length(method: &str, response: &Response<ProxyBody>) -> Option<u64> {
     }
     response.headers().get(CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::{BodyExt, Empty};
+
+    use super::*;
+
+    fn response(status: u16, length: Option<&str>) -> Response<ProxyBody> {
+        let mut response = Response::new(Empty::new().map_err(|never| match never {}).boxed_unsync());
+        *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if let Some(length) = length.and_then(|l| HeaderValue::from_str(l).ok()) {
+            response.headers_mut().insert(CONTENT_LENGTH, length);
+        }
+        response
+    }
+
+    /// What a receiving budget spends before a response head goes out: its declared body,
+    /// and nothing for an answer that has no body whatever its `Content-Length` says.
+    #[test]
+    fn a_response_body_length_is_its_content_length_when_it_has_a_body() {
+        assert_eq!(body_length("GET", &response(200, Some("200000"))), Some(200_000));
+        assert_eq!(body_length("GET", &response(200, None)), None, "unknown: spent as it streams");
+        assert_eq!(body_length("GET", &response(200, Some("many"))), None);
+        assert_eq!(body_length("HEAD", &response(200, Some("200000"))), None, "a HEAD answer has no body");
+        for status in [101, 204, 304] {
+            assert_eq!(body_length("GET", &response(status, Some("10"))), None, "{status}");
+        }
+    }
+}
