@@ -214,7 +214,8 @@ impl ByteBudgets {
         let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
         let declared = self.declared[slot(direction)].load(Ordering::Relaxed);
         let n = n.min((passed + n).saturating_sub(declared));
-        if n == 0 {
+        // A direction no budget counts (a relay's other way) spends nothing, and asks no store.
+        if n == 0 || !self.counts(direction) {
             return Spending::Now(Ok(()));
         }
         let shared = match &*self.limiter {
