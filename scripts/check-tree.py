@@ -24,7 +24,6 @@ LIMIT = 600
 
 # Production files over LIMIT today, each to be split by concept.
 OVER_LIMIT = {
-    "src/limits.rs",  # split pending (issue 40)
 }
 
 # Test fns still named after an issue, each to be renamed for the behaviour it proves (and

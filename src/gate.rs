@@ -29,11 +29,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::HeaderMap;
-use http::header::{CONTENT_LENGTH, PROXY_AUTHORIZATION, USER_AGENT};
+use http::header::{CONTENT_LENGTH, PROXY_AUTHORIZATION, TRANSFER_ENCODING, UPGRADE, USER_AGENT};
 
 pub use self::egress::Admitted;
 use self::egress::HostVerdict;
-pub use self::verdict::{BlockKind, Blocked, Permitted, Verdict};
+pub use self::verdict::{BlockKind, Blocked, Permitted, Verdict, record_refusal};
 use crate::agents::{Agent, Agents, AuthFailure, Identity};
 use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
@@ -329,27 +329,9 @@ impl Gate {
                 })
             }
             Err(refused) => {
-                let (blocking, outcome, kind) = match refused {
-                    Refused::Exceeded(exceeded) => {
-                        let kind = BlockKind::RateLimited { retry_after_s: exceeded.retry_after_secs() };
-                        (exceeded.limit.reason, LogOutcome::RateLimited, kind)
-                    }
-                    Refused::StoreUnavailable => {
-                        let rule =
-                            "[limits.redis] on_failure = \"deny\": the shared limits store did not answer in time";
-                        let reason = Reason::new(OperatorCode::LimitsStoreUnavailable, rule);
-                        (reason, LogOutcome::Deny, BlockKind::LimitsUnavailable)
-                    }
-                };
-                let mut decision =
-                    Decision::deny_first(vec![blocking], std::mem::take(&mut record.reasons), record.limits.clone());
-                decision.usage = std::mem::take(&mut record.usage);
-                record.set_reasons(&decision);
+                let (decision, kind) = verdict::refusal_decision(&mut record, &refused);
                 match mode {
-                    Mode::Enforce => {
-                        record.outcome = outcome;
-                        Verdict::Block(Blocked { decision, record, kind, policies })
-                    }
+                    Mode::Enforce => Verdict::Block(Blocked { decision, record, kind, policies }),
                     Mode::Monitor => self.would_deny(record, inject_headers, policies, req),
                 }
             }
@@ -527,11 +509,14 @@ impl Gate {
 
     /// The byte budgets among `limits`, the request body's declared `Content-Length` spent
     /// against its sending budgets (in the limits store: with Redis, one round trip): a body
-    /// that would cross one is refused before forwarding.
+    /// that would cross one is refused before forwarding, and so is any request while a
+    /// budget it counts has less than its floor left (`ByteBudgets::spend_declared`; a sending
+    /// budget counts a request that may stream bytes of no declared length: a chunked body,
+    /// an upgrade).
     ///
     /// # Errors
-    /// [`Refused`] naming the budget spent or the sending budget the declared body would
-    /// cross, or the shared store's `on_failure = "deny"`.
+    /// [`Refused`] naming the budget spent, the sending budget the declared body would cross
+    /// or could never fit, or the shared store's `on_failure = "deny"`.
     async fn spend_declared(
         &self,
         usage: Usage<'_>,
@@ -540,7 +525,8 @@ impl Gate {
     ) -> Result<Option<ByteBudgets>, Refused> {
         let Some(mut budgets) = ByteBudgets::new(&self.limiter, usage, limits) else { return Ok(None) };
         let declared = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
-        budgets.spend_declared(declared).await?;
+        let streams = headers.contains_key(TRANSFER_ENCODING) || headers.contains_key(UPGRADE);
+        budgets.spend_declared(declared, streams).await?;
         Ok(Some(budgets))
     }
 

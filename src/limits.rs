@@ -8,7 +8,7 @@
 //! Rates are keyed GCRA quotas from `governor` with burst = the limit (C21; one for a crawl
 //! delay), one keyed limiter per distinct quota. Concurrency (`concurrent-sessions`) is a
 //! count of in-flight requests per key; the excess is refused at once, never queued. Byte
-//! budgets (the operator's `*_bytes_per_hour`) are GCRA over bytes (`ByteCost`, one
+//! budgets (the operator's `*_bytes_per_hour`, `bytes`) are GCRA over bytes (`ByteCost`, one
 //! arithmetic for both stores), spent as bodies stream ([`ByteBudgets`]), in the store
 //! `[limits]` names: with Redis they are shared by every replica like the request limits
 //! (the declared `Content-Length` in one call before forwarding, streamed bytes from
@@ -29,12 +29,10 @@
 //! rate-limited WARN when it falls back), decides which limits apply (the policy core and
 //! the agent config do), fetches or parses anything.
 
-use std::future::Future;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::num::NonZeroU32;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -46,11 +44,14 @@ use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 use serde::Deserialize;
 
-use crate::policy::{Direction, Limit, LimitKind, LimitScope};
+use crate::policy::{Limit, LimitKind, LimitScope};
 use crate::redis_connection::ConnectError;
 
+mod bytes;
 pub mod redis;
 
+pub use self::bytes::{ByteBudgets, FLOOR_MAX, RESERVE_MIN, RESERVE_SHARE, Spending, floor, reservation};
+use self::bytes::{ByteCost, ByteItem, Counted, Spend};
 pub use self::redis::{OnFailure, RedisConfig, RedisLimiter};
 
 /// How often (in clock time) idle rate keys are evicted.
@@ -89,6 +90,14 @@ pub enum Store {
 pub enum Refused {
     /// A limit is spent: 429 with `Retry-After`.
     Exceeded(Exceeded),
+    /// A declared request body larger than a whole sending budget: it can never pass under
+    /// that budget, however long the agent waits (413).
+    NeverFits {
+        /// The sending budget.
+        limit: Limit,
+        /// The body's declared length.
+        bytes: u64,
+    },
     /// The shared store did not answer in time and `[limits.redis] on_failure = "deny"`: 503.
     StoreUnavailable,
 }
@@ -195,8 +204,8 @@ impl Limiter {
     }
 
     /// Spends (or only checks, as each item says) body bytes against byte budgets for
-    /// `usage`: in process, each item in turn (those before a refusal stay spent); in Redis,
-    /// all or none in one round trip, settled by `on_failure` when it does not answer.
+    /// `usage`, all or none: in process, every item checked before any is spent; in Redis,
+    /// in one round trip, settled by `on_failure` when it does not answer.
     ///
     /// # Errors
     /// [`Refused::Exceeded`] naming the first budget that has not the bytes left, with when
@@ -227,211 +236,6 @@ impl Limiter {
             Limiter::Local(local) => local.key_count(),
             Limiter::Redis(shared) => shared.local_key_count(),
         }
-    }
-}
-
-/// The byte budgets of one forwarded request (the operator's `*_bytes_per_hour` that apply
-/// to it), spent as its bodies stream; the declared `Content-Length` of its request body was
-/// spent before forwarding ([`ByteBudgets::spend_declared`]), so only bytes past it are spent
-/// again.
-///
-/// In process every frame is spent as it passes. With the Redis store, a body's bytes are
-/// spent from a reservation taken from Redis ([`reservation`] bytes at a time, one round trip
-/// for every budget of the direction, all or none) and a frame the reservation does not cover
-/// waits for the next one ([`Spending::Later`]); what a body leaves of its last reservation
-/// is not given back (the bound is in docs/scale-out.md).
-pub struct ByteBudgets {
-    limiter: Arc<Limiter>,
-    agent: Arc<str>,
-    origin: String,
-    host: String,
-    limits: Vec<Limit>,
-    declared: u64,
-    /// Bytes reserved in the shared store and not passed yet: sent, received.
-    reserved: [AtomicU64; 2],
-    /// Set once the shared store did not answer for this request and `on_failure` settled
-    /// it: the rest of the request's bytes are settled the same way without asking Redis
-    /// again (one timeout per request while Redis is away, not one per frame).
-    unshared: AtomicBool,
-}
-
-/// The smallest reservation taken from the shared store (when the body has passed as much).
-pub const RESERVE_MIN: u64 = 64 * 1024;
-/// A reservation is at most this share of the smallest budget it spends (unless
-/// [`RESERVE_MIN`] is more).
-pub const RESERVE_SHARE: u64 = 64;
-
-/// How many bytes to reserve in the shared store when `need` more must pass a body that has
-/// passed `passed` already, against budgets of `budgets` bytes: as much as the body has
-/// passed (so a small body is charged at most twice its size), at most the larger of
-/// [`RESERVE_MIN`] and 1/[`RESERVE_SHARE`] of each budget and at most the smallest budget,
-/// and never less than `need`.
-pub fn reservation(need: u64, passed: u64, budgets: impl IntoIterator<Item = u64>) -> u64 {
-    let (chunk, smallest) = budgets.into_iter().fold((u64::MAX, u64::MAX), |(chunk, smallest), budget| {
-        (chunk.min((budget / RESERVE_SHARE).max(RESERVE_MIN)), smallest.min(budget))
-    });
-    passed.min(chunk).min(smallest).max(need)
-}
-
-/// What spending a body's bytes takes ([`ByteBudgets::spend`]).
-pub enum Spending {
-    /// Settled at once: in process, or from the bytes already reserved.
-    Now(Result<(), Refused>),
-    /// Settled when the shared store answers for the next reservation.
-    Later(Pin<Box<dyn Future<Output = Result<(), Refused>> + Send>>),
-}
-
-/// Where a byte spend was counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Counted {
-    /// In the configured store.
-    InStore,
-    /// Redis did not answer; `on_failure` settled it (in process, or uncounted).
-    Settled,
-}
-
-/// One byte budget's part of a byte spend: `bytes` spent, or only checked to be left.
-struct ByteItem<'l> {
-    limit: &'l Limit,
-    bytes: u64,
-    spend: Spend,
-}
-
-impl ByteBudgets {
-    /// The budgets among `limits` for `usage`, counted in `limiter`; `None` when there are none.
-    pub fn new(limiter: &Arc<Limiter>, usage: Usage<'_>, limits: &[Limit]) -> Option<ByteBudgets> {
-        let limits: Vec<Limit> = limits.iter().filter(|l| matches!(l.kind, LimitKind::Bytes { .. })).cloned().collect();
-        (!limits.is_empty()).then(|| ByteBudgets {
-            limiter: Arc::clone(limiter),
-            agent: Arc::from(usage.agent),
-            origin: usage.origin.to_owned(),
-            host: usage.host.to_owned(),
-            limits,
-            declared: 0,
-            reserved: [AtomicU64::new(0), AtomicU64::new(0)],
-            unshared: AtomicBool::new(false),
-        })
-    }
-
-    /// Before a request is forwarded, in one call to the store: checks every receiving
-    /// budget has a byte left (a spent one refuses the request as a spent rate does) and
-    /// spends the request body's declared length (`Content-Length`), so a body that would
-    /// cross a sending budget is refused before a byte leaves.
-    ///
-    /// # Errors
-    /// [`Refused::Exceeded`] naming the spent receiving budget or the sending budget it would
-    /// cross; [`Refused::StoreUnavailable`] when Redis did not answer and `on_failure = "deny"`.
-    pub async fn spend_declared(&mut self, declared: u64) -> Result<(), Refused> {
-        let items: Vec<ByteItem<'_>> = self
-            .limits
-            .iter()
-            .filter_map(|limit| match limit.kind {
-                LimitKind::Bytes { direction: Direction::Received, .. } => {
-                    Some(ByteItem { limit, bytes: 1, spend: Spend::No })
-                }
-                LimitKind::Bytes { direction: Direction::Sent, .. } => {
-                    Some(ByteItem { limit, bytes: declared, spend: Spend::Yes })
-                }
-                _ => None,
-            })
-            .collect();
-        let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
-        let counted = self.limiter.spend_bytes(usage, &items).await?;
-        *self.unshared.get_mut() = counted == Counted::Settled;
-        self.declared = declared;
-        Ok(())
-    }
-
-    /// The request body bytes already spent before forwarding.
-    pub fn declared(&self) -> u64 {
-        self.declared
-    }
-
-    /// Spends `n` body bytes in `direction` against every budget for it, the body having
-    /// passed `passed` bytes before them: at once in process or from the reservation, or
-    /// [`Spending::Later`] when a new reservation must be taken from Redis.
-    ///
-    /// The future's or the answer's error is the [`Refused`] that cuts the body: in process,
-    /// the first budget that has not `n` bytes left (those before it were spent).
-    pub fn spend(self: &Arc<Self>, direction: Direction, n: u64, passed: u64) -> Spending {
-        let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
-        if n == 0 {
-            return Spending::Now(Ok(()));
-        }
-        let shared = match &*self.limiter {
-            Limiter::Local(local) => {
-                let spent = self.of(direction).try_for_each(|limit| local.bytes(usage, limit, n, Spend::Yes));
-                return Spending::Now(spent.map_err(Refused::Exceeded));
-            }
-            Limiter::Redis(shared) => shared,
-        };
-        let reserved = &self.reserved[slot(direction)];
-        let had = reserved.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| Some(r.saturating_sub(n)));
-        let need = n.saturating_sub(had.unwrap_or(0));
-        if need == 0 {
-            return Spending::Now(Ok(()));
-        }
-        if self.unshared.load(Ordering::Relaxed) {
-            let items: Vec<ByteItem<'_>> =
-                self.of(direction).map(|limit| ByteItem { limit, bytes: need, spend: Spend::Yes }).collect();
-            return Spending::Now(shared.settle_bytes(usage, &items));
-        }
-        let budgets = self.of(direction).filter_map(|l| match l.kind {
-            LimitKind::Bytes { bytes, .. } => Some(bytes),
-            _ => None,
-        });
-        let want = reservation(need, passed, budgets);
-        Spending::Later(Box::pin(Arc::clone(self).reserve(direction, need, want)))
-    }
-
-    /// Takes a reservation of `want` bytes in `direction` (or, when the budgets have not that
-    /// many left, of `need`), of which `need` pass now and the rest is kept for the next frames.
-    async fn reserve(self: Arc<Self>, direction: Direction, need: u64, want: u64) -> Result<(), Refused> {
-        let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
-        let mut amount = want;
-        loop {
-            let items: Vec<ByteItem<'_>> =
-                self.of(direction).map(|limit| ByteItem { limit, bytes: amount, spend: Spend::Yes }).collect();
-            match self.limiter.spend_bytes(usage, &items).await {
-                Ok(counted) => {
-                    if counted == Counted::Settled {
-                        self.unshared.store(true, Ordering::Relaxed);
-                    }
-                    self.reserved[slot(direction)].fetch_add(amount - need, Ordering::Relaxed);
-                    return Ok(());
-                }
-                Err(Refused::Exceeded(_)) if amount > need => amount = need,
-                Err(refused) => return Err(refused),
-            }
-        }
-    }
-
-    /// The budgets that count `direction`.
-    fn of(&self, direction: Direction) -> impl Iterator<Item = &Limit> {
-        self.limits.iter().filter(move |l| matches!(l.kind, LimitKind::Bytes { direction: d, .. } if d == direction))
-    }
-
-    /// True when a budget counts `direction`.
-    pub fn counts(&self, direction: Direction) -> bool {
-        self.of(direction).next().is_some()
-    }
-}
-
-/// [`ByteBudgets::reserved`]'s index for `direction`.
-fn slot(direction: Direction) -> usize {
-    match direction {
-        Direction::Sent => 0,
-        Direction::Received => 1,
-    }
-}
-
-impl std::fmt::Debug for ByteBudgets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ByteBudgets")
-            .field("limits", &self.limits)
-            .field("declared", &self.declared)
-            .field("reserved", &self.reserved)
-            .finish()
     }
 }
 
@@ -514,39 +318,6 @@ impl<C: Clock + Clone> LocalLimiter<C> {
         Ok(permit)
     }
 
-    /// `Limiter::spend_bytes` in this store: GCRA over bytes, burst = the whole budget, so
-    /// a budget of B bytes per window lets B through at once and refills B per window.
-    ///
-    /// # Errors
-    /// [`Exceeded`] when fewer than `n` bytes are left, with when `n` will be (a window for
-    /// more than the whole budget).
-    pub fn spend_bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64) -> Result<(), Exceeded> {
-        self.bytes(usage, limit, n, Spend::Yes)
-    }
-
-    /// Each item's bytes spent (or checked) in turn; those before a refusal stay spent.
-    fn spend_items(&self, usage: Usage<'_>, items: &[ByteItem<'_>]) -> Result<(), Exceeded> {
-        items.iter().try_for_each(|item| self.bytes(usage, item.limit, item.bytes, item.spend))
-    }
-
-    /// [`spend_bytes`](Self::spend_bytes), or only the check when `spend` says so.
-    fn bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64, spend: Spend) -> Result<(), Exceeded> {
-        let LimitKind::Bytes { direction, .. } = limit.kind else { return Ok(()) };
-        let Some(cost) = ByteCost::of(limit, n, NANOS)? else { return Ok(()) };
-        let now = u128::from(u64::from(self.clock.now().duration_since(self.start)));
-        // A sending and a receiving budget of one scope are two budgets.
-        let key = self.hasher.hash_one((self.key(limit, usage), direction));
-        let mut tat = self.bytes.entry(key).or_insert(0);
-        let next = u128::from(*tat).max(now) + cost.cost;
-        if next > now + cost.window {
-            return Err(cost.refused(next - now - cost.window, NANOS));
-        }
-        if spend == Spend::Yes {
-            *tat = u64::try_from(next).unwrap_or(u64::MAX);
-        }
-        Ok(())
-    }
-
     /// How many keys the store holds (rate keys, in-flight keys and byte budget keys).
     pub fn key_count(&self) -> usize {
         self.rates.iter().map(|rate| rate.len()).sum::<usize>() + self.in_flight.len() + self.bytes.len()
@@ -612,55 +383,6 @@ impl<C: Clock + Clone> LocalLimiter<C> {
         // A budget whose arrival time has passed is full again: as good as a fresh one.
         self.bytes.retain(|_, tat| *tat > now);
     }
-}
-
-/// Nanoseconds in a second: the in-process store's byte budget clock.
-const NANOS: u128 = 1_000_000_000;
-
-/// What `n` bytes cost of a byte budget, in ticks of its clock (`per_second` ticks a
-/// second): GCRA over bytes, burst = the whole budget, so a budget of B bytes per window
-/// lets B through at once and refills B per window. Both stores count with it.
-#[derive(Debug, Clone, Copy)]
-struct ByteCost<'l> {
-    limit: &'l Limit,
-    /// What the bytes cost, rounded up so a budget is never overspent.
-    cost: u128,
-    /// The window: a key's arrival time may run this far ahead of now.
-    window: u128,
-}
-
-impl<'l> ByteCost<'l> {
-    /// The cost of `n` bytes of `limit`; `None` for no bytes or a limit that is not a byte budget.
-    ///
-    /// # Errors
-    /// [`Exceeded`], with a window to wait, when `n` is more than the whole budget.
-    fn of(limit: &'l Limit, n: u64, per_second: u128) -> Result<Option<ByteCost<'l>>, Exceeded> {
-        let LimitKind::Bytes { bytes: budget, window_s, .. } = limit.kind else { return Ok(None) };
-        let cost = ByteCost { limit, cost: 0, window: u128::from(window_s.max(1)) * per_second };
-        if n > budget {
-            return Err(cost.refused(cost.window, per_second));
-        }
-        if n == 0 {
-            return Ok(None);
-        }
-        Ok(Some(ByteCost { cost: (u128::from(n) * cost.window).div_ceil(u128::from(budget)), ..cost }))
-    }
-
-    /// Refused until `wait` more ticks have passed.
-    fn refused(&self, wait: u128, per_second: u128) -> Exceeded {
-        let nanos = wait.saturating_mul(NANOS / per_second);
-        Exceeded {
-            limit: self.limit.clone(),
-            retry_after: Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX)),
-        }
-    }
-}
-
-/// Whether a byte budget check spends what it checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Spend {
-    Yes,
-    No,
 }
 
 /// One concurrency slot, given back on drop.
@@ -744,6 +466,51 @@ mod tests {
         assert!(limiter.spend_bytes(usage("a"), &sent, 1024).is_ok());
         assert!(limiter.spend_bytes(usage("a"), &sent, 1).is_err(), "the sending budget is spent");
         assert!(limiter.spend_bytes(usage("a"), &received, 1024).is_ok(), "the receiving one is whole");
+    }
+
+    /// A budget is spent when less than its floor (the smaller of 64 KiB and 1 % of it) is
+    /// left: a check for the floor refuses with the time until the floor has refilled, and
+    /// passes again once that time has gone by (the proxy's "after the refill time a download
+    /// passes again", on a clock the test moves).
+    #[test]
+    fn a_budget_with_less_than_its_floor_left_refuses_until_the_floor_has_refilled() {
+        use crate::policy::{Direction, OperatorCode};
+        assert_eq!(floor(300_000), 3_000, "1 % of the budget");
+        assert_eq!(floor(1 << 30), FLOOR_MAX, "at most 64 KiB");
+        assert_eq!(floor(50), 1, "at least a byte");
+        let clock = FakeRelativeClock::default();
+        let limiter = LocalLimiter::new(clock.clone());
+        let reason = Reason::new(OperatorCode::ByteBudget, "limits.received_bytes_per_hour = 300000");
+        let kind = LimitKind::Bytes { direction: Direction::Received, bytes: 300_000, window_s: 3600 };
+        let budget = Limit { source: Source::Operator, kind, scope: LimitScope::Agent, reason };
+        assert!(limiter.spend_bytes(usage("a"), &budget, 298_000).is_ok());
+        let spent = limiter.bytes(usage("a"), &budget, floor(300_000), Spend::No).expect_err("2,000 left: spent");
+        // 1,000 bytes more must come back, at 300,000 an hour.
+        assert_eq!(spent.retry_after_secs(), 12, "{spent:?}");
+        clock.advance(spent.retry_after - Duration::from_millis(1));
+        assert!(limiter.bytes(usage("a"), &budget, floor(300_000), Spend::No).is_err(), "not yet");
+        clock.advance(Duration::from_millis(1));
+        assert!(limiter.bytes(usage("a"), &budget, floor(300_000), Spend::No).is_ok(), "the floor refilled");
+        assert!(limiter.spend_bytes(usage("a"), &budget, 3_000).is_ok(), "and a download of it passes");
+    }
+
+    /// Several budgets spent at once (an agent's and a per-origin one) in process: all or
+    /// none, as in Redis, so a body refused by one spends nothing of the other.
+    #[test]
+    fn byte_items_are_spent_all_or_none_in_process() {
+        use crate::policy::{Direction, OperatorCode};
+        let limiter = LocalLimiter::new(FakeRelativeClock::default());
+        let budget = |bytes, scope| {
+            let reason = Reason::new(OperatorCode::ByteBudget, "limits.received_bytes_per_hour");
+            let kind = LimitKind::Bytes { direction: Direction::Received, bytes, window_s: 3600 };
+            Limit { source: Source::Operator, kind, scope, reason }
+        };
+        let (agent, origin) = (budget(10_000, LimitScope::Agent), budget(1_000, LimitScope::Origin));
+        let items = |bytes| {
+            [&agent, &origin].map(|limit| ByteItem { limit, bytes, spend: Spend::Yes }).into_iter().collect::<Vec<_>>()
+        };
+        assert!(limiter.spend_items(usage("a"), &items(2_000)).is_err(), "over the per-origin budget");
+        assert!(limiter.spend_bytes(usage("a"), &agent, 10_000).is_ok(), "the agent's budget was not touched");
     }
 
     /// The shared store's reservations: as much as the body has passed (a small body is

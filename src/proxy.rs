@@ -14,6 +14,7 @@
 
 mod answer;
 mod body;
+mod budget;
 pub mod config;
 mod conn;
 mod context;

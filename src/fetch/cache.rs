@@ -851,36 +851,3 @@ fn text_of(responses: &Responses) -> Option<Arc<str>> {
         _ => None,
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    use crate::policy::{FetchError, Headers};
-
-    #[test]
-    fn a_loads_files_are_told_in_one_line() {
-        let response = |body: &str, over_cap| FetchOutcome::Response {
-            status: 200,
-            headers: Headers::default(),
-            body: body.as_bytes().to_vec(),
-            over_cap,
-        };
-        let ok = |body: &str| response(body, false);
-        let mut line = String::new();
-        describe(&mut line, &Arc::from([("/robots.txt", ok("User-agent: *\n"))]));
-        describe(
-            &mut line,
-            &Arc::from([
-                ("/AGENTS.md", FetchOutcome::not_found()),
-                ("/.well-known/agents.md", FetchOutcome::Failed(FetchError::Timeout)),
-            ]),
-        );
-        let cut = response("12345", true);
-        describe(&mut line, &Arc::from([("/agents.txt", cut)]));
-        assert_eq!(
-            line,
-            "/robots.txt 200 14 B, /AGENTS.md 404, /.well-known/agents.md failed (timed out), /agents.txt 200 over the cap (first 4 B kept)"
-        );
-    }
-}

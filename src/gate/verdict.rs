@@ -10,9 +10,10 @@ use std::sync::Arc;
 use http::HeaderMap;
 
 use crate::approvals::Approval;
+use crate::audit::BodyCut;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::inspect::{Place, Report};
-use crate::limits::{ByteBudgets, Permit};
+use crate::limits::{ByteBudgets, Permit, Refused};
 use crate::policy::operator::Mode;
 use crate::policy::usage::{self, Undeclared};
 use crate::policy::{AutoctlCode, Code, Decision, OperatorCode, Opinion, Outcome, Policies, PolicyStatus, Reason};
@@ -163,6 +164,19 @@ impl Permitted {
         self.refused_by(blocking)
     }
 
+    /// A request a byte budget refused after the gate let it through (`refused`): its
+    /// response's declared length is longer than what is left, or its streamed request body
+    /// crossed a sending budget after `sent` bytes (then recorded as cut by the budget). Blocked
+    /// with the budget's answer (`429` with `Retry-After`), recorded as that refusal.
+    pub fn over_budget(mut self, refused: &Refused, sent: Option<u64>) -> Box<Blocked> {
+        if let Some(sent) = sent {
+            self.record.request_bytes = Some(sent);
+            self.record.body_cut = Some(BodyCut::Budget);
+        }
+        let (decision, kind) = refusal_decision(&mut self.record, refused);
+        Box::new(Blocked { decision, record: self.record, kind, policies: None })
+    }
+
     /// The decision record, to be completed with the response and written, and the
     /// concurrency slots, to be held until the response body ends or is dropped.
     pub fn into_parts(self) -> (DecisionRecord, Permit) {
@@ -197,6 +211,47 @@ fn withheld(url: &str, mut places: impl Iterator<Item = Place> + Clone) -> Strin
     }
 }
 
+/// How a limit's refusal is answered and recorded: the reason that blocks, the outcome, and
+/// the kind of block (`429` for a spent limit, `413` for a body larger than a whole byte
+/// budget, `503` when the shared store did not answer under `on_failure = "deny"`).
+pub(super) fn limit_refusal(refused: &Refused) -> (Reason, LogOutcome, BlockKind) {
+    match refused {
+        Refused::Exceeded(exceeded) => {
+            let kind = BlockKind::RateLimited { retry_after_s: exceeded.retry_after_secs() };
+            (exceeded.limit.reason.clone(), LogOutcome::RateLimited, kind)
+        }
+        Refused::NeverFits { limit, bytes } => {
+            let rule = format!(
+                "{}: the declared body of {bytes} bytes is larger than the whole budget, so it can never pass under it",
+                limit.reason.rule
+            );
+            (Reason { rule: rule.into(), ..limit.reason.clone() }, LogOutcome::Deny, BlockKind::TooLarge)
+        }
+        Refused::StoreUnavailable => {
+            let rule = "[limits.redis] on_failure = \"deny\": the shared limits store did not answer in time";
+            (Reason::new(OperatorCode::LimitsStoreUnavailable, rule), LogOutcome::Deny, BlockKind::LimitsUnavailable)
+        }
+    }
+}
+
+/// `record` made the record of `refused`: the limit's reason first (blocking), the request's
+/// own reasons after it, the refusal's outcome; the decision that says so, and the block's kind.
+pub(super) fn refusal_decision(record: &mut DecisionRecord, refused: &Refused) -> (Decision, BlockKind) {
+    let (blocking, outcome, kind) = limit_refusal(refused);
+    let mut decision = Decision::deny_first(vec![blocking], std::mem::take(&mut record.reasons), record.limits.clone());
+    decision.usage = std::mem::take(&mut record.usage);
+    record.set_reasons(&decision);
+    record.outcome = outcome;
+    (decision, kind)
+}
+
+/// The record of a request a byte budget cut after it was let through (a response body of
+/// unknown length, a tunnel or an upgraded connection that crossed it), made the record of
+/// that refusal: the budget's reason first, its outcome (`rate_limited`).
+pub fn record_refusal(record: &mut DecisionRecord, refused: &Refused) {
+    refusal_decision(record, refused);
+}
+
 /// Which answer a block gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlockKind {
@@ -218,6 +273,9 @@ pub enum BlockKind {
     /// The shared limits store did not answer and `[limits.redis] on_failure = "deny"`: 503
     /// (`limits.store_unavailable`).
     LimitsUnavailable,
+    /// A declared request body larger than a whole byte budget: 413, with no `Retry-After`
+    /// (no wait makes it pass).
+    TooLarge,
     /// agentgate had no connection to spare for the policy fetch (`[upstream]
     /// max_connections`, every one busy): 503 with `Retry-After`, recorded as an `error`
     /// (`upstream.at_capacity`, docs/upstream.md).

@@ -120,7 +120,9 @@ pub(crate) fn blocked_response_to(
     let verdict = match blocked.kind() {
         BlockKind::RateLimited { .. } => "rate_limited",
         BlockKind::OriginUnreachable { .. } | BlockKind::UpstreamAtCapacity => "error",
-        BlockKind::Policy | BlockKind::Unauthenticated | BlockKind::LimitsUnavailable => decision.outcome.as_str(),
+        BlockKind::Policy | BlockKind::Unauthenticated | BlockKind::LimitsUnavailable | BlockKind::TooLarge => {
+            decision.outcome.as_str()
+        }
     };
     let mut header = verdict.to_owned();
     if let Some(first) = blocking.first() {
@@ -202,6 +204,7 @@ pub(crate) fn blocked_response_to(
         BlockKind::OriginUnreachable { timed_out: false } => StatusCode::BAD_GATEWAY,
         BlockKind::OriginUnreachable { timed_out: true } => StatusCode::GATEWAY_TIMEOUT,
         BlockKind::LimitsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        BlockKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         BlockKind::UpstreamAtCapacity => {
             headers.insert(RETRY_AFTER, HeaderValue::from(AT_CAPACITY_RETRY_AFTER_S));
             StatusCode::SERVICE_UNAVAILABLE
@@ -234,7 +237,10 @@ pub(crate) fn audit_unavailable() -> Response<ProxyBody> {
 fn summary(blocked: &Blocked, method: &str, url: &str) -> String {
     match (blocked.kind(), blocked.decision().outcome) {
         (BlockKind::RateLimited { retry_after_s }, _) => format!(
-            "agentgate held back this request because it is over a rate or concurrency limit: {method} {url}. Retry after {retry_after_s} s."
+            "agentgate held back this request because it is over a rate, concurrency or byte limit: {method} {url}. Retry after {retry_after_s} s."
+        ),
+        (BlockKind::TooLarge, _) => format!(
+            "agentgate refused this request because its body is larger than the agent's whole byte budget, so it can never pass under this budget: {method} {url}. Send less, in parts within the budget."
         ),
         (BlockKind::OriginUnreachable { .. }, _) => format!(
             "agentgate could not reach the site for this request: {method} {url}. No policy forbade it; the site did not accept a connection. Retry later."

@@ -23,11 +23,11 @@ use hyper_util::rt::TokioIo;
 use tracing::{Instrument, debug, warn};
 
 use super::body::{Metered, ProxyBody};
+use super::budget::{RelayBudget, SentBytes};
 use super::conn::{Drain, splice};
 use super::context::{ProxyState, RequestContext};
 use super::error::{ProxyError, shown_target};
 use super::headers::{Upgrade, append_via, is_upgrade_request, remove_hop_by_hop};
-use super::record::SentBytes;
 use super::upstream::PooledBody;
 use crate::agents::Agent;
 use crate::error_chain::error_chain;
@@ -38,7 +38,7 @@ use crate::signing;
 /// Phase `forward`: rewrite the request for the origin, send it, rewrite the response head
 /// and hand back the origin's body as a stream; the request body's bytes are counted into
 /// `sent`. For an upgrade that the origin accepts (`101`), also start relaying bytes once both
-/// sides have switched (the relayed bytes are not counted).
+/// sides have switched (spent against the agent's byte budgets both ways, `conn::relay`).
 pub(crate) async fn forward(
     state: &ProxyState,
     context: &RequestContext,
@@ -72,7 +72,8 @@ pub(crate) async fn forward(
     match client_upgrade {
         Some(client_upgrade) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
             let origin_upgrade = hyper::upgrade::on(&mut response);
-            let relay = drain.clone().until_stopped(relay_upgraded(client_upgrade, origin_upgrade, drain));
+            let budget = RelayBudget::of(&state.audit, permit, StatusCode::SWITCHING_PROTOCOLS);
+            let relay = drain.clone().until_stopped(relay_upgraded((client_upgrade, origin_upgrade), drain, budget));
             tokio::spawn(relay.in_current_span());
             Ok(to_client(response, Upgrade::Keep))
         }
@@ -148,9 +149,11 @@ fn to_client(response: Response<PooledBody>, upgrade: Upgrade) -> Response<Proxy
 }
 
 /// After a `101`: waits for both hyper connections to hand over their streams, then relays.
-async fn relay_upgraded(client: OnUpgrade, origin: OnUpgrade, drain: Drain) {
+async fn relay_upgraded((client, origin): (OnUpgrade, OnUpgrade), drain: Drain, budget: Option<RelayBudget>) {
     match tokio::try_join!(client, origin) {
-        Ok((client, origin)) => splice(TokioIo::new(client), TokioIo::new(origin), drain, "upgraded connection").await,
+        Ok((client, origin)) => {
+            splice(TokioIo::new(client), TokioIo::new(origin), drain, "upgraded connection", budget).await
+        }
         Err(error) => debug!(error = %error_chain(&error), "upgrade did not complete"),
     }
 }

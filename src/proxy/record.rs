@@ -13,7 +13,10 @@
 //! - forwarded and answered by the origin: the record with the status, the duration and the
 //!   bytes of both bodies, written when the response body ends or is cut ([`BodyEnd`], the
 //!   [`Meter`] of the response body; `agentgate.body.cut` says who cut it). Both meters
-//!   spend the agent's byte budgets as the bytes pass and cut a body that crosses one;
+//!   spend the agent's byte budgets as the bytes pass (`budget.rs`) and cut a body that
+//!   crosses one, then recorded as the budget's refusal; a response declared longer than a
+//!   receiving budget has left is withheld and answered with the budget's block, and so is a
+//!   request whose body a sending budget cut ([`RequestRecord::forward_failed`]);
 //! - answered by agentgate (blocked, served locally): the record with the status and the
 //!   duration to the response head;
 //! - failed ([`ProxyError`]): outcome `error`, the status it was answered with, the message
@@ -38,25 +41,25 @@
 //! Never decides, and writes no answer but the 503 of an unwritable log.
 
 use std::mem;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use http::header::{ACCEPT, HeaderValue};
+use http::header::{ACCEPT, CONTENT_LENGTH, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use tracing::{debug, info, warn};
 
 use super::answer::{Exit, audit_unavailable, blocked_response, error_type_for, status_for};
 use http_body_util::BodyExt;
 
-use super::body::{Cut, Ended, Meter, Metered, Pass, ProxyBody};
+use super::body::{Ended, Meter, Metered, Pass, ProxyBody};
+use super::budget::{SentBytes, budget_pass};
 use super::conn::Drain;
 use super::context::ProxyState;
 use super::error::ProxyError;
 use crate::approvals::{Approval, ApprovalDecision};
 use crate::audit::{BodyCut, DecisionRecord, ErrorType, Line, OnFailure, Outcome};
-use crate::gate::{Blocked, Permitted};
-use crate::limits::{ByteBudgets, Permit, Refused, Spending};
+use crate::gate::{Blocked, Permitted, record_refusal};
+use crate::limits::{ByteBudgets, Permit, Refused};
 use crate::policy::Direction;
 
 /// What the record of a request that ended without its answer says (`error.message`).
@@ -94,79 +97,6 @@ pub(crate) struct RequestRecord {
     held: Option<Box<DecisionRecord>>,
     /// The request body bytes sent on, counted as they stream; set while forwarding.
     sent: Option<SentBytes>,
-}
-
-/// The request body bytes of a forwarded request, counted as they stream to the origin (the
-/// [`Meter`] of the request body) and read when its record is completed; the bytes past
-/// its declared length are spent against the agent's sending budgets, and a body that
-/// crosses one is cut (the origin's exchange fails, the record says `budget`).
-#[derive(Clone, Default)]
-pub(crate) struct SentBytes {
-    counted: Arc<Counted>,
-    budgets: Option<Arc<ByteBudgets>>,
-}
-
-#[derive(Default)]
-struct Counted {
-    bytes: AtomicU64,
-    cut: AtomicBool,
-}
-
-impl SentBytes {
-    fn get(&self) -> u64 {
-        self.counted.bytes.load(Ordering::Relaxed)
-    }
-
-    /// True when a sending budget cut the body.
-    fn cut(&self) -> bool {
-        self.counted.cut.load(Ordering::Relaxed)
-    }
-}
-
-impl Meter for SentBytes {
-    fn passed(&mut self, bytes: u64, total: u64) -> Pass {
-        let counted = Arc::clone(&self.counted);
-        let Some(budgets) = &self.budgets else {
-            counted.bytes.store(total, Ordering::Relaxed);
-            return Pass::Now(Ok(()));
-        };
-        // The declared length was spent before forwarding; only what passes it is spent now.
-        let undeclared = bytes.min(total.saturating_sub(budgets.declared()));
-        budget_pass(budgets.spend(Direction::Sent, undeclared, total - bytes), move |passed| match passed {
-            true => counted.bytes.store(total, Ordering::Relaxed),
-            false => counted.cut.store(true, Ordering::Relaxed),
-        })
-    }
-
-    fn ended(&mut self, _how: Ended, _total: u64) {}
-}
-
-/// A meter's answer for bytes spent against byte budgets: now, or when the shared store
-/// answers; `then` is told whether they passed before the body hears it.
-fn budget_pass(spending: Spending, then: impl FnOnce(bool) + Send + 'static) -> Pass {
-    let settle = move |spent: Result<(), Refused>| {
-        then(spent.is_ok());
-        spent.map_err(|refused| budget_cut(&refused))
-    };
-    match spending {
-        Spending::Now(spent) => Pass::Now(settle(spent)),
-        Spending::Later(spent) => Pass::After(Box::pin(async move { settle(spent.await) })),
-    }
-}
-
-/// What a body cut by a byte budget ends with (its reader sees a reset or a closed
-/// connection, never an end).
-fn budget_cut(refused: &Refused) -> Cut {
-    Cut(match refused {
-        Refused::Exceeded(exceeded) => format!(
-            "agentgate cut the body: byte budget {} spent; retry after {} s",
-            exceeded.limit.reason.rule,
-            exceeded.retry_after_secs()
-        ),
-        Refused::StoreUnavailable => "agentgate cut the body: the shared limits store did not answer and \
-                                      [limits.redis] on_failure = \"deny\""
-            .to_owned(),
-    })
 }
 
 /// A record taken out of [`Pending`] to be completed or written.
@@ -290,8 +220,7 @@ impl RequestRecord {
             // Its end line carries what the end adds; the decision is on the start line.
             permit.set_line(Line::Completion);
         }
-        let budgets = permit.budgets().cloned();
-        let sent = self.sent.insert(SentBytes { budgets, ..SentBytes::default() }).clone();
+        let sent = self.sent.insert(SentBytes::new(permit.budgets().cloned())).clone();
         Ok((self.permit.insert(permit), sent))
     }
 
@@ -302,39 +231,59 @@ impl RequestRecord {
     }
 
     /// The origin's answer to a forwarded request, as the client gets it: the response-time
-    /// check (`Permitted::check_response`, C17) may withhold it (a block answered in its
-    /// place, as JSON when `accept` asks for it); otherwise the record and the request's
-    /// concurrency slots go with the body ([`BodyEnd`]), which writes the record when it ends.
-    pub(crate) fn answered(
+    /// check (`Permitted::check_response`, C17) may withhold it, and so may a receiving budget
+    /// with less left than the body's declared length (`ByteBudgets::spend_response`: refused
+    /// whole, never cut part-way); a block is then answered in its place, as JSON when
+    /// `accept` asks for it. Otherwise the record and the request's concurrency slots go with
+    /// the body ([`BodyEnd`]), which writes the record when it ends.
+    pub(crate) async fn answered(
         &mut self,
         response: Response<ProxyBody>,
         accept: Option<HeaderValue>,
     ) -> Response<ProxyBody> {
         let Some(permit) = self.permit.take() else { return response };
-        match permit.check_response(response.headers()) {
-            Ok(permit) => {
-                let budgets = permit.budgets().filter(|b| b.counts(Direction::Received)).cloned();
-                let (mut record, slots) = permit.into_parts();
-                record.status = Some(response.status().as_u16());
-                let end = BodyEnd {
-                    state: Arc::clone(&self.state),
-                    drain: self.drain.clone(),
-                    started: self.started,
-                    record: Some(record),
-                    sent: self.sent.take().unwrap_or_default(),
-                    budgets,
-                    _slots: slots,
-                };
-                // The body writes the record from here on.
-                self.pending = Pending::Written;
-                response.map(|body| Metered::new(body, end).boxed_unsync())
-            }
-            // The origin's body is dropped unread: the client never gets a byte of it.
-            Err(blocked) => {
-                let accept = HeaderMap::from_iter(accept.map(|value| (ACCEPT, value)));
-                self.block_answer(*blocked, &accept)
-            }
+        let accept = || HeaderMap::from_iter(accept.clone().map(|value| (ACCEPT, value)));
+        // The origin's body is dropped unread: the client never gets a byte of it.
+        let permit = match permit.check_response(response.headers()) {
+            Ok(permit) => permit,
+            Err(blocked) => return self.block_answer(*blocked, &accept()),
+        };
+        let budgets = permit.budgets().filter(|b| b.counts(Direction::Received)).cloned();
+        if let (Some(budgets), Some(length)) = (&budgets, body_length(&permit.record().method, &response))
+            && let Err(refused) = budgets.spend_response(length).await
+        {
+            return self.block_answer(*permit.over_budget(&refused, None), &accept());
         }
+        let (mut record, slots) = permit.into_parts();
+        record.status = Some(response.status().as_u16());
+        let end = BodyEnd {
+            state: Arc::clone(&self.state),
+            drain: self.drain.clone(),
+            started: self.started,
+            record: Some(record),
+            sent: self.sent.take().unwrap_or_default(),
+            budgets,
+            cut: Arc::default(),
+            _slots: slots,
+        };
+        // The body writes the record from here on.
+        self.pending = Pending::Written;
+        response.map(|body| Metered::new(body, end).boxed_unsync())
+    }
+
+    /// The exchange with the origin failed with `error`: when a sending budget cut the
+    /// request body, the agent gets the budget's answer (`429` with `Retry-After`,
+    /// `operator.byte_budget`; `503` when the shared store did not answer under `on_failure =
+    /// "deny"`) as JSON when `accept` asks for it, recorded as that refusal with the bytes
+    /// that passed; otherwise the error, for the caller to answer and record.
+    pub(crate) fn forward_failed(&mut self, error: ProxyError, accept: Option<HeaderValue>) -> Exit {
+        let Some(refused) = self.sent.as_ref().and_then(|sent| sent.cut().cloned()) else {
+            return Exit::Failed(error);
+        };
+        let (Some(permit), Some(sent)) = (self.permit.take(), self.sent.take()) else { return Exit::Failed(error) };
+        debug!(error = %error, "request body cut by a byte budget");
+        let accept = HeaderMap::from_iter(accept.map(|value| (ACCEPT, value)));
+        Exit::Answered(self.block_answer(*permit.over_budget(&refused, Some(sent.get())), &accept))
     }
 
     /// Writes the request's one line now, completed with `status`, before the caller goes on:
@@ -423,7 +372,7 @@ impl RequestRecord {
             let mut record = permit.into_record();
             if let Some(sent) = self.sent.take() {
                 record.request_bytes = Some(sent.get());
-                record.body_cut = sent.cut().then_some(BodyCut::Budget);
+                record.body_cut = sent.cut().map(|_| BodyCut::Budget);
             }
             return Some(Taken::Open(record));
         }
@@ -494,6 +443,8 @@ struct BodyEnd {
     sent: SentBytes,
     /// The receiving budgets the body is spent against, if any.
     budgets: Option<Arc<ByteBudgets>>,
+    /// The budget's refusal that cut the body, if one did: the record says it.
+    cut: Arc<OnceLock<Refused>>,
     /// Released with the body (C21).
     _slots: Permit,
 }
@@ -501,7 +452,12 @@ struct BodyEnd {
 impl Meter for BodyEnd {
     fn passed(&mut self, bytes: u64, total: u64) -> Pass {
         let Some(budgets) = &self.budgets else { return Pass::Now(Ok(())) };
-        budget_pass(budgets.spend(Direction::Received, bytes, total - bytes), |_| {})
+        let cut = Arc::clone(&self.cut);
+        budget_pass(budgets.spend(Direction::Received, bytes, total - bytes), move |spent| {
+            if let Err(refused) = spent {
+                let _ = cut.set(refused.clone());
+            }
+        })
     }
 
     fn ended(&mut self, how: Ended, total: u64) {
@@ -515,6 +471,53 @@ impl Meter for BodyEnd {
             Ended::Dropped => Some(BodyCut::Client),
             Ended::Cut => Some(BodyCut::Budget),
         };
+        // A body of unknown length a budget cut: the budget's refusal, with its code.
+        if let Some(refused) = self.cut.get() {
+            record_refusal(&mut record, refused);
+        }
         write_soon(&self.state, &self.drain, record);
+    }
+}
+
+/// The length of `response`'s body as its head declares it (`Content-Length`), when it has a
+/// body: none for an answer to `HEAD`, a `1xx`, `204` or `304`.
+fn body_length(method: &str, response: &Response<ProxyBody>) -> Option<u64> {
+    let status = response.status();
+    if method.eq_ignore_ascii_case("HEAD")
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return None;
+    }
+    response.headers().get(CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::{BodyExt, Empty};
+
+    use super::*;
+
+    fn response(status: u16, length: Option<&str>) -> Response<ProxyBody> {
+        let mut response = Response::new(Empty::new().map_err(|never| match never {}).boxed_unsync());
+        *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if let Some(length) = length.and_then(|l| HeaderValue::from_str(l).ok()) {
+            response.headers_mut().insert(CONTENT_LENGTH, length);
+        }
+        response
+    }
+
+    /// What a receiving budget spends before a response head goes out: its declared body,
+    /// and nothing for an answer that has no body whatever its `Content-Length` says.
+    #[test]
+    fn a_response_body_length_is_its_content_length_when_it_has_a_body() {
+        assert_eq!(body_length("GET", &response(200, Some("200000"))), Some(200_000));
+        assert_eq!(body_length("GET", &response(200, None)), None, "unknown: spent as it streams");
+        assert_eq!(body_length("GET", &response(200, Some("many"))), None);
+        assert_eq!(body_length("HEAD", &response(200, Some("200000"))), None, "a HEAD answer has no body");
+        for status in [101, 204, 304] {
+            assert_eq!(body_length("GET", &response(status, Some("10"))), None, "{status}");
+        }
     }
 }

@@ -238,8 +238,12 @@ impl ProxyService {
             permit.mark_signed(signer.keyid());
         }
         let forwarding = record.forwarding(permit).await?;
-        let response = forward(&self.state, &context, forwarding, signing, request, self.drain.clone()).await?;
-        Ok(record.answered(response, accept))
+        let response = match forward(&self.state, &context, forwarding, signing, request, self.drain.clone()).await {
+            Ok(response) => response,
+            // A request body a sending budget cut is answered with the budget, not the error.
+            Err(error) => return Err(record.forward_failed(error, accept)),
+        };
+        Ok(record.answered(response, accept).await)
     }
 
     /// Phase `local`: a request to `agentgate.local` is answered by agentgate itself, before

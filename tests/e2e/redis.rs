@@ -716,7 +716,7 @@ async fn a_sending_budget_shared_through_redis_refuses_the_second_60_kib_upload_
     if let Ok(answer) = sent {
         let status = answer.status();
         let text = answer.text().await.unwrap_or_default();
-        assert!(status.is_server_error() && !text.contains("intact=true"), "{status}: {text}");
+        assert!(status == 429 && !text.contains("intact=true"), "the budget's answer: {status}: {text}");
     }
 
     let lines = b.finish().await?;
@@ -766,6 +766,27 @@ async fn a_receiving_budget_shared_through_redis_cuts_the_download_that_crosses_
     let passed = last["http.response.body.bytes"].as_u64().ok_or("bytes counted")?;
     assert!(passed > 0, "cut mid-stream, not refused before: {last}");
     assert!(passed <= 128 * KIB, "no more than a left of the shared budget passed through b: {last}");
+    Ok(())
+}
+
+/// A spent receiving budget refuses through two replicas on Redis as through one proxy
+/// (`bytes::a_receiving_budget_of_300000_refuses_rather_than_cuts`, through a and b in
+/// turn): the longer response is refused whole and, once less than the floor is left, the
+/// next request is refused before it is forwarded, on the other replica.
+#[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
+async fn a_spent_receiving_budget_shared_through_redis_refuses_before_forwarding_on_the_other_replica() -> TestResult {
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let replica = budgeted_replica(&redis.url(), OnFailure::Deny, |limits| limits.received_bytes_per_hour = 300_000);
+    let a = TestProxy::start_with(&ca, &replica).await?;
+    let b = TestProxy::start_with(&ca, &replica).await?;
+    let (through_a, through_b) = (client_as(&a, "bot", "b-token")?, client_as(&b, "bot", "b-token")?);
+    crate::bytes::a_receiving_budget_of_300000_refuses_rather_than_cuts(&through_a, &through_b, &origin).await?;
+    let scraped = scrape(&b).await?;
+    assert_eq!(sample(&scraped, "agentgate_limits_store_failures_total", &[]), Some(0.0), "Redis answered b");
+    drop(a);
     Ok(())
 }
 

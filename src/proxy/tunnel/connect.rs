@@ -143,13 +143,13 @@ pub(crate) async fn handle_connect(
             let addresses = vetted.as_ref().map_or(&[][..], |vetted| vetted.addresses());
             let passthrough = GateRequest { method: "GET", addresses, ..connect };
             let permit = decide_passthrough(&live.gate, record, passthrough).await?;
-            let origin = open_passthrough(state, record, permit, &authority).await?;
+            let (origin, budget) = open_passthrough(state, record, permit, &authority).await?;
             let open = state.metrics.tunnel_opened();
             let until_stopped = drain.clone();
             let tunnel = async move {
                 let _open = open;
                 match on_upgrade.await {
-                    Ok(upgraded) => splice(TokioIo::new(upgraded), origin, drain, "passthrough tunnel").await,
+                    Ok(upgraded) => splice(TokioIo::new(upgraded), origin, drain, "passthrough tunnel", budget).await,
                     Err(error) => debug!(error = %error_chain(&error), "client left before the tunnel opened"),
                 }
             };

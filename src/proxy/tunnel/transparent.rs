@@ -210,9 +210,9 @@ async fn passthrough(
     // The original destination, not whatever the name resolves to now (vetted by the guard).
     let dial = original_authority(original);
     match open_passthrough(state, record, permit, &dial).await {
-        Ok(origin) => {
+        Ok((origin, budget)) => {
             let _open = state.metrics.tunnel_opened();
-            splice(io, origin, drain, "transparent passthrough").await;
+            splice(io, origin, drain, "transparent passthrough", budget).await;
         }
         Err(exit) => {
             if let Exit::Failed(error) = &exit {
