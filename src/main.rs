@@ -14,7 +14,7 @@ use agentgate::policy::{FORMATS, FormatInfo};
 use agentgate::proxy::{Proxy, shutdown_signal};
 use agentgate::reload::ConfigSource;
 use agentgate::tls::{self, CertificateAuthority};
-use agentgate::{audit, lint};
+use agentgate::{audit, evidence, lint};
 
 /// A forward HTTP(S) proxy that makes AI agents respect robots.txt, agents.txt, AGENTS.md
 /// and automation-preferences.txt, and logs every decision.
@@ -120,6 +120,36 @@ enum AuditCommand {
         /// Only this agent: its allow_hosts line alone.
         #[arg(long)]
         agent: Option<String>,
+        /// Decision logs, plain or gzip'd, oldest first.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print one request's record and, for each reason, the policy file's text around the
+    /// deciding line, read from the policy archive and checked against the record's digest.
+    /// Exits 1 when no record has the id.
+    Show {
+        /// The record's event.id.
+        event_id: String,
+        /// The policy archive ([audit] archive_dir); default: policy-archive beside the
+        /// first FILE.
+        #[arg(long)]
+        archive: Option<PathBuf>,
+        /// Decision logs, plain or gzip'd, oldest first.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Decide every logged request again under a candidate config, against the policy files
+    /// as they were served (from the archive), and print per agent the requests whose
+    /// outcome would change. Exits 1 when any outcome changes (so it can gate a config
+    /// change), 0 when none does, 2 when it cannot run.
+    Shadow {
+        /// The candidate config.
+        #[arg(long)]
+        config: PathBuf,
+        /// The policy archive ([audit] archive_dir); default: policy-archive beside the
+        /// first FILE.
+        #[arg(long)]
+        archive: Option<PathBuf>,
         /// Decision logs, plain or gzip'd, oldest first.
         #[arg(required = true)]
         files: Vec<PathBuf>,
@@ -300,6 +330,14 @@ fn answer(command: Command, out: &mut impl Write) -> anyhow::Result<ExitCode> {
         }
         Command::Audit(AuditCommand::Grep { filter, raw, files }) => audit_grep(&files, filter, raw, out)?,
         Command::Audit(AuditCommand::Suggest { agent, files }) => audit_suggest(&files, agent.as_deref(), out)?,
+        Command::Audit(AuditCommand::Show { event_id, archive, files }) => {
+            let archive = evidence::archive_dir(archive.as_deref(), &files);
+            if !evidence::show(&files, &event_id, &archive, out)? {
+                eprintln!("agentgate audit show: no record has event.id {event_id:?} in the files given");
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Command::Audit(AuditCommand::Shadow { config, archive, files }) => return audit_shadow(&config, archive, &files, out),
         Command::Keys(KeysArgs { agent, config, ca_dir }) => {
             let config = ConfigSource { path: config, listen: None, ca_dir }.load()?;
             let set = agentgate::signing::directory(
@@ -487,6 +525,27 @@ fn init_tracing(format: LogFormat) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+}
+
+/// Exit 1 when an outcome changes, 0 when none does, 2 when the candidate config cannot be
+/// loaded.
+fn audit_shadow(
+    config: &std::path::Path,
+    archive: Option<PathBuf>,
+    files: &[PathBuf],
+    out: &mut impl Write,
+) -> anyhow::Result<ExitCode> {
+    let config = match Config::load(config) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("agentgate audit shadow: --config {}: {e}", config.display());
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let archive = evidence::archive_dir(archive.as_deref(), files);
+    let report = evidence::shadow(files, &config, &archive)?;
+    unless_reader_left(report.render(out))?;
+    Ok(if report.changed() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
 /// Exit 0 when allowed, 1 when not (whether or not the reader read it all), 2 on a usage
