@@ -362,14 +362,22 @@ mod tests {
 
     #[test]
     fn past_the_bound_the_oldest_bodies_go() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let archive = PolicyArchive::new(dir.path().to_owned(), 1200, Arc::default());
         let headers = Headers::default();
+        // One entry's size (sidecar and gzip'd body), measured: the bound holds two and a half.
+        let probe = tempfile::tempdir().expect("a temp dir");
+        PolicyArchive::new(probe.path().to_owned(), u64::MAX, Arc::default()).keep(
+            &"0".repeat(64),
+            served(&headers),
+            &[b'w'; 100],
+        );
+        let files = fs::read_dir(probe.path()).expect("the probe archive").flatten();
+        let entry: u64 = files.map(|f| f.metadata().map(|m| m.len()).unwrap_or(0)).sum();
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let archive = PolicyArchive::new(dir.path().to_owned(), entry * 5 / 2, Arc::default());
         let (first, second) = ("1".repeat(64), "2".repeat(64));
         archive.keep(&first, served(&headers), &[b'x'; 100]);
         archive.keep(&second, served(&headers), &[b'y'; 100]);
-        // Each entry takes some 500 bytes (sidecar and gzip'd body): the third pushes the
-        // first out.
+        // The third pushes the first out.
         archive.keep(&"3".repeat(64), served(&headers), &[b'z'; 100]);
         assert!(matches!(open(dir.path(), &first), Err(ArchiveError::NotArchived { .. })), "the oldest went");
         assert!(open(dir.path(), &"3".repeat(64)).is_ok(), "the newest stays");

@@ -53,6 +53,17 @@ pub fn archive_dir(given: Option<&Path>, files: &[PathBuf]) -> PathBuf {
     }
 }
 
+/// [`shadow()`] under the config file at `path`, the archive read from `archive` or beside
+/// the first log ([`archive_dir`]).
+///
+/// # Errors
+/// [`EvidenceError::Config`] when the config cannot be loaded, else as [`shadow()`].
+pub fn shadow_config(path: &Path, archive: Option<&Path>, files: &[PathBuf]) -> Result<ShadowReport, EvidenceError> {
+    let config =
+        crate::config::Config::load(path).map_err(|e| EvidenceError::Config(format!("{}: {e}", path.display())))?;
+    shadow(files, &config, &archive_dir(archive, files))
+}
+
 /// The body kept under `digest` in `dir`, checked: its sidecar's response parsed as the
 /// proxy parses it gives a state whose digest is `digest`.
 ///

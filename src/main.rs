@@ -337,7 +337,18 @@ fn answer(command: Command, out: &mut impl Write) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(1));
             }
         }
-        Command::Audit(AuditCommand::Shadow { config, archive, files }) => return audit_shadow(&config, archive, &files, out),
+        Command::Audit(AuditCommand::Shadow { config, archive, files }) => {
+            return match evidence::shadow_config(&config, archive.as_deref(), &files) {
+                Ok(report) => {
+                    unless_reader_left(report.render(out))?;
+                    Ok(if report.changed() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+                }
+                Err(e) => {
+                    eprintln!("agentgate audit shadow: {e}");
+                    Ok(ExitCode::from(2))
+                }
+            };
+        }
         Command::Keys(KeysArgs { agent, config, ca_dir }) => {
             let config = ConfigSource { path: config, listen: None, ca_dir }.load()?;
             let set = agentgate::signing::directory(
@@ -525,27 +536,6 @@ fn init_tracing(format: LogFormat) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
-}
-
-/// Exit 1 when an outcome changes, 0 when none does, 2 when the candidate config cannot be
-/// loaded.
-fn audit_shadow(
-    config: &std::path::Path,
-    archive: Option<PathBuf>,
-    files: &[PathBuf],
-    out: &mut impl Write,
-) -> anyhow::Result<ExitCode> {
-    let config = match Config::load(config) {
-        Ok(config) => config,
-        Err(e) => {
-            eprintln!("agentgate audit shadow: --config {}: {e}", config.display());
-            return Ok(ExitCode::from(2));
-        }
-    };
-    let archive = evidence::archive_dir(archive.as_deref(), files);
-    let report = evidence::shadow(files, &config, &archive)?;
-    unless_reader_left(report.render(out))?;
-    Ok(if report.changed() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
 /// Exit 0 when allowed, 1 when not (whether or not the reader read it all), 2 on a usage

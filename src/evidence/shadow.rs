@@ -93,7 +93,8 @@ impl ShadowReport {
         }
         let changed: usize = self.changes.values().map(Vec::len).sum();
         let skipped: Vec<String> = self.skipped.iter().map(|(outcome, n)| format!("{outcome} {n}")).collect();
-        let skipped = if skipped.is_empty() { String::new() } else { format!(" (not replayed: {})", skipped.join(", ")) };
+        let skipped =
+            if skipped.is_empty() { String::new() } else { format!(" (not replayed: {})", skipped.join(", ")) };
         writeln!(
             out,
             "{} requests replayed, {changed} change, {} not replayable{skipped}",

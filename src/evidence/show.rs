@@ -19,7 +19,12 @@ const CONTEXT: usize = 3;
 ///
 /// # Errors
 /// When a log cannot be read or the output refuses a write.
-pub fn show(files: &[PathBuf], event_id: &str, archive_dir: &Path, out: &mut impl Write) -> Result<bool, EvidenceError> {
+pub fn show(
+    files: &[PathBuf],
+    event_id: &str,
+    archive_dir: &Path,
+    out: &mut impl Write,
+) -> Result<bool, EvidenceError> {
     let (records, _) = records(files)?;
     let Some(record) = records.iter().find(|r| r.id() == Some(event_id)) else { return Ok(false) };
     writeln!(out, "{}", record.to_line())?;
@@ -82,6 +87,13 @@ mod tests {
         assert_eq!(
             shown,
             "       2 | b\n       3 | c\n       4 | d\n  >    5 | e\n       6 | f\n       7 | g\n       8 | h\n"
+        );
+        let mut out = Vec::new();
+        excerpt("User-agent: *\r\nDisallow: /x\u{1b}[2J\tend\r\n", Some(2), &mut out).expect("written to memory");
+        let shown = String::from_utf8(out).expect("UTF-8");
+        assert_eq!(
+            shown, "       1 | User-agent: *\n  >    2 | Disallow: /x\u{fffd}[2J\tend\n       3 | \n",
+            "no escape reaches a terminal"
         );
     }
 }
