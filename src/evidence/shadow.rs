@@ -3,14 +3,17 @@
 //! archive by the digests the record's reasons carry), and the requests whose outcome would
 //! change, per agent.
 //!
-//! What a replay knows: the agent, method, URL (`url.full`, query values redacted unless
+//! The candidate's operator side (egress lists, `[[rules]]`, `bypass_hosts`) and its switches
+//! that change what the site files mean (`[robots]`, `[agents_md]`, `[usage]`) apply. What a
+//! replay knows: the agent, method, URL (`url.full`, query values redacted unless
 //! `[audit] log_query`), purposes and `User-Agent` of the record; the agent's product token
 //! and trust level come from the candidate config (an agent id the candidate does not have
 //! is decided as its `[agent]`). The site's files are those whose digests the record's
 //! reasons name; a file that gave no reason (an allowing robots.txt, say) is replayed as
 //! absent, which decides the same unless the candidate changes who the site's rules
 //! address (the product token). Records decided outside the policies (rate limits, proxy
-//! authentication, errors) are counted, not replayed.
+//! authentication, errors) are counted, not replayed. Time needs no replaying: the policy
+//! core has no clock, and which files were in force is what the digests say.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -22,7 +25,7 @@ use super::{EvidenceError, record_digests, verified};
 use crate::audit::{LoggedRecord, field, records};
 use crate::config::Config;
 use crate::explain::{self, ExplainRequest, Operator};
-use crate::policy::{FetchOutcome, Policies};
+use crate::policy::{FetchOutcome, Policies, Settings};
 
 /// One request whose outcome the candidate changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +116,7 @@ pub fn shadow(files: &[PathBuf], config: &Config, archive_dir: &Path) -> Result<
     let (records, _) = records(files)?;
     let mut report = ShadowReport::default();
     let mut operators: HashMap<String, Operator> = HashMap::new();
+    let settings = crate::gate::policy_settings(config);
     for record in &records {
         let before = record.outcome();
         if !matches!(before, "allow" | "deny" | "would_deny" | "needs_approval") {
@@ -130,7 +134,7 @@ pub fn shadow(files: &[PathBuf], config: &Config, archive_dir: &Path) -> Result<
                 }
             }
         };
-        match replay(record, operator, archive_dir) {
+        match replay(record, operator, settings, archive_dir) {
             Ok(explained) => {
                 report.replayed += 1;
                 let after = explained.decision.outcome.as_str();
@@ -164,8 +168,13 @@ fn same(before: &str, after: &str) -> bool {
 }
 
 /// The record decided again: the operator's side first, then the site's files from the
-/// archive, as `agentgate explain --config` decides.
-fn replay(record: &LoggedRecord, operator: &Operator, archive_dir: &Path) -> Result<explain::Explanation, String> {
+/// archive under the candidate's `settings`, as the gate decides.
+fn replay(
+    record: &LoggedRecord,
+    operator: &Operator,
+    settings: Settings,
+    archive_dir: &Path,
+) -> Result<explain::Explanation, String> {
     let text = |key| record.field(key).and_then(Value::as_str);
     let (Some(method), Some(url)) = (text(field::HTTP_REQUEST_METHOD), text(field::URL_FULL)) else {
         return Err("the record has no http.request.method or url.full".to_owned());
@@ -202,7 +211,7 @@ fn replay(record: &LoggedRecord, operator: &Operator, archive_dir: &Path) -> Res
     };
     let host = if host.is_empty() { record.domain().unwrap_or_default().to_owned() } else { host };
     let Ok(policies) = Policies::read(&host, read);
-    explain::explain_with(&request, policies).map_err(|e| e.to_string())
+    explain::explain_under(&request, policies, settings).map_err(|e| e.to_string())
 }
 
 /// `http.request.method url.full` as logged.
