@@ -127,6 +127,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_archived_body_is_used_only_while_it_parses_to_its_digest() {
+        use sha2::Digest as _;
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let body = b"User-agent: *\nDisallow: /private\n";
+        let digest = hex::encode(sha2::Sha256::digest(body));
+        let archive = archive::PolicyArchive::new(dir.path().to_owned(), 1 << 20, Arc::default());
+        let headers = crate::policy::Headers::default();
+        let served = archive::Served {
+            source: "robots.txt",
+            origin: "https://example.com:443",
+            path: "/robots.txt",
+            status: 200,
+            headers: &headers,
+            from: "origin",
+        };
+        archive.keep(&digest, served, body);
+        assert_eq!(verified(dir.path(), &digest).expect("archived and intact").body, body);
+        // Someone edits the archived body: it no longer matches the digest it is kept under.
+        let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut gzip, b"User-agent: *\nAllow: /\n").expect("to memory");
+        std::fs::write(dir.path().join(format!("{digest}.gz")), gzip.finish().expect("to memory")).expect("written");
+        let error = verified(dir.path(), &digest).expect_err("altered");
+        assert!(error.to_string().contains("does not parse to the digest"), "{error}");
+    }
+
+    #[test]
     fn the_host_of_an_origin() {
         assert_eq!(host_of("https://example.com:443"), "example.com");
         assert_eq!(host_of("http://[::1]:8080"), "::1");

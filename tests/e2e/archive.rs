@@ -5,7 +5,8 @@
 //! `[audit] archive_max_bytes`, counted in `/metrics`, and `show` saying so; a candidate
 //! config's changes to a monitor run's requests checked against a second live run under it,
 //! an unrelated change reporting none, and records whose files are not archived reported as
-//! not replayable.
+//! not replayable; and a body a replica read from the fleet's shared store archived beside
+//! its log by default, where `show` finds it.
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +15,9 @@ use agentgate::policy::operator::Mode;
 use serde_json::Value;
 
 use crate::admin::{admin_client, admin_url, sample, scrape};
+use crate::redis::RedisServer;
+use crate::reload::base_config;
+use crate::support::binary::Agentgate;
 use crate::support::origin::{Origin, Served, Site};
 use crate::support::pki::TestCa;
 use crate::support::wait::eventually;
@@ -278,5 +282,41 @@ async fn audit_shadow_reports_exactly_what_a_new_deny_rule_changes_and_nothing_f
         assert!(line.contains(&origin.url(path)) && line.contains("is no longer archived"), "{line}");
     }
     assert!(out.contains("4 requests replayed, 0 change, 2 not replayable"), "{out}");
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
+async fn a_body_read_from_the_fleets_shared_store_is_archived_beside_the_log_and_shown() -> TestResult {
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::http_site(site("User-agent: *\nDisallow: /private\n")).await?;
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        // No archive_dir: the default, policy-archive beside the log.
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("agentgate.toml");
+        let store = format!("[cache]\nstore = \"redis\"\n[cache.redis]\nurl = {:?}\n", redis.url());
+        std::fs::write(&path, base_config(dir.path(), &ca) + &store)?;
+        let proxy = Agentgate::start(dir.path(), &path, "agentgate=info").await?;
+        replicas.push((proxy, dir));
+    }
+    assert_eq!(replicas[0].0.client()?.get(origin.url("/private/a")).send().await?.status(), 403);
+    assert_eq!(replicas[1].0.client()?.get(origin.url("/private/b")).send().await?.status(), 403);
+    assert_eq!(origin.hits("/robots.txt"), 1, "the second replica read the fleet's copy");
+    let (reader, dir) = replicas.pop().ok_or("two replicas")?;
+    let archive = dir.path().join("policy-archive");
+    let digest = archive_holds(&archive, 1).await?.remove(0);
+    let sidecar: Value = serde_json::from_slice(&std::fs::read(archive.join(format!("{digest}.json")))?)?;
+    assert_eq!(sidecar["from"], "shared_store", "{sidecar:#}");
+    reader.stop().await?;
+
+    let log = dir.path().join("decisions.jsonl");
+    let records: Vec<Value> =
+        std::fs::read_to_string(&log)?.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+    let id = event_id(&records, "/private/b", "deny")?;
+    let (out, err, code) = audit(&["show", &id, &log.display().to_string()]).await?;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("(from shared_store)") && out.contains("  >    2 | Disallow: /private\n"), "{out}");
     Ok(())
 }
