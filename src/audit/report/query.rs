@@ -194,7 +194,7 @@ impl LoggedRecord {
 }
 
 /// Every request's one record in `paths` (plain or gzip'd, oldest first): a forwarded
-/// request's decision line completed by its end line ([`OnePerRequest`]), in the order they
+/// request's decision line completed by its end line (`OnePerRequest`), in the order they
 /// complete; and how many lines were not records.
 ///
 /// # Errors
