@@ -35,7 +35,7 @@ mod report;
 mod tally;
 mod writer;
 
-pub use config::{AuditConfig, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_FILES, OnFailure};
+pub use config::{AuditConfig, DEFAULT_ARCHIVE_MAX_BYTES, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_FILES, OnFailure};
 pub use ecs::EcsOutcome;
 pub use recent::{LIVE_CAPACITY, RECENT_CAPACITY, RecentDecisions};
 pub(crate) use record::instance_problems;
@@ -45,7 +45,7 @@ pub(crate) use redact::is_display_unsafe;
 pub use redact::{LoggedUrl, REDACTED, redact_url};
 pub use report::{
     AgentHosts, By, Count, Counts, Filter, GrepLines, GrepReport, GroupSummary, LoggedRecord, MalformedLine,
-    NotARecord, Since, Suggestion, Summary, for_each_line, grep, suggest, summarize, summarize_files,
+    NotARecord, Since, Suggestion, Summary, for_each_line, grep, records, suggest, summarize, summarize_files,
 };
 pub use tally::{AgentTally, MAX_AGENTS, OTHER_AGENTS};
 pub use writer::{AuditLog, AuditStats, AuditWriter, Unrecorded};

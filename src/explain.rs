@@ -126,10 +126,23 @@ pub fn explain(req: &ExplainRequest) -> Result<Explanation, ExplainError> {
 /// # Errors
 /// When a header in `req.headers` or the URL cannot be used.
 pub fn explain_with(req: &ExplainRequest, policies: Policies) -> Result<Explanation, ExplainError> {
+    explain_under(req, policies, policy::Settings::default())
+}
+
+/// [`explain_with`] under the operator's `settings` (`[robots]`, `[agents_md]`, `[usage]`), as
+/// the gate decides: what `agentgate audit shadow` replays with.
+///
+/// # Errors
+/// When a header in `req.headers` or the URL cannot be used.
+pub fn explain_under(
+    req: &ExplainRequest,
+    policies: Policies,
+    settings: policy::Settings,
+) -> Result<Explanation, ExplainError> {
     let target = Target::parse(&req.url)?;
     let headers = request_headers(req)?;
     let view = target.view(req, &headers);
-    let decision = policy::evaluate(&policies, &view);
+    let decision = policy::evaluate_with(&policies, &view, settings);
     Ok(Explanation::new(decision, Some(policies), &view))
 }
 

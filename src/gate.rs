@@ -148,11 +148,7 @@ impl Gate {
             cache,
             limiter,
             instance: crate::audit::instance_name(&config.instance),
-            settings: policy::Settings {
-                honor_crawl_delay: config.robots.honor_crawl_delay,
-                strict_authentication: config.agents_md.strict_authentication,
-                usage_undeclared: config.usage.undeclared,
-            },
+            settings: policy_settings(config),
         }
     }
 
@@ -537,6 +533,16 @@ impl Gate {
             return Ok(Permit::default());
         }
         self.limiter.check_and_spend(usage, limits).await
+    }
+}
+
+/// The operator's switches of `config` that change what the site files mean: what the gate
+/// decides with, and `agentgate audit shadow` with it.
+pub fn policy_settings(config: &Config) -> policy::Settings {
+    policy::Settings {
+        honor_crawl_delay: config.robots.honor_crawl_delay,
+        strict_authentication: config.agents_md.strict_authentication,
+        usage_undeclared: config.usage.undeclared,
     }
 }
 

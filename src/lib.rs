@@ -10,10 +10,12 @@
 pub mod admin;
 pub mod agents;
 pub mod approvals;
+pub mod archive;
 pub mod audit;
 pub mod coding;
 pub mod config;
 pub mod error_chain;
+pub mod evidence;
 pub mod explain;
 pub mod fetch;
 pub mod gate;

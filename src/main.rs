@@ -14,7 +14,7 @@ use agentgate::policy::{FORMATS, FormatInfo};
 use agentgate::proxy::{Proxy, shutdown_signal};
 use agentgate::reload::ConfigSource;
 use agentgate::tls::{self, CertificateAuthority};
-use agentgate::{audit, lint};
+use agentgate::{audit, evidence, lint};
 
 /// A forward HTTP(S) proxy that makes AI agents respect robots.txt, agents.txt, AGENTS.md
 /// and automation-preferences.txt, and logs every decision.
@@ -120,6 +120,36 @@ enum AuditCommand {
         /// Only this agent: its allow_hosts line alone.
         #[arg(long)]
         agent: Option<String>,
+        /// Decision logs, plain or gzip'd, oldest first.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print one request's record and, for each reason, the policy file's text around the
+    /// deciding line, read from the policy archive and checked against the record's digest.
+    /// Exits 1 when no record has the id.
+    Show {
+        /// The record's event.id.
+        event_id: String,
+        /// The policy archive ([audit] archive_dir); default: policy-archive beside the
+        /// first FILE.
+        #[arg(long)]
+        archive: Option<PathBuf>,
+        /// Decision logs, plain or gzip'd, oldest first.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Decide every logged request again under a candidate config, against the policy files
+    /// as they were served (from the archive), and print per agent the requests whose
+    /// outcome would change. Exits 1 when any outcome changes (so it can gate a config
+    /// change), 0 when none does, 2 when it cannot run.
+    Shadow {
+        /// The candidate config.
+        #[arg(long)]
+        config: PathBuf,
+        /// The policy archive ([audit] archive_dir); default: policy-archive beside the
+        /// first FILE.
+        #[arg(long)]
+        archive: Option<PathBuf>,
         /// Decision logs, plain or gzip'd, oldest first.
         #[arg(required = true)]
         files: Vec<PathBuf>,
@@ -300,6 +330,25 @@ fn answer(command: Command, out: &mut impl Write) -> anyhow::Result<ExitCode> {
         }
         Command::Audit(AuditCommand::Grep { filter, raw, files }) => audit_grep(&files, filter, raw, out)?,
         Command::Audit(AuditCommand::Suggest { agent, files }) => audit_suggest(&files, agent.as_deref(), out)?,
+        Command::Audit(AuditCommand::Show { event_id, archive, files }) => {
+            let archive = evidence::archive_dir(archive.as_deref(), &files);
+            if !evidence::show(&files, &event_id, &archive, out)? {
+                eprintln!("agentgate audit show: no record has event.id {event_id:?} in the files given");
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Command::Audit(AuditCommand::Shadow { config, archive, files }) => {
+            return match evidence::shadow_config(&config, archive.as_deref(), &files) {
+                Ok(report) => {
+                    unless_reader_left(report.render(out))?;
+                    Ok(if report.changed() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+                }
+                Err(e) => {
+                    eprintln!("agentgate audit shadow: {e}");
+                    Ok(ExitCode::from(2))
+                }
+            };
+        }
         Command::Keys(KeysArgs { agent, config, ca_dir }) => {
             let config = ConfigSource { path: config, listen: None, ca_dir }.load()?;
             let set = agentgate::signing::directory(

@@ -133,6 +133,7 @@ pub struct Metrics {
     request_duration: Histogram,
     policy_fetches: Family<FetchLabels, Counter>,
     policy_store: Family<ResultLabels, Counter>,
+    policy_archive: Family<ResultLabels, Counter>,
     cache_hits: Counter,
     cache_misses: Counter,
     cache_evictions: Counter,
@@ -178,6 +179,7 @@ impl Metrics {
             request_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             policy_fetches: Family::default(),
             policy_store: Family::default(),
+            policy_archive: Family::default(),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
             cache_evictions: Counter::default(),
@@ -215,6 +217,11 @@ impl Metrics {
             "policy_store",
             "Shared policy store ([cache] store = \"redis\") lookups and calls, by result (hit, miss, corrupt, wait_timeout, failure)",
             m.policy_store.clone(),
+        );
+        r.register(
+            "policy_archive",
+            "Policy file bodies written to or removed from the policy archive ([audit] archive_dir), by result (stored, evicted, failed)",
+            m.policy_archive.clone(),
         );
         r.register("policy_cache_hits", "Policy lookups answered from the cache", m.cache_hits.clone());
         r.register("policy_cache_misses", "Policy lookups that loaded an origin first", m.cache_misses.clone());
@@ -324,6 +331,13 @@ impl Metrics {
     /// in time or answered an error, and the replica fetched for itself).
     pub fn policy_store(&self, result: &'static str) {
         self.policy_store.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Counts one body of the policy archive (`crate::archive`): `stored` (a new body
+    /// written), `evicted` (removed, oldest first, past `[audit] archive_max_bytes`) or
+    /// `failed` (a write the disk refused).
+    pub fn policy_archive(&self, result: &'static str) {
+        self.policy_archive.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// Counts a policy lookup: `hit` when the origin was cached, else a miss (it was loaded).

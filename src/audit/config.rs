@@ -53,6 +53,14 @@ pub struct AuditConfig {
     /// How many rotated files (`path.1` … `path.N`) are kept; the oldest is deleted (default
     /// [`DEFAULT_MAX_FILES`]).
     pub max_files: usize,
+    /// Where every distinct policy-file body agentgate decides with is kept, under its
+    /// SHA-256 (`crate::archive`): unset means `policy-archive` beside the log file (no
+    /// archive when the log is standard output); `"off"` or `""` turns it off.
+    pub archive_dir: Option<PathBuf>,
+    /// The most bytes the archive takes (bodies and their sidecars); past it the oldest are
+    /// removed first (default [`DEFAULT_ARCHIVE_MAX_BYTES`]). Bytes or with a unit.
+    #[serde(deserialize_with = "byte_size")]
+    pub archive_max_bytes: u64,
 }
 
 impl Default for AuditConfig {
@@ -64,6 +72,25 @@ impl Default for AuditConfig {
             log_query: false,
             max_file_size: DEFAULT_MAX_FILE_SIZE,
             max_files: DEFAULT_MAX_FILES,
+            archive_dir: None,
+            archive_max_bytes: DEFAULT_ARCHIVE_MAX_BYTES,
+        }
+    }
+}
+
+/// The default `[audit] archive_max_bytes`: 256 MiB, some tens of thousands of distinct
+/// policy files.
+pub const DEFAULT_ARCHIVE_MAX_BYTES: u64 = 256 * 1024 * 1024;
+
+impl AuditConfig {
+    /// The policy archive's directory: `archive_dir` as set, `policy-archive` beside the log
+    /// when unset, `None` when it is `"off"` or `""`, or unset with the log on stdout.
+    pub fn archive_dir(&self) -> Option<PathBuf> {
+        match &self.archive_dir {
+            Some(dir) if dir.as_os_str().is_empty() || dir == Path::new("off") => None,
+            Some(dir) => Some(dir.clone()),
+            None if self.path == Path::new("-") => None,
+            None => Some(self.path.parent().unwrap_or(Path::new("")).join("policy-archive")),
         }
     }
 }
@@ -112,6 +139,12 @@ impl AuditConfig {
             problems.push(format!(
                 "[audit] max_file_size = {size}: stdout (path = \"-\") is never rotated; set max_file_size = 0 or log to a file"
             ));
+        }
+        if self.archive_max_bytes == 0 && self.archive_dir().is_some() {
+            problems.push(
+                "[audit] archive_max_bytes = 0: the archive would keep nothing; set a size such as \"256MiB\", or archive_dir = \"off\""
+                    .to_owned(),
+            );
         }
         if size == 0 && self.max_files != default.max_files {
             problems.push(format!(
@@ -174,8 +207,19 @@ mod tests {
                 log_query: true,
                 max_file_size: 65_536,
                 max_files: 2,
+                archive_dir: None,
+                archive_max_bytes: DEFAULT_ARCHIVE_MAX_BYTES,
             }
         );
+        assert_eq!(defaults.archive_dir(), Some(PathBuf::from("logs/policy-archive")), "beside the log");
+        assert_eq!(AuditConfig { path: "-".into(), ..defaults.clone() }.archive_dir(), None);
+        for off in ["off", ""] {
+            let table: AuditConfig = toml::from_str(&format!("archive_dir = {off:?}")).expect("a table");
+            assert_eq!(table.archive_dir(), None, "{off:?} turns the archive off");
+        }
+        let set: AuditConfig =
+            toml::from_str("archive_dir = \"/a\"\narchive_max_bytes = \"1MiB\"").expect("archive keys");
+        assert_eq!((set.archive_dir(), set.archive_max_bytes), (Some(PathBuf::from("/a")), 1 << 20));
         let size = toml::from_str::<AuditConfig>("max_file_size = \"10 parsecs\"").expect_err("not a size");
         assert!(size.to_string().contains("\"100MiB\""), "{size}");
 

@@ -16,6 +16,6 @@ mod summary;
 
 pub use grep::{GrepLines, GrepReport, grep};
 pub use input::for_each_line;
-pub use query::{Filter, LoggedRecord, NotARecord, Since};
+pub use query::{Filter, LoggedRecord, NotARecord, Since, records};
 pub use suggest::{AgentHosts, Suggestion, suggest};
 pub use summary::{By, Count, Counts, GroupSummary, MalformedLine, Summary, summarize, summarize_files};

@@ -39,6 +39,8 @@ use crate::policy::{
 };
 use crate::redis_connection::ConnectError;
 
+mod archive;
+
 /// The responses a format's state in force was read from, in the order fetched: its path,
 /// then its fallback location when the first fell through (C1). They carry the validators a
 /// refresh sends and the text the admin API shows.
@@ -138,6 +140,8 @@ struct Inner {
     metrics: Arc<Metrics>,
     /// The fleet's shared copies (`[cache] store = "redis"`).
     shared: Option<SharedStore>,
+    /// Where each body decided with is archived (`[audit] archive_dir`), once set.
+    archive: std::sync::OnceLock<crate::archive::PolicyArchive>,
 }
 
 /// One origin: the snapshot in force, and the lock that lets one refresh run at a time.
@@ -469,6 +473,7 @@ impl PolicyCache {
                 entries,
                 metrics,
                 shared,
+                archive: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -563,7 +568,7 @@ impl PolicyCache {
             .entries
             .entry_by_ref(origin)
             .or_insert_with(async {
-                Entry::new(inner.obtain(origin, None, wanted).await, Arc::new(tokio::sync::Mutex::new(())))
+                Entry::new(inner.obtain_archived(origin, None, wanted).await, Arc::new(tokio::sync::Mutex::new(())))
             })
             .await;
         // A request that found the load another one started is a hit too.
@@ -631,7 +636,10 @@ impl Inner {
     /// Refreshes the stale files of `entry` (the caller holds its `refreshing` lock) and
     /// puts the result in the cache, where moka weighs it again.
     async fn refresh(&self, origin: &Origin, entry: &Entry, wanted: bool) -> Arc<Policies> {
-        let next = Entry::new(self.obtain(origin, Some(&entry.snapshot), wanted).await, Arc::clone(&entry.refreshing));
+        let next = Entry::new(
+            self.obtain_archived(origin, Some(&entry.snapshot), wanted).await,
+            Arc::clone(&entry.refreshing),
+        );
         let policies = Arc::clone(&next.snapshot.policies);
         self.entries.insert(origin.clone(), next).await;
         self.evict_over_bounds().await;

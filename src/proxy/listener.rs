@@ -114,6 +114,13 @@ impl Proxy {
             &config.upstream.extra_ca_files,
         )
         .map_err(|source| StartError::PolicyStore { source })?;
+        if let Some(dir) = config.audit.archive_dir() {
+            cache.archive_to(crate::archive::PolicyArchive::new(
+                dir,
+                config.audit.archive_max_bytes,
+                Arc::clone(&metrics),
+            ));
+        }
         let limiter = Limiter::from_config(&config.limits, &config.upstream.extra_ca_files, metrics.limits_store())
             .map_err(|source| StartError::Limits { source })?;
         let limiter = Arc::new(limiter);

@@ -46,6 +46,9 @@
 //! - `redaction`: no request secret on the real binary's stderr or in its decision log;
 //! - `audit`: the audit promise, nothing forwarded before its record is on disk;
 //! - `audit_report`: `agentgate audit summary` and `grep` over a real run's log, rotated and gzip'd;
+//! - `archive`: the policy archive and its bound, `agentgate audit show` (the archived line behind
+//!   a decision after the site changed its file) and `audit shadow` (a candidate config's changes
+//!   to a monitor run, checked against a live run under it);
 //! - `gate_log`: one decision-log line per request, redaction, monitor mode, operator rules,
 //!   passthrough CONNECT decisions, shutdown with requests in flight;
 //! - `unreachable`: an origin refusing or timing out is 502/504 `origin.unreachable`, not a deny;
@@ -85,6 +88,7 @@
 mod admin;
 mod agents;
 mod approvals;
+mod archive;
 mod audit;
 mod audit_report;
 mod bytes;

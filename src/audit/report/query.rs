@@ -49,6 +49,16 @@ impl LoggedRecord {
         self.fields.get(key).and_then(Value::as_str)
     }
 
+    /// Any field by its name ([`field`]), as written.
+    pub fn field(&self, key: &str) -> Option<&Value> {
+        self.fields.get(key)
+    }
+
+    /// The record as one JSON line, fields in the schema's order (what `audit grep` prints).
+    pub fn to_line(&self) -> String {
+        String::from_utf8_lossy(&self.to_json_line()).into_owned()
+    }
+
     /// `agentgate.agent`.
     pub fn agent(&self) -> &str {
         self.str(field::AGENT).unwrap_or_default()
@@ -204,6 +214,27 @@ impl LoggedRecord {
         out.push(b'}');
         out
     }
+}
+
+/// Every request's one record in `paths` (plain or gzip'd, oldest first): a forwarded
+/// request's decision line completed by its end line (`OnePerRequest`), in the order they
+/// complete; and how many lines were not records.
+///
+/// # Errors
+/// As [`super::for_each_line`].
+pub fn records(paths: &[impl AsRef<std::path::Path>]) -> Result<(Vec<LoggedRecord>, u64), AuditError> {
+    let (mut requests, mut records, mut malformed) = (OnePerRequest::default(), Vec::new(), 0u64);
+    super::for_each_line(paths, |_, _, bytes| {
+        if bytes.trim_ascii().is_empty() {
+            return;
+        }
+        match LoggedRecord::parse(bytes) {
+            Ok(record) => records.extend(requests.next(record)),
+            Err(_) => malformed += 1,
+        }
+    })?;
+    records.extend(requests.unfinished());
+    Ok((records, malformed))
 }
 
 /// What a report keeps of each line: a decision line and its end line become one
