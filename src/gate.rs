@@ -203,8 +203,11 @@ impl Gate {
                 AuthFailure::Missing => LogOutcome::AuthChallenge,
                 _ => LogOutcome::Deny,
             };
-            let mut record = DecisionRecord::new(action, self.mode, client, client.ip().to_string(), method, url);
-            record.user_agent = headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            // The agent's own text, redacted for secret values like every other record's.
+            let (method, url) = (self.redacted(method), self.redacted(url));
+            let mut record = DecisionRecord::new(action, self.mode, client, client.ip().to_string(), &*method, &*url);
+            record.user_agent =
+                headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(|ua| self.redacted(ua).into_owned());
             record.instance = Some(Arc::clone(&self.instance));
             let decision = Decision::single(Outcome::Deny, reason);
             record.set_reasons(&decision);

@@ -724,3 +724,26 @@ async fn a_held_request_a_human_approves_is_forwarded_with_its_reasons_and_the_a
     assert!(record.reasons.iter().any(|r| r.code.as_str() == "agents_md.requires_human_approval"));
     assert_eq!(record.approval.as_ref(), Some(&approval));
 }
+
+#[test]
+fn an_unauthenticated_request_is_recorded_with_secret_values_redacted() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let value = "ghp_Unauthenticated0123456789abcdef";
+    let value_file = dir.path().join("gh-token");
+    std::fs::write(&value_file, value).expect("the value file");
+    let secrets = format!(
+        "[auth]\nrequired = true\n[[secrets]]\nname = \"gh\"\nplaceholder = \"agp_gh_placeholder_1\"\n\
+         value_file = {value_file:?}\nhosts = [\"api.github.test\"]\n"
+    );
+    let config = config(&secrets, "token = \"sbx-token\"");
+    let gate = gate(&config, &Sites::new(&[]));
+    let mut headers = HeaderMap::new();
+    headers.insert(USER_AGENT, HeaderValue::from_str(&format!("bot/{value}")).expect("a header value"));
+    let client: SocketAddr = "10.9.9.9:4000".parse().expect("an address");
+    let url = format!("http://{}.example/{value}", value.to_ascii_lowercase());
+    let blocked = gate.identify_agent(client, "GET", &url, &headers).expect_err("no credentials: 407");
+    let record = blocked.record();
+    for text in [&record.url, &record.method, record.user_agent.as_deref().unwrap_or_default()] {
+        assert!(!text.to_ascii_lowercase().contains(&value.to_ascii_lowercase()), "{text}");
+    }
+}
