@@ -124,6 +124,28 @@ enum AuditCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Check decision logs against their hash chain and signed checkpoints: prints each break
+    /// (file, line, kind), the lines verified and the lines after the last checkpoint; exits 0
+    /// only when every link and signature holds.
+    Verify {
+        /// The checkpoint key (base64, as `agentgate audit key` prints it). Without it, each
+        /// checkpoint is checked with the key it names, which proves no one in particular signed.
+        #[arg(long)]
+        key: Option<String>,
+        /// Decision logs, plain, rotated or gzip'd, in any order.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print the public key the decision log's checkpoints are signed with (standard base64 of
+    /// the raw Ed25519 key); creates the key when it has no file yet, as `run` would.
+    Key {
+        /// The config (default: the embedded one).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// CA directory, overriding `[ca] dir` in the config (where the default key lives).
+        #[arg(long)]
+        ca_dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -300,6 +322,12 @@ fn answer(command: Command, out: &mut impl Write) -> anyhow::Result<ExitCode> {
         }
         Command::Audit(AuditCommand::Grep { filter, raw, files }) => audit_grep(&files, filter, raw, out)?,
         Command::Audit(AuditCommand::Suggest { agent, files }) => audit_suggest(&files, agent.as_deref(), out)?,
+        Command::Audit(AuditCommand::Verify { key, files }) => return audit_verify(&files, key.as_deref(), out),
+        Command::Audit(AuditCommand::Key { config, ca_dir }) => {
+            let config = ConfigSource { path: config, listen: None, ca_dir }.load()?;
+            let key = agentgate::signing::load_or_create(&config.audit.signing_key_path(&config.ca.dir))?;
+            writeln!(out, "{}", audit::public_key_base64(&key))?;
+        }
         Command::Keys(KeysArgs { agent, config, ca_dir }) => {
             let config = ConfigSource { path: config, listen: None, ca_dir }.load()?;
             let set = agentgate::signing::directory(
@@ -465,6 +493,26 @@ fn audit_suggest(files: &[PathBuf], agent: Option<&str>, out: &mut impl Write) -
         );
     }
     Ok(())
+}
+
+/// The breaks and totals on stdout; exit status 1 when anything does not hold.
+fn audit_verify(files: &[PathBuf], key: Option<&str>, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+    use base64::Engine as _;
+    let key = match key {
+        Some(text) => Some(base64::engine::general_purpose::STANDARD.decode(text.trim()).map_err(|e| {
+            anyhow::anyhow!("--key {text:?} is not base64 ({e}); pass what `agentgate audit key` prints")
+        })?),
+        None => None,
+    };
+    let verified = audit::verify(files, key.as_deref())?;
+    verified.report(out)?;
+    if key.is_none() && !verified.named_keys.is_empty() {
+        eprintln!(
+            "agentgate audit verify: warning: checkpoints checked with the key the files name ({}); only --key proves who signed",
+            verified.named_keys.join(", ")
+        );
+    }
+    Ok(if verified.holds() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 fn check_config(file: &std::path::Path, out: &mut impl Write) -> anyhow::Result<()> {
