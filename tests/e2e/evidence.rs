@@ -86,7 +86,7 @@ async fn audit_verify(files: &[PathBuf]) -> TestResult<Verdict> {
     Ok(Verdict { ok: output.status.success(), text })
 }
 
-async fn python(python: &Path, files: &[PathBuf]) -> TestResult<Value> {
+async fn python_verdict(python: &Path, files: &[PathBuf]) -> TestResult<Value> {
     let dir = tempfile::tempdir()?;
     let script = dir.path().join("chain_verify.py");
     std::fs::write(&script, VERIFIER)?;
@@ -138,6 +138,7 @@ fn copy(root: &Path, case: &str, files: &[PathBuf]) -> TestResult<Vec<PathBuf>> 
 #[tokio::test]
 #[ignore = "needs python3-cryptography: run by scripts/test.sh"]
 async fn a_rotated_log_of_2000_requests_verifies_and_each_tampering_is_named_at_its_line() -> TestResult {
+    agentgate::tls::install_default_provider();
     let python = verifier().await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("decisions.jsonl");
@@ -178,7 +179,7 @@ async fn a_rotated_log_of_2000_requests_verifies_and_each_tampering_is_named_at_
     let lines = verdict.lines().ok_or_else(|| format!("no line count in {}", verdict.text))?;
     assert!(lines > 4000, "2,000 requests, two lines each, and checkpoints: {}", verdict.text);
     assert_eq!(verdict.after_last_checkpoint(), Some(0), "shutdown seals the log: {}", verdict.text);
-    let independent = python(&python, &files).await?;
+    let independent = python_verdict(&python, &files).await?;
     assert_eq!(independent["breaks"], serde_json::json!([]), "{independent}");
     assert_eq!(independent["lines"], lines, "{independent}\n{}", verdict.text);
     assert_eq!(independent["head"].as_str().map(str::to_owned), verdict.head(), "{independent}\n{}", verdict.text);
@@ -194,8 +195,9 @@ async fn a_rotated_log_of_2000_requests_verifies_and_each_tampering_is_named_at_
     let last = original.len();
     let root = dir.path().join("tampered");
     type Tamper = Box<dyn Fn(&mut Vec<String>)>;
-    // Where the independent verifier sees broken links: in the target (`.3`), or at the first
-    // line of the file after it (`.2`) when the target's last line changed.
+    // Where the independent verifier sees breaks: links in the target (`.3`), its closing
+    // checkpoint's count when a line went or came, or the first line of the file after it
+    // (`.2`) when the target's last line changed.
     let (this, next) = ("decisions.jsonl.3", "decisions.jsonl.2");
     let cases: Vec<(&str, Tamper, usize, &str, Vec<(&str, usize)>)> = vec![
         (
@@ -205,7 +207,7 @@ async fn a_rotated_log_of_2000_requests_verifies_and_each_tampering_is_named_at_
             "edited",
             vec![(this, line + 1)],
         ),
-        ("deleted", Box::new(move |l| drop(l.remove(k))), line, "deleted", vec![(this, line)]),
+        ("deleted", Box::new(move |l| drop(l.remove(k))), line, "deleted", vec![(this, line), (this, last - 1)]),
         (
             "swapped",
             Box::new(move |l| l.swap(k, k + 1)),
@@ -221,7 +223,7 @@ async fn a_rotated_log_of_2000_requests_verifies_and_each_tampering_is_named_at_
             }),
             line,
             "inserted",
-            vec![(this, line), (this, line + 1)],
+            vec![(this, line), (this, line + 1), (this, last + 1)],
         ),
         (
             "signature",
@@ -246,7 +248,7 @@ async fn a_rotated_log_of_2000_requests_verifies_and_each_tampering_is_named_at_
         assert!(!verdict.ok, "{case}: verify must fail: {}", verdict.text);
         let named = format!("{}:{at}: {kind}", copied.display());
         assert!(verdict.text.contains(&named), "{case}: {named} in\n{}", verdict.text);
-        let independent = python(&python, &copies).await?;
+        let independent = python_verdict(&python, &copies).await?;
         let breaks = independent["breaks"].as_array().ok_or("breaks")?;
         assert!(!breaks.is_empty(), "{case}: python finds a break");
         for b in breaks {
@@ -268,7 +270,7 @@ async fn a_rotated_log_of_2000_requests_verifies_and_each_tampering_is_named_at_
     let after = root.join("missing").join(format!("decisions.jsonl.{}", 2));
     let named = format!("{}:1: missing file", after.display());
     assert!(verdict.text.contains(&named), "{named} in\n{}", verdict.text);
-    let independent = python(&python, &kept).await?;
+    let independent = python_verdict(&python, &kept).await?;
     assert_eq!(
         independent["breaks"],
         serde_json::json!([{"file": after.to_str(), "line": 1, "kind": "first"}]),
@@ -280,6 +282,7 @@ async fn a_rotated_log_of_2000_requests_verifies_and_each_tampering_is_named_at_
 #[tokio::test]
 #[ignore = "needs python3-cryptography: run by scripts/test.sh"]
 async fn after_kill_9_under_load_a_restart_chains_on_and_verify_reports_the_unsigned_tail() -> TestResult {
+    agentgate::tls::install_default_provider();
     let python = verifier().await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("decisions.jsonl");
@@ -296,10 +299,10 @@ async fn after_kill_9_under_load_a_restart_chains_on_and_verify_reports_the_unsi
     })
     .await?;
     let under_load = tokio::spawn({
-        let (client, url) = (client.clone(), origin.url(""));
+        let (client, url) = (client.clone(), origin.url("/evidence/load/"));
         async move {
             for n in 0..400 {
-                let _ = client.get(format!("{url}evidence/load/{n}")).send().await;
+                let _ = client.get(format!("{url}{n}")).send().await;
             }
         }
     });
@@ -327,9 +330,10 @@ async fn after_kill_9_under_load_a_restart_chains_on_and_verify_reports_the_unsi
     assert_eq!(first_after["agentgate.chain.prev"], head_before, "the first line after the restart chains on");
     assert!(first_after["agentgate.chain.start"].is_null(), "no new chain: {first_after}");
     let verdict = audit_verify(std::slice::from_ref(&log)).await?;
-    assert!(verdict.ok && !verdict.text.contains("new chain"), "{}", verdict.text);
+    assert!(verdict.ok, "{}", verdict.text);
+    assert_eq!(verdict.text.matches("a new chain starts").count(), 1, "only at the first start: {}", verdict.text);
     assert_eq!(verdict.after_last_checkpoint(), Some(0), "{}", verdict.text);
-    let independent = python(&python, std::slice::from_ref(&log)).await?;
+    let independent = python_verdict(&python, std::slice::from_ref(&log)).await?;
     assert_eq!(independent["breaks"], serde_json::json!([]), "{independent}");
     assert_eq!(independent["lines"], lines.len(), "{independent}");
     assert_eq!(independent["head"].as_str().map(str::to_owned), verdict.head(), "{independent}");
