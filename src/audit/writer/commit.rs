@@ -445,9 +445,10 @@ impl Shared {
                 out.clear();
                 (lines, mark) = (0, chain.mark());
             }
-            // The ring (admin API, console) shows the record as encoded, without its link.
-            self.recent.push(line);
+            // The ring (admin API, console) holds the line byte for byte as the file does.
+            let linked = out.len();
             chain.link(line, &mut out);
+            self.recent.push(&out[linked..]);
             lines += 1;
         }
         written &= self.append(sink, &mut chain, mark, &out, lines);
