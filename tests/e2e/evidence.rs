@@ -199,7 +199,9 @@ async fn a_rotated_log_of_2000_requests_verifies_and_each_tampering_is_named_at_
     // checkpoint's count when a line went or came, or the first line of the file after it
     // (`.2`) when the target's last line changed.
     let (this, next) = ("decisions.jsonl.3", "decisions.jsonl.2");
-    let cases: Vec<(&str, Tamper, usize, &str, Vec<(&str, usize)>)> = vec![
+    // The case, the tampering, the line and kind verify names, the independent verifier's breaks.
+    type Case = (&'static str, Tamper, usize, &'static str, Vec<(&'static str, usize)>);
+    let cases: Vec<Case> = vec![
         (
             "edited",
             Box::new(move |l| l[k] = l[k].replacen("/evidence/", "/evidencE/", 1)),

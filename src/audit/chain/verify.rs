@@ -233,9 +233,9 @@ fn chain_order(files: &[File], verified: &mut Verified) -> Vec<usize> {
             at = next.get(&i).copied();
         }
     }
-    for i in 0..files.len() {
+    for (i, file) in files.iter().enumerate() {
         if seen.insert(i) {
-            verified.notes.push(format!("{} is given twice or in no chain; checked last", files[i].path.display()));
+            verified.notes.push(format!("{} is given twice or in no chain; checked last", file.path.display()));
             order.push(i);
         }
     }
