@@ -125,7 +125,10 @@ impl Chain {
             }
             Ok(None) => Chain::new(key, &format!("no earlier line in {}", path.display())),
             Err(why) => {
-                tracing::warn!(path = %path.display(), why = %why, "decision log: a new hash chain starts");
+                // A device (`/dev/null`) never has a chain to continue: no warning for it.
+                if why != NOT_REGULAR {
+                    tracing::warn!(path = %path.display(), why = %why, "decision log: a new hash chain starts");
+                }
                 Chain::new(key, &format!("cannot chain to {}: {why}", path.display()))
             }
         }
@@ -201,6 +204,9 @@ impl Chain {
     }
 }
 
+/// Why a device or a pipe starts a new chain.
+const NOT_REGULAR: &str = "not a regular file";
+
 /// The last line of the log at `path` (without its `\n`) and the lines after its last
 /// checkpoint; `None` when the file is missing or empty.
 fn last_line(path: &Path) -> Result<Option<(Vec<u8>, u64)>, String> {
@@ -211,7 +217,7 @@ fn last_line(path: &Path) -> Result<Option<(Vec<u8>, u64)>, String> {
     };
     // A device (`/dev/null`, `/dev/full`) or a pipe has no last line to read back.
     if !file.metadata().map_err(|err| err.to_string())?.is_file() {
-        return Err("not a regular file".to_owned());
+        return Err(NOT_REGULAR.to_owned());
     }
     let mut reader = BufReader::new(file);
     let (mut line, mut last, mut since) = (Vec::new(), Vec::new(), 0);

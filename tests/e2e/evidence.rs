@@ -81,7 +81,13 @@ impl Verdict {
 }
 
 async fn audit_verify(files: &[PathBuf]) -> TestResult<Verdict> {
-    let output = Command::new(env!("CARGO_BIN_EXE_agentgate")).args(["audit", "verify"]).args(files).output().await?;
+    audit_verify_with(&[], files).await
+}
+
+/// `agentgate audit verify ARGS FILES`.
+async fn audit_verify_with(args: &[&str], files: &[PathBuf]) -> TestResult<Verdict> {
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_agentgate")).args(["audit", "verify"]).args(args).args(files).output().await?;
     let text = String::from_utf8(output.stdout)? + &String::from_utf8_lossy(&output.stderr);
     Ok(Verdict { ok: output.status.success(), text })
 }
@@ -335,6 +341,18 @@ async fn after_kill_9_under_load_a_restart_chains_on_and_verify_reports_the_unsi
     assert!(verdict.ok, "{}", verdict.text);
     assert_eq!(verdict.text.matches("a new chain starts").count(), 1, "only at the first start: {}", verdict.text);
     assert_eq!(verdict.after_last_checkpoint(), Some(0), "{}", verdict.text);
+    assert!(verdict.text.contains("only --key proves who signed"), "{}", verdict.text);
+    // With the key `agentgate audit key` prints, the signer is proven: no warning.
+    let key =
+        Command::new(env!("CARGO_BIN_EXE_agentgate")).args(["audit", "key", "--config"]).arg(&config).output().await?;
+    assert!(key.status.success(), "{}", String::from_utf8_lossy(&key.stderr));
+    let key = String::from_utf8(key.stdout)?.trim().to_owned();
+    assert_eq!(key.len(), 44, "base64 of 32 bytes: {key}");
+    let keyed = audit_verify_with(&["--key", &key], std::slice::from_ref(&log)).await?;
+    assert!(keyed.ok && !keyed.text.contains("warning"), "{}", keyed.text);
+    let other = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+    let forged = audit_verify_with(&["--key", other], std::slice::from_ref(&log)).await?;
+    assert!(!forged.ok && forged.text.contains(": signature: "), "another key proves nothing: {}", forged.text);
     let independent = python_verdict(&python, std::slice::from_ref(&log)).await?;
     assert_eq!(independent["breaks"], serde_json::json!([]), "{independent}");
     assert_eq!(independent["lines"], lines.len(), "{independent}");
