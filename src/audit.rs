@@ -7,7 +7,9 @@
 //! writer ([`AuditLog`], a handle on a bounded queue with group commit, and [`AuditWriter`],
 //! the thread that owns the file, flushes when idle and fsyncs on shutdown), the ring of the
 //! latest lines behind the admin API's `/decisions/recent` and their live stream
-//! ([`RecentDecisions`]), and per-agent counts since start ([`AgentTally`]).
+//! ([`RecentDecisions`]), and per-agent counts since start ([`AgentTally`]); the hash chain
+//! every line carries and the signed checkpoint lines (`chain`), and checking files against
+//! them ([`verify`], `agentgate audit verify`).
 //!
 //! Reading back (`report`) owns the reports behind `agentgate audit`: reading logs, plain
 //! or gzip'd ([`for_each_line`]), a line as a record and the filters ([`LoggedRecord`],
@@ -24,6 +26,7 @@
 use std::io;
 use std::path::PathBuf;
 
+mod chain;
 mod config;
 mod ecs;
 pub mod field;
@@ -35,7 +38,14 @@ mod report;
 mod tally;
 mod writer;
 
-pub use config::{AuditConfig, DEFAULT_ARCHIVE_MAX_BYTES, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_FILES, OnFailure};
+pub use chain::verify::{Break, BreakKind, Verified, verify};
+pub use chain::{is_checkpoint, public_key_base64};
+#[cfg(test)]
+pub(crate) use chain::test_key;
+pub use config::{
+    AuditConfig, DEFAULT_ARCHIVE_MAX_BYTES, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_FILES,
+    OnFailure,
+};
 pub use ecs::EcsOutcome;
 pub use recent::{LIVE_CAPACITY, RECENT_CAPACITY, RecentDecisions};
 pub(crate) use record::instance_problems;

@@ -10,11 +10,16 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use agentgate::config::Config;
 use agentgate::error_chain::error_chain;
 use agentgate::explain::{self, ExplainRequest};
+use agentgate::lint;
 use agentgate::policy::{FORMATS, FormatInfo};
 use agentgate::proxy::{Proxy, shutdown_signal};
 use agentgate::reload::ConfigSource;
 use agentgate::tls::{self, CertificateAuthority};
-use agentgate::{audit, evidence, lint};
+
+use audit_cli::AuditCommand;
+
+#[path = "main/audit_cli.rs"]
+mod audit_cli;
 
 /// A forward HTTP(S) proxy that makes AI agents respect robots.txt, agents.txt, AGENTS.md
 /// and automation-preferences.txt, and logs every decision.
@@ -73,120 +78,6 @@ struct LintArgs {
     /// Policy files.
     #[arg(required = true)]
     files: Vec<PathBuf>,
-}
-
-#[derive(Subcommand)]
-enum AuditCommand {
-    /// Requests, allowed, denied, would_deny, rate_limited and errors per agent (or origin,
-    /// reason, outcome), with the reasons that decided the blocks.
-    Summary {
-        /// What a row is.
-        #[arg(long, value_enum, default_value_t = SummaryBy::Agent)]
-        by: SummaryBy,
-        /// Only this agent id (repeatable: any of them).
-        #[arg(long = "agent")]
-        agents: Vec<String>,
-        /// Only this origin (https://host:port as logged) or host (repeatable).
-        #[arg(long = "origin")]
-        origins: Vec<String>,
-        /// Only records at or after this time: RFC 3339 (2026-11-23T10:00:00Z) or a duration
-        /// before now (1h, 30m).
-        #[arg(long)]
-        since: Option<String>,
-        /// Output format (`text` is the same as `table`).
-        #[arg(long, value_enum, default_value_t = SummaryFormat::Table)]
-        format: SummaryFormat,
-        /// Decision logs, plain or gzip'd, oldest first (decisions.jsonl.2 decisions.jsonl.1
-        /// decisions.jsonl); `-` reads standard input.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-    },
-    /// Print the records that match, as the JSON lines they are: one per request (a forwarded
-    /// request's completed line), or with --raw every line as written.
-    Grep {
-        #[command(flatten)]
-        filter: GrepFilter,
-        /// Every matching line as written: a forwarded request's decision line (before
-        /// forwarding) and its completed line (after the response), not one per request.
-        #[arg(long)]
-        raw: bool,
-        /// Decision logs, plain or gzip'd, oldest first.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-    },
-    /// Print, per agent, the allow_hosts line its requests need (learned from a monitor run),
-    /// with request counts as comments; hosts the network guard refused are left out.
-    Suggest {
-        /// Only this agent: its allow_hosts line alone.
-        #[arg(long)]
-        agent: Option<String>,
-        /// Decision logs, plain or gzip'd, oldest first.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-    },
-    /// Print one request's record and, for each reason, the policy file's text around the
-    /// deciding line, read from the policy archive and checked against the record's digest.
-    /// Exits 1 when no record has the id.
-    Show {
-        /// The record's event.id.
-        event_id: String,
-        /// The policy archive ([audit] archive_dir); default: policy-archive beside the
-        /// first FILE.
-        #[arg(long)]
-        archive: Option<PathBuf>,
-        /// Decision logs, plain or gzip'd, oldest first.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-    },
-    /// Decide every logged request again under a candidate config, against the policy files
-    /// as they were served (from the archive), and print per agent the requests whose
-    /// outcome would change. Exits 1 when any outcome changes (so it can gate a config
-    /// change), 0 when none does, 2 when it cannot run.
-    Shadow {
-        /// The candidate config.
-        #[arg(long)]
-        config: PathBuf,
-        /// The policy archive ([audit] archive_dir); default: policy-archive beside the
-        /// first FILE.
-        #[arg(long)]
-        archive: Option<PathBuf>,
-        /// Decision logs, plain or gzip'd, oldest first.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-    },
-}
-
-#[derive(Args)]
-struct GrepFilter {
-    /// Only this agent id (repeatable: any of them).
-    #[arg(long = "agent")]
-    agents: Vec<String>,
-    /// Only this origin (https://host:port as logged) or host (repeatable).
-    #[arg(long = "origin")]
-    origins: Vec<String>,
-    /// Only this outcome (repeatable).
-    #[arg(long = "outcome", value_parser = clap::builder::PossibleValuesParser::new(
-        audit::Outcome::ALL.iter().map(|o| o.as_str())))]
-    outcomes: Vec<String>,
-    /// Only records at or after this time: RFC 3339 or a duration before now (1h, 30m).
-    #[arg(long)]
-    since: Option<String>,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum SummaryBy {
-    Agent,
-    Origin,
-    Reason,
-    Outcome,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum SummaryFormat {
-    /// Aligned tables with a total row.
-    #[value(alias = "text")]
-    Table,
-    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -324,31 +215,7 @@ fn answer(command: Command, out: &mut impl Write) -> anyhow::Result<ExitCode> {
         Command::Config(ConfigCommand::Check { file }) => check_config(&file, out)?,
         Command::Explain(args) => return run_explain(args, out),
         Command::Lint(args) => return run_lint(args, out),
-        Command::Audit(AuditCommand::Summary { by, agents, origins, since, format, files }) => {
-            let filter = audit::Filter { since: self::since(since.as_deref())?, agents, origins, outcomes: Vec::new() };
-            audit_summary(&files, by, filter, format, out)?;
-        }
-        Command::Audit(AuditCommand::Grep { filter, raw, files }) => audit_grep(&files, filter, raw, out)?,
-        Command::Audit(AuditCommand::Suggest { agent, files }) => audit_suggest(&files, agent.as_deref(), out)?,
-        Command::Audit(AuditCommand::Show { event_id, archive, files }) => {
-            let archive = evidence::archive_dir(archive.as_deref(), &files);
-            if !evidence::show(&files, &event_id, &archive, out)? {
-                eprintln!("agentgate audit show: no record has event.id {event_id:?} in the files given");
-                return Ok(ExitCode::from(1));
-            }
-        }
-        Command::Audit(AuditCommand::Shadow { config, archive, files }) => {
-            return match evidence::shadow_config(&config, archive.as_deref(), &files) {
-                Ok(report) => {
-                    unless_reader_left(report.render(out))?;
-                    Ok(if report.changed() { ExitCode::from(1) } else { ExitCode::SUCCESS })
-                }
-                Err(e) => {
-                    eprintln!("agentgate audit shadow: {e}");
-                    Ok(ExitCode::from(2))
-                }
-            };
-        }
+        Command::Audit(command) => return audit_cli::answer(command, out),
         Command::Keys(KeysArgs { agent, config, ca_dir }) => {
             let config = ConfigSource { path: config, listen: None, ca_dir }.load()?;
             let set = agentgate::signing::directory(
@@ -450,70 +317,6 @@ fn run_lint(args: LintArgs, out: &mut impl Write) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(code)
-}
-
-fn since(value: Option<&str>) -> anyhow::Result<Option<audit::Since>> {
-    Ok(value.map(|v| audit::Since::parse(v, std::time::SystemTime::now())).transpose()?)
-}
-
-fn audit_summary(
-    files: &[PathBuf],
-    by: SummaryBy,
-    filter: audit::Filter,
-    format: SummaryFormat,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    let by = match by {
-        SummaryBy::Agent => audit::By::Agent,
-        SummaryBy::Origin => audit::By::Origin,
-        SummaryBy::Reason => audit::By::Reason,
-        SummaryBy::Outcome => audit::By::Outcome,
-    };
-    let summary = audit::summarize_files(files, by, filter)?;
-    match format {
-        SummaryFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&summary)?)?,
-        SummaryFormat::Table => write!(out, "{}", summary.render_table())?,
-    }
-    Ok(())
-}
-
-/// Matching lines on stdout; malformed lines counted on stderr, as a note, not a failure.
-fn audit_grep(files: &[PathBuf], args: GrepFilter, raw: bool, out: &mut impl Write) -> anyhow::Result<()> {
-    let filter = audit::Filter {
-        since: since(args.since.as_deref())?,
-        agents: args.agents,
-        origins: args.origins,
-        outcomes: args.outcomes,
-    };
-    let lines = if raw { audit::GrepLines::Raw } else { audit::GrepLines::PerRequest };
-    let report = audit::grep(files, &filter, lines, out)?;
-    out.flush()?;
-    if let Some(first) = &report.first_malformed {
-        eprintln!(
-            "agentgate audit grep: {} lines are not records and were skipped (first: {}:{}: {})",
-            report.malformed_lines,
-            first.file.display(),
-            first.line,
-            first.error
-        );
-    }
-    Ok(())
-}
-
-/// The suggested lines on stdout; malformed lines counted on stderr, as a note.
-fn audit_suggest(files: &[PathBuf], agent: Option<&str>, out: &mut impl Write) -> anyhow::Result<()> {
-    let suggestion = audit::suggest(files, agent)?;
-    out.write_all(suggestion.render(agent.is_some()).as_bytes())?;
-    if let Some(first) = &suggestion.first_malformed {
-        eprintln!(
-            "agentgate audit suggest: {} lines are not records and were skipped (first: {}:{}: {})",
-            suggestion.malformed_lines,
-            first.file.display(),
-            first.line,
-            first.error
-        );
-    }
-    Ok(())
 }
 
 fn check_config(file: &std::path::Path, out: &mut impl Write) -> anyhow::Result<()> {

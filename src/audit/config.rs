@@ -5,10 +5,11 @@
 //! Never: opens the log or starts the writer (`writer.rs` does, from this table).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::setting::{byte_size, nonzero_caps};
+use crate::setting::{byte_size, duration, nonzero_caps, nonzero_timeouts};
 
 /// What the gate does with a request whose record cannot be written (DESIGN §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -61,6 +62,13 @@ pub struct AuditConfig {
     /// removed first (default [`DEFAULT_ARCHIVE_MAX_BYTES`]). Bytes or with a unit.
     #[serde(deserialize_with = "byte_size")]
     pub archive_max_bytes: u64,
+    /// The Ed25519 key (PKCS#8, DER or PEM) checkpoints are signed with, created (0600) when
+    /// missing; unset: `<[ca] dir>/audit-key.pk8` ([`AuditConfig::signing_key_path`]).
+    pub signing_key_file: Option<PathBuf>,
+    /// How often the writer adds a signed checkpoint line when lines were written since the
+    /// last one (also at rotation, reopen and shutdown); default 60 s.
+    #[serde(deserialize_with = "duration")]
+    pub checkpoint_interval: Duration,
 }
 
 impl Default for AuditConfig {
@@ -74,6 +82,8 @@ impl Default for AuditConfig {
             max_files: DEFAULT_MAX_FILES,
             archive_dir: None,
             archive_max_bytes: DEFAULT_ARCHIVE_MAX_BYTES,
+            signing_key_file: None,
+            checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
         }
     }
 }
@@ -95,6 +105,9 @@ impl AuditConfig {
     }
 }
 
+/// The default `[audit] checkpoint_interval`.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
+
 /// The default `[audit] max_file_size`: 100 MiB. With [`DEFAULT_MAX_FILES`] the default log
 /// takes at most 1.1 GiB (the file and ten rotated ones): about a million forwarded
 /// requests, a few minutes at full load, hours to days for most deployments.
@@ -103,6 +116,13 @@ pub const DEFAULT_MAX_FILE_SIZE: u64 = 100 * 1024 * 1024;
 pub const DEFAULT_MAX_FILES: usize = 10;
 
 impl AuditConfig {
+    /// The checkpoint signing key: `[audit] signing_key_file`, else `audit-key.pk8` in the
+    /// CA directory `ca_dir` (kept like the CA's own key, away from the log directory that
+    /// log shippers read).
+    pub fn signing_key_path(&self, ca_dir: &Path) -> PathBuf {
+        self.signing_key_file.clone().unwrap_or_else(|| ca_dir.join("audit-key.pk8"))
+    }
+
     /// The most disk the log takes, in bytes (the file and every rotated one), when it is
     /// rotated by size: `None` for standard output or `max_file_size = 0` (no bound).
     pub fn disk_bound(&self) -> Option<u64> {
@@ -125,6 +145,7 @@ impl AuditConfig {
                 ("[audit] max_files", self.max_files, default.max_files),
             ],
         );
+        nonzero_timeouts(problems, &[("[audit] checkpoint_interval", self.checkpoint_interval)]);
         if self.path.as_os_str().is_empty() {
             problems.push("[audit] path = \"\": must not be empty".to_owned());
         }
@@ -191,12 +212,15 @@ mod tests {
         assert_eq!(defaults.path, Path::new("logs/decisions.jsonl"));
         assert_eq!((defaults.queue_capacity, defaults.on_failure, defaults.log_query), (8192, OnFailure::Block, false));
         assert_eq!((defaults.max_file_size, defaults.max_files), (100 << 20, 10), "rotated by size by default");
+        assert_eq!(defaults.checkpoint_interval, Duration::from_secs(60));
+        assert_eq!(defaults.signing_key_path(Path::new("certs")), Path::new("certs/audit-key.pk8"));
         assert_eq!(defaults.disk_bound(), Some(1100 << 20));
         assert_eq!(AuditConfig { path: "-".into(), ..defaults.clone() }.disk_bound(), None);
         assert_eq!(AuditConfig { max_file_size: 0, ..defaults.clone() }.disk_bound(), None);
 
         let table = "path = \"-\"\nqueue_capacity = 64\non_failure = \"continue\"\nlog_query = true\n\
-                     max_file_size = \"64KiB\"\nmax_files = 2\n";
+                     max_file_size = \"64KiB\"\nmax_files = 2\nsigning_key_file = \"/keys/audit.pk8\"\n\
+                     checkpoint_interval = \"5s\"\n";
         let set: AuditConfig = toml::from_str(table).expect("a full table");
         assert_eq!(
             set,
@@ -209,6 +233,8 @@ mod tests {
                 max_files: 2,
                 archive_dir: None,
                 archive_max_bytes: DEFAULT_ARCHIVE_MAX_BYTES,
+                signing_key_file: Some("/keys/audit.pk8".into()),
+                checkpoint_interval: Duration::from_secs(5),
             }
         );
         assert_eq!(defaults.archive_dir(), Some(PathBuf::from("logs/policy-archive")), "beside the log");

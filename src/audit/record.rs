@@ -176,7 +176,7 @@ impl fmt::Display for EventId {
 pub(crate) struct Ascii<const N: usize>([u8; N]);
 
 impl<const N: usize> Ascii<N> {
-    fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         std::str::from_utf8(&self.0).expect("only ASCII is written into it")
     }
 }

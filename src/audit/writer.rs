@@ -20,10 +20,12 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
+use ring::signature::Ed25519KeyPair;
 use tokio::task::JoinHandle;
 
 use self::commit::{Batch, Shared};
 use self::sink::{Rotation, Sink};
+use super::chain::Chain;
 use super::record::LINE_CAPACITY;
 use super::{AuditConfig, AuditError, DecisionRecord, OnFailure, RecentDecisions};
 
@@ -96,7 +98,9 @@ pub struct AuditWriter {
 }
 
 impl AuditLog {
-    /// Opens the log (append mode, parent directories created) and starts its flusher.
+    /// Opens the log (append mode, parent directories created) and starts its flusher; the
+    /// hash chain picks up from the file's last line, and checkpoints are signed with `key`
+    /// (`[audit] signing_key_file`).
     ///
     /// # Errors
     /// [`AuditError::Open`] naming the path when it cannot be opened, so a bad path fails at
@@ -104,14 +108,15 @@ impl AuditLog {
     ///
     /// # Panics
     /// Outside a tokio runtime, as `tokio::task::spawn_blocking` does.
-    pub fn start(config: AuditConfig) -> Result<(AuditLog, AuditWriter), AuditError> {
+    pub fn start(config: AuditConfig, key: Ed25519KeyPair) -> Result<(AuditLog, AuditWriter), AuditError> {
         let sink = Sink::open(&config.path, Rotation::of(&config))
             .map_err(|source| AuditError::Open { path: config.path.clone(), source })?;
-        Self::start_with(config, sink)
+        let chain = Chain::resume(&config.path, key);
+        Self::start_with(config, sink, chain)
     }
 
-    fn start_with(config: AuditConfig, sink: Sink) -> Result<(AuditLog, AuditWriter), AuditError> {
-        let shared = Arc::new(Shared::new(config, sink)?);
+    fn start_with(config: AuditConfig, sink: Sink, chain: Chain) -> Result<(AuditLog, AuditWriter), AuditError> {
+        let shared = Arc::new(Shared::new(config, sink, chain)?);
         let thread = shared.start_flusher();
         let open = Arc::new(Open(Arc::clone(&shared)));
         let log = AuditLog { shared: Arc::clone(&shared), _open: Arc::clone(&open) };

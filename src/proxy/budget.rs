@@ -211,7 +211,7 @@ mod tests {
     async fn a_relay_that_crosses_its_budget_is_cut_there_and_its_end_recorded_as_the_refusal() -> TestResult {
         let dir = tempfile::tempdir()?;
         let config = AuditConfig { path: dir.path().join("decisions.jsonl"), ..AuditConfig::default() };
-        let (audit, _writer) = AuditLog::start(config)?;
+        let (audit, _writer) = AuditLog::start(config, crate::audit::test_key())?;
         let mut written = audit.recent().subscribe();
         let client = SocketAddr::from(([127, 0, 0, 1], 40_000));
         let record = DecisionRecord::new(Outcome::Allow, Mode::Enforce, client, "bot", "GET", "http://example.com/ws");

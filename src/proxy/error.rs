@@ -59,6 +59,13 @@ pub enum StartError {
         source: crate::audit::AuditError,
     },
 
+    /// The decision log's checkpoint signing key could not be loaded or created.
+    #[error("cannot load the decision log's signing key ([audit] signing_key_file): {source}")]
+    AuditKey {
+        /// What the key loader reported.
+        source: crate::signing::KeyError,
+    },
+
     /// The shared policy store could not be set up (`[cache] store = "redis"`).
     #[error("cannot set up the shared policy store ([cache.redis]): {source}")]
     PolicyStore {

@@ -173,8 +173,10 @@ impl Proxy {
         }
         // Opened last, so a failure above leaves no writer behind; opened before the first
         // accept, so a bad log path stops start-up instead of the first request.
+        let key = crate::signing::load_or_create(&config.audit.signing_key_path(&config.ca.dir))
+            .map_err(|source| StartError::AuditKey { source })?;
         let (audit, audit_writer) =
-            AuditLog::start(config.audit.clone()).map_err(|source| StartError::Audit { source })?;
+            AuditLog::start(config.audit.clone(), key).map_err(|source| StartError::Audit { source })?;
         let state = Arc::new(ProxyState::new(config, certs, upstream, guard, gate, audit, metrics));
         Ok(RunningProxy { state, audit_writer, ca_cert_path, listener, local_addr, admin, transparent, cache })
     }

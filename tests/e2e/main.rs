@@ -78,6 +78,8 @@
 //!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c);
 //! - `transparent`: transparent mode in real network namespaces (nftables redirect, curl and
 //!   python clients that ignore proxy variables, passthrough, fronting, no loop);
+//! - `evidence`: the decision log's hash chain and signed checkpoints over rotation, SIGHUP,
+//!   gzip and `kill -9`, `audit verify` naming each tampering, an independent Python verifier;
 //! - `signing`: Web Bot Auth signatures on a signing agent's requests, verified by an
 //!   independent Python verifier with the keys `agentgate keys` prints; forgery, rotation;
 //! - `usage`: usage preferences (robots.txt `Content-Usage` / `Content-Signal` lines, the
@@ -99,6 +101,7 @@ mod console;
 mod docker;
 mod egress;
 mod errors;
+mod evidence;
 mod fleet;
 mod forward;
 mod gate;

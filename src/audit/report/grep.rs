@@ -16,7 +16,7 @@ use std::path::Path;
 use super::input::for_each_line;
 use super::query::{Completed, Filter, LoggedRecord, OnePerRequest};
 use super::summary::MalformedLine;
-use crate::audit::AuditError;
+use crate::audit::{AuditError, is_checkpoint};
 
 /// Which lines [`grep`] prints.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -103,7 +103,7 @@ pub fn grep(
     let mut printer = Printer { filter, out, report: GrepReport::default(), failed: None };
     let mut requests = OnePerRequest::<Line>::default();
     for_each_line(paths, |path, line, bytes| {
-        if printer.failed.is_some() || bytes.trim_ascii().is_empty() {
+        if printer.failed.is_some() || bytes.trim_ascii().is_empty() || is_checkpoint(bytes) {
             return;
         }
         match LoggedRecord::parse(bytes) {

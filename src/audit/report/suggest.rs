@@ -22,7 +22,7 @@ use http::uri::Authority;
 use super::input::for_each_line;
 use super::query::{LoggedRecord, OnePerRequest};
 use super::summary::MalformedLine;
-use crate::audit::{AuditError, Outcome};
+use crate::audit::{AuditError, Outcome, is_checkpoint};
 use crate::policy::OperatorCode;
 
 /// What `audit suggest` found in the logs.
@@ -63,7 +63,7 @@ pub fn suggest(paths: &[impl AsRef<Path>], agent: Option<&str>) -> Result<Sugges
     let mut tally = Tally::default();
     let mut suggestion = Suggestion::default();
     for_each_line(paths, |path, line, bytes| {
-        if bytes.trim_ascii().is_empty() {
+        if bytes.trim_ascii().is_empty() || is_checkpoint(bytes) {
             return;
         }
         match LoggedRecord::parse(bytes) {

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::input::{for_each_line, read_lines};
 use super::query::{Filter, LoggedRecord, OnePerRequest};
-use crate::audit::{AuditError, Outcome};
+use crate::audit::{AuditError, Outcome, is_checkpoint};
 
 /// How many hosts and reasons each group's top lists keep.
 const TOP: usize = 10;
@@ -238,7 +238,7 @@ impl Summarizer {
     }
 
     fn line(&mut self, path: &Path, line: u64, bytes: &[u8]) {
-        if bytes.trim_ascii().is_empty() {
+        if bytes.trim_ascii().is_empty() || is_checkpoint(bytes) {
             return;
         }
         match LoggedRecord::parse(bytes) {

@@ -25,12 +25,13 @@ use std::path::PathBuf;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
 use super::sink::Sink;
+use crate::audit::chain::{CHECKPOINT_ROOM, Chain, GROWTH, Mark};
 use crate::audit::{AuditConfig, AuditError, OnFailure, RECENT_CAPACITY, RecentDecisions};
 
 mod flusher;
@@ -83,6 +84,11 @@ pub(super) struct Shared {
     /// The file. Locked only by the holder of the writer role (`Queue::writing`), so it is
     /// never contended.
     sink: Mutex<Sink>,
+    /// The hash chain, linked in the order lines reach the file. Locked, after `sink`, only
+    /// by the holder of the writer role.
+    chain: Mutex<Chain>,
+    /// `[audit] checkpoint_interval`.
+    pub(super) checkpoint_interval: Duration,
 }
 
 /// The lines not yet written, and the writer role.
@@ -180,7 +186,9 @@ impl Queue {
     /// Takes the pending lines for a runtime worker to write, when the role is free and the
     /// batch is one a worker may write.
     fn take_inline(&mut self) -> Option<Taken> {
-        let fits = self.text.len() as u64 <= self.inline_room;
+        // As chained, with room for the checkpoint that seals the file at its rotation.
+        let chained = self.text.len() as u64 + self.lines * GROWTH as u64 + CHECKPOINT_ROOM as u64;
+        let fits = chained <= self.inline_room;
         (!self.writing && self.lines > 0 && fits).then(|| self.take())
     }
 
@@ -205,7 +213,7 @@ impl Shared {
     ///
     /// # Errors
     /// [`AuditError::ZeroQueueCapacity`].
-    pub(super) fn new(config: AuditConfig, sink: Sink) -> Result<Shared, AuditError> {
+    pub(super) fn new(config: AuditConfig, sink: Sink, chain: Chain) -> Result<Shared, AuditError> {
         if config.queue_capacity == 0 {
             return Err(AuditError::ZeroQueueCapacity);
         }
@@ -238,6 +246,8 @@ impl Shared {
             wake: Condvar::new(),
             room: Notify::new(),
             sink: Mutex::new(sink),
+            chain: Mutex::new(chain),
+            checkpoint_interval: config.checkpoint_interval,
         })
     }
 
@@ -308,6 +318,11 @@ impl Shared {
 
     fn lock_sink(&self) -> MutexGuard<'_, Sink> {
         self.sink.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_chain(&self) -> MutexGuard<'_, Chain> {
+        // Linking is consistent after every statement: a panic leaves no half-linked state.
+        self.chain.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Appends `line` once fewer than `[audit] queue_capacity` lines are pending, waiting
@@ -403,13 +418,19 @@ impl Shared {
         self.release(taken, written, inline_room);
     }
 
-    /// Feeds the recent ring and appends `taken`, rotating first where a line would take the
-    /// file past `[audit] max_file_size`; counts each part as written or lost. True when
-    /// every line was written: a commit is told its line is on disk only then (a rotation
-    /// that splits a batch whose second part fails refuses the whole batch's commits).
+    /// Chains each line of `taken` (`agentgate.chain.prev`, in the order they reach the
+    /// file), feeds the recent ring and appends the lines, rotating first where a line
+    /// would take the file past `[audit] max_file_size` (the file is sealed with a checkpoint
+    /// before); counts each part as written or lost, and unlinks a lost part from the chain.
+    /// True when every line was written: a commit is told its line is on disk only then (a
+    /// rotation that splits a batch whose second part fails refuses the whole batch's
+    /// commits).
     fn write_batch(&self, sink: &mut Sink, taken: &Taken) -> bool {
         let text = &taken.text;
-        let (mut start, mut end, mut lines, mut written) = (0, 0, 0, true);
+        let mut chain = self.lock_chain();
+        let mut out = std::mem::take(&mut chain.buffer);
+        out.clear();
+        let (mut lines, mut written, mut mark) = (0, true, chain.mark());
         // Line by line with memchr's vector search: `split_inclusive`'s byte search in core
         // was ~800 instructions a line (bench/RESULTS.md).
         let mut from = 0;
@@ -417,20 +438,46 @@ impl Shared {
             let to = memchr::memchr(b'\n', &text.as_bytes()[from..]).map_or(text.len(), |newline| from + newline + 1);
             let line = &text[from..to];
             from = to;
-            self.recent.push(line);
-            if sink.overflows((end - start) as u64, line.len() as u64) {
-                written &= self.append(sink, &text[start..end], lines);
+            if sink.overflows(out.len() as u64, (line.len() + GROWTH + CHECKPOINT_ROOM) as u64) {
+                chain.checkpoint("rotation", SystemTime::now(), &mut out);
+                written &= self.append(sink, &mut chain, mark, &out, lines);
                 sink.rotate();
-                (start, lines) = (end, 0);
+                out.clear();
+                (lines, mark) = (0, chain.mark());
             }
-            end += line.len();
+            // The ring (admin API, console) holds the line byte for byte as the file does.
+            let linked = out.len();
+            chain.link(line, &mut out);
+            self.recent.push(&out[linked..]);
             lines += 1;
         }
-        written & self.append(sink, &text[start..end], lines)
+        written &= self.append(sink, &mut chain, mark, &out, lines);
+        out.clear();
+        chain.buffer = out;
+        written
     }
 
-    fn append(&self, sink: &mut Sink, text: &str, lines: u64) -> bool {
-        if lines == 0 {
+    /// Seals the file with a signed checkpoint (for `reason`) when lines were written since
+    /// the last one. A checkpoint is no record: it is not counted as written.
+    pub(super) fn checkpoint(&self, sink: &mut Sink, reason: &str) {
+        let mut chain = self.lock_chain();
+        if chain.since() == 0 {
+            return;
+        }
+        let mark = chain.mark();
+        let mut out = std::mem::take(&mut chain.buffer);
+        out.clear();
+        chain.checkpoint(reason, SystemTime::now(), &mut out);
+        if let Err(err) = sink.append(out.as_bytes()) {
+            chain.restore(mark);
+            self.fail(&err, 0);
+        }
+        out.clear();
+        chain.buffer = out;
+    }
+
+    fn append(&self, sink: &mut Sink, chain: &mut Chain, mark: Mark, text: &str, lines: u64) -> bool {
+        if text.is_empty() {
             return true;
         }
         match sink.append(text.as_bytes()) {
@@ -439,6 +486,8 @@ impl Shared {
                 true
             }
             Err(err) => {
+                // The lines are not in the file: the next line chains to the last one that is.
+                chain.restore(mark);
                 self.fail(&err, lines);
                 false
             }

@@ -9,14 +9,41 @@ use std::time::{Duration, Instant};
 
 use super::commit::SLOW_WRITE;
 use super::sink::LogFile;
-use crate::audit::{AuditConfig, field};
+use crate::audit::{AuditConfig, field, is_checkpoint};
 
 pub(super) fn settings(path: PathBuf) -> AuditConfig {
     AuditConfig { path, ..AuditConfig::default() }
 }
 
+/// The log at `path` as the records were encoded: checkpoint lines left out, and each
+/// line's chain fields (`agentgate.chain.prev`, `agentgate.chain.start`) taken off.
 pub(super) fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).expect("the test log is readable")
+    unchained(&std::fs::read_to_string(path).expect("the test log is readable"))
+}
+
+/// `text` without checkpoint lines and chain fields (see [`read`]).
+pub(super) fn unchained(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        if is_checkpoint(line.as_bytes()) {
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("{\"agentgate.chain.prev\":\"").and_then(|rest| rest.get(66..)) else {
+            out.push_str(line);
+            continue;
+        };
+        let rest = match rest.strip_prefix("\"agentgate.chain.start\":") {
+            Some(start) => {
+                let mut reason = serde_json::Deserializer::from_str(start).into_iter::<String>();
+                let _ = reason.next();
+                &start[reason.byte_offset() + 1..]
+            }
+            None => rest,
+        };
+        out.push('{');
+        out.push_str(rest);
+    }
+    out
 }
 
 /// An in-memory disk of `capacity` bytes that takes what fits of a write, then fails with
@@ -79,7 +106,7 @@ impl TestDisk {
     }
 
     pub(super) fn text(&self) -> String {
-        String::from_utf8(self.lock().bytes.clone()).expect("UTF-8")
+        unchained(&String::from_utf8(self.lock().bytes.clone()).expect("UTF-8"))
     }
 
     pub(super) fn set_capacity(&self, capacity: usize) {
@@ -93,7 +120,7 @@ pub(super) fn event_ids(paths: &[PathBuf]) -> Vec<String> {
     for path in paths {
         let text = std::fs::read_to_string(path).unwrap_or_default();
         assert!(text.is_empty() || text.ends_with('\n'), "{} ends in a partial line", path.display());
-        for line in text.lines() {
+        for line in text.lines().filter(|line| !is_checkpoint(line.as_bytes())) {
             let value: serde_json::Value = serde_json::from_str(line).expect("each line is whole JSON");
             ids.push(value[field::EVENT_ID].as_str().expect("each line has an id").to_owned());
         }

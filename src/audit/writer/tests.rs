@@ -20,7 +20,8 @@ async fn a_thousand_records_from_eight_tasks_make_a_thousand_distinct_lines() {
     let path = dir.path().join("nested/logs/decisions.jsonl");
     // A small queue, so senders wait for the writer (backpressure) instead of dropping.
     let (log, writer) =
-        AuditLog::start(AuditConfig { queue_capacity: 16, ..settings(path.clone()) }).expect("the log opens");
+        AuditLog::start(AuditConfig { queue_capacity: 16, ..settings(path.clone()) }, crate::audit::chain::test_key())
+            .expect("the log opens");
     let tasks: Vec<_> = (0..8)
         .map(|task| {
             let log = log.clone();
@@ -57,7 +58,8 @@ async fn lines_are_appended_exactly_as_encoded() {
     let path = dir.path().join("decisions.jsonl");
     let first = sample("bot-1", Outcome::Deny, "https://a.example/p?token=secret");
     let second = sample("bot-2", Outcome::Allow, "https://b.example/");
-    let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+    let (log, writer) =
+        AuditLog::start(settings(path.clone()), crate::audit::chain::test_key()).expect("the log opens");
     log.record(&first).await.expect("queued");
     log.record(&second).await.expect("queued");
     assert_eq!(writer.shutdown().await.written, 2);
@@ -65,7 +67,8 @@ async fn lines_are_appended_exactly_as_encoded() {
     // A restart appends, and `log_query` keeps query values.
     let third = sample("bot-1", Outcome::WouldDeny, "https://a.example/p?token=secret");
     let (log, writer) =
-        AuditLog::start(AuditConfig { log_query: true, ..settings(path.clone()) }).expect("the log reopens");
+        AuditLog::start(AuditConfig { log_query: true, ..settings(path.clone()) }, crate::audit::chain::test_key())
+            .expect("the log reopens");
     log.record(&third).await.expect("queued");
     assert_eq!(writer.shutdown().await.written, 1);
 
@@ -79,7 +82,8 @@ async fn lines_are_appended_exactly_as_encoded() {
 async fn a_line_is_flushed_while_the_log_runs() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("decisions.jsonl");
-    let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+    let (log, writer) =
+        AuditLog::start(settings(path.clone()), crate::audit::chain::test_key()).expect("the log opens");
     let rec = sample("bot-1", Outcome::Allow, "http://h/");
     log.record(&rec).await.expect("queued");
     // Waits for the flush-when-idle to show (what `tail -f` sees), not a fixed delay.
@@ -101,7 +105,9 @@ async fn a_bad_path_fails_at_start_naming_it() {
     let not_a_dir = dir.path().join("file");
     std::fs::write(&not_a_dir, b"").expect("a plain file");
     let path = not_a_dir.join("decisions.jsonl");
-    let Err(err) = AuditLog::start(settings(path.clone())) else { panic!("opening under a file must fail") };
+    let Err(err) = AuditLog::start(settings(path.clone()), crate::audit::chain::test_key()) else {
+        panic!("opening under a file must fail")
+    };
     assert!(matches!(err, AuditError::Open { .. }), "{err:?}");
     let message = err.to_string();
     assert!(message.contains(&path.display().to_string()), "{message}");
@@ -111,13 +117,17 @@ async fn a_bad_path_fails_at_start_naming_it() {
 #[tokio::test]
 async fn a_zero_queue_is_refused() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let result = AuditLog::start(AuditConfig { queue_capacity: 0, ..settings(dir.path().join("d.jsonl")) });
+    let result = AuditLog::start(
+        AuditConfig { queue_capacity: 0, ..settings(dir.path().join("d.jsonl")) },
+        crate::audit::chain::test_key(),
+    );
     assert!(matches!(result, Err(AuditError::ZeroQueueCapacity)));
 }
 
 #[tokio::test]
 async fn a_log_at_dev_null_shuts_down_without_an_error() {
-    let (log, writer) = AuditLog::start(settings(PathBuf::from("/dev/null"))).expect("/dev/null opens");
+    let (log, writer) = AuditLog::start(settings(PathBuf::from("/dev/null")), crate::audit::chain::test_key())
+        .expect("/dev/null opens");
     log.record(&sample("bot-1", Outcome::Allow, "http://h/")).await.expect("written");
     let stats = writer.shutdown().await;
     assert_eq!((stats.written, stats.failed), (1, 0));
@@ -127,7 +137,8 @@ async fn a_log_at_dev_null_shuts_down_without_an_error() {
 #[tokio::test]
 async fn records_after_shutdown_are_refused_and_counted() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let (log, writer) = AuditLog::start(settings(dir.path().join("d.jsonl"))).expect("the log opens");
+    let (log, writer) =
+        AuditLog::start(settings(dir.path().join("d.jsonl")), crate::audit::chain::test_key()).expect("the log opens");
     let stats = writer.shutdown().await;
     assert_eq!((stats.written, stats.failed), (0, 0));
     let refused = log.record(&sample("bot-1", Outcome::Allow, "http://h/")).await.expect_err("the log is closed");
@@ -143,7 +154,8 @@ async fn write_failures_are_counted_and_reported_without_panicking() {
     for on_failure in [OnFailure::Block, OnFailure::Continue] {
         let path = PathBuf::from("/dev/full");
         let (log, writer) =
-            AuditLog::start(AuditConfig { on_failure, ..settings(path.clone()) }).expect("/dev/full opens");
+            AuditLog::start(AuditConfig { on_failure, ..settings(path.clone()) }, crate::audit::chain::test_key())
+                .expect("/dev/full opens");
         let rec = sample("bot-1", Outcome::Deny, "http://h/");
         log.record(&rec).await.expect("queued; the write fails later");
         let refused = log.commit(&rec).await.expect_err("nothing reaches /dev/full");
@@ -159,11 +171,18 @@ async fn write_failures_are_counted_and_reported_without_panicking() {
 
 #[tokio::test]
 async fn a_full_disk_keeps_only_whole_lines_and_the_log_recovers_when_space_returns() {
-    let line_len = sample("bot-1", Outcome::Allow, "http://h/0").to_json_line(false).len();
+    // As chained: each line carries `agentgate.chain.prev`.
+    let line_len =
+        sample("bot-1", Outcome::Allow, "http://h/0").to_json_line(false).len() + crate::audit::chain::GROWTH;
     // Room for three lines and a half.
     let disk = TestDisk::filling(line_len * 7 / 2);
     let sink = Sink::over(Box::new(disk.clone()), None, None);
-    let (log, writer) = AuditLog::start_with(settings(PathBuf::from("test-disk")), sink).expect("the log starts");
+    let (log, writer) = AuditLog::start_with(
+        settings(PathBuf::from("test-disk")),
+        sink,
+        crate::audit::chain::Chain::new(crate::audit::chain::test_key(), "a test"),
+    )
+    .expect("the log starts");
     let mut committed = 0;
     for n in 0..10 {
         let rec = sample("bot-1", Outcome::Allow, &format!("http://h/{n}"));
@@ -194,7 +213,8 @@ async fn reopen_after_a_rename_puts_every_record_in_exactly_one_file() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("decisions.jsonl");
     let renamed = dir.path().join("decisions.jsonl.old");
-    let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+    let (log, writer) =
+        AuditLog::start(settings(path.clone()), crate::audit::chain::test_key()).expect("the log opens");
     // Records keep coming until the test has seen 50 written after the reopen: a fixed
     // count could all be written before the rename on a fast machine (as it once was).
     let stop = Arc::new(AtomicBool::new(false));
@@ -234,7 +254,8 @@ async fn reopen_fails_with_the_path_and_keeps_the_old_file() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let logs = dir.path().join("logs");
     let path = logs.join("decisions.jsonl");
-    let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+    let (log, writer) =
+        AuditLog::start(settings(path.clone()), crate::audit::chain::test_key()).expect("the log opens");
     log.commit(&sample("bot-1", Outcome::Allow, "http://h/1")).await.expect("written");
     // The directory is replaced by a file: the path cannot be opened again.
     std::fs::rename(&logs, dir.path().join("moved")).expect("move the directory");
@@ -255,7 +276,7 @@ async fn size_rotation_under_load_keeps_every_record_once_and_each_file_under_th
     let max_file_size = line_len * 5 + line_len / 2;
     // Enough files that none is deleted: every record can be counted.
     let audit = AuditConfig { max_file_size, max_files: 1000, queue_capacity: 16, ..settings(path.clone()) };
-    let (log, writer) = AuditLog::start(audit).expect("the log opens");
+    let (log, writer) = AuditLog::start(audit, crate::audit::chain::test_key()).expect("the log opens");
     let tasks: Vec<_> = (0..8)
         .map(|task| {
             let log = log.clone();
@@ -291,7 +312,7 @@ async fn rotation_keeps_max_files_and_deletes_the_oldest() {
     // One line per file: a second would not fit (and the size is above the minimum).
     let audit = AuditConfig { max_file_size: line_len.max(MIN_FILE_SIZE), max_files: 2, ..settings(path.clone()) };
     let long = "x".repeat(MIN_FILE_SIZE as usize / 2);
-    let (log, writer) = AuditLog::start(audit).expect("the log opens");
+    let (log, writer) = AuditLog::start(audit, crate::audit::chain::test_key()).expect("the log opens");
     for n in 0..5 {
         log.commit(&sample("bot-1", Outcome::Allow, &format!("http://h/{n}{long}"))).await.expect("written");
     }

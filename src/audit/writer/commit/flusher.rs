@@ -1,7 +1,8 @@
 //! The flusher thread: writes the lines that lingered [`LINGER`] with no commit to carry
 //! them, and whatever a runtime worker may not write (stdout, a device, a batch that needs a
 //! rotation, a disk that turned slow); reopens the file on request, and on close writes
-//! everything pending, fsyncs and ends.
+//! everything pending, fsyncs and ends. It also adds the signed checkpoints: every
+//! `[audit] checkpoint_interval`, before a reopen and at shutdown.
 //!
 //! Never: runs on a runtime worker (it blocks on a condition variable, a slow disk and the
 //! final fsync), or writes while a committing task holds the writer role.
@@ -19,9 +20,12 @@ pub(super) fn flush_lines(shared: &Shared) {
     // Lines queued when the flusher last looked: while they keep coming it keeps lingering
     // on its own clock, so under load nobody has to wake it.
     let mut seen = 0;
+    let mut checkpoint_at = Instant::now() + shared.checkpoint_interval;
     loop {
         let lingered = queue.linger_until.map(|until| until.saturating_duration_since(Instant::now()));
-        let urgent = queue.urgent || queue.closed || !queue.reopens.is_empty();
+        let checkpoint_in = checkpoint_at.saturating_duration_since(Instant::now());
+        let checkpoint_due = checkpoint_in.is_zero();
+        let urgent = queue.urgent || queue.closed || !queue.reopens.is_empty() || checkpoint_due;
         if lingered == Some(Duration::ZERO) && !urgent && (queue.lines == 0 || queue.writing) {
             // A commit carried the lines away, or is writing now and one behind it will
             // likely carry them: look again after another linger while lines keep coming,
@@ -35,7 +39,13 @@ pub(super) fn flush_lines(shared: &Shared) {
         if !due || queue.writing {
             queue.flusher = if due { Flusher::WaitingForRole } else { Flusher::Sleeping };
             queue = match lingered.filter(|_| !due) {
-                Some(left) => shared.wake.wait_timeout(queue, left).unwrap_or_else(PoisonError::into_inner).0,
+                Some(left) => {
+                    let left = left.min(checkpoint_in);
+                    shared.wake.wait_timeout(queue, left).unwrap_or_else(PoisonError::into_inner).0
+                }
+                None if !due => {
+                    shared.wake.wait_timeout(queue, checkpoint_in).unwrap_or_else(PoisonError::into_inner).0
+                }
                 None => shared.wake.wait(queue).unwrap_or_else(PoisonError::into_inner),
             };
             queue.flusher = Flusher::Running;
@@ -57,7 +67,13 @@ pub(super) fn flush_lines(shared: &Shared) {
             sink.slow = false;
             tracing::info!(path = %shared.path.display(), "decision log writes are quick again");
         }
+        if checkpoint_due {
+            shared.checkpoint(&mut sink, "interval");
+            checkpoint_at = Instant::now() + shared.checkpoint_interval;
+        }
         if !reopens.is_empty() {
+            // The file logrotate renamed is sealed before it is let go.
+            shared.checkpoint(&mut sink, "reopen");
             let reopened = sink.reopen().map_err(|err| err.to_string());
             for reply in reopens {
                 // The caller may have given up waiting; the file is reopened all the same.
@@ -67,6 +83,7 @@ pub(super) fn flush_lines(shared: &Shared) {
         if closing {
             // Nothing was accepted after `closed`, so this batch held the last lines; the
             // role is kept so nothing writes after the fsync.
+            shared.checkpoint(&mut sink, "shutdown");
             if let Err(err) = sink.sync() {
                 shared.fail(&err, 0);
             }

@@ -11,14 +11,15 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::audit::record::sample;
 use crate::audit::writer::sink::{LogFile, Sink};
-use crate::audit::writer::testing::{TestDisk, event_ids, read, settings, wait_for_lines, wait_until};
+use crate::audit::writer::testing::{TestDisk, event_ids, read, settings, unchained, wait_for_lines, wait_until};
 use crate::audit::{AuditConfig, AuditError, AuditLog, Outcome};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_commits_from_many_tasks_each_land_once_and_whole() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("decisions.jsonl");
-    let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+    let (log, writer) =
+        AuditLog::start(settings(path.clone()), crate::audit::chain::test_key()).expect("the log opens");
     // As the gate does: a commit before forwarding, a record after the response.
     let tasks: Vec<_> = (0..16)
         .map(|task| {
@@ -117,7 +118,12 @@ impl LogFile for GatedDisk {
 async fn a_commit_behind_a_failed_batch_is_unrecorded() {
     let disk = GatedDisk::new(true);
     let sink = Sink::over(Box::new(disk.clone()), None, None);
-    let (log, writer) = AuditLog::start_with(settings(PathBuf::from("gated")), sink).expect("the log starts");
+    let (log, writer) = AuditLog::start_with(
+        settings(PathBuf::from("gated")),
+        sink,
+        crate::audit::chain::Chain::new(crate::audit::chain::test_key(), "a test"),
+    )
+    .expect("the log starts");
     // The first commit takes the writer role and waits in its `write`.
     let first = tokio::spawn({
         let log = log.clone();
@@ -157,7 +163,8 @@ async fn a_commit_behind_a_failed_batch_is_unrecorded() {
 async fn record_lines_with_no_commit_after_them_reach_the_file() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("decisions.jsonl");
-    let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+    let (log, writer) =
+        AuditLog::start(settings(path.clone()), crate::audit::chain::test_key()).expect("the log opens");
     let mut live = log.recent().subscribe();
     let recs: Vec<_> = (0..3).map(|n| sample("bot-1", Outcome::Deny, &format!("http://h/{n}"))).collect();
     for rec in &recs {
@@ -170,9 +177,12 @@ async fn record_lines_with_no_commit_after_them_reach_the_file() {
     assert_eq!(log.written_records(), 3);
     // The ring and the live stream hold them in the file's order.
     let latest: Vec<String> = log.recent().latest(3).iter().rev().map(|line| format!("{line}\n")).collect();
-    assert_eq!(latest.concat(), expected);
+    // As the file has them, chain fields included.
+    assert_eq!(unchained(&latest.concat()), expected);
+    assert_eq!(latest.concat(), std::fs::read_to_string(&path).expect("the log"));
     for line in expected.lines() {
-        assert_eq!(live.recv().await.expect("a live line").as_ref(), line);
+        let streamed = format!("{}\n", live.recv().await.expect("a live line").as_ref());
+        assert_eq!(unchained(&streamed), format!("{line}\n"));
     }
     writer.shutdown().await;
 }
@@ -188,7 +198,9 @@ async fn records_wait_at_capacity_and_none_is_dropped() {
     let disk = GatedDisk::new(false);
     let sink = Sink::over(Box::new(disk.clone()), None, None);
     let audit = AuditConfig { queue_capacity: 2, ..settings(PathBuf::from("gated")) };
-    let (log, writer) = AuditLog::start_with(audit, sink).expect("the log starts");
+    let (log, writer) =
+        AuditLog::start_with(audit, sink, crate::audit::chain::Chain::new(crate::audit::chain::test_key(), "a test"))
+            .expect("the log starts");
     let rec = |n: usize| sample("bot-1", Outcome::Allow, &format!("http://h/{n}"));
     log.record(&rec(0)).await.expect("queued");
     // The flusher takes the first line after its linger and waits in `write`.
@@ -210,7 +222,7 @@ async fn records_wait_at_capacity_and_none_is_dropped() {
     waiting.await.expect("queued once there is room");
     let stats = writer.shutdown().await;
     assert_eq!((stats.written, stats.failed), (4, 1));
-    let text = String::from_utf8(disk.lock().text.clone()).expect("UTF-8");
+    let text = unchained(&String::from_utf8(disk.lock().text.clone()).expect("UTF-8"));
     let expected: String = (0..4).map(|n| rec(n).to_json_line(false)).collect();
     // Same records, same order (ids and timestamps differ between two `sample` calls).
     let urls = |text: &str| -> Vec<String> {
@@ -225,7 +237,8 @@ async fn records_wait_at_capacity_and_none_is_dropped() {
 async fn shutdown_writes_every_pending_line() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = dir.path().join("decisions.jsonl");
-    let (log, writer) = AuditLog::start(settings(path.clone())).expect("the log opens");
+    let (log, writer) =
+        AuditLog::start(settings(path.clone()), crate::audit::chain::test_key()).expect("the log opens");
     for n in 0..100 {
         log.record(&sample("bot-1", Outcome::Allow, &format!("http://h/{n}"))).await.expect("queued");
     }
@@ -241,7 +254,12 @@ async fn shutdown_writes_every_pending_line() {
 async fn a_slow_write_hands_writing_to_the_flusher() {
     let disk = TestDisk::slow_once();
     let sink = Sink::over(Box::new(disk.clone()), None, None);
-    let (log, writer) = AuditLog::start_with(settings(PathBuf::from("slow")), sink).expect("the log starts");
+    let (log, writer) = AuditLog::start_with(
+        settings(PathBuf::from("slow")),
+        sink,
+        crate::audit::chain::Chain::new(crate::audit::chain::test_key(), "a test"),
+    )
+    .expect("the log starts");
     let inline_room = || log.shared.lock_queue().inline_room;
     assert_eq!(inline_room(), u64::MAX, "a regular file: workers write");
     log.commit(&sample("bot-1", Outcome::Allow, "http://h/1")).await.expect("written, slowly");
@@ -255,7 +273,8 @@ async fn a_slow_write_hands_writing_to_the_flusher() {
 #[tokio::test]
 async fn stdout_and_devices_are_written_by_the_flusher_only() {
     assert_eq!(Sink::open(Path::new("-"), None).expect("stdout").inline_room(), 0);
-    let (log, writer) = AuditLog::start(settings(PathBuf::from("/dev/null"))).expect("/dev/null opens");
+    let (log, writer) = AuditLog::start(settings(PathBuf::from("/dev/null")), crate::audit::chain::test_key())
+        .expect("/dev/null opens");
     assert_eq!(log.shared.lock_queue().inline_room, 0);
     log.commit(&sample("bot-1", Outcome::Allow, "http://h/")).await.expect("the flusher writes it");
     assert_eq!(writer.shutdown().await.written, 1);
