@@ -40,7 +40,7 @@ pub use ecs::EcsOutcome;
 pub use recent::{LIVE_CAPACITY, RECENT_CAPACITY, RecentDecisions};
 pub(crate) use record::instance_problems;
 pub(crate) use record::rfc3339_millis;
-pub use record::{BodyCut, DecisionRecord, ErrorType, EventId, Line, Outcome, instance_name};
+pub use record::{BodyCut, DecisionRecord, ErrorType, EventId, Line, McpFields, Outcome, instance_name};
 pub(crate) use redact::is_display_unsafe;
 pub use redact::{LoggedUrl, REDACTED, redact_url};
 pub use report::{

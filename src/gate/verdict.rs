@@ -10,7 +10,7 @@ use std::sync::Arc;
 use http::HeaderMap;
 
 use crate::approvals::Approval;
-use crate::audit::{DecisionRecord, Outcome as LogOutcome};
+use crate::audit::{DecisionRecord, McpFields, Outcome as LogOutcome};
 use crate::inspect::{Place, Report};
 use crate::limits::{ByteBudgets, Permit};
 use crate::policy::operator::Mode;
@@ -140,6 +140,26 @@ impl Permitted {
         }
         self.record.url = withheld(&self.record.url, report.findings.iter().map(|finding| finding.place));
         if !refused {
+            return Ok(self);
+        }
+        self.refused_by(blocking)
+    }
+
+    /// Records the MCP request this is (`agentgate.mcp.*`, docs/mcp.md).
+    pub fn set_mcp(&mut self, mcp: McpFields) {
+        self.record.mcp = Some(Box::new(mcp));
+    }
+
+    /// The request-time check of `[[mcp]]` (docs/mcp.md): `blocking`, the reasons a refused
+    /// `tools/call` (`mcp.tool_refused`) or a body that cannot be ruled (`mcp.unreadable`)
+    /// gave, blocks it; none lets it go on. In monitor mode the request stays permitted and
+    /// its record says `would_deny`.
+    ///
+    /// # Errors
+    /// A [`Blocked`] (the `[[mcp]]` reasons first) when the request must not leave; the
+    /// proxy answers it with a JSON-RPC error, not the block page.
+    pub fn check_mcp(self, blocking: Vec<Reason>) -> Result<Permitted, Box<Blocked>> {
+        if blocking.is_empty() {
             return Ok(self);
         }
         self.refused_by(blocking)

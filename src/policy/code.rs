@@ -236,6 +236,12 @@ codes! {
         /// `[inspect]`: the request could not be inspected (its body over `max_body` or not
         /// decodable, or a WebSocket upgrade); blocking unless `on_unreadable = "allow"`.
         Unreadable = "inspect.unreadable",
+        /// `[[mcp]]`: a `tools/call` to a tool the agent's table refuses (answered with a
+        /// JSON-RPC error, the session going on).
+        McpToolRefused = "mcp.tool_refused",
+        /// `[[mcp]]`: a body to an MCP server that cannot be read within `[inspect] max_body`,
+        /// or is not JSON-RPC, so its tools cannot be ruled.
+        McpUnreadable = "mcp.unreadable",
     }
 }
 
@@ -406,6 +412,8 @@ mod tests {
         "limits.store_unavailable",
         "inspect.secret_in_request",
         "inspect.unreadable",
+        "mcp.tool_refused",
+        "mcp.unreadable",
         "usage.refused",
     ];
 

@@ -5,7 +5,8 @@
 //! human may admit), the network guard (`check_destination`), the gate
 //! (`crate::gate::Gate::decide`: block, or a `Permitted`), `hold` (a block a human may
 //! approve waits for one, `super::hold`), `inspect` (for an `[inspect]` host and agent only:
-//! the body read, bounded, and the request scanned for credentials, `super::inspect`),
+//! the body read, bounded, and the request scanned for credentials, `super::inspect`), `mcp`
+//! (for an `[[mcp]]` host only: the same read body's tool calls ruled, `super::mcp`),
 //! `forward` (rewrite, send upstream,
 //! stream the answer back), then `record` (the decision record, once the status is known).
 //! See `docs/request-flow.md`.
@@ -35,7 +36,7 @@ use super::destination::{Ask, check_destination};
 use super::error::{MAX_METHOD_LEN, ProxyError, shown_target};
 use super::forward::forward;
 use super::hold;
-use super::inspect::inspect;
+use super::inspect::{Vetting, vet_body};
 use super::local;
 use super::record::{Ending, RequestRecord};
 use super::tunnel::{self, handle_connect};
@@ -222,13 +223,18 @@ impl ProxyService {
         }
         // A withheld download (C17) is answered like any block: JSON if the agent accepts it.
         let accept = request.headers().get(ACCEPT).cloned();
-        let (permit, request) = if live.config.inspect.applies(named.origin.host(), &agent.id) {
-            // Boxed: only inspected requests pay for the body read's future (the hot path,
-            // `docs/request-flow.md`).
-            Box::pin(inspect(&live, record, permit, request, &context)).await?
+        let host = named.origin.host();
+        let vetting = Vetting {
+            inspected: live.config.inspect.applies(host, &agent.id),
+            mcp: live.config.mcp.served(host, &agent.id),
+        };
+        let (permit, request, answer_filter) = if vetting.inspected || vetting.mcp.is_some() {
+            // Boxed: only inspected and MCP requests pay for the body read's future (the hot
+            // path, `docs/request-flow.md`).
+            Box::pin(vet_body(&live, record, permit, request, &context, vetting)).await?
         } else {
-            // Streamed, as every request outside `[inspect]` is.
-            (permit, request.map(|body| body.map_err(BodyError::from).boxed_unsync()))
+            // Streamed, as every request outside `[inspect]` and `[[mcp]]` is.
+            (permit, request.map(|body| body.map_err(BodyError::from).boxed_unsync()), None)
         };
         // A tunnel's agent was identified at its CONNECT: its key is the one in force now, so a
         // rotated key signs from the first request after the reload (docs/signing.md).
@@ -239,6 +245,10 @@ impl ProxyService {
         }
         let forwarding = record.forwarding(permit).await?;
         let response = forward(&self.state, &context, forwarding, signing, request, self.drain.clone()).await?;
+        let response = match answer_filter {
+            Some(filter) => filter.apply(response),
+            None => response,
+        };
         Ok(record.answered(response, accept))
     }
 

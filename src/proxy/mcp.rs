@@ -1,0 +1,231 @@
+//! Phase `mcp` (`[[mcp]]`, docs/mcp.md): for a request to a host an `[[mcp]]` table names,
+//! whose body `super::inspect` read (bounded by `[inspect] max_body`), has `crate::mcp` read
+//! its JSON-RPC messages and rule each `tools/call`, records what it is (`agentgate.mcp.*`),
+//! and hands the gate's permit the refusals (`Permitted::check_mcp`): a refused call is
+//! answered here with a JSON-RPC error (`200`, the session goes on), a body that cannot be
+//! read or ruled with `413` or `400`. A `tools/list` is forwarded with `Accept-Encoding:
+//! identity`, and its answer (JSON, or each event of an event stream; and each event of a
+//! `GET` stream, where the older HTTP+SSE transport answers) loses the refused tools on its
+//! way back ([`AnswerFilter`]).
+//!
+//! Never decides (the gate's permit does), never logs a call's arguments unless its table
+//! says so (then redacted), never the session id (a digest of it).
+
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Bytes, BytesMut};
+use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http::{Method, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::{Body as HttpBody, Frame};
+use sha2::{Digest, Sha256};
+
+use super::answer::Exit;
+use super::body::{BodyError, Cut, ProxyBody};
+use super::context::Generation;
+use super::inspect::ReadRequest;
+use super::record::RequestRecord;
+use crate::audit::McpFields;
+use crate::gate::Permitted;
+use crate::inspect::Body;
+use crate::mcp::{EventFilter, McpTable, Messages, Served, filter_json, unreadable_answer};
+use crate::policy::{OperatorCode, Reason};
+
+/// The most bytes of a JSON `tools/list` answer held to filter it (8 MiB); a longer one is cut.
+const MAX_ANSWER: usize = 8 * 1024 * 1024;
+
+/// Phase `mcp`: `permit` checked against the `tools/call`s in `read`'s body, by `served`'s
+/// table, and the request's record given its MCP fields.
+///
+/// # Errors
+/// The answer of a refused call (a JSON-RPC error), or of a body that cannot be ruled.
+#[expect(
+    clippy::result_large_err,
+    reason = "Exit is a phase's early return, moved once per request; boxing it would cost every blocked request an allocation"
+)]
+pub(crate) fn check(
+    live: &Generation,
+    record: &mut RequestRecord,
+    mut permit: Permitted,
+    read: &mut ReadRequest,
+    served: Served<'_>,
+) -> Result<(Permitted, Option<AnswerFilter>), Exit> {
+    let session = read.parts.headers.get("mcp-session-id").map(|id| session_digest(id.as_bytes()));
+    let mut fields = McpFields { session, ..McpFields::default() };
+    // A `GET` stream or a `DELETE` carries no JSON-RPC of the agent's; a `GET` stream may
+    // carry `tools/list` answers (the older HTTP+SSE transport answers every request there).
+    if read.parts.method != Method::POST {
+        permit.set_mcp(fields);
+        let filter = served.table.filter(|_| read.parts.method == Method::GET).map(|table| filter_for(read, table));
+        return Ok((permit, filter));
+    }
+    let max_body = live.config.inspect.max_body;
+    let parsed = match read.body() {
+        Body::Read(bytes) => Messages::parse(bytes).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string())),
+        Body::TooLarge => Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is over [inspect] max_body = {max_body} bytes, so its tools cannot be ruled"),
+        )),
+        Body::Upgrade => Err((StatusCode::BAD_REQUEST, "a WebSocket upgrade carries no JSON-RPC body".to_owned())),
+    };
+    let messages = match parsed {
+        Ok(messages) => messages,
+        Err((status, why)) => {
+            permit.set_mcp(fields);
+            let reason = Reason::new(OperatorCode::McpUnreadable, format!("[[mcp]] {why}"));
+            let blocked = match permit.check_mcp(vec![reason]) {
+                Ok(permit) => return Ok((permit, None)),
+                Err(blocked) => blocked,
+            };
+            let body = unreadable_answer(&why, &blocked.record().id.to_string());
+            return Err(record.block_with(*blocked, json_response(status, body)));
+        }
+    };
+    fields.method = Some(messages.methods());
+    fields.tool = messages.tools();
+    fields.request_id = messages.ids();
+    if served.table.is_some_and(|table| table.log_arguments) {
+        fields.arguments =
+            messages.arguments().map(|arguments| live.config.inspect.redacted(&live.gate.redacted(&arguments)));
+    }
+    permit.set_mcp(fields);
+    let refusals = messages.refusals(served.table);
+    let blocking = refusals.iter().map(|r| Reason::new(OperatorCode::McpToolRefused, r.rule.clone())).collect();
+    let permit = match permit.check_mcp(blocking) {
+        Ok(permit) => permit,
+        Err(blocked) => {
+            let answer = match messages.refusal_answer(&refusals, &blocked.record().id.to_string()) {
+                Some(body) => json_response(StatusCode::OK, body),
+                None => {
+                    let mut accepted = Response::new(Empty::new().map_err(|never| match never {}).boxed_unsync());
+                    *accepted.status_mut() = StatusCode::ACCEPTED;
+                    accepted
+                }
+            };
+            return Err(record.block_with(*blocked, answer));
+        }
+    };
+    let filter = served.table.filter(|_| messages.lists_tools()).map(|table| filter_for(read, table));
+    Ok((permit, filter))
+}
+
+/// The filter of the answer to `read`, which is asked to come back unencoded: it is read.
+fn filter_for(read: &mut ReadRequest, table: &McpTable) -> AnswerFilter {
+    read.parts.headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    AnswerFilter { table: table.clone() }
+}
+
+/// 16 hex digits of the SHA-256 of a session id: the same session reads the same in the
+/// log, and the id itself (a bearer of the session) never appears there.
+fn session_digest(id: &[u8]) -> String {
+    hex::encode(&Sha256::digest(id)[..8])
+}
+
+/// A JSON answer agentgate writes itself.
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response<ProxyBody> {
+    let mut response = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed_unsync());
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// What a `tools/list` answer goes through: the tools its table refuses removed.
+pub(crate) struct AnswerFilter {
+    table: McpTable,
+}
+
+impl AnswerFilter {
+    /// `response` with its body filtered: a JSON answer whole (at most [`MAX_ANSWER`]), an
+    /// event stream event by event (each at most [`MAX_ANSWER`]); any other passes as it came.
+    /// An encoded body cannot be read, so it is cut rather than passed unfiltered.
+    pub(crate) fn apply(self, response: Response<ProxyBody>) -> Response<ProxyBody> {
+        let media = response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let media = media.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        let mode = match media.as_str() {
+            "application/json" => Mode::Json(BytesMut::new(), self.table),
+            "text/event-stream" => Mode::Events(EventFilter::new(self.table, MAX_ANSWER)),
+            _ => return response,
+        };
+        let encoded = response.headers().get(CONTENT_ENCODING).is_some_and(|e| e.as_bytes() != b"identity");
+        let (mut parts, inner) = response.into_parts();
+        parts.headers.remove(CONTENT_LENGTH);
+        let body = Filtered { inner, mode, encoded, ended: false };
+        Response::from_parts(parts, body.boxed_unsync())
+    }
+}
+
+/// How a filtered body is read.
+enum Mode {
+    /// Held whole, then filtered.
+    Json(BytesMut, McpTable),
+    /// Filtered event by event.
+    Events(EventFilter),
+}
+
+/// An answer body with the refused tools taken out (see [`AnswerFilter::apply`]).
+struct Filtered {
+    inner: ProxyBody,
+    mode: Mode,
+    /// The origin encoded it (`Content-Encoding`) although asked not to.
+    encoded: bool,
+    ended: bool,
+}
+
+impl HttpBody for Filtered {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        if this.encoded && !this.ended {
+            this.ended = true;
+            let cut = "agentgate cut the MCP server's tools/list answer: it came encoded, so its tools cannot be ruled";
+            return Poll::Ready(Some(Err(Box::new(Cut(cut.to_owned())))));
+        }
+        loop {
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    // Trailers are dropped: the filtered body ends with its data.
+                    let Ok(data) = frame.into_data() else { continue };
+                    match &mut this.mode {
+                        Mode::Json(held, _) => {
+                            held.extend_from_slice(&data);
+                            if held.len() > MAX_ANSWER {
+                                this.ended = true;
+                                let cut = format!(
+                                    "agentgate cut the MCP server's tools/list answer: over {MAX_ANSWER} bytes, too long to filter"
+                                );
+                                return Poll::Ready(Some(Err(Box::new(Cut(cut)))));
+                            }
+                        }
+                        Mode::Events(filter) => match filter.push(&data) {
+                            Ok(out) if out.is_empty() => {}
+                            Ok(out) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                            Err(too_long) => {
+                                this.ended = true;
+                                return Poll::Ready(Some(Err(Box::new(too_long))));
+                            }
+                        },
+                    }
+                }
+                Some(Err(error)) => return Poll::Ready(Some(Err(error))),
+                None => {
+                    this.ended = true;
+                    let rest = match &mut this.mode {
+                        Mode::Json(held, table) => {
+                            filter_json(held, table).map_or_else(|| held.split().freeze(), Bytes::from)
+                        }
+                        Mode::Events(filter) => filter.finish(),
+                    };
+                    if !rest.is_empty() {
+                        return Poll::Ready(Some(Ok(Frame::data(rest))));
+                    }
+                }
+            }
+        }
+    }
+}
