@@ -149,6 +149,8 @@ enum SummaryBy {
     Origin,
     Reason,
     Outcome,
+    /// MCP tool calls: `agent host tool` (`[[mcp]]`, docs/mcp.md); `-` for other requests.
+    Tool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -419,6 +421,7 @@ fn audit_summary(
         SummaryBy::Origin => audit::By::Origin,
         SummaryBy::Reason => audit::By::Reason,
         SummaryBy::Outcome => audit::By::Outcome,
+        SummaryBy::Tool => audit::By::Tool,
     };
     let summary = audit::summarize_files(files, by, filter)?;
     match format {

@@ -145,6 +145,11 @@ impl Permitted {
         self.refused_by(blocking)
     }
 
+    /// True in monitor mode: a refusal is recorded `would_deny` and nothing is withheld.
+    pub fn is_monitored(&self) -> bool {
+        self.mode == Mode::Monitor
+    }
+
     /// Records the MCP request this is (`agentgate.mcp.*`, docs/mcp.md).
     pub fn set_mcp(&mut self, mcp: McpFields) {
         self.record.mcp = Some(Box::new(mcp));

@@ -57,7 +57,8 @@ pub(crate) fn check(
     // carry `tools/list` answers (the older HTTP+SSE transport answers every request there).
     if read.parts.method != Method::POST {
         permit.set_mcp(fields);
-        let filter = served.table.filter(|_| read.parts.method == Method::GET).map(|table| filter_for(read, table));
+        let get = read.parts.method == Method::GET && !permit.is_monitored();
+        let filter = served.table.filter(|_| get).map(|table| filter_for(read, table));
         return Ok((permit, filter));
     }
     let max_body = live.config.inspect.max_body;
@@ -106,7 +107,9 @@ pub(crate) fn check(
             return Err(record.block_with(*blocked, answer));
         }
     };
-    let filter = served.table.filter(|_| messages.lists_tools()).map(|table| filter_for(read, table));
+    // Monitor mode withholds nothing: the model is offered every tool, and its calls learned.
+    let filtered = messages.lists_tools() && !permit.is_monitored();
+    let filter = served.table.filter(|_| filtered).map(|table| filter_for(read, table));
     Ok((permit, filter))
 }
 

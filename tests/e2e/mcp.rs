@@ -22,6 +22,7 @@ use crate::support::tools::need_python_mcp;
 use crate::support::{TestProxy, TestResult, bypass_all};
 use agentgate::config::Config;
 use agentgate::mcp::McpTable;
+use agentgate::policy::operator::Mode;
 
 const SDK: &str = include_str!("mcp_sdk.py");
 /// How long the SDK's server may take to start, and its client to run its session.
@@ -262,5 +263,59 @@ async fn a_body_over_max_body_to_an_mcp_host_is_refused_and_recorded() -> TestRe
     assert_eq!(records[0]["http.response.status_code"], 413);
     assert_eq!(records[0]["agentgate.reasons"][0]["code"], "mcp.unreadable");
     assert!(server.ran()?.is_empty(), "the server ran nothing");
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs the mcp Python SDK: run by scripts/test.sh"]
+async fn audit_suggest_learns_allow_tools_from_a_monitor_run_and_that_table_refuses_a_tool_never_used() -> TestResult {
+    let ca = TestCa::new("MCP origin CA")?;
+    let server = Server::start(&ca, "json").await?;
+    // Monitor mode, a table allowing search alone: every tool is offered, and the call the
+    // table refuses is forwarded, recorded `would_deny`.
+    let monitor = TestProxy::start_with(
+        &ca,
+        scoped(|config| {
+            config.mode = Mode::Monitor;
+            config.mcp.tables[0].allow_tools = vec!["search".to_owned()];
+        }),
+    )
+    .await?;
+    let session = server.session(&monitor, "scoped", &["search=bugs", "create_issue=flaky"]).await?;
+    assert_eq!(
+        tools(&session),
+        ["create_issue", "delete_repo", "search"],
+        "monitor mode withholds nothing: {session:#}"
+    );
+    assert_calls(&session, &[("search", true, "3 issues match"), ("create_issue", true, "opened flaky")]);
+    let records = monitor.finish().await?;
+    let created = records.iter().find(|r| r["agentgate.mcp.tool"] == "create_issue").ok_or("a create_issue record")?;
+    assert_eq!(created["event.action"], "would_deny", "{created:#}");
+    assert_eq!(created["agentgate.reasons"][0]["code"], "mcp.tool_refused", "{created:#}");
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("decisions.jsonl");
+    std::fs::write(&log, records.iter().map(|r| format!("{r}\n")).collect::<String>())?;
+
+    let (code, suggested, stderr) =
+        crate::egress::agentgate(&["audit", "suggest", "--agent", "scoped", &log.display().to_string()]).await?;
+    assert_eq!(code, 0, "{stderr}");
+    let table = suggested
+        .find("\n[[mcp]]\n")
+        .map(|at| &suggested[at + 1..])
+        .ok_or_else(|| format!("no [[mcp]]:\n{suggested}"))?;
+    assert!(
+        table.contains("\"create_issue\",  # 1 call\n") && table.contains("\"search\",        # 1 call\n"),
+        "{table}"
+    );
+    assert!(!table.contains("delete_repo"), "{table}");
+    let file = format!("[[agents]]\nid = \"scoped\"\ntoken = \"scoped-token\"\n{table}");
+    let learned = Config::from_toml_str(&file, "suggested.toml")?.mcp;
+
+    // In force: the tools it used are offered and run; the one it never used is refused.
+    let enforce = TestProxy::start_with(&ca, scoped(|config| config.mcp = learned)).await?;
+    let session = server.session(&enforce, "scoped", &["delete_repo=core", "create_issue=again"]).await?;
+    assert_eq!(tools(&session), ["create_issue", "search"], "{session:#}");
+    assert_calls(&session, &[("delete_repo", false, "mcp.tool_refused"), ("create_issue", true, "opened again")]);
+    assert_eq!(server.ran()?, ["search", "create_issue", "create_issue"]);
     Ok(())
 }
