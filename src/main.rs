@@ -78,7 +78,7 @@ struct LintArgs {
 #[derive(Subcommand)]
 enum AuditCommand {
     /// Requests, allowed, denied, would_deny, rate_limited and errors per agent (or origin,
-    /// reason, outcome), with the reasons that decided the blocks.
+    /// reason, outcome, MCP tool), with the reasons that decided the blocks.
     Summary {
         /// What a row is.
         #[arg(long, value_enum, default_value_t = SummaryBy::Agent)]
