@@ -68,6 +68,8 @@ pub struct Refusal {
     pub tool: String,
     /// The rule that refused it ([`McpTable::refusal`]).
     pub rule: String,
+    /// True when a human may still let it through (`unlisted_tools = "hold"`).
+    pub held: bool,
 }
 
 impl Messages {
@@ -92,7 +94,10 @@ impl Messages {
         let Some(table) = table else { return Vec::new() };
         let calls = self.messages.iter().enumerate().filter_map(|(i, m)| Some((i, m.tool.as_deref()?)));
         calls
-            .filter_map(|(index, tool)| Some(Refusal { index, tool: tool.to_owned(), rule: table.refusal(tool)? }))
+            .filter_map(|(index, tool)| {
+                let rule = table.refusal(tool)?;
+                Some(Refusal { index, tool: tool.to_owned(), rule, held: table.holds(tool) })
+            })
             .collect()
     }
 
@@ -235,7 +240,7 @@ fn filter_result(message: &mut Value, table: &McpTable) -> usize {
     let Some(Value::Array(tools)) = message.get_mut("result").and_then(|r| r.get_mut("tools")) else { return 0 };
     let before = tools.len();
     // A tool without a name cannot be ruled, so it cannot be offered.
-    tools.retain(|tool| tool.get("name").and_then(Value::as_str).is_some_and(|name| table.refusal(name).is_none()));
+    tools.retain(|tool| tool.get("name").and_then(Value::as_str).is_some_and(|name| table.offers(name)));
     before - tools.len()
 }
 

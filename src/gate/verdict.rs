@@ -150,6 +150,23 @@ impl Permitted {
         self.mode == Mode::Monitor
     }
 
+    /// The block a human answers for a `[[mcp]]` call held by `unlisted_tools = "hold"`
+    /// (`blocking`, its reasons; outcome `needs_approval`), this permit kept to go on with
+    /// once approved ([`approved_by`](Self::approved_by)).
+    pub fn held_for(&self, blocking: Vec<Reason>) -> Blocked {
+        let mut decision = Decision::deny_first(blocking, self.record.reasons.clone(), Vec::new());
+        decision.outcome = Outcome::NeedsApproval;
+        let mut record = self.record.clone();
+        record.set_reasons(&decision);
+        record.outcome = LogOutcome::NeedsApproval;
+        Blocked { decision, record, kind: BlockKind::Policy, policies: None }
+    }
+
+    /// A human approved the call this permit was held for: its record says who and when.
+    pub fn approved_by(&mut self, approval: Approval) {
+        self.record.approval = Some(approval);
+    }
+
     /// Records the MCP request this is (`agentgate.mcp.*`, docs/mcp.md).
     pub fn set_mcp(&mut self, mcp: McpFields) {
         self.record.mcp = Some(Box::new(mcp));

@@ -37,7 +37,8 @@ pub struct McpTable {
     /// Tool-name globs the agents may never call; a deny wins over an allow.
     #[serde(default)]
     pub deny_tools: Vec<String>,
-    /// What a tool neither list names gets: `deny` when `allow_tools` is set, else `allow`.
+    /// What a tool neither list names gets (`allow`, `deny`, or `hold` for a human's
+    /// approval): `deny` when `allow_tools` is set, else `allow`.
     #[serde(default)]
     pub unlisted_tools: Option<Unlisted>,
     /// Whether a `tools/call`'s arguments are logged (`agentgate.mcp.arguments`), redacted by
@@ -54,7 +55,8 @@ pub enum Unlisted {
     Allow,
     /// Refused like a denied one.
     Deny,
-    /// Held for a human: not implemented yet, so a config asking for it is refused.
+    /// Held for a human's approval (`[approvals] mode = "hold"`; refused at once under
+    /// `"deny"`), offered in `tools/list` since a human may let it through.
     Hold,
 }
 
@@ -108,12 +110,6 @@ impl McpConfig {
                     ));
                 }
             }
-            if table.unlisted_tools == Some(Unlisted::Hold) {
-                problems.push(format!(
-                    "{at} unlisted_tools = \"hold\": holding MCP calls for a human is not implemented yet; \
-                     write \"deny\" (or \"allow\")"
-                ));
-            }
         }
     }
 }
@@ -135,6 +131,19 @@ impl McpTable {
                 unlisted.as_str()
             )),
         }
+    }
+
+    /// True when a call to `tool` waits for a human: no list names it and `unlisted_tools =
+    /// "hold"`.
+    pub fn holds(&self, tool: &str) -> bool {
+        self.unlisted() == Unlisted::Hold
+            && !self.deny_tools.iter().any(|g| glob_matches(g, tool))
+            && !self.allow_tools.iter().any(|g| glob_matches(g, tool))
+    }
+
+    /// True when `tool` is offered in `tools/list`: allowed, or held for a human.
+    pub fn offers(&self, tool: &str) -> bool {
+        self.refusal(tool).is_none() || self.holds(tool)
     }
 
     /// `unlisted_tools` as written, else its default: `deny` when `allow_tools` lists any.
@@ -216,6 +225,13 @@ mod tests {
         assert!(open.tables[0].refusal("drop_table").is_some());
         let closed = parsed("[[mcp]]\nhosts = [\"mcp.test\"]\nunlisted_tools = \"deny\"\n");
         assert!(closed.tables[0].refusal("search").is_some());
+        let held = parsed(
+            "[[mcp]]\nhosts = [\"mcp.test\"]\nallow_tools = [\"search\"]\ndeny_tools = [\"drop_*\"]\nunlisted_tools = \"hold\"\n",
+        );
+        let held = &held.tables[0];
+        assert!(held.holds("merge") && held.offers("merge") && held.refusal("merge").is_some());
+        assert!(!held.holds("search") && !held.holds("drop_table") && !held.offers("drop_table"));
+        assert!(!table.holds("merge"));
     }
 
     #[test]
@@ -234,21 +250,20 @@ mod tests {
     }
 
     #[test]
-    fn bad_hosts_globs_and_hold_are_problems_naming_the_table_and_fix() {
+    fn bad_hosts_and_globs_are_problems_naming_the_table_and_fix() {
         let config = parsed(
             "[[mcp]]\nhosts = []\n[[mcp]]\nhosts = [\"https://mcp.test/\"]\nallow_tools = [\"bad name\"]\n\
-             deny_tools = [\"\"]\nunlisted_tools = \"hold\"\n",
+             deny_tools = [\"\"]\n",
         );
         let mut problems = Vec::new();
         config.problems(&mut problems);
         let text = problems.join("\n");
-        assert_eq!(problems.len(), 5, "{text}");
+        assert_eq!(problems.len(), 4, "{text}");
         for expected in [
             "[[mcp]] #1 hosts is empty",
             "[[mcp]] #2 hosts entry \"https://mcp.test/\"",
             "allow_tools entry \"bad name\"",
             "deny_tools entry \"\"",
-            "unlisted_tools = \"hold\"",
         ] {
             assert!(text.contains(expected), "{expected}: {text}");
         }

@@ -10,6 +10,7 @@
 //! finding holds none), and never buffers a body it was not asked to inspect.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -22,7 +23,8 @@ use tracing::info;
 
 use super::answer::Exit;
 use super::body::{BodyError, ProxyBody};
-use super::context::{Generation, RequestContext};
+use super::conn::Drain;
+use super::context::{Generation, ProxyState, RequestContext};
 use super::error::ProxyError;
 use super::headers::is_upgrade_request;
 use super::mcp::{AnswerFilter, check};
@@ -40,12 +42,13 @@ use crate::mcp::Served;
 /// Either phase's block answer, or [`ProxyError::ClientBody`] when the client's body cannot
 /// be read.
 pub(crate) async fn vet_body(
-    live: &Generation,
+    (state, live): (&Arc<ProxyState>, &Generation),
     record: &mut RequestRecord,
     permit: Permitted,
     request: Request<Incoming>,
     context: &RequestContext,
     vetting: Vetting<'_>,
+    drain: Drain,
 ) -> Result<(Permitted, Request<ProxyBody>, Option<AnswerFilter>), Exit> {
     let mut read = ReadRequest::read(request, live.config.inspect.max_body, context).await?;
     let permit = match vetting.inspected {
@@ -53,7 +56,7 @@ pub(crate) async fn vet_body(
         false => permit,
     };
     let (permit, filter) = match vetting.mcp {
-        Some(served) => check(live, record, permit, &mut read, served)?,
+        Some(served) => check(state, live, record, permit, &mut read, served, drain).await?,
         None => (permit, None),
     };
     Ok((permit, read.into_request(), filter))

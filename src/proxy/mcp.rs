@@ -3,7 +3,9 @@
 //! its JSON-RPC messages and rule each `tools/call`, records what it is (`agentgate.mcp.*`),
 //! and hands the gate's permit the refusals (`Permitted::check_mcp`): a refused call is
 //! answered here with a JSON-RPC error (`200`, the session goes on), a body that cannot be
-//! read or ruled with `413` or `400`. A `tools/list` is forwarded with `Accept-Encoding:
+//! read or ruled with `413` or `400`. A call `unlisted_tools = "hold"` holds waits in the
+//! approvals queue (`super::hold::ask`) with its tool and redacted arguments: approved, it
+//! goes on; denied or timed out, it gets the JSON-RPC error. A `tools/list` is forwarded with `Accept-Encoding:
 //! identity`, and its answer (JSON, or each event of an event stream; and each event of a
 //! `GET` stream, where the older HTTP+SSE transport answers) loses the refused tools on its
 //! way back ([`AnswerFilter`]).
@@ -12,7 +14,9 @@
 //! says so (then redacted), never the session id (a digest of it).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
@@ -23,13 +27,16 @@ use sha2::{Digest, Sha256};
 
 use super::answer::Exit;
 use super::body::{BodyError, Cut, ProxyBody};
-use super::context::Generation;
+use super::conn::Drain;
+use super::context::{Generation, ProxyState};
+use super::hold::ask;
 use super::inspect::ReadRequest;
 use super::record::RequestRecord;
-use crate::audit::McpFields;
+use crate::approvals::{ApprovalMode, Held, HeldRule};
+use crate::audit::{McpFields, redact_url};
 use crate::gate::Permitted;
 use crate::inspect::Body;
-use crate::mcp::{EventFilter, McpTable, Messages, Served, filter_json, unreadable_answer};
+use crate::mcp::{EventFilter, McpTable, Messages, Refusal, Served, filter_json, unreadable_answer};
 use crate::policy::{OperatorCode, Reason};
 
 /// The most bytes of a JSON `tools/list` answer held to filter it (8 MiB); a longer one is cut.
@@ -40,16 +47,14 @@ const MAX_ANSWER: usize = 8 * 1024 * 1024;
 ///
 /// # Errors
 /// The answer of a refused call (a JSON-RPC error), or of a body that cannot be ruled.
-#[expect(
-    clippy::result_large_err,
-    reason = "Exit is a phase's early return, moved once per request; boxing it would cost every blocked request an allocation"
-)]
-pub(crate) fn check(
+pub(crate) async fn check(
+    state: &Arc<ProxyState>,
     live: &Generation,
     record: &mut RequestRecord,
     mut permit: Permitted,
     read: &mut ReadRequest,
     served: Served<'_>,
+    drain: Drain,
 ) -> Result<(Permitted, Option<AnswerFilter>), Exit> {
     let session = read.parts.headers.get("mcp-session-id").map(|id| session_digest(id.as_bytes()));
     let mut fields = McpFields { session, ..McpFields::default() };
@@ -86,24 +91,48 @@ pub(crate) fn check(
     fields.method = Some(messages.methods());
     fields.tool = messages.tools();
     fields.request_id = messages.ids();
+    let redacted = |arguments: String| live.config.inspect.redacted(&live.gate.redacted(&arguments));
     if served.table.is_some_and(|table| table.log_arguments) {
-        fields.arguments =
-            messages.arguments().map(|arguments| live.config.inspect.redacted(&live.gate.redacted(&arguments)));
+        fields.arguments = messages.arguments().map(redacted);
     }
     permit.set_mcp(fields);
-    let refusals = messages.refusals(served.table);
+    let mut refusals = messages.refusals(served.table);
+    // Held calls wait for a human, when every refused call may be held and nothing else
+    // refuses them first (monitor mode and `[approvals] mode = "deny"` hold nothing).
+    let holds = live.config.approvals.mode == ApprovalMode::Hold && !permit.is_monitored();
+    if holds && !refusals.is_empty() && refusals.iter().all(|r| r.held) {
+        let blocking = refusals.iter().map(|r| Reason::new(OperatorCode::McpToolRefused, r.rule.clone())).collect();
+        let mut blocked = permit.held_for(blocking);
+        let held = Held {
+            record_id: blocked.record().id.to_string(),
+            method: blocked.record().method.clone(),
+            url: redact_url(&blocked.record().url, state.config.audit.log_query).full.into_owned(),
+            agent: blocked.record().agent.clone(),
+            origin: origin_of(&blocked.record().url).to_owned(),
+            rule: Some(HeldRule { file: "[[mcp]]", line: None, text: held_text(&messages, &refusals, redacted) }),
+            new_host: None,
+            held_since: SystemTime::now(),
+        };
+        match ask(state, &live.config.approvals, record, &mut blocked, held, drain).await {
+            Some(approval) => {
+                permit.approved_by(approval);
+                refusals.clear();
+            }
+            None => {
+                let ended = blocked.record().approval.as_ref().map_or("not approved", |a| a.decision.as_str());
+                for refusal in &mut refusals {
+                    refusal.rule = format!("{}; held for a human's approval: {ended}", refusal.rule);
+                }
+                let answer = refusal_answer(&messages, &refusals, &blocked.record().id.to_string());
+                return Err(record.block_with(blocked, answer));
+            }
+        }
+    }
     let blocking = refusals.iter().map(|r| Reason::new(OperatorCode::McpToolRefused, r.rule.clone())).collect();
     let permit = match permit.check_mcp(blocking) {
         Ok(permit) => permit,
         Err(blocked) => {
-            let answer = match messages.refusal_answer(&refusals, &blocked.record().id.to_string()) {
-                Some(body) => json_response(StatusCode::OK, body),
-                None => {
-                    let mut accepted = Response::new(Empty::new().map_err(|never| match never {}).boxed_unsync());
-                    *accepted.status_mut() = StatusCode::ACCEPTED;
-                    accepted
-                }
-            };
+            let answer = refusal_answer(&messages, &refusals, &blocked.record().id.to_string());
             return Err(record.block_with(*blocked, answer));
         }
     };
@@ -117,6 +146,35 @@ pub(crate) fn check(
 fn filter_for(read: &mut ReadRequest, table: &McpTable) -> AnswerFilter {
     read.parts.headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
     AnswerFilter { table: table.clone() }
+}
+
+/// The answer to a request with `refusals`: `200` with their JSON-RPC errors, or `202` when
+/// it held notifications only.
+fn refusal_answer(messages: &Messages, refusals: &[Refusal], event_id: &str) -> Response<ProxyBody> {
+    match messages.refusal_answer(refusals, event_id) {
+        Some(body) => json_response(StatusCode::OK, body),
+        None => {
+            let mut accepted = Response::new(Empty::new().map_err(|never| match never {}).boxed_unsync());
+            *accepted.status_mut() = StatusCode::ACCEPTED;
+            accepted
+        }
+    }
+}
+
+/// `scheme://host[:port]` of `url`.
+fn origin_of(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |at| at + 3);
+    url[after_scheme..].find('/').map_or(url, |end| &url[..after_scheme + end])
+}
+
+/// What the operator sees of held calls: each tool, its rule, and its arguments redacted.
+fn held_text(messages: &Messages, refusals: &[Refusal], redacted: impl Fn(String) -> String) -> String {
+    let calls = refusals.iter().map(|refusal| {
+        let arguments = messages.messages.get(refusal.index).and_then(|m| m.arguments.as_ref());
+        let arguments = arguments.map_or_else(|| "none".to_owned(), |a| redacted(a.to_string()));
+        format!("tools/call {:?} with arguments {arguments}: {}", refusal.tool, refusal.rule)
+    });
+    calls.collect::<Vec<_>>().join("; ")
 }
 
 /// 16 hex digits of the SHA-256 of a session id: the same session reads the same in the

@@ -231,7 +231,8 @@ impl ProxyService {
         let (permit, request, answer_filter) = if vetting.inspected || vetting.mcp.is_some() {
             // Boxed: only inspected and MCP requests pay for the body read's future (the hot
             // path, `docs/request-flow.md`).
-            Box::pin(vet_body(&live, record, permit, request, &context, vetting)).await?
+            let drain = self.drain.clone();
+            Box::pin(vet_body((&self.state, &live), record, permit, request, &context, vetting, drain)).await?
         } else {
             // Streamed, as every request outside `[inspect]` and `[[mcp]]` is.
             (permit, request.map(|body| body.map_err(BodyError::from).boxed_unsync()), None)

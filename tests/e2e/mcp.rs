@@ -9,6 +9,7 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -16,12 +17,15 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::time::timeout;
 
+use crate::admin::{admin_client, admin_url};
 use crate::agents::agent;
+use crate::approvals::{ADMIN, answer};
 use crate::support::pki::TestCa;
 use crate::support::tools::need_python_mcp;
+use crate::support::wait::eventually;
 use crate::support::{TestProxy, TestResult, bypass_all};
 use agentgate::config::Config;
-use agentgate::mcp::McpTable;
+use agentgate::mcp::{McpTable, Unlisted};
 use agentgate::policy::operator::Mode;
 
 const SDK: &str = include_str!("mcp_sdk.py");
@@ -317,5 +321,58 @@ async fn audit_suggest_learns_allow_tools_from_a_monitor_run_and_that_table_refu
     assert_eq!(tools(&session), ["create_issue", "search"], "{session:#}");
     assert_calls(&session, &[("delete_repo", false, "mcp.tool_refused"), ("create_issue", true, "opened again")]);
     assert_eq!(server.ran()?, ["search", "create_issue", "create_issue"]);
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs the mcp Python SDK: run by scripts/test.sh"]
+async fn a_held_tool_call_waits_for_a_human_who_approves_one_and_denies_another() -> TestResult {
+    let ca = TestCa::new("MCP origin CA")?;
+    let server = Arc::new(Server::start(&ca, "json").await?);
+    let proxy = Arc::new(
+        TestProxy::start_with(
+            &ca,
+            scoped(|config| {
+                crate::approvals::hold(config);
+                config.mcp.tables[0].allow_tools = vec!["search".to_owned()];
+                config.mcp.tables[0].unlisted_tools = Some(Unlisted::Hold);
+            }),
+        )
+        .await?,
+    );
+    let (in_session, through) = (Arc::clone(&server), Arc::clone(&proxy));
+    let session = tokio::spawn(async move {
+        in_session
+            .session(&through, "scoped", &["create_issue=held-one", "delete_repo=held-two"])
+            .await
+            .map_err(|e| e.to_string())
+    });
+    let mut answered = Vec::new();
+    for (value, decision) in [("held-one", "approve"), ("held-two", "deny")] {
+        let held = eventually(&format!("the call with {value} held"), async || {
+            let url = admin_url(&proxy, "/approvals")?;
+            let text = admin_client()?.get(url).bearer_auth(ADMIN).send().await?.text().await?;
+            let body: Value = serde_json::from_str(&text)?;
+            let pending = body["pending"].as_array().cloned().unwrap_or_default();
+            match pending.as_slice() {
+                [one] if !answered.contains(&one["id"]) => Ok(one.clone()),
+                _ => Err(format!("waiting for one new held call: {body}").into()),
+            }
+        })
+        .await?;
+        let shown = held.to_string();
+        assert!(shown.contains(value) && shown.contains("tools/call") && shown.contains("localhost"), "{shown}");
+        let id = held["id"].as_str().ok_or("an id")?;
+        let (status, _) = answer(&proxy, id, Some(ADMIN), serde_json::json!({"decision": decision})).await?;
+        assert_eq!(status, 200);
+        answered.push(held["id"].clone());
+    }
+    let session = session.await?.map_err(|e| e.to_string())?;
+    assert_eq!(tools(&session), ["create_issue", "delete_repo", "search"], "held tools are offered: {session:#}");
+    assert_calls(
+        &session,
+        &[("create_issue", true, "opened held-one"), ("delete_repo", false, "held for a human's approval: denied")],
+    );
+    assert_eq!(server.ran()?, ["create_issue"], "the denied call never reached the server");
     Ok(())
 }
