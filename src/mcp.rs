@@ -16,7 +16,7 @@ mod sse;
 use serde_json::{Map, Value, json};
 
 pub use config::{McpConfig, McpTable, Served, Unlisted};
-pub use sse::EventFilter;
+pub use sse::{EventFilter, EventTooLong};
 
 /// The JSON-RPC error code of a call agentgate refused (in the server-defined range).
 pub const TOOL_REFUSED: i64 = -32001;
