@@ -25,6 +25,7 @@ use crate::support::tools::need_python_mcp;
 use crate::support::wait::eventually;
 use crate::support::{TestProxy, TestResult, bypass_all};
 use agentgate::config::Config;
+use agentgate::inspect::PatternConfig;
 use agentgate::mcp::{McpTable, Unlisted};
 use agentgate::policy::operator::Mode;
 
@@ -374,5 +375,27 @@ async fn a_held_tool_call_waits_for_a_human_who_approves_one_and_denies_another(
         &[("create_issue", true, "opened held-one"), ("delete_repo", false, "held for a human's approval: denied")],
     );
     assert_eq!(server.ran()?, ["create_issue"], "the denied call never reached the server");
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs the mcp Python SDK: run by scripts/test.sh"]
+async fn with_log_arguments_a_calls_arguments_are_logged_redacted_by_the_inspect_patterns() -> TestResult {
+    let ca = TestCa::new("MCP origin CA")?;
+    let server = Server::start(&ca, "json").await?;
+    let proxy = TestProxy::start_with(
+        &ca,
+        scoped(|config| {
+            config.mcp.tables[0].log_arguments = true;
+            config.inspect.patterns = PatternConfig::new("ticket", "tkt_[a-z0-9]{8}").into_iter().collect();
+        }),
+    )
+    .await?;
+    let session = server.session(&proxy, "scoped", &["search=open words tkt_ab12cd34"]).await?;
+    assert_calls(&session, &[("search", true, "open words tkt_ab12cd34")]);
+    let (records, text) = proxy.finish_with_text().await?;
+    assert!(!text.contains("tkt_ab12cd34"), "the pattern's match in the log:\n{text}");
+    let call = records.iter().find(|r| r["agentgate.mcp.tool"] == "search").ok_or("the search record")?;
+    assert_eq!(call["agentgate.mcp.arguments"], r#"{"query":"open words REDACTED"}"#, "{call:#}");
     Ok(())
 }
