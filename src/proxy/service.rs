@@ -12,7 +12,7 @@
 //! See `docs/request-flow.md`.
 //!
 //! Never decides allow or deny itself, never reads policy, never buffers a body (`inspect`
-//! does, for the requests `[inspect]` names).
+//! does, for the requests `[inspect]` and `[[mcp]]` name).
 
 use std::convert::Infallible;
 use std::future::Future;
