@@ -5,7 +5,9 @@
 //! `create_*` is offered only those (JSON and event-stream answers alike); its hand-sent
 //! `delete_repo` gets a JSON-RPC error naming the rule, the server never runs it, and the
 //! session goes on; an agent no table scopes sees every tool; each request is recorded with
-//! its method and tool and no argument; a body over `max_body` is refused and recorded.
+//! its method and tool and no argument; a body over `max_body` is refused and recorded; a
+//! raw batch sent by curl with one refused call is answered whole and sent nowhere; a call
+//! held for a human waits for the admin API's answer; `audit suggest` learns `allow_tools`.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -20,6 +22,7 @@ use tokio::time::timeout;
 use crate::admin::{admin_client, admin_url};
 use crate::agents::agent;
 use crate::approvals::{ADMIN, answer};
+use crate::support::curl::curl;
 use crate::support::pki::TestCa;
 use crate::support::tools::need_python_mcp;
 use crate::support::wait::eventually;
@@ -397,5 +400,47 @@ async fn with_log_arguments_a_calls_arguments_are_logged_redacted_by_the_inspect
     assert!(!text.contains("tkt_ab12cd34"), "the pattern's match in the log:\n{text}");
     let call = records.iter().find(|r| r["agentgate.mcp.tool"] == "search").ok_or("the search record")?;
     assert_eq!(call["agentgate.mcp.arguments"], r#"{"query":"open words REDACTED"}"#, "{call:#}");
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs the mcp Python SDK: run by scripts/test.sh"]
+async fn a_raw_batch_with_one_refused_call_is_answered_whole_by_curl_and_nothing_is_sent() -> TestResult {
+    let ca = TestCa::new("MCP origin CA")?;
+    let server = Server::start(&ca, "json").await?;
+    let proxy = TestProxy::start_with(&ca, scoped(|_| {})).await?;
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search","arguments":{"query":"a"}}},
+        {"jsonrpc":"2.0","id":"two","method":"tools/call","params":{"name":"delete_repo","arguments":{"repo":"core"}}}]"#;
+    let (proxy_url, ca_file) = (proxy.url(), proxy.ca_path.to_string_lossy().into_owned());
+    let out = curl(&[
+        "--proxy",
+        &proxy_url,
+        "--proxy-user",
+        "scoped:scoped-token",
+        "--cacert",
+        &ca_file,
+        "-H",
+        "content-type: application/json",
+        "-H",
+        "accept: application/json, text/event-stream",
+        "--data-binary",
+        batch,
+        &server.url(),
+    ])
+    .await?;
+    assert_eq!(out.status, 200);
+    let answer: Value = serde_json::from_slice(&out.body)?;
+    assert_eq!(answer[0]["id"], 1, "{answer:#}");
+    assert_eq!(answer[0]["error"]["code"], agentgate::mcp::NOT_SENT, "{answer:#}");
+    assert_eq!(answer[1]["id"], "two", "{answer:#}");
+    assert_eq!(answer[1]["error"]["code"], agentgate::mcp::TOOL_REFUSED, "{answer:#}");
+    assert!(answer[1]["error"]["message"].as_str().is_some_and(|m| m.contains("\"delete_repo\"")), "{answer:#}");
+    let records = proxy.finish().await?;
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0]["agentgate.mcp.method"], "tools/call,tools/call");
+    assert_eq!(records[0]["agentgate.mcp.tool"], "search,delete_repo");
+    assert_eq!(records[0]["agentgate.mcp.request_id"], "1,two");
+    assert_eq!(answer[1]["error"]["data"]["event_id"], records[0]["event.id"]);
+    assert!(server.ran()?.is_empty(), "a batch goes whole or not at all");
     Ok(())
 }
