@@ -183,6 +183,23 @@ impl Messages {
     }
 }
 
+/// Whether a body that is not JSON-RPC ([`Messages::parse`] failed) could still carry a call
+/// a lenient server runs, so it must be refused rather than forwarded unruled: an encoded
+/// body (`encoded`: its `Content-Encoding` is not undone here), or JSON with a `method`
+/// member at its top level or in an array's objects. Anything else (a form, JSON with no
+/// `method`: an OAuth token or client registration request on the server's host) is no call.
+pub fn may_carry_calls(body: &[u8], encoded: bool) -> bool {
+    if encoded {
+        return true;
+    }
+    let has_method = |value: &Value| value.get("method").is_some();
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Array(items)) => items.iter().any(has_method),
+        Ok(value) => has_method(&value),
+        Err(_) => false,
+    }
+}
+
 /// The body a request whose messages cannot be ruled is answered with: a JSON-RPC error
 /// with a null id (its ids are unknown) saying `why` (`mcp.unreadable`).
 pub fn unreadable_answer(why: &str, event_id: &str) -> Vec<u8> {
@@ -313,6 +330,15 @@ mod tests {
         let response = br#"{"jsonrpc":"2.0","id":"s-1","result":{}}"#;
         let messages = Messages::parse(response).expect("a response to the server");
         assert_eq!((messages.methods().as_str(), messages.ids().as_deref()), ("response", Some("s-1")));
+    }
+
+    #[test]
+    fn a_body_that_is_not_json_rpc_is_refused_only_when_it_could_carry_a_call() {
+        assert!(may_carry_calls(b"\x1f\x8b gzip", true), "encoded: cannot be read");
+        assert!(may_carry_calls(br#"{"method":"tools/call","params":{"name":"x"}}"#, false), "no jsonrpc member");
+        assert!(may_carry_calls(br#"[{"id":1},{"method":"tools/call"}]"#, false));
+        assert!(!may_carry_calls(b"grant_type=authorization_code&code=x", false), "an OAuth token request");
+        assert!(!may_carry_calls(br#"{"client_name":"agent","redirect_uris":["http://localhost/cb"]}"#, false));
     }
 
     #[test]

@@ -240,7 +240,7 @@ codes! {
         /// JSON-RPC error, the session going on).
         McpToolRefused = "mcp.tool_refused",
         /// `[[mcp]]`: a body to an MCP server that cannot be read within `[inspect] max_body`,
-        /// or is not JSON-RPC, so its tools cannot be ruled.
+        /// or is encoded, or JSON with a `method` but not JSON-RPC, so its tools cannot be ruled.
         McpUnreadable = "mcp.unreadable",
     }
 }

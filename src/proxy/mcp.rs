@@ -36,7 +36,7 @@ use crate::approvals::{ApprovalMode, Held, HeldRule};
 use crate::audit::{McpFields, redact_url};
 use crate::gate::Permitted;
 use crate::inspect::Body;
-use crate::mcp::{EventFilter, McpTable, Messages, Refusal, Served, filter_json, unreadable_answer};
+use crate::mcp::{EventFilter, McpTable, Messages, Refusal, Served, filter_json, may_carry_calls, unreadable_answer};
 use crate::policy::{OperatorCode, Reason};
 
 /// The most bytes of a JSON `tools/list` answer held to filter it (8 MiB); a longer one is cut.
@@ -68,7 +68,16 @@ pub(crate) async fn check(
     }
     let max_body = live.config.inspect.max_body;
     let parsed = match read.body() {
-        Body::Read(bytes) => Messages::parse(bytes).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string())),
+        Body::Read(bytes) => match Messages::parse(bytes) {
+            Ok(messages) => Ok(messages),
+            // No call a server could run (an OAuth token or registration request on the same
+            // host): recorded as MCP's, forwarded unruled.
+            Err(_) if !may_carry_calls(bytes, read.parts.headers.contains_key(CONTENT_ENCODING)) => {
+                permit.set_mcp(fields);
+                return Ok((permit, None));
+            }
+            Err(not) => Err((StatusCode::BAD_REQUEST, not.to_string())),
+        },
         Body::TooLarge => Err((
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("the body is over [inspect] max_body = {max_body} bytes, so its tools cannot be ruled"),
