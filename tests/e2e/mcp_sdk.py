@@ -1,10 +1,11 @@
 """The official MCP Python SDK on both sides of agentgate (tests/e2e/mcp.rs).
 
-server CERT KEY LOG [json|sse]: an MCP server with tools search, delete_repo and
+server CERT KEY LOG [json|sse|legacy]: an MCP server with tools search, delete_repo and
     create_issue over Streamable HTTP on TLS (127.0.0.1, a free port it prints as
     "listening PORT"), appending the name of each tool it runs to LOG; it answers POSTs as
-    JSON or as an event stream.
-client URL PROXY CA [CALL...]: the SDK client through PROXY (an http:// proxy URL, with
+    JSON or as an event stream, or (legacy) speaks the older HTTP+SSE transport (/sse).
+client URL PROXY CA [CALL...]: the SDK client (the HTTP+SSE one for a URL ending in /sse)
+    through PROXY (an http:// proxy URL, with
     credentials), trusting CA; it lists the tools, then calls each CALL (tool=query) in order,
     and prints one JSON object: {"tools": [...], "calls": [{"tool", "ok", "text"}...],
     "answered_as": [the media type of each POST's answer]}.
@@ -46,7 +47,10 @@ def serve(cert, key, log, mode):
         ran("create_issue")
         return f"opened {title}"
 
-    app = server.streamable_http_app(json_response=(mode == "json"), host="localhost")
+    if mode == "legacy":
+        app = server.sse_app(host="localhost")
+    else:
+        app = server.streamable_http_app(json_response=(mode == "json"), host="localhost")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -58,6 +62,7 @@ def serve(cert, key, log, mode):
 async def client(url, proxy, ca, calls):
     import httpx2
     from mcp import ClientSession, MCPError
+    from mcp.client.sse import sse_client
     from mcp.client.streamable_http import streamable_http_client
 
     context = ssl.create_default_context(cafile=ca)
@@ -67,14 +72,22 @@ async def client(url, proxy, ca, calls):
         if response.request.method == "POST":
             out["answered_as"].append(response.headers.get("content-type", "").split(";")[0])
 
-    http = httpx2.AsyncClient(
-        proxy=proxy,
-        verify=context,
-        timeout=httpx2.Timeout(20.0),
-        trust_env=False,
-        event_hooks={"response": [answered]},
-    )
-    async with http, streamable_http_client(url, http_client=http) as streams:
+    def factory(headers=None, timeout=None, auth=None):
+        return httpx2.AsyncClient(
+            proxy=proxy,
+            verify=context,
+            headers=headers,
+            timeout=httpx2.Timeout(20.0),
+            auth=auth,
+            trust_env=False,
+            event_hooks={"response": [answered]},
+        )
+
+    if url.endswith("/sse"):
+        transport = sse_client(url, httpx_client_factory=factory)
+    else:
+        transport = streamable_http_client(url, http_client=factory())
+    async with transport as streams:
         read, write = streams[0], streams[1]
         async with ClientSession(read, write) as session:
             await session.initialize()
