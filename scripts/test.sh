@@ -41,6 +41,8 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "test: installing ${need[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# The official MCP Python SDK (PyPI, not Debian): both sides of the [[mcp]] tests.
+python3 -c 'import mcp.server.mcpserver' 2>/dev/null || { echo "test: installing the mcp Python SDK"; pip install --quiet mcp; }
 
 # cargo-machete, which the tests of scripts/check-cargo.py run (a debug build, as .ci/run's).
 command -v cargo-machete >/dev/null 2>&1 || { echo "test: installing cargo-machete"; cargo install --locked --debug --quiet cargo-machete; }

@@ -38,10 +38,10 @@ mod report;
 mod tally;
 mod writer;
 
-pub use chain::verify::{Break, BreakKind, Verified, verify};
-pub use chain::{is_checkpoint, public_key_base64};
 #[cfg(test)]
 pub(crate) use chain::test_key;
+pub use chain::verify::{Break, BreakKind, Verified, verify};
+pub use chain::{is_checkpoint, public_key_base64};
 pub use config::{
     AuditConfig, DEFAULT_ARCHIVE_MAX_BYTES, DEFAULT_CHECKPOINT_INTERVAL, DEFAULT_MAX_FILE_SIZE, DEFAULT_MAX_FILES,
     OnFailure,
@@ -50,7 +50,7 @@ pub use ecs::EcsOutcome;
 pub use recent::{LIVE_CAPACITY, RECENT_CAPACITY, RecentDecisions};
 pub(crate) use record::instance_problems;
 pub(crate) use record::rfc3339_millis;
-pub use record::{BodyCut, DecisionRecord, ErrorType, EventId, Line, Outcome, instance_name};
+pub use record::{BodyCut, DecisionRecord, ErrorType, EventId, Line, McpFields, Outcome, instance_name};
 pub(crate) use redact::is_display_unsafe;
 pub use redact::{LoggedUrl, REDACTED, redact_url};
 pub use report::{

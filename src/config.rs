@@ -30,6 +30,7 @@ use crate::audit::AuditConfig;
 use crate::fetch::CacheConfig;
 use crate::inspect::InspectConfig;
 use crate::limits::LimitsConfig;
+use crate::mcp::McpConfig;
 use crate::net::{ConnectConfig, NetworkConfig, is_host_pattern};
 use crate::policy::operator::{Mode, RuleAction};
 use crate::proxy::config::{ConnectionsConfig, MitmConfig, TransparentConfig, UpstreamConfig};
@@ -106,6 +107,8 @@ pub struct Config {
     pub secrets: Vec<SecretConfig>,
     /// Inspection of what agents send, before it is forwarded (`[inspect]`).
     pub inspect: InspectConfig,
+    /// Which tools each agent may call on which MCP server (`[[mcp]]`, docs/mcp.md).
+    pub mcp: McpConfig,
 }
 
 /// `[ca]`: where the proxy's CA lives.
@@ -200,6 +203,7 @@ impl Default for Config {
             transparent: TransparentConfig::default(),
             secrets: Vec::new(),
             inspect: InspectConfig::default(),
+            mcp: McpConfig::default(),
         }
     }
 }
@@ -358,6 +362,7 @@ impl Config {
         }
         self.transparent.problems(&mut problems);
         self.inspect_problems(&mut problems);
+        self.mcp_problems(&mut problems);
         for addr in &self.transparent.listen {
             let taken = [("listen", Some(self.listen)), ("[admin] listen", self.admin.listen)];
             for (key, other) in taken {
@@ -380,22 +385,45 @@ impl Config {
     /// tunnel is never read, so it cannot be inspected).
     fn inspect_problems(&self, problems: &mut Vec<String>) {
         self.inspect.problems(problems);
+        self.unknown_agents("[inspect]", &self.inspect.agents, problems);
+        self.passthrough_clashes("[inspect]", &self.inspect.hosts, problems);
+    }
+
+    /// `[[mcp]]`'s own problems, then across tables, as for `[inspect]`: its `agents` must be
+    /// configured ids, and its `hosts` not passthrough (an MCP body in a spliced tunnel cannot
+    /// be read, so its tools could not be ruled).
+    fn mcp_problems(&self, problems: &mut Vec<String>) {
+        self.mcp.problems(problems);
+        for (i, table) in self.mcp.tables.iter().enumerate() {
+            let at = format!("[[mcp]] #{}", i + 1);
+            self.unknown_agents(&at, &table.agents, problems);
+            self.passthrough_clashes(&at, &table.hosts, problems);
+        }
+    }
+
+    /// Each of `agents` (of table `at`) that no `[agent]` or `[[agents]]` has as its id.
+    fn unknown_agents(&self, at: &str, agents: &[String], problems: &mut Vec<String>) {
         let known: Vec<&str> =
             std::iter::once(&self.agent).chain(&self.agents).filter_map(|a| a.id.as_deref()).collect();
-        for agent in self.inspect.agents.iter().filter(|a| !known.contains(&a.as_str())) {
+        for agent in agents.iter().filter(|a| !known.contains(&a.as_str())) {
             problems.push(format!(
-                "[inspect] agents entry {agent:?}: no [agent] or [[agents]] has this id (configured: {}); write one of them",
+                "{at} agents entry {agent:?}: no [agent] or [[agents]] has this id (configured: {}); write one of them",
                 if known.is_empty() { "none".to_owned() } else { known.join(", ") }
             ));
         }
-        for pattern in &self.inspect.hosts {
+    }
+
+    /// Each of `hosts` (of table `at`, which reads bodies) that is a `[mitm]
+    /// passthrough_hosts` host, whose tunnel is spliced unread.
+    fn passthrough_clashes(&self, at: &str, hosts: &[String], problems: &mut Vec<String>) {
+        for pattern in hosts {
             // A wildcard stands for the hosts under it: one of them passthrough is a clash.
             let example = pattern.strip_prefix("*.").map_or_else(|| pattern.clone(), |suffix| format!("x.{suffix}"));
             let same = self.mitm.passthrough_hosts.iter().any(|p| p.eq_ignore_ascii_case(pattern));
             if pattern != "*" && (same || self.mitm.is_passthrough(&example)) {
                 problems.push(format!(
-                    "[inspect] hosts entry {pattern:?} is also a [mitm] passthrough_hosts host: a passthrough tunnel \
-                     is spliced unread, so it cannot be inspected; remove it from one of the two lists"
+                    "{at} hosts entry {pattern:?} is also a [mitm] passthrough_hosts host: a passthrough tunnel \
+                     is spliced unread, so it cannot be read; remove it from one of the two lists"
                 ));
             }
         }
@@ -782,6 +810,32 @@ identity = "bad\u0001value"
         std::fs::write(&path, "listen = 8080\n").unwrap();
         let err = Config::load(&path).unwrap_err().to_string();
         assert!(err.contains(&format!("\n  - {}:1:10: listen = 8080", path.display())), "{err}");
+    }
+
+    #[test]
+    fn mcp_tables_parse_and_are_checked_across_tables() {
+        let text = r#"
+[[agents]]
+id = "sbx"
+clients = ["10.0.0.0/8"]
+[mitm]
+passthrough_hosts = ["bank.example"]
+[[mcp]]
+hosts = ["mcp.example", "bank.example"]
+agents = ["sbx", "nobody"]
+allow_tools = ["search", "create_*"]
+"#;
+        let Err(ConfigError::Invalid { problems, .. }) = Config::from_toml_str(text, "mcp.toml") else {
+            panic!("a passthrough host and an unknown agent are problems");
+        };
+        let text_of: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(problems.len(), 2, "{text_of:#?}");
+        assert!(text_of[0].contains("[[mcp]] #1 agents entry \"nobody\""), "{text_of:#?}");
+        assert!(text_of[1].contains("[[mcp]] #1 hosts entry \"bank.example\" is also a [mitm]"), "{text_of:#?}");
+        let good = text.replace(", \"nobody\"", "").replace(", \"bank.example\"]\nagents", "]\nagents");
+        let config = Config::from_toml_str(&good, "mcp.toml").unwrap();
+        let served = config.mcp.served("mcp.example", "sbx").and_then(|s| s.table);
+        assert!(served.is_some_and(|t| t.refusal("delete_repo").is_some() && t.refusal("create_issue").is_none()));
     }
 
     #[test]

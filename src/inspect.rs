@@ -18,6 +18,7 @@ mod pattern;
 use http::HeaderMap;
 use http::header::PROXY_AUTHORIZATION;
 
+pub(crate) use config::canonical_hosts;
 pub use config::{InspectConfig, OnUnreadable};
 pub use decode::Unreadable;
 use detect::Scanner;
@@ -69,6 +70,16 @@ impl Report {
 }
 
 impl InspectConfig {
+    /// `text` with every match of the operator's own patterns replaced by `REDACTED`: what a
+    /// logged value (an MCP call's arguments, `crate::mcp`) is written as.
+    pub fn redacted(&self, text: &str) -> String {
+        let mut bytes = text.as_bytes().to_vec();
+        for pattern in &self.patterns {
+            bytes = pattern.regex().replace_all(&bytes, crate::audit::REDACTED.as_bytes()).into_owned();
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
     /// Runs every detector over `head` and `body`.
     pub fn inspect(&self, head: Head<'_>, body: Body<'_>) -> Report {
         let mut scanner = Scanner::new(&self.patterns, head.secrets);

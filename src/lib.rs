@@ -22,6 +22,7 @@ pub mod gate;
 pub mod inspect;
 pub mod limits;
 pub mod lint;
+pub mod mcp;
 pub mod metrics;
 pub mod net;
 pub mod policy;

@@ -26,6 +26,7 @@ mod hold;
 mod inspect;
 mod listener;
 mod local;
+mod mcp;
 mod pool;
 mod record;
 mod resolve;

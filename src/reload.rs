@@ -273,6 +273,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         // Read again with every load: a value file changed on disk is put in force.
         secrets: _,
         inspect: _,
+        mcp: _,
         // Built once at start, or bound to what was opened then.
         cache,
         ca,

@@ -97,6 +97,17 @@ pub const APPROVAL_UNTIL: &str = "agentgate.approval.until";
 /// The Web Bot Auth `keyid` (the key's RFC 7638 thumbprint) the forwarded request was signed
 /// with (`docs/signing.md`); only on records of signed requests.
 pub const SIGNATURE_KEYID: &str = "agentgate.signature.keyid";
+/// The JSON-RPC method of a request to an MCP server (`[[mcp]]`, docs/mcp.md), `,`-joined
+/// for a batch; `response` for a message answering the server.
+pub const MCP_METHOD: &str = "agentgate.mcp.method";
+/// The tool a `tools/call` names (`,`-joined for a batch).
+pub const MCP_TOOL: &str = "agentgate.mcp.tool";
+/// A digest of the request's `Mcp-Session-Id` (16 hex digits of its SHA-256), never the id.
+pub const MCP_SESSION: &str = "agentgate.mcp.session";
+/// The JSON-RPC id of the request (`,`-joined for a batch).
+pub const MCP_REQUEST_ID: &str = "agentgate.mcp.request_id";
+/// A `tools/call`'s arguments as JSON, redacted; only with `[[mcp]] log_arguments = true`.
+pub const MCP_ARGUMENTS: &str = "agentgate.mcp.arguments";
 /// What went wrong, when the outcome is `error`.
 pub const ERROR_MESSAGE: &str = "error.message";
 /// Who is at fault, when the outcome is `error`: `client` or `origin`.
@@ -104,7 +115,7 @@ pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line
 /// when they have no value; the rest keep this order.
-pub const ORDER: [&str; 39] = [
+pub const ORDER: [&str; 44] = [
     TIMESTAMP,
     EVENT_ID,
     EVENT_CATEGORY,
@@ -142,6 +153,11 @@ pub const ORDER: [&str; 39] = [
     APPROVAL_REMEMBER,
     APPROVAL_UNTIL,
     SIGNATURE_KEYID,
+    MCP_METHOD,
+    MCP_TOOL,
+    MCP_SESSION,
+    MCP_REQUEST_ID,
+    MCP_ARGUMENTS,
     ERROR_MESSAGE,
     ERROR_TYPE,
 ];

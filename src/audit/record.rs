@@ -253,10 +253,29 @@ pub struct DecisionRecord {
     /// The Web Bot Auth `keyid` the forwarded request was signed with
     /// (`agentgate.signature.keyid`); `None` when it was not signed.
     pub signature_keyid: Option<String>,
+    /// The MCP request it is, on a `[[mcp]]` host (`agentgate.mcp.*`); boxed, as only MCP
+    /// requests have one.
+    pub mcp: Option<Box<McpFields>>,
     /// What went wrong, for outcome `error` (`error.message`). Must not hold header values.
     pub error: Option<String>,
     /// Who is at fault, for outcome `error` (`error.type`).
     pub error_type: Option<ErrorType>,
+}
+
+/// What a record of a request to an MCP server says of it (`agentgate.mcp.*`,
+/// docs/mcp.md); each left out when `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct McpFields {
+    /// The JSON-RPC method (`agentgate.mcp.method`); `None` for a `GET` stream or `DELETE`.
+    pub method: Option<String>,
+    /// The tool called (`agentgate.mcp.tool`).
+    pub tool: Option<String>,
+    /// The session id's digest, never the id (`agentgate.mcp.session`).
+    pub session: Option<String>,
+    /// The JSON-RPC id (`agentgate.mcp.request_id`).
+    pub request_id: Option<String>,
+    /// The arguments, redacted, when the table logs them (`agentgate.mcp.arguments`).
+    pub arguments: Option<String>,
 }
 
 /// Who caused an `error` outcome: what `error.type` says.
@@ -320,6 +339,7 @@ impl DecisionRecord {
             usage: Vec::new(),
             approval: None,
             signature_keyid: None,
+            mcp: None,
             error: None,
             error_type: None,
         }
@@ -504,6 +524,20 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
     }
     if let Some(keyid) = record.signature_keyid.as_ref().filter(|_| decision) {
         map.str(field::SIGNATURE_KEYID, keyid);
+    }
+    if let Some(mcp) = record.mcp.as_ref().filter(|_| decision) {
+        let fields = [
+            (field::MCP_METHOD, &mcp.method),
+            (field::MCP_TOOL, &mcp.tool),
+            (field::MCP_SESSION, &mcp.session),
+            (field::MCP_REQUEST_ID, &mcp.request_id),
+            (field::MCP_ARGUMENTS, &mcp.arguments),
+        ];
+        for (key, value) in fields {
+            if let Some(value) = value {
+                map.str(key, value);
+            }
+        }
     }
     if let Some(message) = &record.error {
         map.str(field::ERROR_MESSAGE, message);
@@ -812,6 +846,13 @@ mod tests {
         rec.error_type = Some(ErrorType::Origin);
         rec.signature_keyid = Some("kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k".to_owned());
         rec.instance = Some(Arc::from("replica-2"));
+        rec.mcp = Some(Box::new(McpFields {
+            method: Some("tools/call".to_owned()),
+            tool: Some("search".to_owned()),
+            session: Some("0123456789abcdef".to_owned()),
+            request_id: Some("7".to_owned()),
+            arguments: Some(r#"{"q":"x"}"#.to_owned()),
+        }));
         rec.entry = Some("transparent");
         rec.destination = Some("93.184.215.14:443".parse().expect("a literal socket address"));
         rec.usage = crate::policy::usage::vocab::header_preferences("train-ai=n");
@@ -849,6 +890,9 @@ mod tests {
                 r#""agentgate.approval.reason":"not on a Friday","agentgate.approval.at":"2023-11-14T22:13:21.000Z","#,
                 r#""agentgate.approval.remember":"host-for-agent","agentgate.approval.until":"2023-11-14T23:13:21.000Z","#,
                 r#""agentgate.signature.keyid":"kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k","#,
+                r#""agentgate.mcp.method":"tools/call","agentgate.mcp.tool":"search","#,
+                r#""agentgate.mcp.session":"0123456789abcdef","agentgate.mcp.request_id":"7","#,
+                r#""agentgate.mcp.arguments":"{\"q\":\"x\"}","#,
                 r#""error.message":"origin unreachable: connection refused","error.type":"origin"}"#,
                 "\n"
             )

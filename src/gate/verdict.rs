@@ -10,8 +10,7 @@ use std::sync::Arc;
 use http::HeaderMap;
 
 use crate::approvals::Approval;
-use crate::audit::BodyCut;
-use crate::audit::{DecisionRecord, Outcome as LogOutcome};
+use crate::audit::{BodyCut, DecisionRecord, McpFields, Outcome as LogOutcome};
 use crate::inspect::{Place, Report};
 use crate::limits::{ByteBudgets, Permit, Refused};
 use crate::policy::operator::Mode;
@@ -175,6 +174,48 @@ impl Permitted {
         }
         let (decision, kind) = refusal_decision(&mut self.record, refused);
         Box::new(Blocked { decision, record: self.record, kind, policies: None })
+    }
+
+    /// True in monitor mode: a refusal is recorded `would_deny` and nothing is withheld.
+    pub fn is_monitored(&self) -> bool {
+        self.mode == Mode::Monitor
+    }
+
+    /// The block a human answers for a `[[mcp]]` call held by `unlisted_tools = "hold"`
+    /// (`blocking`, its reasons; outcome `needs_approval`), this permit kept to go on with
+    /// once approved ([`approved_by`](Self::approved_by)).
+    pub fn held_for(&self, blocking: Vec<Reason>) -> Blocked {
+        let mut decision = Decision::deny_first(blocking, self.record.reasons.clone(), Vec::new());
+        decision.outcome = Outcome::NeedsApproval;
+        let mut record = self.record.clone();
+        record.set_reasons(&decision);
+        record.outcome = LogOutcome::NeedsApproval;
+        Blocked { decision, record, kind: BlockKind::Policy, policies: None }
+    }
+
+    /// A human approved the call this permit was held for: its record says who and when.
+    pub fn approved_by(&mut self, approval: Approval) {
+        self.record.approval = Some(approval);
+    }
+
+    /// Records the MCP request this is (`agentgate.mcp.*`, docs/mcp.md).
+    pub fn set_mcp(&mut self, mcp: McpFields) {
+        self.record.mcp = Some(Box::new(mcp));
+    }
+
+    /// The request-time check of `[[mcp]]` (docs/mcp.md): `blocking`, the reasons a refused
+    /// `tools/call` (`mcp.tool_refused`) or a body that cannot be ruled (`mcp.unreadable`)
+    /// gave, blocks it; none lets it go on. In monitor mode the request stays permitted and
+    /// its record says `would_deny`.
+    ///
+    /// # Errors
+    /// A [`Blocked`] (the `[[mcp]]` reasons first) when the request must not leave; the
+    /// proxy answers it with a JSON-RPC error, not the block page.
+    pub fn check_mcp(self, blocking: Vec<Reason>) -> Result<Permitted, Box<Blocked>> {
+        if blocking.is_empty() {
+            return Ok(self);
+        }
+        self.refused_by(blocking)
     }
 
     /// The decision record, to be completed with the response and written, and the

@@ -53,7 +53,7 @@ impl Default for InspectConfig {
 /// `hosts` as written, each host pattern in canonical form (an IDN as its A-label, an address
 /// in its one spelling); an entry that is not a host pattern is kept as written, for
 /// [`InspectConfig::problems`] to name.
-fn canonical_hosts<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+pub(crate) fn canonical_hosts<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
     let written = Vec::<String>::deserialize(deserializer)?;
     Ok(written.into_iter().map(|p| if p == "*" || is_host_pattern(&p) { canonical_pattern(&p) } else { p }).collect())
 }

@@ -18,7 +18,7 @@ use super::unless_reader_left;
 #[derive(Subcommand)]
 pub(crate) enum AuditCommand {
     /// Requests, allowed, denied, would_deny, rate_limited and errors per agent (or origin,
-    /// reason, outcome), with the reasons that decided the blocks.
+    /// reason, outcome, MCP tool), with the reasons that decided the blocks.
     Summary {
         /// What a row is.
         #[arg(long, value_enum, default_value_t = SummaryBy::Agent)]
@@ -141,6 +141,8 @@ pub(crate) enum SummaryBy {
     Origin,
     Reason,
     Outcome,
+    /// MCP tool calls: `agent host tool` (`[[mcp]]`, docs/mcp.md); `-` for other requests.
+    Tool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -205,6 +207,7 @@ fn audit_summary(
         SummaryBy::Origin => audit::By::Origin,
         SummaryBy::Reason => audit::By::Reason,
         SummaryBy::Outcome => audit::By::Outcome,
+        SummaryBy::Tool => audit::By::Tool,
     };
     let summary = audit::summarize_files(files, by, filter)?;
     match format {

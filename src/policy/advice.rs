@@ -77,6 +77,15 @@ impl Advice for OperatorCode {
                  cited reason: a body over its size bound, an encoding it cannot undo, or a WebSocket). Send a smaller \
                  or uncompressed body, or ask your operator."
             }
+            OperatorCode::McpToolRefused => {
+                "Your operator's agentgate does not let this agent call this tool on this MCP server (the cited \
+                 rule). Do not retry it; use another tool, or ask your operator."
+            }
+            OperatorCode::McpUnreadable => {
+                "Your operator's agentgate rules the tools called on this MCP server and could not read this request \
+                 (the cited reason: a body over its size bound, or not JSON-RPC). Send a smaller, uncompressed \
+                 JSON-RPC body, or ask your operator."
+            }
             OperatorCode::AuthRequired | OperatorCode::AuthInvalid => {
                 "agentgate needs to know which agent you are. Use the proxy credentials your operator gave you \
                  (HTTPS_PROXY=http://id:token@proxy:port, or Proxy-Authorization: Bearer token); without them, ask your \
@@ -105,7 +114,7 @@ mod tests {
 
     #[test]
     fn advice_names_the_file_and_a_way_forward() {
-        let cases: [(Code, &str); 18] = [
+        let cases: [(Code, &str); 20] = [
             (OperatorCode::ByteBudget.into(), "byte budget"),
             (RobotsCode::Disallow.into(), "robots.txt disallows"),
             (RobotsCode::Unreachable.into(), "Try again later"),
@@ -124,6 +133,8 @@ mod tests {
             (OperatorCode::UpstreamAtCapacity.into(), "Retry-After"),
             (OperatorCode::SecretInRequest.into(), "remove the credential"),
             (OperatorCode::Unreadable.into(), "could not read this request"),
+            (OperatorCode::McpToolRefused.into(), "call this tool"),
+            (OperatorCode::McpUnreadable.into(), "not JSON-RPC"),
         ];
         for (code, expected) in cases {
             let text = advice(&Reason::new(code, "rule"));

@@ -240,6 +240,12 @@ codes! {
         /// `[inspect]`: the request could not be inspected (its body over `max_body` or not
         /// decodable, or a WebSocket upgrade); blocking unless `on_unreadable = "allow"`.
         Unreadable = "inspect.unreadable",
+        /// `[[mcp]]`: a `tools/call` to a tool the agent's table refuses (answered with a
+        /// JSON-RPC error, the session going on).
+        McpToolRefused = "mcp.tool_refused",
+        /// `[[mcp]]`: a body to an MCP server that cannot be read within `[inspect] max_body`,
+        /// or is encoded, or JSON with a `method` but not JSON-RPC, so its tools cannot be ruled.
+        McpUnreadable = "mcp.unreadable",
     }
 }
 
@@ -410,6 +416,8 @@ mod tests {
         "limits.store_unavailable",
         "inspect.secret_in_request",
         "inspect.unreadable",
+        "mcp.tool_refused",
+        "mcp.unreadable",
         "usage.refused",
     ];
 

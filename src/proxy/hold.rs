@@ -129,7 +129,7 @@ pub(super) fn admit_host<'a>(
 /// timeout, agentgate's shutdown, or the client hanging up (this future dropped: `record`
 /// writes the held request's record as `hung_up`). Returns the approval when an operator
 /// approved; otherwise `blocked` says how the wait ended and `None` is returned.
-async fn ask(
+pub(super) async fn ask(
     state: &Arc<ProxyState>,
     settings: &ApprovalsConfig,
     record: &mut RequestRecord,

@@ -167,6 +167,13 @@ impl RequestRecord {
         Exit::Answered(self.block_answer(blocked, request_headers))
     }
 
+    /// A block answered with `answer`, which the phase that refused it wrote (a refused MCP
+    /// call gets a JSON-RPC error its session goes on after, `super::mcp`), not the block page.
+    pub(crate) fn block_with(&mut self, blocked: Blocked, answer: Response<ProxyBody>) -> Exit {
+        self.pending = Pending::Blocked(blocked);
+        Exit::Answered(answer)
+    }
+
     fn block_answer(&mut self, blocked: Blocked, request_headers: &HeaderMap) -> Response<ProxyBody> {
         let answer = blocked_response(&blocked, request_headers);
         self.pending = Pending::Blocked(blocked);

@@ -5,13 +5,14 @@
 //! human may admit), the network guard (`check_destination`), the gate
 //! (`crate::gate::Gate::decide`: block, or a `Permitted`), `hold` (a block a human may
 //! approve waits for one, `super::hold`), `inspect` (for an `[inspect]` host and agent only:
-//! the body read, bounded, and the request scanned for credentials, `super::inspect`),
+//! the body read, bounded, and the request scanned for credentials, `super::inspect`), `mcp`
+//! (for an `[[mcp]]` host only: the same read body's tool calls ruled, `super::mcp`),
 //! `forward` (rewrite, send upstream,
 //! stream the answer back), then `record` (the decision record, once the status is known).
 //! See `docs/request-flow.md`.
 //!
 //! Never decides allow or deny itself, never reads policy, never buffers a body (`inspect`
-//! does, for the requests `[inspect]` names).
+//! does, for the requests `[inspect]` and `[[mcp]]` name).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -35,7 +36,7 @@ use super::destination::{Ask, check_destination};
 use super::error::{MAX_METHOD_LEN, ProxyError, shown_target};
 use super::forward::forward;
 use super::hold;
-use super::inspect::inspect;
+use super::inspect::{Vetting, vet_body};
 use super::local;
 use super::record::{Ending, RequestRecord};
 use super::tunnel::{self, handle_connect};
@@ -222,13 +223,19 @@ impl ProxyService {
         }
         // A withheld download (C17) is answered like any block: JSON if the agent accepts it.
         let accept = request.headers().get(ACCEPT).cloned();
-        let (permit, request) = if live.config.inspect.applies(named.origin.host(), &agent.id) {
-            // Boxed: only inspected requests pay for the body read's future (the hot path,
-            // `docs/request-flow.md`).
-            Box::pin(inspect(&live, record, permit, request, &context)).await?
+        let host = named.origin.host();
+        let vetting = Vetting {
+            inspected: live.config.inspect.applies(host, &agent.id),
+            mcp: live.config.mcp.served(host, &agent.id),
+        };
+        let (permit, request, answer_filter) = if vetting.inspected || vetting.mcp.is_some() {
+            // Boxed: only inspected and MCP requests pay for the body read's future (the hot
+            // path, `docs/request-flow.md`).
+            let drain = self.drain.clone();
+            Box::pin(vet_body((&self.state, &live), record, permit, request, &context, vetting, drain)).await?
         } else {
-            // Streamed, as every request outside `[inspect]` is.
-            (permit, request.map(|body| body.map_err(BodyError::from).boxed_unsync()))
+            // Streamed, as every request outside `[inspect]` and `[[mcp]]` is.
+            (permit, request.map(|body| body.map_err(BodyError::from).boxed_unsync()), None)
         };
         // A tunnel's agent was identified at its CONNECT: its key is the one in force now, so a
         // rotated key signs from the first request after the reload (docs/signing.md).
@@ -242,6 +249,10 @@ impl ProxyService {
             Ok(response) => response,
             // A request body a sending budget cut is answered with the budget, not the error.
             Err(error) => return Err(record.forward_failed(error, accept)),
+        };
+        let response = match answer_filter {
+            Some(filter) => filter.apply(response),
+            None => response,
         };
         Ok(record.answered(response, accept).await)
     }

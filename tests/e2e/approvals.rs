@@ -82,7 +82,7 @@ pub(crate) async fn pending(proxy: &TestProxy, bearer: Option<&str>, count: usiz
 }
 
 /// `POST /approvals/{id}` with a JSON `body` and `bearer` (if any): status and body.
-async fn answer(proxy: &TestProxy, id: &str, bearer: Option<&str>, body: Value) -> TestResult<(u16, Value)> {
+pub(crate) async fn answer(proxy: &TestProxy, id: &str, bearer: Option<&str>, body: Value) -> TestResult<(u16, Value)> {
     let url = admin_url(proxy, &format!("/approvals/{id}"))?;
     let mut request = admin_client()?.post(url).header("content-type", "application/json").body(body.to_string());
     if let Some(bearer) = bearer {

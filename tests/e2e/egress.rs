@@ -510,7 +510,7 @@ async fn an_unlisted_host_the_network_guard_refuses_is_refused_at_once_and_never
 }
 
 /// Runs the real `agentgate` with `args`: exit code, stdout, stderr.
-async fn agentgate(args: &[&str]) -> TestResult<(i32, String, String)> {
+pub(crate) async fn agentgate(args: &[&str]) -> TestResult<(i32, String, String)> {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentgate")).args(args).output().await?;
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     Ok((output.status.code().unwrap_or(-1), text(&output.stdout), text(&output.stderr)))

@@ -37,6 +37,10 @@
 //! - `inspect`: `[inspect]` refuses credentials in JSON, gzip'd, form, header, query and path
 //!   before the origin sees them, passes a clean 200 KiB body byte for byte, follows
 //!   `on_unreadable`, refuses WebSocket upgrades, monitors, and never shows the value;
+//! - `mcp`: `[[mcp]]` with the official MCP Python SDK as server (Streamable HTTP over TLS,
+//!   behind the MITM) and client: tools listed and called by an agent's table, a refused call
+//!   answered with a JSON-RPC error the session goes on after, event-stream answers filtered,
+//!   one record per request with method and tool, no argument logged, a body over `max_body`;
 //! - `egress`: per-agent egress lists (allowlist, denylist, ports), rules scoped to agents,
 //!   monitor mode, new hosts held for a human and granted for a while, `audit suggest`,
 //!   `explain --config --agent`, reload;
@@ -111,6 +115,7 @@ mod git;
 mod inspect;
 mod limits;
 mod log_schema;
+mod mcp;
 mod network;
 mod records;
 mod redaction;

@@ -115,6 +115,17 @@ impl LoggedRecord {
         Some(&url[..end])
     }
 
+    /// The MCP tools a `tools/call` record names (`agentgate.mcp.tool`, `,`-joined for a
+    /// batch), none for any other record.
+    pub fn mcp_tools(&self) -> impl Iterator<Item = &str> {
+        self.mcp_tool().into_iter().flat_map(|tools| tools.split(',')).filter(|tool| !tool.is_empty())
+    }
+
+    /// `agentgate.mcp.tool` as written: the tool a `tools/call` names (`,`-joined for a batch).
+    pub fn mcp_tool(&self) -> Option<&str> {
+        self.str(field::MCP_TOOL)
+    }
+
     /// The `code` of every reason the record carries, deciding or not, in order.
     pub fn reason_codes(&self) -> impl Iterator<Item = &str> {
         let reasons = self.fields.get(field::REASONS).and_then(Value::as_array).map_or(&[][..], Vec::as_slice);

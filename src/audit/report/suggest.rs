@@ -9,8 +9,11 @@
 //! `deny_hosts` refused is never suggested at all; both are listed in a comment. A host whose
 //! every request ended in an `error` (it never resolved, or never answered) is not suggested.
 //! Logs are read as `audit summary` reads them: rotated and gzip'd, one record per request.
+//! On MCP servers (`[[mcp]]`, docs/mcp.md), the tools each agent called and was not refused
+//! (`agentgate.mcp.tool` of a record allowed or `would_deny`) are suggested as an `[[mcp]]`
+//! table per host, whose `allow_tools` then refuses every other tool.
 //!
-//! Never: writes a config file, or suggests a host an agent never asked for.
+//! Never: writes a config file, or suggests a host or a tool an agent never asked for.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -48,6 +51,8 @@ pub struct AgentHosts {
     /// Hosts left out, with the code that refused them and their requests: the network
     /// guard's refusals and the agent's `deny_hosts`.
     pub left_out: Vec<(String, String, u64)>,
+    /// The MCP tools it called, per host (by host), each with its calls (by tool).
+    pub tools: Vec<(String, Vec<(String, u64)>)>,
 }
 
 /// Reads the logs at `paths` (plain or gzip'd, oldest first) and suggests each agent's
@@ -102,6 +107,8 @@ struct AgentTally {
     hosts: BTreeMap<String, BTreeMap<u16, u64>>,
     /// (host, port) → (the refusing code, requests).
     left_out: BTreeMap<(String, u16), (String, u64)>,
+    /// MCP host → tool → calls.
+    tools: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 /// Why a record's host must not be suggested: refused by the network guard, or by the
@@ -129,6 +136,12 @@ impl Tally {
         }
         let agent = self.agents.entry(record.agent().to_owned()).or_default();
         agent.requests += 1;
+        // A call the agent made and the gate let through (or would have refused: monitor mode).
+        if matches!(Outcome::parse(record.outcome()), Some(Outcome::Allow | Outcome::WouldDeny)) {
+            for tool in record.mcp_tools() {
+                *agent.tools.entry(host.clone()).or_default().entry(tool.to_owned()).or_default() += 1;
+            }
+        }
         match refused_code(record) {
             Some(code) => {
                 let left = agent.left_out.entry((host, port)).or_insert((code, 0));
@@ -166,7 +179,8 @@ impl Tally {
                     .into_iter()
                     .map(|((host, port), (code, n))| (entry(&host, Some(port)), code, n))
                     .collect();
-                AgentHosts { agent, requests: tally.requests, hosts, left_out }
+                let tools = tally.tools.into_iter().map(|(host, tools)| (host, tools.into_iter().collect())).collect();
+                AgentHosts { agent, requests: tally.requests, hosts, left_out, tools }
             })
             .collect()
     }
@@ -214,6 +228,20 @@ impl AgentHosts {
             for (host, code, n) in &self.left_out {
                 let _ = writeln!(out, "#   {host}: {code}, {n} request{}", plural(*n));
             }
+        }
+        for (host, tools) in &self.tools {
+            let _ = writeln!(
+                out,
+                "# the MCP tools it called on {host}: a top-level [[mcp]] table; every other tool is refused\n\
+                 [[mcp]]\nhosts = [\"{host}\"]\nagents = [{:?}]\nallow_tools = [",
+                self.agent
+            );
+            let quoted: Vec<String> = tools.iter().map(|(tool, _)| format!("\"{tool}\",")).collect();
+            let width = quoted.iter().map(String::len).max().unwrap_or(0);
+            for (quoted, (_, n)) in quoted.iter().zip(tools) {
+                let _ = writeln!(out, "    {quoted:<width$}  # {n} call{}", plural(*n));
+            }
+            out.push_str("]\n");
         }
         out
     }
@@ -307,6 +335,34 @@ mod tests {
         assert!(text.contains("#   meta.test:80: network.private_address, 1 request\n"), "{text}");
         let port: Vec<&str> = text.lines().filter(|l| l.contains("[::1]")).collect();
         assert_eq!(port, ["    \"[::1]:8080\",     # 1 request"], "{text}");
+    }
+
+    #[test]
+    fn the_mcp_tools_an_agent_called_are_suggested_per_host_but_never_one_refused() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("decisions.jsonl");
+        let call = |outcome: &str, tool: &str, code: Option<&str>| {
+            let line = record("sbx", outcome, "https://mcp.test/mcp", code);
+            line.replacen('{', &format!(r#"{{"agentgate.mcp.method":"tools/call","agentgate.mcp.tool":"{tool}","#), 1)
+        };
+        let lines = [
+            call("allow", "search", None),
+            call("allow", "search", None),
+            call("would_deny", "create_issue", Some("mcp.tool_refused")),
+            call("deny", "delete_repo", Some("mcp.tool_refused")),
+            call("allow", "a,b", None),
+            record("sbx", "allow", "https://mcp.test/mcp", None),
+        ];
+        std::fs::write(&path, lines.join("\n")).expect("writes");
+        let found = suggest(&[&path], Some("sbx")).expect("reads");
+        let tools = &found.agents[0].tools;
+        assert_eq!(tools.len(), 1, "{found:?}");
+        let called: Vec<(&str, u64)> = tools[0].1.iter().map(|(t, n)| (t.as_str(), *n)).collect();
+        assert_eq!(called, [("a", 1), ("b", 1), ("create_issue", 1), ("search", 2)]);
+        let text = found.render(true);
+        assert!(text.contains("[[mcp]]\nhosts = [\"mcp.test\"]\nagents = [\"sbx\"]\nallow_tools = [\n"), "{text}");
+        assert!(text.contains("    \"search\",        # 2 calls\n"), "{text}");
+        assert!(!text.contains("delete_repo"), "{text}");
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub enum By {
     Reason,
     /// The decision: `event.action` (`event.outcome` in logs written before it).
     Outcome,
+    /// The MCP tool called, with its agent and server: `agent host tool` (`agentgate.mcp.tool`,
+    /// `,`-joined for a batch); `-` for every other request.
+    Tool,
 }
 
 impl By {
@@ -42,6 +45,7 @@ impl By {
             By::Origin => "origin",
             By::Reason => "deciding reason",
             By::Outcome => "outcome",
+            By::Tool => "agent server tool",
         }
     }
 
@@ -51,6 +55,10 @@ impl By {
             By::Origin => record.origin().or(record.domain()).unwrap_or("-").to_owned(),
             By::Reason => record.deciding_reason().unwrap_or_else(|| "-".to_owned()),
             By::Outcome => record.outcome().to_owned(),
+            By::Tool => match record.mcp_tool() {
+                Some(tool) => format!("{} {} {tool}", record.agent(), record.domain().unwrap_or("-")),
+                None => "-".to_owned(),
+            },
         }
     }
 }

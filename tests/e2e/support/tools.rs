@@ -40,6 +40,10 @@ pub const SETPRIV: Tool = Tool { program: "setpriv", package: "util-linux" };
 /// test also checks that the package imports.
 pub const PYTHON3_CRYPTOGRAPHY: Tool = Tool { program: "python3", package: "python3-cryptography" };
 
+/// Python 3 with the official MCP Python SDK (`mcp` from PyPI, not a Debian package):
+/// [`need_python_mcp`] checks that it imports.
+pub const PYTHON3_MCP: Tool = Tool { program: "python3", package: "the mcp Python SDK (pip install mcp)" };
+
 /// Set by `scripts/test.sh` for its pass over the tests that are not ignored.
 const BASELINE: &str = "AGENTGATE_TEST_BASELINE";
 
@@ -53,6 +57,20 @@ pub fn need(tool: Tool) -> TestResult<PathBuf> {
         )
         .into()
     })
+}
+
+/// `python3` with the MCP Python SDK importable; an error naming the install when it is
+/// missing, and in the baseline pass.
+pub fn need_python_mcp() -> TestResult<PathBuf> {
+    not_in_baseline(PYTHON3_MCP.package)?;
+    let python = find(PYTHON3_MCP.program).ok_or("python3 is missing: this test needs Python 3 and the mcp SDK")?;
+    let imported = std::process::Command::new(&python).args(["-c", "import mcp.server.mcpserver"]).output()?;
+    if !imported.status.success() {
+        return Err("python3 cannot import mcp (the official MCP Python SDK, 2.x): scripts/test.sh installs it \
+                    (pip install mcp)"
+            .into());
+    }
+    Ok(python)
 }
 
 /// Ok when this process runs as root on Linux (network namespaces, nftables, running the

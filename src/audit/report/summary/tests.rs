@@ -326,3 +326,33 @@ fn usage_refusals_are_counted_per_agent_and_purpose_refused() {
     assert!(table.contains("usage refusals (usage.refused)"), "{table}");
     assert!(table.contains("| a     | train-ai        |        2 |"), "{table}");
 }
+
+#[test]
+fn tool_calls_are_counted_per_agent_server_and_tool() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("decisions.jsonl");
+    let line = |n: u32, agent: &str, action: &str, tool: Option<&str>| {
+        let tool = tool.map_or_else(String::new, |t| {
+            format!(r#","agentgate.mcp.method":"tools/call","agentgate.mcp.tool":"{t}""#)
+        });
+        format!(
+            r#"{{"event.id":"{n:032x}","agentgate.agent":"{agent}","event.action":"{action}","url.full":"https://mcp.test/mcp","url.domain":"mcp.test"{tool}}}"#
+        )
+    };
+    let lines = [
+        line(1, "sbx", "allow", Some("search")),
+        line(2, "sbx", "allow", Some("search")),
+        line(3, "sbx", "deny", Some("delete_repo")),
+        line(4, "ci", "allow", Some("search")),
+        line(5, "sbx", "allow", None),
+    ];
+    std::fs::write(&path, lines.join("\n")).expect("writes");
+    let summary = summarize_files(&[&path], By::Tool, Filter::default()).expect("reads");
+    let rows: Vec<(&str, u64, u64)> =
+        summary.groups.iter().map(|g| (g.key.as_str(), g.counts.allowed, g.counts.denied)).collect();
+    assert_eq!(
+        rows,
+        [("-", 1, 0), ("ci mcp.test search", 1, 0), ("sbx mcp.test delete_repo", 0, 1), ("sbx mcp.test search", 2, 0)]
+    );
+    assert!(summary.render_table().contains("| agent server tool "), "{}", summary.render_table());
+}
