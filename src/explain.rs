@@ -115,22 +115,24 @@ pub struct Explanation {
 /// # Errors
 /// When the directory, a file, a sidecar, a `--header` or the URL cannot be used.
 pub fn explain(req: &ExplainRequest) -> Result<Explanation, ExplainError> {
-    let target = Target::parse(&req.url)?;
-    let policies = load_policies(&req.policy_dir, &target.host)?;
-    explain_with(req, policies)
+    explain_in(req, policy::Settings::default())
 }
 
-/// Evaluates one request against `policies` (`req.policy_dir` is not read): what the admin
-/// API's `/explain` does with an origin's policies from the live cache.
+/// [`explain`] under the operator's `settings` (`[robots]`, `[agents_md]`, `[usage]`), as the
+/// gate decides: `agentgate explain --config` ([`Operator::settings`]).
 ///
 /// # Errors
-/// When a header in `req.headers` or the URL cannot be used.
-pub fn explain_with(req: &ExplainRequest, policies: Policies) -> Result<Explanation, ExplainError> {
-    explain_under(req, policies, policy::Settings::default())
+/// When the directory, a file, a sidecar, a `--header` or the URL cannot be used.
+pub fn explain_in(req: &ExplainRequest, settings: policy::Settings) -> Result<Explanation, ExplainError> {
+    let target = Target::parse(&req.url)?;
+    let policies = load_policies(&req.policy_dir, &target.host)?;
+    explain_under(req, policies, settings)
 }
 
-/// [`explain_with`] under the operator's `settings` (`[robots]`, `[agents_md]`, `[usage]`), as
-/// the gate decides: what `agentgate audit shadow` replays with.
+/// Evaluates one request against `policies` (`req.policy_dir` is not read) under the
+/// operator's `settings` (`[robots]`, `[agents_md]`, `[usage]`), as the gate decides: what
+/// the admin API's `/explain` does with an origin's policies from the live cache, and what
+/// `agentgate audit shadow` replays with.
 ///
 /// # Errors
 /// When a header in `req.headers` or the URL cannot be used.
@@ -152,6 +154,7 @@ pub fn explain_under(
 pub struct Operator {
     agent: std::sync::Arc<Agent>,
     rules: OperatorRules,
+    settings: policy::Settings,
 }
 
 impl Operator {
@@ -167,7 +170,16 @@ impl Operator {
             let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
             ExplainError::UnknownAgent { id: id.unwrap_or_default().to_owned(), known }
         })?;
-        Ok(Operator { agent: std::sync::Arc::clone(agent), rules: crate::gate::operator_rules(config) })
+        Ok(Operator {
+            agent: std::sync::Arc::clone(agent),
+            rules: crate::gate::operator_rules(config),
+            settings: crate::gate::policy_settings(config),
+        })
+    }
+
+    /// The config's switches that change what the site files mean, as the gate reads them.
+    pub fn settings(&self) -> policy::Settings {
+        self.settings
     }
 
     /// The agent: its product token, trust level and purposes fill an [`ExplainRequest`].
@@ -179,7 +191,7 @@ impl Operator {
 /// The operator's decision on one request for `operator`'s agent, as the gate makes it before
 /// any site file is read: a host its lists refuse (`operator.denied_host`,
 /// `operator.not_allowlisted`), else the first rule that applies, else a bypass host. `None`
-/// when the site's files decide ([`explain`], [`explain_with`]).
+/// when the site's files decide ([`explain`], [`explain_under`]).
 ///
 /// # Errors
 /// When a header in `req.headers` or the URL cannot be used.
@@ -664,6 +676,29 @@ mod tests {
         assert_eq!(json["usage"][0]["source"], "tdmrep.json", "{json:#}");
         assert_eq!(json["usage"][0]["path"], "/books/*", "{json:#}");
         assert_eq!(explain_for("search")["decision"], "allow");
+    }
+
+    /// `explain --config` reads the site's files under the config's switches, as the gate
+    /// does: `[usage] undeclared = "deny"` refuses a request that declares no purpose where a
+    /// site refuses one.
+    #[test]
+    fn explain_under_a_config_applies_its_switches_as_the_gate_does() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("robots.txt"), "User-agent: *\nContent-Usage: train-ai=n\n")
+            .expect("write robots.txt");
+        let config = crate::config::Config::from_toml_str("[usage]\nundeclared = \"deny\"\n", "agentgate.toml")
+            .expect("a config");
+        let operator = Operator::new(&config, None).expect("the [agent] table");
+        let request = ExplainRequest {
+            policy_dir: dir.path().to_owned(),
+            method: "GET".into(),
+            url: "https://example.com/a".into(),
+            ..ExplainRequest::default()
+        };
+        assert_eq!(explain(&request).expect("explain").to_json()["decision"], "allow", "default switches");
+        let json = explain_in(&request, operator.settings()).expect("explain").to_json();
+        assert_eq!(json["decision"], "deny", "{json:#}");
+        assert_eq!(json["reasons"][0]["code"], "usage.refused", "{json:#}");
     }
 
     #[test]

@@ -375,7 +375,7 @@ fn run_explain(args: ExplainArgs, out: &mut impl Write) -> anyhow::Result<ExitCo
             }
             match explain::explain_operator(&request, &operator) {
                 Ok(Some(explanation)) => Ok(explanation),
-                Ok(None) => explain::explain(&request),
+                Ok(None) => explain::explain_in(&request, operator.settings()),
                 Err(e) => Err(e),
             }
         }

@@ -17,7 +17,7 @@ use super::state::AdminState;
 use crate::agents::AgentConfig;
 use crate::audit::rfc3339_millis;
 use crate::config::Config;
-use crate::explain::{ExplainRequest, Operator, explain_operator, explain_with, report_json};
+use crate::explain::{ExplainRequest, Operator, explain_operator, explain_under, report_json};
 use crate::fetch::Origin;
 
 /// The agent name `/explain` uses when no `agent` is given: the `[agent]` table.
@@ -81,7 +81,8 @@ pub(super) async fn explain(state: &AdminState, query: &Query) -> Result<Respons
     let bad_url = |problem: crate::explain::ExplainError| BadParameter::new("url", problem.to_string());
     let explanation = match explain_operator(&request, &operator).map_err(bad_url)? {
         Some(decided) => decided,
-        None => explain_with(&request, (*state.cache.policies(&origin).await).clone()).map_err(bad_url)?,
+        None => explain_under(&request, (*state.cache.policies(&origin).await).clone(), operator.settings())
+            .map_err(bad_url)?,
     };
     Ok(json_response(StatusCode::OK, &explanation.to_json()))
 }
