@@ -14,6 +14,7 @@ Usage: scripts/check-cargo.py [ROOT]   (ROOT defaults to the repository holding 
 Python 3 standard library, cargo and cargo-machete.
 """
 
+import importlib.util
 import os
 import re
 import shutil
@@ -136,15 +137,10 @@ CHECKS = [
 
 
 def main(argv):
-    root = argv[1] if len(argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    failed = 0
-    for title, check in CHECKS:
-        problems = check(root)
-        print(f"check-cargo: {title}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
-        for problem in problems:
-            print(problem)
-        failed += len(problems)
-    return 1 if failed else 0
+    spec = importlib.util.spec_from_file_location("check_tree", os.path.join(os.path.dirname(__file__), "check-tree.py"))
+    check_tree = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check_tree)
+    return check_tree.run("check-cargo", CHECKS, argv)
 
 
 if __name__ == "__main__":

@@ -217,16 +217,23 @@ CHECKS = [
 ]
 
 
-def main(argv):
+def run(name, checks, argv):
+    """Runs each (title, check) of `checks` on the repository in argv[1] (default: the one
+    holding this script), printing `name: title: ok` or its problems; 1 when any was found.
+    scripts/check-cargo.py runs its checks through this too."""
     root = argv[1] if len(argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     failed = 0
-    for title, check in CHECKS:
+    for title, check in checks:
         problems = check(root)
-        print(f"check-tree: {title}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+        print(f"{name}: {title}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
         for problem in problems:
             print(problem)
         failed += len(problems)
     return 1 if failed else 0
+
+
+def main(argv):
+    return run("check-tree", CHECKS, argv)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ use tokio::task::JoinSet;
 use crate::support::TestResult;
 use crate::support::binary::Agentgate;
 use crate::support::origin::Origin;
-use crate::support::tools::{self, PYTHON3_CRYPTOGRAPHY};
 use crate::support::wait::eventually;
 
 const VERIFIER: &str = include_str!("chain_verify.py");
@@ -101,15 +100,6 @@ async fn python_verdict(python: &Path, files: &[PathBuf]) -> TestResult<Value> {
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
-async fn verifier() -> TestResult<PathBuf> {
-    let python = tools::need(PYTHON3_CRYPTOGRAPHY)?;
-    let imported = Command::new(&python).args(["-c", "import cryptography"]).status().await?;
-    if !imported.success() {
-        return Err("python3's cryptography package is missing: apt-get install python3-cryptography".into());
-    }
-    Ok(python)
-}
-
 fn read_lines(path: &Path) -> TestResult<Vec<String>> {
     Ok(std::fs::read_to_string(path)?.lines().map(str::to_owned).collect())
 }
@@ -145,7 +135,7 @@ fn copy(root: &Path, case: &str, files: &[PathBuf]) -> TestResult<Vec<PathBuf>> 
 #[ignore = "needs python3-cryptography: run by scripts/test.sh"]
 async fn a_rotated_log_of_2000_requests_verifies_and_each_tampering_is_named_at_its_line() -> TestResult {
     agentgate::tls::install_default_provider();
-    let python = verifier().await?;
+    let python = crate::signing::verifier().await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("decisions.jsonl");
     let config = write_config(dir.path(), &log, "max_file_size = \"256KiB\"\nmax_files = 100")?;
@@ -291,7 +281,7 @@ async fn a_rotated_log_of_2000_requests_verifies_and_each_tampering_is_named_at_
 #[ignore = "needs python3-cryptography: run by scripts/test.sh"]
 async fn after_kill_9_under_load_a_restart_chains_on_and_verify_reports_the_unsigned_tail() -> TestResult {
     agentgate::tls::install_default_provider();
-    let python = verifier().await?;
+    let python = crate::signing::verifier().await?;
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("decisions.jsonl");
     let config = write_config(dir.path(), &log, "checkpoint_interval = \"1s\"")?;

@@ -28,7 +28,7 @@ const VERIFIER: &str = include_str!("signing_verify.py");
 const SIGNATURE_AGENT: &str = "https://agents.example.com";
 
 /// python3 with `cryptography`, or an error naming the package to install.
-async fn verifier() -> TestResult<PathBuf> {
+pub(crate) async fn verifier() -> TestResult<PathBuf> {
     let python = tools::need(PYTHON3_CRYPTOGRAPHY)?;
     let imported = Command::new(&python).args(["-c", "import cryptography"]).status().await?;
     if !imported.success() {
