@@ -289,7 +289,11 @@ fn open_files(pid: u32) -> TestResult<usize> {
 fn tcp_sockets(pid: u32) -> TestResult<Vec<(u16, u16)>> {
     let mut inodes = std::collections::HashSet::new();
     for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
-        let target = std::fs::read_link(entry?.path())?;
+        // A descriptor closed between the listing and this read is no longer held.
+        let target = match std::fs::read_link(entry?.path()) {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            target => target?,
+        };
         let target = target.to_string_lossy();
         if let Some(inode) = target.strip_prefix("socket:[").and_then(|rest| rest.strip_suffix(']')) {
             inodes.insert(inode.to_owned());
