@@ -90,10 +90,10 @@ pub enum Store {
 pub enum Refused {
     /// A limit is spent: 429 with `Retry-After`.
     Exceeded(Exceeded),
-    /// A declared request body larger than a whole sending budget: it can never pass under
-    /// that budget, however long the agent waits (413).
+    /// A declared body larger than a whole byte budget: it can never pass under that budget,
+    /// however long the agent waits (413 for a request body, 403 for a response's).
     NeverFits {
-        /// The sending budget.
+        /// The sending or receiving budget.
         limit: Limit,
         /// The body's declared length.
         bytes: u64,

@@ -196,6 +196,7 @@ fn status(kind: BlockKind) -> &'static str {
         BlockKind::Unauthenticated => "407",
         BlockKind::RateLimited { .. } => "429",
         BlockKind::TooLarge => "413",
+        BlockKind::AnswerTooLarge => "403",
         BlockKind::OriginUnreachable { timed_out: false } => "502",
         BlockKind::OriginUnreachable { timed_out: true } => "504",
         BlockKind::LimitsUnavailable | BlockKind::UpstreamAtCapacity => "503",

@@ -15,7 +15,9 @@ use crate::inspect::{Place, Report};
 use crate::limits::{ByteBudgets, Permit, Refused};
 use crate::policy::operator::Mode;
 use crate::policy::usage::{self, Undeclared};
-use crate::policy::{AutoctlCode, Code, Decision, OperatorCode, Opinion, Outcome, Policies, PolicyStatus, Reason};
+use crate::policy::{
+    AutoctlCode, Code, Decision, Direction, LimitKind, OperatorCode, Opinion, Outcome, Policies, PolicyStatus, Reason,
+};
 use crate::secrets::Plan;
 
 /// A request the gate let through. Only the gate can make one, so a forward without a
@@ -262,11 +264,15 @@ pub(super) fn limit_refusal(refused: &Refused) -> (Reason, LogOutcome, BlockKind
             (exceeded.limit.reason.clone(), LogOutcome::RateLimited, kind)
         }
         Refused::NeverFits { limit, bytes } => {
+            let (body, kind) = match limit.kind {
+                LimitKind::Bytes { direction: Direction::Received, .. } => ("response", BlockKind::AnswerTooLarge),
+                _ => ("request", BlockKind::TooLarge),
+            };
             let rule = format!(
-                "{}: the declared body of {bytes} bytes is larger than the whole budget, so it can never pass under it",
+                "{}: the declared {body} body of {bytes} bytes is larger than the whole budget, so it can never pass under it",
                 limit.reason.rule
             );
-            (Reason { rule: rule.into(), ..limit.reason.clone() }, LogOutcome::Deny, BlockKind::TooLarge)
+            (Reason { rule: rule.into(), ..limit.reason.clone() }, LogOutcome::Deny, kind)
         }
         Refused::StoreUnavailable => {
             let rule = "[limits.redis] on_failure = \"deny\": the shared limits store did not answer in time";
@@ -317,6 +323,9 @@ pub enum BlockKind {
     /// A declared request body larger than a whole byte budget: 413, with no `Retry-After`
     /// (no wait makes it pass).
     TooLarge,
+    /// A response declared longer than a whole receiving budget: withheld, 403 with no
+    /// `Retry-After` (as Squid answers a reply over `reply_body_max_size`).
+    AnswerTooLarge,
     /// agentgate had no connection to spare for the policy fetch (`[upstream]
     /// max_connections`, every one busy): 503 with `Retry-After`, recorded as an `error`
     /// (`upstream.at_capacity`, docs/upstream.md).

@@ -179,9 +179,18 @@ impl ByteBudgets {
     /// what is left is refused whole, never cut part-way.
     ///
     /// # Errors
-    /// [`Refused::Exceeded`] naming the receiving budget it would cross, with when `length`
-    /// bytes will be left; [`Refused::StoreUnavailable`] as [`spend_declared`](Self::spend_declared).
+    /// [`Refused::NeverFits`] for a body longer than a whole receiving budget (no wait makes
+    /// it pass); [`Refused::Exceeded`] naming the receiving budget it would cross, with when
+    /// `length` bytes will be left; [`Refused::StoreUnavailable`] as
+    /// [`spend_declared`](Self::spend_declared).
     pub async fn spend_response(&self, length: u64) -> Result<(), Refused> {
+        for limit in self.of(Direction::Received) {
+            if let LimitKind::Bytes { bytes, .. } = limit.kind
+                && length > bytes
+            {
+                return Err(Refused::NeverFits { limit: limit.clone(), bytes: length });
+            }
+        }
         let items: Vec<ByteItem<'_>> =
             self.of(Direction::Received).map(|limit| ByteItem { limit, bytes: length, spend: Spend::Yes }).collect();
         if self.spend_items(&items).await? == Counted::Settled {

@@ -120,9 +120,11 @@ pub(crate) fn blocked_response_to(
     let verdict = match blocked.kind() {
         BlockKind::RateLimited { .. } => "rate_limited",
         BlockKind::OriginUnreachable { .. } | BlockKind::UpstreamAtCapacity => "error",
-        BlockKind::Policy | BlockKind::Unauthenticated | BlockKind::LimitsUnavailable | BlockKind::TooLarge => {
-            decision.outcome.as_str()
-        }
+        BlockKind::Policy
+        | BlockKind::Unauthenticated
+        | BlockKind::LimitsUnavailable
+        | BlockKind::TooLarge
+        | BlockKind::AnswerTooLarge => decision.outcome.as_str(),
     };
     let mut header = verdict.to_owned();
     if let Some(first) = blocking.first() {
@@ -205,6 +207,7 @@ pub(crate) fn blocked_response_to(
         BlockKind::OriginUnreachable { timed_out: true } => StatusCode::GATEWAY_TIMEOUT,
         BlockKind::LimitsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         BlockKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        BlockKind::AnswerTooLarge => StatusCode::FORBIDDEN,
         BlockKind::UpstreamAtCapacity => {
             headers.insert(RETRY_AFTER, HeaderValue::from(AT_CAPACITY_RETRY_AFTER_S));
             StatusCode::SERVICE_UNAVAILABLE
@@ -241,6 +244,9 @@ fn summary(blocked: &Blocked, method: &str, url: &str) -> String {
         ),
         (BlockKind::TooLarge, _) => format!(
             "agentgate refused this request because its body is larger than the agent's whole byte budget, so it can never pass under this budget: {method} {url}. Send less, in parts within the budget."
+        ),
+        (BlockKind::AnswerTooLarge, _) => format!(
+            "agentgate withheld the site's answer to this request because its body is larger than the agent's whole receiving byte budget, so it can never pass under this budget: {method} {url}. Ask for a part of it (a Range request) within the budget, or ask the operator for a larger budget."
         ),
         (BlockKind::OriginUnreachable { .. }, _) => format!(
             "agentgate could not reach the site for this request: {method} {url}. No policy forbade it; the site did not accept a connection. Retry later."

@@ -90,12 +90,16 @@ pub(crate) struct Metered<B: Body, M: Meter> {
     ended: bool,
     /// A frame the meter holds back ([`Pass::After`]), with the total it brings.
     waiting: Option<(Frame<Bytes>, u64, Decision)>,
+    /// The meter's cut, told to the reader one poll later: hyper writes out what it has
+    /// buffered while the body is pending, so the reader gets every byte counted before
+    /// the cut (an error at once would close the connection with them unsent).
+    cut: Option<Cut>,
 }
 
 impl<B: Body, M: Meter> Metered<B, M> {
     /// `inner`, counted into `meter`.
     pub(crate) fn new(inner: B, meter: M) -> Self {
-        Metered { inner, meter, total: 0, ended: false, waiting: None }
+        Metered { inner, meter, total: 0, ended: false, waiting: None, cut: None }
     }
 
     /// `frame`, bringing the count to `total`, once the meter said `passed`.
@@ -104,10 +108,13 @@ impl<B: Body, M: Meter> Metered<B, M> {
         frame: Frame<Bytes>,
         total: u64,
         passed: Result<(), Cut>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         if let Err(cut) = passed {
             self.end(Ended::Cut);
-            return Poll::Ready(Some(Err(Box::new(cut))));
+            self.cut = Some(cut);
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
         self.total = total;
         // hyper stops polling a body that says it has ended.
@@ -136,6 +143,9 @@ where
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
+        if let Some(cut) = this.cut.take() {
+            return Poll::Ready(Some(Err(Box::new(cut))));
+        }
         if this.ended {
             return Poll::Ready(None);
         }
@@ -144,7 +154,7 @@ where
                 this.waiting = Some((frame, total, until));
                 return Poll::Pending;
             };
-            return this.release(frame, total, passed);
+            return this.release(frame, total, passed, cx);
         }
         let polled = match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Pending => return Poll::Pending,
@@ -163,7 +173,7 @@ where
                 let bytes = frame.data_ref().map_or(0, |data| data.len() as u64);
                 let total = this.total + bytes;
                 match if bytes > 0 { this.meter.passed(bytes, total) } else { Pass::Now(Ok(())) } {
-                    Pass::Now(passed) => this.release(frame, total, passed),
+                    Pass::Now(passed) => this.release(frame, total, passed, cx),
                     Pass::After(until) => {
                         this.waiting = Some((frame, total, until));
                         Pin::new(this).poll_frame(cx)
@@ -174,7 +184,9 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ended || (self.waiting.is_none() && self.inner.is_end_stream())
+        // A cut still to be told is no end: a reader that stopped here would take the short
+        // body for a whole one.
+        self.cut.is_none() && (self.ended || (self.waiting.is_none() && self.inner.is_end_stream()))
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -275,6 +287,20 @@ mod tests {
         let error = body.collect().await.expect_err("cut, never a short body that looks complete");
         assert_eq!(error.to_string(), "over 4");
         assert_eq!(told(&tape), ["+3=3", "+3=6", "Cut after 3"]);
+    }
+
+    /// The cut is told one poll after the meter refused, so hyper writes out the bytes it
+    /// holds first; until then the body is not at its end, even when its source is.
+    #[tokio::test]
+    async fn a_cut_waits_one_poll_and_is_no_end_until_told() {
+        let tape = Tape { limit: Some(4), ..Tape::default() };
+        let mut body = Metered::new(Full::new(Bytes::from_static(b"hello")), tape.clone());
+        assert!(futures_util::poll!(body.frame()).is_pending(), "the cut waits one poll");
+        assert!(!body.is_end_stream(), "a short body must not look whole");
+        let error = body.frame().await.expect("an answer").expect_err("then the cut");
+        assert_eq!(error.to_string(), "over 4");
+        assert!(body.is_end_stream());
+        assert_eq!(told(&tape), ["+5=5", "Cut after 0"]);
     }
 
     #[tokio::test]

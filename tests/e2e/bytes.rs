@@ -5,7 +5,7 @@
 //! Byte budgets: a declared upload that would cross the sending budget is refused `429`
 //! before forwarding, one larger than the whole budget `413`, a chunked one that crosses it
 //! `429`; a spent receiving budget refuses before forwarding, a response longer than what is
-//! left is refused whole, and only a download of unknown length is cut mid-stream; the bytes
+//! left is refused whole (one longer than the whole budget `403`, never retried), and only a download of unknown length is cut mid-stream; the bytes
 //! of a WebSocket relay and of a passthrough tunnel are counted, cut at the budget and refused
 //! once it is spent.
 
@@ -172,10 +172,18 @@ async fn a_receiving_budget_cuts_the_download_mid_stream_the_client_sees_an_erro
     let (proxy, client) = budgeted(&ca, |limits| limits.received_bytes_per_hour = 64 * 1024).await?;
     // Over h2 the reset may reach the client with the head: an error either way, never a
     // short body that looks complete.
+    // The bytes the client got before the cut, read frame by frame.
+    let mut received = 0u64;
     let read = match client.get(origin.url(&format!("/bytes/{MIB}"))).send().await {
-        Ok(download) => {
+        Ok(mut download) => {
             assert_eq!(download.status(), 200, "the head went out before the budget was crossed");
-            download.bytes().await.map(|body| body.len())
+            loop {
+                match download.chunk().await {
+                    Ok(Some(chunk)) => received += chunk.len() as u64,
+                    Ok(None) => break Ok(received),
+                    Err(error) => break Err(error),
+                }
+            }
         }
         Err(error) => Err(error),
     };
@@ -194,6 +202,7 @@ async fn a_receiving_budget_cuts_the_download_mid_stream_the_client_sees_an_erro
     assert_eq!(cut[0]["http.response.status_code"], 200, "{}", cut[0]);
     let passed = cut[0]["http.response.body.bytes"].as_u64().ok_or("bytes counted")?;
     assert!(passed <= 64 * 1024, "no more than the budget passed: {}", cut[0]);
+    assert_eq!(passed, received, "the record counts what reached the client: {}", cut[0]);
     // A body of unknown length cut by a budget is a refusal, with the budget's code.
     assert_eq!(cut[0]["event.action"], "rate_limited", "{}", cut[0]);
     assert_eq!(cut[0]["agentgate.reasons"][0]["code"], "operator.byte_budget", "{}", cut[0]);
@@ -259,6 +268,34 @@ async fn a_spent_receiving_budget_refuses_before_forwarding_and_a_longer_respons
         assert_eq!(refused["agentgate.reasons"][0]["code"], "operator.byte_budget", "{refused}");
         assert!(refused["agentgate.body.cut"].is_null(), "refused whole, never cut: {refused}");
     }
+    Ok(())
+}
+
+/// A response declared longer than the whole receiving budget can never pass, however long
+/// the agent waits: withheld whole with `403` and no `Retry-After` (not `429`, whose retry
+/// would fail again), the budget's code and plain words in the answer, and the budget left
+/// unspent for the next download.
+#[tokio::test]
+async fn a_response_longer_than_the_whole_receiving_budget_is_withheld_with_403_and_no_retry() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let (proxy, client) = budgeted(&ca, |limits| limits.received_bytes_per_hour = 300_000).await?;
+    origin.serve("/huge", Served::ok(vec![b'x'; 400_000]));
+    let huge = client.get(origin.url("/huge")).send().await?;
+    assert_eq!(huge.status(), 403, "400,000 declared, 300,000 per hour at most: never fits");
+    assert!(huge.headers().get("retry-after").is_none(), "no wait makes it pass");
+    let text = huge.text().await?;
+    assert!(text.contains("can never pass under this budget") && text.contains("operator.byte_budget"), "{text}");
+    assert!(!text.contains("xxxx"), "not a byte of the answer passed: {text}");
+    let after = client.get(origin.url("/bytes/250000")).send().await?;
+    assert_eq!(after.bytes().await?.len(), 250_000, "the withheld answer spent nothing");
+
+    let lines = proxy.finish().await?;
+    let refused = for_request(&lines, "GET", "/huge");
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+    assert_eq!(refused[0]["event.action"], "deny", "{}", refused[0]);
+    assert_eq!(refused[0]["http.response.status_code"], 403, "{}", refused[0]);
+    assert_eq!(refused[0]["agentgate.reasons"][0]["code"], "operator.byte_budget", "{}", refused[0]);
     Ok(())
 }
 
