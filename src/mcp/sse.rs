@@ -1,6 +1,8 @@
 //! A `text/event-stream` answer to a `tools/list`, filtered event by event: each complete
 //! event's `data` is read as JSON-RPC and written back with the refused tools removed
-//! (`super::filter_json`); every other event, field and comment passes as it came.
+//! (`super::filter_json`); every other event, field and comment passes as it came. The
+//! `endpoint` event of the older HTTP+SSE transport (where its client sends its `POST`s) is
+//! noted ([`EventFilter::endpoint`]), so the proxy can answer a refused call on this stream.
 //!
 //! Never: reads a socket (the proxy hands it the bytes), or holds more than one event, at
 //! most the bound it was made with.
@@ -17,6 +19,8 @@ pub struct EventFilter {
     pending: BytesMut,
     /// The most bytes one event may take.
     bound: usize,
+    /// The data of the last `endpoint` event, until taken.
+    endpoint: Option<String>,
 }
 
 /// An event longer than the bound: it cannot be checked, so it is not passed on.
@@ -29,7 +33,7 @@ pub struct EventTooLong(pub usize);
 impl EventFilter {
     /// A filter removing what `table` refuses, holding at most `bound` bytes of one event.
     pub fn new(table: McpTable, bound: usize) -> Self {
-        EventFilter { table, pending: BytesMut::new(), bound }
+        EventFilter { table, pending: BytesMut::new(), bound, endpoint: None }
     }
 
     /// `bytes` more of the stream: what can go on now (every event completed by them).
@@ -41,6 +45,9 @@ impl EventFilter {
         let mut out = BytesMut::new();
         while let Some((end, separator)) = event_end(&self.pending) {
             let event = self.pending.split_to(end + separator);
+            if let Some(endpoint) = endpoint_of(&event[..end]) {
+                self.endpoint = Some(endpoint);
+            }
             out.extend_from_slice(&self.filtered(&event[..end]));
             out.extend_from_slice(&event[end..]);
         }
@@ -48,6 +55,12 @@ impl EventFilter {
             return Err(EventTooLong(self.bound));
         }
         Ok(out.freeze())
+    }
+
+    /// Where the older HTTP+SSE transport's client is told to send its messages (the data of
+    /// an `endpoint` event passed so far), once.
+    pub fn endpoint(&mut self) -> Option<String> {
+        self.endpoint.take()
     }
 
     /// The end of the stream: the last event, even without its blank line.
@@ -84,6 +97,21 @@ impl EventFilter {
         out.pop();
         out
     }
+}
+
+/// The data of `event` when it is an `endpoint` event (one line of data: a URI).
+fn endpoint_of(event: &[u8]) -> Option<String> {
+    let mut named = false;
+    let mut data = None;
+    for line in event.split(|b| *b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l)) {
+        if let Some(name) = line.strip_prefix(b"event:") {
+            named = name.trim_ascii() == b"endpoint";
+        } else if let Some(value) = line.strip_prefix(b"data:") {
+            data = Some(value.strip_prefix(b" ").unwrap_or(value));
+        }
+    }
+    let uri = std::str::from_utf8(data?).ok()?.trim();
+    (named && !uri.is_empty()).then(|| uri.to_owned())
 }
 
 /// Where the first complete event in `bytes` ends, and the length of the blank line after it.
@@ -138,6 +166,17 @@ mod tests {
         let out = filter.push(stream.as_bytes()).expect("within the bound");
         let out = String::from_utf8(out.to_vec()).expect("UTF-8");
         assert!(!out.contains("delete_repo") && out.ends_with("\r\n\r\n"), "{out}");
+    }
+
+    #[test]
+    fn the_endpoint_event_of_the_older_transport_is_noted_once_and_passes_as_it_came() {
+        let stream = "event: endpoint\r\ndata: /messages/?session_id=ab12\r\n\r\nevent: message\ndata: {}\n\n";
+        let mut filter = EventFilter::new(table(), 1 << 16);
+        let out = filter.push(stream.as_bytes()).expect("within the bound");
+        assert_eq!(&out[..], stream.as_bytes());
+        assert_eq!(filter.endpoint().as_deref(), Some("/messages/?session_id=ab12"));
+        assert_eq!(filter.endpoint(), None, "taken once");
+        assert_eq!(endpoint_of(b"event: message\ndata: /x"), None, "only an endpoint event names one");
     }
 
     #[test]

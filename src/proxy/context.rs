@@ -15,6 +15,7 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use http::uri::{Authority, Scheme};
 
+use super::mcp::OpenStreams;
 use super::upstream::Upstream;
 use crate::approvals::Approvals;
 use crate::audit::AuditLog;
@@ -45,6 +46,8 @@ pub(crate) struct ProxyState {
     pub(crate) metrics: Arc<Metrics>,
     /// Requests held for a human's approval, shared with the admin API that answers them.
     pub(crate) approvals: Approvals,
+    /// The older MCP transport's event streams open through the proxy (`super::mcp`).
+    pub(crate) mcp_streams: Arc<OpenStreams>,
     next_request_id: AtomicU64,
 }
 
@@ -69,6 +72,7 @@ impl ProxyState {
             audit,
             metrics,
             approvals,
+            mcp_streams: Arc::default(),
             next_request_id: AtomicU64::new(1),
         }
     }

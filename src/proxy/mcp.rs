@@ -8,10 +8,14 @@
 //! goes on; denied or timed out, it gets the JSON-RPC error. A `tools/list` is forwarded with `Accept-Encoding:
 //! identity`, and its answer (JSON, or each event of an event stream; and each event of a
 //! `GET` stream, where the older HTTP+SSE transport answers) loses the refused tools on its
-//! way back ([`AnswerFilter`]).
+//! way back ([`AnswerFilter`]). On the older transport, whose client reads every answer on
+//! its `GET` stream, a refused call's error is delivered on that stream (`streams`) and its
+//! `POST` answered `202`.
 //!
 //! Never decides (the gate's permit does), never logs a call's arguments unless its table
 //! says so (then redacted), never the session id (a digest of it).
+
+mod streams;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -38,6 +42,8 @@ use crate::gate::Permitted;
 use crate::inspect::Body;
 use crate::mcp::{EventFilter, McpTable, Messages, Refusal, Served, filter_json, may_carry_calls, unreadable_answer};
 use crate::policy::{OperatorCode, Reason};
+pub(crate) use streams::OpenStreams;
+use streams::{StreamKey, Tap};
 
 /// The most bytes of a JSON `tools/list` answer held to filter it (8 MiB); a longer one is cut.
 const MAX_ANSWER: usize = 8 * 1024 * 1024;
@@ -63,7 +69,12 @@ pub(crate) async fn check(
     if read.parts.method != Method::POST {
         permit.set_mcp(fields);
         let get = read.parts.method == Method::GET && !permit.is_monitored();
-        let filter = served.table.filter(|_| get).map(|table| filter_for(read, table));
+        let opens = get.then(|| Opens {
+            streams: Arc::clone(&state.mcp_streams),
+            agent: permit.record().agent.clone(),
+            origin: origin_of(&permit.record().url).to_owned(),
+        });
+        let filter = served.table.filter(|_| get).map(|table| filter_for(read, table, opens));
         return Ok((permit, filter));
     }
     let max_body = live.config.inspect.max_body;
@@ -132,7 +143,7 @@ pub(crate) async fn check(
                 for refusal in &mut refusals {
                     refusal.rule = format!("{}; held for a human's approval: {ended}", refusal.rule);
                 }
-                let answer = refusal_answer(&messages, &refusals, &blocked.record().id.to_string());
+                let answer = refusal_answer(state, read, &messages, &refusals, blocked.record());
                 return Err(record.block_with(blocked, answer));
             }
         }
@@ -141,33 +152,44 @@ pub(crate) async fn check(
     let permit = match permit.check_mcp(blocking) {
         Ok(permit) => permit,
         Err(blocked) => {
-            let answer = refusal_answer(&messages, &refusals, &blocked.record().id.to_string());
+            let answer = refusal_answer(state, read, &messages, &refusals, blocked.record());
             return Err(record.block_with(*blocked, answer));
         }
     };
     // Monitor mode withholds nothing: the model is offered every tool, and its calls learned.
     let filtered = messages.lists_tools() && !permit.is_monitored();
-    let filter = served.table.filter(|_| filtered).map(|table| filter_for(read, table));
+    let filter = served.table.filter(|_| filtered).map(|table| filter_for(read, table, None));
     Ok((permit, filter))
 }
 
 /// The filter of the answer to `read`, which is asked to come back unencoded: it is read.
-fn filter_for(read: &mut ReadRequest, table: &McpTable) -> AnswerFilter {
+fn filter_for(read: &mut ReadRequest, table: &McpTable, opens: Option<Opens>) -> AnswerFilter {
     read.parts.headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-    AnswerFilter { table: table.clone() }
+    AnswerFilter { table: table.clone(), opens }
 }
 
-/// The answer to a request with `refusals`: `200` with their JSON-RPC errors, or `202` when
-/// it held notifications only.
-fn refusal_answer(messages: &Messages, refusals: &[Refusal], event_id: &str) -> Response<ProxyBody> {
-    match messages.refusal_answer(refusals, event_id) {
-        Some(body) => json_response(StatusCode::OK, body),
-        None => {
-            let mut accepted = Response::new(Empty::new().map_err(|never| match never {}).boxed_unsync());
-            *accepted.status_mut() = StatusCode::ACCEPTED;
-            accepted
-        }
+/// The answer to `read`, a request with `refusals` (recorded as `refused`): `200` with their
+/// JSON-RPC errors; or `202` when it held notifications only, or when it went to the
+/// endpoint of an older-transport stream open through agentgate, which gets the errors.
+fn refusal_answer(
+    state: &ProxyState,
+    read: &ReadRequest,
+    messages: &Messages,
+    refusals: &[Refusal],
+    refused: &crate::audit::DecisionRecord,
+) -> Response<ProxyBody> {
+    let accepted = || {
+        let mut accepted = Response::new(Empty::new().map_err(|never| match never {}).boxed_unsync());
+        *accepted.status_mut() = StatusCode::ACCEPTED;
+        accepted
+    };
+    let Some(body) = messages.refusal_answer(refusals, &refused.id.to_string()) else { return accepted() };
+    let endpoint = read.parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let stream = StreamKey::new(&refused.agent, origin_of(&refused.url), endpoint);
+    if stream.is_some_and(|stream| state.mcp_streams.deliver(&stream, &body)) {
+        return accepted();
     }
+    json_response(StatusCode::OK, body)
 }
 
 /// `scheme://host[:port]` of `url`.
@@ -203,6 +225,15 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response<ProxyBody> {
 /// What a `tools/list` answer goes through: the tools its table refuses removed.
 pub(crate) struct AnswerFilter {
     table: McpTable,
+    /// For a `GET` stream: where it is opened once its server names its endpoint.
+    opens: Option<Opens>,
+}
+
+/// Whose stream a `GET` answer is, to open it in [`OpenStreams`] by the endpoint it names.
+struct Opens {
+    streams: Arc<OpenStreams>,
+    agent: String,
+    origin: String,
 }
 
 impl AnswerFilter {
@@ -220,7 +251,7 @@ impl AnswerFilter {
         let encoded = response.headers().get(CONTENT_ENCODING).is_some_and(|e| e.as_bytes() != b"identity");
         let (mut parts, inner) = response.into_parts();
         parts.headers.remove(CONTENT_LENGTH);
-        let body = Filtered { inner, mode, encoded, ended: false };
+        let body = Filtered { inner, mode, encoded, ended: false, opens: self.opens, tap: None };
         Response::from_parts(parts, body.boxed_unsync())
     }
 }
@@ -240,6 +271,20 @@ struct Filtered {
     /// The origin encoded it (`Content-Encoding`) although asked not to.
     encoded: bool,
     ended: bool,
+    /// A `GET` stream's owner, until its endpoint is known.
+    opens: Option<Opens>,
+    /// The open stream's deliveries, passed on between the server's events.
+    tap: Option<Tap>,
+}
+
+impl Filtered {
+    /// Opens the stream once `filter` has seen its server name the endpoint.
+    fn note_endpoint(&mut self, endpoint: Option<String>) {
+        let (Some(endpoint), Some(opens)) = (endpoint, &self.opens) else { return };
+        if let Some(key) = StreamKey::new(&opens.agent, &opens.origin, &endpoint) {
+            self.tap = Some(opens.streams.open(key));
+        }
+    }
 }
 
 impl HttpBody for Filtered {
@@ -257,6 +302,13 @@ impl HttpBody for Filtered {
             if this.ended {
                 return Poll::Ready(None);
             }
+            // agentgate's own answers go out between the server's events, which the event
+            // filter passes whole.
+            if let Some(tap) = &mut this.tap
+                && let Poll::Ready(Some(event)) = tap.events.poll_recv(cx)
+            {
+                return Poll::Ready(Some(Ok(Frame::data(event))));
+            }
             match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => {
                     // Trailers are dropped: the filtered body ends with its data.
@@ -273,8 +325,13 @@ impl HttpBody for Filtered {
                             }
                         }
                         Mode::Events(filter) => match filter.push(&data) {
-                            Ok(out) if out.is_empty() => {}
-                            Ok(out) => return Poll::Ready(Some(Ok(Frame::data(out)))),
+                            Ok(out) => {
+                                let endpoint = filter.endpoint();
+                                this.note_endpoint(endpoint);
+                                if !out.is_empty() {
+                                    return Poll::Ready(Some(Ok(Frame::data(out))));
+                                }
+                            }
                             Err(too_long) => {
                                 this.ended = true;
                                 return Poll::Ready(Some(Err(Box::new(too_long))));
