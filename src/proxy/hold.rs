@@ -34,6 +34,23 @@ use crate::audit::redact_url;
 use crate::config::Config;
 use crate::gate::{Admitted, Blocked, GateRequest, Verdict};
 
+/// Phase `check_egress`, the same for a request and for a tunnel's host-level decision: the
+/// agent's egress lists, before anything about the host is looked up; a host they do not
+/// list may be admitted by a grant or a human ([`admit_host`]).
+///
+/// # Errors
+/// The block to answer when nothing admits the host.
+pub(super) async fn check_egress<'a>(
+    state: &'a Arc<ProxyState>,
+    live: &'a Generation,
+    record: &'a mut RequestRecord,
+    request: GateRequest<'a>,
+    drain: Drain,
+) -> Result<Option<Admitted>, Blocked> {
+    let Err(blocked) = live.gate.check_egress(&request) else { return Ok(None) };
+    admit_host(state, live, record, *blocked, request, drain).await.map(Some)
+}
+
 /// Whether `blocked` is held for a human rather than answered at once.
 pub(super) fn holds(config: &Config, blocked: &Blocked) -> bool {
     config.approvals.mode == ApprovalMode::Hold && blocked.needs_approval()

@@ -304,18 +304,15 @@ impl ProxyService {
         }
     }
 
-    /// Phase `check_egress`: the agent's egress lists, before anything about the host is
-    /// looked up; a host they do not list may be admitted by a grant or a human
-    /// (`hold::admit_host`).
+    /// Phase `check_egress` (`hold::check_egress`, as a tunnel's host-level decision takes it).
     async fn check_egress(
         &self,
         live: &Generation,
         record: &mut RequestRecord,
         request: GateRequest<'_>,
     ) -> Result<Option<Admitted>, Exit> {
-        let Err(blocked) = live.gate.check_egress(&request) else { return Ok(None) };
-        match hold::admit_host(&self.state, live, record, *blocked, request, self.drain.clone()).await {
-            Ok(admitted) => Ok(Some(admitted)),
+        match hold::check_egress(&self.state, live, record, request, self.drain.clone()).await {
+            Ok(admitted) => Ok(admitted),
             Err(blocked) => Err(record.block(blocked, request.headers)),
         }
     }

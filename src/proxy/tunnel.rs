@@ -10,6 +10,7 @@
 //! tunnel for a CONNECT (`handle_connect`), and a tunnel serves its inner requests with the
 //! service. Nothing else here is used by the service but the transparent `Host` check.
 
+mod admit;
 mod connect;
 mod intercept;
 mod original;

@@ -15,18 +15,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::uri::{Authority, Scheme};
-use http::{Request, Response, Uri};
+use http::{Method, Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tracing::{Instrument, Span, debug, info_span, warn};
 
+use super::admit::{begin_interception, connection};
 use super::intercept::{Inside, intercept};
-use super::passthrough::{decide_passthrough, open_passthrough};
+use super::passthrough;
 use crate::config::Config;
 use crate::error_chain::error_chain;
 use crate::fetch::Origin;
-use crate::gate::{Admitted, GateRequest};
+use crate::gate::GateRequest;
 use crate::proxy::answer::{Exit, tunnel_established};
 use crate::proxy::body::ProxyBody;
 use crate::proxy::conn::{Drain, splice};
@@ -83,22 +84,11 @@ pub(crate) async fn handle_connect(
     // One config generation for the CONNECT and its decision, whatever a reload swaps in
     // meanwhile; requests inside an intercepted tunnel each take the one in force then.
     let live = state.generation();
-    let agent = match live.gate.identify_agent(client, "CONNECT", &url, &headers) {
+    let agent = match live.gate.identify_agent(client, Method::CONNECT.as_str(), &url, &headers) {
         Ok(agent) => agent,
         Err(blocked) => return Err(record.block(*blocked, &headers)),
     };
-    let connect = GateRequest {
-        client,
-        agent: &agent,
-        origin: &origin,
-        url: &url,
-        method: "CONNECT",
-        path_and_query: "/",
-        headers: &headers,
-        addresses: &[],
-        entry: Entry::Connect,
-        admitted: None,
-    };
+    let connect = connection(client, &agent, &origin, &url, &headers, Entry::Connect);
     record.undecided(live.gate.undecided(&connect));
     // agentgate.local is answered inside the tunnel by agentgate itself (`local.rs`): never
     // looked up, vetted or passed through.
@@ -108,27 +98,22 @@ pub(crate) async fn handle_connect(
     let shown = live.gate.redacted(authority.as_str());
     let span = info_span!("tunnel", client = %client, authority = %shown, mode = ?tunnel);
     // The agent's egress lists, before the target is looked up; a human admitting the host
-    // admits the whole tunnel.
-    let admitted = match live.gate.check_egress(&connect) {
-        Err(blocked) if !is_local => {
-            match hold::admit_host(state, &live, record, *blocked, connect, drain.clone()).await {
-                Ok(admitted) => Some(admitted),
-                Err(blocked) => {
-                    let refusal = record.block(blocked, &headers);
-                    return refuse(state, client, record, refusal, (tunnel, authority), request, drain)
-                        .instrument(span)
-                        .await;
-                }
-            }
+    // admits the whole tunnel. agentgate's own pages (`agentgate.local`) are no egress.
+    let egress =
+        if is_local { Ok(None) } else { hold::check_egress(state, &live, record, connect, drain.clone()).await };
+    let admitted = match egress {
+        Ok(admitted) => admitted,
+        Err(blocked) => {
+            let refusal = record.block(blocked, &headers);
+            return refuse(state, client, record, refusal, (tunnel, authority), request, drain).instrument(span).await;
         }
-        _ => None,
     };
-    let connect = GateRequest { admitted: admitted.as_ref(), ..connect };
+    let admitted_connect = GateRequest { admitted: admitted.as_ref(), ..connect };
     // Held until the passthrough tunnel is open: it dials these addresses.
     let vetted = if is_local {
         None
     } else {
-        match check_destination(state, &live, record, connect, Ask::Connect).await {
+        match check_destination(state, &live, record, admitted_connect, Ask::Connect).await {
             Ok(vetted) => Some(vetted),
             Err(refusal) => {
                 return refuse(state, client, record, refusal, (tunnel, authority), request, drain)
@@ -141,9 +126,8 @@ pub(crate) async fn handle_connect(
     match tunnel {
         Tunnel::Passthrough => {
             let addresses = vetted.as_ref().map_or(&[][..], |vetted| vetted.addresses());
-            let passthrough = GateRequest { method: "GET", addresses, ..connect };
-            let permit = decide_passthrough(&live.gate, record, passthrough).await?;
-            let (origin, budget) = open_passthrough(state, record, permit, &authority).await?;
+            let (origin, budget) =
+                passthrough::open(state, &live.gate, record, (admitted_connect, addresses), &authority).await?;
             let open = state.metrics.tunnel_opened();
             let until_stopped = drain.clone();
             let tunnel = async move {
@@ -156,13 +140,7 @@ pub(crate) async fn handle_connect(
             tokio::spawn(until_stopped.until_stopped(tunnel).instrument(span));
         }
         Tunnel::Mitm => {
-            if admitted.as_ref().is_some_and(Admitted::is_held_request) {
-                // The approved CONNECT is recorded once, with its approval.
-                record.decided(live.gate.approved_tunnel(&connect));
-            } else {
-                record.recorded_inside();
-            }
-            let admitted = admitted.and_then(Admitted::for_tunnel).map(Arc::new);
+            let admitted = begin_interception(&live, record, connect, admitted);
             let inside = Inside::Served(agent, admitted);
             spawn_intercepted(Arc::clone(state), client, (inside, authority), on_upgrade, drain, span);
         }

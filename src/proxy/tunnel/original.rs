@@ -15,6 +15,7 @@ use http::{HeaderMap, Request};
 use hyper::body::Incoming;
 use tracing::info;
 
+use super::admit::connection;
 use crate::agents::Identity;
 use crate::fetch::Origin;
 use crate::gate::GateRequest;
@@ -123,36 +124,15 @@ pub(crate) async fn check_host(
         path_and_query: path,
         headers,
         entry: Entry::Transparent { tls: false },
-        ..connection_request(context.client, agent, &origin, &url)
+        ..connection(context.client, agent, &origin, &url, &NO_HEADERS, Entry::Transparent { tls: false })
     };
     let blocked = state.generation().gate.refuse(&refusal, &refused);
     Err(record.block(blocked, headers))
 }
 
-/// No headers: what a refused connection's record is made from (it sent none, or TLS).
-static NO_HEADERS: LazyLock<HeaderMap> = LazyLock::new(HeaderMap::new);
-
-/// The host-level request a refused transparent connection is recorded as: `CONNECT`, as a
-/// refused CONNECT is.
-pub(super) fn connection_request<'a>(
-    client: SocketAddr,
-    agent: &'a Identity,
-    origin: &'a Origin,
-    url: &'a str,
-) -> GateRequest<'a> {
-    GateRequest {
-        client,
-        agent,
-        origin,
-        url,
-        method: "CONNECT",
-        path_and_query: "/",
-        headers: &NO_HEADERS,
-        addresses: &[],
-        entry: Entry::Transparent { tls: true },
-        admitted: None,
-    }
-}
+/// No headers: what a redirected connection's host-level request has (it sent none, or
+/// TLS).
+pub(super) static NO_HEADERS: LazyLock<HeaderMap> = LazyLock::new(HeaderMap::new);
 
 /// The origin of a refused connection's record: `host` on the original port, or the original
 /// destination itself when `host` is not a usable host (a bad SNI).

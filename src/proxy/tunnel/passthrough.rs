@@ -8,8 +8,10 @@
 //!
 //! Never splices bytes itself (the caller does, `conn::relay`), never reads them.
 
-use http::StatusCode;
+use std::net::IpAddr;
+
 use http::uri::Authority;
+use http::{Method, StatusCode};
 use tokio::net::TcpStream;
 
 use crate::gate::{Gate, GateRequest, Permitted, Verdict};
@@ -19,20 +21,25 @@ use crate::proxy::conn::Counted;
 use crate::proxy::context::ProxyState;
 use crate::proxy::record::RequestRecord;
 
-/// Opens a permitted passthrough tunnel's connection to `dial` (through the network guard),
-/// then writes the decision, completed with its `200`. The audit promise: under
-/// `on_failure = "block"` no byte is spliced before the record is on disk. With the
-/// connection comes the tunnel's byte budget, if the agent has one, for the splice.
+/// A passthrough tunnel for `connection` (its host-level request), whose destination the
+/// guard vetted as `addresses`: decided ([`decide`]), then its connection to `dial` opened
+/// (through the network guard) and the decision written, completed with its `200`. The
+/// audit promise: under `on_failure = "block"` no byte is spliced before the record is on
+/// disk. With the connection comes the tunnel's byte budget, if the agent has one, for the
+/// splice.
 ///
 /// # Errors
-/// The dial's error (the request's record is completed with it), or the 503 answer when the
-/// record could not be committed (the connection is dropped).
-pub(super) async fn open_passthrough(
+/// The block answer (nothing was dialled); the dial's error (the request's record is
+/// completed with it); or the 503 answer when the record could not be committed (the
+/// connection is dropped).
+pub(super) async fn open(
     state: &ProxyState,
+    gate: &Gate,
     record: &mut RequestRecord,
-    permit: Permitted,
+    (connection, addresses): (GateRequest<'_>, &[IpAddr]),
     dial: &Authority,
 ) -> Result<(Counted<TcpStream>, Option<RelayBudget>), Exit> {
+    let permit = decide(gate, record, GateRequest { method: Method::GET.as_str(), addresses, ..connection }).await?;
     let budget = RelayBudget::of(&state.audit, &permit, StatusCode::OK);
     record.permitted(permit);
     let opened = state.upstream.open_tunnel(dial).await?;
@@ -46,11 +53,7 @@ pub(super) async fn open_passthrough(
 /// # Errors
 /// The block answer, before any `200`: the gate's, or a spent byte budget's (`429`, a budget
 /// with less than its floor left, either way).
-pub(super) async fn decide_passthrough(
-    gate: &Gate,
-    record: &mut RequestRecord,
-    request: GateRequest<'_>,
-) -> Result<Permitted, Exit> {
+async fn decide(gate: &Gate, record: &mut RequestRecord, request: GateRequest<'_>) -> Result<Permitted, Exit> {
     match gate.decide(request).await {
         Verdict::Forward(mut permit) => {
             permit.mark_passthrough();

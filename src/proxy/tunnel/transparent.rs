@@ -26,16 +26,17 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use http::uri::Scheme;
-use http::{HeaderMap, StatusCode};
+use http::{Method, StatusCode};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::admit::{begin_interception, connection};
 use super::intercept::{Inside, serve_intercepted, starts_tls};
-use super::original::{connection_request, names_destination, original_authority, refused_origin};
-use super::passthrough::{decide_passthrough, open_passthrough};
+use super::original::{NO_HEADERS, names_destination, original_authority, refused_origin};
+use super::passthrough;
 use crate::error_chain::error_chain;
-use crate::gate::{Admitted, GateRequest};
+use crate::gate::GateRequest;
 use crate::net::Refusal;
 use crate::proxy::answer::Exit;
 use crate::proxy::conn::{Admission, Drain, Rewind, original_destination, splice};
@@ -45,6 +46,9 @@ use crate::proxy::hold;
 use crate::proxy::record::{Ending, RequestRecord};
 use crate::proxy::serve::{ServerProtocols, serve_connection};
 use crate::proxy::service::ProxyService;
+
+/// How a redirected TLS connection entered (`agentgate.entry`).
+const TLS: Entry = Entry::Transparent { tls: true };
 
 /// The most a ClientHello may take before the SNI is read (TLS records are at most 16 KiB
 /// each; a post-quantum key share makes a ClientHello a few KiB).
@@ -100,7 +104,7 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     };
     let live = state.generation();
     let url = format!("https://{original}/");
-    let agent = match live.gate.identify_agent(client, "CONNECT", &url, &HeaderMap::new()) {
+    let agent = match live.gate.identify_agent(client, Method::CONNECT.as_str(), &url, &NO_HEADERS) {
         Ok(agent) => agent,
         Err(blocked) => {
             warn!(%client, %original, "transparent connection refused: the client address is no known agent and [auth] requires one; closed");
@@ -113,7 +117,8 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
         let host = original.ip().to_string();
         if let Some(origin) = refused_origin(&Scheme::HTTPS, &host, original) {
             let refusal = Refusal::OwnAddress { host, addr: original };
-            record.refused(live.gate.refuse(&refusal, &connection_request(client, &agent, &origin, &url))).await;
+            let request = connection(client, &agent, &origin, &url, &NO_HEADERS, TLS);
+            record.refused(live.gate.refuse(&refusal, &request)).await;
         }
         return;
     }
@@ -143,20 +148,17 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     // The original destination itself when the name is unusable: always an origin.
     let Some(origin) = refused_origin(&Scheme::HTTPS, &host, original) else { return };
     let url = format!("https://{}:{}/", origin.host(), origin.port());
-    let request = connection_request(client, &agent, &origin, &url);
+    let request = connection(client, &agent, &origin, &url, &NO_HEADERS, TLS);
     record.undecided(live.gate.undecided(&request));
     // The agent's egress lists on the name, before it is looked up to be held to the
     // original destination. A refusal cannot be answered on a TLS connection: recorded, closed.
-    let admitted = match live.gate.check_egress(&request) {
-        Ok(()) => None,
-        Err(blocked) => match hold::admit_host(&state, &live, &mut record, *blocked, request, drain.clone()).await {
-            Ok(admitted) => Some(admitted),
-            Err(blocked) => {
-                let sni = live.gate.redacted(&host);
-                warn!(%client, %original, %sni, "transparent TLS connection refused by the agent's egress lists; closed");
-                return record.refused(blocked).await;
-            }
-        },
+    let admitted = match hold::check_egress(&state, &live, &mut record, request, drain.clone()).await {
+        Ok(admitted) => admitted,
+        Err(blocked) => {
+            let sni = live.gate.redacted(&host);
+            warn!(%client, %original, %sni, "transparent TLS connection refused by the agent's egress lists; closed");
+            return record.refused(blocked).await;
+        }
     };
     let authority = match names_destination(&state, &host, original).await {
         Ok(authority) => authority,
@@ -165,21 +167,16 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
             return record.refused(live.gate.refuse(&refusal, &request)).await;
         }
     };
-    let request = GateRequest { admitted: admitted.as_ref(), ..request };
     let io = Rewind::new(first.freeze(), tcp);
     if live.config.mitm.is_passthrough(authority.host()) {
+        let request = GateRequest { admitted: admitted.as_ref(), ..request };
         return passthrough(&state, &mut record, request, original, io, drain).await;
     }
-    if request.admitted.is_some_and(Admitted::is_held_request) {
-        // The approved connection is recorded once, with its approval, as a CONNECT is.
-        record.decided(live.gate.approved_tunnel(&request));
-        record.finish(Ending::Answered(StatusCode::OK)).await;
-    } else {
-        record.recorded_inside();
-    }
-    let admitted = admitted.and_then(Admitted::for_tunnel).map(Arc::new);
-    let entry = Entry::Transparent { tls: true };
-    match serve_intercepted(state, client, Inside::Served(agent, admitted), authority, io, entry, drain).await {
+    let admitted = begin_interception(&live, &mut record, request, admitted);
+    // An approved held connection's record is written now (there is no `200` to write it
+    // with); an intercepted one has none of its own.
+    record.finish(Ending::Answered(StatusCode::OK)).await;
+    match serve_intercepted(state, client, Inside::Served(agent, admitted), authority, io, TLS, drain).await {
         Ok(()) => {}
         Err(error @ TunnelError::ClientHungUp { .. }) => debug!(error = %error, "connection closed"),
         Err(error) => warn!(error = %error, "transparent TLS connection failed"),
@@ -198,25 +195,21 @@ async fn passthrough(
     drain: Drain,
 ) {
     let live = state.generation();
-    let addresses = [original.ip()];
-    let request = GateRequest { method: "GET", addresses: &addresses, ..connection };
-    let permit = match decide_passthrough(&live.gate, record, request).await {
-        Ok(permit) => permit,
-        Err(exit) => {
-            info!(client = %request.client, origin = %request.origin, "transparent passthrough refused by the gate; closed");
-            return unsent(record, exit).await;
-        }
-    };
     // The original destination, not whatever the name resolves to now (vetted by the guard).
     let dial = original_authority(original);
-    match open_passthrough(state, record, permit, &dial).await {
+    let (client, origin) = (connection.client, connection.origin);
+    match passthrough::open(state, &live.gate, record, (connection, &[original.ip()]), &dial).await {
         Ok((origin, budget)) => {
             let _open = state.metrics.tunnel_opened();
             splice(io, origin, drain, "transparent passthrough", budget).await;
         }
         Err(exit) => {
-            if let Exit::Failed(error) = &exit {
-                warn!(error = %error, "transparent passthrough: the original destination cannot be reached");
+            match &exit {
+                Exit::Failed(error) => {
+                    warn!(error = %error, "transparent passthrough: the original destination cannot be reached");
+                }
+                Exit::Answered(_) => info!(%client, %origin, "transparent passthrough refused; closed"),
+                Exit::Gone => {}
             }
             unsent(record, exit).await;
         }
