@@ -31,7 +31,7 @@ use super::get::Fetcher;
 use super::run_log;
 use super::shared::config::{CacheStore, SharedConfig};
 use super::shared::value::{StoredFile, Value};
-use super::shared::{Lease, STALE_USE, SharedStore};
+use super::shared::{STALE_USE, SharedCopy, SharedStore};
 use super::transport::PolicyTransport;
 use crate::metrics::Metrics;
 use crate::policy::{
@@ -632,6 +632,22 @@ impl std::fmt::Debug for PolicyCache {
     }
 }
 
+/// A snapshot as the shared store keeps it: [`Value`] (each file's responses and freshness).
+impl SharedCopy for Snapshot {
+    fn cap() -> usize {
+        Inner::value_cap()
+    }
+
+    fn read(origin: &Origin, bytes: &[u8]) -> Option<Self> {
+        Inner::from_value(origin, bytes)
+    }
+
+    fn stored(&self, origin: &Origin) -> (Vec<u8>, Duration) {
+        let (value, ttl) = self.value(origin);
+        (value.to_bytes(), ttl)
+    }
+}
+
 impl Inner {
     /// Refreshes the stale files of `entry` (the caller holds its `refreshing` lock) and
     /// puts the result in the cache, where moka weighs it again.
@@ -647,68 +663,16 @@ impl Inner {
     }
 
     /// The snapshot to put in force for `origin`, `previous` being the local copy: without a
-    /// shared store, [`Inner::load`]. With one: a fresh copy in the store; else, under this
-    /// replica's lease, a load from the origin on top of the stale shared copy (or
-    /// `previous`), stored for the fleet; else (another replica holds the lease) its copy once
-    /// it lands, or after `[cache.redis] wait` a load of our own. When Redis fails, a load of
-    /// our own. A copy lacking the files fetched on demand does not do when they are
-    /// `wanted`.
+    /// shared store, [`Inner::load`]; with one, the store's lease protocol
+    /// ([`SharedStore::obtain`]) over that load. A copy lacking the files fetched on demand
+    /// does not do when they are `wanted`.
     async fn obtain(&self, origin: &Origin, previous: Option<&Snapshot>, wanted: bool) -> Snapshot {
         let Some(shared) = &self.shared else { return self.load(origin, previous, wanted).await };
         let usable =
             |snapshot: &Snapshot| snapshot.fresh_until > Instant::now() && !(wanted && snapshot.lacks_on_demand());
-        let found = match Self::look(shared, origin).await {
-            Some(snapshot) if usable(&snapshot) => {
-                shared.hit();
-                return snapshot;
-            }
-            found => found,
-        };
-        if found.is_none() {
-            self.metrics.policy_store("miss");
-        }
-        let base = found.as_ref().or(previous);
-        match shared.lease(origin).await {
-            Lease::Taken => {
-                let snapshot = self.load(origin, base, wanted).await;
-                Self::store(shared, origin, &snapshot).await;
-                shared.release(origin).await;
-                snapshot
-            }
-            Lease::Held => {
-                let deadline = Instant::now() + shared.wait();
-                while Instant::now() < deadline {
-                    tokio::time::sleep(shared.poll()).await;
-                    if let Some(snapshot) = Self::look(shared, origin).await
-                        && usable(&snapshot)
-                    {
-                        shared.hit();
-                        return snapshot;
-                    }
-                }
-                shared.waited_out(origin);
-                let snapshot = self.load(origin, base, wanted).await;
-                Self::store(shared, origin, &snapshot).await;
-                snapshot
-            }
-            Lease::Unavailable => self.load(origin, base, wanted).await,
-        }
-    }
-
-    /// The shared store's copy of `origin`; a value that is not a copy is a miss.
-    async fn look(shared: &SharedStore, origin: &Origin) -> Option<Snapshot> {
-        let bytes = shared.get(origin, Self::value_cap()).await?;
-        let snapshot = Self::from_value(origin, &bytes);
-        if snapshot.is_none() {
-            shared.corrupt(origin);
-        }
-        snapshot
-    }
-
-    /// Puts `snapshot` in the shared store for the fleet.
-    async fn store(shared: &SharedStore, origin: &Origin, snapshot: &Snapshot) {
-        let (value, ttl) = snapshot.value(origin);
-        shared.put(origin, value.to_bytes(), ttl).await;
+        shared
+            .obtain(origin, previous, usable, async |base: Option<&Snapshot>| self.load(origin, base, wanted).await)
+            .await
     }
 
     /// Evicts what the new or re-weighed entry pushed over `max_bytes` now, rather than at

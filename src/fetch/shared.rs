@@ -11,7 +11,9 @@
 //! timeout, refused connection) makes the replica fetch for itself, is counted in
 //! `/metrics` (`agentgate_policy_store_total{result="failure"}`) and is logged at most once
 //! a second. A value that is not what [`value`] writes (wrong type, oversized, corrupt) is a
-//! miss, counted as `result="corrupt"`, and is overwritten by the next fetch.
+//! miss, counted as `result="corrupt"`, and is overwritten by the next fetch. The protocol
+//! over these (look, lease or wait, load, store) is [`SharedStore::obtain`]; the cache gives
+//! it its copies' encoding ([`SharedCopy`]) and its load.
 //!
 //! Connections are made as for `[limits.redis]` (`crate::redis_connection`: the URL, AUTH
 //! from `password_env`, `rediss://` trusting the system's roots and `[upstream]
@@ -27,6 +29,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands as _;
 use redis::aio::ConnectionManager;
+use tokio::time::Instant;
 
 use super::Origin;
 use crate::error_chain::error_chain;
@@ -67,9 +70,20 @@ struct Inner {
     failure_log: FailureLog,
 }
 
+/// What the store keeps for an origin, as the cache knows it (its snapshot of the origin's
+/// files): how a stored value is read back and written.
+pub(crate) trait SharedCopy: Sized {
+    /// The most bytes a stored value may take.
+    fn cap() -> usize;
+    /// The copy `bytes` hold for `origin`; `None` when they are not one.
+    fn read(origin: &Origin, bytes: &[u8]) -> Option<Self>;
+    /// The value to store for `origin`, and its TTL.
+    fn stored(&self, origin: &Origin) -> (Vec<u8>, Duration);
+}
+
 /// What [`SharedStore::lease`] got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Lease {
+enum Lease {
     /// This replica fetches; release when done.
     Taken,
     /// Another replica is fetching: wait for its value.
@@ -113,14 +127,72 @@ impl SharedStore {
         format!("{}policy-lease:{origin}", self.inner.prefix)
     }
 
-    /// How long a replica waits for another's fetch (`[cache.redis] wait`).
-    pub(crate) fn wait(&self) -> Duration {
-        self.inner.wait
+    /// The copy of `origin` to put in force, `previous` being the replica's own: a copy in
+    /// the store that is `usable`; else, under this replica's lease, `load` on top of the
+    /// store's stale copy (or `previous`), stored for the fleet; else (another replica holds
+    /// the lease) its copy once it lands, or after `[cache.redis] wait` a load of our own,
+    /// stored. When Redis fails, a load of our own.
+    pub(crate) async fn obtain<C: SharedCopy>(
+        &self,
+        origin: &Origin,
+        previous: Option<&C>,
+        usable: impl Fn(&C) -> bool,
+        load: impl AsyncFnOnce(Option<&C>) -> C,
+    ) -> C {
+        let found = match self.look::<C>(origin).await {
+            Some(copy) if usable(&copy) => {
+                self.inner.metrics.policy_store("hit");
+                return copy;
+            }
+            found => found,
+        };
+        if found.is_none() {
+            self.inner.metrics.policy_store("miss");
+        }
+        let base = found.as_ref().or(previous);
+        match self.lease(origin).await {
+            Lease::Taken => {
+                let copy = load(base).await;
+                self.store(origin, &copy).await;
+                self.release(origin).await;
+                copy
+            }
+            Lease::Held => {
+                let deadline = Instant::now() + self.inner.wait;
+                while Instant::now() < deadline {
+                    tokio::time::sleep(POLL).await;
+                    if let Some(copy) = self.look::<C>(origin).await
+                        && usable(&copy)
+                    {
+                        self.inner.metrics.policy_store("hit");
+                        return copy;
+                    }
+                }
+                self.inner.metrics.policy_store("wait_timeout");
+                tracing::info!(%origin, wait = ?self.inner.wait, "another replica's policy fetch did not land in time; fetching here");
+                let copy = load(base).await;
+                self.store(origin, &copy).await;
+                copy
+            }
+            Lease::Unavailable => load(base).await,
+        }
     }
 
-    /// The pause between two looks while waiting.
-    pub(crate) fn poll(&self) -> Duration {
-        POLL
+    /// The store's copy of `origin`; a value that is not a copy is a miss, counted.
+    async fn look<C: SharedCopy>(&self, origin: &Origin) -> Option<C> {
+        let bytes = self.get(origin, C::cap()).await?;
+        let copy = C::read(origin, &bytes);
+        if copy.is_none() {
+            self.inner.metrics.policy_store("corrupt");
+            tracing::warn!(%origin, "the shared policy store held a value that is not a policy copy; ignored and refetched");
+        }
+        copy
+    }
+
+    /// Puts `copy` in the store for the fleet.
+    async fn store<C: SharedCopy>(&self, origin: &Origin, copy: &C) {
+        let (value, ttl) = copy.stored(origin);
+        self.put(origin, value, ttl).await;
     }
 
     /// Runs one Redis call within `timeout`; a failure is counted, logged at most once a
@@ -149,7 +221,7 @@ impl SharedStore {
     /// The value stored for `origin`, at most `max_bytes` plus one (`GETRANGE`, so a huge
     /// planted value is never read whole; one byte more tells it is over); `None` on a miss
     /// or a failure. A value of the wrong type is a miss: the empty value.
-    pub(crate) async fn get(&self, origin: &Origin, max_bytes: usize) -> Option<Vec<u8>> {
+    async fn get(&self, origin: &Origin, max_bytes: usize) -> Option<Vec<u8>> {
         let mut connection = self.inner.manager.clone();
         let getrange = redis::cmd("GETRANGE").arg(self.key(origin)).arg(0).arg(max_bytes).to_owned();
         let answer = self
@@ -166,7 +238,7 @@ impl SharedStore {
     }
 
     /// Stores `value` for `origin` for `ttl`; a failure is counted and logged.
-    pub(crate) async fn put(&self, origin: &Origin, value: Vec<u8>, ttl: Duration) {
+    async fn put(&self, origin: &Origin, value: Vec<u8>, ttl: Duration) {
         let mut connection = self.inner.manager.clone();
         let key = self.key(origin);
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
@@ -174,7 +246,7 @@ impl SharedStore {
     }
 
     /// Takes the lease on fetching `origin` for `wait` (`SET NX PX`).
-    pub(crate) async fn lease(&self, origin: &Origin) -> Lease {
+    async fn lease(&self, origin: &Origin) -> Lease {
         let mut connection = self.inner.manager.clone();
         let key = self.lease_key(origin);
         let ms = u64::try_from(self.inner.wait.as_millis()).unwrap_or(u64::MAX).max(1);
@@ -187,7 +259,7 @@ impl SharedStore {
     }
 
     /// Gives back a lease this replica took, if it is still its own.
-    pub(crate) async fn release(&self, origin: &Origin) {
+    async fn release(&self, origin: &Origin) {
         let mut connection = self.inner.manager.clone();
         let mut invocation = self.inner.release.key(self.lease_key(origin));
         invocation.arg(&self.inner.token);
@@ -199,22 +271,5 @@ impl SharedStore {
         let mut connection = self.inner.manager.clone();
         let key = self.key(origin);
         self.call("DEL", origin, connection.del::<_, i64>(&key)).await;
-    }
-
-    /// Counts a value found but refused as corrupt or hostile.
-    pub(crate) fn corrupt(&self, origin: &Origin) {
-        self.inner.metrics.policy_store("corrupt");
-        tracing::warn!(%origin, "the shared policy store held a value that is not a policy copy; ignored and refetched");
-    }
-
-    /// Counts a copy taken from the store.
-    pub(crate) fn hit(&self) {
-        self.inner.metrics.policy_store("hit");
-    }
-
-    /// Counts a wait for another replica's fetch that ran out.
-    pub(crate) fn waited_out(&self, origin: &Origin) {
-        self.inner.metrics.policy_store("wait_timeout");
-        tracing::info!(%origin, wait = ?self.inner.wait, "another replica's policy fetch did not land in time; fetching here");
     }
 }
