@@ -14,7 +14,8 @@
 //! cache, the upstream pool, the decision log writer and every connection (a request in
 //! flight finishes under the generation it started with). The settings that need a restart
 //! (`listen`, `[cache]`, `[ca]`, `[upstream]`, `[mitm] cert_cache_size`, `[connections]`,
-//! `[audit]`, `[limits]`, `[admin]`, `[transparent]`: [`in_force`]) keep their running values, each change logged as
+//! `[audit]`, `[limits]`, `[admin]`, `[transparent]`, `[approvals] store` and `[approvals.redis]`:
+//! [`in_force`]) keep their running values, each change logged as
 //! "needs a restart".
 //!
 //! Never: stops the proxy, opens listeners, or decides a request (the gate does, with the
@@ -269,7 +270,8 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         usage: _,
         network: _,
         connect: _,
-        approvals: _,
+        // Live but for its store, built once at start.
+        approvals,
         // Read again with every load: a value file changed on disk is put in force.
         secrets: _,
         inspect: _,
@@ -295,6 +297,8 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
     keep(&mut needs_restart, "[limits]", limits, &running.limits);
     keep(&mut needs_restart, "[admin]", admin, &running.admin);
     keep(&mut needs_restart, "[transparent]", transparent, &running.transparent);
+    keep(&mut needs_restart, "[approvals] store", &mut approvals.store, &running.approvals.store);
+    keep(&mut needs_restart, "[approvals.redis]", &mut approvals.redis, &running.approvals.redis);
     (config, needs_restart)
 }
 

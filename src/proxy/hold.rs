@@ -148,6 +148,9 @@ pub(super) async fn ask(
     info!(id = hold.id(), record_id = %blocked.record().id, "request held for human approval");
     // Written as `hung_up` if this future is dropped before it ends.
     record.hold(blocked.record().clone());
+    // Listed by every replica of a fleet (`[approvals] store = "redis"`); bounded by the
+    // store's timeout, after which it is this replica's alone.
+    state.approvals.publish(hold.id()).await;
     let approval = tokio::select! {
         approval = hold.answer() => approval,
         // Nobody can answer once the admin API stops: refuse now rather than at the end
