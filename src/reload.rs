@@ -419,10 +419,19 @@ mod tests {
         let edited = config(&format!(
             "listen = \"127.0.0.1:9999\"\nmode = \"monitor\"\ninstance = \"replica-2\"\n[[rules]]\nhost = \"*\"\naction = \"deny\"\n\
              [mitm]\npassthrough_hosts = [\"bank.example\"]\ncert_cache_size = 5\n[audit]\npath = \"other.jsonl\"\n\
-             [connect]\nallowed_ports = [443]\n[limits]\nstore = \"redis\"\n[approvals]\nmode = \"hold\"\n{ADMIN_TOKEN}"
+             [connect]\nallowed_ports = [443]\n[limits]\nstore = \"redis\"\n[approvals]\nmode = \"hold\"\n\
+             store = \"redis\"\n[approvals.redis]\ntimeout = \"1s\"\n{ADMIN_TOKEN}"
         ));
         let (in_force, needs) = in_force(&running, edited);
-        assert_eq!(needs, ["listen", "[mitm] cert_cache_size", "[audit]", "[limits]"]);
+        assert_eq!(
+            needs,
+            ["listen", "[mitm] cert_cache_size", "[audit]", "[limits]", "[approvals] store", "[approvals.redis]"]
+        );
+        assert_eq!(
+            (in_force.approvals.store, &in_force.approvals.redis),
+            (running.approvals.store, &running.approvals.redis),
+            "the fleet's store is built once, at start"
+        );
         assert_eq!(in_force.limits, running.limits, "the limiter is built once, at start");
         assert_eq!(in_force.instance, "replica-2");
         assert_eq!(in_force.listen, running.listen);

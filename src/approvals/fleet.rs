@@ -51,6 +51,16 @@ redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 return held
 ";
 
+/// Takes a hold of this replica off the list for an answer given here: 0 when another
+/// replica's answer took it first (its answer is waiting), else 1 (also when Redis lost the
+/// entry, a restart without persistence: the hold is still this replica's to answer).
+/// KEYS: pending, decision; ARGV: id.
+const CLAIM: &str = r"
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then return 1 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+return 1
+";
+
 /// A held request as the fleet lists it (the admin API's `GET /approvals` entry, with its
 /// expiry as a time rather than seconds left).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -186,6 +196,7 @@ pub struct Fleet {
 struct Inner {
     manager: ConnectionManager,
     decide: redis::Script,
+    claim: redis::Script,
     prefix: String,
     timeout: Duration,
     replica: String,
@@ -210,6 +221,7 @@ impl Fleet {
             inner: Arc::new(Inner {
                 manager,
                 decide: redis::Script::new(DECIDE),
+                claim: redis::Script::new(CLAIM),
                 prefix: format!("{}approvals:", connection.key_prefix),
                 timeout: connection.timeout,
                 replica: replica.to_owned(),
@@ -269,14 +281,15 @@ impl Fleet {
     }
 
     /// Takes a published hold of this replica off the fleet's list, for an answer given here:
-    /// `Ok(true)` when it was still listed, `Ok(false)` when another replica's answer took it.
+    /// `Ok(false)` when another replica's answer took it first, else `Ok(true)`.
     ///
     /// # Errors
     /// [`Unavailable`] when Redis did not answer.
     pub async fn claim(&self, id: &str) -> Result<bool, Unavailable> {
         let mut connection = self.inner.manager.clone();
-        let hdel = redis::cmd("HDEL").arg(self.pending_key()).arg(id).to_owned();
-        Ok(self.call("HDEL", hdel.query_async::<i64>(&mut connection)).await? == 1)
+        let mut invocation = self.inner.claim.key(self.pending_key());
+        invocation.key(self.decision_key(id)).arg(id);
+        Ok(self.call("claim", invocation.invoke_async::<i64>(&mut connection)).await? == 1)
     }
 
     /// Takes a hold that ended (answered, timed out, hung up) off the fleet, with any answer

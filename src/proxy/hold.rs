@@ -12,6 +12,9 @@
 //! destination it refuses (agentgate's own address, an internal range) is refused at once
 //! with its `network.*` code, never held, so nobody is asked to approve it.
 //!
+//! With `[approvals] store = "redis"` a held request is also published to the fleet
+//! (`Approvals::publish`, bounded by the store's timeout), so any replica may answer it.
+//!
 //! Never: decides allow or deny itself (the gate turns an approved block into a permit,
 //! `Gate::approved`, and an admitted host into an [`Admitted`] its decision reads), or writes
 //! the answer (a block goes to `super::block` like any other).

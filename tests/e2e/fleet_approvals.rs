@@ -228,6 +228,16 @@ async fn a_request_held_on_one_replica_is_answered_on_the_other_and_its_grant_ad
     assert!(header.contains("approval=denied; by=alice"), "{header}");
     assert_eq!(origin.hits("/page"), 2, "a denied request never reaches the origin");
     assert!(a.pending(0).await?.is_empty() && b.pending(0).await?.is_empty());
+
+    // Answered on the replica holding it: taken off the fleet's list, so B cannot answer too.
+    let approved_here = tokio::spawn(a.agent("peer")?.get(&url).send());
+    let id = b.pending(1).await?[0]["id"].as_str().ok_or("an id")?.to_owned();
+    let (status, _) = a.answer(&id, json!({"decision": "approve"})).await?;
+    assert_eq!(status, 200);
+    assert_eq!(tokio::time::timeout(Duration::from_secs(10), approved_here).await???.status(), 200);
+    assert_eq!(origin.hits("/page"), 3);
+    assert!(b.pending(0).await?.is_empty());
+    assert_eq!(b.answer(&id, json!({"decision": "deny"})).await?.0, 404, "answered once, fleet-wide");
     assert_eq!(a.metric("agentgate_approvals_store_errors_total", &[]).await?, 0.0);
     // The store that answers held requests is never an agent's destination, nor held for one.
     redis.is_refused_through(&a.agent("sbx")?).await?;
