@@ -222,8 +222,11 @@ async fn a_request_held_on_one_replica_is_answered_on_the_other_and_its_grant_ad
     let id = listed[0]["id"].as_str().ok_or("an id")?;
     let (status, _) = b.answer(id, json!({"decision": "deny", "reason": "not this one"})).await?;
     assert_eq!(status, 200);
+    let answered = std::time::Instant::now();
     let refused = tokio::time::timeout(Duration::from_secs(10), refused).await???;
     assert_eq!(refused.status(), 403);
+    let took = answered.elapsed();
+    assert!(took < Duration::from_secs(1), "the answer reaches the holding replica within a second: {took:?}");
     let header = refused.headers().get("agentgate-decision").and_then(|v| v.to_str().ok()).unwrap_or_default();
     assert!(header.contains("approval=denied; by=alice"), "{header}");
     assert_eq!(origin.hits("/page"), 2, "a denied request never reaches the origin");
