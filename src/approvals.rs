@@ -4,23 +4,30 @@
 //! request is held (its client simply waits) in a bounded queue of pending approvals until an
 //! operator approves or denies it through the admin API, its time runs out, or its client
 //! hangs up. An approval may be remembered for the same agent, origin and path for 15
-//! minutes, or (for a new host) grant the host to the agent for a while.
+//! minutes, or (for a new host) grant the host to the agent for a while. With `[approvals]
+//! store = "redis"` a fleet of replicas shares the held requests, the answers and the grants.
 //!
 //! Owns: the `[approvals]` table (`config`), the pending queue with its guard whose drop takes
 //! a held request out of the queue (`queue`), the remembered approvals and the host grants,
-//! and the facts of an approval decision that the decision log records ([`Approval`]).
+//! the fleet's store in Redis (`fleet`), and the facts of an approval decision that the
+//! decision log records ([`Approval`]).
 //!
 //! Never: speaks HTTP (the proxy holds the request and writes the answer, the admin API takes
 //! the operator's decision), decides whether a request needs approval (the policy core does),
 //! or writes the decision log. The flow is in `docs/approvals.md`.
 
 mod config;
+mod fleet;
 mod queue;
 
 use std::time::SystemTime;
 
-pub use config::{ApprovalMode, ApprovalsConfig};
-pub use queue::{Approvals, GrantKey, Held, HeldRule, Hold, HostGrant, HostGrantKey, NotPending, Pending, QueueFull};
+pub use config::{ApprovalMode, ApprovalsConfig, ApprovalsStore, FleetRedisConfig};
+pub use fleet::{Fleet, Listed, ListedRule};
+pub use queue::{
+    AnswerError, Answered, Approvals, DECISION_POLL, GrantKey, Held, HeldRule, Hold, HostGrant, HostGrantKey,
+    NotPending, Pending, QueueFull,
+};
 
 /// How long a `path-for-agent-15m` approval lets the same agent's requests to the same origin
 /// and path through without asking again.
@@ -122,11 +129,14 @@ pub struct Approval {
     pub remember: Option<Remember>,
     /// When a `host-for-agent` grant ends; `None` for every other approval.
     pub until: Option<SystemTime>,
+    /// The replica (its `instance` name) whose admin API took the answer, when that is not the
+    /// replica holding the request (`[approvals] store = "redis"`); `None` otherwise.
+    pub replica: Option<String>,
 }
 
 impl Approval {
     /// An ending nobody decided (timeout, hang-up, a full queue), stamped now.
     pub fn undecided(decision: ApprovalDecision) -> Approval {
-        Approval { decision, by: None, reason: None, at: SystemTime::now(), remember: None, until: None }
+        Approval { decision, by: None, reason: None, at: SystemTime::now(), remember: None, until: None, replica: None }
     }
 }

@@ -278,6 +278,7 @@ impl Config {
         self.mitm.problems(&mut problems);
         self.admin.problems(&mut problems);
         self.approvals.problems(&mut problems);
+        self.approvals.fleet_problems(&self.limits, &mut problems);
         if self.approvals.mode == ApprovalMode::Hold {
             self.admin.holding_problems("[approvals] mode = \"hold\"", &mut problems);
         }

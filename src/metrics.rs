@@ -130,6 +130,7 @@ pub struct Metrics {
     rate_limited: Counter,
     approvals: Family<ApprovalLabels, Counter>,
     approvals_pending: Gauge,
+    approvals_store_errors: Counter,
     request_duration: Histogram,
     policy_fetches: Family<FetchLabels, Counter>,
     policy_store: Family<ResultLabels, Counter>,
@@ -174,6 +175,7 @@ impl Metrics {
             rate_limited: Counter::default(),
             approvals: Family::default(),
             approvals_pending: Gauge::default(),
+            approvals_store_errors: Counter::default(),
             // 1 ms to about 33 s: a cached allow is a millisecond, a first fetch up to the
             // 10 s fetch timeout, a long download more.
             request_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
@@ -207,6 +209,11 @@ impl Metrics {
             m.approvals.clone(),
         );
         r.register("approvals_pending", "Requests held for a human's approval now", m.approvals_pending.clone());
+        r.register(
+            "approvals_store_errors",
+            "Calls to the fleet's approvals store ([approvals] store = \"redis\") that failed or timed out; the replica held and decided on its own",
+            m.approvals_store_errors.clone(),
+        );
         r.register(
             "request_duration_seconds",
             "Request head to response head (to tunnel open for CONNECT), every outcome",
@@ -324,6 +331,12 @@ impl Metrics {
     /// status `304` that renewed the stored copy.
     pub fn policy_not_modified(&self, file: &'static str) {
         self.policy_fetches.get_or_create(&FetchLabels { file, status: FetchStatus::Code(304) }).inc();
+    }
+
+    /// Counts a call to the fleet's approvals store that failed or timed out
+    /// (`crate::approvals`, `[approvals] store = "redis"`).
+    pub fn approvals_store_error(&self) {
+        self.approvals_store_errors.inc();
     }
 
     /// Counts one result of the shared policy store (`crate::fetch`, `[cache] store =

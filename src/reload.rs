@@ -14,7 +14,8 @@
 //! cache, the upstream pool, the decision log writer and every connection (a request in
 //! flight finishes under the generation it started with). The settings that need a restart
 //! (`listen`, `[cache]`, `[ca]`, `[upstream]`, `[mitm] cert_cache_size`, `[connections]`,
-//! `[audit]`, `[limits]`, `[admin]`, `[transparent]`: [`in_force`]) keep their running values, each change logged as
+//! `[audit]`, `[limits]`, `[admin]`, `[transparent]`, `[approvals] store` and `[approvals.redis]`:
+//! [`in_force`]) keep their running values, each change logged as
 //! "needs a restart".
 //!
 //! Never: stops the proxy, opens listeners, or decides a request (the gate does, with the
@@ -269,7 +270,8 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         usage: _,
         network: _,
         connect: _,
-        approvals: _,
+        // Live but for its store, built once at start.
+        approvals,
         // Read again with every load: a value file changed on disk is put in force.
         secrets: _,
         inspect: _,
@@ -295,6 +297,8 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
     keep(&mut needs_restart, "[limits]", limits, &running.limits);
     keep(&mut needs_restart, "[admin]", admin, &running.admin);
     keep(&mut needs_restart, "[transparent]", transparent, &running.transparent);
+    keep(&mut needs_restart, "[approvals] store", &mut approvals.store, &running.approvals.store);
+    keep(&mut needs_restart, "[approvals.redis]", &mut approvals.redis, &running.approvals.redis);
     (config, needs_restart)
 }
 
@@ -415,10 +419,19 @@ mod tests {
         let edited = config(&format!(
             "listen = \"127.0.0.1:9999\"\nmode = \"monitor\"\ninstance = \"replica-2\"\n[[rules]]\nhost = \"*\"\naction = \"deny\"\n\
              [mitm]\npassthrough_hosts = [\"bank.example\"]\ncert_cache_size = 5\n[audit]\npath = \"other.jsonl\"\n\
-             [connect]\nallowed_ports = [443]\n[limits]\nstore = \"redis\"\n[approvals]\nmode = \"hold\"\n{ADMIN_TOKEN}"
+             [connect]\nallowed_ports = [443]\n[limits]\nstore = \"redis\"\n[approvals]\nmode = \"hold\"\n\
+             store = \"redis\"\n[approvals.redis]\ntimeout = \"1s\"\n{ADMIN_TOKEN}"
         ));
         let (in_force, needs) = in_force(&running, edited);
-        assert_eq!(needs, ["listen", "[mitm] cert_cache_size", "[audit]", "[limits]"]);
+        assert_eq!(
+            needs,
+            ["listen", "[mitm] cert_cache_size", "[audit]", "[limits]", "[approvals] store", "[approvals.redis]"]
+        );
+        assert_eq!(
+            (in_force.approvals.store, &in_force.approvals.redis),
+            (running.approvals.store, &running.approvals.redis),
+            "the fleet's store is built once, at start"
+        );
         assert_eq!(in_force.limits, running.limits, "the limiter is built once, at start");
         assert_eq!(in_force.instance, "replica-2");
         assert_eq!(in_force.listen, running.listen);

@@ -1,13 +1,15 @@
-//! The admin API's approval endpoints: `GET /approvals` (the held requests, oldest first) and
-//! `POST /approvals/{id}` (an operator approves or denies one; a request held for a new host
-//! may be approved with a grant of the host to its agent for a while). The body is JSON and
+//! The admin API's approval endpoints: `GET /approvals` (the held requests, oldest first,
+//! each naming the replica holding it: with `[approvals] store = "redis"` the whole fleet's)
+//! and `POST /approvals/{id}` (an operator approves or denies one, whichever replica holds
+//! it; a request held for a new host may be approved with a grant of the host to its agent
+//! for a while). The body is JSON and
 //! must say so in `Content-Type`, so a cross-site HTML form cannot post it; it is read up to
 //! 16 KiB.
 //!
 //! Never: holds or forwards a request (the proxy does, `crate::approvals` carries the answer)
 //! or writes the decision log (the held request's own record says who decided).
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
@@ -16,7 +18,9 @@ use serde_json::{Value, json};
 
 use super::answer::{AdminBody, error, json_response, read_body};
 use super::state::AdminState;
-use crate::approvals::{Approval, ApprovalDecision, HOST_GRANT_DEFAULT, HOST_GRANT_MAX, Remember};
+use crate::approvals::{
+    AnswerError, Answered, Approval, ApprovalDecision, HOST_GRANT_DEFAULT, HOST_GRANT_MAX, Listed, Remember,
+};
 use crate::audit::rfc3339_millis;
 
 /// The largest body `POST /approvals/{id}` reads.
@@ -25,31 +29,43 @@ const MAX_BODY: usize = 16 * 1024;
 const MAX_REASON_CHARS: usize = 500;
 
 /// `GET /approvals`: `{"pending": [...]}`, oldest first.
-pub(super) fn list(state: &AdminState) -> Response<AdminBody> {
-    let now = tokio::time::Instant::now();
+pub(super) async fn list(state: &AdminState) -> Response<AdminBody> {
+    let now = SystemTime::now();
     let pending: Vec<Value> = state
         .approvals
-        .pending()
+        .all_pending()
+        .await
         .into_iter()
         .map(|p| {
-            let left = p.deadline.saturating_duration_since(now);
+            let left = (UNIX_EPOCH + Duration::from_millis(p.expires_at_ms)).duration_since(now).unwrap_or_default();
             let expires_in_s = left.as_secs() + u64::from(left.subsec_nanos() > 0);
-            let rule = p.held.rule.map(|r| json!({"file": r.file, "line": r.line, "text": r.text}));
+            let rule = p.rule.map(|r| json!({"file": r.file, "line": r.line, "text": r.text}));
             json!({
                 "id": p.id,
-                "record_id": p.held.record_id,
-                "method": p.held.method,
-                "url": p.held.url,
-                "agent": p.held.agent,
-                "origin": p.held.origin,
+                "replica": p.replica,
+                "record_id": p.record_id,
+                "method": p.method,
+                "url": p.url,
+                "agent": p.agent,
+                "origin": p.origin,
                 "rule": rule,
-                "new_host": p.held.new_host,
-                "held_since": rfc3339_millis(p.held.held_since).to_string(),
+                "new_host": p.new_host,
+                "held_since": rfc3339_millis(UNIX_EPOCH + Duration::from_millis(p.held_since_ms)).to_string(),
                 "expires_in_s": expires_in_s,
             })
         })
         .collect();
     json_response(StatusCode::OK, &json!({"pending": pending}))
+}
+
+/// The answer to an id that cannot be answered: `404` when nothing is pending as it, `503`
+/// when another replica may hold it and the fleet's store did not answer.
+fn unanswerable(cause: &AnswerError) -> Response<AdminBody> {
+    let status = match cause {
+        AnswerError::NotPending(_) => StatusCode::NOT_FOUND,
+        AnswerError::StoreDown { .. } => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    error(status, None, &cause.to_string())
 }
 
 /// `POST /approvals/{id}`: `{"decision": "approve"|"deny", "reason": "…", "remember": "…",
@@ -92,10 +108,11 @@ where
         Err((field, message)) => return error(StatusCode::BAD_REQUEST, Some(field), &message),
     };
     // What may be remembered depends on why the request is held.
-    let Some(pending) = state.approvals.pending().into_iter().find(|p| p.id == id) else {
-        return error(StatusCode::NOT_FOUND, None, &crate::approvals::NotPending { id: id.to_owned() }.to_string());
+    let pending: Listed = match state.approvals.find(id).await {
+        Ok(pending) => pending,
+        Err(cause) => return unanswerable(&cause),
     };
-    let held_for_host = pending.held.new_host.is_some();
+    let held_for_host = pending.new_host.is_some();
     let misplaced = match remember {
         Remember::HostForAgent if !held_for_host => Some("it is held for a site's rule, not for its host"),
         Remember::PathForAgent15m if held_for_host => Some("it is held for its host: remember \"host-for-agent\""),
@@ -107,13 +124,26 @@ where
     }
     let at = SystemTime::now();
     let until = (remember == Remember::HostForAgent).then(|| at + ttl.unwrap_or(HOST_GRANT_DEFAULT));
-    let approval = Approval { decision, by: Some(by.clone()), reason, at, remember: Some(remember), until };
-    match state.approvals.settle(id, approval) {
-        Ok(held) => {
+    let approval =
+        Approval { decision, by: Some(by.clone()), reason, at, remember: Some(remember), until, replica: None };
+    match state.approvals.answer(&pending, approval).await {
+        Ok(Answered::Here(held)) => {
             tracing::info!(id, by, decision = decision.as_str(), record_id = held.record_id, "approval answered");
             json_response(StatusCode::OK, &json!({"id": id, "decision": decision.as_str(), "by": by}))
         }
-        Err(not_pending) => error(StatusCode::NOT_FOUND, None, &not_pending.to_string()),
+        Ok(Answered::Fleet(held)) => {
+            tracing::info!(
+                id,
+                by,
+                decision = decision.as_str(),
+                record_id = held.record_id,
+                replica = held.replica,
+                "approval answered for another replica"
+            );
+            let answer = json!({"id": id, "decision": decision.as_str(), "by": by, "replica": held.replica});
+            json_response(StatusCode::OK, &answer)
+        }
+        Err(cause) => unanswerable(&cause),
     }
 }
 

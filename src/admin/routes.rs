@@ -140,7 +140,7 @@ where
         ("/policies", Method::DELETE) => policies::purge(state, &query).await,
         ("/policies", _) => policies::show(state, &query).await,
         ("/explain", _) => policies::explain(state, &query).await,
-        ("/approvals", _) => Ok(approvals::list(state)),
+        ("/approvals", _) => Ok(approvals::list(state).await),
         ("/approvals/", _) => {
             let caller = caller.unwrap_or_else(|| ANONYMOUS.to_owned());
             let id = id.to_owned();

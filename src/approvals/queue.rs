@@ -8,6 +8,12 @@
 //! request nobody waits for. An answer is taken out of the queue as it is sent, so a request
 //! is settled at most once.
 //!
+//! With a fleet store (`super::fleet`, `[approvals] store = "redis"`) each hold is also
+//! published to the fleet, listed with the other replicas' holds, answered through whichever
+//! replica an operator uses (an answer taken on another replica reaches the holder by a poll
+//! every [`DECISION_POLL`]), and the grants are shared; when Redis fails, the queue goes on
+//! as a replica's own.
+//!
 //! Never: speaks HTTP, reads the config, or writes the decision log.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -16,7 +22,12 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::fleet::{Fleet, Listed, ListedRule, Unavailable, epoch_ms};
 use super::{Approval, ApprovalDecision, HOST_GRANT_MAX, REMEMBER_FOR};
+
+/// How often a replica looks for answers other replicas took for its holds: an answer
+/// reaches the holder within this, plus one Redis round trip.
+pub const DECISION_POLL: Duration = Duration::from_millis(200);
 
 /// Remembered grants kept at most; the oldest go first past it.
 const MAX_GRANTS: u64 = 10_000;
@@ -118,9 +129,36 @@ pub struct HostGrant {
     pub approval: Approval,
 }
 
+/// How an answer was taken ([`Approvals::answer`]).
+#[derive(Debug)]
+pub enum Answered {
+    /// Handed to a request this replica holds.
+    Here(Held),
+    /// Left in the fleet's store for the replica holding it.
+    Fleet(Listed),
+}
+
+/// Why an answer was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    /// Nothing is pending as this id (any more).
+    #[error(transparent)]
+    NotPending(#[from] NotPending),
+    /// Another replica holds it and the fleet's store did not answer.
+    #[error(
+        "the request {id:?} is held by another replica and the fleet's approvals store ([approvals.redis]) did not answer; answer it on that replica"
+    )]
+    StoreDown {
+        /// The id asked for.
+        id: String,
+    },
+}
+
 struct Entry {
     pending: Pending,
     answer: oneshot::Sender<Approval>,
+    /// Listed in the fleet's store (taken off it when the hold ends).
+    published: bool,
 }
 
 struct Shared {
@@ -128,6 +166,10 @@ struct Shared {
     entries: Mutex<Vec<Entry>>,
     grants: moka::future::Cache<GrantKey, Arc<Approval>>,
     hosts: moka::future::Cache<HostGrantKey, Arc<Approval>>,
+    /// This replica's name, as the fleet lists its holds.
+    replica: String,
+    /// The fleet's store, with `[approvals] store = "redis"`.
+    fleet: Option<Fleet>,
 }
 
 /// A host grant lives until its approval's `until`.
@@ -159,11 +201,27 @@ impl Default for Approvals {
 }
 
 impl Approvals {
-    /// An empty queue and no grants.
+    /// An empty queue and no grants, of this process alone.
     pub fn new() -> Self {
+        Self::build(String::new(), None)
+    }
+
+    /// An empty queue of the replica named `replica`, shared with the fleet through `fleet`
+    /// when given: then a task (ending with the last clone) looks every [`DECISION_POLL`] for
+    /// answers other replicas took for its holds. Call inside a tokio runtime.
+    pub fn of_replica(replica: &str, fleet: Option<Fleet>) -> Self {
+        let approvals = Self::build(replica.to_owned(), fleet);
+        if approvals.shared.fleet.is_some() {
+            approvals.watch_decisions();
+        }
+        approvals
+    }
+
+    fn build(replica: String, fleet: Option<Fleet>) -> Self {
         let grants = moka::future::Cache::builder().max_capacity(MAX_GRANTS).time_to_live(REMEMBER_FOR).build();
         let hosts = moka::future::Cache::builder().max_capacity(MAX_GRANTS).expire_after(UntilExpiry).build();
-        Approvals { shared: Arc::new(Shared { entries: Mutex::new(Vec::new()), grants, hosts }) }
+        let entries = Mutex::new(Vec::new());
+        Approvals { shared: Arc::new(Shared { entries, grants, hosts, replica, fleet }) }
     }
 
     /// Holds `held` until an answer, `timeout`, or the returned [`Hold`] is dropped.
@@ -184,7 +242,7 @@ impl Approvals {
         };
         let (answer, answered) = oneshot::channel();
         let deadline = Instant::now() + timeout;
-        entries.push(Entry { pending: Pending { id: id.clone(), held, deadline }, answer });
+        entries.push(Entry { pending: Pending { id: id.clone(), held, deadline }, answer, published: false });
         Ok(Hold { id, deadline, answered, approvals: self.clone() })
     }
 
@@ -208,6 +266,9 @@ impl Approvals {
             let at = entries.iter().position(|e| e.pending.id == id).ok_or_else(|| NotPending { id: id.to_owned() })?;
             entries.remove(at)
         };
+        if entry.published {
+            self.withdraw(id);
+        }
         // The receiver is gone only when its request was dropped this very moment.
         match entry.answer.send(approval) {
             Ok(()) => Ok(entry.pending.held),
@@ -215,26 +276,56 @@ impl Approvals {
         }
     }
 
-    /// Remembers `approval` for `key` for [`REMEMBER_FOR`].
+    /// Remembers `approval` for `key` for [`REMEMBER_FOR`] (in the fleet's store too).
     pub async fn remember(&self, key: GrantKey, approval: Approval) {
+        if let Some(fleet) = &self.shared.fleet {
+            let shared = fleet.grant_key(&["path", &key.agent, &key.origin, &key.path]);
+            fleet.put_grant(&shared, &approval, REMEMBER_FOR).await;
+        }
         self.shared.grants.insert(key, Arc::new(approval)).await;
     }
 
-    /// The approval remembered for `key`, as a `remembered` decision naming who gave it.
+    /// The approval remembered for `key` here or by the fleet, as a `remembered` decision
+    /// naming who gave it.
     pub async fn remembered(&self, key: &GrantKey) -> Option<Approval> {
-        let grant = self.shared.grants.get(key).await?;
-        Some(Approval { decision: ApprovalDecision::Remembered, ..(*grant).clone() })
+        let grant = match self.shared.grants.get(key).await {
+            Some(grant) => (*grant).clone(),
+            None => {
+                let fleet = self.shared.fleet.as_ref()?;
+                fleet.grant(&fleet.grant_key(&["path", &key.agent, &key.origin, &key.path])).await?.0
+            }
+        };
+        Some(Approval { decision: ApprovalDecision::Remembered, ..grant })
     }
 
-    /// Grants `key`'s host to its agent until `approval.until` (at most [`HOST_GRANT_MAX`]).
+    /// Grants `key`'s host to its agent until `approval.until` (at most [`HOST_GRANT_MAX`]),
+    /// in the fleet's store too.
     pub async fn grant_host(&self, key: HostGrantKey, approval: Approval) {
+        if let Some(fleet) = &self.shared.fleet {
+            let left = approval.until.and_then(|until| until.duration_since(SystemTime::now()).ok());
+            if let Some(left) = left.filter(|left| !left.is_zero()) {
+                let port = key.port.to_string();
+                let shared = fleet.grant_key(&["host", &key.agent, &key.host, &port]);
+                fleet.put_grant(&shared, &approval, left.min(HOST_GRANT_MAX)).await;
+            }
+        }
         self.shared.hosts.insert(key, Arc::new(approval)).await;
     }
 
-    /// The live grant of `key`'s host to its agent, as a `remembered` decision naming who
-    /// gave it and until when.
+    /// The live grant of `key`'s host to its agent, here or by the fleet (then kept here
+    /// until it ends), as a `remembered` decision naming who gave it and until when.
     pub async fn host_grant(&self, key: &HostGrantKey) -> Option<Approval> {
-        let grant = self.shared.hosts.get(key).await?;
+        let grant = match self.shared.hosts.get(key).await {
+            Some(grant) => grant,
+            None => {
+                let fleet = self.shared.fleet.as_ref()?;
+                let port = key.port.to_string();
+                let (grant, _) = fleet.grant(&fleet.grant_key(&["host", &key.agent, &key.host, &port])).await?;
+                let grant = Arc::new(grant);
+                self.shared.hosts.insert(key.clone(), Arc::clone(&grant)).await;
+                grant
+            }
+        };
         // The cache ends an entry on its own clock; the grant ends at `until` whatever it says.
         if grant.until.is_none_or(|until| until <= SystemTime::now()) {
             return None;
@@ -267,7 +358,153 @@ impl Approvals {
     }
 
     fn forget(&self, id: &str) {
-        self.entries().retain(|e| e.pending.id != id);
+        let mut published = false;
+        self.entries().retain(|e| {
+            published |= e.pending.id == id && e.published;
+            e.pending.id != id
+        });
+        if published {
+            self.withdraw(id);
+        }
+    }
+
+    /// Takes an ended hold off the fleet's list, in the background (a drop cannot wait).
+    fn withdraw(&self, id: &str) {
+        let (Some(fleet), Ok(runtime)) = (self.shared.fleet.clone(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let id = id.to_owned();
+        runtime.spawn(async move { fleet.withdraw(&id).await });
+    }
+
+    /// Lists the hold `id` in the fleet's store, when there is one; a failure leaves it this
+    /// replica's alone (counted and logged by the store).
+    pub async fn publish(&self, id: &str) {
+        let Some(fleet) = &self.shared.fleet else { return };
+        // Marked first, so a hold that ends while this call is in flight (its client hung up,
+        // dropping this future) is taken off the fleet's list by the same connection, after.
+        let listed = self.entries().iter_mut().find(|e| e.pending.id == id).map(|entry| {
+            entry.published = true;
+            entry.pending.clone()
+        });
+        let Some(pending) = listed else { return };
+        if !fleet.publish(&self.listed(&pending)).await
+            && let Some(entry) = self.entries().iter_mut().find(|e| e.pending.id == id)
+        {
+            entry.published = false;
+        }
+    }
+
+    /// A pending approval of this replica as the fleet lists it.
+    fn listed(&self, pending: &Pending) -> Listed {
+        let held = &pending.held;
+        let left = pending.deadline.saturating_duration_since(Instant::now());
+        Listed {
+            id: pending.id.clone(),
+            replica: self.shared.replica.clone(),
+            record_id: held.record_id.clone(),
+            method: held.method.clone(),
+            url: held.url.clone(),
+            agent: held.agent.clone(),
+            origin: held.origin.clone(),
+            rule: held.rule.as_ref().map(|r| ListedRule {
+                file: r.file.to_owned(),
+                line: r.line,
+                text: r.text.clone(),
+            }),
+            new_host: held.new_host.clone(),
+            held_since_ms: epoch_ms(held.held_since),
+            expires_at_ms: epoch_ms(SystemTime::now() + left),
+        }
+    }
+
+    /// Every held request of this replica and, with a fleet store that answers, of the
+    /// others, oldest first.
+    pub async fn all_pending(&self) -> Vec<Listed> {
+        let mut all: Vec<Listed> = self.pending().iter().map(|pending| self.listed(pending)).collect();
+        if let Some(fleet) = &self.shared.fleet
+            && let Ok(fleet) = fleet.listed().await
+        {
+            let others: Vec<Listed> = fleet.into_iter().filter(|f| !all.iter().any(|a| a.id == f.id)).collect();
+            all.extend(others);
+        }
+        all.sort_by_key(|listed| listed.held_since_ms);
+        all
+    }
+
+    /// The held request `id`, here or elsewhere in the fleet.
+    ///
+    /// # Errors
+    /// [`AnswerError::NotPending`] when nothing is held as `id`; [`AnswerError::StoreDown`]
+    /// when it is not held here and the fleet's store did not answer.
+    pub async fn find(&self, id: &str) -> Result<Listed, AnswerError> {
+        if let Some(listed) = self.entries().iter().find(|e| e.pending.id == id).map(|e| self.listed(&e.pending)) {
+            return Ok(listed);
+        }
+        let not_pending = || AnswerError::NotPending(NotPending { id: id.to_owned() });
+        let fleet = self.shared.fleet.as_ref().ok_or_else(not_pending)?;
+        match fleet.find(id).await {
+            Ok(found) => found.ok_or_else(not_pending),
+            Err(Unavailable::Store) => Err(AnswerError::StoreDown { id: id.to_owned() }),
+        }
+    }
+
+    /// Answers `listed` (from [`Approvals::find`]) with `approval`: here when this replica
+    /// holds it (taken off the fleet's list first, so an answer on another replica cannot
+    /// also be taken; with the store down, answered here alone), else through the fleet's
+    /// store for its holder, the approval naming this replica.
+    ///
+    /// # Errors
+    /// [`AnswerError::NotPending`] when it was answered, timed out or hung up meanwhile;
+    /// [`AnswerError::StoreDown`] when another replica holds it and the store did not answer.
+    pub async fn answer(&self, listed: &Listed, approval: Approval) -> Result<Answered, AnswerError> {
+        let id = listed.id.as_str();
+        let here = self.entries().iter().find(|e| e.pending.id == id).map(|e| e.published);
+        match (here, &self.shared.fleet) {
+            (Some(true), Some(fleet)) => {
+                if fleet.claim(id).await == Ok(false) {
+                    return Err(NotPending { id: id.to_owned() }.into());
+                }
+                Ok(Answered::Here(self.settle(id, approval)?))
+            }
+            (Some(_), _) => Ok(Answered::Here(self.settle(id, approval)?)),
+            (None, Some(fleet)) => {
+                let approval = Approval { replica: Some(self.shared.replica.clone()), ..approval };
+                match fleet.decide(listed, &approval).await {
+                    Ok(Some(taken)) => Ok(Answered::Fleet(taken)),
+                    Ok(None) => Err(NotPending { id: id.to_owned() }.into()),
+                    Err(Unavailable::Store) => Err(AnswerError::StoreDown { id: id.to_owned() }),
+                }
+            }
+            (None, None) => Err(NotPending { id: id.to_owned() }.into()),
+        }
+    }
+
+    /// Looks every [`DECISION_POLL`] for answers other replicas took for this replica's
+    /// published holds, and hands each to its request; ends with the last clone.
+    fn watch_decisions(&self) {
+        let weak = Arc::downgrade(&self.shared);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(DECISION_POLL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(shared) = weak.upgrade() else { return };
+                let approvals = Approvals { shared };
+                let Some(fleet) = approvals.shared.fleet.clone() else { return };
+                let ids: Vec<String> =
+                    approvals.entries().iter().filter(|e| e.published).map(|e| e.pending.id.clone()).collect();
+                if ids.is_empty() {
+                    continue;
+                }
+                for (id, approval) in fleet.take_decisions(&ids).await {
+                    let (by, replica) = (approval.by.clone(), approval.replica.clone());
+                    if approvals.settle(&id, approval).is_ok() {
+                        tracing::info!(id, ?by, ?replica, "approval answered on another replica");
+                    }
+                }
+            }
+        });
     }
 }
 
@@ -333,6 +570,7 @@ mod tests {
             at: SystemTime::now(),
             remember: Some(Remember::ThisRequest),
             until: None,
+            replica: None,
         }
     }
 

@@ -94,6 +94,9 @@ pub const APPROVAL_AT: &str = "agentgate.approval.at";
 pub const APPROVAL_REMEMBER: &str = "agentgate.approval.remember";
 /// When a `host-for-agent` grant ends: RFC 3339, UTC, milliseconds.
 pub const APPROVAL_UNTIL: &str = "agentgate.approval.until";
+/// The replica (its `instance` name) whose admin API took the answer, when it is not the one
+/// that held the request (`[approvals] store = "redis"`, docs/approvals.md).
+pub const APPROVAL_REPLICA: &str = "agentgate.approval.replica";
 /// The Web Bot Auth `keyid` (the key's RFC 7638 thumbprint) the forwarded request was signed
 /// with (`docs/signing.md`); only on records of signed requests.
 pub const SIGNATURE_KEYID: &str = "agentgate.signature.keyid";
@@ -115,7 +118,7 @@ pub const ERROR_TYPE: &str = "error.type";
 
 /// Every field, in the order a line carries them. Optional fields are left out of a line
 /// when they have no value; the rest keep this order.
-pub const ORDER: [&str; 44] = [
+pub const ORDER: [&str; 45] = [
     TIMESTAMP,
     EVENT_ID,
     EVENT_CATEGORY,
@@ -152,6 +155,7 @@ pub const ORDER: [&str; 44] = [
     APPROVAL_AT,
     APPROVAL_REMEMBER,
     APPROVAL_UNTIL,
+    APPROVAL_REPLICA,
     SIGNATURE_KEYID,
     MCP_METHOD,
     MCP_TOOL,

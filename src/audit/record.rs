@@ -521,6 +521,9 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
         if let Some(until) = approval.until {
             map.str(field::APPROVAL_UNTIL, rfc3339_millis(until).as_str());
         }
+        if let Some(replica) = &approval.replica {
+            map.str(field::APPROVAL_REPLICA, replica);
+        }
     }
     if let Some(keyid) = record.signature_keyid.as_ref().filter(|_| decision) {
         map.str(field::SIGNATURE_KEYID, keyid);
@@ -841,6 +844,7 @@ mod tests {
             at: at(1_700_000_001_000),
             remember: Some(crate::approvals::Remember::HostForAgent),
             until: Some(at(1_700_003_601_000)),
+            replica: Some("replica-b".to_owned()),
         });
         rec.error = Some("origin unreachable: connection refused".to_owned());
         rec.error_type = Some(ErrorType::Origin);
@@ -889,6 +893,7 @@ mod tests {
                 r#""agentgate.approval.decision":"denied","agentgate.approval.by":"alice","#,
                 r#""agentgate.approval.reason":"not on a Friday","agentgate.approval.at":"2023-11-14T22:13:21.000Z","#,
                 r#""agentgate.approval.remember":"host-for-agent","agentgate.approval.until":"2023-11-14T23:13:21.000Z","#,
+                r#""agentgate.approval.replica":"replica-b","#,
                 r#""agentgate.signature.keyid":"kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k","#,
                 r#""agentgate.mcp.method":"tools/call","agentgate.mcp.tool":"search","#,
                 r#""agentgate.mcp.session":"0123456789abcdef","agentgate.mcp.request_id":"7","#,

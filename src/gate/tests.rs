@@ -717,6 +717,7 @@ async fn a_held_request_a_human_approves_is_forwarded_with_its_reasons_and_the_a
         at: std::time::SystemTime::now(),
         remember: Some(Remember::ThisRequest),
         until: None,
+        replica: None,
     };
     let permitted = send_then_approve(&gate, request, None, Some(approval.clone())).await.permitted();
     let record = permitted.record();

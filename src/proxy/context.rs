@@ -92,6 +92,11 @@ impl ProxyState {
         self.live.store(Arc::new(Generation { config, gate }));
     }
 
+    /// This state with `approvals` (the queue of a replica of a fleet) in place of its own.
+    pub(crate) fn with_approvals(self, approvals: Approvals) -> Self {
+        ProxyState { approvals, ..self }
+    }
+
     /// A new request id, unique for the life of this proxy.
     pub(crate) fn next_request_id(&self) -> RequestId {
         RequestId(self.next_request_id.fetch_add(1, Ordering::Relaxed))

@@ -73,6 +73,13 @@ pub enum StartError {
         source: crate::redis_connection::ConnectError,
     },
 
+    /// The fleet's approvals store could not be set up (`[approvals] store = "redis"`).
+    #[error("cannot set up the fleet's approvals store ([approvals.redis]): {source}")]
+    ApprovalsStore {
+        /// What the Redis client setup reported.
+        source: crate::redis_connection::ConnectError,
+    },
+
     /// The limits store could not be set up (`[limits]`).
     #[error("cannot set up the limits store: {source}")]
     Limits {

@@ -12,6 +12,9 @@
 //! destination it refuses (agentgate's own address, an internal range) is refused at once
 //! with its `network.*` code, never held, so nobody is asked to approve it.
 //!
+//! With `[approvals] store = "redis"` a held request is also published to the fleet
+//! (`Approvals::publish`, bounded by the store's timeout), so any replica may answer it.
+//!
 //! Never: decides allow or deny itself (the gate turns an approved block into a permit,
 //! `Gate::approved`, and an admitted host into an [`Admitted`] its decision reads), or writes
 //! the answer (a block goes to `super::block` like any other).
@@ -165,6 +168,9 @@ pub(super) async fn ask(
     info!(id = hold.id(), record_id = %blocked.record().id, "request held for human approval");
     // Written as `hung_up` if this future is dropped before it ends.
     record.hold(blocked.record().clone());
+    // Listed by every replica of a fleet (`[approvals] store = "redis"`); bounded by the
+    // store's timeout, after which it is this replica's alone.
+    state.approvals.publish(hold.id()).await;
     let approval = tokio::select! {
         approval = hold.answer() => approval,
         // Nobody can answer once the admin API stops: refuse now rather than at the end

@@ -171,13 +171,25 @@ impl Proxy {
             info!(%local_addr, "transparent listener bound: redirect agents' outbound 80/443 here (docs/transparent.md)");
             transparent.push(listener);
         }
+        let replica = crate::audit::instance_name(&config.instance);
+        let fleet = match config.approvals.fleet_connection(&config.limits) {
+            Some(connection) => {
+                let extra = &config.upstream.extra_ca_files;
+                let fleet = crate::approvals::Fleet::new(&connection, &replica, extra, Arc::clone(&metrics))
+                    .map_err(|source| StartError::ApprovalsStore { source })?;
+                Some(fleet)
+            }
+            None => None,
+        };
+        let approvals = crate::approvals::Approvals::of_replica(&replica, fleet);
         // Opened last, so a failure above leaves no writer behind; opened before the first
         // accept, so a bad log path stops start-up instead of the first request.
         let key = crate::signing::load_or_create(&config.audit.signing_key_path(&config.ca.dir))
             .map_err(|source| StartError::AuditKey { source })?;
         let (audit, audit_writer) =
             AuditLog::start(config.audit.clone(), key).map_err(|source| StartError::Audit { source })?;
-        let state = Arc::new(ProxyState::new(config, certs, upstream, guard, gate, audit, metrics));
+        let state =
+            Arc::new(ProxyState::new(config, certs, upstream, guard, gate, audit, metrics).with_approvals(approvals));
         Ok(RunningProxy { state, audit_writer, ca_cert_path, listener, local_addr, admin, transparent, cache })
     }
 }
@@ -368,15 +380,18 @@ pub fn policy_transport(config: &Config) -> Result<Arc<dyn PolicyTransport>, Sta
 }
 
 /// The network guard for `config`: `[network]`, with the admin address and the Redis of
-/// each shared store in use (`[limits] store = "redis"`, `[cache] store = "redis"`) as
-/// agentgate's own, pinning answers as long as `[upstream] idle_timeout` keeps connections.
+/// each shared store in use (`[limits] store = "redis"`, `[cache] store = "redis"`,
+/// `[approvals] store = "redis"`) as agentgate's own, pinning answers as long as `[upstream]
+/// idle_timeout` keeps connections.
 fn guard(config: &Config, resolver: Arc<dyn Resolve>) -> Guard {
     let policy = AddressPolicy::new(&config.network, config.admin.listen);
-    // A store that counts an agent's budget or decides its policy: never its destination.
+    // A store that counts an agent's budget, decides its policy or answers its held
+    // requests: never its destination.
     let limits = (config.limits.store == crate::limits::Store::Redis).then(|| config.limits.redis.connection());
     let cache = (config.cache.store == crate::fetch::CacheStore::Redis)
         .then(|| config.cache.redis.connection(&config.limits.redis));
-    for store in limits.iter().chain(cache.iter()) {
+    let approvals = config.approvals.fleet_connection(&config.limits);
+    for store in limits.iter().chain(cache.iter()).chain(approvals.iter()) {
         store.addresses().into_iter().for_each(|addr| policy.add_own(addr));
     }
     Guard::new(policy, resolver, config.upstream.idle_timeout)

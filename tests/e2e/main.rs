@@ -75,6 +75,8 @@
 //!   log, size rotation keeps every record once;
 //! - `redis`: limits shared by replicas through a real redis-server (rates, concurrency
 //!   leases, the store failing and coming back, memory and redis stores answering alike);
+//! - `fleet_approvals`: approvals shared by two replicas through a real redis-server (a hold
+//!   listed and answered on the other replica, a grant admitting there, Redis stopped);
 //! - `upstream`: connections to origins bounded: a global cap across many
 //!   origins, idle connections per origin, WebSocket and tunnels counted, a recorded 503 at
 //!   the cap, and the binary's open files and RSS with large robots.txt files;
@@ -107,6 +109,7 @@ mod egress;
 mod errors;
 mod evidence;
 mod fleet;
+mod fleet_approvals;
 mod forward;
 mod gate;
 mod gate_cache;

@@ -302,6 +302,8 @@ function renderPending(p) {
   const deny = el("button", { class: "deny", type: "button", onclick: () => decide(p.id, "deny", row) }, "Deny");
   row.append(
     el("td", { class: "held" }, heldText(p)),
+    // The replica holding it: with [approvals] store = "redis" the fleet's holds are listed.
+    el("td", { class: "replica" }, p.replica || ""),
     el("td", {}, p.agent),
     el("td", {}, p.method),
     el("td", { class: "url" }, p.url),
