@@ -57,8 +57,8 @@ pub use record::{BodyCut, DecisionRecord, ErrorType, EventId, Line, McpFields, O
 pub(crate) use redact::is_display_unsafe;
 pub use redact::{LoggedUrl, REDACTED, redact_url};
 pub use report::{
-    AgentCard, AgentHosts, Blocks, By, Class, Count, Counts, Filter, GrepLines, GrepReport, GroupSummary, HostCount,
-    LoggedRecord, MalformedLine, NotARecord, Rule, Scorecard, Since, Suggestion, Summary, Timeline,
+    AgentCard, AgentHosts, Blocks, By, Class, Count, Counts, Filter, GrepLines, GrepReport, GroupSummary, LoggedRecord,
+    MalformedLine, NotARecord, OriginCount, Rule, Scorecard, Since, Suggestion, Summary, Timeline,
     content_security_policy, for_each_line, grep, records, scorecard, suggest, summarize, summarize_files,
 };
 pub use tally::{AgentTally, MAX_AGENTS, OTHER_AGENTS};

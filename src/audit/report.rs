@@ -21,7 +21,7 @@ pub use grep::{GrepLines, GrepReport, grep};
 pub use input::for_each_line;
 pub use query::{Filter, LoggedRecord, NotARecord, Since, records};
 pub use scorecard::{
-    AgentCard, Blocks, Class, HostCount, Rule, Scorecard, Timeline, content_security_policy, scorecard,
+    AgentCard, Blocks, Class, OriginCount, Rule, Scorecard, Timeline, content_security_policy, scorecard,
 };
 pub use suggest::{AgentHosts, Suggestion, suggest};
 pub use summary::{By, Count, Counts, GroupSummary, MalformedLine, Summary, summarize, summarize_files};

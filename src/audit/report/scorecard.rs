@@ -2,7 +2,7 @@
 //! (requests, bytes, each outcome) are `audit summary`'s own ([`summarize_files`] by agent,
 //! the same pass); beside them this module gathers, from the same records as they are
 //! counted, what a page shows and a table does not: blocks by the file (source) and code
-//! that decided them, requests over time, the busiest hosts and the rules that refused
+//! that decided them, requests over time, the busiest origins and the rules that refused
 //! most, with their file and line. `page` writes it as one self-contained HTML page,
 //! `chart` draws the timeline as SVG.
 //!
@@ -29,7 +29,10 @@ pub use page::content_security_policy;
 const MAX_BARS: u64 = 60;
 
 /// The widths a timeline's bars may have, shortest first.
-const BUCKETS: [Duration; 13] = [
+const BUCKETS: [Duration; 16] = [
+    Duration::from_millis(100),
+    Duration::from_millis(250),
+    Duration::from_millis(500),
     Duration::from_secs(1),
     Duration::from_secs(5),
     Duration::from_secs(10),
@@ -115,11 +118,12 @@ impl Blocks {
     }
 }
 
-/// A host and its requests.
+/// An origin and its requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostCount {
-    /// `url.domain` (`(no host)` when the record has none).
-    pub host: String,
+pub struct OriginCount {
+    /// The origin of `url.full` (`https://host:port`), as `audit summary --by origin` keys
+    /// it: else `url.domain`, else `(no host)`.
+    pub origin: String,
     /// Every request to it.
     pub requests: u64,
     /// Those refused or that would have been.
@@ -150,8 +154,8 @@ pub struct AgentCard {
     pub by_source: Vec<(String, Blocks)>,
     /// Blocks by the `source code` of the reason that decided them, most first.
     pub by_code: Vec<(String, Blocks)>,
-    /// The hosts with the most requests, most first.
-    pub top_hosts: Vec<HostCount>,
+    /// The origins with the most requests, most first.
+    pub top_origins: Vec<OriginCount>,
     /// The rules that decided the most blocks, most first.
     pub top_rules: Vec<(Rule, Blocks)>,
     /// Requests per time bucket and class, over the whole report's span.
@@ -188,7 +192,7 @@ pub struct Scorecard {
 struct Gathered {
     by_source: HashMap<String, Blocks>,
     by_code: HashMap<String, Blocks>,
-    hosts: HashMap<String, HostCount>,
+    origins: HashMap<String, OriginCount>,
     rules: HashMap<Rule, Blocks>,
     times: Vec<(SystemTime, Class)>,
     untimed: u64,
@@ -201,9 +205,9 @@ impl Gathered {
             Some(at) => self.times.push((at, class)),
             None => self.untimed += 1,
         }
-        let host = record.domain().unwrap_or("(no host)");
-        let entry = self.hosts.entry(host.to_owned()).or_insert_with(|| HostCount {
-            host: host.to_owned(),
+        let host = record.origin().or(record.domain()).unwrap_or("(no host)");
+        let entry = self.origins.entry(host.to_owned()).or_insert_with(|| OriginCount {
+            origin: host.to_owned(),
             requests: 0,
             blocks: Blocks::default(),
         });
@@ -229,9 +233,9 @@ impl Gathered {
     }
 
     fn card(self, agent: String, span: Option<(SystemTime, SystemTime)>) -> AgentCard {
-        let mut top_hosts: Vec<HostCount> = self.hosts.into_values().collect();
-        top_hosts.sort_by(|a, b| b.requests.cmp(&a.requests).then_with(|| a.host.cmp(&b.host)));
-        top_hosts.truncate(TOP);
+        let mut top_origins: Vec<OriginCount> = self.origins.into_values().collect();
+        top_origins.sort_by(|a, b| b.requests.cmp(&a.requests).then_with(|| a.origin.cmp(&b.origin)));
+        top_origins.truncate(TOP);
         let mut top_rules: Vec<(Rule, Blocks)> = self.rules.into_iter().collect();
         top_rules.sort_by(|a, b| b.1.total().cmp(&a.1.total()).then_with(|| a.0.cmp(&b.0)));
         top_rules.truncate(TOP);
@@ -239,7 +243,7 @@ impl Gathered {
             agent,
             by_source: most_first(self.by_source),
             by_code: most_first(self.by_code),
-            top_hosts,
+            top_origins,
             top_rules,
             timeline: Timeline::of(&self.times, self.untimed, span),
         }

@@ -4,7 +4,7 @@
 //! that slipped through as markup could not run or load anything. Per agent: the summary's
 //! figures (each cell carrying `data-figure`, the `audit summary --format json` key, and
 //! `data-value`, the exact number), its share of outcomes, its timeline, blocks by source
-//! and by code, its busiest hosts and the rules that refused most with their file and line.
+//! and by code, its busiest origins and the rules that refused most with their file and line.
 //!
 //! Never: writes a value from the log as markup: every one goes through `html_text`.
 
@@ -180,22 +180,22 @@ fn agent_section(html: &mut String, index: usize, counts: &Counts, agent: &Agent
     blocks_table(html, "by-source", "source", &agent.by_source);
     html.push_str("</div>\n<div>\n<h3>Blocks by code</h3>\n");
     blocks_table(html, "by-code", "source code", &agent.by_code);
-    html.push_str("</div>\n<div>\n<h3>Top hosts</h3>\n");
-    if agent.top_hosts.is_empty() {
+    html.push_str("</div>\n<div>\n<h3>Top origins</h3>\n");
+    if agent.top_origins.is_empty() {
         html.push_str("<p class=\"muted\">None.</p>\n");
     } else {
         html.push_str(
-            "<table class=\"top-hosts\"><thead><tr><th>host</th><th class=\"n\">requests</th>\
+            "<table class=\"top-origins\"><thead><tr><th>origin</th><th class=\"n\">requests</th>\
              <th class=\"n\">refused</th><th class=\"n\">would deny</th></tr></thead><tbody>\n",
         );
-        for host in &agent.top_hosts {
+        for origin in &agent.top_origins {
             let _ = writeln!(
                 html,
                 "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-                text(&host.host),
-                host.requests,
-                host.blocks.refused,
-                host.blocks.would_deny
+                text(&origin.origin),
+                origin.requests,
+                origin.blocks.refused,
+                origin.blocks.would_deny
             );
         }
         html.push_str("</tbody></table>\n");

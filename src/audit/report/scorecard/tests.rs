@@ -43,8 +43,12 @@ fn each_agents_figures_are_the_summarys_and_its_card_says_what_decided_where() {
         ]
     );
     let hosts: Vec<(&str, u64, u64)> =
-        alpha.top_hosts.iter().map(|h| (h.host.as_str(), h.requests, h.blocks.refused)).collect();
-    assert_eq!(hosts, [("shop.test", 3, 2), ("docs.test", 1, 0)], "the start and end line are one request");
+        alpha.top_origins.iter().map(|o| (o.origin.as_str(), o.requests, o.blocks.refused)).collect();
+    assert_eq!(
+        hosts,
+        [("https://shop.test", 3, 2), ("https://docs.test", 1, 0)],
+        "the start and end line are one request"
+    );
     // The rule itself, not the user-agent line that selected its group.
     let robots = Rule {
         origin: "https://shop.test".to_owned(),
@@ -57,7 +61,7 @@ fn each_agents_figures_are_the_summarys_and_its_card_says_what_decided_where() {
     assert_eq!(card.cards[1].top_rules, [(robots, blocks(0, 1))]);
 
     // One shared axis: a request is at its completed line's time, 10:00:01 to 10:01:00, in
-    // 1 s bars (59 s fit in 60 of them).
+    // 1 s bars (59 s fit in 60 of them, not in 60 of 500 ms).
     let (a, b) = (&alpha.timeline, &card.cards[1].timeline);
     assert_eq!((a.bucket, a.bars.len(), a.start), (Duration::from_secs(1), 60, b.start));
     assert_eq!(a.bars[..4], [[1, 0, 0, 0], [1, 0, 0, 0], [0, 0, 1, 0], [0, 0, 1, 0]]);
@@ -107,7 +111,7 @@ fn an_empty_log_renders_a_page_that_says_so() {
 /// shows them as text.
 #[test]
 fn markup_in_log_values_is_shown_as_text() {
-    let hostile = r#"{"@timestamp":"2026-11-23T10:00:00.000Z","event.id":"09","event.type":["denied"],"event.action":"deny","agentgate.agent":"a\"><script>alert(1)</script>","url.full":"https://x.test/<script>alert(2)</script>?q=\"'&","url.domain":"<img src=x onerror=alert(3)>","agentgate.reasons":[{"source":"robots.txt<b>","code":"robots.disallow","line":2,"rule":"Disallow: /</td><script>alert(4)</script>\u202e","blocking":true}]}"#;
+    let hostile = r#"{"@timestamp":"2026-11-23T10:00:00.000Z","event.id":"09","event.type":["denied"],"event.action":"deny","agentgate.agent":"a\"><script>alert(1)</script>","url.full":"https://x<script>alert(2)</script>/<img src=x onerror=alert(3)>?q=\"'&","url.domain":"x.test","agentgate.reasons":[{"source":"robots.txt<b>","code":"robots.disallow","line":2,"rule":"Disallow: /</td><script>alert(4)</script>\u202e","blocking":true}]}"#;
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = log_file(&dir, "hostile.jsonl", hostile);
     let card = scorecard(&[&path], Filter::default()).expect("reads");
@@ -117,7 +121,7 @@ fn markup_in_log_values_is_shown_as_text() {
     }
     for shown in [
         "a&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;",
-        "&lt;img src=x onerror=alert(3)&gt;",
+        "https://x&lt;script&gt;alert(2)&lt;",
         "Disallow: /&lt;/td&gt;&lt;script&gt;alert(4)&lt;/script&gt;\\u202E",
         "robots.txt&lt;b&gt;:2",
         "report &lt;of&gt; &quot;run&quot;",
