@@ -174,7 +174,7 @@ fn agent_section(html: &mut String, index: usize, counts: &Counts, agent: &Agent
     legend(html);
     if agent.timeline.untimed > 0 {
         let _ =
-            write!(html, "<p class=\"muted\">{} requests without a time are in no bar.</p>\n", agent.timeline.untimed);
+            writeln!(html, "<p class=\"muted\">{} requests without a time are in no bar.</p>", agent.timeline.untimed);
     }
     html.push_str("<div class=\"columns\">\n<div>\n<h3>Blocks by source</h3>\n");
     blocks_table(html, "by-source", "source", &agent.by_source);
@@ -236,10 +236,10 @@ fn blocks_table(html: &mut String, class: &str, heading: &str, rows: &[(String, 
         html.push_str("<p class=\"muted\">None.</p>\n");
         return;
     }
-    let _ = write!(
+    let _ = writeln!(
         html,
         "<table class=\"{class}\"><thead><tr><th>{heading}</th><th class=\"n\">refused</th>\
-         <th class=\"n\">would deny</th></tr></thead><tbody>\n"
+         <th class=\"n\">would deny</th></tr></thead><tbody>"
     );
     for (name, blocks) in rows {
         let _ = writeln!(
