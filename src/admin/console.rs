@@ -126,7 +126,7 @@ pub(super) async fn report(state: &AdminState) -> Response<AdminBody> {
     }
     let sources: Vec<String> = files.iter().map(|file| file.display().to_string()).collect();
     let built = tokio::task::spawn_blocking(move || {
-        audit::scorecard(&files, audit::Filter::default()).map(|card| card.to_html("agentgate report", &sources))
+        audit::scorecard(&files, audit::Filter::default()).map(|card| card.to_html(&sources))
     })
     .await;
     match built {

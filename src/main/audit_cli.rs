@@ -189,7 +189,7 @@ pub(crate) fn answer(command: AuditCommand, out: &mut impl Write) -> anyhow::Res
         AuditCommand::Report { html: _, filter, files } => {
             let scorecard = audit::scorecard(&files, filter.filter()?)?;
             let sources: Vec<String> = files.iter().map(|file| file.display().to_string()).collect();
-            unless_reader_left(out.write_all(scorecard.to_html("agentgate report", &sources).as_bytes()))?;
+            unless_reader_left(out.write_all(scorecard.to_html(&sources).as_bytes()))?;
         }
         AuditCommand::Grep { filter, raw, files } => audit_grep(&files, filter, raw, out)?,
         AuditCommand::Suggest { agent, files } => audit_suggest(&files, agent.as_deref(), out)?,

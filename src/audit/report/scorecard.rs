@@ -310,10 +310,10 @@ pub fn scorecard(paths: &[impl AsRef<Path>], filter: Filter) -> Result<Scorecard
 }
 
 impl Scorecard {
-    /// The scorecard as one self-contained HTML page (`page`): `title` in its heading,
-    /// `sources` (the files read) under it.
-    pub fn to_html(&self, title: &str, sources: &[String]) -> String {
-        page::render(self, title, sources)
+    /// The scorecard as one self-contained HTML page (`page`), naming `sources` (the files
+    /// read) under its heading.
+    pub fn to_html(&self, sources: &[String]) -> String {
+        page::render(self, sources)
     }
 }
 

@@ -43,23 +43,6 @@ pub fn content_security_policy() -> String {
     format!("default-src 'none'; style-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'")
 }
 
-/// The figure `name` of `counts`.
-fn figure(counts: &Counts, name: &str) -> u64 {
-    match name {
-        "requests" => counts.requests,
-        "allowed" => counts.allowed,
-        "denied" => counts.denied,
-        "needs_approval" => counts.needs_approval,
-        "rate_limited" => counts.rate_limited,
-        "would_deny" => counts.would_deny,
-        "auth_challenges" => counts.auth_challenges,
-        "errors" => counts.errors,
-        "sent_bytes" => counts.sent_bytes,
-        "received_bytes" => counts.received_bytes,
-        _ => counts.budget_cut,
-    }
-}
-
 /// The counts per [`Class::ALL`], from the summary's outcomes.
 fn classes(counts: &Counts) -> [u64; 4] {
     let refused = counts.denied + counts.needs_approval + counts.rate_limited;
@@ -67,8 +50,11 @@ fn classes(counts: &Counts) -> [u64; 4] {
     [counts.allowed, counts.would_deny, refused, other]
 }
 
+/// The page's title and heading.
+const TITLE: &str = "agentgate report";
+
 /// The whole page.
-pub(super) fn render(card: &Scorecard, title: &str, sources: &[String]) -> String {
+pub(super) fn render(card: &Scorecard, sources: &[String]) -> String {
     let summary = &card.summary;
     let mut html = format!(
         "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -76,8 +62,8 @@ pub(super) fn render(card: &Scorecard, title: &str, sources: &[String]) -> Strin
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<header>\n<h1>{}</h1>\n<p id=\"report-scope\">",
         content_security_policy(),
-        text(title),
-        text(title),
+        TITLE,
+        TITLE,
     );
     let _ = write!(html, "{} requests by {} agents", summary.requests, summary.groups.len());
     if let Some((first, last)) = card.span {
@@ -135,10 +121,13 @@ fn overview(html: &mut String, card: &Scorecard) {
     html.push_str("</tr></tfoot>\n</table>\n</section>\n");
 }
 
-/// One `<td>` per [`FIGURES`] entry.
+/// One `<td>` per [`FIGURES`] entry, each the value `audit summary --format json` writes
+/// under its name (the page reads it from that serialization, so the two cannot drift).
 fn figure_cells(html: &mut String, counts: &Counts) {
+    // Serializing a struct of numbers and a map of strings to numbers cannot fail.
+    let json = serde_json::to_value(counts).unwrap_or_default();
     for (name, _) in FIGURES {
-        let value = figure(counts, name);
+        let value = json[name].as_u64().unwrap_or(0);
         let _ =
             write!(html, "<td class=\"n\" data-figure=\"{name}\" data-value=\"{value}\">{}</td>", shown(name, value));
     }

@@ -100,7 +100,7 @@ fn an_empty_log_renders_a_page_that_says_so() {
     let path = log_file(&dir, "empty.jsonl", "");
     let card = scorecard(&[&path], Filter::default()).expect("reads");
     assert!(card.cards.is_empty() && card.span.is_none());
-    let html = card.to_html("agentgate report", &[]);
+    let html = card.to_html(&[]);
     assert!(html.starts_with("<!doctype html>") && html.ends_with("</html>\n"), "{html}");
     assert!(html.contains("<p id=\"report-scope\">0 requests by 0 agents</p>"), "{html}");
     assert!(html.contains("id=\"no-records\""), "{html}");
@@ -115,7 +115,7 @@ fn markup_in_log_values_is_shown_as_text() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = log_file(&dir, "hostile.jsonl", hostile);
     let card = scorecard(&[&path], Filter::default()).expect("reads");
-    let html = card.to_html("report <of> \"run\"", &["/logs/<x>.jsonl".to_owned()]);
+    let html = card.to_html(&["/logs/<x>.jsonl".to_owned()]);
     for markup in ["<script", "<img", "<b>", "\u{202e}"] {
         assert!(!html.contains(markup), "{markup:?} in the page:\n{html}");
     }
@@ -124,7 +124,6 @@ fn markup_in_log_values_is_shown_as_text() {
         "https://x&lt;script&gt;alert(2)&lt;",
         "Disallow: /&lt;/td&gt;&lt;script&gt;alert(4)&lt;/script&gt;\\u202E",
         "robots.txt&lt;b&gt;:2",
-        "report &lt;of&gt; &quot;run&quot;",
         "/logs/&lt;x&gt;.jsonl",
     ] {
         assert!(html.contains(shown), "{shown:?} not in the page:\n{html}");
@@ -143,7 +142,7 @@ fn figures_on_the_page_are_the_summarys_exact_numbers() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let path = log_file(&dir, "decisions.jsonl", LOG);
     let card = scorecard(&[&path], Filter::default()).expect("reads");
-    let html = card.to_html("agentgate report", &[]);
+    let html = card.to_html(&[]);
     let section =
         html.split("<section class=\"agent\" id=\"agent-0\" data-agent=\"alpha\">").nth(1).expect("alpha's section");
     for (name, value) in [
