@@ -14,7 +14,8 @@
 //! Reading back (`report`) owns the reports behind `agentgate audit`: reading logs, plain
 //! or gzip'd ([`for_each_line`]), a line as a record and the filters ([`LoggedRecord`],
 //! [`Filter`]), per-group counts ([`summarize_files`]), matching records ([`grep`]) and the
-//! `allow_hosts` each agent needs ([`suggest`]).
+//! `allow_hosts` each agent needs ([`suggest`]), and the per-agent scorecard as an HTML page
+//! ([`scorecard`], `agentgate audit report --html`).
 //!
 //! Never: changes a decision (the gate decides, then records; on a write failure it is the
 //! gate that applies `[audit] on_failure`), or drops a record without counting it: every
@@ -30,6 +31,7 @@ mod chain;
 mod config;
 mod ecs;
 pub mod field;
+mod html;
 mod json;
 mod recent;
 mod record;
@@ -47,6 +49,7 @@ pub use config::{
     OnFailure,
 };
 pub use ecs::EcsOutcome;
+pub(crate) use html::html_text;
 pub use recent::{LIVE_CAPACITY, RECENT_CAPACITY, RecentDecisions};
 pub(crate) use record::instance_problems;
 pub(crate) use record::rfc3339_millis;
@@ -54,8 +57,9 @@ pub use record::{BodyCut, DecisionRecord, ErrorType, EventId, Line, McpFields, O
 pub(crate) use redact::is_display_unsafe;
 pub use redact::{LoggedUrl, REDACTED, redact_url};
 pub use report::{
-    AgentHosts, By, Count, Counts, Filter, GrepLines, GrepReport, GroupSummary, LoggedRecord, MalformedLine,
-    NotARecord, Since, Suggestion, Summary, for_each_line, grep, records, suggest, summarize, summarize_files,
+    AgentCard, AgentHosts, Blocks, By, Class, Count, Counts, Filter, GrepLines, GrepReport, GroupSummary, LoggedRecord,
+    MalformedLine, NotARecord, OriginCount, Rule, Scorecard, Since, Suggestion, Summary, Timeline,
+    content_security_policy, for_each_line, grep, records, scorecard, suggest, summarize, summarize_files,
 };
 pub use tally::{AgentTally, MAX_AGENTS, OTHER_AGENTS};
 pub use writer::{AuditLog, AuditStats, AuditWriter, Unrecorded};

@@ -6,7 +6,8 @@
 //!
 //! Owns: the page (with its first paint of the latest decisions, `first_paint`), its two
 //! static assets, the login form and `/login`/`/logout` (a session cookie for a browser,
-//! where the API takes a bearer token), and `/agents/summary`. Never: writes a value from
+//! where the API takes a bearer token), `/agents/summary`, and `/report` (the scorecard of
+//! the running log, `crate::audit::scorecard`). Never: writes a value from
 //! the log as markup (the first paint escapes every value; the script writes them as text),
 //! keeps or logs a token, or decides anything.
 
@@ -22,6 +23,7 @@ use serde_json::json;
 
 use super::answer::{AdminBody, error, json_response, read_body, text};
 use super::state::AdminState;
+use crate::audit;
 
 const PAGE: &str = include_str!("console/index.html");
 const LOGIN: &str = include_str!("console/login.html");
@@ -112,6 +114,37 @@ pub(super) fn logout<B>(state: &AdminState, request: &Request<B>) -> Response<Ad
     redirect_home(Some(state.access.sessions.close(cookies)))
 }
 
+/// `GET /report`: the scorecard of the running log, as `agentgate audit report --html` writes
+/// it over the log's files (`[audit] path` and its rotated files, oldest first), read off the
+/// runtime's threads. `404` when the log goes to standard output (no file to read).
+pub(super) async fn report(state: &AdminState) -> Response<AdminBody> {
+    let files = (state.config)().audit.files();
+    if files.is_empty() {
+        let message = "the decision log has no file to report on ([audit] path = \"-\" or not created yet); \
+                       run `agentgate audit report --html` over the collected log";
+        return error(StatusCode::NOT_FOUND, None, message);
+    }
+    let sources: Vec<String> = files.iter().map(|file| file.display().to_string()).collect();
+    let built = tokio::task::spawn_blocking(move || {
+        audit::scorecard(&files, audit::Filter::default()).map(|card| card.to_html(&sources))
+    })
+    .await;
+    match built {
+        Ok(Ok(page)) => {
+            let policy = format!("{}; frame-ancestors 'none'", audit::content_security_policy());
+            html_under(StatusCode::OK, page, &policy)
+        }
+        Ok(Err(unreadable)) => {
+            tracing::error!(error = %unreadable, "the console's report could not read the decision log");
+            error(StatusCode::INTERNAL_SERVER_ERROR, None, &format!("the decision log could not be read: {unreadable}"))
+        }
+        Err(failed) => {
+            tracing::error!(error = %failed, "the console's report failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, None, "the report could not be built; see agentgate's log")
+        }
+    }
+}
+
 /// `GET /agents/summary`: requests per outcome for each agent since start.
 pub(super) fn agents_summary(state: &AdminState) -> Response<AdminBody> {
     let agents: Vec<_> = state
@@ -160,9 +193,17 @@ fn redirect_home(cookie: Option<String>) -> Response<AdminBody> {
 
 /// An HTML answer with the headers that keep it from being framed, sniffed or cached.
 fn html(status: StatusCode, body: String) -> Response<AdminBody> {
+    html_under(status, body, CONTENT_SECURITY_POLICY)
+}
+
+/// [`html`] under the content security `policy` (the console's own, or the report's).
+fn html_under(status: StatusCode, body: String, policy: &str) -> Response<AdminBody> {
     let mut response = text(status, "text/html; charset=utf-8", body);
     let headers = response.headers_mut();
-    headers.insert("content-security-policy", HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    // The report's policy is ASCII built from base64; were it not a valid header value, the
+    // console's stricter one (no inline style) keeps the page inert.
+    let policy = HeaderValue::from_str(policy).unwrap_or(HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    headers.insert("content-security-policy", policy);
     headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
     headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
     // `same-origin`, not `no-referrer`: under `no-referrer` a browser sends `Origin: null`

@@ -29,7 +29,7 @@ const DEFAULT_RECENT: usize = 100;
 /// parameters it reads (any other is a 400, so a misspelt one is not silently ignored). A
 /// path ending in `/` takes one more segment, the id of what it acts on (`/approvals/{id}`).
 type Endpoint = (&'static str, &'static str, &'static [&'static str]);
-const ENDPOINTS: [Endpoint; 17] = [
+const ENDPOINTS: [Endpoint; 18] = [
     ("/", "GET", &[]),
     ("/console.js", "GET", &[]),
     ("/console.css", "GET", &[]),
@@ -37,6 +37,7 @@ const ENDPOINTS: [Endpoint; 17] = [
     ("/logout", "POST", &[]),
     ("/decisions/stream", "GET", &[]),
     ("/agents/summary", "GET", &[]),
+    ("/report", "GET", &[]),
     ("/agents", "GET", &[]),
     ("/healthz", "GET", &[]),
     ("/readyz", "GET", &[]),
@@ -127,6 +128,7 @@ where
         ("/login", _) => Ok(console::login(state, request, at.peer.ip()).await),
         ("/logout", _) => Ok(console::logout(state, &request)),
         ("/agents/summary", _) => Ok(console::agents_summary(state)),
+        ("/report", _) => Ok(console::report(state).await),
         ("/agents", _) => Ok(agents::list(state)),
         ("/healthz", _) => Ok(text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".to_owned())),
         ("/readyz", _) => Ok(ready(state)),

@@ -123,6 +123,16 @@ impl AuditConfig {
         self.signing_key_file.clone().unwrap_or_else(|| ca_dir.join("audit-key.pk8"))
     }
 
+    /// The log's files that exist, oldest first, as `agentgate audit` reads them: the rotated
+    /// ones (`path.max_files` … `path.1`), then `path`. Empty for standard output.
+    pub fn files(&self) -> Vec<PathBuf> {
+        if self.path == Path::new("-") {
+            return Vec::new();
+        }
+        let rotated = (1..=self.max_files).rev().map(|n| super::writer::rotated_path(&self.path, n));
+        rotated.chain([self.path.clone()]).filter(|file| file.exists()).collect()
+    }
+
     /// The most disk the log takes, in bytes (the file and every rotated one), when it is
     /// rotated by size: `None` for standard output or `max_file_size = 0` (no bound).
     pub fn disk_bound(&self) -> Option<u64> {

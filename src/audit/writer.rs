@@ -24,6 +24,7 @@ use ring::signature::Ed25519KeyPair;
 use tokio::task::JoinHandle;
 
 use self::commit::{Batch, Shared};
+pub(super) use self::sink::rotated_path;
 use self::sink::{Rotation, Sink};
 use super::chain::Chain;
 use super::record::LINE_CAPACITY;

@@ -1,5 +1,5 @@
-//! `agentgate audit`: the decision-log commands of the binary (summary, grep, suggest,
-//! verify, key, show, shadow), their arguments and how each prints its answer. The reading
+//! `agentgate audit`: the decision-log commands of the binary (summary, report, grep,
+//! suggest, verify, key, show, shadow), their arguments and how each prints its answer. The reading
 //! itself is the library's (`agentgate::audit`, `agentgate::evidence`).
 //!
 //! Never: changes a log or an archive.
@@ -23,21 +23,26 @@ pub(crate) enum AuditCommand {
         /// What a row is.
         #[arg(long, value_enum, default_value_t = SummaryBy::Agent)]
         by: SummaryBy,
-        /// Only this agent id (repeatable: any of them).
-        #[arg(long = "agent")]
-        agents: Vec<String>,
-        /// Only this origin (https://host:port as logged) or host (repeatable).
-        #[arg(long = "origin")]
-        origins: Vec<String>,
-        /// Only records at or after this time: RFC 3339 (2026-11-23T10:00:00Z) or a duration
-        /// before now (1h, 30m).
-        #[arg(long)]
-        since: Option<String>,
+        #[command(flatten)]
+        filter: SummaryFilter,
         /// Output format (`text` is the same as `table`).
         #[arg(long, value_enum, default_value_t = SummaryFormat::Table)]
         format: SummaryFormat,
         /// Decision logs, plain or gzip'd, oldest first (decisions.jsonl.2 decisions.jsonl.1
         /// decisions.jsonl); `-` reads standard input.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Write the scorecard of an evaluation as one self-contained HTML page: per agent the
+    /// summary's figures (requests, bytes, allowed, refused, would_deny), a timeline, blocks
+    /// by source and code, top hosts and the rules that refused most with their file and line.
+    Report {
+        /// Write HTML (the report's one form: `audit report --html FILES > report.html`).
+        #[arg(long, required = true)]
+        html: bool,
+        #[command(flatten)]
+        filter: SummaryFilter,
+        /// Decision logs, plain or gzip'd, oldest first; `-` reads standard input.
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -118,6 +123,28 @@ pub(crate) enum AuditCommand {
     },
 }
 
+/// The records `summary` and `report` count.
+#[derive(Args)]
+pub(crate) struct SummaryFilter {
+    /// Only this agent id (repeatable: any of them).
+    #[arg(long = "agent")]
+    agents: Vec<String>,
+    /// Only this origin (https://host:port as logged) or host (repeatable).
+    #[arg(long = "origin")]
+    origins: Vec<String>,
+    /// Only records at or after this time: RFC 3339 (2026-11-23T10:00:00Z) or a duration
+    /// before now (1h, 30m).
+    #[arg(long)]
+    since: Option<String>,
+}
+
+impl SummaryFilter {
+    fn filter(self) -> anyhow::Result<audit::Filter> {
+        let since = since(self.since.as_deref())?;
+        Ok(audit::Filter { since, agents: self.agents, origins: self.origins, outcomes: Vec::new() })
+    }
+}
+
 #[derive(Args)]
 pub(crate) struct GrepFilter {
     /// Only this agent id (repeatable: any of them).
@@ -156,9 +183,13 @@ pub(crate) enum SummaryFormat {
 /// Runs one `audit` command, printing its answer to `out`; the exit status when it ran.
 pub(crate) fn answer(command: AuditCommand, out: &mut impl Write) -> anyhow::Result<ExitCode> {
     match command {
-        AuditCommand::Summary { by, agents, origins, since, format, files } => {
-            let filter = audit::Filter { since: self::since(since.as_deref())?, agents, origins, outcomes: Vec::new() };
-            audit_summary(&files, by, filter, format, out)?;
+        AuditCommand::Summary { by, filter, format, files } => {
+            audit_summary(&files, by, filter.filter()?, format, out)?
+        }
+        AuditCommand::Report { html: _, filter, files } => {
+            let scorecard = audit::scorecard(&files, filter.filter()?)?;
+            let sources: Vec<String> = files.iter().map(|file| file.display().to_string()).collect();
+            unless_reader_left(out.write_all(scorecard.to_html(&sources).as_bytes()))?;
         }
         AuditCommand::Grep { filter, raw, files } => audit_grep(&files, filter, raw, out)?,
         AuditCommand::Suggest { agent, files } => audit_suggest(&files, agent.as_deref(), out)?,

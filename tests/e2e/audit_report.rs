@@ -22,14 +22,14 @@ use crate::support::pki::TestCa;
 use crate::support::{TestProxy, TestResult};
 
 /// Runs `agentgate audit ARGS` and returns its stdout, stderr and whether it succeeded.
-async fn audit(args: &[&str]) -> TestResult<(String, String, bool)> {
+pub async fn audit(args: &[&str]) -> TestResult<(String, String, bool)> {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentgate")).arg("audit").args(args).output().await?;
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     Ok((text(&output.stdout), text(&output.stderr), output.status.success()))
 }
 
 /// `audit summary --format json FILES...`, parsed.
-async fn summary_json(extra: &[&str], files: &[PathBuf]) -> TestResult<Value> {
+pub async fn summary_json(extra: &[&str], files: &[PathBuf]) -> TestResult<Value> {
     let mut args = vec!["summary", "--format", "json"];
     args.extend(extra);
     let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();

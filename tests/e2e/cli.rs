@@ -80,8 +80,9 @@ fn every_printing_command_ends_quietly_when_the_reader_leaves() -> TestResult {
         ca_dir.to_str().ok_or("UTF-8")?,
     );
     // Each command with the status it has when its whole answer is read.
-    let commands: [(&[&str], i32); 12] = [
+    let commands: [(&[&str], i32); 13] = [
         (&["audit", "summary", "--format", "json", "--by", "origin", log], 0),
+        (&["audit", "report", "--html", log], 0),
         (&["audit", "summary", "--format", "table", "--by", "origin", log], 0),
         (&["audit", "grep", "--outcome", "allow", log], 0),
         (&["explain", "--policy-dir", policies, "https://example.com/page"], 0),
@@ -107,6 +108,7 @@ fn every_printing_command_ends_quietly_when_the_reader_leaves() -> TestResult {
         &["audit", "summary", "--format", "json", "--by", "origin", log][..],
         &["audit", "summary", "--by", "origin", log],
         &["audit", "grep", log],
+        &["audit", "report", "--html", log],
     ] {
         for read in [1, 200, 1, 200, 1] {
             quiet(args, &in_a_pipe(args, read)?, 0);

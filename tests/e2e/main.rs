@@ -50,6 +50,8 @@
 //! - `redaction`: no request secret on the real binary's stderr or in its decision log;
 //! - `audit`: the audit promise, nothing forwarded before its record is on disk;
 //! - `audit_report`: `agentgate audit summary` and `grep` over a real run's log, rotated and gzip'd;
+//! - `scorecard`: `agentgate audit report --html` and the console's `/report` over a real run of
+//!   three agents, the page's figures equal to `audit summary`'s, rendered offline in Chromium;
 //! - `archive`: the policy archive and its bound, `agentgate audit show` (the archived line behind
 //!   a decision after the site changed its file) and `audit shadow` (a candidate config's changes
 //!   to a monitor run, checked against a live run under it);
@@ -125,6 +127,7 @@ mod redaction;
 mod redis;
 mod refused_connect;
 mod reload;
+mod scorecard;
 mod scrubbing;
 mod secrets;
 mod shutdown;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::audit::is_display_unsafe;
+use crate::audit::html_text as escape;
 
 /// How many of the latest decisions the page carries.
 pub(super) const ROWS: usize = 50;
@@ -95,25 +95,6 @@ fn deciding(reasons: &[Value]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// `text` as HTML text: `& < > " '` as entities, each display-unsafe character as `\uXXXX`.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if is_display_unsafe(c) => {
-                let _ = write!(out, "\\u{:04X}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -174,21 +174,28 @@ impl LoggedRecord {
     /// reason, which was the blocking one (blocking reasons were always written first).
     /// Empty for `allow` and `error` records, whose reasons decided no block.
     pub fn deciding_reasons(&self) -> Vec<String> {
+        let name = |reason: &Value| {
+            let part = |key| reason.get(key).and_then(Value::as_str).unwrap_or("?");
+            format!("{} {}", part("source"), part("code"))
+        };
+        self.deciding_reason_objects().into_iter().map(name).collect()
+    }
+
+    /// The reasons [`LoggedRecord::deciding_reasons`] names, as written
+    /// (`{source, code, line?, rule, ...}`): for a report that shows the deciding rule's line
+    /// and text.
+    pub fn deciding_reason_objects(&self) -> Vec<&Value> {
         let blocked = Outcome::parse(self.outcome())
             .is_some_and(|outcome| outcome.is_denial() || outcome == Outcome::RateLimited);
         if !blocked {
             return Vec::new();
         }
         let reasons = self.fields.get(field::REASONS).and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
-        let name = |reason: &Value| {
-            let part = |key| reason.get(key).and_then(Value::as_str).unwrap_or("?");
-            format!("{} {}", part("source"), part("code"))
-        };
         let marked = |reason: &&Value| reason.get("blocking").and_then(Value::as_bool) == Some(true);
         if reasons.iter().any(|r| r.get("blocking").is_some()) {
-            reasons.iter().filter(marked).map(name).collect()
+            reasons.iter().filter(marked).collect()
         } else {
-            reasons.first().map(name).into_iter().collect()
+            reasons.first().into_iter().collect()
         }
     }
 }

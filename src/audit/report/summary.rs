@@ -15,7 +15,7 @@ use super::query::{Filter, LoggedRecord, OnePerRequest};
 use crate::audit::{AuditError, Outcome, is_checkpoint};
 
 /// How many hosts and reasons each group's top lists keep.
-const TOP: usize = 10;
+pub(super) const TOP: usize = 10;
 /// How many malformed lines the summary quotes (all are counted).
 const MALFORMED_SHOWN: usize = 20;
 
@@ -245,14 +245,15 @@ impl Summarizer {
         Summarizer { by, filter, summary, groups: BTreeMap::new(), requests: OnePerRequest::default() }
     }
 
-    fn line(&mut self, path: &Path, line: u64, bytes: &[u8]) {
+    /// Reads one line; `each` sees the record it counts, if any.
+    fn line(&mut self, path: &Path, line: u64, bytes: &[u8], each: &mut impl FnMut(&LoggedRecord)) {
         if bytes.trim_ascii().is_empty() || is_checkpoint(bytes) {
             return;
         }
         match LoggedRecord::parse(bytes) {
             Ok(record) => {
                 if let Some(record) = self.requests.next(record) {
-                    self.count(&record);
+                    self.count(&record, each);
                 }
             }
             Err(not_a_record) => {
@@ -265,10 +266,11 @@ impl Summarizer {
         }
     }
 
-    fn count(&mut self, record: &LoggedRecord) {
+    fn count(&mut self, record: &LoggedRecord, each: &mut impl FnMut(&LoggedRecord)) {
         if !self.filter.matches(record) {
             return;
         }
+        each(record);
         self.summary.requests += 1;
         let group = self.groups.entry(self.by.key(record)).or_default();
         group.counts.add(record.outcome());
@@ -285,10 +287,10 @@ impl Summarizer {
         }
     }
 
-    fn finish(mut self) -> Summary {
+    fn finish(mut self, each: &mut impl FnMut(&LoggedRecord)) -> Summary {
         // A decision line never completed (the response was cut off) counts on its own.
         for record in &self.requests.unfinished() {
-            self.count(record);
+            self.count(record, each);
         }
         let mut summary = self.summary;
         for (key, group) in self.groups {
@@ -316,9 +318,24 @@ impl Summarizer {
 /// [`AuditError::ReadOpen`] or [`AuditError::Read`] when a file cannot be read; malformed
 /// content is never an error.
 pub fn summarize_files(paths: &[impl AsRef<Path>], by: By, filter: Filter) -> Result<Summary, AuditError> {
+    summarize_files_seeing(paths, by, filter, |_| {})
+}
+
+/// [`summarize_files`], handing `each` every record it counts (one per request, in the
+/// filter), as it counts it: a report that shows more than the counts (`super::scorecard`)
+/// reads the same records the counts come from, in one pass.
+///
+/// # Errors
+/// As [`summarize_files`].
+pub(super) fn summarize_files_seeing(
+    paths: &[impl AsRef<Path>],
+    by: By,
+    filter: Filter,
+    mut each: impl FnMut(&LoggedRecord),
+) -> Result<Summary, AuditError> {
     let mut summarizer = Summarizer::new(by, filter);
-    for_each_line(paths, |path, line, bytes| summarizer.line(path, line, bytes))?;
-    Ok(summarizer.finish())
+    for_each_line(paths, |path, line, bytes| summarizer.line(path, line, bytes, &mut each))?;
+    Ok(summarizer.finish(&mut each))
 }
 
 /// [`summarize_files`] over one reader, by agent, every record: for a log already in memory.
@@ -327,8 +344,11 @@ pub fn summarize_files(paths: &[impl AsRef<Path>], by: By, filter: Filter) -> Re
 /// [`AuditError::Read`] when reading fails.
 pub fn summarize(reader: impl BufRead) -> Result<Summary, AuditError> {
     let mut summarizer = Summarizer::new(By::Agent, Filter::default());
-    read_lines(Path::new("-"), reader, &mut |path: &Path, line, bytes: &[u8]| summarizer.line(path, line, bytes))?;
-    Ok(summarizer.finish())
+    let mut nothing = |_: &LoggedRecord| {};
+    read_lines(Path::new("-"), reader, &mut |path: &Path, line, bytes: &[u8]| {
+        summarizer.line(path, line, bytes, &mut nothing)
+    })?;
+    Ok(summarizer.finish(&mut nothing))
 }
 
 /// The `TOP` most frequent names, ties in name order so the output is stable.

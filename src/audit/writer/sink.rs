@@ -20,7 +20,7 @@ fn open_file(path: &Path) -> io::Result<Box<dyn LogFile>> {
 }
 
 /// `path.N` for rotated file number `n`.
-pub(super) fn rotated_path(path: &Path, n: usize) -> PathBuf {
+pub(in crate::audit) fn rotated_path(path: &Path, n: usize) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".{n}"));
     PathBuf::from(name)

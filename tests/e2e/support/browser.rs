@@ -39,17 +39,23 @@ impl Browser {
     /// Starts chromedriver and a headless Chromium with a fresh profile, reaching every
     /// address directly (the admin API is never reached through a proxy from the environment).
     pub async fn start() -> TestResult<Browser> {
-        Browser::launch(&["--no-proxy-server".to_owned()], None).await
+        Browser::launch(&["--no-proxy-server".to_owned()], None, false).await
+    }
+
+    /// Like [`start`](Self::start), keeping what the page logs to its console and every
+    /// network request the browser makes (DevTools' `Network` events), for [`log`](Self::log).
+    pub async fn start_logging() -> TestResult<Browser> {
+        Browser::launch(&["--no-proxy-server".to_owned()], None, true).await
     }
 
     /// Like [`start`](Self::start), with `flags` in place of `--no-proxy-server` (a proxy
     /// and its bypass rules, say) and `$HOME` set to `home`, where Chromium on Linux finds
     /// the NSS database of certificates its user trusts (`~/.pki/nssdb`).
     pub async fn start_with(flags: &[String], home: &Path) -> TestResult<Browser> {
-        Browser::launch(flags, Some(home)).await
+        Browser::launch(flags, Some(home), false).await
     }
 
-    async fn launch(flags: &[String], home: Option<&Path>) -> TestResult<Browser> {
+    async fn launch(flags: &[String], home: Option<&Path>, logging: bool) -> TestResult<Browser> {
         let chromium = tools::need(CHROMIUM)?;
         let chromedriver = tools::need(CHROMEDRIVER)?;
         let port = free_port()?;
@@ -89,6 +95,9 @@ impl Browser {
         .collect::<Vec<_>>();
         let mut capabilities = serde_json::Map::new();
         capabilities.insert("goog:chromeOptions".to_owned(), json!({"binary": chromium, "args": args}));
+        if logging {
+            capabilities.insert("goog:loggingPrefs".to_owned(), json!({"browser": "ALL", "performance": "ALL"}));
+        }
         let client = ClientBuilder::new(HttpConnector::new())
             .capabilities(capabilities)
             .connect(&format!("http://{address}"))
@@ -126,10 +135,38 @@ impl Browser {
         Ok(())
     }
 
+    /// The entries of chromedriver's log `kind` since the last call (`browser`: the page's
+    /// console, each `{level, message}`; `performance`: DevTools events, each `message` a
+    /// JSON text); only for a browser from [`start_logging`](Self::start_logging).
+    pub async fn log(&self, kind: &str) -> TestResult<Vec<Value>> {
+        let entries = self.client.issue_cmd(ReadLog(kind.to_owned())).await?;
+        Ok(entries.as_array().cloned().ok_or_else(|| format!("the {kind} log is not a list: {entries}"))?)
+    }
+
+    /// Saves a screenshot of the page as `path`.
+    pub async fn screenshot_to(&self, path: &Path) -> TestResult {
+        std::fs::write(path, self.client.screenshot().await?)?;
+        Ok(())
+    }
+
     /// Ends the session (Chromium exits); chromedriver is killed when `self` drops.
     pub async fn close(self) -> TestResult {
         self.client.clone().close().await?;
         Ok(())
+    }
+}
+
+/// chromedriver's log endpoint (`POST /session/{id}/se/log`), which W3C WebDriver lacks.
+#[derive(Debug)]
+struct ReadLog(String);
+
+impl fantoccini::wd::WebDriverCompatibleCommand for ReadLog {
+    fn endpoint(&self, base: &url::Url, session: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/se/log", session.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::POST, Some(json!({"type": self.0}).to_string()))
     }
 }
 
