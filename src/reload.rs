@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, ConfigError};
+use crate::policy::operator::Mode;
 use crate::proxy::ProxyState;
 
 /// How long the file must stay quiet after a change before it is read: an editor's save is
@@ -284,6 +285,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         limits,
         admin,
         transparent,
+        record,
     } = &mut config;
     keep(&mut needs_restart, "listen", listen, &running.listen);
     keep(&mut needs_restart, "[cache]", cache, &running.cache);
@@ -295,6 +297,11 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
     keep(&mut needs_restart, "[limits]", limits, &running.limits);
     keep(&mut needs_restart, "[admin]", admin, &running.admin);
     keep(&mut needs_restart, "[transparent]", transparent, &running.transparent);
+    keep(&mut needs_restart, "[record]", record, &running.record);
+    // Replay answers from a recording loaded at start, through its own network seams.
+    if (config.mode == Mode::Replay) != (running.mode == Mode::Replay) {
+        keep(&mut needs_restart, "mode = \"replay\"", &mut config.mode, &running.mode);
+    }
     (config, needs_restart)
 }
 

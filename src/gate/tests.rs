@@ -197,7 +197,7 @@ fn status(kind: BlockKind) -> &'static str {
         BlockKind::RateLimited { .. } => "429",
         BlockKind::TooLarge => "413",
         BlockKind::OriginUnreachable { timed_out: false } => "502",
-        BlockKind::OriginUnreachable { timed_out: true } => "504",
+        BlockKind::OriginUnreachable { timed_out: true } | BlockKind::ReplayMiss => "504",
         BlockKind::LimitsUnavailable | BlockKind::UpstreamAtCapacity => "503",
     }
 }

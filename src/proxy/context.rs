@@ -45,6 +45,8 @@ pub(crate) struct ProxyState {
     pub(crate) metrics: Arc<Metrics>,
     /// Requests held for a human's approval, shared with the admin API that answers them.
     pub(crate) approvals: Approvals,
+    /// What is recorded, or replayed from (`[record]`, `crate::record`); set once at bind.
+    pub(crate) record: crate::record::Session,
     next_request_id: AtomicU64,
 }
 
@@ -69,6 +71,7 @@ impl ProxyState {
             audit,
             metrics,
             approvals,
+            record: crate::record::Session::default(),
             next_request_id: AtomicU64::new(1),
         }
     }
