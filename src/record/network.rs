@@ -125,3 +125,34 @@ impl Dial for NoDial {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::record::format::Capture;
+
+    #[tokio::test]
+    async fn policy_fetches_in_replay_are_answered_from_the_recording_or_404() {
+        let mut capture = Capture::new(100);
+        capture.push(b"User-agent: *\nDisallow: /private/\n");
+        let robots = PolicyFile {
+            url: "https://h.test/robots.txt".to_owned(),
+            status: 200,
+            headers: vec![("content-type".to_owned(), "text/plain".to_owned())],
+            body: capture.finish(true),
+        };
+        let recording = Arc::new(Recording::from_lines(vec![Line::Policy(robots)]));
+        let transport = ReplayTransport { recording: Arc::clone(&recording) };
+        let answer = transport.get(Uri::from_static("https://h.test/robots.txt"), HeaderMap::new()).await.unwrap();
+        assert_eq!((answer.status().as_u16(), answer.headers()["content-type"].to_str().unwrap()), (200, "text/plain"));
+        let body = answer.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "User-agent: *\nDisallow: /private/\n");
+        let absent = transport.get(Uri::from_static("https://h.test/agents.txt"), HeaderMap::new()).await.unwrap();
+        assert_eq!(absent.status(), 404);
+        let resolver = ReplayResolver { recording };
+        assert!(resolver.resolve("h.test").await.is_err(), "a name the recording never resolved");
+        assert!(NoDial.dial(SocketAddr::from(([127, 0, 0, 1], 80))).await.is_err());
+    }
+}

@@ -58,7 +58,8 @@ impl Recording {
         Ok(Recording::from_lines(format::read(dir)?))
     }
 
-    fn from_lines(lines: Vec<Line>) -> Recording {
+    /// The recording made of `lines`, in the order written.
+    pub(crate) fn from_lines(lines: Vec<Line>) -> Recording {
         let mut recording = Recording {
             exchanges: HashMap::new(),
             urls: Vec::new(),

@@ -180,3 +180,32 @@ impl Drop for Draft {
         }));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+    use http_body_util::{BodyExt, Full};
+
+    use super::*;
+
+    #[test]
+    fn the_agents_proxy_credential_is_never_among_the_recorded_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::PROXY_AUTHORIZATION, HeaderValue::from_static("Basic Ym90OnRva2Vu"));
+        headers.insert(http::header::AUTHORIZATION, HeaderValue::from_static("Bearer agp_placeholder"));
+        assert_eq!(header_lines(&headers), [("authorization".to_owned(), "Bearer agp_placeholder".to_owned())]);
+    }
+
+    #[tokio::test]
+    async fn a_tapped_body_passes_unchanged_and_hands_over_what_passed_once() {
+        let (sender, received) = std::sync::mpsc::channel();
+        let tapped = Tapped::new(Full::new(Bytes::from_static(b"hello world")), 5, move |body| {
+            let _ = sender.send(body);
+        });
+        assert_eq!(tapped.size_hint().exact(), Some(11), "the length hint is the inner body's");
+        assert_eq!(tapped.collect().await.unwrap().to_bytes(), "hello world");
+        let body = received.recv().unwrap();
+        assert_eq!((body.decoded(), body.bytes, body.cut, body.incomplete), (b"hello".to_vec(), 11, true, false));
+        assert!(received.try_recv().is_err(), "handed over once");
+    }
+}
