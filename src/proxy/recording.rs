@@ -83,7 +83,7 @@ pub(crate) async fn replay(
         let _ = spent.await;
     }
     let mut response: Response<ProxyBody> =
-        recorded_response(answer.status, &answer.headers, answer.body.decoded(), |never| match never {});
+        recorded_response(answer.status, &answer.headers, answer.body.kept.clone(), |never| match never {});
     if answer.body.cut || answer.body.incomplete {
         // Only part of the body was kept: it goes without the whole's length.
         response.headers_mut().remove(CONTENT_LENGTH);

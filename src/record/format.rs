@@ -12,8 +12,6 @@ use std::io::{self, BufRead, BufReader};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -96,12 +94,14 @@ pub struct Resolved {
     pub addresses: Vec<IpAddr>,
 }
 
-/// A body: the bytes kept (base64), how long the whole was, whether it was cut at
+/// A body: the bytes kept (base64 on disk), how long the whole was, whether it was cut at
 /// `[record] max_body` or ended early, and the whole's SHA-256.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Body {
-    /// The bytes kept, base64 (standard alphabet, padded).
-    pub base64: String,
+    /// The bytes kept; written as base64 (standard alphabet, padded) under `base64`, encoded
+    /// by the writer's thread, off the request path.
+    #[serde(rename = "base64", with = "as_base64")]
+    pub kept: Vec<u8>,
     /// The length of the whole body as it passed.
     pub bytes: u64,
     /// True when only the first `max_body` bytes are kept.
@@ -112,10 +112,19 @@ pub struct Body {
     pub sha256: String,
 }
 
-impl Body {
-    /// The kept bytes, decoded; empty when the base64 is broken (a hand-edited file).
-    pub fn decoded(&self) -> Vec<u8> {
-        STANDARD.decode(&self.base64).unwrap_or_default()
+/// Bytes as a base64 string, and back (a line with broken base64 is not a recording line).
+mod as_base64 {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        STANDARD.decode(text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -150,9 +159,9 @@ impl Capture {
     /// The body, `complete` when its end was seen.
     pub fn finish(self, complete: bool) -> Body {
         Body {
-            base64: STANDARD.encode(&self.kept),
-            bytes: self.bytes,
             cut: (self.kept.len() as u64) < self.bytes,
+            kept: self.kept,
+            bytes: self.bytes,
             incomplete: !complete,
             sha256: hex::encode(self.hasher.finalize()),
         }
@@ -221,7 +230,7 @@ mod tests {
         capture.push(b"abc");
         capture.push(b"defg");
         let body = capture.finish(true);
-        assert_eq!(body.decoded(), b"abcd");
+        assert_eq!(body.kept, b"abcd");
         assert_eq!((body.bytes, body.cut, body.incomplete), (7, true, false));
         assert_eq!(body.sha256, sha256(b"abcdefg"));
         let whole = Capture::new(10).finish(false);

@@ -122,10 +122,9 @@ fn query(url: &str) -> Vec<Value> {
 
 /// The kept bytes as text, or base64 with its encoding's name.
 fn text(body: &Body) -> (String, Option<&'static str>) {
-    let bytes = body.decoded();
-    match String::from_utf8(bytes) {
-        Ok(text) => (text, None),
-        Err(error) => (STANDARD.encode(error.into_bytes()), Some("base64")),
+    match std::str::from_utf8(&body.kept) {
+        Ok(text) => (text.to_owned(), None),
+        Err(_) => (STANDARD.encode(&body.kept), Some("base64")),
     }
 }
 

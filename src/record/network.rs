@@ -56,7 +56,7 @@ pub struct ReplayTransport {
 impl PolicyTransport for ReplayTransport {
     fn get(&self, url: Uri, _headers: HeaderMap) -> TransportFuture<'_> {
         let (status, headers, body) = match self.recording.policy(&url.to_string()) {
-            Some(file) => (file.status, file.headers.clone(), file.body.decoded()),
+            Some(file) => (file.status, file.headers.clone(), file.body.kept.clone()),
             None => (StatusCode::NOT_FOUND.as_u16(), Vec::new(), Vec::new()),
         };
         let response = recorded_response(status, &headers, body, |never| match never {});

@@ -172,7 +172,7 @@ mod tests {
         ]);
         let digest = format::sha256(b"");
         let answers: Vec<Vec<u8>> =
-            (0..3).map(|_| recording.answer("a", "GET", "http://h/x", &digest).unwrap().body.decoded()).collect();
+            (0..3).map(|_| recording.answer("a", "GET", "http://h/x", &digest).unwrap().body.kept.clone()).collect();
         assert_eq!(answers, [b"first".to_vec(), b"second".to_vec(), b"second".to_vec()]);
     }
 
@@ -183,7 +183,7 @@ mod tests {
             exchange("a", "GET", "http://h/page", "", "page"),
         ]);
         let sent = format::sha256(b"{\"n\":1}");
-        assert_eq!(recording.answer("a", "POST", "http://h/api/items", &sent).unwrap().body.decoded(), b"made");
+        assert_eq!(recording.answer("a", "POST", "http://h/api/items", &sent).unwrap().body.kept.clone(), b"made");
         let other_body = recording.answer("a", "POST", "http://h/api/items", &format::sha256(b"{}")).unwrap_err();
         assert!(other_body.contains("not as POST with this request body"), "{other_body}");
         let miss = recording.answer("a", "GET", "http://h/api/other", &format::sha256(b"")).unwrap_err();

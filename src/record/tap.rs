@@ -205,7 +205,7 @@ mod tests {
         assert_eq!(tapped.size_hint().exact(), Some(11), "the length hint is the inner body's");
         assert_eq!(tapped.collect().await.unwrap().to_bytes(), "hello world");
         let body = received.recv().unwrap();
-        assert_eq!((body.decoded(), body.bytes, body.cut, body.incomplete), (b"hello".to_vec(), 11, true, false));
+        assert_eq!((body.kept, body.bytes, body.cut, body.incomplete), (b"hello".to_vec(), 11, true, false));
         assert!(received.try_recv().is_err(), "handed over once");
     }
 }
