@@ -439,6 +439,23 @@ mod tests {
     }
 
     #[test]
+    fn the_recording_and_replay_need_a_restart_but_an_agents_record_is_live() {
+        let running = config("[[agents]]\nid = \"a\"\ntoken = \"t\"\nrecord = true\n[record]\ndir = \"rec\"\n");
+        let edited = config(
+            "[[agents]]\nid = \"a\"\ntoken = \"t\"\n[[agents]]\nid = \"b\"\ntoken = \"u\"\nrecord = true\n\
+             [record]\ndir = \"other\"\nall = false\n",
+        );
+        let (recording, needs) = in_force(&running, edited);
+        assert_eq!(needs, ["[record]"]);
+        assert_eq!(recording.record, running.record);
+        assert_eq!((recording.agents[0].record, recording.agents[1].record), (false, true));
+        let replaying = config("mode = \"replay\"\n[record]\ndir = \"rec\"\n");
+        let (replaying, needs) = in_force(&running, replaying);
+        assert_eq!(needs, ["mode = \"replay\""]);
+        assert_eq!(replaying.mode, Mode::Enforce);
+    }
+
+    #[test]
     fn holding_for_a_human_checks_the_admin_token_that_runs_not_the_one_in_the_file() {
         let running = config("");
         let token = "[admin]\ntoken_sha256 = \"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\"\n";
