@@ -46,6 +46,8 @@ pub struct Exchange {
     pub method: String,
     /// `scheme://host[:port]/path?query`, as the decision log names it.
     pub url: String,
+    /// The HTTP version the agent spoke to agentgate: `HTTP/1.1`, `HTTP/2.0`.
+    pub http_version: String,
     /// The request's headers and body.
     pub request: Message,
     /// The answer's status, headers and body.

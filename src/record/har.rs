@@ -38,7 +38,7 @@ fn entry(exchange: &Exchange) -> Value {
     let mut request_json = json!({
         "method": exchange.method,
         "url": exchange.url,
-        "httpVersion": "HTTP/1.1",
+        "httpVersion": exchange.http_version,
         "cookies": cookies(&request.headers, "cookie"),
         "headers": headers(&request.headers),
         "queryString": query(&exchange.url),
@@ -70,7 +70,7 @@ fn entry(exchange: &Exchange) -> Value {
         "response": {
             "status": response.status,
             "statusText": status_text,
-            "httpVersion": "HTTP/1.1",
+            "httpVersion": exchange.http_version,
             "cookies": cookies(&response.headers, "set-cookie"),
             "headers": headers(&response.headers),
             "content": content,
@@ -148,6 +148,7 @@ mod tests {
             agent: "bot".to_owned(),
             method: "POST".to_owned(),
             url: "http://h.test/api?x=1&y=two".to_owned(),
+            http_version: "HTTP/2.0".to_owned(),
             request: Message {
                 headers: vec![("cookie".into(), "a=1; b=2".into()), ("content-type".into(), "application/json".into())],
                 body: body(b"{}", 10),
@@ -171,5 +172,9 @@ mod tests {
         assert_eq!(entry["response"]["content"]["size"], 5);
         assert_eq!(entry["comment"], "response body cut at [record] max_body");
         assert_eq!(document["log"]["version"], "1.2");
+        assert_eq!(
+            (&entry["request"]["httpVersion"], &entry["response"]["httpVersion"]),
+            (&json!("HTTP/2.0"), &json!("HTTP/2.0"))
+        );
     }
 }

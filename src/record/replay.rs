@@ -159,6 +159,7 @@ mod tests {
             agent: agent.to_owned(),
             method: method.to_owned(),
             url: url.to_owned(),
+            http_version: "HTTP/1.1".to_owned(),
             request: Message { headers: Vec::new(), body: body(sent) },
             response: Answer { status: 200, headers: Vec::new(), body: body(answered) },
         })

@@ -110,6 +110,7 @@ struct Draft {
     recorder: Recorder,
     asked: Asked,
     method: String,
+    version: String,
     headers: Vec<(String, String)>,
     started: SystemTime,
     clock: Instant,
@@ -124,6 +125,7 @@ impl ExchangeTap {
             recorder: recorder.clone(),
             asked,
             method: request.method().as_str().to_owned(),
+            version: format!("{:?}", request.version()),
             headers: header_lines(request.headers()),
             started: SystemTime::now(),
             clock: Instant::now(),
@@ -175,6 +177,7 @@ impl Drop for Draft {
             agent,
             method: std::mem::take(&mut self.method),
             url,
+            http_version: std::mem::take(&mut self.version),
             request: Message { headers: std::mem::take(&mut self.headers), body: request },
             response,
         }));

@@ -86,6 +86,7 @@ impl Origins {
 struct Got {
     request: String,
     status: u16,
+    version: String,
     content_type: String,
     decision: String,
     body: Vec<u8>,
@@ -110,8 +111,16 @@ async fn script(client: &reqwest::Client, origins: &Origins) -> TestResult<Vec<G
         let name = format!("{} {}", request.method(), request.url());
         let response = client.execute(request).await?;
         let (status, content_type) = (response.status().as_u16(), header(&response, "content-type"));
+        let version = format!("{:?}", response.version());
         let decision = header(&response, "agentgate-decision");
-        got.push(Got { request: name, status, content_type, decision, body: response.bytes().await?.to_vec() });
+        got.push(Got {
+            request: name,
+            status,
+            version,
+            content_type,
+            decision,
+            body: response.bytes().await?.to_vec(),
+        });
     }
     Ok(got)
 }
@@ -336,6 +345,7 @@ async fn record_har_passes_an_independent_har_reader_with_one_entry_per_exchange
             got.request
         );
         assert_eq!(entry["status"], got.status);
+        assert_eq!(entry["httpVersion"], got.version, "{}", got.request);
         assert_eq!(entry["sha256"], hex::encode(Sha256::digest(&got.body)), "{}", got.request);
     }
     let post = entries.iter().find(|entry| entry["method"] == "POST").ok_or("no POST entry")?;
