@@ -22,8 +22,8 @@ pub const FILE_NAME: &str = "recording.jsonl";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Line {
-    /// A forwarded request and its answer.
-    Exchange(Exchange),
+    /// A forwarded request and its answer (boxed: it is most of a line's size).
+    Exchange(Box<Exchange>),
     /// A policy file as the fetcher got it.
     Policy(PolicyFile),
     /// The addresses a name resolved to, as the network guard got them.

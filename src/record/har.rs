@@ -160,7 +160,7 @@ mod tests {
             },
         };
         let other = Exchange { agent: "other".to_owned(), ..exchange.clone() };
-        let document = har(&[Line::Exchange(exchange), Line::Exchange(other)], Some("bot"));
+        let document = har(&[Line::Exchange(Box::new(exchange)), Line::Exchange(Box::new(other))], Some("bot"));
         let entries = document["log"]["entries"].as_array().unwrap();
         assert_eq!(entries.len(), 1);
         let entry = &entries[0];

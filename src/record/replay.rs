@@ -69,6 +69,7 @@ impl Recording {
         for line in lines {
             match line {
                 Line::Exchange(exchange) => {
+                    let exchange = *exchange;
                     let key = Key {
                         agent: exchange.agent.clone(),
                         method: exchange.method,
@@ -152,7 +153,7 @@ mod tests {
     }
 
     fn exchange(agent: &str, method: &str, url: &str, sent: &str, answered: &str) -> Line {
-        Line::Exchange(Exchange {
+        Line::Exchange(Box::new(Exchange {
             event_id: "0".repeat(32),
             started: "2026-01-01T00:00:00.000Z".to_owned(),
             time_ms: 1,
@@ -162,7 +163,7 @@ mod tests {
             http_version: "HTTP/1.1".to_owned(),
             request: Message { headers: Vec::new(), body: body(sent) },
             response: Answer { status: 200, headers: Vec::new(), body: body(answered) },
-        })
+        }))
     }
 
     #[test]

@@ -170,7 +170,7 @@ impl Drop for Draft {
             &mut self.asked,
             Asked { event_id: String::new(), agent: String::new(), url: String::new() },
         );
-        self.recorder.submit(Line::Exchange(Exchange {
+        self.recorder.submit(Line::Exchange(Box::new(Exchange {
             event_id,
             started,
             time_ms,
@@ -180,7 +180,7 @@ impl Drop for Draft {
             http_version: std::mem::take(&mut self.version),
             request: Message { headers: std::mem::take(&mut self.headers), body: request },
             response,
-        }));
+        })));
     }
 }
 
