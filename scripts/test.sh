@@ -43,6 +43,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # The official MCP Python SDK (PyPI, not Debian): both sides of the [[mcp]] tests.
 python3 -c 'import mcp.server.mcpserver' 2>/dev/null || { echo "test: installing the mcp Python SDK"; pip install --quiet mcp; }
+# haralyzer (PyPI): the independent HAR reader of `agentgate record har`'s output (tests/e2e/record.rs).
+python3 -c 'import haralyzer' 2>/dev/null || { echo "test: installing haralyzer"; pip install --quiet haralyzer; }
 
 # cargo-machete, which the tests of scripts/check-cargo.py run (a debug build, as .ci/run's).
 command -v cargo-machete >/dev/null 2>&1 || { echo "test: installing cargo-machete"; cargo install --locked --debug --quiet cargo-machete; }

@@ -93,6 +93,9 @@ pub struct AgentConfig {
     /// Without `signing`: whether `Signature`, `Signature-Input` and `Signature-Agent` the
     /// agent sent reach the origin (default false: removed).
     pub pass_signatures: bool,
+    /// Whether this agent's exchanges are recorded under `[record] dir` (default false;
+    /// `[record] all = true` records every agent's, `crate::record`).
+    pub record: bool,
 }
 
 /// `unlisted` of an agent: what a request to a host outside its `allow_hosts` gets.

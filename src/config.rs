@@ -34,6 +34,7 @@ use crate::mcp::McpConfig;
 use crate::net::{ConnectConfig, NetworkConfig, is_host_pattern};
 use crate::policy::operator::{Mode, RuleAction};
 use crate::proxy::config::{ConnectionsConfig, MitmConfig, TransparentConfig, UpstreamConfig};
+use crate::record::RecordConfig;
 use crate::secrets::{SecretConfig, overlap_problems};
 use crate::setting::{duration, nonzero_caps, socket_addr};
 
@@ -109,6 +110,8 @@ pub struct Config {
     pub inspect: InspectConfig,
     /// Which tools each agent may call on which MCP server (`[[mcp]]`, docs/mcp.md).
     pub mcp: McpConfig,
+    /// Recording a run for HAR export and replay (`[record]`, docs/evaluation-guide.md).
+    pub record: RecordConfig,
 }
 
 /// `[ca]`: where the proxy's CA lives.
@@ -204,6 +207,7 @@ impl Default for Config {
             secrets: Vec::new(),
             inspect: InspectConfig::default(),
             mcp: McpConfig::default(),
+            record: RecordConfig::default(),
         }
     }
 }
@@ -327,6 +331,7 @@ impl Config {
             }
         }
         agent_problems(&self.agent, &self.agents, &mut problems);
+        self.record.problems(self.mode, &self.agent, &self.agents, &mut problems);
         // Replicas that share limits or policy copies through Redis are one fleet: one key.
         let shared =
             self.limits.store == crate::limits::Store::Redis || self.cache.store == crate::fetch::CacheStore::Redis;

@@ -265,7 +265,9 @@ impl Gate {
             record.set_reasons(&decision);
             record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
             return match mode {
-                Mode::Enforce => Verdict::Block(Blocked { decision, record, kind: BlockKind::Policy, policies }),
+                Mode::Enforce | Mode::Replay => {
+                    Verdict::Block(Blocked { decision, record, kind: BlockKind::Policy, policies })
+                }
                 Mode::Monitor => self.would_deny(record, decision.inject_headers, policies, &req),
             };
         }
@@ -313,7 +315,7 @@ impl Gate {
         match checked {
             Ok((permit, budgets)) => {
                 // Monitor mode never cuts a body: a crossed budget is for enforce mode.
-                let budgets = budgets.filter(|_| mode == Mode::Enforce).map(Arc::new);
+                let budgets = budgets.filter(|_| mode != Mode::Monitor).map(Arc::new);
                 let secrets = self.secrets_plan(req, &mut record);
                 let undeclared = self.settings.usage_undeclared;
                 Verdict::Forward(Permitted {
@@ -330,7 +332,7 @@ impl Gate {
             Err(refused) => {
                 let (decision, kind) = verdict::refusal_decision(&mut record, &refused);
                 match mode {
-                    Mode::Enforce => Verdict::Block(Blocked { decision, record, kind, policies }),
+                    Mode::Enforce | Mode::Replay => Verdict::Block(Blocked { decision, record, kind, policies }),
                     Mode::Monitor => self.would_deny(record, inject_headers, policies, req),
                 }
             }

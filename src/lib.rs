@@ -28,6 +28,7 @@ pub mod net;
 pub mod policy;
 pub mod proxy;
 pub mod recipe;
+pub mod record;
 pub mod redis_connection;
 pub mod reload;
 pub mod secrets;

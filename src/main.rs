@@ -52,6 +52,22 @@ enum Command {
     /// `/.well-known/http-message-signatures-directory` at each agent's signature_agent origin.
     /// Creates a key that has no file yet, as `run` would.
     Keys(KeysArgs),
+    /// Read a recording (`[record] dir`).
+    #[command(subcommand)]
+    Record(RecordCommand),
+}
+
+#[derive(Subcommand)]
+enum RecordCommand {
+    /// Print the recording as HAR 1.2, one entry per recorded exchange, for devtools and HAR
+    /// tools.
+    Har {
+        /// Only this agent's exchanges.
+        #[arg(long)]
+        agent: Option<String>,
+        /// The recording's directory (`[record] dir`).
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -224,6 +240,11 @@ fn answer(command: Command, out: &mut impl Write) -> anyhow::Result<ExitCode> {
                 agent.as_deref(),
             )?;
             writeln!(out, "{}", serde_json::to_string_pretty(&set)?)?;
+        }
+        Command::Record(RecordCommand::Har { agent, dir }) => {
+            let lines = agentgate::record::format::read(&dir)?;
+            let har = agentgate::record::har::har(&lines, agent.as_deref());
+            writeln!(out, "{}", serde_json::to_string_pretty(&har)?)?;
         }
     }
     Ok(ExitCode::SUCCESS)

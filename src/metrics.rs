@@ -92,6 +92,12 @@ struct ResultLabels {
     result: &'static str,
 }
 
+/// Lines of a recording not written, by why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DroppedLabels {
+    reason: &'static str,
+}
+
 /// Config reloads by result.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
@@ -135,6 +141,7 @@ pub struct Metrics {
     policy_fetches: Family<FetchLabels, Counter>,
     policy_store: Family<ResultLabels, Counter>,
     policy_archive: Family<ResultLabels, Counter>,
+    record_dropped: Family<DroppedLabels, Counter>,
     cache_hits: Counter,
     cache_misses: Counter,
     cache_evictions: Counter,
@@ -182,6 +189,7 @@ impl Metrics {
             policy_fetches: Family::default(),
             policy_store: Family::default(),
             policy_archive: Family::default(),
+            record_dropped: Family::default(),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
             cache_evictions: Counter::default(),
@@ -229,6 +237,11 @@ impl Metrics {
             "policy_archive",
             "Policy file bodies written to or removed from the policy archive ([audit] archive_dir), by result (stored, evicted, failed)",
             m.policy_archive.clone(),
+        );
+        r.register(
+            "record_dropped",
+            "Exchanges and policy files not recorded under [record] dir, by reason (queue_full, max_bytes, write_failed)",
+            m.record_dropped.clone(),
         );
         r.register("policy_cache_hits", "Policy lookups answered from the cache", m.cache_hits.clone());
         r.register("policy_cache_misses", "Policy lookups that loaded an origin first", m.cache_misses.clone());
@@ -344,6 +357,12 @@ impl Metrics {
     /// in time or answered an error, and the replica fetched for itself).
     pub fn policy_store(&self, result: &'static str) {
         self.policy_store.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    /// Counts one line of a recording not written (`crate::record`): `queue_full` (the
+    /// writer was behind), `max_bytes` (past `[record] max_bytes`) or `write_failed`.
+    pub fn record_dropped(&self, reason: &'static str) {
+        self.record_dropped.get_or_create(&DroppedLabels { reason }).inc();
     }
 
     /// Counts one body of the policy archive (`crate::archive`): `stored` (a new body

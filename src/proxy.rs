@@ -29,6 +29,7 @@ mod local;
 mod mcp;
 mod pool;
 mod record;
+mod recording;
 mod resolve;
 mod serve;
 mod service;

@@ -32,6 +32,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, ConfigError};
+use crate::policy::operator::Mode;
 use crate::proxy::ProxyState;
 
 /// How long the file must stay quiet after a change before it is read: an editor's save is
@@ -286,6 +287,7 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
         limits,
         admin,
         transparent,
+        record,
     } = &mut config;
     keep(&mut needs_restart, "listen", listen, &running.listen);
     keep(&mut needs_restart, "[cache]", cache, &running.cache);
@@ -299,6 +301,11 @@ pub fn in_force(running: &Config, mut config: Config) -> (Config, Vec<&'static s
     keep(&mut needs_restart, "[transparent]", transparent, &running.transparent);
     keep(&mut needs_restart, "[approvals] store", &mut approvals.store, &running.approvals.store);
     keep(&mut needs_restart, "[approvals.redis]", &mut approvals.redis, &running.approvals.redis);
+    keep(&mut needs_restart, "[record]", record, &running.record);
+    // Replay answers from a recording loaded at start, through its own network seams.
+    if (config.mode == Mode::Replay) != (running.mode == Mode::Replay) {
+        keep(&mut needs_restart, "mode = \"replay\"", &mut config.mode, &running.mode);
+    }
     (config, needs_restart)
 }
 
@@ -442,6 +449,23 @@ mod tests {
         assert_eq!(in_force.mitm.passthrough_hosts, ["bank.example"]);
         assert!(!in_force.connect.allows(80));
         assert_eq!(in_force.approvals.mode, crate::approvals::ApprovalMode::Hold);
+    }
+
+    #[test]
+    fn the_recording_and_replay_need_a_restart_but_an_agents_record_is_live() {
+        let running = config("[[agents]]\nid = \"a\"\ntoken = \"t\"\nrecord = true\n[record]\ndir = \"rec\"\n");
+        let edited = config(
+            "[[agents]]\nid = \"a\"\ntoken = \"t\"\n[[agents]]\nid = \"b\"\ntoken = \"u\"\nrecord = true\n\
+             [record]\ndir = \"other\"\nall = false\n",
+        );
+        let (recording, needs) = in_force(&running, edited);
+        assert_eq!(needs, ["[record]"]);
+        assert_eq!(recording.record, running.record);
+        assert_eq!((recording.agents[0].record, recording.agents[1].record), (false, true));
+        let replaying = config("mode = \"replay\"\n[record]\ndir = \"rec\"\n");
+        let (replaying, needs) = in_force(&running, replaying);
+        assert_eq!(needs, ["mode = \"replay\""]);
+        assert_eq!(replaying.mode, Mode::Enforce);
     }
 
     #[test]

@@ -198,7 +198,7 @@ fn status(kind: BlockKind) -> &'static str {
         BlockKind::TooLarge => "413",
         BlockKind::AnswerTooLarge => "403",
         BlockKind::OriginUnreachable { timed_out: false } => "502",
-        BlockKind::OriginUnreachable { timed_out: true } => "504",
+        BlockKind::OriginUnreachable { timed_out: true } | BlockKind::ReplayMiss => "504",
         BlockKind::LimitsUnavailable | BlockKind::UpstreamAtCapacity => "503",
     }
 }

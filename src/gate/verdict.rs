@@ -220,6 +220,19 @@ impl Permitted {
         self.refused_by(blocking)
     }
 
+    /// The block for a permitted request the recording being replayed has no answer to
+    /// (`mode = "replay"`, `crate::record`): 504 `replay.miss`, its rule `why` (naming the
+    /// nearest recorded URL), recorded as an `error` blamed on the proxy.
+    pub fn replay_miss(mut self, why: String) -> Blocked {
+        let reason = Reason::new(OperatorCode::ReplayMiss, why.clone());
+        let decision = Decision::deny_first(vec![reason], std::mem::take(&mut self.record.reasons), Vec::new());
+        self.record.set_reasons(&decision);
+        self.record.outcome = LogOutcome::Error;
+        self.record.error = Some(why);
+        self.record.error_type = Some(crate::audit::ErrorType::Proxy);
+        Blocked { decision, record: self.record, kind: BlockKind::ReplayMiss, policies: None }
+    }
+
     /// The decision record, to be completed with the response and written, and the
     /// concurrency slots, to be held until the response body ends or is dropped.
     pub fn into_parts(self) -> (DecisionRecord, Permit) {
@@ -330,6 +343,9 @@ pub enum BlockKind {
     /// max_connections`, every one busy): 503 with `Retry-After`, recorded as an `error`
     /// (`upstream.at_capacity`, docs/upstream.md).
     UpstreamAtCapacity,
+    /// `mode = "replay"` and the recording holds no answer to the request: 504
+    /// (`replay.miss`), recorded as an `error`, in every mode: there is nothing to forward.
+    ReplayMiss,
 }
 
 /// A request the gate refused.

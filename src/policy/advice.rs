@@ -86,6 +86,11 @@ impl Advice for OperatorCode {
                  (the cited reason: a body over its size bound, or not JSON-RPC). Send a smaller, uncompressed \
                  JSON-RPC body, or ask your operator."
             }
+            OperatorCode::ReplayMiss => {
+                "agentgate is replaying a recorded run, and the recording holds no answer to this request (the cited \
+                 rule names the nearest URL it does hold). Nothing was sent to the site. Request a recorded URL, or \
+                 record the run again with this request in it."
+            }
             OperatorCode::AuthRequired | OperatorCode::AuthInvalid => {
                 "agentgate needs to know which agent you are. Use the proxy credentials your operator gave you \
                  (HTTPS_PROXY=http://id:token@proxy:port, or Proxy-Authorization: Bearer token); without them, ask your \
@@ -114,7 +119,7 @@ mod tests {
 
     #[test]
     fn advice_names_the_file_and_a_way_forward() {
-        let cases: [(Code, &str); 20] = [
+        let cases: [(Code, &str); 21] = [
             (OperatorCode::ByteBudget.into(), "byte budget"),
             (RobotsCode::Disallow.into(), "robots.txt disallows"),
             (RobotsCode::Unreachable.into(), "Try again later"),
@@ -135,6 +140,7 @@ mod tests {
             (OperatorCode::Unreadable.into(), "could not read this request"),
             (OperatorCode::McpToolRefused.into(), "call this tool"),
             (OperatorCode::McpUnreadable.into(), "not JSON-RPC"),
+            (OperatorCode::ReplayMiss.into(), "nearest URL"),
         ];
         for (code, expected) in cases {
             let text = advice(&Reason::new(code, "rule"));

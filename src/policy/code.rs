@@ -246,6 +246,9 @@ codes! {
         /// `[[mcp]]`: a body to an MCP server that cannot be read within `[inspect] max_body`,
         /// or is encoded, or JSON with a `method` but not JSON-RPC, so its tools cannot be ruled.
         McpUnreadable = "mcp.unreadable",
+        /// `mode = "replay"`: the recording (`[record] dir`) holds no answer to the request
+        /// (504, the nearest recorded URL named).
+        ReplayMiss = "replay.miss",
     }
 }
 
@@ -418,6 +421,7 @@ mod tests {
         "inspect.unreadable",
         "mcp.tool_refused",
         "mcp.unreadable",
+        "replay.miss",
         "usage.refused",
     ];
 

@@ -35,6 +35,9 @@ pub enum Mode {
     Enforce,
     /// Forward everything; log `would_deny` for what enforce mode would block.
     Monitor,
+    /// Answer every request from a recording (`[record] dir`, `crate::record`), deciding
+    /// as `enforce` does: what enforce mode would block is blocked.
+    Replay,
 }
 
 impl Mode {
@@ -43,6 +46,7 @@ impl Mode {
         match self {
             Mode::Enforce => "enforce",
             Mode::Monitor => "monitor",
+            Mode::Replay => "replay",
         }
     }
 }

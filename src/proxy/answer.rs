@@ -119,7 +119,7 @@ pub(crate) fn blocked_response_to(
     let blocking = decision.blocking_reasons();
     let verdict = match blocked.kind() {
         BlockKind::RateLimited { .. } => "rate_limited",
-        BlockKind::OriginUnreachable { .. } | BlockKind::UpstreamAtCapacity => "error",
+        BlockKind::OriginUnreachable { .. } | BlockKind::UpstreamAtCapacity | BlockKind::ReplayMiss => "error",
         BlockKind::Policy
         | BlockKind::Unauthenticated
         | BlockKind::LimitsUnavailable
@@ -208,6 +208,7 @@ pub(crate) fn blocked_response_to(
         BlockKind::LimitsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         BlockKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         BlockKind::AnswerTooLarge => StatusCode::FORBIDDEN,
+        BlockKind::ReplayMiss => StatusCode::GATEWAY_TIMEOUT,
         BlockKind::UpstreamAtCapacity => {
             headers.insert(RETRY_AFTER, HeaderValue::from(AT_CAPACITY_RETRY_AFTER_S));
             StatusCode::SERVICE_UNAVAILABLE
@@ -253,6 +254,9 @@ fn summary(blocked: &Blocked, method: &str, url: &str) -> String {
         ),
         (BlockKind::UpstreamAtCapacity, _) => format!(
             "agentgate could not fetch this site's policies for this request: {method} {url}. agentgate is at its cap on connections to origins and every one is busy; nothing was sent to the site. Retry after {AT_CAPACITY_RETRY_AFTER_S} s."
+        ),
+        (BlockKind::ReplayMiss, _) => format!(
+            "agentgate is replaying a recorded run and has no recorded answer to this request: {method} {url}. Nothing was sent to the site."
         ),
         (BlockKind::LimitsUnavailable, _) => {
             format!("agentgate cannot check this request's limits (its shared store does not answer): {method} {url}")

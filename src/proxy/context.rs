@@ -48,6 +48,8 @@ pub(crate) struct ProxyState {
     pub(crate) approvals: Approvals,
     /// The older MCP transport's event streams open through the proxy (`super::mcp`).
     pub(crate) mcp_streams: Arc<OpenStreams>,
+    /// What is recorded, or replayed from (`[record]`, `crate::record`); set once at bind.
+    pub(crate) record: crate::record::Session,
     next_request_id: AtomicU64,
 }
 
@@ -73,6 +75,7 @@ impl ProxyState {
             metrics,
             approvals,
             mcp_streams: Arc::default(),
+            record: crate::record::Session::default(),
             next_request_id: AtomicU64::new(1),
         }
     }

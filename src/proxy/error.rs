@@ -21,6 +21,12 @@ pub(crate) const MAX_METHOD_LEN: usize = 32;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
+    /// `[record]` could not be recorded to, or its recording read for `mode = "replay"`.
+    #[error("{source}")]
+    Record {
+        /// What the recorder or the replay reported.
+        source: crate::record::SessionError,
+    },
     /// The CA could not be loaded from, or created in, `[ca] dir`.
     #[error("cannot use the CA in {}: {source}", dir.display())]
     Ca {

@@ -31,6 +31,7 @@ use crate::gate::Gate;
 use crate::limits::Limiter;
 use crate::metrics::{Metrics, UpstreamMetrics};
 use crate::net::{AddressPolicy, Dial, Guard, Resolve, SystemResolver, TcpDialer};
+use crate::record::Session;
 use crate::reload::{ConfigSource, Reloader};
 use crate::throttled::Throttled;
 use crate::tls::{CertificateAuthority, LeafCertCache};
@@ -53,6 +54,8 @@ pub struct Proxy {
     metrics: Arc<Metrics>,
     /// The gate's limits store, warmed before the proxy binds.
     limiter: Arc<Limiter>,
+    /// What is recorded or replayed (`[record]`, `mode = "replay"`).
+    record: Session,
 }
 
 /// A proxy bound to its listen address; [`run_until`](Self::run_until) serves it.
@@ -98,8 +101,12 @@ impl Proxy {
         let ca_cert_path = ca.cert_path().to_owned();
         let certs = LeafCertCache::new(Arc::new(ca), config.mitm.cert_cache_size)
             .map_err(|source| StartError::LeafKey { source })?;
-        let guard = Arc::new(guard(&config, resolver));
         let metrics = Arc::new(Metrics::new());
+        // Recording or replaying (`[record]`): a replay resolves from the recording and dials
+        // nothing; a recording keeps what the resolver answered.
+        let (record, (resolver, dialer)) = Session::start(&config.record, config.mode, (resolver, dialer), &metrics)
+            .map_err(|source| StartError::Record { source })?;
+        let guard = Arc::new(guard(&config, resolver));
         // One pool for proxied requests and policy fetches: one socket budget, guard and
         // trust store.
         let tcp = GuardedConnector { guard: Arc::clone(&guard), dialer };
@@ -107,7 +114,7 @@ impl Proxy {
         let upstream = Arc::new(Upstream::new(&config.upstream, agents, tcp, metrics.upstream())?);
         let settings = CacheSettings::from(config.cache.clone());
         let cache = PolicyCache::with_store(
-            upstream.clone(),
+            record.transport(upstream.clone()),
             settings,
             Arc::clone(&metrics),
             &config.limits.redis,
@@ -128,7 +135,7 @@ impl Proxy {
             crate::signing::Keys::load(&config.ca.dir, crate::agents::signing_tables(&config.agent, &config.agents))
                 .map_err(|source| StartError::Signing { source })?;
         let gate = Gate::new(&config, cache.clone(), Arc::clone(&limiter)).signing_with(&config, &keys);
-        Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics, limiter })
+        Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics, limiter, record })
     }
 
     /// The PEM file of the CA that agents must trust.
@@ -144,7 +151,7 @@ impl Proxy {
     /// [`StartError::Bind`] when the address is taken or not available,
     /// [`StartError::AdminBind`] when `[admin] listen` is.
     pub async fn bind(self) -> Result<RunningProxy, StartError> {
-        let Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics, limiter } = self;
+        let Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics, limiter, record } = self;
         limiter.warm().await;
         let addr = config.listen;
         let bind_error = |source| StartError::Bind { addr, source };
@@ -188,8 +195,9 @@ impl Proxy {
             .map_err(|source| StartError::AuditKey { source })?;
         let (audit, audit_writer) =
             AuditLog::start(config.audit.clone(), key).map_err(|source| StartError::Audit { source })?;
-        let state =
-            Arc::new(ProxyState::new(config, certs, upstream, guard, gate, audit, metrics).with_approvals(approvals));
+        let mut state = ProxyState::new(config, certs, upstream, guard, gate, audit, metrics).with_approvals(approvals);
+        state.record = record;
+        let state = Arc::new(state);
         Ok(RunningProxy { state, audit_writer, ca_cert_path, listener, local_addr, admin, transparent, cache })
     }
 }

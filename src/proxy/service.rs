@@ -39,6 +39,7 @@ use super::hold;
 use super::inspect::{Vetting, vet_body};
 use super::local;
 use super::record::{Ending, RequestRecord};
+use super::recording;
 use super::tunnel::{self, handle_connect};
 use crate::agents::Identity;
 use crate::fetch::Origin;
@@ -244,7 +245,13 @@ impl ProxyService {
         if let Some(signer) = signing.signer() {
             permit.mark_signed(signer.keyid());
         }
+        // `mode = "replay"`: answered from the recording, never forwarded (`recording`).
+        if let Some(recording) = self.state.record.replay() {
+            let (url, host) = (named.url.as_str(), context.authority.as_str());
+            return recording::replay(recording, record, permit, (url, host), request, accept).await;
+        }
         let forwarding = record.forwarding(permit).await?;
+        let (request, tap) = recording::tap(&self.state, &live, forwarding.0, &named.url, request);
         let response = match forward(&self.state, &context, forwarding, signing, request, self.drain.clone()).await {
             Ok(response) => response,
             // A request body a sending budget cut is answered with the budget, not the error.
@@ -254,7 +261,7 @@ impl ProxyService {
             Some(filter) => filter.apply(response),
             None => response,
         };
-        Ok(record.answered(response, accept).await)
+        Ok(record.answered(recording::answered(tap, response), accept).await)
     }
 
     /// Phase `local`: a request to `agentgate.local` is answered by agentgate itself, before

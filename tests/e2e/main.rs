@@ -61,6 +61,9 @@
 //! - `git`: git itself through the proxy to a `git http-backend` origin: named by its token
 //!   after a 407 under `[auth] required`, and a clone refused by AGENTS.md shows why;
 //! - `log_schema`: what docs/decision-log.md promises a reader can check (reason digests);
+//! - `record`: a run recorded (`[record]`) and replayed with the origins stopped and nothing
+//!   resolved or dialled (same answers, same decisions, `replay.miss`), no secret value in the
+//!   recording, `record har` read by haralyzer, the recording's `max_bytes` bound;
 //! - `records`: exactly one decision record per request, whichever await its client hangs up at;
 //! - `refused_connect`: a CONNECT refused before its `200` answered inside the tunnel, where
 //!   curl and reqwest show it; a passthrough host's refusal and a `407` at the CONNECT;
@@ -122,6 +125,7 @@ mod limits;
 mod log_schema;
 mod mcp;
 mod network;
+mod record;
 mod records;
 mod redaction;
 mod redis;

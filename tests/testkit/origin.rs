@@ -347,6 +347,17 @@ impl Origin {
         self.state.user_agents.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
+    /// How many requests arrived, for every path together.
+    pub fn requests(&self) -> usize {
+        self.state.hits.lock().unwrap_or_else(PoisonError::into_inner).values().sum()
+    }
+
+    /// Stops accepting: the listener closes, so a connection attempt is refused; the counts
+    /// stay readable.
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+
     /// How many requests for `path` (query left out) arrived, whatever their method.
     pub fn hits(&self, path: &str) -> usize {
         self.state.hits.lock().unwrap_or_else(PoisonError::into_inner).get(path).copied().unwrap_or(0)
