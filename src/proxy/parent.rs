@@ -30,8 +30,8 @@ use crate::policy::operator::host_matches;
 /// The most bytes of the parent's answer to a `CONNECT` read before giving up on it.
 const MAX_ANSWER_HEAD: usize = 8 * 1024;
 
-/// The parent proxy of a running proxy, its credentials read.
-#[derive(Debug)]
+/// The parent proxy of a running proxy, its credentials read (never shown: its `Debug`
+/// leaves them out).
 pub(crate) struct Parent {
     /// The host to dial, without brackets.
     host: String,
@@ -90,6 +90,17 @@ impl ParentError {
     /// True for a parent that answered and refused; false for one that could not be reached.
     pub(crate) fn refused(&self) -> bool {
         matches!(self, ParentError::Refused { .. })
+    }
+}
+
+impl std::fmt::Debug for Parent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parent")
+            .field("parent", &self.shown)
+            .field("authorization", &self.authorization.as_ref().map(|_| "REDACTED"))
+            .field("bypass", &self.bypass)
+            .field("connect", &self.connect)
+            .finish()
     }
 }
 

@@ -24,12 +24,13 @@ use agentgate::config::Config;
 use agentgate::net::{ConnectConfig, Dial, NetFuture, NetworkConfig, Resolve, SystemResolver};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
+use tokio_tungstenite::client_async;
 
 use crate::support::binary::Agentgate;
 use crate::support::log::{self, for_request};
 use crate::support::origin::{Origin, Site};
 use crate::support::pki::TestCa;
-use crate::support::raw::{exchange, refused_tunnel};
+use crate::support::raw::{connect_tunnel, exchange, refused_tunnel, tls_client};
 use crate::support::tools::{SQUID, need};
 use crate::support::wait::eventually;
 use crate::support::{TestProxy, TestResult, header};
@@ -182,8 +183,15 @@ fn site() -> Site {
 #[ignore = "needs squid: run by scripts/test.sh"]
 async fn https_and_plain_http_go_through_squid_as_connects_to_the_vetted_address() -> TestResult {
     let ca = TestCa::new("origin CA")?;
-    let https = Origin::https_site(&ca, site()).await?;
-    let http = Origin::http_site(site()).await?;
+    let https =
+        Origin::https_site(&ca, site().file("/robots-for-http.txt", "User-agent: *\nDisallow: /private\n")).await?;
+    // The plain-HTTP origin's robots.txt redirects to the HTTPS one: the hop, another
+    // origin, is fetched through Squid too.
+    let moved = format!("https://localhost:{}/robots-for-http.txt", https.addr.port());
+    let http = Origin::http_site(
+        Site::new().serve("/robots.txt", 302, &[("location", &moved)], "").file("/hello", "hello through squid"),
+    )
+    .await?;
     let pass = Origin::https_site(&ca, Site::new().file("/hello", "passthrough")).await?;
     let squid = Squid::start(&[https.addr.port(), http.addr.port(), pass.addr.port()], None).await?;
     let dialer = OnlyTo::new(&[squid.addr]);
@@ -212,6 +220,7 @@ async fn https_and_plain_http_go_through_squid_as_connects_to_the_vetted_address
         assert_eq!(response.status(), 403, "{url}");
         assert!(header(&response, "agentgate-decision").contains("code=robots.disallow"), "{url}");
     }
+    assert_eq!(https.hits("/robots-for-http.txt"), 1, "the redirect hop was fetched (through Squid)");
     for origin in [&https, &http] {
         assert_eq!(
             origin.hits("/robots.txt"),
@@ -222,6 +231,20 @@ async fn https_and_plain_http_go_through_squid_as_connects_to_the_vetted_address
         assert_eq!(origin.hits("/private"), 0, "no tunnel carried the refused request");
     }
     assert_eq!(dialer.refused(), Vec::<SocketAddr>::new(), "agentgate never tried to reach an origin directly");
+    // Pooled: one tunnel carried the HTTPS origin's policy fetches, the redirect hop and
+    // the agent's request. Counted: each tunnel kept open is one of agentgate's sockets to
+    // origins, as a direct connection is.
+    assert_eq!(https.connections(), 1, "one pooled tunnel to the HTTPS origin");
+    eventually("tunnels counted as connections to origins", async || {
+        let counted = crate::upstream::metric(&proxy, "agentgate_upstream_connections").await?;
+        let open = https.open() + http.open() + pass.open();
+        if counted as usize == open && open > 0 {
+            Ok(())
+        } else {
+            Err(format!("{counted} counted, {open} open").into())
+        }
+    })
+    .await?;
     let records = proxy.finish().await?;
     assert_eq!(for_request(&records, "GET", "/private").len(), 2);
 
@@ -327,6 +350,31 @@ async fn a_destination_the_guard_refuses_is_never_asked_of_the_parent() -> TestR
     assert!(probe.starts_with("HTTP/1.1 403"), "{probe}");
     let log = squid.logged(&["CONNECT 127.0.0.1:9 "]).await?;
     assert_eq!(log.lines().count(), 1, "agentgate asked Squid for nothing:\n{log}");
+    Ok(())
+}
+
+#[tokio::test]
+#[ignore = "needs squid: run by scripts/test.sh"]
+async fn a_websocket_through_mitm_goes_through_squid() -> TestResult {
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let squid = Squid::start(&[origin.addr.port()], None).await?;
+    let dialer = OnlyTo::new(&[squid.addr]);
+    let parent = squid.url(None);
+    let proxy = TestProxy::start_with_network(&ca, Arc::new(Localhost4), dialer.clone(), |config| {
+        config.upstream.parent = Some(parent);
+    })
+    .await?;
+    let (tunnel, head) = connect_tunnel(proxy.addr, &origin.authority()).await?;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let tls = tls_client(tunnel, "localhost", &proxy.ca_pem, &[b"http/1.1"]).await?;
+    let (mut ws, response) = client_async(format!("wss://{}/ws", origin.authority()), tls).await?;
+    assert_eq!(response.status(), 101);
+    crate::websocket::assert_echo(&mut ws).await?;
+    assert_eq!(dialer.refused(), Vec::<SocketAddr>::new(), "the upgrade's connection went through Squid");
+    drop(proxy);
+    let tunnel = format!(" CONNECT 127.0.0.1:{} ", origin.addr.port());
+    squid.logged(&["TCP_TUNNEL/200", tunnel.as_str()]).await?;
     Ok(())
 }
 
