@@ -35,6 +35,7 @@ want /usr/bin/chromedriver chromium-driver
 want wget wget                  # the wget recipe (a wgetrc)
 want certutil libnss3-tools     # the Chromium recipe (an NSS database)
 want promtool prometheus        # the metrics test (`promtool check metrics`)
+want squid squid                # the parent proxy tests (and its basic_ncsa_auth)
 want setpriv util-linux         # the CA directory another user cannot read
 python3 -c 'import cryptography' 2>/dev/null || need+=(python3-cryptography) # the Web Bot Auth verifier
 if [ ${#need[@]} -gt 0 ]; then

@@ -435,6 +435,13 @@ impl Gate {
                 crate::audit::ErrorType::Origin,
                 BlockKind::OriginUnreachable { timed_out: *timed_out },
             ),
+            policy::FetchError::Parent { refused, cause } => (
+                if *refused { OperatorCode::ParentRefused } else { OperatorCode::ParentUnreachable },
+                format!("{} was not asked: {cause}", req.origin),
+                cause,
+                crate::audit::ErrorType::Proxy,
+                BlockKind::OriginUnreachable { timed_out: false },
+            ),
             policy::FetchError::AtCapacity { cause } => (
                 OperatorCode::UpstreamAtCapacity,
                 format!("the policies of {} were not fetched: {cause}", req.origin),

@@ -63,6 +63,7 @@ enum FetchStatus {
     TooManyRedirects,
     InsecureRedirect,
     AtCapacity,
+    Parent,
 }
 
 impl EncodeLabelValue for FetchStatus {
@@ -76,6 +77,7 @@ impl EncodeLabelValue for FetchStatus {
             FetchStatus::TooManyRedirects => encoder.write_str("too_many_redirects"),
             FetchStatus::InsecureRedirect => encoder.write_str("insecure_redirect"),
             FetchStatus::AtCapacity => encoder.write_str("at_capacity"),
+            FetchStatus::Parent => encoder.write_str("parent_failed"),
         }
     }
 }
@@ -335,6 +337,7 @@ impl Metrics {
                 FetchError::TooManyRedirects => FetchStatus::TooManyRedirects,
                 FetchError::InsecureRedirect => FetchStatus::InsecureRedirect,
                 FetchError::AtCapacity { .. } => FetchStatus::AtCapacity,
+                FetchError::Parent { .. } => FetchStatus::Parent,
             },
         };
         self.policy_fetches.get_or_create(&FetchLabels { file, status }).inc();

@@ -27,6 +27,7 @@ mod inspect;
 mod listener;
 mod local;
 mod mcp;
+mod parent;
 mod pool;
 mod record;
 mod recording;
@@ -36,7 +37,8 @@ mod service;
 mod tunnel;
 mod upstream;
 
-pub use config::{ConnectionsConfig, MitmConfig, TransparentConfig, UpstreamConfig};
+pub use config::{ConnectionsConfig, MitmConfig, ParentConnect, TransparentConfig, UpstreamConfig};
 pub(crate) use context::ProxyState;
 pub use error::{ProxyError, StartError, TunnelError};
 pub use listener::{Proxy, RunningProxy, policy_transport, shutdown_signal};
+pub use parent::ParentSetupError;

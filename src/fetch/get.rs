@@ -114,7 +114,8 @@ impl Fetcher {
                 let ttl = match error {
                     // agentgate's own cap, not the origin's answer: kept only long enough for
                     // the requests waiting on this load to share it, then fetched again.
-                    FetchError::AtCapacity { .. } => AT_CAPACITY_TTL,
+                    // Likewise the parent proxy's failure: the origin was never asked.
+                    FetchError::AtCapacity { .. } | FetchError::Parent { .. } => AT_CAPACITY_TTL,
                     _ => self.ttl.failed(),
                 };
                 tracing::debug!(

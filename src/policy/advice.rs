@@ -54,6 +54,10 @@ impl Advice for OperatorCode {
                 "agentgate has as many connections to sites open as it allows, all busy, so it could not ask this site; \
                  nothing forbids the request. Wait for the Retry-After seconds, then retry."
             }
+            OperatorCode::ParentRefused | OperatorCode::ParentUnreachable => {
+                "agentgate reaches sites through a parent proxy, which refused or could not be reached, so this site was \
+                 not asked; nothing forbids the request. Tell your operator (the reason names the parent), then retry later."
+            }
             OperatorCode::RefusedForPost => {
                 "This is the first request of a git clone, fetch or push; the POST that follows it is refused for the \
                  reasons above, so git cannot go on. Do not retry it; ask your operator if you need this repository."
@@ -136,6 +140,7 @@ mod tests {
             (OperatorCode::AuthInvalid.into(), "proxy credentials"),
             (OperatorCode::LimitsStoreUnavailable.into(), "Retry in a few seconds"),
             (OperatorCode::UpstreamAtCapacity.into(), "Retry-After"),
+            (OperatorCode::ParentRefused.into(), "parent proxy"),
             (OperatorCode::SecretInRequest.into(), "remove the credential"),
             (OperatorCode::Unreadable.into(), "could not read this request"),
             (OperatorCode::McpToolRefused.into(), "call this tool"),

@@ -72,7 +72,8 @@ pub fn from_fetch(outcome: &FetchOutcome) -> AutoctlState {
             error @ (FetchError::Timeout
             | FetchError::Network(_)
             | FetchError::Unreachable { .. }
-            | FetchError::AtCapacity { .. }),
+            | FetchError::AtCapacity { .. }
+            | FetchError::Parent { .. }),
         ) => unavailable_fetch(format!("fetching automation-preferences.txt failed: {error}")),
         FetchOutcome::Failed(error) => AutoctlState {
             policy: Policy::Silent,

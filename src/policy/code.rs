@@ -223,6 +223,11 @@ codes! {
         OriginUnreachable = "origin.unreachable",
         /// agentgate had no connection to origins to spare for the policy fetch (503).
         UpstreamAtCapacity = "upstream.at_capacity",
+        /// The parent proxy (`[upstream] parent`) refused the `CONNECT` (a `407` included):
+        /// nothing reached the origin (502).
+        ParentRefused = "upstream.parent_refused",
+        /// The parent proxy (`[upstream] parent`) could not be reached (502).
+        ParentUnreachable = "upstream.parent_unreachable",
         /// A git discovery refused because the POST it announces would be refused (C17).
         RefusedForPost = "git.refused_for_post",
         /// A secret's placeholder sent to a host the secret is not bound to.
@@ -411,6 +416,8 @@ mod tests {
         "transparent.host_mismatch",
         "origin.unreachable",
         "upstream.at_capacity",
+        "upstream.parent_refused",
+        "upstream.parent_unreachable",
         "git.refused_for_post",
         "secrets.not_bound",
         "secrets.agent_not_allowed",

@@ -72,6 +72,16 @@ pub enum FetchError {
         /// The cap and the wait, as the proxy said it.
         cause: String,
     },
+    /// Nothing reached the origin: the parent proxy (`[upstream] parent`) could not be
+    /// reached, or refused the `CONNECT` (`refused`). Says nothing about the origin: kept
+    /// only as long as [`AtCapacity`](Self::AtCapacity), and the gate answers it 502
+    /// `upstream.parent_refused` or `upstream.parent_unreachable`.
+    Parent {
+        /// True when the parent answered and refused; false when it could not be reached.
+        refused: bool,
+        /// The origin, the parent and its answer, as the proxy said it.
+        cause: String,
+    },
 }
 
 impl std::fmt::Display for FetchError {
@@ -82,7 +92,7 @@ impl std::fmt::Display for FetchError {
             FetchError::Unreachable { cause, .. } => write!(f, "origin unreachable: {cause}"),
             FetchError::TooManyRedirects => f.write_str("too many redirects"),
             FetchError::InsecureRedirect => f.write_str("redirect from https to http refused"),
-            FetchError::AtCapacity { cause } => write!(f, "not fetched: {cause}"),
+            FetchError::AtCapacity { cause } | FetchError::Parent { cause, .. } => write!(f, "not fetched: {cause}"),
         }
     }
 }

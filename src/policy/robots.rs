@@ -155,8 +155,11 @@ pub fn from_fetch(outcome: &FetchOutcome) -> RobotsState {
         FetchOutcome::Response { status, .. } => Kind::Unreachable { why: format!("answered {status}"), origin: None },
         FetchOutcome::Failed(error) => Kind::Unreachable {
             why: format!("could not be fetched ({error})"),
-            origin: matches!(error, FetchError::Unreachable { .. } | FetchError::AtCapacity { .. })
-                .then(|| error.clone()),
+            origin: matches!(
+                error,
+                FetchError::Unreachable { .. } | FetchError::AtCapacity { .. } | FetchError::Parent { .. }
+            )
+            .then(|| error.clone()),
         },
     };
     RobotsState { kind }
@@ -407,9 +410,11 @@ impl Weigh for RobotsState {
             Kind::Unavailable { .. } => 0,
             Kind::Unreachable { why, origin } => {
                 let cause = match origin {
-                    Some(FetchError::Unreachable { cause, .. } | FetchError::AtCapacity { cause }) => {
-                        cause.heap_bytes()
-                    }
+                    Some(
+                        FetchError::Unreachable { cause, .. }
+                        | FetchError::AtCapacity { cause }
+                        | FetchError::Parent { cause, .. },
+                    ) => cause.heap_bytes(),
                     _ => 0,
                 };
                 why.heap_bytes() + cause

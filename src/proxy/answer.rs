@@ -64,6 +64,7 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
         | ProxyError::UpstreamResolve { .. }
         | ProxyError::UpstreamConnect { .. }
         | ProxyError::Unscrubbable { .. }
+        | ProxyError::Parent { .. }
         | ProxyError::Upstream { .. } => StatusCode::BAD_GATEWAY,
         ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         ProxyError::UpstreamAtCapacity { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -73,7 +74,7 @@ pub(crate) fn status_for(error: &ProxyError) -> StatusCode {
 /// Who is at fault for `error`, for `error.type`: the side its status blames, or agentgate
 /// itself for its own cap.
 pub(crate) fn error_type_for(error: &ProxyError) -> ErrorType {
-    if let ProxyError::UpstreamAtCapacity { .. } = error {
+    if let ProxyError::UpstreamAtCapacity { .. } | ProxyError::Parent { .. } = error {
         return ErrorType::Proxy;
     }
     let status = status_for(error);

@@ -108,6 +108,32 @@ pub struct UpstreamConfig {
     /// is busy, before its request is answered 503 (default `2s`).
     #[serde(deserialize_with = "duration")]
     pub connect_queue_timeout: Duration,
+    /// A parent proxy every connection to an origin goes through, `http://host:port` or
+    /// `http://user@host:port` (default none: origins are dialled directly). See
+    /// `super::parent` and docs/operator-guide.md.
+    pub parent: Option<String>,
+    /// The environment variable holding the password of the user in `parent` (sent as
+    /// `Proxy-Authorization: Basic`); default none.
+    pub parent_password_env: Option<String>,
+    /// Hosts reached directly, not through `parent`: patterns as in `allow_hosts`
+    /// (`example.com`, `*.example.com`, `*`). Default none.
+    pub parent_bypass: Vec<String>,
+    /// What agentgate asks the parent to connect to: the address the network guard vetted
+    /// (default) or the name, trusting the parent's resolver.
+    pub parent_connect: ParentConnect,
+}
+
+/// `[upstream] parent_connect`: what a CONNECT to the parent names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ParentConnect {
+    /// The address the network guard vetted (`CONNECT 203.0.113.5:443`): the parent's DNS
+    /// cannot lead anywhere the guard refused.
+    #[default]
+    Address,
+    /// The name the agent asked for (`CONNECT example.com:443`), after the guard vetted its
+    /// resolution: for parents whose rules need names; trusts the parent's resolver.
+    Name,
 }
 
 impl Default for UpstreamConfig {
@@ -119,6 +145,10 @@ impl Default for UpstreamConfig {
             max_connections: None,
             max_idle_per_host: 64,
             connect_queue_timeout: Duration::from_secs(2),
+            parent: None,
+            parent_password_env: None,
+            parent_bypass: Vec::new(),
+            parent_connect: ParentConnect::Address,
         }
     }
 }
@@ -137,6 +167,7 @@ impl UpstreamConfig {
             ],
         );
         self.problems_with_limit(agents, open_file_limits().map(|(_, hard)| hard), problems);
+        super::parent::problems(self, problems);
     }
 }
 

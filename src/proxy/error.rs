@@ -44,6 +44,13 @@ pub enum StartError {
         source: TlsError,
     },
 
+    /// `[upstream] parent` cannot be used: its URL, or its password's variable.
+    #[error("{source}")]
+    Parent {
+        /// What is wrong, naming the key and the fix.
+        source: super::parent::ParentSetupError,
+    },
+
     /// The key of the minted leaf certificates could not be made.
     #[error("{source}")]
     LeafKey {
@@ -310,6 +317,19 @@ pub enum ProxyError {
         cause: String,
     },
 
+    /// The parent proxy (`[upstream] parent`) could not be reached, or refused the `CONNECT`
+    /// (a `407` included): nothing reached the origin. Names the parent, never its
+    /// credentials.
+    #[error("cannot connect to {host} through the parent proxy: {cause}")]
+    Parent {
+        /// The origin, `host:port`.
+        host: String,
+        /// The parent, what it answered and what to check.
+        cause: String,
+        /// True when the parent answered and refused; false when it could not be reached.
+        refused: bool,
+    },
+
     /// The origin was reached but the exchange failed (closed early, protocol error).
     #[error("request to {host} failed: {cause}")]
     Upstream {
@@ -318,6 +338,18 @@ pub enum ProxyError {
         /// The whole error chain.
         cause: String,
     },
+}
+
+impl ProxyError {
+    /// The reason code a failure is recorded with when it has one of its own: the parent
+    /// proxy's refusal or absence, which an operator must tell from an origin's failure.
+    pub(crate) fn code(&self) -> Option<crate::policy::OperatorCode> {
+        match self {
+            ProxyError::Parent { refused: true, .. } => Some(crate::policy::OperatorCode::ParentRefused),
+            ProxyError::Parent { refused: false, .. } => Some(crate::policy::OperatorCode::ParentUnreachable),
+            _ => None,
+        }
+    }
 }
 
 /// A request target as errors show it: redacted like `url.full` in the decision log (no user

@@ -109,7 +109,7 @@ impl Proxy {
         let guard = Arc::new(guard(&config, resolver));
         // One pool for proxied requests and policy fetches: one socket budget, guard and
         // trust store.
-        let tcp = GuardedConnector { guard: Arc::clone(&guard), dialer };
+        let tcp = GuardedConnector { guard: Arc::clone(&guard), dialer, parent: None };
         let agents = config.connections.max_connections;
         let upstream = Arc::new(Upstream::new(&config.upstream, agents, tcp, metrics.upstream())?);
         let settings = CacheSettings::from(config.cache.clone());
@@ -381,8 +381,11 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
 /// # Errors
 /// [`StartError::UpstreamClient`] when an `[upstream] extra_ca_files` entry cannot be used.
 pub fn policy_transport(config: &Config) -> Result<Arc<dyn PolicyTransport>, StartError> {
-    let tcp =
-        GuardedConnector { guard: Arc::new(guard(config, Arc::new(SystemResolver))), dialer: Arc::new(TcpDialer) };
+    let tcp = GuardedConnector {
+        guard: Arc::new(guard(config, Arc::new(SystemResolver))),
+        dialer: Arc::new(TcpDialer),
+        parent: None,
+    };
     let agents = config.connections.max_connections;
     Ok(Arc::new(Upstream::new(&config.upstream, agents, tcp, UpstreamMetrics::default())?))
 }

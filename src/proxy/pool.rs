@@ -47,6 +47,7 @@ use self::shared::Shared;
 use self::turn::{FETCH_TURN_WAIT, Turn};
 use super::body::ProxyBody;
 use super::conn::{AtCapacity, Counted};
+use super::parent::ParentError;
 use super::resolve::{ConnectError, GuardedConnector};
 use crate::error_chain::error_chain;
 use crate::metrics::UpstreamMetrics;
@@ -123,6 +124,8 @@ pub(crate) enum ConnectFailure {
     TimedOut(Duration),
     /// hyper could not start the connection (the h2 preface was refused).
     Handshake(hyper::Error),
+    /// The parent proxy (`[upstream] parent`) could not be reached or refused the tunnel.
+    Parent(ParentError),
 }
 
 impl From<ConnectError> for ConnectFailure {
@@ -130,6 +133,7 @@ impl From<ConnectError> for ConnectFailure {
         match error {
             ConnectError::Guard(error) => ConnectFailure::Guard(error),
             ConnectError::Io(error) => ConnectFailure::Tcp(error),
+            ConnectError::Parent(error) => ConnectFailure::Parent(error),
         }
     }
 }

@@ -355,7 +355,15 @@ impl RequestRecord {
                         record.outcome = Outcome::Error;
                         // It may quote the agent's text: a secret's value in it is redacted.
                         let shown = error.to_string();
-                        record.error = Some(self.state.generation().gate.redacted(&shown).into_owned());
+                        let shown = self.state.generation().gate.redacted(&shown).into_owned();
+                        if let Some(code) = error.code() {
+                            // A reason the start line did not hold: a whole end line.
+                            if record.line == Line::Completion {
+                                record.line = Line::End;
+                            }
+                            record.reasons.push(crate::policy::Reason::new(code, shown.clone()));
+                        }
+                        record.error = Some(shown);
                         // A body a byte budget cut fails the exchange: agentgate's own bound.
                         let cut = record.body_cut == Some(BodyCut::Budget);
                         record.error_type = Some(if cut { ErrorType::Proxy } else { error_type_for(error) });

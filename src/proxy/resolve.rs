@@ -6,6 +6,10 @@
 //! [`SocketPermit`] by value: no socket is opened outside the `[upstream] max_connections`
 //! budget (`conn::sockets`), and the socket it returns carries the permit until it is closed.
 //!
+//! With `[upstream] parent` (`super::parent`), a host not in `parent_bypass` is reached
+//! through a `CONNECT` tunnel opened by the parent, asked only after the guard vetted the
+//! destination: the tunnel is the origin connection, counted under the same permit.
+//!
 //! Never resolves on its own (the guard does, once, and pins the answer); never retries
 //! another address than the guard handed out.
 
@@ -15,22 +19,27 @@ use std::sync::Arc;
 use tokio::net::TcpStream;
 
 use super::conn::{Counted, SocketPermit};
+use super::parent::{Parent, ParentError};
 use crate::net::{Dial, Guard, GuardError};
 
-/// The guard and the dialer, shared by every connection of one proxy.
+/// The guard, the dialer and the parent proxy if any, shared by every connection of one
+/// proxy.
 #[derive(Clone)]
 pub(crate) struct GuardedConnector {
     pub(crate) guard: Arc<Guard>,
     pub(crate) dialer: Arc<dyn Dial>,
+    pub(crate) parent: Option<Arc<Parent>>,
 }
 
 impl GuardedConnector {
     /// Connects to `host:port` under `permit`: the vetted addresses, in the resolver's order,
-    /// first success wins. `host` may be a bracketed IPv6 literal.
+    /// first success wins; through the parent proxy when there is one and `host` is not in
+    /// `parent_bypass`. `host` may be a bracketed IPv6 literal.
     ///
     /// # Errors
     /// [`GuardError`] (refused, unresolvable, bad host) before any dial; the last
-    /// [`io::Error`] when every vetted address failed. The permit is given back either way.
+    /// [`io::Error`] when every vetted address failed; [`ParentError`] when the parent could
+    /// not be reached or refused. The permit is given back either way.
     pub(crate) async fn connect(
         &self,
         permit: SocketPermit,
@@ -38,6 +47,10 @@ impl GuardedConnector {
         port: u16,
     ) -> Result<Counted<TcpStream>, ConnectError> {
         let addrs = self.guard.addresses_to_dial(host, port).await?;
+        if let Some(parent) = self.parent.as_ref().filter(|parent| parent.routes(host)) {
+            let stream = parent.tunnel(self.dialer.as_ref(), host, port, &addrs).await?;
+            return Ok(Counted::new(stream, permit));
+        }
         let mut last = io::Error::new(io::ErrorKind::NotFound, "no address to connect to");
         for addr in addrs {
             match self.dialer.dial(addr).await {
@@ -58,4 +71,7 @@ pub(crate) enum ConnectError {
     /// Every vetted address failed to connect.
     #[error(transparent)]
     Io(io::Error),
+    /// The parent proxy could not be reached or refused the tunnel.
+    #[error(transparent)]
+    Parent(#[from] ParentError),
 }

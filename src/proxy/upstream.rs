@@ -11,6 +11,7 @@
 
 use std::error::Error as StdError;
 use std::io;
+use std::sync::Arc;
 
 use http::uri::Authority;
 use http::{HeaderMap, Request, Response, Uri};
@@ -22,6 +23,7 @@ use super::config::{UpstreamConfig, open_file_limits};
 use super::conn::Counted;
 use super::error::{ProxyError, StartError};
 use super::headers::Upgrade;
+use super::parent::Parent;
 pub(crate) use super::pool::PooledBody;
 use super::pool::{ConnectFailure, Key, Pool, PoolSettings, Reuse, SendError};
 use super::resolve::GuardedConnector;
@@ -41,7 +43,9 @@ impl Upstream {
     /// derived cap, opening every TCP connection through `tcp` and counting in `metrics`.
     ///
     /// # Errors
-    /// [`StartError::UpstreamClient`] when an extra CA file cannot be read.
+    /// [`StartError::UpstreamClient`] when an extra CA file cannot be read;
+    /// [`StartError::Parent`] when `[upstream] parent` cannot be used (its password's
+    /// variable not set).
     pub(crate) fn new(
         config: &UpstreamConfig,
         agents: usize,
@@ -50,6 +54,8 @@ impl Upstream {
     ) -> Result<Self, StartError> {
         let tls = crate::tls::upstream::client_config(&config.extra_ca_files)
             .map_err(|source| StartError::UpstreamClient { source })?;
+        let parent = Parent::from_config(config).map_err(|source| StartError::Parent { source })?;
+        let tcp = GuardedConnector { parent: parent.map(Arc::new), ..tcp };
         let soft_limit = open_file_limits().map(|(soft, _)| soft);
         let max_connections = config.max_connections_for(soft_limit, agents);
         tracing::debug!(max_connections, open_file_limit = ?soft_limit, "connections to origins capped");
@@ -85,12 +91,13 @@ impl Upstream {
         self.pool.send(&key, request, reuse).await.map_err(|error| classify(authority, &error))
     }
 
-    /// Opens a TCP connection to `authority` for a passthrough tunnel, counted under the cap.
+    /// Opens a TCP connection to `authority` for a passthrough tunnel, counted under the cap
+    /// (through the parent proxy when there is one, as every connection to an origin).
     ///
     /// # Errors
     /// [`ProxyError::DestinationRefused`], [`ProxyError::UpstreamResolve`],
-    /// [`ProxyError::UpstreamConnect`], [`ProxyError::UpstreamTimeout`] or
-    /// [`ProxyError::UpstreamAtCapacity`], naming `authority`.
+    /// [`ProxyError::UpstreamConnect`], [`ProxyError::UpstreamTimeout`],
+    /// [`ProxyError::Parent`] or [`ProxyError::UpstreamAtCapacity`], naming `authority`.
     pub(crate) async fn open_tunnel(&self, authority: &Authority) -> Result<Counted<TcpStream>, ProxyError> {
         let port = authority.port_u16().unwrap_or(443);
         self.pool.dial_tunnel(authority.host(), port).await.map_err(|error| classify(authority, &error))
@@ -132,6 +139,7 @@ fn fetch_error(url: &Uri, error: &SendError) -> FetchError {
     let proxy_error = classify(authority, error);
     match proxy_error {
         ProxyError::UpstreamAtCapacity { .. } => FetchError::AtCapacity { cause: proxy_error.to_string() },
+        ProxyError::Parent { refused, .. } => FetchError::Parent { refused, cause: proxy_error.to_string() },
         ProxyError::UpstreamConnect { .. } | ProxyError::UpstreamResolve { .. } if connecting => {
             FetchError::Unreachable { timed_out: false, cause: proxy_error.to_string() }
         }
@@ -149,7 +157,8 @@ fn reached(error: &SendError) -> bool {
     let io = match error {
         SendError::Connect(ConnectFailure::Tcp(io) | ConnectFailure::Tls(io)) => io,
         SendError::Connect(ConnectFailure::Handshake(_)) | SendError::Exchange(_) => return true,
-        SendError::Connect(ConnectFailure::Guard(_) | ConnectFailure::TimedOut(_)) | SendError::AtCapacity(_) => {
+        SendError::Connect(ConnectFailure::Guard(_) | ConnectFailure::TimedOut(_) | ConnectFailure::Parent(_))
+        | SendError::AtCapacity(_) => {
             return false;
         }
     };
@@ -190,6 +199,9 @@ fn classify(authority: &Authority, error: &SendError) -> ProxyError {
             } else {
                 ProxyError::UpstreamConnect { host, cause }
             }
+        }
+        SendError::Connect(ConnectFailure::Parent(parent)) => {
+            ProxyError::Parent { host, cause: parent.to_string(), refused: parent.refused() }
         }
         SendError::Connect(ConnectFailure::Handshake(hyper)) => {
             ProxyError::UpstreamConnect { host, cause: error_chain(hyper) }

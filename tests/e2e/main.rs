@@ -87,6 +87,9 @@
 //!   the cap, and the binary's open files and RSS with large robots.txt files;
 //! - `network`: the network guard (loopback spellings, internal ranges never dialled,
 //!   policy redirects, CONNECT ports and own address, canonical operator rules, h2c);
+//! - `parent`: a parent proxy (real Squid): HTTPS and plain HTTP as CONNECTs to the vetted
+//!   address, policy fetches and passthrough through it, `parent_bypass`, the guard before
+//!   the parent, a `407` and a parent that is down answered 502 naming it, no password shown;
 //! - `transparent`: transparent mode in real network namespaces (nftables redirect, curl and
 //!   python clients that ignore proxy variables, passthrough, fronting, no loop);
 //! - `evidence`: the decision log's hash chain and signed checkpoints over rotation, SIGHUP,
@@ -125,6 +128,7 @@ mod limits;
 mod log_schema;
 mod mcp;
 mod network;
+mod parent;
 mod record;
 mod records;
 mod redaction;

@@ -53,7 +53,7 @@ async fn start(ca: &TestCa, edit: impl FnOnce(&mut Config)) -> TestResult<TestPr
 }
 
 /// The value of an unlabelled metric.
-async fn metric(proxy: &TestProxy, name: &str) -> TestResult<f64> {
+pub(crate) async fn metric(proxy: &TestProxy, name: &str) -> TestResult<f64> {
     let scraped = scrape(proxy).await?;
     sample(&scraped, name, &[]).ok_or_else(|| format!("no sample {name}").into())
 }

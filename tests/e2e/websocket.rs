@@ -14,7 +14,7 @@ use crate::support::raw::{connect_tunnel, read_head, tls_client};
 use crate::support::{TestProxy, TestResult};
 
 /// Sends a text and a binary message and expects both back.
-async fn assert_echo<S>(ws: &mut WebSocketStream<S>) -> TestResult
+pub(crate) async fn assert_echo<S>(ws: &mut WebSocketStream<S>) -> TestResult
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {

@@ -162,6 +162,8 @@ fn error_parts(error: &FetchError) -> (String, String) {
         FetchError::TooManyRedirects => ("too_many_redirects", String::new()),
         FetchError::InsecureRedirect => ("insecure_redirect", String::new()),
         FetchError::AtCapacity { cause } => ("at_capacity", cause.clone()),
+        FetchError::Parent { refused: true, cause } => ("parent_refused", cause.clone()),
+        FetchError::Parent { refused: false, cause } => ("parent_unreachable", cause.clone()),
     };
     (kind.to_owned(), text)
 }
@@ -177,6 +179,8 @@ fn error_from(kind: &str, text: &str) -> Option<FetchError> {
         "too_many_redirects" => FetchError::TooManyRedirects,
         "insecure_redirect" => FetchError::InsecureRedirect,
         "at_capacity" => FetchError::AtCapacity { cause: text },
+        "parent_refused" => FetchError::Parent { refused: true, cause: text },
+        "parent_unreachable" => FetchError::Parent { refused: false, cause: text },
         _ => return None,
     })
 }

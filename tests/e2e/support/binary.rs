@@ -48,6 +48,19 @@ impl Agentgate {
         Agentgate::start_with(Command::new(env!("CARGO_BIN_EXE_agentgate")), dir, config, rust_log).await
     }
 
+    /// Like [`start`](Self::start), with `env` added to its environment (a password the
+    /// config names by its variable).
+    pub async fn start_with_env(
+        dir: &Path,
+        config: &Path,
+        rust_log: &str,
+        env: &[(&str, &str)],
+    ) -> TestResult<Agentgate> {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agentgate"));
+        command.envs(env.iter().copied());
+        Agentgate::start_with(command, dir, config, rust_log).await
+    }
+
     /// Like [`start`](Self::start), inside the network namespace `netns` (`ip netns exec`,
     /// which also puts `/etc/netns/<netns>/hosts` in place of `/etc/hosts`).
     pub async fn start_in_netns(netns: &str, dir: &Path, config: &Path, rust_log: &str) -> TestResult<Agentgate> {

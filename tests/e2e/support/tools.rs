@@ -32,6 +32,8 @@ pub const WGET: Tool = Tool { program: "wget", package: "wget" };
 pub const IP: Tool = Tool { program: "ip", package: "iproute2" };
 pub const NFT: Tool = Tool { program: "nft", package: "nftables" };
 pub const PROMTOOL: Tool = Tool { program: "promtool", package: "prometheus" };
+/// Squid, the parent proxy of `parent`'s tests (with its `basic_ncsa_auth` helper).
+pub const SQUID: Tool = Tool { program: "squid", package: "squid" };
 pub const GIT: Tool = Tool { program: "git", package: "git" };
 /// Runs a program as another user (util-linux, essential on Debian): root's tests of what
 /// another user may read.
