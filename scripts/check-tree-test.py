@@ -40,6 +40,8 @@ CLEAN = {
     ),
     "README.md": "Run `gate::a_disallowed_path_is_refused_with_403`.\n",
     ".gitignore": "__pycache__/\n",
+    "docs/layering.md": "# Layering\n\n```arrows\n# module: used\nnet:\ngate: net\n```\n",
+    "src/gate.rs": "//! Decides.\nuse crate::net::address;\n",
 }
 
 
@@ -103,6 +105,19 @@ class CheckTreeTest(unittest.TestCase):
         self.write({"src/net/big.rs": "fn f() {}\n" * 700})
         check_tree.OVER_LIMIT = {"src/net/big.rs"}
         self.assertEqual(check_tree.check_lengths(self.root), [])
+
+    def test_an_arrow_the_doc_does_not_list_fails(self):
+        self.write({"src/net/address.rs": "//! One address.\nuse crate::gate::decide;\n\n#[cfg(test)]\nuse crate::fixture;\n"})
+        status, out = self.run_all()
+        self.assertEqual(status, 1)
+        self.assertIn("src/net/address.rs:2: `net` uses `crate::gate`, an arrow docs/layering.md does not list", out)
+        self.assertNotIn("fixture", out, "a test's import is no arrow")
+
+    def test_an_arrow_the_doc_lists_that_no_code_takes_fails(self):
+        self.write({"src/gate.rs": "//! Decides.\n// crate::net in a comment is no arrow\n"})
+        status, out = self.run_all()
+        self.assertEqual(status, 1)
+        self.assertIn("docs/layering.md: lists `gate: net`, which no production code of `gate` uses; drop it", out)
 
     def test_a_doc_citing_a_missing_e2e_test_fails_with_its_line(self):
         self.write({"docs/guide/limits.md": "Intro.\nProved by `gate::a_test_that_was_renamed_since`.\n"})

@@ -9,7 +9,11 @@ line was printed:
   2. every test a doc cites (`docs/**/*.md`, README.md) exists under that name;
   3. no `issue_N` in a fn name and no "issue N" in a `//` comment under src/ and tests/
      (the fns in ISSUE_NAMED excepted until renamed);
-  4. no committed build or cache file (`__pycache__/`, `*.pyc`, `target/`).
+  4. no committed build or cache file (`__pycache__/`, `*.pyc`, `target/`);
+  5. the arrows between the crate's top-level modules (a `crate::x` path in production code of
+     `src/y*`) are exactly the ones docs/layering.md lists in its ```arrows block: a new arrow
+     fails until the doc says it (and why), an arrow no code takes any more fails until the doc
+     drops it.
 
 Usage: scripts/check-tree.py [ROOT]   (ROOT defaults to the repository holding this script)
 Python 3 standard library only.
@@ -209,11 +213,66 @@ def check_committed_cache(root):
     return problems
 
 
+ARROWS = re.compile(r"^```arrows\n(.*?)^```", re.S | re.M)
+CRATE_PATH = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)")
+# The binary and the library root wire everything: no arrow of theirs is listed.
+ROOTS = {"main", "lib"}
+
+
+def module_arrows(root):
+    """{module: {used module: first place}} over production code under src/."""
+    arrows = {}
+    for rel in rust_files(root, "src"):
+        if is_test_module(rel):
+            continue
+        module = rel.split("/")[1].removesuffix(".rs")
+        if module in ROOTS:
+            continue
+        lines = read(root, rel).splitlines()
+        for number, line in enumerate(lines, 1):
+            if CFG_TEST.match(line):
+                break
+            code = line.split("//")[0]
+            for used in CRATE_PATH.findall(code):
+                if used != module:
+                    arrows.setdefault(module, {}).setdefault(used, f"{rel}:{number}")
+    return arrows
+
+
+def check_arrows(root):
+    doc = "docs/layering.md"
+    if not os.path.isfile(os.path.join(root, doc)):
+        return [f"{doc}: absent; it lists the arrows between the crate's modules in an ```arrows block"]
+    block = ARROWS.search(read(root, doc))
+    if not block:
+        return [f"{doc}: no ```arrows block; list each module's arrows as `module: used used ...`"]
+    listed = {}
+    for line in block.group(1).splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        module, _, used = line.partition(":")
+        listed[module.strip()] = set(used.split())
+    problems = []
+    found = module_arrows(root)
+    for module in sorted(found):
+        for used, place in sorted(found[module].items()):
+            if used not in listed.get(module, set()):
+                problems.append(
+                    f"{place}: `{module}` uses `crate::{used}`, an arrow {doc} does not list; "
+                    f"remove the import, or add `{used}` to `{module}:` in its ```arrows block and say why"
+                )
+    for module in sorted(listed):
+        for used in sorted(listed[module] - set(found.get(module, {}))):
+            problems.append(f"{doc}: lists `{module}: {used}`, which no production code of `{module}` uses; drop it")
+    return problems
+
+
 CHECKS = [
     ("production files within the line limit", check_lengths),
     ("every test a doc cites exists", check_citations),
     ("no issue numbers in test names or comments", check_issue_names),
     ("no committed build or cache files", check_committed_cache),
+    ("the module arrows are the ones docs/layering.md lists", check_arrows),
 ]
 
 
