@@ -123,7 +123,7 @@ mod tests {
 
     #[test]
     fn advice_names_the_file_and_a_way_forward() {
-        let cases: [(Code, &str); 21] = [
+        let cases: &[(Code, &str)] = &[
             (OperatorCode::ByteBudget.into(), "byte budget"),
             (RobotsCode::Disallow.into(), "robots.txt disallows"),
             (RobotsCode::Unreachable.into(), "Try again later"),
@@ -147,7 +147,7 @@ mod tests {
             (OperatorCode::McpUnreadable.into(), "not JSON-RPC"),
             (OperatorCode::ReplayMiss.into(), "nearest URL"),
         ];
-        for (code, expected) in cases {
+        for &(code, expected) in cases {
             let text = advice(&Reason::new(code, "rule"));
             assert!(text.contains(expected), "{code}: {text}");
         }
