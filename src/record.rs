@@ -3,7 +3,7 @@
 //! recorded agent is kept (the request as the agent sent it, secrets as placeholders; the
 //! answer as the agent got it, scrubbed; bodies up to `max_body`, each with the decision
 //! log's `event.id`), with the policy files and name lookups the decisions used, in one
-//! JSON-lines file ([`format`]) written off the request path ([`writer`], bounded by
+//! JSON-lines file ([`mod@format`]) written off the request path ([`writer`], bounded by
 //! `max_bytes`). In replay, the same files answer: requests ([`replay`]), policy fetches
 //! and lookups ([`network`]), so a replayed run is decided as the recorded one was and
 //! nothing is resolved or dialled. `agentgate record har` turns a recording into HAR 1.2

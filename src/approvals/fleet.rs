@@ -284,7 +284,7 @@ impl Fleet {
     /// `Ok(false)` when another replica's answer took it first, else `Ok(true)`.
     ///
     /// # Errors
-    /// [`Unavailable`] when Redis did not answer.
+    /// `Unavailable` when Redis did not answer.
     pub async fn claim(&self, id: &str) -> Result<bool, Unavailable> {
         let mut connection = self.inner.manager.clone();
         let mut invocation = self.inner.claim.key(self.pending_key());
@@ -302,10 +302,10 @@ impl Fleet {
         let _ = self.call("HDEL+DEL", pipe.query_async::<()>(&mut connection)).await;
     }
 
-    /// The holds the fleet lists now, past their expiry left out, at most [`MAX_LISTED`].
+    /// The holds the fleet lists now, past their expiry left out, at most `MAX_LISTED`.
     ///
     /// # Errors
-    /// [`Unavailable`] when Redis did not answer.
+    /// `Unavailable` when Redis did not answer.
     pub async fn listed(&self) -> Result<Vec<Listed>, Unavailable> {
         let mut connection = self.inner.manager.clone();
         let scan = redis::cmd("HSCAN").arg(self.pending_key()).arg(0).arg("COUNT").arg(MAX_LISTED).to_owned();
@@ -325,7 +325,7 @@ impl Fleet {
     /// The hold listed as `id`, if any and not past its expiry.
     ///
     /// # Errors
-    /// [`Unavailable`] when Redis did not answer.
+    /// `Unavailable` when Redis did not answer.
     pub async fn find(&self, id: &str) -> Result<Option<Listed>, Unavailable> {
         let mut connection = self.inner.manager.clone();
         let hget = redis::cmd("HGET").arg(self.pending_key()).arg(id).to_owned();
@@ -341,7 +341,7 @@ impl Fleet {
     /// when nothing is pending as `id`.
     ///
     /// # Errors
-    /// [`Unavailable`] when Redis did not answer.
+    /// `Unavailable` when Redis did not answer.
     pub async fn decide(&self, listed: &Listed, approval: &Approval) -> Result<Option<Listed>, Unavailable> {
         let Ok(value) = serde_json::to_string(&Wire::of(approval)) else { return Ok(None) };
         let left = listed.expires_at_ms.saturating_sub(epoch_ms(SystemTime::now()));

@@ -1,5 +1,5 @@
 //! `agentgate audit report --html`: the scorecard of an evaluation, per agent. The counts
-//! (requests, bytes, each outcome) are `audit summary`'s own ([`summarize_files`] by agent,
+//! (requests, bytes, each outcome) are `audit summary`'s own (`summarize_files` by agent,
 //! the same pass); beside them this module gathers, from the same records as they are
 //! counted, what a page shows and a table does not: blocks by the file (source) and code
 //! that decided them, requests over time, the busiest origins and the rules that refused
