@@ -203,6 +203,12 @@ impl Proxy {
 }
 
 impl RunningProxy {
+    /// The proxy's shared state, for the unit tests of what runs on it (`record::tests`).
+    #[cfg(test)]
+    pub(crate) fn state(&self) -> &Arc<ProxyState> {
+        &self.state
+    }
+
     /// The address the proxy listens on (the real port when `listen` had port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr

@@ -510,9 +510,116 @@ fn body_length(method: &str, response: &Response<ProxyBody>) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
     use http_body_util::{BodyExt, Empty};
+    use tokio::sync::broadcast;
 
     use super::*;
+    use crate::config::Config;
+    use crate::policy::operator::Mode;
+    use crate::proxy::Proxy;
+    use crate::proxy::conn::DrainController;
+
+    type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+    /// A bound proxy (never served) logging to `dir`, and the lines its log writes.
+    async fn running(dir: &std::path::Path) -> TestResult<(crate::proxy::RunningProxy, broadcast::Receiver<Arc<str>>)> {
+        let mut config = Config::default();
+        config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.ca.dir = dir.join("ca");
+        config.audit.path = dir.join("decisions.jsonl");
+        config.admin.listen = None;
+        let running = Proxy::new(Arc::new(config))?.bind().await?;
+        let lines = running.state().audit.recent().subscribe();
+        Ok((running, lines))
+    }
+
+    fn decided(path: &str) -> DecisionRecord {
+        let client = SocketAddr::from(([127, 0, 0, 1], 40_000));
+        DecisionRecord::new(Outcome::Allow, Mode::Enforce, client, "bot", "GET", &format!("http://example.com{path}"))
+    }
+
+    /// The next line the log writes, as JSON.
+    async fn next(lines: &mut broadcast::Receiver<Arc<str>>) -> TestResult<serde_json::Value> {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.recv()).await??;
+        Ok(serde_json::from_str(&line)?)
+    }
+
+    /// A request whose future is dropped before it was answered (its client hung up) writes
+    /// its record from `Drop`, once, saying so; the next line is another request's.
+    #[tokio::test]
+    async fn a_request_dropped_before_its_answer_is_recorded_once_as_hung_up() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let (running, mut lines) = running(dir.path()).await?;
+        let drain = DrainController::new();
+        let mut record = RequestRecord::start(Arc::clone(running.state()), drain.handle());
+        record.undecided(decided("/dropped"));
+        drop(record);
+        let line = next(&mut lines).await?;
+        assert_eq!(line["url.path"], "/dropped", "{line}");
+        assert_eq!(line["event.action"], "error", "{line}");
+        assert_eq!(line["error.message"], HUNG_UP, "{line}");
+        assert_eq!(line["error.type"], "client", "{line}");
+        assert!(line["http.response.status_code"].is_null(), "nothing was answered: {line}");
+
+        let mut marker = RequestRecord::start(Arc::clone(running.state()), drain.handle());
+        marker.undecided(decided("/next"));
+        marker.finish(Ending::Answered(StatusCode::OK)).await;
+        assert_eq!(next(&mut lines).await?["url.path"], "/next", "the dropped request wrote one line");
+        Ok(())
+    }
+
+    /// A finished record is written once with its status; dropping the guard after adds
+    /// nothing, and a tunnel recorded inside (no record of its own) writes nothing at all.
+    #[tokio::test]
+    async fn a_finished_record_is_written_once_and_one_recorded_inside_not_at_all() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let (running, mut lines) = running(dir.path()).await?;
+        let drain = DrainController::new();
+        let mut answered = RequestRecord::start(Arc::clone(running.state()), drain.handle());
+        answered.undecided(decided("/answered"));
+        answered.finish(Ending::Answered(StatusCode::NOT_FOUND)).await;
+        drop(answered);
+        let line = next(&mut lines).await?;
+        assert_eq!((&line["url.path"], &line["http.response.status_code"]), (&"/answered".into(), &404.into()));
+
+        let mut inside = RequestRecord::start(Arc::clone(running.state()), drain.handle());
+        inside.undecided(decided("/tunnel"));
+        inside.recorded_inside();
+        inside.finish(Ending::Answered(StatusCode::OK)).await;
+        drop(inside);
+
+        let mut marker = RequestRecord::start(Arc::clone(running.state()), drain.handle());
+        marker.undecided(decided("/next"));
+        marker.finish(Ending::Closed).await;
+        let line = next(&mut lines).await?;
+        assert_eq!(line["url.path"], "/next", "neither the dropped guard nor the tunnel wrote a line: {line}");
+        assert!(line["http.response.status_code"].is_null(), "closed: no status: {line}");
+        Ok(())
+    }
+
+    /// A request cut off by the shutdown grace period is the proxy's failure, not the
+    /// client's.
+    #[tokio::test]
+    async fn a_request_cut_off_by_shutdown_is_recorded_as_the_proxys() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let (running, mut lines) = running(dir.path()).await?;
+        let controller = DrainController::new();
+        let mut watcher = controller.handle();
+        let mut record = RequestRecord::start(Arc::clone(running.state()), controller.handle());
+        record.undecided(decided("/cut"));
+        // The grace period is over at once; the request is still running.
+        let draining = tokio::spawn(controller.drain(tokio::time::Instant::now()));
+        watcher.stopped().await;
+        drop(record);
+        let line = next(&mut lines).await?;
+        assert_eq!((&line["error.message"], &line["error.type"]), (&CUT_OFF.into(), &"proxy".into()), "{line}");
+        drop(watcher);
+        assert_eq!(draining.await?, 2, "both handles were running when the grace period ended");
+        Ok(())
+    }
 
     fn response(status: u16, length: Option<&str>) -> Response<ProxyBody> {
         let mut response = Response::new(Empty::new().map_err(|never| match never {}).boxed_unsync());
