@@ -526,8 +526,7 @@ mod tests {
 
     /// A bound proxy (never served) logging to `dir`, and the lines its log writes.
     async fn running(dir: &std::path::Path) -> TestResult<(crate::proxy::RunningProxy, broadcast::Receiver<Arc<str>>)> {
-        let mut config = Config::default();
-        config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        let mut config = Config { listen: SocketAddr::from(([127, 0, 0, 1], 0)), ..Config::default() };
         config.ca.dir = dir.join("ca");
         config.audit.path = dir.join("decisions.jsonl");
         config.admin.listen = None;
@@ -538,7 +537,7 @@ mod tests {
 
     fn decided(path: &str) -> DecisionRecord {
         let client = SocketAddr::from(([127, 0, 0, 1], 40_000));
-        DecisionRecord::new(Outcome::Allow, Mode::Enforce, client, "bot", "GET", &format!("http://example.com{path}"))
+        DecisionRecord::new(Outcome::Allow, Mode::Enforce, client, "bot", "GET", format!("http://example.com{path}"))
     }
 
     /// The next line the log writes, as JSON.
