@@ -15,10 +15,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use http::StatusCode;
+use http::header::CONTENT_LENGTH;
+use http::{Response, StatusCode};
 use tracing::{info, warn};
 
-use super::body::{Cut, Ended, Meter, Pass};
+use super::body::{Cut, Ended, Meter, Pass, ProxyBody};
 use crate::audit::{AuditLog, BodyCut, DecisionRecord, Line};
 use crate::gate::{Permitted, record_refusal};
 use crate::limits::{ByteBudgets, Refused, Spending};
@@ -75,6 +76,64 @@ impl Meter for SentBytes {
     }
 
     fn ended(&mut self, _how: Ended, _total: u64) {}
+}
+
+/// The response body's bytes spent against the agent's receiving budgets as they pass (the
+/// budgets' part of the response body's [`Meter`], `record::BodyEnd`): a body that crosses one
+/// is cut, and the refusal kept for its record.
+pub(crate) struct ReceivedBytes {
+    budgets: Arc<ByteBudgets>,
+    /// The budget's refusal that cut the body, if one did.
+    cut: Arc<OnceLock<Refused>>,
+}
+
+impl ReceivedBytes {
+    /// Before a response's head goes out under `permit`: its `declared` length
+    /// ([`body_length`]) spent against every receiving budget, all or none
+    /// (`ByteBudgets::spend_response`); then the meter of the rest. `None` when no receiving
+    /// budget applies.
+    ///
+    /// # Errors
+    /// The budget's refusal: the response is withheld whole, never cut part-way.
+    pub(crate) async fn before_head(
+        permit: &Permitted,
+        declared: Option<u64>,
+    ) -> Result<Option<ReceivedBytes>, Refused> {
+        let Some(budgets) = permit.budgets().filter(|b| b.counts(Direction::Received)) else { return Ok(None) };
+        if let Some(length) = declared {
+            budgets.spend_response(length).await?;
+        }
+        Ok(Some(ReceivedBytes { budgets: Arc::clone(budgets), cut: Arc::default() }))
+    }
+
+    /// `bytes` more of the body (`total` with them) about to pass.
+    pub(crate) fn pass(&self, bytes: u64, total: u64) -> Pass {
+        let cut = Arc::clone(&self.cut);
+        budget_pass(self.budgets.spend(Direction::Received, bytes, total - bytes), move |spent| {
+            if let Err(refused) = spent {
+                let _ = cut.set(refused.clone());
+            }
+        })
+    }
+
+    /// The refusal of the budget that cut the body, if one did.
+    pub(crate) fn cut(&self) -> Option<&Refused> {
+        self.cut.get()
+    }
+}
+
+/// The length of `response`'s body as its head declares it (`Content-Length`), when it has a
+/// body: none for an answer to `HEAD`, a `1xx`, `204` or `304`.
+pub(crate) fn body_length(method: &str, response: &Response<ProxyBody>) -> Option<u64> {
+    let status = response.status();
+    if method.eq_ignore_ascii_case("HEAD")
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return None;
+    }
+    response.headers().get(CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
 }
 
 /// A meter's answer for bytes spent against byte budgets: now, or when the shared store
@@ -165,6 +224,8 @@ mod tests {
     use std::net::SocketAddr;
     use std::time::Duration;
 
+    use http::HeaderValue;
+    use http_body_util::{BodyExt, Empty};
     use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
 
     use super::*;
@@ -189,6 +250,28 @@ mod tests {
         let mut budgets = ByteBudgets::new(&limiter, usage, limits).ok_or("a byte budget")?;
         budgets.spend_declared(0, true).await.map_err(|refused| format!("{refused:?}"))?;
         Ok(Arc::new(budgets))
+    }
+
+    fn response(status: u16, length: Option<&str>) -> Response<ProxyBody> {
+        let mut response = Response::new(Empty::new().map_err(|never| match never {}).boxed_unsync());
+        *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if let Some(length) = length.and_then(|l| HeaderValue::from_str(l).ok()) {
+            response.headers_mut().insert(CONTENT_LENGTH, length);
+        }
+        response
+    }
+
+    /// What a receiving budget spends before a response head goes out: its declared body,
+    /// and nothing for an answer that has no body whatever its `Content-Length` says.
+    #[test]
+    fn a_response_body_length_is_its_content_length_when_it_has_a_body() {
+        assert_eq!(body_length("GET", &response(200, Some("200000"))), Some(200_000));
+        assert_eq!(body_length("GET", &response(200, None)), None, "unknown: spent as it streams");
+        assert_eq!(body_length("GET", &response(200, Some("many"))), None);
+        assert_eq!(body_length("HEAD", &response(200, Some("200000"))), None, "a HEAD answer has no body");
+        for status in [101, 204, 304] {
+            assert_eq!(body_length("GET", &response(status, Some("10"))), None, "{status}");
+        }
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@
 //! - forwarded and answered by the origin: the record with the status, the duration and the
 //!   bytes of both bodies, written when the response body ends or is cut ([`BodyEnd`], the
 //!   [`Meter`] of the response body; `agentgate.body.cut` says who cut it). Both meters
-//!   spend the agent's byte budgets as the bytes pass (`budget.rs`) and cut a body that
+//!   spend the agent's byte budgets as the bytes pass (`budget.rs`: `SentBytes`, `ReceivedBytes`) and cut a body that
 //!   crosses one, then recorded as the budget's refusal; a response declared longer than a
 //!   receiving budget has left is withheld and answered with the budget's block, and so is a
 //!   request whose body a sending budget cut ([`RequestRecord::forward_failed`]);
@@ -41,10 +41,10 @@
 //! Never decides, and writes no answer but the 503 of an unwritable log.
 
 use std::mem;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
-use http::header::{ACCEPT, CONTENT_LENGTH, HeaderValue};
+use http::header::{ACCEPT, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 use tracing::{debug, info, warn};
 
@@ -52,15 +52,14 @@ use super::answer::{Exit, audit_unavailable, blocked_response, error_type_for, s
 use http_body_util::BodyExt;
 
 use super::body::{Ended, Meter, Metered, Pass, ProxyBody};
-use super::budget::{SentBytes, budget_pass};
+use super::budget::{ReceivedBytes, SentBytes, body_length};
 use super::conn::Drain;
 use super::context::ProxyState;
 use super::error::ProxyError;
 use crate::approvals::{Approval, ApprovalDecision};
 use crate::audit::{BodyCut, DecisionRecord, ErrorType, Line, OnFailure, Outcome};
 use crate::gate::{Blocked, Permitted, record_refusal};
-use crate::limits::{ByteBudgets, Permit, Refused};
-use crate::policy::Direction;
+use crate::limits::Permit;
 
 /// What the record of a request that ended without its answer says (`error.message`).
 const HUNG_UP: &str = "the client hung up before agentgate answered";
@@ -255,12 +254,11 @@ impl RequestRecord {
             Ok(permit) => permit,
             Err(blocked) => return self.block_answer(*blocked, &accept()),
         };
-        let budgets = permit.budgets().filter(|b| b.counts(Direction::Received)).cloned();
-        if let (Some(budgets), Some(length)) = (&budgets, body_length(&permit.record().method, &response))
-            && let Err(refused) = budgets.spend_response(length).await
-        {
-            return self.block_answer(*permit.over_budget(&refused, None), &accept());
-        }
+        let declared = body_length(&permit.record().method, &response);
+        let received = match ReceivedBytes::before_head(&permit, declared).await {
+            Ok(received) => received,
+            Err(refused) => return self.block_answer(*permit.over_budget(&refused, None), &accept()),
+        };
         let (mut record, slots) = permit.into_parts();
         record.status = Some(response.status().as_u16());
         let end = BodyEnd {
@@ -269,8 +267,7 @@ impl RequestRecord {
             started: self.started,
             record: Some(record),
             sent: self.sent.take().unwrap_or_default(),
-            budgets,
-            cut: Arc::default(),
+            received,
             _slots: slots,
         };
         // The body writes the record from here on.
@@ -457,22 +454,14 @@ struct BodyEnd {
     record: Option<DecisionRecord>,
     sent: SentBytes,
     /// The receiving budgets the body is spent against, if any.
-    budgets: Option<Arc<ByteBudgets>>,
-    /// The budget's refusal that cut the body, if one did: the record says it.
-    cut: Arc<OnceLock<Refused>>,
+    received: Option<ReceivedBytes>,
     /// Released with the body (C21).
     _slots: Permit,
 }
 
 impl Meter for BodyEnd {
     fn passed(&mut self, bytes: u64, total: u64) -> Pass {
-        let Some(budgets) = &self.budgets else { return Pass::Now(Ok(())) };
-        let cut = Arc::clone(&self.cut);
-        budget_pass(budgets.spend(Direction::Received, bytes, total - bytes), move |spent| {
-            if let Err(refused) = spent {
-                let _ = cut.set(refused.clone());
-            }
-        })
+        self.received.as_ref().map_or(Pass::Now(Ok(())), |received| received.pass(bytes, total))
     }
 
     fn ended(&mut self, how: Ended, total: u64) {
@@ -487,25 +476,11 @@ impl Meter for BodyEnd {
             Ended::Cut => Some(BodyCut::Budget),
         };
         // A body of unknown length a budget cut: the budget's refusal, with its code.
-        if let Some(refused) = self.cut.get() {
+        if let Some(refused) = self.received.as_ref().and_then(ReceivedBytes::cut) {
             record_refusal(&mut record, refused);
         }
         write_soon(&self.state, &self.drain, record);
     }
-}
-
-/// The length of `response`'s body as its head declares it (`Content-Length`), when it has a
-/// body: none for an answer to `HEAD`, a `1xx`, `204` or `304`.
-fn body_length(method: &str, response: &Response<ProxyBody>) -> Option<u64> {
-    let status = response.status();
-    if method.eq_ignore_ascii_case("HEAD")
-        || status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED
-    {
-        return None;
-    }
-    response.headers().get(CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
 }
 
 #[cfg(test)]
@@ -513,7 +488,6 @@ mod tests {
     use std::net::SocketAddr;
     use std::time::Duration;
 
-    use http_body_util::{BodyExt, Empty};
     use tokio::sync::broadcast;
 
     use super::*;
@@ -618,27 +592,5 @@ mod tests {
         drop(watcher);
         assert_eq!(draining.await?, 2, "both handles were running when the grace period ended");
         Ok(())
-    }
-
-    fn response(status: u16, length: Option<&str>) -> Response<ProxyBody> {
-        let mut response = Response::new(Empty::new().map_err(|never| match never {}).boxed_unsync());
-        *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        if let Some(length) = length.and_then(|l| HeaderValue::from_str(l).ok()) {
-            response.headers_mut().insert(CONTENT_LENGTH, length);
-        }
-        response
-    }
-
-    /// What a receiving budget spends before a response head goes out: its declared body,
-    /// and nothing for an answer that has no body whatever its `Content-Length` says.
-    #[test]
-    fn a_response_body_length_is_its_content_length_when_it_has_a_body() {
-        assert_eq!(body_length("GET", &response(200, Some("200000"))), Some(200_000));
-        assert_eq!(body_length("GET", &response(200, None)), None, "unknown: spent as it streams");
-        assert_eq!(body_length("GET", &response(200, Some("many"))), None);
-        assert_eq!(body_length("HEAD", &response(200, Some("200000"))), None, "a HEAD answer has no body");
-        for status in [101, 204, 304] {
-            assert_eq!(body_length("GET", &response(status, Some("10"))), None, "{status}");
-        }
     }
 }
