@@ -44,6 +44,7 @@ use crate::agents::Identity;
 use crate::fetch::Origin;
 use crate::gate::{Admitted, Blocked, GateRequest, Permitted, Verdict};
 use crate::net::host::host_part;
+use crate::secrets::Plan;
 
 /// Where a connection's requests go: the proxy port, or the inside of one CONNECT tunnel.
 #[derive(Clone, Debug)]
@@ -204,7 +205,7 @@ impl ProxyService {
         if length > MAX_METHOD_LEN {
             return Err(ProxyError::MethodTooLong { length }.into());
         }
-        let admitted = self.check_egress(&live, record, gate_request).await?;
+        let (secrets, admitted) = self.check_egress(&live, record, gate_request).await?;
         let gate_request = GateRequest { admitted: admitted.as_ref().or(tunnel_admitted), ..gate_request };
         self.check_host(record, &context, &request).await?;
         // Held until the request is forwarded: the connector dials these addresses.
@@ -212,7 +213,7 @@ impl ProxyService {
         // Phase `decide`: the gate's verdict, awaited here rather than in a phase function
         // around it, whose future would be one more move of the gate's per request.
         let gate_request = GateRequest { addresses: vetted.addresses(), ..gate_request };
-        let permit = match live.gate.decide(gate_request).await {
+        let permit = match live.gate.decide_with(gate_request, Some(secrets)).await {
             Verdict::Forward(permit) => permit,
             Verdict::Block(blocked) if client == Client::Gone => return Err(record.block(blocked, request.headers())),
             Verdict::Block(blocked) => self.hold(&live, record, blocked, gate_request).await?,
@@ -304,18 +305,23 @@ impl ProxyService {
         }
     }
 
-    /// Phase `check_egress`: the agent's egress lists, before anything about the host is
-    /// looked up; a host they do not list may be admitted by a grant or a human
-    /// (`hold::admit_host`).
+    /// Phase `check_egress`: the secrets the request carries (their plan, made once, goes on
+    /// to the gate's verdict), then the agent's egress lists, before anything about the host
+    /// is looked up; a host the lists do not name may be admitted by a grant or a human
+    /// (`hold::admit_host`), a misused secret never.
     async fn check_egress(
         &self,
         live: &Generation,
         record: &mut RequestRecord,
         request: GateRequest<'_>,
-    ) -> Result<Option<Admitted>, Exit> {
-        let Err(blocked) = live.gate.check_egress(&request) else { return Ok(None) };
+    ) -> Result<(Plan, Option<Admitted>), Exit> {
+        let secrets = match live.gate.check_secrets(&request) {
+            Ok(plan) => plan,
+            Err(blocked) => return Err(record.block(*blocked, request.headers)),
+        };
+        let Err(blocked) = live.gate.check_egress_lists(&request) else { return Ok((secrets, None)) };
         match hold::admit_host(&self.state, live, record, *blocked, request, self.drain.clone()).await {
-            Ok(admitted) => Ok(Some(admitted)),
+            Ok(admitted) => Ok((secrets, Some(admitted))),
             Err(blocked) => Err(record.block(blocked, request.headers)),
         }
     }
