@@ -19,8 +19,20 @@ wait_for() {
 # target/) so common dependencies are built once. Sets AGENTGATE, ORIGIN_BIN and FLOOR_BIN
 # (the floor proxy, same package). With BENCH_PEER=1 also the peer (bench/peer, its own
 # package and lock file, same target directory): PEER_BIN, left empty if it does not build.
+# BENCH_BUILD=0 builds nothing and runs what the target directory holds (e.g. while another
+# build holds cargo's lock): agentgate (or BENCH_AGENTGATE), the origin, the floor and, with
+# BENCH_PEER=1, the peer if it is there.
 build_binaries() {
     local target=${CARGO_TARGET_DIR:-$ROOT/target}
+    if [ "${BENCH_BUILD:-1}" = 0 ]; then
+        AGENTGATE=${BENCH_AGENTGATE:-$target/release/agentgate}
+        ORIGIN_BIN="$target/release/agentgate-bench-origin"
+        FLOOR_BIN="$target/release/agentgate-bench-floor"
+        PEER_BIN=""
+        [ "${BENCH_PEER:-0}" != 1 ] || [ ! -x "$target/release/agentgate-bench-peer" ] || PEER_BIN="$target/release/agentgate-bench-peer"
+        [ -x "$AGENTGATE" ] && [ -x "$ORIGIN_BIN" ] && [ -x "$FLOOR_BIN" ] || die "BENCH_BUILD=0: a binary is missing in $target/release"
+        return
+    fi
     if [ -n "${BENCH_AGENTGATE:-}" ]; then
         AGENTGATE=$BENCH_AGENTGATE
     else
