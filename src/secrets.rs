@@ -303,8 +303,9 @@ struct Places<'a> {
 
 impl<'a> Places<'a> {
     fn of(req: &'a SecretRequest<'a>) -> Places<'a> {
-        let decoded = inject::percent_decode(req.path_and_query);
-        Places { req, decoded_target: (decoded != req.path_and_query).then_some(decoded) }
+        // Only a `%` escape decodes to anything else: without one there is no copy to make.
+        let decoded = req.path_and_query.contains('%').then(|| inject::percent_decode(req.path_and_query));
+        Places { req, decoded_target: decoded.filter(|decoded| decoded != req.path_and_query) }
     }
 
     /// Where `needle` is first found, named for a reason (`host name`, `method`, `path or
@@ -313,10 +314,10 @@ impl<'a> Places<'a> {
         if needle.is_empty() {
             return None;
         }
-        // Host names are canonical and header names arrive in lowercase: so is what is
-        // looked for in them.
-        let lower = needle.to_ascii_lowercase();
-        if inject::contains(self.req.host.as_bytes(), &lower) {
+        // Host names are canonical and header names arrive in lowercase: what is looked for
+        // in them is compared in any ASCII case, in place (a lowered copy per needle was two
+        // allocations a request for each secret).
+        if inject::contains_ignoring_case(self.req.host.as_bytes(), needle) {
             return Some("host name".to_owned());
         }
         if inject::contains(self.req.method.as_bytes(), needle) {
@@ -330,7 +331,7 @@ impl<'a> Places<'a> {
             if name == PROXY_AUTHORIZATION {
                 continue;
             }
-            if inject::contains(name.as_str().as_bytes(), &lower) {
+            if inject::contains_ignoring_case(name.as_str().as_bytes(), needle) {
                 return Some("a header name".to_owned());
             }
             if inject::header_holds(value.as_bytes(), needle) {

@@ -199,3 +199,21 @@ fn the_forms_of_each_value_are_made_once_when_the_secrets_load_and_scrub_as_befo
     let next = Secrets::new(&[rotated], Some(&secrets), now);
     assert!(Arc::ptr_eq(&next.retired[0].forms, loaded), "the retired value's forms are the ones made at load");
 }
+
+#[test]
+fn a_value_is_found_in_a_host_or_header_name_in_any_case_and_a_target_without_escapes_is_not_copied() {
+    let now = Instant::now();
+    let secrets = Secrets::new(&[github(&[])], None, now);
+    let none = HeaderMap::new();
+    let host = format!("{}.evil.example", VALUE.to_ascii_lowercase());
+    let misuse = secrets.check(&request(&host, "/", &none, "bot"), now).expect_err("in the host name");
+    assert!(misuse.rule.contains("in the host name"), "{}", misuse.rule);
+    let named = headers(&[(&format!("x-{}", VALUE.to_ascii_lowercase()), "1")]);
+    let misuse = secrets.check(&request("evil.example", "/", &named, "bot"), now).expect_err("in a header name");
+    assert!(misuse.rule.contains("in the a header name"), "{}", misuse.rule);
+    let plain = request("evil.example", "/a/b?c=d", &none, "bot");
+    assert!(Places::of(&plain).decoded_target.is_none(), "nothing to decode, nothing copied");
+    let escaped = format!("/x?q={}", VALUE.replace('_', "%5F"));
+    let misuse = secrets.check(&request("evil.example", &escaped, &none, "bot"), now).expect_err("escaped");
+    assert!(misuse.rule.contains("path or query"), "{}", misuse.rule);
+}
