@@ -96,7 +96,7 @@ AG_CA="$WORK/ca/agentgate-ca.pem"
 say "checking the paths (agentgate $PROXY, origin $ORIGIN_IP)"
 curl -sSf -o /dev/null -x "http://$PROXY" "http://$HTTP_ORIGIN$BENCH_PATH" || die "HTTP through agentgate failed"
 curl -sSf -o /dev/null -x "http://$PROXY" --cacert "$AG_CA" "https://$HTTPS_ORIGIN$BENCH_PATH" || die "MITM HTTPS through agentgate failed"
-logged_allows() { [ "$(grep -c '"event.outcome":"allow"' "$WORK/log/decisions.jsonl" 2>/dev/null || true)" -ge 2 ] 2>/dev/null; }
+logged_allows() { [ "$(grep -c '"event.action":"allow"' "$WORK/log/decisions.jsonl" 2>/dev/null || true)" -ge 2 ] 2>/dev/null; }
 wait_for logged_allows || die "decision log has no allow records: $(tail -2 "$WORK/log/decisions.jsonl")"
 
 # --- the runs ----------------------------------------------------------------------
