@@ -30,6 +30,10 @@
 # bindable), one after another, and the row is instructions per first request: the policy
 # fetches, their parsing, the decision, the request and the log (for HTTPS also the client's
 # TLS handshake and the leaf minted for the host).
+# Configurations (BENCH_CONFIG, "default"; e.g. "default everything", bench/lib.sh
+# write_config): each scenario is measured under each, its name suffixed with the
+# configuration's (`http-everything`, `floor-http-everything`: the floor proxy requests the
+# same path, /bench/usage/1k there), and each configuration gets its own rows above the floor.
 # Environment: BENCH_REQUESTS (2000), BENCH_CONNECTIONS (10), BENCH_TIMEOUT (300),
 # BENCH_UNSEEN_REQUESTS (200), BENCH_NET (0: the origin's addresses, bench/lib.sh),
 # BENCH_SCENARIOS ("http mitm floor-http floor-mitm"; also "mitm-newconn", "unseen-http", "unseen-https"), BENCH_AGENTGATE (a release binary to measure instead of
@@ -41,6 +45,7 @@ REQUESTS=${BENCH_REQUESTS:-2000}
 CONNECTIONS=${BENCH_CONNECTIONS:-10}
 TIMEOUT=${BENCH_TIMEOUT:-300}
 SCENARIOS=${BENCH_SCENARIOS:-http mitm floor-http floor-mitm}
+CONFIGS=${BENCH_CONFIG:-default}
 UNSEEN_REQUESTS=${BENCH_UNSEEN_REQUESTS:-200}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -65,8 +70,6 @@ unseen=0
 start_origin "$unseen"
 [ "$ORIGIN_443" = 1 ] || echo "instructions: origin could not bind port 443: the HTTP scenario runs without AGENTS.md" >&2
 
-write_config
-
 # measure NAME URL [OHA-ARGS...]: one process under callgrind, one scenario: agentgate, or
 # for a NAME starting with floor- the floor proxy (bench/origin/src/bin/floor.rs). For a NAME
 # starting with unseen-, URL is a file of unseen origins' URLs: curl requests the first
@@ -83,7 +86,7 @@ measure() {
         pid=$AG_PID proxy=$PROXY ca="$WORK/ca/agentgate-ca.pem"
     fi
     local warm=$url
-    [[ $name != unseen-* ]] || warm="http://$ORIGIN_IP:$ORIGIN_HTTP_PORT/bench/1k"
+    [[ $name != unseen-* ]] || warm="http://$ORIGIN_IP:$ORIGIN_HTTP_PORT$BENCH_PATH"
     curl -sSf -o /dev/null --max-time 60 -x "http://$proxy" --cacert "$ca" "$warm" \
         || die "$name: warm-up request failed"
     callgrind_control --zero "$pid" >/dev/null 2>&1
@@ -119,24 +122,32 @@ measure() {
 
 declare -A PER_REQUEST ALLOCATIONS
 printf '| scenario | requests | instructions | instructions/request | allocations/request |\n|---|---:|---:|---:|---:|\n'
-for scenario in $SCENARIOS; do
-    case $scenario in
-        http) measure http "http://$ORIGIN_IP:$ORIGIN_HTTP_PORT/bench/1k" ;;
-        mitm) measure mitm "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT/bench/1k" ;;
-        mitm-newconn) measure mitm-newconn "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT/bench/1k" --disable-keepalive ;;
-        floor-http) measure floor-http "http://$ORIGIN_IP:$ORIGIN_HTTP_PORT/bench/1k" ;;
-        floor-mitm) measure floor-mitm "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT/bench/1k" ;;
-        unseen-http) measure unseen-http "$WORK/unseen-urls.txt" ;;
-        unseen-https)
-            [ -s "$WORK/unseen-https-urls.txt" ] || die "unseen-https needs the origin on port 443 (run as root)"
-            measure unseen-https "$WORK/unseen-https-urls.txt" ;;
-        *) die "unknown scenario $scenario (http, mitm, mitm-newconn, floor-http, floor-mitm, unseen-http, unseen-https)" ;;
-    esac
+for config in $CONFIGS; do
+    write_config "$config"
+    suffix=""
+    [ "$config" = default ] || suffix="-$config"
+    for scenario in $SCENARIOS; do
+        case $scenario in
+            http | floor-http) measure "$scenario$suffix" "http://$ORIGIN_IP:$ORIGIN_HTTP_PORT$BENCH_PATH" ;;
+            mitm | floor-mitm) measure "$scenario$suffix" "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT$BENCH_PATH" ;;
+            mitm-newconn) measure "mitm-newconn$suffix" "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT$BENCH_PATH" --disable-keepalive ;;
+            unseen-http) measure "unseen-http$suffix" "$WORK/unseen-urls.txt" ;;
+            unseen-https)
+                [ -s "$WORK/unseen-https-urls.txt" ] || die "unseen-https needs the origin on port 443 (run as root)"
+                measure "unseen-https$suffix" "$WORK/unseen-https-urls.txt" ;;
+            *) die "unknown scenario $scenario (http, mitm, mitm-newconn, floor-http, floor-mitm, unseen-http, unseen-https)" ;;
+        esac
+    done
 done
-# agentgate's instructions above the floor's, where both were measured.
-for scenario in http mitm; do
-    if [ -n "${PER_REQUEST[$scenario]:-}" ] && [ -n "${PER_REQUEST[floor-$scenario]:-}" ]; then
-        printf '| %s above the floor | | | %s | %s |\n' "$scenario" "$((PER_REQUEST[$scenario] - PER_REQUEST[floor-$scenario]))" \
-            "$(python3 -c "print(f'{${ALLOCATIONS[$scenario]} - ${ALLOCATIONS[floor-$scenario]}:.1f}')")"
-    fi
+# agentgate's instructions above the floor's, where both were measured, per configuration.
+for config in $CONFIGS; do
+    suffix=""
+    [ "$config" = default ] || suffix="-$config"
+    for scenario in http mitm; do
+        s=$scenario$suffix
+        if [ -n "${PER_REQUEST[$s]:-}" ] && [ -n "${PER_REQUEST[floor-$s]:-}" ]; then
+            printf '| %s above the floor | | | %s | %s |\n' "$s" "$((PER_REQUEST[$s] - PER_REQUEST[floor-$s]))" \
+                "$(python3 -c "print(f'{${ALLOCATIONS[$s]} - ${ALLOCATIONS[floor-$s]}:.1f}')")"
+        fi
+    done
 done

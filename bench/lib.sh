@@ -19,8 +19,20 @@ wait_for() {
 # target/) so common dependencies are built once. Sets AGENTGATE, ORIGIN_BIN and FLOOR_BIN
 # (the floor proxy, same package). With BENCH_PEER=1 also the peer (bench/peer, its own
 # package and lock file, same target directory): PEER_BIN, left empty if it does not build.
+# BENCH_BUILD=0 builds nothing and runs what the target directory holds (e.g. while another
+# build holds cargo's lock): agentgate (or BENCH_AGENTGATE), the origin, the floor and, with
+# BENCH_PEER=1, the peer if it is there.
 build_binaries() {
     local target=${CARGO_TARGET_DIR:-$ROOT/target}
+    if [ "${BENCH_BUILD:-1}" = 0 ]; then
+        AGENTGATE=${BENCH_AGENTGATE:-$target/release/agentgate}
+        ORIGIN_BIN="$target/release/agentgate-bench-origin"
+        FLOOR_BIN="$target/release/agentgate-bench-floor"
+        PEER_BIN=""
+        [ "${BENCH_PEER:-0}" != 1 ] || [ ! -x "$target/release/agentgate-bench-peer" ] || PEER_BIN="$target/release/agentgate-bench-peer"
+        [ -x "$AGENTGATE" ] && [ -x "$ORIGIN_BIN" ] && [ -x "$FLOOR_BIN" ] || die "BENCH_BUILD=0: a binary is missing in $target/release"
+        return
+    fi
     if [ -n "${BENCH_AGENTGATE:-}" ]; then
         AGENTGATE=$BENCH_AGENTGATE
     else
@@ -55,14 +67,28 @@ start_origin() {
     . "$WORK/origin.env"
 }
 
-# write_config: the benchmark configuration (bench/agentgate.toml.in) into WORK, with the
-# TOML file BENCH_CONFIG_EXTRA appended when set (e.g. an [inspect] table, to measure what a
-# setting costs requests it does not apply to).
+# write_config [CONFIG]: the benchmark configuration into WORK/agentgate.toml: CONFIG
+# (BENCH_CONFIG, else `default`) is `default` (bench/agentgate.toml.in) or `everything`
+# (bench/everything.toml.in merged over it: every per-request setting on, none refusing the
+# bench's requests; its secret's value file is written here), then the TOML file
+# BENCH_CONFIG_EXTRA merged over that when set (e.g. an [inspect] table, to measure what a
+# setting costs requests it does not apply to). Merged by table (bench/config.py): a table
+# the override has replaces the template's. Needs the origin started (ORIGIN_IP). Sets
+# BENCH_PATH, the 1 KiB path the keep-alive scenarios request: /bench/1k, or under
+# `everything` /bench/usage/1k, which carries the site's usage preferences.
 write_config() {
-    sed "s|@WORK@|$WORK|g" "$ROOT/bench/agentgate.toml.in" >"$WORK/agentgate.toml"
-    if [ -n "${BENCH_CONFIG_EXTRA:-}" ]; then
-        cat "$BENCH_CONFIG_EXTRA" >>"$WORK/agentgate.toml" || die "BENCH_CONFIG_EXTRA=$BENCH_CONFIG_EXTRA: cannot read it"
-    fi
+    local config=${1:-${BENCH_CONFIG:-default}} overrides=()
+    case $config in
+        default) BENCH_PATH=/bench/1k ;;
+        everything)
+            BENCH_PATH=/bench/usage/1k
+            printf 'bench-secret-value-never-sent-0123456789' >"$WORK/bench-secret"
+            overrides+=("$ROOT/bench/everything.toml.in") ;;
+        *) die "BENCH_CONFIG=$config: not a configuration (default, everything)" ;;
+    esac
+    [ -z "${BENCH_CONFIG_EXTRA:-}" ] || overrides+=("$BENCH_CONFIG_EXTRA")
+    python3 "$ROOT/bench/config.py" "$WORK/agentgate.toml" "$WORK" "$ORIGIN_IP" \
+        "$ROOT/bench/agentgate.toml.in" "${overrides[@]}" || die "the configuration could not be written"
 }
 
 # start_agentgate NAME [WRAPPER...]: runs agentgate on WORK's config (under WRAPPER, e.g.

@@ -12,7 +12,10 @@
 # /proc/PID/stat, and each of the two: user space and kernel) and its peak RSS (VmHWM, reset before each run). Then the memory step:
 # agentgate's RSS per idle keep-alive connection and per idle MITM tunnel (bench/idle.py).
 #
-# Environment: BENCH_SECONDS (10; the unseen-origin scenario runs BENCH_UNSEEN / 4 requests
+# Environment: BENCH_CONFIG (`default`, or `everything`: agentgate's configuration, bench/lib.sh
+# write_config; the keep-alive and new-connection runs request its BENCH_PATH through agentgate,
+# the floor proxy, the peer and directly alike), BENCH_CONFIG_EXTRA (a TOML file merged over it,
+# a table there replacing the template's), BENCH_SECONDS (10; the unseen-origin scenario runs BENCH_UNSEEN / 4 requests
 # instead, each bounded by it), BENCH_CONNECTIONS (50), BENCH_UNSEEN (unseen origins
 # the origin listens as, 10000 or what the open-file limit allows), BENCH_IDLE (idle connections, 1000), BENCH_KEEP=1 keeps
 # the work directory (configs, oha JSON, decision log, agentgate's stderr). BENCH_AGENTGATE=PATH
@@ -91,9 +94,9 @@ AG_CA="$WORK/ca/agentgate-ca.pem"
 
 # --- smoke check: both paths answer 200 and are logged as allowed ----------------------
 say "checking the paths (agentgate $PROXY, origin $ORIGIN_IP)"
-curl -sSf -o /dev/null -x "http://$PROXY" "http://$HTTP_ORIGIN/bench/1k" || die "HTTP through agentgate failed"
-curl -sSf -o /dev/null -x "http://$PROXY" --cacert "$AG_CA" "https://$HTTPS_ORIGIN/bench/1k" || die "MITM HTTPS through agentgate failed"
-logged_allows() { [ "$(grep -c '"event.outcome":"allow"' "$WORK/log/decisions.jsonl" 2>/dev/null || true)" -ge 2 ] 2>/dev/null; }
+curl -sSf -o /dev/null -x "http://$PROXY" "http://$HTTP_ORIGIN$BENCH_PATH" || die "HTTP through agentgate failed"
+curl -sSf -o /dev/null -x "http://$PROXY" --cacert "$AG_CA" "https://$HTTPS_ORIGIN$BENCH_PATH" || die "MITM HTTPS through agentgate failed"
+logged_allows() { [ "$(grep -c '"event.action":"allow"' "$WORK/log/decisions.jsonl" 2>/dev/null || true)" -ge 2 ] 2>/dev/null; }
 wait_for logged_allows || die "decision log has no allow records: $(tail -2 "$WORK/log/decisions.jsonl")"
 
 # --- the runs ----------------------------------------------------------------------
@@ -140,40 +143,40 @@ run() {
     fi
 }
 
-run direct-http direct "http://$HTTP_ORIGIN/bench/1k"
-run proxy-http proxy "http://$HTTP_ORIGIN/bench/1k"
+run direct-http direct "http://$HTTP_ORIGIN$BENCH_PATH"
+run proxy-http proxy "http://$HTTP_ORIGIN$BENCH_PATH"
 # The floor: the same run through the least a proxy on agentgate's stack costs (hyper's
 # server and pooled client, no policy, no log), so the table shows what is the stack's.
 start_floor
-curl -sSf -o /dev/null -x "http://$FLOOR" "http://$HTTP_ORIGIN/bench/1k" || die "HTTP through the floor proxy failed"
-run floor-http floor "http://$HTTP_ORIGIN/bench/1k"
+curl -sSf -o /dev/null -x "http://$FLOOR" "http://$HTTP_ORIGIN$BENCH_PATH" || die "HTTP through the floor proxy failed"
+run floor-http floor "http://$HTTP_ORIGIN$BENCH_PATH"
 stop_floor
 # The peer: the same run through hudsucker (bench/peer), a mature MITM proxy with no policy
 # and no log, when it built.
 if [ -n "$PEER_BIN" ]; then
     start_peer
-    curl -sSf -o /dev/null -x "http://$PEER" "http://$HTTP_ORIGIN/bench/1k" || die "HTTP through the peer failed"
-    run peer-http peer "http://$HTTP_ORIGIN/bench/1k"
+    curl -sSf -o /dev/null -x "http://$PEER" "http://$HTTP_ORIGIN$BENCH_PATH" || die "HTTP through the peer failed"
+    run peer-http peer "http://$HTTP_ORIGIN$BENCH_PATH"
     stop_peer
 fi
-run direct-https direct "https://$HTTPS_ORIGIN/bench/1k"
-run mitm-keepalive proxy "https://$HTTPS_ORIGIN/bench/1k"
+run direct-https direct "https://$HTTPS_ORIGIN$BENCH_PATH"
+run mitm-keepalive proxy "https://$HTTPS_ORIGIN$BENCH_PATH"
 # The MITM floor: the same run through the floor proxy's CONNECT path (a minted, cached leaf,
 # TLS both ways, the pooled HTTPS client; no policy, no log).
 start_floor
-curl -sSf -o /dev/null -x "http://$FLOOR" --cacert "$WORK/floor-ca.pem" "https://$HTTPS_ORIGIN/bench/1k" \
+curl -sSf -o /dev/null -x "http://$FLOOR" --cacert "$WORK/floor-ca.pem" "https://$HTTPS_ORIGIN$BENCH_PATH" \
     || die "MITM HTTPS through the floor proxy failed"
-run floor-mitm-keepalive floor "https://$HTTPS_ORIGIN/bench/1k"
+run floor-mitm-keepalive floor "https://$HTTPS_ORIGIN$BENCH_PATH"
 stop_floor
 if [ -n "$PEER_BIN" ]; then
     start_peer
-    curl -sSf -o /dev/null -x "http://$PEER" --cacert "$WORK/peer-ca.pem" "https://$HTTPS_ORIGIN/bench/1k" \
+    curl -sSf -o /dev/null -x "http://$PEER" --cacert "$WORK/peer-ca.pem" "https://$HTTPS_ORIGIN$BENCH_PATH" \
         || die "MITM HTTPS through the peer failed"
-    run peer-mitm-keepalive peer "https://$HTTPS_ORIGIN/bench/1k"
+    run peer-mitm-keepalive peer "https://$HTTPS_ORIGIN$BENCH_PATH"
     stop_peer
 fi
-run direct-https-newconn direct --disable-keepalive "https://$HTTPS_ORIGIN/bench/1k"
-run mitm-newconn proxy --disable-keepalive "https://$HTTPS_ORIGIN/bench/1k"
+run direct-https-newconn direct --disable-keepalive "https://$HTTPS_ORIGIN$BENCH_PATH"
+run mitm-newconn proxy --disable-keepalive "https://$HTTPS_ORIGIN$BENCH_PATH"
 run direct-https-1m direct "https://$HTTPS_ORIGIN/bench/1m"
 run mitm-1m proxy "https://$HTTPS_ORIGIN/bench/1m"
 # Unseen origins: every URL is its own origin (127.1.x.y; half of them for HTTP, half for
@@ -220,4 +223,5 @@ for mode in keepalive mitm; do
 done
 
 # --- the table -------------------------------------------------------------------------
+echo "configuration: ${BENCH_CONFIG:-default}${BENCH_CONFIG_EXTRA:+ + $BENCH_CONFIG_EXTRA} ($BENCH_PATH)"
 python3 "$ROOT/bench/table.py" "$WORK" "$CLK_TCK" "$SECONDS_PER_RUN" "$CONNECTIONS"

@@ -81,5 +81,5 @@ measure() {
     echo
 }
 
-measure http "http://$ORIGIN_IP:$ORIGIN_HTTP_PORT/bench/1k"
-measure mitm "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT/bench/1k"
+measure http "http://$ORIGIN_IP:$ORIGIN_HTTP_PORT$BENCH_PATH"
+measure mitm "https://$ORIGIN_IP:$ORIGIN_HTTPS_PORT$BENCH_PATH"

@@ -759,10 +759,7 @@ identity = "bad\u0001value"
         }
         let problems = problems(&rule("10.0.0.0/33"));
         assert!(problems[0].contains("or a CIDR"), "{problems:?}");
-        let mitm = MitmConfig {
-            passthrough_hosts: vec!["127.0.0.1".into(), "*.Bücher.example".into()],
-            ..MitmConfig::default()
-        };
+        let mitm = MitmConfig::new(vec!["127.0.0.1".into(), "*.Bücher.example".into()], 10_000);
         assert!(mitm.is_passthrough("0x7f.1") && mitm.is_passthrough("a.xn--bcher-kva.example"));
     }
 
@@ -775,10 +772,10 @@ identity = "bad\u0001value"
 
     #[test]
     fn passthrough_matching() {
-        let mitm = MitmConfig {
-            passthrough_hosts: vec!["Bank.Example".into(), "*.pinned.example".into(), "10.0.0.5".into(), "::1".into()],
-            ..MitmConfig::default()
-        };
+        let mitm = MitmConfig::new(
+            vec!["Bank.Example".into(), "*.pinned.example".into(), "10.0.0.5".into(), "::1".into()],
+            10_000,
+        );
         for host in ["bank.example", "BANK.example.", "a.pinned.example", "a.b.PINNED.example", "10.0.0.5", "[::1]"] {
             assert!(mitm.is_passthrough(host), "{host}");
         }

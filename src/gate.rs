@@ -19,11 +19,11 @@
 //! counter itself (`crate::limits` does).
 
 mod egress;
+mod secrets;
 #[cfg(test)]
 mod tests;
 mod verdict;
 
-use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,7 +43,7 @@ use crate::limits::{ByteBudgets, Limiter, Permit, Refused, Usage};
 use crate::net::{Refusal, canonical_pattern};
 use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
 use crate::policy::{self, Decision, HeaderLookup, OperatorCode, Outcome, Policies, Reason, RequestView};
-use crate::secrets::{Plan, SecretRequest, Secrets};
+use crate::secrets::{Plan, Secrets};
 use crate::signing::Keys;
 
 mod git;
@@ -219,7 +219,13 @@ impl Gate {
     /// egress lists come first (a refused host loads no policy); in enforce mode
     /// [`Gate::check_egress`] has refused such a host already, so here they decide monitor
     /// mode's `would_deny` and a denylist CIDR that the vetted addresses fall in.
-    pub async fn decide(&self, req: GateRequest<'_>) -> Verdict {
+    pub fn decide<'g>(&'g self, req: GateRequest<'g>) -> impl Future<Output = Verdict> + 'g {
+        self.decide_with(req, None)
+    }
+
+    /// [`Gate::decide`] for a request [`Gate::check_secrets`] checked: its `secrets` plan is
+    /// carried to the permit rather than made again (`gate/secrets.rs`).
+    pub async fn decide_with(&self, req: GateRequest<'_>, secrets: Option<Plan>) -> Verdict {
         let agent = req.agent;
         let user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok());
         let declared = declared_purposes(req.headers);
@@ -268,7 +274,7 @@ impl Gate {
                 Mode::Enforce | Mode::Replay => {
                     Verdict::Block(Blocked { decision, record, kind: BlockKind::Policy, policies })
                 }
-                Mode::Monitor => self.would_deny(record, decision.inject_headers, policies, &req),
+                Mode::Monitor => self.would_deny(record, decision.inject_headers, policies, &req, secrets),
             };
         }
         // Allowed: the decision's parts move into the record, which is all that reads them now.
@@ -278,7 +284,7 @@ impl Gate {
         record.limits = limits;
         // What the site said about use is recorded when it allows too (SEMANTICS U6).
         record.usage = usage;
-        self.permit(record, mode, inject_headers, policies, &req).await
+        self.permit(record, mode, inject_headers, policies, &req, secrets).await
     }
 
     /// A request held for a human's approval (`Blocked::needs_approval`) that an operator
@@ -291,11 +297,12 @@ impl Gate {
         record.blocking = 0;
         record.approval = Some(approval);
         let mode = req.agent.mode(self.mode);
-        self.permit(record, mode, decision.inject_headers, policies, req).await
+        self.permit(record, mode, decision.inject_headers, policies, req, None).await
     }
 
     /// Phase `check_limits` for a request its policies (or a human) allowed: a [`Permitted`]
     /// holding its slots, or the limit's block (in monitor mode, forwarded as `would_deny`).
+    /// `secrets` is the plan [`Gate::check_secrets`] made, when the caller carried it.
     async fn permit(
         &self,
         mut record: DecisionRecord,
@@ -303,6 +310,7 @@ impl Gate {
         inject_headers: Vec<(String, String)>,
         policies: Option<Arc<Policies>>,
         req: &GateRequest<'_>,
+        secrets: Option<Plan>,
     ) -> Verdict {
         let host = req.origin.bare_host();
         let usage = Usage { agent: &req.agent.id, origin: &req.origin.text(), host };
@@ -316,7 +324,7 @@ impl Gate {
             Ok((permit, budgets)) => {
                 // Monitor mode never cuts a body: a crossed budget is for enforce mode.
                 let budgets = budgets.filter(|_| mode != Mode::Monitor).map(Arc::new);
-                let secrets = self.secrets_plan(req, &mut record);
+                let secrets = self.secrets_plan(req, &mut record, secrets);
                 let undeclared = self.settings.usage_undeclared;
                 Verdict::Forward(Permitted {
                     record,
@@ -333,7 +341,7 @@ impl Gate {
                 let (decision, kind) = verdict::refusal_decision(&mut record, &refused);
                 match mode {
                     Mode::Enforce | Mode::Replay => Verdict::Block(Blocked { decision, record, kind, policies }),
-                    Mode::Monitor => self.would_deny(record, inject_headers, policies, req),
+                    Mode::Monitor => self.would_deny(record, inject_headers, policies, req, secrets),
                 }
             }
         }
@@ -347,63 +355,13 @@ impl Gate {
         inject_headers: Vec<(String, String)>,
         policies: Option<Arc<Policies>>,
         req: &GateRequest<'_>,
+        secrets: Option<Plan>,
     ) -> Verdict {
         record.outcome = LogOutcome::WouldDeny;
-        let secrets = self.secrets_plan(req, &mut record);
+        let secrets = self.secrets_plan(req, &mut record, secrets);
         let (mode, undeclared, permit, budgets) =
             (Mode::Monitor, self.settings.usage_undeclared, Permit::default(), None);
         Verdict::Forward(Permitted { record, mode, undeclared, inject_headers, permit, policies, secrets, budgets })
-    }
-
-    /// The secrets a request may carry, as [`Secrets::check`] reads it.
-    fn secret_request<'r>(req: &'r GateRequest<'r>) -> SecretRequest<'r> {
-        SecretRequest {
-            agent: &req.agent.id,
-            tls: req.origin.scheme() == crate::fetch::Scheme::Https,
-            host: req.origin.bare_host(),
-            port: req.origin.port(),
-            method: req.method,
-            path_and_query: req.path_and_query,
-            headers: req.headers,
-        }
-    }
-
-    /// Phase `check_secrets` (inside [`Gate::check_egress`], before anything is looked up): a
-    /// secret's placeholder sent where it does not belong, or its real value sent to any
-    /// host but its own, is refused, in monitor mode too (`crate::secrets`).
-    fn check_secrets(&self, req: &GateRequest<'_>) -> Result<(), Box<Blocked>> {
-        let Err(misuse) = self.secrets.check(&Self::secret_request(req), Instant::now()) else { return Ok(()) };
-        let decision = Decision::single(Outcome::Deny, Reason::new(misuse.code, misuse.rule));
-        let mut record = self.record_for(LogOutcome::Deny, req);
-        record.set_reasons(&decision);
-        Err(Box::new(Blocked { decision, record, kind: BlockKind::Policy, policies: None }))
-    }
-
-    /// `text`, typed by an agent, with every secret's value (in any case) replaced by its
-    /// name (`Secrets::redact`): what a record or a diagnostic line may show of it.
-    pub fn redacted<'t>(&self, text: &'t str) -> Cow<'t, str> {
-        self.secrets.redact(text).map_or(Cow::Borrowed(text), Cow::Owned)
-    }
-
-    /// The secrets not bound to `host:port`, with their values, for request inspection to
-    /// look for in what is sent there (`Secrets::values_elsewhere`).
-    pub fn secret_values_elsewhere(&self, host: &str, port: u16) -> Vec<(String, Arc<zeroize::Zeroizing<String>>)> {
-        self.secrets.values_elsewhere(host, port, Instant::now())
-    }
-
-    /// The secrets to inject into a request let through, named in its record
-    /// (`agentgate.secrets`). [`Gate::check_secrets`] refused every misuse already.
-    fn secrets_plan(&self, req: &GateRequest<'_>, record: &mut DecisionRecord) -> Plan {
-        match self.secrets.check(&Self::secret_request(req), Instant::now()) {
-            Ok(plan) => {
-                record.secrets = plan.used();
-                plan
-            }
-            Err(misuse) => {
-                tracing::warn!(code = misuse.code.as_str(), "secrets not injected: {}", misuse.rule);
-                Plan::default()
-            }
-        }
     }
 
     /// The block for a destination the network guard refused (`crate::net`), decided before

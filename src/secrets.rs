@@ -24,7 +24,7 @@ use http::header::PROXY_AUTHORIZATION;
 use zeroize::Zeroizing;
 
 pub use config::{MIN_PLACEHOLDER_LEN, SecretConfig, SecretValue, overlap_problems};
-pub use scrub::{Scrubbed, Scrubber, Unreadable, scrub_headers, scrub_response};
+pub use scrub::{Forms, Scrubbed, Scrubber, Unreadable, scrub_headers, scrub_response};
 
 use crate::policy::OperatorCode;
 
@@ -36,6 +36,9 @@ pub const RETIRED_GRACE: Duration = Duration::from_secs(15 * 60);
 #[derive(Debug, Default)]
 pub struct Secrets {
     live: Vec<SecretConfig>,
+    /// The forms of each live secret's value an answer is scrubbed of ([`Forms::of`]), made
+    /// once here rather than for every request to its hosts; `None` for a value not loaded.
+    live_forms: Vec<Option<Arc<Forms>>>,
     retired: Vec<Retired>,
 }
 
@@ -46,6 +49,8 @@ struct Retired {
     value: Arc<Zeroizing<String>>,
     /// The secret as it was: its hosts, and the placeholder answers get in its place.
     secret: SecretConfig,
+    /// The forms of the value an answer is scrubbed of.
+    forms: Arc<Forms>,
     until: Instant,
 }
 
@@ -84,9 +89,9 @@ pub struct Misuse {
 pub struct Plan {
     /// The replacements, in the places the secrets name.
     injections: Vec<Injection>,
-    /// The values to replace by their placeholders in the answer (every secret bound to the
-    /// host, retired ones included); empty when no secret is bound to it.
-    scrub: Vec<(Arc<Zeroizing<String>>, String)>,
+    /// The forms of the values to replace by their placeholders in the answer (every secret
+    /// bound to the host, retired ones included); empty when no secret is bound to it.
+    scrub: Vec<Arc<Forms>>,
 }
 
 /// One placeholder to replace in one place.
@@ -136,19 +141,22 @@ impl Secrets {
     /// value it held that is not in force any more, for [`RETIRED_GRACE`] from `now`.
     pub fn new(config: &[SecretConfig], previous: Option<&Secrets>, now: Instant) -> Secrets {
         let live = config.to_vec();
+        let live_forms =
+            live.iter().map(|s| s.value.get().map(|value| Arc::new(Forms::of(value, &s.placeholder)))).collect();
         let in_force = |value: &str| live.iter().any(|s| s.value.get() == Some(value));
         let mut retired: Vec<Retired> = Vec::new();
         if let Some(previous) = previous {
             retired.extend(previous.retired.iter().filter(|r| r.until > now && !in_force(&r.value)).cloned());
-            for old in &previous.live {
-                let Some(value) = old.value.shared() else { continue };
+            for (old, forms) in previous.live.iter().zip(&previous.live_forms) {
+                let (Some(value), Some(forms)) = (old.value.shared(), forms) else { continue };
                 if !in_force(&value) && !retired.iter().any(|r| *r.value == *value) {
                     let until = now + RETIRED_GRACE;
-                    retired.push(Retired { name: old.name.clone(), value, secret: old.clone(), until });
+                    let forms = Arc::clone(forms);
+                    retired.push(Retired { name: old.name.clone(), value, secret: old.clone(), forms, until });
                 }
             }
         }
-        Secrets { live, retired }
+        Secrets { live, live_forms, retired }
     }
 
     /// Whether there is any secret to watch for.
@@ -230,10 +238,10 @@ impl Secrets {
             }
         }
         let mut plan = Plan::default();
-        for secret in &self.live {
+        for (secret, forms) in self.live.iter().zip(&self.live_forms) {
             let bound = secret.is_bound_to(req.host, req.port);
-            if bound && let Some(value) = secret.value.shared() {
-                plan.scrub.push((value, secret.placeholder.clone()));
+            if bound && let Some(forms) = forms {
+                plan.scrub.push(Arc::clone(forms));
             }
             let Some(place) = places.find(&secret.placeholder) else { continue };
             let name = &secret.name;
@@ -279,7 +287,7 @@ impl Secrets {
             }
         }
         for r in retired.filter(|r| r.secret.is_bound_to(req.host, req.port)) {
-            plan.scrub.push((Arc::clone(&r.value), r.secret.placeholder.clone()));
+            plan.scrub.push(Arc::clone(&r.forms));
         }
         Ok(plan)
     }
@@ -295,8 +303,9 @@ struct Places<'a> {
 
 impl<'a> Places<'a> {
     fn of(req: &'a SecretRequest<'a>) -> Places<'a> {
-        let decoded = inject::percent_decode(req.path_and_query);
-        Places { req, decoded_target: (decoded != req.path_and_query).then_some(decoded) }
+        // Only a `%` escape decodes to anything else: without one there is no copy to make.
+        let decoded = req.path_and_query.contains('%').then(|| inject::percent_decode(req.path_and_query));
+        Places { req, decoded_target: decoded.filter(|decoded| decoded != req.path_and_query) }
     }
 
     /// Where `needle` is first found, named for a reason (`host name`, `method`, `path or
@@ -305,10 +314,10 @@ impl<'a> Places<'a> {
         if needle.is_empty() {
             return None;
         }
-        // Host names are canonical and header names arrive in lowercase: so is what is
-        // looked for in them.
-        let lower = needle.to_ascii_lowercase();
-        if inject::contains(self.req.host.as_bytes(), &lower) {
+        // Host names are canonical and header names arrive in lowercase: what is looked for
+        // in them is compared in any ASCII case, in place (a lowered copy per needle was two
+        // allocations a request for each secret).
+        if inject::contains_ignoring_case(self.req.host.as_bytes(), needle) {
             return Some("host name".to_owned());
         }
         if inject::contains(self.req.method.as_bytes(), needle) {
@@ -322,7 +331,7 @@ impl<'a> Places<'a> {
             if name == PROXY_AUTHORIZATION {
                 continue;
             }
-            if inject::contains(name.as_str().as_bytes(), &lower) {
+            if inject::contains_ignoring_case(name.as_str().as_bytes(), needle) {
                 return Some("a header name".to_owned());
             }
             if inject::header_holds(value.as_bytes(), needle) {

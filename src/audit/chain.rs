@@ -19,7 +19,6 @@ use std::time::SystemTime;
 
 use base64::Engine as _;
 use ring::signature::{Ed25519KeyPair, KeyPair};
-use sha2::{Digest, Sha256};
 
 use crate::audit::rfc3339_millis;
 
@@ -113,15 +112,7 @@ impl Chain {
         match last_line(path) {
             Ok(Some((last, since))) => {
                 let public = public_key_base64(&key);
-                Chain {
-                    head: Sha256::digest(&last).into(),
-                    since,
-                    start: None,
-                    started: true,
-                    key,
-                    public,
-                    buffer: String::new(),
-                }
+                Chain { head: sha256(&last), since, start: None, started: true, key, public, buffer: String::new() }
             }
             Ok(None) => Chain::new(key, &format!("no earlier line in {}", path.display())),
             Err(why) => {
@@ -199,9 +190,19 @@ impl Chain {
     }
 
     fn advance(&mut self, line: &str) {
-        self.head = Sha256::digest(line.strip_suffix('\n').unwrap_or(line).as_bytes()).into();
+        self.head = sha256(line.strip_suffix('\n').unwrap_or(line).as_bytes());
         self.since += 1;
     }
+}
+
+/// The SHA-256 of `bytes`, by ring's assembly (SHA extensions where the CPU has them, else
+/// its vector code): every line the log writes is hashed, and the `sha2` crate's portable
+/// code, which it runs where the CPU has no SHA extensions, cost ~35 instructions a byte,
+/// about half of all a request cost with the chain on (bench/RESULTS.md, Round 14).
+pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let mut hash = [0u8; 32];
+    hash.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref());
+    hash
 }
 
 /// Why a device or a pipe starts a new chain.

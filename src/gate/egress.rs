@@ -75,21 +75,29 @@ pub(super) enum HostVerdict<'r> {
 }
 
 impl Gate {
-    /// Phase `check_egress`: the secrets the request carries (`Gate::check_secrets`), then
-    /// the agent's egress lists, decided on the host and port the request is routed to,
-    /// before the network guard resolves anything (`req.addresses` is empty then): a refused
-    /// host is never looked up, dialled or fetched for policies.
+    /// Phase `check_egress`: the secrets the request carries ([`Gate::check_secrets`]), then
+    /// the agent's egress lists ([`Gate::check_egress_lists`]), decided on the host and port
+    /// the request is routed to, before the network guard resolves anything
+    /// (`req.addresses` is empty then): a refused host is never looked up, dialled or
+    /// fetched for policies. A request that goes on to [`Gate::decide_with`] calls the two
+    /// itself, to carry the secrets plan.
     ///
     /// # Errors
-    /// In every mode, a [`Blocked`] (403, `secrets.*`) for a secret sent where it does not
-    /// belong.
+    /// The block of either check.
+    pub fn check_egress(&self, req: &GateRequest<'_>) -> Result<(), Box<Blocked>> {
+        self.check_secrets(req)?;
+        self.check_egress_lists(req)
+    }
+
+    /// The agent's egress lists on the request's host, before anything is resolved.
+    ///
+    /// # Errors
     /// In enforce mode, a [`Blocked`] (403) for a host on `deny_hosts` (`operator.denied_host`)
     /// or not on `allow_hosts` (`operator.not_allowlisted`) that no human admitted; with the
     /// agent's `unlisted = "hold"`, an unlisted host's block is `needs_approval`, which the
     /// proxy holds for a human. In monitor mode never: [`Gate::decide`] records the same
     /// reason as `would_deny` and the request goes on.
-    pub fn check_egress(&self, req: &GateRequest<'_>) -> Result<(), Box<Blocked>> {
-        self.check_secrets(req)?;
+    pub fn check_egress_lists(&self, req: &GateRequest<'_>) -> Result<(), Box<Blocked>> {
         if req.agent.mode(self.mode) == Mode::Monitor {
             return Ok(());
         }

@@ -232,22 +232,51 @@ pub(crate) fn open_file_limits() -> Option<(u64, u64)> {
 
 /// `[mitm]`: which CONNECT tunnels are intercepted, and the leaf certificate cache.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(from = "MitmTable")]
 pub struct MitmConfig {
     /// Hosts whose tunnels are spliced through without interception: `example.com` (that host
     /// only) or `*.example.com` (its subdomains, not the apex). Default none.
     pub passthrough_hosts: Vec<String>,
     /// How many per-host leaf certificates are kept (default 10000).
     pub cert_cache_size: u64,
+    /// `passthrough_hosts` in canonical form (`crate::net::canonical_pattern`), made once when
+    /// the table is read: [`MitmConfig::is_passthrough`] runs on every CONNECT.
+    canonical_passthrough: Vec<String>,
 }
 
-impl Default for MitmConfig {
+/// `[mitm]` as written, before its patterns are made canonical.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct MitmTable {
+    passthrough_hosts: Vec<String>,
+    cert_cache_size: u64,
+}
+
+impl Default for MitmTable {
     fn default() -> Self {
         Self { passthrough_hosts: Vec::new(), cert_cache_size: 10_000 }
     }
 }
 
+impl From<MitmTable> for MitmConfig {
+    fn from(table: MitmTable) -> Self {
+        MitmConfig::new(table.passthrough_hosts, table.cert_cache_size)
+    }
+}
+
+impl Default for MitmConfig {
+    fn default() -> Self {
+        MitmTable::default().into()
+    }
+}
+
 impl MitmConfig {
+    /// `[mitm]` with these passthrough hosts and leaf cache size.
+    pub fn new(passthrough_hosts: Vec<String>, cert_cache_size: u64) -> Self {
+        let canonical_passthrough = passthrough_hosts.iter().map(|p| canonical_pattern(p)).collect();
+        MitmConfig { passthrough_hosts, cert_cache_size, canonical_passthrough }
+    }
+
     /// Whether the CONNECT tunnel to `host` is spliced through without interception.
     ///
     /// Matches case-insensitively, ignoring a trailing dot and IPv6 brackets: `example.com`
@@ -256,8 +285,11 @@ impl MitmConfig {
     /// Both sides are compared in canonical form (`crate::net::host`), so `0x7f.1` matches
     /// a `127.0.0.1` entry and `bücher.example` its A-label.
     pub fn is_passthrough(&self, host: &str) -> bool {
+        if self.canonical_passthrough.is_empty() {
+            return false;
+        }
         let host = canonical_host(host).unwrap_or_else(|_| host.to_ascii_lowercase());
-        self.passthrough_hosts.iter().any(|p| host_matches(&canonical_pattern(p), &host))
+        self.canonical_passthrough.iter().any(|p| host_matches(p, &host))
     }
 
     /// Problems in `[mitm]`, each naming the key, its value and the fix.
@@ -357,5 +389,21 @@ mod tests {
         }
         assert!(problems(10_000, 10_000, None).is_empty(), "an unknown limit is not guessed");
         assert!(problems(0, 10, Some(20_000))[0].contains("must be at least 1"));
+    }
+
+    #[test]
+    fn passthrough_hosts_are_made_canonical_when_the_table_is_read() {
+        let text = "[mitm]\npassthrough_hosts = [\"Bank.Example.\", \"*.Bücher.example\", \"0x7f.1\"]\n";
+        let config = crate::config::Config::from_toml_str(text, "agentgate.toml").expect("a valid [mitm]");
+        let mitm = &config.mitm;
+        assert_eq!(mitm.passthrough_hosts, ["Bank.Example.", "*.Bücher.example", "0x7f.1"], "kept as written");
+        assert_eq!(mitm.canonical_passthrough, ["bank.example", "*.xn--bcher-kva.example", "127.0.0.1"]);
+        for host in ["bank.example", "BANK.example.", "a.b\u{fc}cher.example", "127.0.0.1", "0177.0.0.1"] {
+            assert!(mitm.is_passthrough(host), "{host}");
+        }
+        assert!(!MitmConfig::default().is_passthrough("bank.example"));
+        let unknown = crate::config::Config::from_toml_str("[mitm]\npasthrough = []\n", "agentgate.toml");
+        let message = unknown.expect_err("an unknown key").to_string();
+        assert!(message.contains("`passthrough_hosts`"), "{message}");
     }
 }

@@ -36,22 +36,27 @@ use crate::approvals::{
 use crate::audit::redact_url;
 use crate::config::Config;
 use crate::gate::{Admitted, Blocked, GateRequest, Verdict};
+use crate::secrets::Plan;
 
 /// Phase `check_egress`, the same for a request and for a tunnel's host-level decision: the
-/// agent's egress lists, before anything about the host is looked up; a host they do not
-/// list may be admitted by a grant or a human ([`admit_host`]).
+/// secrets the request carries (`Gate::check_secrets`: a misused secret is refused outright,
+/// never admitted by a grant or a human), then the agent's egress lists, before anything
+/// about the host is looked up; a host they do not list may be admitted by a grant or a
+/// human ([`admit_host`]). Returns the secrets plan (a request's verdict carries it on) and
+/// the admission, if one was needed.
 ///
 /// # Errors
-/// The block to answer when nothing admits the host.
+/// The block to answer: the secrets', or the lists' when nothing admits the host.
 pub(super) async fn check_egress<'a>(
     state: &'a Arc<ProxyState>,
     live: &'a Generation,
     record: &'a mut RequestRecord,
     request: GateRequest<'a>,
     drain: Drain,
-) -> Result<Option<Admitted>, Blocked> {
-    let Err(blocked) = live.gate.check_egress(&request) else { return Ok(None) };
-    admit_host(state, live, record, *blocked, request, drain).await.map(Some)
+) -> Result<(Plan, Option<Admitted>), Blocked> {
+    let secrets = live.gate.check_secrets(&request).map_err(|blocked| *blocked)?;
+    let Err(blocked) = live.gate.check_egress_lists(&request) else { return Ok((secrets, None)) };
+    admit_host(state, live, record, *blocked, request, drain).await.map(|admitted| (secrets, Some(admitted)))
 }
 
 /// Whether `blocked` is held for a human rather than answered at once.

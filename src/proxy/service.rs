@@ -45,6 +45,7 @@ use crate::agents::Identity;
 use crate::fetch::Origin;
 use crate::gate::{Admitted, Blocked, GateRequest, Permitted, Verdict};
 use crate::net::host::host_part;
+use crate::secrets::Plan;
 
 /// Where a connection's requests go: the proxy port, or the inside of one CONNECT tunnel.
 #[derive(Clone, Debug)]
@@ -205,7 +206,7 @@ impl ProxyService {
         if length > MAX_METHOD_LEN {
             return Err(ProxyError::MethodTooLong { length }.into());
         }
-        let admitted = self.check_egress(&live, record, gate_request).await?;
+        let (secrets, admitted) = self.check_egress(&live, record, gate_request).await?;
         let gate_request = GateRequest { admitted: admitted.as_ref().or(tunnel_admitted), ..gate_request };
         self.check_host(record, &context, &request).await?;
         // Held until the request is forwarded: the connector dials these addresses.
@@ -213,7 +214,7 @@ impl ProxyService {
         // Phase `decide`: the gate's verdict, awaited here rather than in a phase function
         // around it, whose future would be one more move of the gate's per request.
         let gate_request = GateRequest { addresses: vetted.addresses(), ..gate_request };
-        let permit = match live.gate.decide(gate_request).await {
+        let permit = match live.gate.decide_with(gate_request, Some(secrets)).await {
             Verdict::Forward(permit) => permit,
             Verdict::Block(blocked) if client == Client::Gone => return Err(record.block(blocked, request.headers())),
             Verdict::Block(blocked) => self.hold(&live, record, blocked, gate_request).await?,
@@ -311,15 +312,16 @@ impl ProxyService {
         }
     }
 
-    /// Phase `check_egress` (`hold::check_egress`, as a tunnel's host-level decision takes it).
+    /// Phase `check_egress` (`hold::check_egress`, as a tunnel's host-level decision takes it):
+    /// the secrets plan it makes goes on to the gate's verdict.
     async fn check_egress(
         &self,
         live: &Generation,
         record: &mut RequestRecord,
         request: GateRequest<'_>,
-    ) -> Result<Option<Admitted>, Exit> {
+    ) -> Result<(Plan, Option<Admitted>), Exit> {
         match hold::check_egress(&self.state, live, record, request, self.drain.clone()).await {
-            Ok(admitted) => Ok(admitted),
+            Ok(checked) => Ok(checked),
             Err(blocked) => Err(record.block(blocked, request.headers)),
         }
     }

@@ -120,6 +120,12 @@ pub(super) fn contains(haystack: &[u8], needle: &str) -> bool {
     memchr::memmem::find(haystack, needle.as_bytes()).is_some()
 }
 
+/// Whether `haystack` holds `needle` in any ASCII case (an empty needle is everywhere).
+pub(super) fn contains_ignoring_case(haystack: &[u8], needle: &str) -> bool {
+    let needle = needle.as_bytes();
+    needle.is_empty() || haystack.windows(needle.len()).any(|window| window.eq_ignore_ascii_case(needle))
+}
+
 /// The credentials of a `Basic` header value, decoded (`user:password`).
 pub(super) fn basic_decoded(value: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(value).ok()?;

@@ -44,11 +44,26 @@ pub enum Unreadable {
     Body(String),
 }
 
+/// Every form of one secret value an answer may quote, each with the same form of its
+/// placeholder: made once per value when the secrets are loaded ([`Forms::of`]), shared by
+/// every scrubber of a request to its hosts.
+pub struct Forms(Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>);
+
+/// Never the value: how many forms there are.
+impl std::fmt::Debug for Forms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Forms({} forms)", self.0.len())
+    }
+}
+
 /// A secret value's forms and what replaces each, and what a body carries between chunks.
 #[derive(Debug)]
 pub struct Scrubber {
-    /// (needle, replacement): each form of a value, and the same form of its placeholder.
-    pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
+    /// (needle, replacement): the exact texts [`super::apply`] made for this request and what
+    /// the agent sent in their place, looked for first.
+    made: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
+    /// The forms of each value bound to the request's host.
+    values: Vec<Arc<Forms>>,
     /// The tail of the bytes seen that may be the start of a value: held back until the next
     /// chunk says (zeroised when dropped).
     carry: Zeroizing<Vec<u8>>,
@@ -57,23 +72,23 @@ pub struct Scrubber {
 }
 
 impl Scrubber {
-    /// A scrubber for `values` (value, placeholder), each looked for in every form agentgate
-    /// may have sent it in, and for `made`: the exact texts [`super::apply`] produced for
-    /// this request (a `Basic` token) and what the agent sent in their place.
-    pub fn new(values: Vec<(Arc<Zeroizing<String>>, String)>, made: Vec<super::Made>) -> Scrubber {
-        let mut pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)> = made
+    /// A scrubber for `values` (the forms of each value, [`Forms::of`]) and for `made`: the
+    /// exact texts [`super::apply`] produced for this request (a `Basic` token) and what the
+    /// agent sent in their place. A needle found in both is replaced as `made` says.
+    pub fn new(values: Vec<Arc<Forms>>, made: Vec<super::Made>) -> Scrubber {
+        let made: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)> = made
             .into_iter()
+            .filter(|(text, _)| !text.is_empty())
             .map(|(text, original)| (Zeroizing::new(text.as_bytes().to_vec()), original.into_bytes()))
             .collect();
-        for (value, placeholder) in &values {
-            for (form, replacement) in forms(value, placeholder) {
-                if !form.is_empty() && !pairs.iter().any(|(known, _)| **known == *form) {
-                    pairs.push((form, replacement));
-                }
-            }
-        }
-        let keep = pairs.iter().map(|(needle, _)| needle.len()).max().unwrap_or(1).saturating_sub(1);
-        Scrubber { pairs, carry: Zeroizing::new(Vec::new()), keep }
+        let mut scrubber = Scrubber { made, values, carry: Zeroizing::new(Vec::new()), keep: 0 };
+        scrubber.keep = scrubber.pairs().map(|(needle, _)| needle.len()).max().unwrap_or(1).saturating_sub(1);
+        scrubber
+    }
+
+    /// Every (needle, replacement), `made` first: of two equal needles the first found wins.
+    fn pairs(&self) -> impl Iterator<Item = &(Zeroizing<Vec<u8>>, Vec<u8>)> {
+        self.made.iter().chain(self.values.iter().flat_map(|forms| forms.0.iter()))
     }
 
     /// `text` with every value replaced, or `None` when it holds none.
@@ -112,8 +127,7 @@ impl Scrubber {
         let mut at = 0;
         loop {
             let next = self
-                .pairs
-                .iter()
+                .pairs()
                 .filter_map(|(needle, replacement)| {
                     let found = memchr::memmem::find(&text[at..], needle)?;
                     Some((at + found, needle.len(), replacement))
@@ -137,24 +151,32 @@ impl Scrubber {
     }
 }
 
-/// The forms of `value` an answer may quote, each with the same form of `placeholder`: as it
-/// is; percent-encoded with upper- and lower-case hex (unreserved characters kept, as
-/// `inject` encodes a query value); and in base64 after 0, 1 and 2 other bytes, cut to the
-/// characters that depend on the value alone, so any base64 text holding the value holds
-/// one of the three.
-fn forms(value: &str, placeholder: &str) -> Vec<(Zeroizing<Vec<u8>>, Vec<u8>)> {
-    let mut forms = vec![(Zeroizing::new(value.as_bytes().to_vec()), placeholder.as_bytes().to_vec())];
-    for upper in [true, false] {
-        let encoded = Zeroizing::new(super::inject::percent_encode(value, upper).into_bytes());
-        forms.push((encoded, super::inject::percent_encode(placeholder, upper).into_bytes()));
+impl Forms {
+    /// The forms of `value` an answer may quote, each with the same form of `placeholder`:
+    /// as it is; percent-encoded with upper- and lower-case hex (unreserved characters kept,
+    /// as `inject` encodes a query value); and in base64 after 0, 1 and 2 other bytes, cut to
+    /// the characters that depend on the value alone, so any base64 text holding the value
+    /// holds one of the three. An empty form, or one equal to an earlier form, is left out.
+    pub fn of(value: &str, placeholder: &str) -> Forms {
+        let mut forms = vec![(Zeroizing::new(value.as_bytes().to_vec()), placeholder.as_bytes().to_vec())];
+        for upper in [true, false] {
+            let encoded = Zeroizing::new(super::inject::percent_encode(value, upper).into_bytes());
+            forms.push((encoded, super::inject::percent_encode(placeholder, upper).into_bytes()));
+        }
+        for before in 0..3 {
+            forms.push((
+                Zeroizing::new(aligned_base64(value.as_bytes(), before)),
+                aligned_base64(placeholder.as_bytes(), before),
+            ));
+        }
+        let mut kept: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)> = Vec::with_capacity(forms.len());
+        for (form, replacement) in forms {
+            if !form.is_empty() && !kept.iter().any(|(known, _)| **known == *form) {
+                kept.push((form, replacement));
+            }
+        }
+        Forms(kept)
     }
-    for before in 0..3 {
-        forms.push((
-            Zeroizing::new(aligned_base64(value.as_bytes(), before)),
-            aligned_base64(placeholder.as_bytes(), before),
-        ));
-    }
-    forms
 }
 
 /// The base64 characters of (`before` zero bytes, then `bytes`) that depend on `bytes` only.

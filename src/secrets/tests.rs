@@ -112,7 +112,7 @@ fn apply_replaces_in_the_named_header_basic_credentials_and_query_only() {
 
 #[test]
 fn the_scrubber_replaces_values_split_across_any_chunk_boundary() {
-    let pairs = vec![(std::sync::Arc::new(zeroize::Zeroizing::new(VALUE.to_owned())), PLACEHOLDER.to_owned())];
+    let pairs = vec![std::sync::Arc::new(Forms::of(VALUE, PLACEHOLDER))];
     let body = format!("{{\"token\":\"{VALUE}\",\"again\":\"{VALUE}\"}}{VALUE}");
     let expected = body.replace(VALUE, PLACEHOLDER);
     for split in 1..body.len() {
@@ -134,7 +134,7 @@ fn the_scrubber_finds_the_percent_encoded_and_base64_forms_and_puts_back_the_age
     use base64::Engine;
     use base64::engine::general_purpose::STANDARD;
     let value = "ghp/Real+Value=0123456789abcdef";
-    let pairs = vec![(std::sync::Arc::new(zeroize::Zeroizing::new(value.to_owned())), PLACEHOLDER.to_owned())];
+    let pairs = vec![std::sync::Arc::new(Forms::of(value, PLACEHOLDER))];
     let (made, agents) = (STANDARD.encode(format!("x:{value}")), STANDARD.encode(format!("x:{PLACEHOLDER}")));
     let scrubber = Scrubber::new(pairs, vec![(zeroize::Zeroizing::new(made.clone()), agents.clone())]);
     let echoed = scrubber.text(format!("authorization: Basic {made}").as_bytes()).expect("the token made");
@@ -175,4 +175,45 @@ fn redact_replaces_a_value_in_any_letter_case() {
     let redacted = secrets.redact(&text).expect("it holds the value");
     assert_eq!(redacted, "CONNECT [secret github].evil.example:443 [secret github] é[secret github]");
     assert_eq!(secrets.redact("nothing here"), None);
+}
+
+#[test]
+fn the_forms_of_each_value_are_made_once_when_the_secrets_load_and_scrub_as_before() {
+    let now = Instant::now();
+    let secrets = Secrets::new(&[github(&[])], None, now);
+    let none = HeaderMap::new();
+    let bound = request("api.github.test", "/", &none, "bot");
+    let (first, second) = (secrets.check(&bound, now).expect("bound"), secrets.check(&bound, now).expect("bound"));
+    let loaded = secrets.live_forms[0].as_ref().expect("the value is loaded");
+    assert!(Arc::ptr_eq(&first.scrub[0], loaded) && Arc::ptr_eq(&second.scrub[0], loaded), "shared, not made again");
+    // Raw (percent-encoding changes none of its characters, so those forms are the same)
+    // and base64 at three alignments.
+    assert_eq!(format!("{loaded:?}"), "Forms(4 forms)", "never the value");
+    let scrubber = first.scrubber(Vec::new()).expect("the host has a secret");
+    let encoded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("u:{VALUE}"));
+    let scrubbed = scrubber.text(format!("{VALUE} {encoded}").as_bytes()).expect("both forms found");
+    let scrubbed = String::from_utf8(scrubbed).expect("utf-8");
+    assert!(scrubbed.starts_with(&format!("{PLACEHOLDER} ")) && !scrubbed.contains(&encoded), "{scrubbed}");
+    // A retired value keeps the forms it was loaded with.
+    let rotated = SecretConfig { value: test_value("ghp_NewTokenValue9876543210"), ..github(&[]) };
+    let next = Secrets::new(&[rotated], Some(&secrets), now);
+    assert!(Arc::ptr_eq(&next.retired[0].forms, loaded), "the retired value's forms are the ones made at load");
+}
+
+#[test]
+fn a_value_is_found_in_a_host_or_header_name_in_any_case_and_a_target_without_escapes_is_not_copied() {
+    let now = Instant::now();
+    let secrets = Secrets::new(&[github(&[])], None, now);
+    let none = HeaderMap::new();
+    let host = format!("{}.evil.example", VALUE.to_ascii_lowercase());
+    let misuse = secrets.check(&request(&host, "/", &none, "bot"), now).expect_err("in the host name");
+    assert!(misuse.rule.contains("in the host name"), "{}", misuse.rule);
+    let named = headers(&[(&format!("x-{}", VALUE.to_ascii_lowercase()), "1")]);
+    let misuse = secrets.check(&request("evil.example", "/", &named, "bot"), now).expect_err("in a header name");
+    assert!(misuse.rule.contains("in the a header name"), "{}", misuse.rule);
+    let plain = request("evil.example", "/a/b?c=d", &none, "bot");
+    assert!(Places::of(&plain).decoded_target.is_none(), "nothing to decode, nothing copied");
+    let escaped = format!("/x?q={}", VALUE.replace('_', "%5F"));
+    let misuse = secrets.check(&request("evil.example", &escaped, &none, "bot"), now).expect_err("escaped");
+    assert!(misuse.rule.contains("path or query"), "{}", misuse.rule);
 }

@@ -113,6 +113,7 @@ async fn start(ca: &TestCa, net: &Arc<Net>, toml: &str) -> TestResult<TestProxy>
         c.admin.token_sha256 = parsed.admin.token_sha256;
         c.admin.tokens = parsed.admin.tokens;
         c.approvals = parsed.approvals;
+        c.secrets = parsed.secrets;
     })
     .await
 }
@@ -376,6 +377,44 @@ async fn a_host_grant_admits_the_port_asked_for_and_another_port_is_held_again()
     let sbx_entry = agents["agents"].as_array().and_then(|a| a.iter().find(|a| a["id"] == "sbx")).ok_or("sbx")?;
     assert_eq!(sbx_entry["grants"][0]["port"], json!(granted.addr.port()), "{agents:#}");
     proxy.finish().await?;
+    Ok(())
+}
+
+/// A grant admits a host the allowlist does not name, never a secret sent there: the real
+/// value of a secret bound to another host is refused (`secrets.value_leak`) towards a granted
+/// host too, and the origin never sees it.
+#[tokio::test]
+async fn a_host_grant_never_admits_a_secret_value_sent_to_that_host() -> TestResult {
+    const VALUE: &str = "ghp_RealTokenValue0123456789";
+    let ca = TestCa::new("origin CA")?;
+    let granted = site_on("127.0.0.2", Site::new())?;
+    let net = Net::new(&[("site.test", "127.0.0.1"), ("other.test", "127.0.0.2")])?;
+    let dir = tempfile::tempdir()?;
+    let value_file = dir.path().join("value");
+    std::fs::write(&value_file, VALUE)?;
+    let secret = format!(
+        "[[secrets]]\nname = \"gh\"\nplaceholder = \"agp_gh_placeholder_1\"\nvalue_file = {:?}\nhosts = [\"site.test\"]\n",
+        value_file.display().to_string()
+    );
+    let proxy = start(&ca, &net, &format!("{}{secret}", hold_toml())).await?;
+    let sbx = client_as(&proxy, "sbx", "sbx-secret")?;
+    let url = format!("http://other.test:{}/page", granted.addr.port());
+    let waiting = tokio::spawn(sbx.get(&url).send());
+    let listed = pending(&proxy, 1).await?;
+    let id = listed[0]["id"].as_str().ok_or("an id")?;
+    let grant = json!({"decision": "approve", "remember": "host-for-agent", "ttl": "10m"});
+    assert_eq!(answer(&proxy, id, grant).await?.0, 200);
+    assert_eq!(waiting.await??.status(), 200);
+
+    let leak_url = format!("http://other.test:{}/leak", granted.addr.port());
+    let leak = sbx.get(&leak_url).header("x-token", VALUE).send().await?;
+    assert_eq!(leak.status(), 403, "a granted host is no place for another host's secret");
+    assert_eq!(granted.hits("/leak"), 0, "the origin never saw it");
+    let records = proxy.finish().await?;
+    let found = for_request(&records, "GET", "/leak");
+    let [record] = found.as_slice() else { return Err(format!("{records:#?}").into()) };
+    assert_eq!(record["agentgate.reasons"][0]["code"], "secrets.value_leak", "{record:#}");
+    assert!(!record.to_string().contains(VALUE), "the value is never logged: {record:#}");
     Ok(())
 }
 

@@ -1,6 +1,9 @@
 //! The benchmark origin for `bench/run.sh`: serves `/bench/1k` (1 KiB) and `/bench/1m`
 //! (1 MiB) and the four policy files of `bench/origin/policy/` over HTTP and HTTPS, on
-//! loopback only, so every request agentgate forwards is really evaluated.
+//! loopback only, so every request agentgate forwards is really evaluated. `/bench/usage/1k`
+//! is the same 1 KiB with the site's usage preferences (docs/usage.md) stated twice, as the
+//! "everything on" configuration reads them: a `Content-Usage` line for `/bench/usage/` in
+//! robots.txt and a [`CONTENT_USAGE`] response header, both allowing `ai-input`.
 //!
 //! Listeners (all on 127.0.0.0/8, never anything else):
 //! - the main origin on 127.0.0.2: HTTP and HTTPS on free ports, and HTTPS on 443 when it
@@ -60,6 +63,9 @@ fn main_ip() -> Ipv4Addr {
 const UNSEEN_CONNECTION_LIFETIME: Duration = Duration::from_secs(2);
 
 const ROBOTS: &str = include_str!("../policy/robots.txt");
+/// The usage preferences `/bench/usage/1k` answers with (robots.txt states the same for
+/// `/bench/usage/`): the bench's agents declare `ai-input` or nothing, so none is refused.
+const CONTENT_USAGE: &str = "train-ai=n, ai-input=y";
 const AGENTS_TXT: &str = include_str!("../policy/agents.txt");
 const AGENTS_MD: &str = include_str!("../policy/AGENTS.md");
 const AUTOCTL: &str = include_str!("../policy/automation-preferences.txt");
@@ -297,6 +303,13 @@ where
 fn respond(request: &Request<Incoming>, kind: Kind, state: &State) -> Response<Full<Bytes>> {
     let (body, content_type): (Bytes, &str) = match request.uri().path() {
         "/bench/1k" => (state.one_kib.clone(), "application/octet-stream"),
+        "/bench/usage/1k" => {
+            let mut response = Response::new(Full::new(state.one_kib.clone()));
+            let headers = response.headers_mut();
+            headers.insert(CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/octet-stream"));
+            headers.insert("content-usage", hyper::header::HeaderValue::from_static(CONTENT_USAGE));
+            return response;
+        }
         "/bench/1m" => (state.one_mib.clone(), "application/octet-stream"),
         "/robots.txt" => {
             if let Kind::Unseen = kind {

@@ -7,6 +7,8 @@ use std::time::SystemTime;
 
 use super::verify::{BreakKind, verify};
 use super::*;
+// The chain hashes with ring (`super::sha256`); the tests check it against the `sha2` crate.
+use sha2::{Digest, Sha256};
 
 /// A log of `records` lines with a checkpoint after every fifth, as the writer links them.
 fn log(records: usize) -> (Chain, Vec<String>) {
@@ -93,4 +95,11 @@ fn a_chain_resumes_from_the_last_line_of_the_file() {
     assert!(line[START].is_null());
     let missing = Chain::resume(&dir.path().join("none.jsonl"), test_key());
     assert_eq!(missing.since(), 0);
+}
+
+#[test]
+fn the_chain_hash_is_sha256_of_the_line_without_its_newline() {
+    for line in ["", "{}", "{\"a\":\"é\"}", &"x".repeat(1_000), &"{\"long\":1}".repeat(700)] {
+        assert_eq!(sha256(line.as_bytes()), <[u8; 32]>::from(Sha256::digest(line.as_bytes())), "{} bytes", line.len());
+    }
 }

@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use ring::signature::{ED25519, UnparsedPublicKey};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::{KEY, LINES, PREV, SIGNATURE, START, signed_text};
 use crate::audit::{AuditError, field, for_each_line};
@@ -157,7 +156,7 @@ struct File {
 }
 
 fn parse_line(bytes: &[u8]) -> Line {
-    let hash = Sha256::digest(bytes).into();
+    let hash = super::sha256(bytes);
     let value: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
     let text = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
     let prev = text(PREV).and_then(|hex| {

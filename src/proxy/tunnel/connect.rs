@@ -99,8 +99,12 @@ pub(crate) async fn handle_connect(
     let span = info_span!("tunnel", client = %client, authority = %shown, mode = ?tunnel);
     // The agent's egress lists, before the target is looked up; a human admitting the host
     // admits the whole tunnel. agentgate's own pages (`agentgate.local`) are no egress.
-    let egress =
-        if is_local { Ok(None) } else { hold::check_egress(state, &live, record, connect, drain.clone()).await };
+    // A tunnel carries no secrets plan: each request inside makes its own.
+    let egress = if is_local {
+        Ok(None)
+    } else {
+        hold::check_egress(state, &live, record, connect, drain.clone()).await.map(|(_, admitted)| admitted)
+    };
     let admitted = match egress {
         Ok(admitted) => admitted,
         Err(blocked) => {

@@ -152,8 +152,9 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     record.undecided(live.gate.undecided(&request));
     // The agent's egress lists on the name, before it is looked up to be held to the
     // original destination. A refusal cannot be answered on a TLS connection: recorded, closed.
+    // A tunnel carries no secrets plan: each request inside makes its own.
     let admitted = match hold::check_egress(&state, &live, &mut record, request, drain.clone()).await {
-        Ok(admitted) => admitted,
+        Ok((_, admitted)) => admitted,
         Err(blocked) => {
             let sni = live.gate.redacted(&host);
             warn!(%client, %original, %sni, "transparent TLS connection refused by the agent's egress lists; closed");
