@@ -113,6 +113,12 @@ class CheckTreeTest(unittest.TestCase):
         self.assertIn("src/net/address.rs:2: `net` uses `crate::gate`, an arrow docs/layering.md does not list", out)
         self.assertNotIn("fixture", out, "a test's import is no arrow")
 
+    def test_code_after_a_test_module_declaration_is_still_read(self):
+        self.write({"src/net.rs": "//! Addresses.\n#[cfg(test)]\nmod tests;\npub mod address;\nuse crate::gate::decide;\n"})
+        status, out = self.run_all()
+        self.assertEqual(status, 1)
+        self.assertIn("src/net.rs:5: `net` uses `crate::gate`", out)
+
     def test_an_arrow_the_doc_lists_that_no_code_takes_fails(self):
         self.write({"src/gate.rs": "//! Decides.\n// crate::net in a comment is no arrow\n"})
         status, out = self.run_all()

@@ -231,6 +231,12 @@ def module_arrows(root):
         lines = read(root, rel).splitlines()
         for number, line in enumerate(lines, 1):
             if CFG_TEST.match(line):
+                # `#[cfg(test)] mod tests;` (or a test-only `use`) is one item; an inline
+                # test module is the rest of the file.
+                following = lines[number] if number < len(lines) else ""
+                if following.rstrip().endswith(";"):
+                    lines[number] = ""
+                    continue
                 break
             code = line.split("//")[0]
             for used in CRATE_PATH.findall(code):
