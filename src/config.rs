@@ -425,7 +425,7 @@ impl Config {
         for pattern in hosts {
             // A wildcard stands for the hosts under it: one of them passthrough is a clash.
             let example = pattern.strip_prefix("*.").map_or_else(|| pattern.clone(), |suffix| format!("x.{suffix}"));
-            let same = self.mitm.passthrough_hosts.iter().any(|p| p.eq_ignore_ascii_case(pattern));
+            let same = self.mitm.passthrough_hosts().iter().any(|p| p.eq_ignore_ascii_case(pattern));
             if pattern != "*" && (same || self.mitm.is_passthrough(&example)) {
                 problems.push(format!(
                     "{at} hosts entry {pattern:?} is also a [mitm] passthrough_hosts host: a passthrough tunnel \

@@ -446,7 +446,7 @@ mod tests {
         assert_eq!(in_force.audit, running.audit);
         assert_eq!(in_force.mode, crate::policy::operator::Mode::Monitor);
         assert_eq!(in_force.rules.len(), 1);
-        assert_eq!(in_force.mitm.passthrough_hosts, ["bank.example"]);
+        assert_eq!(in_force.mitm.passthrough_hosts(), ["bank.example"]);
         assert!(!in_force.connect.allows(80));
         assert_eq!(in_force.approvals.mode, crate::approvals::ApprovalMode::Hold);
     }

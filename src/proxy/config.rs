@@ -236,7 +236,7 @@ pub(crate) fn open_file_limits() -> Option<(u64, u64)> {
 pub struct MitmConfig {
     /// Hosts whose tunnels are spliced through without interception: `example.com` (that host
     /// only) or `*.example.com` (its subdomains, not the apex). Default none.
-    pub passthrough_hosts: Vec<String>,
+    passthrough_hosts: Vec<String>,
     /// How many per-host leaf certificates are kept (default 10000).
     pub cert_cache_size: u64,
     /// `passthrough_hosts` in canonical form (`crate::net::canonical_pattern`), made once when
@@ -275,6 +275,17 @@ impl MitmConfig {
     pub fn new(passthrough_hosts: Vec<String>, cert_cache_size: u64) -> Self {
         let canonical_passthrough = passthrough_hosts.iter().map(|p| canonical_pattern(p)).collect();
         MitmConfig { passthrough_hosts, cert_cache_size, canonical_passthrough }
+    }
+
+    /// `passthrough_hosts` as written.
+    pub fn passthrough_hosts(&self) -> &[String] {
+        &self.passthrough_hosts
+    }
+
+    /// Sets `passthrough_hosts`, and their canonical form with them (a field set alone would
+    /// leave [`is_passthrough`](Self::is_passthrough) matching the old list).
+    pub fn set_passthrough_hosts(&mut self, hosts: Vec<String>) {
+        *self = MitmConfig::new(hosts, self.cert_cache_size);
     }
 
     /// Whether the CONNECT tunnel to `host` is spliced through without interception.

@@ -271,7 +271,7 @@ async fn passthrough_tunnel_to_a_host_with_automation_preferences_logs_unenforce
     let autoctl = "user-agent: *\nscope: /\nallowed-methods: GET\n";
     let origin = Origin::https_site(&ca, Site::new().file("/automation-preferences.txt", autoctl)).await?;
     let proxy =
-        TestProxy::start_with(&ca, |config| config.mitm.passthrough_hosts = vec!["localhost".to_owned()]).await?;
+        TestProxy::start_with(&ca, |config| config.mitm.set_passthrough_hosts(vec!["localhost".to_owned()])).await?;
     // Not intercepted: the client trusts the origin's own CA.
     let client = proxy.passthrough_client(&ca)?;
     let response = client.post(origin.url("/form")).send().await?;

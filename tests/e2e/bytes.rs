@@ -387,7 +387,7 @@ async fn a_sending_budget_cuts_websockets_and_passthrough_tunnels_at_the_budget_
     });
     let proxy = TestProxy::start_with(&ca, |config| {
         config.agents = agents.to_vec();
-        config.mitm.passthrough_hosts = vec!["localhost".to_owned()];
+        config.mitm.set_passthrough_hosts(vec!["localhost".to_owned()]);
     })
     .await?;
     let [as_bot, as_ws, as_tunnel] = ["bot", "ws", "tunnel"].map(|id| proxy_authorization(id, &format!("{id}-token")));

@@ -53,7 +53,7 @@ async fn passthrough_to_a_down_origin_is_502_before_the_tunnel_opens() -> TestRe
     let ca = TestCa::new("origin CA")?;
     let proxy = TestProxy::start_with(&ca, |config| {
         bypass_all(config);
-        config.mitm.passthrough_hosts = vec!["127.0.0.1".into()];
+        config.mitm.set_passthrough_hosts(vec!["127.0.0.1".into()]);
     })
     .await?;
     let port = closed_port().await?;

@@ -191,7 +191,7 @@ async fn passthrough_connect_is_refused_when_robots_disallows_root() -> TestResu
     let ca = TestCa::new("origin CA")?;
     let closed = Origin::https_site(&ca, Site::new().file("/robots.txt", "User-agent: *\nDisallow: /\n")).await?;
     let proxy =
-        TestProxy::start_with(&ca, |config| config.mitm.passthrough_hosts = vec!["localhost".to_owned()]).await?;
+        TestProxy::start_with(&ca, |config| config.mitm.set_passthrough_hosts(vec!["localhost".to_owned()])).await?;
 
     let (_stream, head) = connect_tunnel(proxy.addr, &closed.authority()).await?;
     assert!(head.starts_with("HTTP/1.1 403"), "the CONNECT is refused: {head}");
@@ -235,7 +235,7 @@ async fn passthrough_connect_is_allowed_and_logged() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let open = Origin::https_site(&ca, Site::new().file("/robots.txt", "User-agent: *\nDisallow: /private\n")).await?;
     let proxy =
-        TestProxy::start_with(&ca, |config| config.mitm.passthrough_hosts = vec!["localhost".to_owned()]).await?;
+        TestProxy::start_with(&ca, |config| config.mitm.set_passthrough_hosts(vec!["localhost".to_owned()])).await?;
     // The tunnel is not intercepted: the client must trust the origin's own CA.
     let client = proxy.passthrough_client(&ca)?;
     let response = client.get(open.url("/private/inside")).send().await?;

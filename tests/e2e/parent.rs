@@ -198,7 +198,7 @@ async fn https_and_plain_http_go_through_squid_as_connects_to_the_vetted_address
     let parent = squid.url(None);
     let proxy = TestProxy::start_with_network(&ca, Arc::new(Localhost4), dialer.clone(), |config| {
         config.upstream.parent = Some(parent);
-        config.mitm.passthrough_hosts = vec!["127.0.0.1".into()];
+        config.mitm.set_passthrough_hosts(vec!["127.0.0.1".into()]);
     })
     .await?;
     let client = proxy.client()?;

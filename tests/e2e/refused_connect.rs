@@ -318,7 +318,7 @@ async fn passthrough_refusals_and_407_stay_at_connect() -> TestResult {
     let origin = Origin::https_site(&ca, Site::new()).await?;
     let proxy = start(&ca, "", |config| {
         only_port_443(config);
-        config.mitm.passthrough_hosts = vec!["localhost".to_owned()];
+        config.mitm.set_passthrough_hosts(vec!["localhost".to_owned()]);
     })
     .await?;
     let (_stream, head) = connect_tunnel(proxy.addr, &origin.authority()).await?;

@@ -177,7 +177,8 @@ async fn curl_h2_and_http1_through_mitm() -> TestResult {
 async fn passthrough_hosts_are_spliced_untouched() -> TestResult {
     let ca = TestCa::new("origin CA")?;
     let origin = Origin::https(&ca).await?;
-    let proxy = TestProxy::start_with(&ca, |config| config.mitm.passthrough_hosts = vec!["localhost".into()]).await?;
+    let proxy =
+        TestProxy::start_with(&ca, |config| config.mitm.set_passthrough_hosts(vec!["localhost".into()])).await?;
     // This client trusts only the origin's CA: it can only succeed if it sees the origin's
     // own certificate.
     let client = proxy.passthrough_client(&ca)?;

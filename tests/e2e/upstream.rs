@@ -245,7 +245,7 @@ async fn websockets_and_passthrough_tunnels_count_against_the_cap() -> TestResul
     let origin = Origin::http_site(Site::new()).await?;
     let proxy = start(&ca, |config| {
         crate::support::bypass_all(config);
-        config.mitm.passthrough_hosts = vec!["tunnel.wild.test".to_owned()];
+        config.mitm.set_passthrough_hosts(vec!["tunnel.wild.test".to_owned()]);
         config.upstream.max_connections = Some(2);
         config.upstream.connect_queue_timeout = Duration::from_millis(300);
     })
