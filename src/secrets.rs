@@ -42,8 +42,9 @@ pub struct Secrets {
     retired: Vec<Retired>,
 }
 
-/// A value a reload replaced or removed, watched until `until`.
-#[derive(Debug, Clone)]
+/// A value a reload replaced or removed, watched until `until`. Its `Debug` shows the name
+/// and the deadline, never the value or its forms.
+#[derive(Clone)]
 struct Retired {
     name: String,
     value: Arc<Zeroizing<String>>,
@@ -52,6 +53,12 @@ struct Retired {
     /// The forms of the value an answer is scrubbed of.
     forms: Arc<Forms>,
     until: Instant,
+}
+
+impl std::fmt::Debug for Retired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retired").field("name", &self.name).field("until", &self.until).finish_non_exhaustive()
+    }
 }
 
 /// The request facts the check reads, as the agent sent them.
@@ -309,7 +316,7 @@ impl<'a> Places<'a> {
     }
 
     /// Where `needle` is first found, named for a reason (`host name`, `method`, `path or
-    /// query`, `header authorization`, `a header name`: never the name that holds it).
+    /// query`, `header authorization`, `header names`: never the name that holds it).
     fn find(&self, needle: &str) -> Option<String> {
         if needle.is_empty() {
             return None;
@@ -332,7 +339,7 @@ impl<'a> Places<'a> {
                 continue;
             }
             if inject::contains_ignoring_case(name.as_str().as_bytes(), needle) {
-                return Some("a header name".to_owned());
+                return Some("header names".to_owned());
             }
             if inject::header_holds(value.as_bytes(), needle) {
                 return Some(format!("header {name}"));

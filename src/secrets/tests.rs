@@ -165,6 +165,11 @@ fn a_rotated_value_stays_watched_for_the_grace_period_then_is_forgotten() {
     assert!(new.check(&leak, now + RETIRED_GRACE + std::time::Duration::from_secs(1)).is_ok());
     let plan = new.check(&request("api.github.test", "/", &none, "bot"), now).expect("bound");
     assert_eq!(plan.scrub.len(), 2, "the new value and the retired one are scrubbed");
+    let shown = format!("{:?}", new.retired);
+    assert!(
+        shown.contains("github") && !shown.contains("ghp_RealTokenValue"),
+        "a retired value is never shown: {shown}"
+    );
 }
 
 #[test]
@@ -210,7 +215,7 @@ fn a_value_is_found_in_a_host_or_header_name_in_any_case_and_a_target_without_es
     assert!(misuse.rule.contains("in the host name"), "{}", misuse.rule);
     let named = headers(&[(&format!("x-{}", VALUE.to_ascii_lowercase()), "1")]);
     let misuse = secrets.check(&request("evil.example", "/", &named, "bot"), now).expect_err("in a header name");
-    assert!(misuse.rule.contains("in the a header name"), "{}", misuse.rule);
+    assert!(misuse.rule.contains("in the header names"), "{}", misuse.rule);
     let plain = request("evil.example", "/a/b?c=d", &none, "bot");
     assert!(Places::of(&plain).decoded_target.is_none(), "nothing to decode, nothing copied");
     let escaped = format!("/x?q={}", VALUE.replace('_', "%5F"));
