@@ -72,18 +72,12 @@ impl EventFilter {
     /// One event (without its blank line), its data filtered when it is a `tools/list`
     /// result with refused tools.
     fn filtered(&self, event: &[u8]) -> Vec<u8> {
-        let lines = || event.split(|b| *b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-        let data: Vec<&[u8]> = lines()
-            .filter_map(|line| line.strip_prefix(b"data:"))
-            .map(|value| value.strip_prefix(b" ").unwrap_or(value))
-            .collect();
-        let Some(json) = (!data.is_empty()).then(|| data.join(&b'\n')).and_then(|d| filter_json(&d, &self.table))
-        else {
+        let Some(json) = data_of(event).and_then(|d| filter_json(&d, &self.table)) else {
             return event.to_vec();
         };
         let mut out = Vec::with_capacity(event.len());
         let mut written = false;
-        for line in lines() {
+        for line in lines(event) {
             if !line.starts_with(b"data:") {
                 out.extend_from_slice(line);
                 out.push(b'\n');
@@ -99,18 +93,25 @@ impl EventFilter {
     }
 }
 
-/// The data of `event` when it is an `endpoint` event (one line of data: a URI).
+/// The lines of `event`, without their line ends.
+fn lines(event: &[u8]) -> impl Iterator<Item = &[u8]> {
+    event.split(|b| *b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+}
+
+/// The data of `event`, its `data` lines joined by `\n`; `None` when it has none.
+fn data_of(event: &[u8]) -> Option<Vec<u8>> {
+    let data: Vec<&[u8]> = lines(event)
+        .filter_map(|line| line.strip_prefix(b"data:"))
+        .map(|value| value.strip_prefix(b" ").unwrap_or(value))
+        .collect();
+    (!data.is_empty()).then(|| data.join(&b'\n'))
+}
+
+/// The data of `event` when it is an `endpoint` event (its data: a URI).
 fn endpoint_of(event: &[u8]) -> Option<String> {
-    let mut named = false;
-    let mut data = None;
-    for line in event.split(|b| *b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l)) {
-        if let Some(name) = line.strip_prefix(b"event:") {
-            named = name.trim_ascii() == b"endpoint";
-        } else if let Some(value) = line.strip_prefix(b"data:") {
-            data = Some(value.strip_prefix(b" ").unwrap_or(value));
-        }
-    }
-    let uri = std::str::from_utf8(data?).ok()?.trim();
+    let named = lines(event).filter_map(|line| line.strip_prefix(b"event:")).last()?.trim_ascii() == b"endpoint";
+    let data = data_of(event)?;
+    let uri = std::str::from_utf8(&data).ok()?.trim();
     (named && !uri.is_empty()).then(|| uri.to_owned())
 }
 

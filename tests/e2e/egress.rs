@@ -345,6 +345,18 @@ fn hold_toml() -> String {
     )
 }
 
+/// `client`'s request for `url`, held for a human, approved with a grant of the host to its
+/// agent for ten minutes; the request then goes through.
+async fn grant_host(proxy: &TestProxy, client: &reqwest::Client, url: &str) -> TestResult {
+    let waiting = tokio::spawn(client.get(url).send());
+    let listed = pending(proxy, 1).await?;
+    let id = listed[0]["id"].as_str().ok_or("an id")?;
+    let grant = json!({"decision": "approve", "remember": "host-for-agent", "ttl": "10m"});
+    assert_eq!(answer(proxy, id, grant).await?.0, 200);
+    assert_eq!(waiting.await??.status(), 200);
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_host_grant_admits_the_port_asked_for_and_another_port_is_held_again() -> TestResult {
     let ca = TestCa::new("origin CA")?;
@@ -354,12 +366,7 @@ async fn a_host_grant_admits_the_port_asked_for_and_another_port_is_held_again()
     let proxy = start(&ca, &net, &hold_toml()).await?;
     let sbx = client_as(&proxy, "sbx", "sbx-secret")?;
     let url = format!("http://other.test:{}/page", granted.addr.port());
-    let waiting = tokio::spawn(sbx.get(&url).send());
-    let listed = pending(&proxy, 1).await?;
-    let id = listed[0]["id"].as_str().ok_or("an id")?;
-    let grant = json!({"decision": "approve", "remember": "host-for-agent", "ttl": "10m"});
-    assert_eq!(answer(&proxy, id, grant).await?.0, 200);
-    assert_eq!(waiting.await??.status(), 200);
+    grant_host(&proxy, &sbx, &url).await?;
     assert_eq!(sbx.get(&url).send().await?.status(), 200, "the granted port passes without a hold");
 
     // The same host on another port is held for a human again, not admitted by the grant.
@@ -399,12 +406,7 @@ async fn a_host_grant_never_admits_a_secret_value_sent_to_that_host() -> TestRes
     let proxy = start(&ca, &net, &format!("{}{secret}", hold_toml())).await?;
     let sbx = client_as(&proxy, "sbx", "sbx-secret")?;
     let url = format!("http://other.test:{}/page", granted.addr.port());
-    let waiting = tokio::spawn(sbx.get(&url).send());
-    let listed = pending(&proxy, 1).await?;
-    let id = listed[0]["id"].as_str().ok_or("an id")?;
-    let grant = json!({"decision": "approve", "remember": "host-for-agent", "ttl": "10m"});
-    assert_eq!(answer(&proxy, id, grant).await?.0, 200);
-    assert_eq!(waiting.await??.status(), 200);
+    grant_host(&proxy, &sbx, &url).await?;
 
     let leak_url = format!("http://other.test:{}/leak", granted.addr.port());
     let leak = sbx.get(&leak_url).header("x-token", VALUE).send().await?;
