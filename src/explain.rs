@@ -206,7 +206,7 @@ pub fn explain_operator(req: &ExplainRequest, operator: &Operator) -> Result<Opt
     let agent = operator.agent.id().unwrap_or_default();
     let decision = match operator.agent.egress.decide(&target.host, target.port, &[]) {
         Egress::Denied(reason) => Some(Decision::single(Outcome::Deny, reason)),
-        // As `Gate::check_egress` decides it: the proxy holds such a host for a human.
+        // As `Gate::check_egress_lists` decides it: the proxy holds such a host for a human.
         Egress::Unlisted(reason) if operator.agent.unlisted == Unlisted::Hold => {
             Some(Decision::single(Outcome::NeedsApproval, reason))
         }

@@ -75,20 +75,6 @@ pub(super) enum HostVerdict<'r> {
 }
 
 impl Gate {
-    /// Phase `check_egress`: the secrets the request carries ([`Gate::check_secrets`]), then
-    /// the agent's egress lists ([`Gate::check_egress_lists`]), decided on the host and port
-    /// the request is routed to, before the network guard resolves anything
-    /// (`req.addresses` is empty then): a refused host is never looked up, dialled or
-    /// fetched for policies. A request that goes on to [`Gate::decide_with`] calls the two
-    /// itself, to carry the secrets plan.
-    ///
-    /// # Errors
-    /// The block of either check.
-    pub fn check_egress(&self, req: &GateRequest<'_>) -> Result<(), Box<Blocked>> {
-        self.check_secrets(req)?;
-        self.check_egress_lists(req)
-    }
-
     /// The agent's egress lists on the request's host, before anything is resolved.
     ///
     /// # Errors

@@ -32,7 +32,7 @@ impl Gate {
         }
     }
 
-    /// Phase `check_secrets` (first in [`Gate::check_egress`], before anything is looked
+    /// Phase `check_secrets` (first in the proxy's egress step, before [`Gate::check_egress_lists`], before anything is looked
     /// up): a secret's placeholder sent where it does not belong, or its real value sent to
     /// any host but its own, is refused, in monitor mode too (`crate::secrets`). The plan of
     /// a request that passes is what [`Gate::decide_with`] carries on to the forward.

@@ -278,12 +278,17 @@ async fn send_then_approve(
         entry: Entry::Forward,
         admitted,
     };
-    if let Err(blocked) = gate.check_egress(&req) {
+    // As the proxy's egress step (`proxy::hold::check_egress`): the secrets, then the lists.
+    let secrets = match gate.check_secrets(&req) {
+        Ok(plan) => plan,
+        Err(blocked) => return Ended::Block(*blocked),
+    };
+    if let Err(blocked) = gate.check_egress_lists(&req) {
         return Ended::Block(*blocked);
     }
     // The network guard runs between the two phases: from here on the vetted addresses are known.
     let req = GateRequest { addresses: request.addresses, ..req };
-    match (gate.decide(req).await, approval) {
+    match (gate.decide_with(req, Some(secrets)).await, approval) {
         (Verdict::Block(blocked), Some(approval)) if blocked.needs_approval() => {
             gate.approved(blocked, approval, &req).await.into()
         }
