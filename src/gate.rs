@@ -217,7 +217,7 @@ impl Gate {
 
     /// Phases `load_policies`, `evaluate`, `check_limits`: decides one request. The agent's
     /// egress lists come first (a refused host loads no policy); in enforce mode
-    /// [`Gate::check_egress`] has refused such a host already, so here they decide monitor
+    /// [`Gate::check_egress_lists`] has refused such a host already, so here they decide monitor
     /// mode's `would_deny` and a denylist CIDR that the vetted addresses fall in.
     pub fn decide<'g>(&'g self, req: GateRequest<'g>) -> impl Future<Output = Verdict> + 'g {
         self.decide_with(req, None)
