@@ -367,7 +367,11 @@ impl DecisionRecord {
         if self.line == Line::Completion {
             self.line = Line::End;
         }
-        self.usage.extend(usage);
+        if self.usage.is_empty() {
+            self.usage = usage;
+        } else {
+            self.usage.extend(usage);
+        }
     }
 
     /// The `event.type` of this line (see [`Line`]).

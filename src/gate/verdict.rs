@@ -5,6 +5,7 @@
 //!
 //! Never: decides (the phases in `gate.rs` do), or writes a response or the log.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use http::HeaderMap;
@@ -247,10 +248,18 @@ impl Permitted {
 }
 
 /// The field lines of header `name` combined into one value (RFC 9110 §5.3); `None` when
-/// absent. A line that is not visible ASCII states nothing.
-fn combined(headers: &HeaderMap, name: &str) -> Option<String> {
-    let lines: Vec<&str> = headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).collect();
-    (!lines.is_empty()).then(|| lines.join(", "))
+/// absent. A line that is not visible ASCII states nothing. One line (the usual case) is
+/// read where it lies.
+fn combined<'h>(headers: &'h HeaderMap, name: &str) -> Option<Cow<'h, str>> {
+    let mut lines = headers.get_all(name).iter().filter_map(|v| v.to_str().ok());
+    let first = lines.next()?;
+    let Some(second) = lines.next() else { return Some(Cow::Borrowed(first)) };
+    let mut joined = [first, second].join(", ");
+    for line in lines {
+        joined.push_str(", ");
+        joined.push_str(line);
+    }
+    Some(Cow::Owned(joined))
 }
 
 /// `url` without the parts of its target a secret was found in (`places`): with one in the
@@ -426,7 +435,11 @@ mod tests {
         headers.append("content-usage", http::HeaderValue::from_static("search=y"));
         headers.append("content-usage", http::HeaderValue::from_static("train-ai=n"));
         assert_eq!(combined(&headers, "content-usage").as_deref(), Some("search=y, train-ai=n"));
+        headers.append("content-usage", http::HeaderValue::from_static("ai-input=y"));
+        assert_eq!(combined(&headers, "content-usage").as_deref(), Some("search=y, train-ai=n, ai-input=y"));
         assert_eq!(combined(&headers, "tdm-reservation"), None);
+        headers.append("tdm-reservation", http::HeaderValue::from_static("1"));
+        assert_eq!(combined(&headers, "tdm-reservation").as_deref(), Some("1"));
     }
 
     #[test]

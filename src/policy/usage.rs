@@ -18,6 +18,7 @@ pub mod vocab;
 use super::Reason;
 use super::code::{Advice, UsageCode};
 use serde::Serialize;
+use std::borrow::Cow;
 use std::fmt;
 
 pub use self::decide::{Undeclared, UsageVerdict, decide};
@@ -32,6 +33,23 @@ pub const TRAIN_AI: &str = "train-ai";
 pub const SEARCH: &str = "search";
 /// Use as input to a model when answering (Content-Signal `ai-input`).
 pub const AI_INPUT: &str = "ai-input";
+
+/// A label or value as a site wrote it. The vocabulary's own words are shared statics
+/// ([`word`]), so a preference that states them costs no copy on the request path.
+pub type Word = Cow<'static, str>;
+
+/// The words sites write most: the labels of every dialect and the values that mean
+/// something.
+const WORDS: [&str; 13] =
+    [TRAIN_AI, SEARCH, AI_INPUT, "ai-train", "tdm-reservation", "tdm-policy", "y", "n", "yes", "no", "?1", "0", "1"];
+
+/// `text` as a [`Word`]: one of the common words borrowed, anything else copied.
+pub fn word(text: &str) -> Word {
+    match WORDS.into_iter().find(|known| *known == text) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(text.to_owned()),
+    }
+}
 
 /// Where a stated preference comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -109,12 +127,12 @@ pub struct Preference {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// The label as the site wrote it (`ai-train`, `train-ai`, `tdm-reservation`).
-    pub label: String,
+    pub label: Word,
     /// The vocabulary purpose the label stands for (U2); none for an unknown label.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub purpose: Option<&'static str>,
     /// The value as the site wrote it (`n`, `no`, `1`, `"n"`).
-    pub value: String,
+    pub value: Word,
     /// What the value means.
     pub stance: Stance,
 }
@@ -133,7 +151,7 @@ pub fn refusal_reasons(verdict: &UsageVerdict) -> Vec<Reason> {
     verdict
         .refusing()
         .map(|pref| {
-            let purpose = pref.purpose.unwrap_or(pref.label.as_str());
+            let purpose = pref.purpose.unwrap_or(&pref.label);
             let at = pref.path.as_deref().map(|p| format!(" for {p}")).unwrap_or_default();
             let rule = format!(
                 "{}{at} says {}={}: the site refuses use for {purpose}; other purposes may be fine",

@@ -47,17 +47,14 @@ impl UsageVerdict {
 
 /// Decides `applied` for an agent declaring `declared`.
 pub fn decide<S: AsRef<str>>(declared: &[S], undeclared: Undeclared, applied: Vec<Preference>) -> UsageVerdict {
-    let purposes: Vec<&str> = if declared.is_empty() && undeclared == Undeclared::Deny {
-        LABELS.to_vec()
-    } else {
-        declared.iter().map(AsRef::as_ref).collect()
+    // Read in place, never collected: this runs for every response that states a preference.
+    let every_label = declared.is_empty() && undeclared == Undeclared::Deny;
+    let refuses_declared = |pref: &Preference| match every_label {
+        true => LABELS.into_iter().any(|label| pref.refuses(label)),
+        false => declared.iter().any(|purpose| pref.refuses(purpose.as_ref())),
     };
-    let refusing: Vec<usize> = applied
-        .iter()
-        .enumerate()
-        .filter(|(_, pref)| purposes.iter().any(|purpose| pref.refuses(purpose)))
-        .map(|(i, _)| i)
-        .collect();
+    let refusing: Vec<usize> =
+        applied.iter().enumerate().filter(|(_, pref)| refuses_declared(pref)).map(|(i, _)| i).collect();
     let refused_purposes =
         LABELS.into_iter().filter(|label| refusing.iter().any(|&i| applied[i].refuses(label))).collect();
     UsageVerdict { applied, refusing, refused_purposes }
@@ -81,7 +78,7 @@ mod tests {
         let verdict = decide(&[TRAIN_AI], Undeclared::Record, site());
         assert!(verdict.is_refused());
         assert_eq!(verdict.refused_purposes, vec![TRAIN_AI]);
-        let reasons: Vec<(&str, &str)> = verdict.refusing().map(|p| (p.label.as_str(), p.value.as_str())).collect();
+        let reasons: Vec<(&str, &str)> = verdict.refusing().map(|p| (&*p.label, &*p.value)).collect();
         assert_eq!(reasons, vec![("train-ai", "n")]);
         assert_eq!(verdict.applied.len(), 3, "every preference is kept");
     }

@@ -92,7 +92,7 @@ mod tests {
         let req = view(&headers, agent, path);
         preferences(&state.usage_lines(&req), path)
             .into_iter()
-            .map(|p| (p.line.unwrap_or(0), p.label, p.value, p.stance))
+            .map(|p| (p.line.unwrap_or(0), p.label.into_owned(), p.value.into_owned(), p.stance))
             .collect()
     }
 

@@ -13,7 +13,7 @@
 //!
 //! Never: fetches (the fetcher does; 4xx or unreachable = no preference, U5) or decides.
 
-use super::{Preference, Stance, TRAIN_AI, Undeclared, UsageSource};
+use super::{Preference, Stance, TRAIN_AI, Undeclared, UsageSource, Word, word};
 use crate::policy::code::Source;
 use crate::policy::pattern::{Pattern, normalize};
 use crate::policy::text::sha256_hex;
@@ -99,21 +99,21 @@ impl TdmRep {
         );
         let Some((index, entry)) = best else { return Vec::new() };
         let line = u32::try_from(index + 1).ok();
-        let at = |label: &str, value: String, stance: Stance, purpose: Option<&'static str>| Preference {
+        let at = |label: &'static str, value: Word, stance: Stance, purpose: Option<&'static str>| Preference {
             source: UsageSource::TdmrepJson,
             line,
             path: Some(entry.written.clone()),
-            label: label.to_string(),
+            label: Word::Borrowed(label),
             purpose,
             value,
             stance,
         };
         let mut prefs = Vec::with_capacity(2);
         if let Some(reservation) = entry.reservation {
-            prefs.push(at("tdm-reservation", reservation.to_string(), stance(reservation), Some(TRAIN_AI)));
+            prefs.push(at("tdm-reservation", word(&reservation.to_string()), stance(reservation), Some(TRAIN_AI)));
         }
         if let Some(policy) = &entry.policy {
-            prefs.push(at("tdm-policy", policy.clone(), Stance::None, None));
+            prefs.push(at("tdm-policy", Word::Owned(policy.clone()), Stance::None, None));
         }
         prefs
     }
@@ -121,13 +121,16 @@ impl TdmRep {
 
 /// The preferences of the `tdm-reservation` and `tdm-policy` response headers.
 pub fn header_preferences(reservation: Option<&str>, policy: Option<&str>) -> Vec<Preference> {
-    let at = |label: &str, value: &str, stance: Stance, purpose: Option<&'static str>| Preference {
+    if reservation.is_none() && policy.is_none() {
+        return Vec::new();
+    }
+    let at = |label: &'static str, value: &str, stance: Stance, purpose: Option<&'static str>| Preference {
         source: UsageSource::HeaderTdm,
         line: None,
         path: None,
-        label: label.to_string(),
+        label: Word::Borrowed(label),
         purpose,
-        value: value.to_string(),
+        value: word(value),
         stance,
     };
     let mut prefs = Vec::with_capacity(2);
@@ -313,7 +316,10 @@ mod tests {
 
     fn summary(path: &str) -> Vec<(Option<u32>, String, String, Stance)> {
         let file = TdmRep::parse(FILE.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
-        file.preferences(path).into_iter().map(|p| (p.line, p.label, p.value, p.stance)).collect()
+        file.preferences(path)
+            .into_iter()
+            .map(|p| (p.line, p.label.into_owned(), p.value.into_owned(), p.stance))
+            .collect()
     }
 
     #[test]

@@ -10,8 +10,10 @@
 //!
 //! Never: decides; says which source a dictionary came from (callers stamp that).
 
-use super::{AI_INPUT, Preference, SEARCH, Stance, TRAIN_AI, UsageSource, known_label};
-use sfv::{BareItem, Dictionary, ListEntry, Parser};
+use super::{AI_INPUT, Preference, SEARCH, Stance, TRAIN_AI, UsageSource, Word, known_label, word};
+use sfv::visitor::{DictionaryVisitor, EntryVisitor, Ignored, InnerListVisitor, ItemVisitor, ParameterVisitor};
+use sfv::{BareItem, BareItemFromInput, KeyRef, Parser};
+use std::convert::Infallible;
 use std::fmt;
 
 /// Which syntax a value is written in.
@@ -27,11 +29,11 @@ pub enum Dialect {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stated {
     /// The key as written.
-    pub label: String,
+    pub label: Word,
     /// The vocabulary purpose it stands for (U2), if any.
     pub purpose: Option<&'static str>,
     /// The value in RFC 9651 serialisation (`n`, `"n"`, `?1`, `(a b)`).
-    pub value: String,
+    pub value: Word,
     /// What it means.
     pub stance: Stance,
 }
@@ -64,35 +66,16 @@ impl fmt::Display for MalformedPreferences {
 impl std::error::Error for MalformedPreferences {}
 
 /// Parses a statement of preference in `dialect`, in dictionary order (a repeated key at
-/// the position of its first occurrence, with its last value).
+/// the position of its first occurrence, with its last value). `sfv` parses and hands each
+/// member to [`Members`] as it goes: no dictionary is built, and the vocabulary's words are
+/// not copied ([`word`]).
 pub fn parse(value: &str, dialect: Dialect) -> Result<Vec<Stated>, MalformedPreferences> {
-    let dictionary: Dictionary = Parser::new(value.trim()).parse().map_err(|error| MalformedPreferences {
+    let members = Members { dialect, stated: Vec::new() };
+    Parser::new(value.trim()).parse_dictionary_with_visitor(members).map_err(|error| MalformedPreferences {
         value: value.to_string(),
         why: error.to_string(),
         dialect,
-    })?;
-    Ok(dictionary
-        .iter()
-        .map(|(key, entry)| {
-            let label = key.as_str();
-            let token = match entry {
-                ListEntry::Item(item) => item.bare_item.as_token().map(|t| t.as_str()),
-                ListEntry::InnerList(_) => None,
-            };
-            let stance = match (dialect, token) {
-                (Dialect::Aipref, Some("y")) | (Dialect::ContentSignal, Some("yes")) => Stance::Allow,
-                (Dialect::Aipref, Some("n")) | (Dialect::ContentSignal, Some("no")) => Stance::Refuse,
-                _ => Stance::None,
-            };
-            let purpose = purpose_of(label, dialect);
-            Stated {
-                label: label.to_string(),
-                purpose,
-                value: render(entry),
-                stance: if purpose.is_some() { stance } else { Stance::None },
-            }
-        })
-        .collect())
+    })
 }
 
 /// The preferences of a `Content-Usage` response header (attach §3); a malformed value
@@ -124,14 +107,99 @@ fn purpose_of(label: &str, dialect: Dialect) -> Option<&'static str> {
     }
 }
 
-/// A member's value in RFC 9651 serialisation, parameters left out (they carry no meaning).
-fn render(entry: &ListEntry) -> String {
-    match entry {
-        ListEntry::Item(item) => render_bare(&item.bare_item),
-        ListEntry::InnerList(list) => {
-            let items: Vec<String> = list.items.iter().map(|item| render_bare(&item.bare_item)).collect();
-            format!("({})", items.join(" "))
-        }
+/// The members of a dictionary as `sfv` parses them (RFC 9651 §4.2.2: a repeated key keeps
+/// its first position and takes the last value).
+struct Members {
+    dialect: Dialect,
+    stated: Vec<Stated>,
+}
+
+impl<'de> DictionaryVisitor<'de> for Members {
+    type Out = Vec<Stated>;
+    type Error = Infallible;
+
+    fn entry(&mut self, key: &'de KeyRef) -> Result<impl EntryVisitor<'de>, Infallible> {
+        let label = key.as_str();
+        let index = match self.stated.iter().position(|stated| stated.label == label) {
+            Some(index) => index,
+            None => {
+                let purpose = purpose_of(label, self.dialect);
+                let value = Word::Borrowed("");
+                self.stated.push(Stated { label: word(label), purpose, value, stance: Stance::None });
+                self.stated.len() - 1
+            }
+        };
+        Ok(Member { stated: &mut self.stated[index], dialect: self.dialect })
+    }
+
+    fn finish(self) -> Result<Vec<Stated>, Infallible> {
+        Ok(self.stated)
+    }
+}
+
+/// One member's value, written into its [`Stated`].
+struct Member<'a> {
+    stated: &'a mut Stated,
+    dialect: Dialect,
+}
+
+impl<'de> EntryVisitor<'de> for Member<'_> {
+    type Error = Infallible;
+
+    fn item(self) -> Result<impl ItemVisitor<'de>, Infallible> {
+        Ok(move |item: BareItemFromInput<'de>| {
+            let token = match &item {
+                BareItemFromInput::Token(token) => Some(token.as_str()),
+                _ => None,
+            };
+            let stance = match (self.dialect, token) {
+                (Dialect::Aipref, Some("y")) | (Dialect::ContentSignal, Some("yes")) => Stance::Allow,
+                (Dialect::Aipref, Some("n")) | (Dialect::ContentSignal, Some("no")) => Stance::Refuse,
+                _ => Stance::None,
+            };
+            self.stated.stance = if self.stated.purpose.is_some() { stance } else { Stance::None };
+            self.stated.value = render(item);
+            Ok::<_, Infallible>(Ignored)
+        })
+    }
+
+    fn inner_list(self) -> Result<impl InnerListVisitor<'de>, Infallible> {
+        self.stated.stance = Stance::None;
+        Ok(InnerList { stated: self.stated, items: String::new() })
+    }
+}
+
+/// An inner list's items, rendered `(a b)` into its member's value once it ends.
+struct InnerList<'a> {
+    stated: &'a mut Stated,
+    items: String,
+}
+
+impl<'de> InnerListVisitor<'de> for InnerList<'_> {
+    type Error = Infallible;
+
+    fn item(&mut self) -> Result<impl ItemVisitor<'de>, Infallible> {
+        Ok(|item: BareItemFromInput<'de>| {
+            if !self.items.is_empty() {
+                self.items.push(' ');
+            }
+            self.items.push_str(&render(item));
+            Ok::<_, Infallible>(Ignored)
+        })
+    }
+
+    fn finish(self) -> Result<impl ParameterVisitor<'de>, Infallible> {
+        self.stated.value = Word::Owned(format!("({})", self.items));
+        Ok(Ignored)
+    }
+}
+
+/// An item's value in RFC 9651 serialisation, parameters left out (they carry no meaning).
+fn render(item: BareItemFromInput<'_>) -> Word {
+    match item {
+        BareItemFromInput::Token(token) => word(token.as_str()),
+        BareItemFromInput::Boolean(true) => Word::Borrowed("?1"),
+        item => Word::Owned(render_bare(&BareItem::from(item))),
     }
 }
 
@@ -157,7 +225,7 @@ mod tests {
         parse(value, dialect)
             .unwrap_or_else(|e| panic!("{e}"))
             .into_iter()
-            .map(|s| (s.label, s.purpose, s.value, s.stance))
+            .map(|s| (s.label.into_owned(), s.purpose, s.value.into_owned(), s.stance))
             .collect()
     }
 
@@ -265,6 +333,32 @@ mod tests {
         assert_eq!(prefs[0].source, UsageSource::HeaderContentUsage);
         assert!(prefs[0].refuses(TRAIN_AI));
         assert!(header_preferences("train-ai=n search=y").is_empty());
+    }
+
+    #[test]
+    fn values_other_than_tokens_are_kept_in_rfc_9651_serialisation() {
+        assert_eq!(
+            stances("train-ai=(a \"b\");x=1, search=?0, genai=2.5, x=:aGk=:, y=-7, ai-input", Dialect::Aipref),
+            vec![
+                ("train-ai".into(), Some(TRAIN_AI), "(a \"b\")".into(), Stance::None),
+                ("search".into(), Some(SEARCH), "?0".into(), Stance::None),
+                ("genai".into(), None, "2.5".into(), Stance::None),
+                ("x".into(), None, ":2 bytes:".into(), Stance::None),
+                ("y".into(), None, "-7".into(), Stance::None),
+                ("ai-input".into(), Some(AI_INPUT), "?1".into(), Stance::None),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_key_takes_the_last_value_whatever_its_kind() {
+        assert_eq!(
+            stances("train-ai=(n), search=y, train-ai=n, search=\"y\"", Dialect::Aipref),
+            vec![
+                ("train-ai".into(), Some(TRAIN_AI), "n".into(), Stance::Refuse),
+                ("search".into(), Some(SEARCH), "\"y\"".into(), Stance::None),
+            ]
+        );
     }
 
     #[test]
