@@ -97,7 +97,8 @@ pub fn evaluate_with(policies: &Policies, req: &RequestView<'_>, settings: Setti
 }
 
 /// Folds per-source verdicts into a decision. Reasons of the deciding opinion come first.
-/// Each list is allocated once at its final size: this runs on every request.
+/// Each list is allocated at most once, at its final size, and not at all when one source
+/// holds all of it (the usual case for limits and usage): this runs on every request.
 pub(crate) fn combine<const N: usize>(mut verdicts: [SourceVerdict; N]) -> Decision {
     let strongest = verdicts.iter().map(|v| v.opinion).max().unwrap_or(Opinion::NoOpinion);
     let outcome = match strongest {
@@ -107,18 +108,82 @@ pub(crate) fn combine<const N: usize>(mut verdicts: [SourceVerdict; N]) -> Decis
     };
     let deciding = |v: &SourceVerdict| v.opinion == strongest && outcome != Outcome::Allow;
     let blocking = verdicts.iter().filter(|v| deciding(v)).map(|v| v.reasons.len()).sum();
-    let mut reasons = Vec::with_capacity(verdicts.iter().map(|v| v.reasons.len()).sum());
-    let mut limits = Vec::with_capacity(verdicts.iter().map(|v| v.limits.len()).sum());
-    let mut inject_headers = Vec::with_capacity(verdicts.iter().map(|v| v.inject_headers.len()).sum());
-    let mut usage = Vec::new();
-    for v in verdicts.iter_mut().filter(|v| deciding(v)) {
-        reasons.append(&mut v.reasons);
-    }
-    for v in &mut verdicts {
-        reasons.append(&mut v.reasons);
-        limits.append(&mut v.limits);
-        inject_headers.append(&mut v.inject_headers);
-        usage.append(&mut v.usage);
-    }
+    let reasons = if blocking == 0 {
+        gather(&mut verdicts, |v| &mut v.reasons)
+    } else {
+        let mut reasons = Vec::with_capacity(verdicts.iter().map(|v| v.reasons.len()).sum());
+        for v in verdicts.iter_mut().filter(|v| deciding(v)) {
+            reasons.append(&mut v.reasons);
+        }
+        for v in &mut verdicts {
+            reasons.append(&mut v.reasons);
+        }
+        reasons
+    };
+    let limits = gather(&mut verdicts, |v| &mut v.limits);
+    let inject_headers = gather(&mut verdicts, |v| &mut v.inject_headers);
+    let usage = gather(&mut verdicts, |v| &mut v.usage);
     Decision { outcome, reasons, blocking, limits, inject_headers, usage }
+}
+
+/// The `list` of every verdict, in source order: moved whole when one verdict holds all of
+/// it, else allocated once at its final size.
+fn gather<T>(verdicts: &mut [SourceVerdict], list: impl Fn(&mut SourceVerdict) -> &mut Vec<T>) -> Vec<T> {
+    let total = verdicts.iter_mut().map(|v| list(v).len()).sum();
+    if let Some(whole) = verdicts.iter_mut().map(&list).find(|l| l.len() == total) {
+        return std::mem::take(whole);
+    }
+    let mut all = Vec::with_capacity(total);
+    for v in verdicts {
+        all.append(list(v));
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{AgentsMdCode, Limit, RobotsCode};
+
+    fn verdict(opinion: Opinion, rules: &[&str]) -> SourceVerdict {
+        let reasons = rules.iter().map(|rule| Reason::new(RobotsCode::Allow, *rule)).collect();
+        SourceVerdict { opinion, reasons, ..SourceVerdict::no_opinion() }
+    }
+
+    fn rules(decision: &Decision) -> Vec<&str> {
+        decision.reasons.iter().map(|reason| &*reason.rule).collect()
+    }
+
+    #[test]
+    fn every_source_s_reasons_are_kept_in_source_order_the_deciding_ones_first() {
+        let allowed = combine([
+            verdict(Opinion::Allow, &["a", "b"]),
+            verdict(Opinion::NoOpinion, &[]),
+            verdict(Opinion::Allow, &["c"]),
+        ]);
+        assert_eq!((allowed.outcome, allowed.blocking, rules(&allowed)), (Outcome::Allow, 0, vec!["a", "b", "c"]));
+        let alone = combine([verdict(Opinion::NoOpinion, &[]), verdict(Opinion::Allow, &["a", "b"])]);
+        assert_eq!(rules(&alone), vec!["a", "b"]);
+        let denied =
+            combine([verdict(Opinion::Allow, &["a"]), verdict(Opinion::Deny, &["d"]), verdict(Opinion::Allow, &["c"])]);
+        assert_eq!((denied.outcome, denied.blocking, rules(&denied)), (Outcome::Deny, 1, vec!["d", "a", "c"]));
+    }
+
+    #[test]
+    fn every_limit_applies_in_source_order() {
+        let limit = |line| Limit {
+            source: crate::policy::Source::AgentsMd,
+            kind: crate::policy::LimitKind::Concurrent { max: line },
+            scope: crate::policy::LimitScope::Rule { line },
+            reason: Reason::new(AgentsMdCode::ConcurrentSessions, "x").at_line(line),
+        };
+        let with = |lines: &[u32]| SourceVerdict {
+            limits: lines.iter().map(|&l| limit(l)).collect(),
+            ..verdict(Opinion::Allow, &[])
+        };
+        let lines = |decision: Decision| decision.limits.iter().map(|l| l.reason.line).collect::<Vec<_>>();
+        assert_eq!(lines(combine([with(&[]), with(&[3, 4]), with(&[])])), vec![Some(3), Some(4)]);
+        assert_eq!(lines(combine([with(&[1]), with(&[]), with(&[2, 5])])), vec![Some(1), Some(2), Some(5)]);
+        assert_eq!(lines(combine([with(&[]), with(&[])])), Vec::<Option<u32>>::new());
+    }
 }
