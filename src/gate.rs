@@ -226,6 +226,20 @@ impl Gate {
     /// [`Gate::decide`] for a request [`Gate::check_secrets`] checked: its `secrets` plan is
     /// carried to the permit rather than made again (`gate/secrets.rs`).
     pub async fn decide_with(&self, req: GateRequest<'_>, secrets: Option<Plan>) -> Verdict {
+        self.decide_reusing(req, secrets, || None).await
+    }
+
+    /// [`Gate::decide_with`], the record of a request it lets through made of the request's
+    /// undecided record ([`Gate::undecided`]), which `undecided` hands over, rather than of
+    /// the request's text copied once more. It is called once nothing is awaited any more,
+    /// so a decision dropped half-way leaves the caller's record whole (one record per
+    /// request, `proxy/record.rs`); a refusal gets a record of its own, as it may be held.
+    pub async fn decide_reusing(
+        &self,
+        req: GateRequest<'_>,
+        secrets: Option<Plan>,
+        undecided: impl FnOnce() -> Option<DecisionRecord>,
+    ) -> Verdict {
         let agent = req.agent;
         let user_agent = req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok());
         let declared = declared_purposes(req.headers);
@@ -264,10 +278,10 @@ impl Gate {
             decision.reasons.push(admitted.reason(&agent.id));
         }
         let mode = agent.mode(self.mode);
-        // A held request's own approval is in it: its one record keeps the id the queue listed.
-        let mut record = self.record_for(LogOutcome::from(decision.outcome), &req);
-        record.purposes = view.purposes.to_vec();
         if decision.outcome != Outcome::Allow {
+            // A held request's own approval is in it: its one record keeps the id the queue listed.
+            let mut record = self.record_for(LogOutcome::from(decision.outcome), &req);
+            record.purposes = view.purposes.to_vec();
             record.set_reasons(&decision);
             record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
             return match mode {
@@ -280,11 +294,19 @@ impl Gate {
         // Allowed: the decision's parts move into the record, which is all that reads them now.
         let Decision { reasons, mut limits, inject_headers, usage, .. } = decision;
         limits.extend(agent.agent.limits.iter().cloned());
+        let checked = self.spend(&req, &limits).await;
+        // Nothing is awaited from here on: a request let through takes over its undecided record.
+        let undecided = match checked {
+            Ok(_) => undecided().map(|record| self.reissued(record, LogOutcome::Allow, &req)),
+            Err(_) => None,
+        };
+        let mut record = undecided.unwrap_or_else(|| self.record_for(LogOutcome::Allow, &req));
+        record.purposes = view.purposes.to_vec();
         record.reasons = reasons;
         record.limits = limits;
         // What the site said about use is recorded when it allows too (SEMANTICS U6).
         record.usage = usage;
-        self.permit(record, mode, inject_headers, policies, &req, secrets).await
+        self.permitted(record, mode, inject_headers, policies, &req, (secrets, checked))
     }
 
     /// A request held for a human's approval (`Blocked::needs_approval`) that an operator
@@ -297,29 +319,34 @@ impl Gate {
         record.blocking = 0;
         record.approval = Some(approval);
         let mode = req.agent.mode(self.mode);
-        self.permit(record, mode, decision.inject_headers, policies, req, None).await
+        let checked = self.spend(req, &record.limits).await;
+        self.permitted(record, mode, decision.inject_headers, policies, req, (None, checked))
     }
 
-    /// Phase `check_limits` for a request its policies (or a human) allowed: a [`Permitted`]
-    /// holding its slots, or the limit's block (in monitor mode, forwarded as `would_deny`).
-    /// `secrets` is the plan [`Gate::check_secrets`] made, when the caller carried it.
-    async fn permit(
+    /// Phase `check_limits` for a request its policies (or a human) allowed: every limit in
+    /// `limits` checked and spent, and the request body's declared length spent against its
+    /// sending budgets; the concurrency slots and byte budgets it then holds.
+    async fn spend(&self, req: &GateRequest<'_>, limits: &[policy::Limit]) -> Result<Spent, Refused> {
+        let host = req.origin.bare_host();
+        let usage = Usage { agent: &req.agent.id, origin: &req.origin.text(), host };
+        let permit = self.check_limits(usage, limits).await?;
+        let budgets = self.spend_declared(usage, limits, req.headers).await?;
+        Ok((permit, budgets))
+    }
+
+    /// A request its policies (or a human) allowed, once its limits were spent (`checked`): a
+    /// [`Permitted`] holding its slots, or the limit's block (in monitor mode, forwarded as
+    /// `would_deny`). `secrets` is the plan [`Gate::check_secrets`] made, when the caller
+    /// carried it.
+    fn permitted(
         &self,
         mut record: DecisionRecord,
         mode: Mode,
         inject_headers: Vec<(String, String)>,
         policies: Option<Arc<Policies>>,
         req: &GateRequest<'_>,
-        secrets: Option<Plan>,
+        (secrets, checked): (Option<Plan>, Result<Spent, Refused>),
     ) -> Verdict {
-        let host = req.origin.bare_host();
-        let usage = Usage { agent: &req.agent.id, origin: &req.origin.text(), host };
-        let checked = match self.check_limits(usage, &record.limits).await {
-            Ok(permit) => {
-                self.spend_declared(usage, &record.limits, req.headers).await.map(|budgets| (permit, budgets))
-            }
-            Err(refused) => Err(refused),
-        };
         match checked {
             Ok((permit, budgets)) => {
                 // Monitor mode never cuts a body: a crossed budget is for enforce mode.
@@ -443,14 +470,16 @@ impl Gate {
         record.user_agent =
             req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(|ua| self.redacted(ua).into_owned());
         record.instance = Some(Arc::clone(&self.instance));
-        // The first vetted address is the one the connector dials first.
-        record.destination = req.addresses.first().map(|ip| SocketAddr::new(*ip, req.origin.port()));
-        if let Some(Admitted { approval, record: Some(id), .. }) = req.admitted {
-            // A held request a human admitted: however it ends, its one record keeps its id.
-            record.id = *id;
-            record.approval = Some(approval.clone());
-        }
-        record
+        vetted(record, req)
+    }
+
+    /// `record`, which [`Gate::undecided`] made of `req` before its destination was vetted
+    /// and its host admitted, as [`Gate::record_for`] makes it now: stamped now, with
+    /// `outcome`, the destination and the admission; the request's text is not copied again.
+    fn reissued(&self, mut record: DecisionRecord, outcome: LogOutcome, req: &GateRequest<'_>) -> DecisionRecord {
+        record.restamp();
+        record.outcome = outcome;
+        vetted(record, req)
     }
 
     /// Operator rules first (those for every agent and those scoped to `agent`), then the
@@ -504,6 +533,22 @@ impl Gate {
         }
         self.limiter.check_and_spend(usage, limits).await
     }
+}
+
+/// What [`Gate::spend`] leaves a request holding: its concurrency slots and, with byte
+/// budgets, what they count.
+type Spent = (Permit, Option<ByteBudgets>);
+
+/// `record` with what was found out about `req` after it was taken: the first vetted
+/// address, the one the connector dials first; a human's admission of its host.
+fn vetted(mut record: DecisionRecord, req: &GateRequest<'_>) -> DecisionRecord {
+    record.destination = req.addresses.first().map(|ip| SocketAddr::new(*ip, req.origin.port()));
+    if let Some(Admitted { approval, record: Some(id), .. }) = req.admitted {
+        // A held request a human admitted: however it ends, its one record keeps its id.
+        record.id = *id;
+        record.approval = Some(approval.clone());
+    }
+    record
 }
 
 /// The operator's switches of `config` that change what the site files mean: what the gate

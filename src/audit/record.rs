@@ -345,6 +345,13 @@ impl DecisionRecord {
         }
     }
 
+    /// Stamps the record now with a fresh id, as [`new`](Self::new) does: a record made for a
+    /// request before its decision, taken over by the decision.
+    pub fn restamp(&mut self) {
+        self.timestamp = SystemTime::now();
+        self.id = EventId::generate(self.timestamp);
+    }
+
     /// Records `decision`'s reasons, those that decided a block marked as such. A
     /// [`Line::Completion`] becomes a whole `End` line: its decision is no longer the one its
     /// start line holds.

@@ -754,3 +754,41 @@ fn an_unauthenticated_request_is_recorded_with_secret_values_redacted() {
         assert!(!text.to_ascii_lowercase().contains(&value.to_ascii_lowercase()), "{text}");
     }
 }
+
+#[tokio::test]
+async fn a_request_let_through_takes_over_its_undecided_record_as_the_gate_would_have_made_it() {
+    let sites = Sites::new(&[ROBOTS_PRIVATE]);
+    let gate = gate(&config("", ""), &sites);
+    let (request, private) = (get("/open"), get("/private"));
+    let (client, headers, origin) = (request.client(), request.headers(), request.origin());
+    let (url, private_url) = (request.url(), private.url());
+    let agent = gate.identify_agent(client, "GET", &url, &headers).unwrap_or_else(|blocked| panic!("{blocked:?}"));
+    let req = GateRequest {
+        client,
+        agent: &agent,
+        origin: &origin,
+        url: &url,
+        method: "GET",
+        path_and_query: request.path,
+        headers: &headers,
+        addresses: &[],
+        entry: Entry::Forward,
+        admitted: None,
+    };
+    // Made as the proxy makes it: before the network guard vetted the addresses.
+    let undecided = gate.undecided(&req);
+    let req = GateRequest { addresses: VETTED_10, ..req };
+    let made = Ended::from(gate.decide_with(req, None).await).permitted().into_record();
+    let mut handed = Some(undecided.clone());
+    let taken = Ended::from(gate.decide_reusing(req, None, || handed.take()).await).permitted().into_record();
+    assert!(handed.is_none(), "the undecided record was taken");
+    assert_ne!(taken.id, undecided.id, "stamped anew");
+    assert_eq!(taken.destination, made.destination);
+    assert_eq!(DecisionRecord { timestamp: made.timestamp, id: made.id, ..taken }, made);
+    // A refusal may be held for a human: the request keeps its undecided record meanwhile.
+    let refused = GateRequest { url: &private_url, path_and_query: private.path, ..req };
+    let mut handed = Some(undecided);
+    let blocked = Ended::from(gate.decide_reusing(refused, None, || handed.take()).await).blocked();
+    assert_eq!(Seen::of("403", blocked.record(), &sites).blocking, ["robots.disallow", "robots.group"]);
+    assert!(handed.is_some(), "a refusal leaves the undecided record where it was");
+}

@@ -111,9 +111,10 @@ enum Pending {
     /// Nothing the log covers: not routed to an origin yet, or a CONNECT whose tunnel's
     /// requests are each recorded.
     Nothing,
-    /// The gate's decision (a local answer, an approved tunnel), or the record a request that
-    /// reached the gate ends with if nothing decides it.
+    /// The gate's decision (a local answer, an approved tunnel).
     Record(DecisionRecord),
+    /// The record a request that reached the gate ends with if nothing decides it.
+    Undecided(DecisionRecord),
     /// A block, kept whole until written: a CONNECT refused before its `200` answers it
     /// inside its tunnel ([`RequestRecord::answered_inside`]).
     Blocked(Blocked),
@@ -146,7 +147,23 @@ impl RequestRecord {
     /// if it ends before a decision (its host does not resolve, its client hangs up while
     /// the policies load). A later decision replaces it.
     pub(crate) fn undecided(&mut self, record: DecisionRecord) {
-        self.pending = Pending::Record(record);
+        self.pending = Pending::Undecided(record);
+    }
+
+    /// The undecided record, taken out for the gate's permit to be written with instead
+    /// (`Gate::decide_reusing`), which the caller hands back at once ([`permitted`],
+    /// [`forwarding`]); `None` when the request has none.
+    ///
+    /// [`permitted`]: Self::permitted
+    /// [`forwarding`]: Self::forwarding
+    pub(crate) fn take_undecided(&mut self) -> Option<DecisionRecord> {
+        match mem::replace(&mut self.pending, Pending::Nothing) {
+            Pending::Undecided(record) => Some(record),
+            other => {
+                self.pending = other;
+                None
+            }
+        }
     }
 
     /// `record` is the request's: a local answer, an approved CONNECT.
@@ -215,19 +232,30 @@ impl RequestRecord {
     /// # Errors
     /// The 503 answer when the commit failed (the log counted the record as not written, and
     /// nothing is forwarded).
-    pub(crate) async fn forwarding(&mut self, mut permit: Permitted) -> Result<(&Permitted, SentBytes), Exit> {
-        if self.state.audit.on_failure() == OnFailure::Block {
-            permit.set_line(Line::Start);
-            if let Err(unrecorded) = self.state.audit.commit(permit.record()).await {
-                warn!(error = %unrecorded.cause, "decision log unavailable; refusing to forward unaudited");
-                self.pending = Pending::Written;
-                return Err(Exit::Answered(audit_unavailable()));
+    pub(crate) async fn forwarding(&mut self, permit: Permitted) -> Result<(&Permitted, SentBytes), Exit> {
+        // The request's record from here on, while the commit waits too.
+        let held = self.permit.insert(permit);
+        let committed = match self.state.audit.on_failure() {
+            OnFailure::Block => {
+                held.set_line(Line::Start);
+                let committed = self.state.audit.commit(held.record()).await;
+                // Its end line carries what the end adds; the decision is on the start line.
+                held.set_line(Line::Completion);
+                committed
             }
-            // Its end line carries what the end adds; the decision is on the start line.
-            permit.set_line(Line::Completion);
+            OnFailure::Continue => Ok(()),
+        };
+        if let Err(unrecorded) = committed {
+            warn!(error = %unrecorded.cause, "decision log unavailable; refusing to forward unaudited");
+            self.permit = None;
+            self.pending = Pending::Written;
+            return Err(Exit::Answered(audit_unavailable()));
         }
-        let sent = self.sent.insert(SentBytes::new(permit.budgets().cloned())).clone();
-        Ok((self.permit.insert(permit), sent))
+        match &self.permit {
+            Some(permit) => Ok((permit, self.sent.insert(SentBytes::new(permit.budgets().cloned())).clone())),
+            // Not reached: it was put there above, and only a failed commit takes it out.
+            None => Err(Exit::Answered(audit_unavailable())),
+        }
     }
 
     /// Forwarding under `permit` with no commit of its own: a passthrough tunnel, whose one
@@ -389,7 +417,7 @@ impl RequestRecord {
             return Some(Taken::Open(record));
         }
         match mem::replace(&mut self.pending, Pending::Written) {
-            Pending::Record(record) => Some(Taken::Open(record)),
+            Pending::Record(record) | Pending::Undecided(record) => Some(Taken::Open(record)),
             Pending::Blocked(blocked) => Some(Taken::Open(blocked.into_record())),
             Pending::Completed(record) => Some(Taken::Completed(record)),
             Pending::Nothing | Pending::Written => None,
@@ -408,6 +436,10 @@ impl RequestRecord {
             Taken::Open(record) => record,
             Taken::Completed(record) => return Some(record),
         };
+        if record.line == Line::Start {
+            // Dropped while its start line was committed: this line is its whole record.
+            record.line = Line::End;
+        }
         let (message, error_type) =
             if self.drain.is_stopped() { (CUT_OFF, ErrorType::Proxy) } else { (HUNG_UP, ErrorType::Client) };
         debug!(record_id = %record.id, "{message}");

@@ -211,10 +211,21 @@ impl ProxyService {
         self.check_host(record, &context, &request).await?;
         // Held until the request is forwarded: the connector dials these addresses.
         let vetted = check_destination(&self.state, &live, record, gate_request, Ask::Request).await?;
+        let host = named.origin.host();
+        let vetting = Vetting {
+            inspected: live.config.inspect.applies(host, &agent.id),
+            mcp: live.config.mcp.served(host, &agent.id),
+        };
+        // A request forwarded straight after its decision (no body read first, no recording
+        // answering it) is written with its undecided record once the gate lets it through;
+        // the others keep theirs until they are forwarded.
+        let straight = !vetting.inspected && vetting.mcp.is_none() && self.state.record.replay().is_none();
         // Phase `decide`: the gate's verdict, awaited here rather than in a phase function
         // around it, whose future would be one more move of the gate's per request.
         let gate_request = GateRequest { addresses: vetted.addresses(), ..gate_request };
-        let permit = match live.gate.decide_with(gate_request, Some(secrets)).await {
+        let undecided = || if straight { record.take_undecided() } else { None };
+        let verdict = live.gate.decide_reusing(gate_request, Some(secrets), undecided).await;
+        let permit = match verdict {
             Verdict::Forward(permit) => permit,
             Verdict::Block(blocked) if client == Client::Gone => return Err(record.block(blocked, request.headers())),
             Verdict::Block(blocked) => self.hold(&live, record, blocked, gate_request).await?,
@@ -225,11 +236,6 @@ impl ProxyService {
         }
         // A withheld download (C17) is answered like any block: JSON if the agent accepts it.
         let accept = request.headers().get(ACCEPT).cloned();
-        let host = named.origin.host();
-        let vetting = Vetting {
-            inspected: live.config.inspect.applies(host, &agent.id),
-            mcp: live.config.mcp.served(host, &agent.id),
-        };
         let (permit, request, answer_filter) = if vetting.inspected || vetting.mcp.is_some() {
             // Boxed: only inspected and MCP requests pay for the body read's future (the hot
             // path, `docs/request-flow.md`).
