@@ -167,8 +167,8 @@ pub struct Agent {
     pub product_token: Option<String>,
     /// The AGENTS.md trust level (C22).
     pub trust_level: u8,
-    /// Purposes declared in the config (D13).
-    pub purposes: Vec<String>,
+    /// Purposes declared in the config (D13), shared with every record that states them.
+    pub purposes: Arc<[String]>,
     /// This agent's mode, or `None` to follow the global one.
     pub mode: Option<Mode>,
     /// The AGENTS.md identification header value (C24); `None` means the agent id.
@@ -200,7 +200,7 @@ impl Agent {
             id,
             product_token: config.product_token.clone(),
             trust_level: config.trust_level,
-            purposes: config.purposes.clone(),
+            purposes: config.purposes.as_slice().into(),
             mode: config.mode,
             identity: config.identity.clone(),
             limits: operator_limits(config, &name),

@@ -255,7 +255,7 @@ impl Gate {
             // The AGENTS.md identification header carries this value (C24).
             agent_id: agent.header_value(),
             trust_level: agent.agent.trust_level,
-            purposes: declared.as_deref().unwrap_or(&agent.agent.purposes),
+            purposes: declared.as_deref().unwrap_or(&agent.agent.purposes[..]),
             headers: req.headers,
         };
         let (mut decision, policies, admitted) = match self.host_verdict(&req) {
@@ -281,7 +281,7 @@ impl Gate {
         if decision.outcome != Outcome::Allow {
             // A held request's own approval is in it: its one record keeps the id the queue listed.
             let mut record = self.record_for(LogOutcome::from(decision.outcome), &req);
-            record.purposes = view.purposes.to_vec();
+            record.purposes = recorded_purposes(declared.as_deref(), &agent.agent);
             record.set_reasons(&decision);
             record.limits = decision.limits.iter().chain(&agent.agent.limits).cloned().collect();
             return match mode {
@@ -301,7 +301,7 @@ impl Gate {
             Err(_) => None,
         };
         let mut record = undecided.unwrap_or_else(|| self.record_for(LogOutcome::Allow, &req));
-        record.purposes = view.purposes.to_vec();
+        record.purposes = recorded_purposes(declared.as_deref(), &agent.agent);
         record.reasons = reasons;
         record.limits = limits;
         // What the site said about use is recorded when it allows too (SEMANTICS U6).
@@ -585,6 +585,12 @@ fn auth_rule(failure: AuthFailure) -> String {
         }
         AuthFailure::Invalid => "Proxy-Authorization names no [[agents]] entry or carries a wrong token".to_owned(),
     }
+}
+
+/// The purposes a record states: those the request `declared`, else the agent's own, shared
+/// rather than copied.
+fn recorded_purposes(declared: Option<&[String]>, agent: &Agent) -> Arc<[String]> {
+    declared.map_or_else(|| Arc::clone(&agent.purposes), Arc::from)
 }
 
 /// The purposes declared in `agentgate-purpose` (comma-separated, blanks dropped), if sent.

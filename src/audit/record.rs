@@ -225,8 +225,9 @@ pub struct DecisionRecord {
     pub destination: Option<SocketAddr>,
     /// The `User-Agent` header (`user_agent.original`).
     pub user_agent: Option<String>,
-    /// The purposes in effect for the request (`agentgate.purposes`; left out when none).
-    pub purposes: Vec<String>,
+    /// The purposes in effect for the request (`agentgate.purposes`; left out when none),
+    /// shared with the agent's config when it declared them there.
+    pub purposes: Arc<[String]>,
     /// The secrets injected into the request and where, never their values
     /// (`agentgate.secrets`, e.g. `github (header authorization)`; left out when none).
     pub secrets: Vec<String>,
@@ -327,7 +328,7 @@ impl DecisionRecord {
             url: url.into(),
             destination: None,
             user_agent: None,
-            purposes: Vec::new(),
+            purposes: Arc::default(),
             secrets: Vec::new(),
             request_bytes: None,
             status: None,
@@ -490,7 +491,7 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
         map.str(field::USER_AGENT_ORIGINAL, user_agent);
     }
     if decision && !record.purposes.is_empty() {
-        map.array(field::PURPOSES, &record.purposes, |out, purpose| json::string(out, purpose));
+        map.array(field::PURPOSES, record.purposes.iter(), |out, purpose| json::string(out, purpose));
     }
     if decision && !record.secrets.is_empty() {
         map.array(field::SECRETS, &record.secrets, |out, secret| json::string(out, secret));
@@ -822,7 +823,7 @@ mod tests {
         rec.mode = Mode::Monitor;
         rec.duration = Some(Duration::from_micros(1500));
         rec.user_agent = Some("ExampleBot/1.0 \"quoted\"\n".to_owned());
-        rec.purposes = vec!["search".to_owned()];
+        rec.purposes = Arc::from(["search".to_owned()]);
         rec.secrets = vec!["github (header authorization)".to_owned()];
         rec.status = Some(502);
         rec.request_bytes = Some(12);
@@ -920,7 +921,7 @@ mod tests {
         let mut rec = fixed_record();
         rec.outcome = Outcome::Allow;
         rec.user_agent = Some("ExampleBot/1.0".to_owned());
-        rec.purposes = vec!["search".to_owned()];
+        rec.purposes = Arc::from(["search".to_owned()]);
         rec.secrets = vec!["github (header authorization)".to_owned()];
         rec.reasons = vec![Reason::new(OperatorCode::Allow, "host = example.com")];
         rec.limits = vec![Limit {

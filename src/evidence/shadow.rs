@@ -190,7 +190,7 @@ fn replay(
         user_agent: agent.product_token.clone(),
         agent: Some(record.agent().to_owned()),
         trust_level: agent.trust_level,
-        purposes: if logged.is_empty() { agent.purposes.clone() } else { logged },
+        purposes: if logged.is_empty() { agent.purposes.to_vec() } else { logged },
         headers: text(field::USER_AGENT_ORIGINAL).map(|ua| format!("User-Agent: {ua}")).into_iter().collect(),
         method: method.to_owned(),
         url: url.to_owned(),

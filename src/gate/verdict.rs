@@ -105,7 +105,7 @@ impl Permitted {
             combined(response_headers, "tdm-policy").as_deref(),
         );
         if !stated.is_empty() {
-            let usage = usage::decide(&self.record.purposes, self.undeclared, stated);
+            let usage = usage::decide(&self.record.purposes[..], self.undeclared, stated);
             blocking.extend(usage::refusal_reasons(&usage));
             self.record.add_usage(usage.applied);
         }
