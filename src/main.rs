@@ -392,7 +392,7 @@ fn run_explain(args: ExplainArgs, out: &mut impl Write) -> anyhow::Result<ExitCo
             request.user_agent = request.user_agent.or_else(|| agent.product_token.clone());
             request.trust_level = args.trust_level.unwrap_or(agent.trust_level);
             if request.purposes.is_empty() {
-                request.purposes.clone_from(&agent.purposes);
+                request.purposes = agent.purposes.to_vec();
             }
             match explain::explain_operator(&request, &operator) {
                 Ok(Some(explanation)) => Ok(explanation),
