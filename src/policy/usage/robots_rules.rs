@@ -12,7 +12,7 @@
 
 use super::vocab::{self, Dialect, MalformedPreferences};
 use super::{Preference, UsageSource};
-use crate::policy::pattern::{Pattern, normalize};
+use crate::policy::pattern::{Pattern, normalized_path};
 use crate::policy::robots::{UsageKey, UsageLine};
 
 /// A `Content-Usage` line split into its path (`/` when absent) and its statement.
@@ -37,7 +37,7 @@ pub fn statement(line: &UsageLine) -> Result<Vec<vocab::Stated>, MalformedPrefer
 /// The preferences the selected group's lines state for `path` (path and query, as
 /// requested), in file order; malformed lines contribute nothing.
 pub fn preferences(lines: &[&UsageLine], path: &str) -> Vec<Preference> {
-    let path = normalize(path);
+    let path = normalized_path(path);
     let usage_rules: Vec<(&UsageLine, Pattern)> = lines
         .iter()
         .filter(|line| line.key == UsageKey::ContentUsage)

@@ -15,7 +15,7 @@
 
 use super::{Preference, Stance, TRAIN_AI, Undeclared, UsageSource, Word, word};
 use crate::policy::code::Source;
-use crate::policy::pattern::{Pattern, normalize};
+use crate::policy::pattern::{Pattern, normalized_path};
 use crate::policy::text::sha256_hex;
 use crate::policy::{
     Diagnostic, FetchOutcome, Opinion, PolicyReport, PolicyStatus, RequestView, Settings, SourceVerdict, Weigh,
@@ -89,7 +89,7 @@ impl TdmRep {
 
     /// The preferences of the most specific entry matching `path` (path and query).
     pub fn preferences(&self, path: &str) -> Vec<Preference> {
-        let path = normalize(path);
+        let path = normalized_path(path);
         let best = self.entries.iter().enumerate().filter(|(_, entry)| entry.location.matches_normalized(&path)).fold(
             None::<(usize, &Entry)>,
             |best, (index, entry)| match best {
