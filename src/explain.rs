@@ -172,8 +172,8 @@ impl Operator {
         })?;
         Ok(Operator {
             agent: std::sync::Arc::clone(agent),
-            rules: crate::gate::operator_rules(config),
-            settings: crate::gate::policy_settings(config),
+            rules: config.operator_rules(),
+            settings: config.policy_settings(),
         })
     }
 

@@ -116,7 +116,7 @@ pub fn shadow(files: &[PathBuf], config: &Config, archive_dir: &Path) -> Result<
     let (records, _) = records(files)?;
     let mut report = ShadowReport::default();
     let mut operators: HashMap<String, Operator> = HashMap::new();
-    let settings = crate::gate::policy_settings(config);
+    let settings = config.policy_settings();
     for record in &records {
         let before = record.outcome();
         if !matches!(before, "allow" | "deny" | "would_deny" | "needs_approval") {

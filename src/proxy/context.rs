@@ -91,7 +91,7 @@ impl ProxyState {
     /// it replaces. `config` must keep the settings that need a restart as they run.
     pub(crate) fn reconfigure(&self, config: Arc<Config>, keys: &crate::signing::Keys) {
         self.guard.policy().set_network(&config.network);
-        let gate = self.live.load().gate.reconfigured(&config, keys);
+        let gate = self.live.load().gate.reconfigured(config.gate_settings(keys));
         self.live.store(Arc::new(Generation { config, gate }));
     }
 

@@ -134,7 +134,7 @@ impl Proxy {
         let keys =
             crate::signing::Keys::load(&config.ca.dir, crate::agents::signing_tables(&config.agent, &config.agents))
                 .map_err(|source| StartError::Signing { source })?;
-        let gate = Gate::new(&config, cache.clone(), Arc::clone(&limiter)).signing_with(&config, &keys);
+        let gate = Gate::new(config.gate_settings(&keys), cache.clone(), Arc::clone(&limiter));
         Ok(Proxy { config, certs, upstream, guard, gate, ca_cert_path, cache, metrics, limiter, record })
     }
 
