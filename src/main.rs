@@ -7,12 +7,13 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use agentgate::app::Proxy;
 use agentgate::config::Config;
 use agentgate::error_chain::error_chain;
 use agentgate::explain::{self, ExplainRequest};
 use agentgate::lint;
 use agentgate::policy::{FORMATS, FormatInfo};
-use agentgate::proxy::{Proxy, shutdown_signal};
+use agentgate::proxy::shutdown_signal;
 use agentgate::reload::ConfigSource;
 use agentgate::tls::{self, CertificateAuthority};
 
