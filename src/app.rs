@@ -17,17 +17,20 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tracing::{debug, info};
 
-use crate::admin::AdminServer;
+use std::sync::atomic::AtomicBool;
+
+use crate::admin::{AdminAccess, AdminServer, AdminState, LiveAgents};
 use crate::approvals::{Approvals, Fleet};
 use crate::archive::PolicyArchive;
 use crate::audit::{AuditLog, instance_name};
 use crate::config::Config;
+use crate::explain::Operator;
 use crate::fetch::{CacheSettings, CacheStore, PolicyCache, PolicyTransport};
 use crate::gate::Gate;
 use crate::limits::Limiter;
 use crate::metrics::{Metrics, UpstreamMetrics};
 use crate::net::{AddressPolicy, Dial, Guard, Resolve, SystemResolver, TcpDialer};
-use crate::proxy::{GuardedConnector, Listeners, ProxyState, StartError, Upstream};
+use crate::proxy::{Admission, GuardedConnector, Listeners, ProxyState, StartError, Upstream};
 use crate::record::Session;
 use crate::reload::{ConfigSource, Reloader};
 use crate::signing::Keys;
@@ -179,7 +182,9 @@ impl Proxy {
         let mut state = ProxyState::new(config, certs, upstream, guard, gate, audit, metrics).with_approvals(approvals);
         state.record = record;
         let state = Arc::new(state);
-        let listeners = Listeners { state, audit_writer, listener, local_addr, admin, transparent, cache };
+        let admission = Admission::new(&state.config.connections);
+        let admin = admin.map(|server| (server, admin_state(&state, cache, &admission)));
+        let listeners = Listeners { state, audit_writer, listener, local_addr, admin, admission, transparent };
         Ok(RunningProxy { listeners, ca_cert_path })
     }
 }
@@ -215,7 +220,7 @@ impl RunningProxy {
     /// The address the admin API listens on (the real port when `[admin] listen` had port
     /// 0); `None` when it is off.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.listeners.admin.as_ref().map(AdminServer::local_addr)
+        self.listeners.admin.as_ref().map(|(server, _)| server.local_addr())
     }
 
     /// Serves until `shutdown` completes, then stops accepting and lets in-flight requests,
@@ -224,6 +229,32 @@ impl RunningProxy {
     /// is done and the decision log is flushed.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) {
         self.listeners.run_until(shutdown).await;
+    }
+}
+
+/// What the admin API is given of the running proxy: its shared parts, the `[admin]` and
+/// `[audit]` tables it started with, and the agents and the operator's side of `/explain`,
+/// read from the generation in force at each call (a reload swaps them).
+fn admin_state(state: &Arc<ProxyState>, cache: PolicyCache, admission: &Arc<Admission>) -> AdminState {
+    let admission = Arc::clone(admission);
+    let (agents, operator, limiter) = (Arc::clone(state), Arc::clone(state), Arc::clone(state));
+    AdminState {
+        agents: Box::new(move || {
+            let config = &agents.generation().config;
+            LiveAgents { mode: config.mode, default: config.agent.clone(), agents: config.agents.clone() }
+        }),
+        operator: Box::new(move |id| Operator::new(&operator.generation().config, id)),
+        log: state.config.audit.clone(),
+        limits_store_failures: Box::new(move || limiter.generation().gate.limits_store_failures()),
+        cache,
+        audit: state.audit.clone(),
+        metrics: Arc::clone(&state.metrics),
+        certs: state.certs.clone(),
+        connections: Box::new(move || admission.open_connections() as u64),
+        access: AdminAccess::new(&state.config.admin),
+        approvals: state.approvals.clone(),
+        draining: AtomicBool::new(false),
+        streams: Default::default(),
     }
 }
 

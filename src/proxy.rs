@@ -38,6 +38,7 @@ mod tunnel;
 mod upstream;
 
 pub use config::{ConnectionsConfig, MitmConfig, ParentConnect, TransparentConfig, UpstreamConfig};
+pub(crate) use conn::Admission;
 pub(crate) use context::ProxyState;
 pub use error::{ProxyError, StartError, TunnelError};
 pub(crate) use listener::Listeners;

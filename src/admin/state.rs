@@ -8,17 +8,26 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::access::AdminAccess;
 use super::stream::Streams;
+use crate::agents::AgentConfig;
 use crate::approvals::Approvals;
-use crate::audit::AuditLog;
-use crate::config::Config;
+use crate::audit::{AuditConfig, AuditLog};
+use crate::explain::{ExplainError, Operator};
 use crate::fetch::PolicyCache;
 use crate::metrics::{Metrics, Scraped};
+use crate::policy::operator::Mode;
 use crate::tls::LeafCertCache;
 
 /// What the admin API reads: the proxy's own parts, shared, never a copy of its state.
 pub(crate) struct AdminState {
-    /// The configuration in force (a reload swaps it: `crate::reload`).
-    pub(crate) config: Box<dyn Fn() -> Arc<Config> + Send + Sync>,
+    /// The agents as the config in force has them (a reload swaps it: `crate::reload`), for
+    /// `/agents` and `/explain`.
+    pub(crate) agents: Box<dyn Fn() -> LiveAgents + Send + Sync>,
+    /// The operator's side of `/explain` for agent `id` (`None`: `[agent]`) under the config
+    /// in force: the agent, the operator's rules and the switches of the site files.
+    pub(crate) operator: Box<dyn Fn(Option<&str>) -> Result<Operator, ExplainError> + Send + Sync>,
+    /// `[audit]` as the decision log was opened with (it needs a restart): the files
+    /// `/report` reads.
+    pub(crate) log: AuditConfig,
     /// The policy cache the gate decides with.
     pub(crate) cache: PolicyCache,
     /// The decision log.
@@ -40,6 +49,16 @@ pub(crate) struct AdminState {
     pub(crate) draining: AtomicBool,
     /// The console's live decision streams, ended when the server stops.
     pub(crate) streams: Streams,
+}
+
+/// The agents of the config in force, as `/agents` lists them and `/explain` finds one.
+pub(crate) struct LiveAgents {
+    /// `mode`: what an agent without its own mode runs in.
+    pub(crate) mode: Mode,
+    /// `[agent]`.
+    pub(crate) default: AgentConfig,
+    /// `[[agents]]`, in file order.
+    pub(crate) agents: Vec<AgentConfig>,
 }
 
 impl AdminState {

@@ -10,7 +10,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -21,9 +20,8 @@ use super::context::ProxyState;
 use super::serve::{ServerProtocols, serve_connection};
 use super::service::ProxyService;
 use super::tunnel;
-use crate::admin::{AdminAccess, AdminServer, AdminState};
+use crate::admin::{AdminServer, AdminState};
 use crate::audit::AuditWriter;
-use crate::fetch::PolicyCache;
 use crate::throttled::Throttled;
 
 /// How long to pause accepting after an accept error (out of file descriptors, say), so the
@@ -41,12 +39,13 @@ pub(crate) struct Listeners {
     pub(crate) listener: TcpListener,
     /// Its address (the real port when `listen` said 0).
     pub(crate) local_addr: SocketAddr,
-    /// The admin API's listener (`[admin] listen`), bound; it serves with the proxy.
-    pub(crate) admin: Option<AdminServer>,
+    /// The admin API's listener (`[admin] listen`), bound, and what it reads of the proxy;
+    /// it serves with the proxy.
+    pub(crate) admin: Option<(AdminServer, AdminState)>,
+    /// The caps on agents' connections (`[connections]`), which the admin API counts too.
+    pub(crate) admission: Arc<Admission>,
     /// `[transparent] listen`, bound: connections the kernel redirected here.
     pub(crate) transparent: Vec<TcpListener>,
-    /// The gate's policy cache, shown and purged by the admin API.
-    pub(crate) cache: PolicyCache,
 }
 
 impl Listeners {
@@ -55,15 +54,14 @@ impl Listeners {
     /// period for all of them; whatever is still running then is closed. Returns when that
     /// is done and the decision log is flushed.
     pub(crate) async fn run_until(self, shutdown: impl Future<Output = ()>) {
-        let Listeners { state, audit_writer, listener, local_addr, admin, transparent, cache } = self;
+        let Listeners { state, audit_writer, listener, local_addr, admin, admission, transparent } = self;
         let drain = DrainController::new();
-        let admission = Admission::new(&state.config.connections);
         // Each stops accepting when draining starts; their connections count in the drain.
         for listener in transparent {
             let (state, admission) = (Arc::clone(&state), Arc::clone(&admission));
             tokio::spawn(tunnel::accept_loop(listener, state, admission, drain.handle()));
         }
-        let admin = admin.map(|server| server.start(admin_state(&state, cache, &admission)));
+        let admin = admin.map(|(server, admin_state)| server.start(admin_state));
         let accept_errors = Throttled::default();
         tokio::pin!(shutdown);
         loop {
@@ -101,25 +99,6 @@ impl Listeners {
         // period): drain the queue to disk.
         let stats = audit_writer.shutdown().await;
         info!(written = stats.written, failed = stats.failed, "decision log closed");
-    }
-}
-
-/// What the admin API reads of the running proxy.
-fn admin_state(state: &Arc<ProxyState>, cache: PolicyCache, admission: &Arc<Admission>) -> AdminState {
-    let admission = Arc::clone(admission);
-    let (live, limiter) = (Arc::clone(state), Arc::clone(state));
-    AdminState {
-        config: Box::new(move || Arc::clone(&live.generation().config)),
-        limits_store_failures: Box::new(move || limiter.generation().gate.limits_store_failures()),
-        cache,
-        audit: state.audit.clone(),
-        metrics: Arc::clone(&state.metrics),
-        certs: state.certs.clone(),
-        connections: Box::new(move || admission.open_connections() as u64),
-        access: AdminAccess::new(&state.config.admin),
-        approvals: state.approvals.clone(),
-        draining: AtomicBool::new(false),
-        streams: Default::default(),
     }
 }
 
