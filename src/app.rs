@@ -24,7 +24,6 @@ use crate::approvals::{Approvals, Fleet};
 use crate::archive::PolicyArchive;
 use crate::audit::{AuditLog, instance_name};
 use crate::config::Config;
-use crate::explain::Operator;
 use crate::fetch::{CacheSettings, CacheStore, PolicyCache, PolicyTransport};
 use crate::gate::Gate;
 use crate::limits::Limiter;
@@ -243,7 +242,7 @@ fn admin_state(state: &Arc<ProxyState>, cache: PolicyCache, admission: &Arc<Admi
             let config = &agents.generation().config;
             LiveAgents { mode: config.mode, default: config.agent.clone(), agents: config.agents.clone() }
         }),
-        operator: Box::new(move |id| Operator::new(&operator.generation().config, id)),
+        operator: Box::new(move |id| operator.generation().config.operator(id)),
         log: state.config.audit.clone(),
         limits_store_failures: Box::new(move || limiter.generation().gate.limits_store_failures()),
         cache,

@@ -27,6 +27,7 @@ use crate::agents::{AgentConfig, Agents, AuthConfig};
 use crate::agents::{agent_problems, holding_tables};
 use crate::approvals::{ApprovalMode, ApprovalsConfig};
 use crate::audit::AuditConfig;
+use crate::explain::{ExplainError, Operator};
 use crate::fetch::CacheConfig;
 use crate::gate::GateSettings;
 use crate::inspect::InspectConfig;
@@ -402,6 +403,23 @@ impl Config {
             instance: crate::audit::instance_name(&self.instance),
             secrets: self.secrets.clone(),
         }
+    }
+
+    /// The operator's side of `agentgate explain --config` (and of the admin API's
+    /// `/explain`, and of `agentgate audit shadow`) for agent `id` (`None`: the `[agent]`
+    /// table): the agent, the operator's rules and the switches, as the gate has them.
+    ///
+    /// # Errors
+    /// [`ExplainError::UnknownAgent`] when no agent of the config has the id.
+    pub fn operator(&self, id: Option<&str>) -> Result<Operator, ExplainError> {
+        let agents = Agents::new(&self.agent, &self.agents, &self.auth);
+        let agent = agents.named(id).ok_or_else(|| {
+            let known: Vec<&str> =
+                std::iter::once(&self.agent).chain(&self.agents).filter_map(|a| a.id.as_deref()).collect();
+            let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+            ExplainError::UnknownAgent { id: id.unwrap_or_default().to_owned(), known }
+        })?;
+        Ok(Operator::new(std::sync::Arc::clone(agent), self.operator_rules(), self.policy_settings()))
     }
 
     /// The operator's switches that change what the site files mean (`[robots]`,

@@ -379,9 +379,9 @@ fn run_explain(args: ExplainArgs, out: &mut impl Write) -> anyhow::Result<ExitCo
     let explained = match args.config {
         None => explain::explain(&request),
         Some(path) => {
-            let operator = Config::load(&path).map_err(|e| e.to_string()).and_then(|config| {
-                explain::Operator::new(&config, request.agent.as_deref()).map_err(|e| e.to_string())
-            });
+            let operator = Config::load(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|config| config.operator(request.agent.as_deref()).map_err(|e| e.to_string()));
             let operator = match operator {
                 Ok(operator) => operator,
                 Err(e) => {

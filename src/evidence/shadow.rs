@@ -127,7 +127,7 @@ pub fn shadow(files: &[PathBuf], config: &Config, archive_dir: &Path) -> Result<
         let operator = match operators.entry(agent.clone()) {
             std::collections::hash_map::Entry::Occupied(found) => found.into_mut(),
             std::collections::hash_map::Entry::Vacant(slot) => {
-                let operator = Operator::new(config, Some(&agent)).or_else(|_| Operator::new(config, None));
+                let operator = config.operator(Some(&agent)).or_else(|_| config.operator(None));
                 match operator {
                     Ok(operator) => slot.insert(operator),
                     Err(error) => return Err(EvidenceError::Config(error.to_string())),
