@@ -5,7 +5,7 @@
 //! Owns: reading `--policy-dir` (each file and its `<file>.headers` sidecar) into the same
 //! [`FetchOutcome`]s the fetcher produces (each file read up to its format's cap plus one
 //! byte, as a fetch reads it, so the oversize rules apply: X6, B23, C4, D15), parsing the target URL into a [`RequestView`],
-//! and rendering the result. Given a config and a configured agent ([`Operator`], `--config
+//! and rendering the result. Given a configured agent ([`Operator`], built by `Config::operator`; `--config
 //! FILE --agent ID` and the admin `/explain`), the operator's side first, as the gate decides
 //! it: the agent's egress lists, then the `[[rules]]` that apply to it and `bypass_hosts`;
 //! when they decide, the site's files are not read. Never: policy semantics (all of that is

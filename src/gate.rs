@@ -118,8 +118,8 @@ impl Entry {
 }
 
 /// What the gate decides with, and nothing else of the config: built from a `Config` by
-/// `Config::gate_settings` (the one conversion, for the running proxy, a reload and the
-/// offline runners alike), so the gate never reads the whole config.
+/// `Config::gate_settings` (the one conversion, at start and at every reload), so the gate
+/// never reads the whole config.
 pub struct GateSettings {
     /// `mode`: the operator's default, which an agent's own `mode` overrides.
     pub mode: Mode,

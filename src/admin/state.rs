@@ -1,5 +1,7 @@
 //! What the admin API reads ([`AdminState`]): the proxy's own parts, shared, never a copy of
-//! its state, and the facts it counts for `/metrics`.
+//! its state; the agents and the operator's side of `/explain` as the config in force has
+//! them ([`LiveAgents`], read at each call); and the facts it counts for `/metrics`. It is
+//! given all of it by the composition root (`crate::app`), never the whole `Config`.
 //!
 //! Never: serves a connection (`super::server`) or answers a request (`super::routes`).
 
@@ -17,7 +19,8 @@ use crate::metrics::{Metrics, Scraped};
 use crate::policy::operator::Mode;
 use crate::tls::LeafCertCache;
 
-/// What the admin API reads: the proxy's own parts, shared, never a copy of its state.
+/// What the admin API reads: the proxy's own parts, shared, never a copy of its state, and
+/// what it is given of the config.
 pub(crate) struct AdminState {
     /// The agents as the config in force has them (a reload swaps it: `crate::reload`), for
     /// `/agents` and `/explain`.
