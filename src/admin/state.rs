@@ -27,7 +27,7 @@ pub(crate) struct AdminState {
     pub(crate) agents: Box<dyn Fn() -> LiveAgents + Send + Sync>,
     /// The operator's side of `/explain` for agent `id` (`None`: `[agent]`) under the config
     /// in force: the agent, the operator's rules and the switches of the site files.
-    pub(crate) operator: Box<dyn Fn(Option<&str>) -> Result<Operator, ExplainError> + Send + Sync>,
+    pub(crate) operator: Box<OperatorOf>,
     /// `[audit]` as the decision log was opened with (it needs a restart): the files
     /// `/report` reads.
     pub(crate) log: AuditConfig,
@@ -53,6 +53,9 @@ pub(crate) struct AdminState {
     /// The console's live decision streams, ended when the server stops.
     pub(crate) streams: Streams,
 }
+
+/// The operator's side for an agent id under the config in force (`Config::operator`).
+pub(crate) type OperatorOf = dyn Fn(Option<&str>) -> Result<Operator, ExplainError> + Send + Sync;
 
 /// The agents of the config in force, as `/agents` lists them and `/explain` finds one.
 pub(crate) struct LiveAgents {
