@@ -168,7 +168,8 @@ impl Reloader {
         }
         if config != **running || rekeyed {
             let config = Arc::new(config);
-            self.state.reconfigure(Arc::clone(&config), &keys);
+            let gate = config.gate_settings(&keys);
+            self.state.reconfigure(Arc::clone(&config), gate);
             *running = config;
             info!(config = %origin, "config reloaded; requests from now on use it");
         } else {

@@ -21,7 +21,7 @@ use crate::approvals::Approvals;
 use crate::audit::AuditLog;
 use crate::config::Config;
 pub(crate) use crate::gate::Entry;
-use crate::gate::Gate;
+use crate::gate::{Gate, GateSettings};
 use crate::metrics::Metrics;
 use crate::net::Guard;
 use crate::tls::LeafCertCache;
@@ -87,11 +87,12 @@ impl ProxyState {
     }
 
     /// Puts `config` in force for every request that starts from now on: the network guard's
-    /// `[network]` lists, then a gate sharing the policy cache and limit counters of the one
-    /// it replaces. `config` must keep the settings that need a restart as they run.
-    pub(crate) fn reconfigure(&self, config: Arc<Config>, keys: &crate::signing::Keys) {
+    /// `[network]` lists, then a gate deciding with `gate` (built from `config`) and sharing
+    /// the policy cache and limit counters of the one it replaces. `config` must keep the
+    /// settings that need a restart as they run.
+    pub(crate) fn reconfigure(&self, config: Arc<Config>, gate: GateSettings) {
         self.guard.policy().set_network(&config.network);
-        let gate = self.live.load().gate.reconfigured(&config, keys);
+        let gate = self.live.load().gate.reconfigured(gate);
         self.live.store(Arc::new(Generation { config, gate }));
     }
 
