@@ -731,6 +731,51 @@ async fn a_sending_budget_shared_through_redis_refuses_the_second_60_kib_upload_
     Ok(())
 }
 
+/// How many times Redis ran `EVALSHA` since it started (`INFO commandstats`): each is one
+/// round trip of a limits check.
+async fn evalsha_calls(redis: &RedisServer) -> TestResult<u64> {
+    let mut connection = redis::Client::open(redis.url())?.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut connection).await?;
+    let Some(line) = info.lines().find(|line| line.starts_with("cmdstat_evalsha:")) else { return Ok(0) };
+    let calls = line.split(['=', ',']).nth(1).ok_or_else(|| format!("no calls= in {line:?}"))?;
+    Ok(calls.parse()?)
+}
+
+/// A request counted by a rate limit and a byte budget asks Redis once: its rates and its
+/// declared body's bytes are spent in one run of the check script, all or none, so four
+/// uploads through the proxy are four `EVALSHA` in Redis's own count (not eight, one for
+/// the rates and one for the bytes). Both are spent, under the keys they always had.
+#[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
+async fn a_request_with_a_rate_limit_and_a_byte_budget_is_one_round_trip_to_redis() -> TestResult {
+    const UPLOADS: u64 = 4;
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let replica = budgeted_replica(&redis.url(), OnFailure::Deny, |limits| {
+        limits.requests_per_minute = 100;
+        limits.sent_bytes_per_hour = 1024 * 1024;
+    });
+    let proxy = TestProxy::start_with(&ca, &replica).await?;
+    let client = client_as(&proxy, "bot", "b-token")?;
+
+    let before = evalsha_calls(&redis).await?;
+    for i in 0..UPLOADS {
+        assert_eq!(upload_60_kib(&client, &origin).await?.status(), 200, "upload {i} is within both");
+    }
+    assert_eq!(evalsha_calls(&redis).await? - before, UPLOADS, "one round trip per request");
+    assert_eq!(origin.hits("/sink"), 4);
+
+    let mut connection = redis::Client::open(redis.url())?.get_multiplexed_async_connection().await?;
+    for key in ["agentgate:rate:100/60000:operator|bot", "agentgate:bytes:sent:1048576/3600:operator|bot"] {
+        let ttl_ms: i64 = redis::cmd("PTTL").arg(key).query_async(&mut connection).await?;
+        assert!(ttl_ms > 0, "{key} is spent in Redis: PTTL {ttl_ms}");
+    }
+    let scraped = scrape(&proxy).await?;
+    assert_eq!(sample(&scraped, "agentgate_limits_store_failures_total", &[]), Some(0.0), "Redis answered");
+    Ok(())
+}
+
 /// A receiving budget is counted in Redis as bodies stream (reserved from Redis a
 /// chunk at a time): a download through one replica spends half of it, and a download
 /// through the other that crosses what is left is cut mid-stream; the client sees an
