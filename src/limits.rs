@@ -597,6 +597,7 @@ mod tests {
         let sent = LimitKind::Bytes { direction: Direction::Sent, bytes: 1000, window_s: 3600 };
         let budget = operator(sent, "limits.sent_bytes_per_hour = 1000");
         let both = [rate.clone(), budget.clone()];
+        let (rate_only, budget_only) = (std::slice::from_ref(&rate), std::slice::from_ref(&budget));
         let body = |length| Declared { length, streams: false };
         let named = |refused: Refused| match refused {
             Refused::Exceeded(exceeded) => exceeded.limit,
@@ -606,22 +607,22 @@ mod tests {
         // a: 900 of the budget spent by a request no rate counts; then 200 more are refused
         // by the budget, and the rate's one request is still there for 100 bytes.
         let a = usage("a");
-        let (_, budgets) = limiter.check_and_spend(a, &[budget.clone()], body(900)).await.expect("900 of 1,000");
+        let (_, budgets) = limiter.check_and_spend(a, budget_only, body(900)).await.expect("900 of 1,000");
         assert!(budgets.is_some(), "the request's budgets are handed back");
         let refused = limiter.check_and_spend(a, &both, body(200)).await.expect_err("100 bytes left");
         assert_eq!(named(refused), budget, "the budget refuses");
         limiter.check_and_spend(a, &both, body(100)).await.expect("the rate was not spent by the refused request");
-        let spent = limiter.check_and_spend(a, &[rate.clone()], body(0)).await.expect_err("now the rate is spent");
+        let spent = limiter.check_and_spend(a, rate_only, body(0)).await.expect_err("now the rate is spent");
         assert_eq!(named(spent), rate);
 
         // b: the rate's one request spent; a request of the whole budget is refused by the
         // rate, and the whole budget is still there.
         let b = usage("b");
-        limiter.check_and_spend(b, &[rate.clone()], body(0)).await.expect("the rate's one request");
+        limiter.check_and_spend(b, rate_only, body(0)).await.expect("the rate's one request");
         let refused = limiter.check_and_spend(b, &both, body(1000)).await.expect_err("the rate is spent");
         assert_eq!(named(refused), rate, "the rate refuses");
-        limiter.check_and_spend(b, &[budget.clone()], body(1000)).await.expect("the budget was not charged");
-        let spent = limiter.check_and_spend(b, &[budget.clone()], body(1)).await.expect_err("now it is spent");
+        limiter.check_and_spend(b, budget_only, body(1000)).await.expect("the budget was not charged");
+        let spent = limiter.check_and_spend(b, budget_only, body(1)).await.expect_err("now it is spent");
         assert_eq!(named(spent), budget);
 
         // A declared body larger than the whole budget never fits: refused before the store
