@@ -56,7 +56,7 @@ use crate::redis_connection::ConnectError;
 mod bytes;
 pub mod redis;
 
-use self::bytes::{Budget, ByteCost, ByteItem, Counted, Spend};
+use self::bytes::{Budget, ByteCost, Counted, Items, Spend};
 pub use self::bytes::{ByteBudgets, Declared, FLOOR_MAX, RESERVE_MIN, RESERVE_SHARE, Spending, floor, reservation};
 pub use self::redis::{OnFailure, RedisConfig, RedisLimiter};
 
@@ -216,17 +216,13 @@ impl Limiter {
         body: Declared,
     ) -> Result<(Permit, Option<ByteBudgets>), Refused> {
         let mut budgets = ByteBudgets::new(self, usage, limits);
-        let items = match &budgets {
-            Some(budgets) => budgets.declared_items(body)?,
-            None => Vec::new(),
-        };
+        let items = budgets.as_ref().map(|budgets| budgets.declared_items(body)).transpose()?.into_iter().flatten();
         let (permit, counted) = match &**self {
             Limiter::Local(local) => {
-                (local.spend_all(usage, limits, &items).map_err(Refused::Exceeded)?, Counted::InStore)
+                (local.spend_all(usage, limits, items).map_err(Refused::Exceeded)?, Counted::InStore)
             }
-            Limiter::Redis(shared) => shared.check_and_spend(usage, limits, &items).await?,
+            Limiter::Redis(shared) => shared.check_and_spend(usage, limits, items).await?,
         };
-        drop(items);
         if let Some(budgets) = &mut budgets {
             budgets.admitted(body, counted);
         }
@@ -254,7 +250,7 @@ impl Limiter {
     /// # Errors
     /// [`Refused::Exceeded`] naming the first budget that has not the bytes left, with when
     /// it will; [`Refused::StoreUnavailable`] when Redis did not answer and `on_failure = "deny"`.
-    async fn spend_bytes(&self, items: &[ByteItem<'_>]) -> Result<Counted, Refused> {
+    async fn spend_bytes<'l>(&self, items: impl Items<'l>) -> Result<Counted, Refused> {
         match self {
             Limiter::Local(local) => {
                 local.spend_items(items).map_err(Refused::Exceeded)?;
@@ -334,7 +330,7 @@ impl<C: Clock + Clone> LocalLimiter<C> {
     /// # Errors
     /// [`Exceeded`] naming the first limit that refused.
     pub fn check_and_spend(&self, usage: Usage<'_>, limits: &[Limit]) -> Result<Permit, Exceeded> {
-        self.spend_all(usage, limits, &[])
+        self.spend_all(usage, limits, std::iter::empty())
     }
 
     /// [`Limiter::check_and_spend`] for this store: concurrency slots taken, then the byte
@@ -343,7 +339,7 @@ impl<C: Clock + Clone> LocalLimiter<C> {
     ///
     /// # Errors
     /// [`Exceeded`] naming the first limit that refused.
-    fn spend_all(&self, usage: Usage<'_>, limits: &[Limit], items: &[ByteItem<'_>]) -> Result<Permit, Exceeded> {
+    fn spend_all<'l>(&self, usage: Usage<'_>, limits: &[Limit], items: impl Items<'l>) -> Result<Permit, Exceeded> {
         self.evict_if_due();
         let mut permit = Permit::default();
         for limit in limits {
@@ -354,7 +350,7 @@ impl<C: Clock + Clone> LocalLimiter<C> {
                 permit.slots.push(slot);
             }
         }
-        self.check_items(items)?;
+        self.check_items(items.clone())?;
         for limit in limits {
             let quota = match limit.kind {
                 LimitKind::Rate { requests, window_s } => (requests, u64::from(window_s.max(1)) * 1000),
@@ -462,6 +458,7 @@ mod tests {
     use governor::clock::FakeRelativeClock;
 
     use super::*;
+    use crate::limits::bytes::ByteItem;
     use crate::policy::{AgentsMdCode, LimitScope, Reason, Source};
 
     fn rate(requests: u32, window_s: u32) -> Limit {
@@ -578,7 +575,7 @@ mod tests {
             shared: String::new(),
         });
         let items = keyed.each_ref().map(|budget| ByteItem { budget, bytes: 2_000, spend: Spend::Yes });
-        assert!(limiter.spend_items(&items).is_err(), "over the per-origin budget");
+        assert!(limiter.spend_items(items.into_iter()).is_err(), "over the per-origin budget");
         assert!(limiter.spend_bytes(usage("a"), &agent, 10_000).is_ok(), "the agent's budget was not touched");
     }
 

@@ -119,18 +119,25 @@ pub(super) enum Counted {
 }
 
 /// One byte budget's part of a byte spend: `bytes` spent, or only checked to be left.
+#[derive(Clone, Copy)]
 pub(super) struct ByteItem<'l> {
     pub(super) budget: &'l Budget,
     pub(super) bytes: u64,
     pub(super) spend: Spend,
 }
 
-impl ByteItem<'_> {
+impl<'l> ByteItem<'l> {
     /// The budget's limit.
-    pub(super) fn limit(&self) -> &Limit {
+    pub(super) fn limit(&self) -> &'l Limit {
         &self.budget.limit
     }
 }
+
+/// The byte items of one spend, made as they are walked (once to check, once to spend, or
+/// once into a Redis command): no spend collects them.
+pub(super) trait Items<'l>: Iterator<Item = ByteItem<'l>> + Clone {}
+
+impl<'l, I: Iterator<Item = ByteItem<'l>> + Clone> Items<'l> for I {}
 
 impl ByteBudgets {
     /// The budgets among `limits` for `usage`, counted in `limiter`, with their keys;
@@ -156,7 +163,7 @@ impl ByteBudgets {
     /// # Errors
     /// [`Refused::NeverFits`] for a declared body larger than a whole sending budget, before
     /// the store is asked (so no rate is spent for it).
-    pub(super) fn declared_items(&self, body: Declared) -> Result<Vec<ByteItem<'_>>, Refused> {
+    pub(super) fn declared_items(&self, body: Declared) -> Result<impl Items<'_>, Refused> {
         for budget in self.of(Direction::Sent) {
             if let LimitKind::Bytes { bytes, .. } = budget.limit.kind
                 && body.length > bytes
@@ -164,18 +171,14 @@ impl ByteBudgets {
                 return Err(Refused::NeverFits { limit: budget.limit.clone(), bytes: body.length });
             }
         }
-        Ok(self
-            .budgets
-            .iter()
-            .filter_map(|budget| match budget.limit.kind {
-                LimitKind::Bytes { direction: Direction::Sent, .. } if body.length > 0 => {
-                    Some(ByteItem { budget, bytes: body.length, spend: Spend::Yes })
-                }
-                LimitKind::Bytes { direction: Direction::Sent, .. } if !body.streams => None,
-                LimitKind::Bytes { bytes, .. } => Some(ByteItem { budget, bytes: floor(bytes), spend: Spend::No }),
-                _ => None,
-            })
-            .collect())
+        Ok(self.budgets.iter().filter_map(move |budget| match budget.limit.kind {
+            LimitKind::Bytes { direction: Direction::Sent, .. } if body.length > 0 => {
+                Some(ByteItem { budget, bytes: body.length, spend: Spend::Yes })
+            }
+            LimitKind::Bytes { direction: Direction::Sent, .. } if !body.streams => None,
+            LimitKind::Bytes { bytes, .. } => Some(ByteItem { budget, bytes: floor(bytes), spend: Spend::No }),
+            _ => None,
+        }))
     }
 
     /// After [`declared_items`](Self::declared_items) passed: the declared length is spent
@@ -193,15 +196,11 @@ impl ByteBudgets {
     /// [`Refused::Exceeded`] naming the spent budget; [`Refused::StoreUnavailable`] as
     /// `Limiter::check_and_spend`.
     pub async fn check_open(&self) -> Result<(), Refused> {
-        let items: Vec<ByteItem<'_>> = self
-            .budgets
-            .iter()
-            .filter_map(|budget| match budget.limit.kind {
-                LimitKind::Bytes { bytes, .. } => Some(ByteItem { budget, bytes: floor(bytes), spend: Spend::No }),
-                _ => None,
-            })
-            .collect();
-        self.spend_items(&items).await.map(|_| ())
+        let items = self.budgets.iter().filter_map(|budget| match budget.limit.kind {
+            LimitKind::Bytes { bytes, .. } => Some(ByteItem { budget, bytes: floor(bytes), spend: Spend::No }),
+            _ => None,
+        });
+        self.spend_items(items).await.map(|_| ())
     }
 
     /// Before a response head goes out: spends the response body's declared length
@@ -221,9 +220,7 @@ impl ByteBudgets {
                 return Err(Refused::NeverFits { limit: budget.limit.clone(), bytes: length });
             }
         }
-        let items: Vec<ByteItem<'_>> =
-            self.of(Direction::Received).map(|budget| ByteItem { budget, bytes: length, spend: Spend::Yes }).collect();
-        if self.spend_items(&items).await? == Counted::Settled {
+        if self.spend_items(self.items(Direction::Received, length)).await? == Counted::Settled {
             self.unshared.store(true, Ordering::Relaxed);
         }
         self.declared[slot(Direction::Received)].store(length, Ordering::Relaxed);
@@ -233,7 +230,7 @@ impl ByteBudgets {
     /// `items` spent (or checked) in the store, under the keys made when the request was
     /// admitted; settled by `on_failure` without asking Redis once it did not answer for this
     /// request.
-    async fn spend_items(&self, items: &[ByteItem<'_>]) -> Result<Counted, Refused> {
+    async fn spend_items<'l>(&self, items: impl Items<'l>) -> Result<Counted, Refused> {
         if let Limiter::Redis(shared) = &*self.limiter
             && self.unshared.load(Ordering::Relaxed)
         {
@@ -258,9 +255,7 @@ impl ByteBudgets {
         }
         let shared = match &*self.limiter {
             Limiter::Local(local) => {
-                let items: Vec<ByteItem<'_>> =
-                    self.of(direction).map(|budget| ByteItem { budget, bytes: n, spend: Spend::Yes }).collect();
-                return Spending::Now(local.spend_items(&items).map_err(Refused::Exceeded));
+                return Spending::Now(local.spend_items(self.items(direction, n)).map_err(Refused::Exceeded));
             }
             Limiter::Redis(shared) => shared,
         };
@@ -271,9 +266,7 @@ impl ByteBudgets {
             return Spending::Now(Ok(()));
         }
         if self.unshared.load(Ordering::Relaxed) {
-            let items: Vec<ByteItem<'_>> =
-                self.of(direction).map(|budget| ByteItem { budget, bytes: need, spend: Spend::Yes }).collect();
-            return Spending::Now(shared.settle_bytes(&items));
+            return Spending::Now(shared.settle_bytes(self.items(direction, need)));
         }
         let budgets = self.of(direction).filter_map(|b| match b.limit.kind {
             LimitKind::Bytes { bytes, .. } => Some(bytes),
@@ -288,9 +281,7 @@ impl ByteBudgets {
     async fn reserve(self: Arc<Self>, direction: Direction, need: u64, want: u64) -> Result<(), Refused> {
         let mut amount = want;
         loop {
-            let items: Vec<ByteItem<'_>> =
-                self.of(direction).map(|budget| ByteItem { budget, bytes: amount, spend: Spend::Yes }).collect();
-            match self.limiter.spend_bytes(&items).await {
+            match self.limiter.spend_bytes(self.items(direction, amount)).await {
                 Ok(counted) => {
                     if counted == Counted::Settled {
                         self.unshared.store(true, Ordering::Relaxed);
@@ -304,8 +295,13 @@ impl ByteBudgets {
         }
     }
 
+    /// `bytes` to spend from every budget that counts `direction`.
+    fn items(&self, direction: Direction, bytes: u64) -> impl Items<'_> {
+        self.of(direction).map(move |budget| ByteItem { budget, bytes, spend: Spend::Yes })
+    }
+
     /// The budgets that count `direction`.
-    fn of(&self, direction: Direction) -> impl Iterator<Item = &Budget> {
+    fn of(&self, direction: Direction) -> impl Iterator<Item = &Budget> + Clone {
         self.budgets
             .iter()
             .filter(move |b| matches!(b.limit.kind, LimitKind::Bytes { direction: d, .. } if d == direction))
@@ -357,22 +353,21 @@ impl<C: Clock + Clone> LocalLimiter<C> {
     }
 
     /// Each item's bytes checked: `Ok` when every budget has them, spending nothing.
-    pub(super) fn check_items(&self, items: &[ByteItem<'_>]) -> Result<(), Exceeded> {
-        items.iter().try_for_each(|item| self.bytes(item.budget.local, item.limit(), item.bytes, Spend::No))
+    pub(super) fn check_items<'l>(&self, mut items: impl Iterator<Item = ByteItem<'l>>) -> Result<(), Exceeded> {
+        items.try_for_each(|item| self.bytes(item.budget.local, item.limit(), item.bytes, Spend::No))
     }
 
     /// The items that spend, spent (after [`check_items`](Self::check_items) passed).
-    pub(super) fn spend_checked(&self, items: &[ByteItem<'_>]) -> Result<(), Exceeded> {
+    pub(super) fn spend_checked<'l>(&self, items: impl Iterator<Item = ByteItem<'l>>) -> Result<(), Exceeded> {
         items
-            .iter()
             .filter(|item| item.spend == Spend::Yes)
             .try_for_each(|item| self.bytes(item.budget.local, item.limit(), item.bytes, Spend::Yes))
     }
 
     /// Each item's bytes checked, then, when every one has them, spent (or only checked):
     /// all or none, but for another request spending between the check and the spend.
-    pub(super) fn spend_items(&self, items: &[ByteItem<'_>]) -> Result<(), Exceeded> {
-        self.check_items(items)?;
+    pub(super) fn spend_items<'l>(&self, items: impl Items<'l>) -> Result<(), Exceeded> {
+        self.check_items(items.clone())?;
         self.spend_checked(items)
     }
 

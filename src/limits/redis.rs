@@ -62,7 +62,7 @@ mod keys;
 use self::clock::RedisClock;
 pub use self::config::{OnFailure, RedisConfig};
 use self::keys::{Arg, GcraKey, Kind, MICROS, gcra_keys, write_key};
-use super::{Budget, ByteCost, ByteItem, Counted, Exceeded, LocalLimiter, Permit, Refused, Usage};
+use super::{Budget, ByteCost, Counted, Exceeded, Items, LocalLimiter, Permit, Refused, Usage};
 use crate::error_chain::error_chain;
 use crate::metrics::StoreMetrics;
 use crate::policy::{Limit, LimitKind};
@@ -199,18 +199,18 @@ impl RedisLimiter {
     /// # Errors
     /// [`Refused`]: a limit or a budget refused, or Redis did not answer and
     /// `on_failure = "deny"`.
-    pub(super) async fn check_and_spend(
+    pub(super) async fn check_and_spend<'l>(
         &self,
         usage: Usage<'_>,
         limits: &[Limit],
-        items: &[ByteItem<'_>],
+        items: impl Items<'l>,
     ) -> Result<(Permit, Counted), Refused> {
-        for item in items {
+        for item in items.clone() {
             // More bytes than a whole budget: refused without asking Redis.
             ByteCost::of(item.limit(), item.bytes, MICROS).map_err(Refused::Exceeded)?;
         }
         let slots = Slots::of(self, usage, limits);
-        let gcra = || gcra_keys(limits, items);
+        let gcra = || gcra_keys(limits, items.clone());
         if slots.is_none() && gcra().next().is_none() {
             return Ok((Permit::default(), Counted::InStore));
         }
@@ -229,15 +229,15 @@ impl RedisLimiter {
                     None => self
                         .unavailable(
                             &format!("the check script named key {} it was not given", key + 1),
-                            |local| local.spend_all(usage, limits, items),
+                            |local| local.spend_all(usage, limits, items.clone()),
                             Permit::default(),
                         )
                         .map(settled),
                 }
             }
-            Answer::Unavailable(error) => {
-                self.unavailable(&error, |local| local.spend_all(usage, limits, items), Permit::default()).map(settled)
-            }
+            Answer::Unavailable(error) => self
+                .unavailable(&error, |local| local.spend_all(usage, limits, items.clone()), Permit::default())
+                .map(settled),
         }
     }
 
@@ -248,7 +248,7 @@ impl RedisLimiter {
     /// # Errors
     /// [`Refused`]: a budget has not the bytes left, or Redis did not answer and
     /// `on_failure = "deny"`.
-    pub(super) async fn spend_bytes(&self, items: &[ByteItem<'_>]) -> Result<Counted, Refused> {
+    pub(super) async fn spend_bytes<'l>(&self, items: impl Items<'l>) -> Result<Counted, Refused> {
         // No limit: the usage names no key.
         let usage = Usage { agent: "", origin: "", host: "" };
         self.check_and_spend(usage, &[], items).await.map(|(_, counted)| counted)
@@ -259,7 +259,7 @@ impl RedisLimiter {
     ///
     /// # Errors
     /// [`Refused::Exceeded`] from the in-process store under `on_failure = "local"`.
-    pub(super) fn settle_bytes(&self, items: &[ByteItem<'_>]) -> Result<(), Refused> {
+    pub(super) fn settle_bytes<'l>(&self, items: impl Items<'l>) -> Result<(), Refused> {
         self.settle(|local| local.spend_items(items), ())
     }
 

@@ -12,7 +12,7 @@ use std::fmt::{self, Write as _};
 
 use sha2::{Digest, Sha256};
 
-use super::super::{Budget, ByteCost, ByteItem, Spend, Usage};
+use super::super::{Budget, ByteCost, Items, Spend, Usage};
 use crate::policy::{Direction, Limit, LimitKind};
 
 /// Keys longer than this (prefix included) are replaced by a SHA-256 of their parts.
@@ -61,11 +61,11 @@ pub(super) struct GcraKey<'a> {
 /// The GCRA keys of one check, in the check script's's order: the byte budgets (`items` with bytes
 /// to count) before the rates (a crawl delay of 0 counts nothing), so a budget that refuses
 /// is named as the in-process store names it.
-pub(super) fn gcra_keys<'a>(
+pub(super) fn gcra_keys<'a, 'l: 'a>(
     limits: &'a [Limit],
-    items: &'a [ByteItem<'_>],
+    items: impl Items<'l>,
 ) -> impl Iterator<Item = GcraKey<'a>> + Clone {
-    let bytes = items.iter().filter_map(|item| {
+    let bytes = items.filter_map(|item| {
         let LimitKind::Bytes { direction, bytes: budget, window_s } = item.limit().kind else { return None };
         let cost = ByteCost::of(item.limit(), item.bytes, MICROS).ok()??;
         let (spent, allowance) = match item.spend {
