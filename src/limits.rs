@@ -230,8 +230,7 @@ impl Limiter {
     }
 
     /// `limit`'s byte budget for `usage`, with its keys in this store (and, for Redis, in
-    /// its fallback);
-    /// `None` when `limit` is not a byte budget.
+    /// its fallback); `None` when `limit` is not a byte budget.
     fn budget(&self, limit: &Limit, usage: Usage<'_>) -> Option<Budget> {
         match self {
             Limiter::Local(local) => matches!(limit.kind, LimitKind::Bytes { .. }).then(|| Budget {
@@ -457,8 +456,8 @@ impl Drop for Slot {
 mod tests {
     use governor::clock::FakeRelativeClock;
 
+    use super::bytes::ByteItem;
     use super::*;
-    use crate::limits::bytes::ByteItem;
     use crate::policy::{AgentsMdCode, LimitScope, Reason, Source};
 
     fn rate(requests: u32, window_s: u32) -> Limit {

@@ -71,10 +71,12 @@ use crate::redis_connection::{ConnectError, FailureLog};
 /// How long start-up waits for Redis ([`RedisLimiter::warm`]) before serving without it.
 const WARM_LIMIT: Duration = Duration::from_secs(2);
 
-/// Takes every slot and spends every rate (or byte budget) of one call, or nothing; past its
-/// deadline, touches nothing.
+/// Takes every slot and spends every byte budget and rate of one call, or nothing; past its
+/// deadline, touches nothing. Unchanged since the byte budgets joined the rates' call (a
+/// fleet mid-upgrade runs one script).
 ///
-/// KEYS: the concurrency keys, then the GCRA keys. ARGV: the deadline (ms on Redis's clock;
+/// KEYS: the concurrency keys, then the GCRA keys (a request's byte budgets, then its
+/// rates: `keys::gcra_keys`). ARGV: the deadline (ms on Redis's clock;
 /// 0 for none), the number of concurrency keys, this slot's member, the lease (ms), each
 /// concurrency key's maximum, then per GCRA key its tick (µs: 1000 for a rate kept in ms, 1
 /// for a byte budget kept in µs), its cost and its allowance in ticks: spending moves the
