@@ -38,7 +38,7 @@ use crate::agents::{Agent, Agents, AuthFailure, Identity};
 use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
 use crate::fetch::{Origin, PolicyCache};
-use crate::limits::{ByteBudgets, Limiter, Permit, Refused, Usage};
+use crate::limits::{ByteBudgets, Declared, Limiter, Permit, Refused, Usage};
 use crate::net::Refusal;
 use crate::policy::operator::{Mode, OperatorRules};
 use crate::policy::{self, Decision, HeaderLookup, OperatorCode, Outcome, Policies, Reason, RequestView};
@@ -319,13 +319,7 @@ impl Gate {
     ) -> Verdict {
         let host = req.origin.bare_host();
         let usage = Usage { agent: &req.agent.id, origin: &req.origin.text(), host };
-        let checked = match self.check_limits(usage, &record.limits).await {
-            Ok(permit) => {
-                self.spend_declared(usage, &record.limits, req.headers).await.map(|budgets| (permit, budgets))
-            }
-            Err(refused) => Err(refused),
-        };
-        match checked {
+        match self.check_limits(usage, &record.limits, req.headers).await {
             Ok((permit, budgets)) => {
                 // Monitor mode never cuts a body: a crossed budget is for enforce mode.
                 let budgets = budgets.filter(|_| mode != Mode::Monitor).map(Arc::new);
@@ -478,36 +472,30 @@ impl Gate {
         }
     }
 
-    /// The byte budgets among `limits`, the request body's declared `Content-Length` spent
-    /// against its sending budgets (in the limits store: with Redis, one round trip): a body
-    /// that would cross one is refused before forwarding, and so is any request while a
-    /// budget it counts has less than its floor left (`ByteBudgets::spend_declared`; a sending
-    /// budget counts a request that may stream bytes of no declared length: a chunked body,
-    /// an upgrade).
+    /// Phase `check_limits`: every limit that applies must pass (X1), the byte budgets among
+    /// them with the request body's declared `Content-Length` spent against its sending
+    /// budgets, in one call to the limits store (with Redis, one round trip), all or none: a
+    /// body that would cross a budget is refused before forwarding, and so is any request
+    /// while a budget it counts has less than its floor left (a sending budget counts a
+    /// request that may stream bytes of no declared length: a chunked body, an upgrade).
+    /// Only a request that is otherwise allowed is counted, so a denied request spends no
+    /// budget.
     ///
     /// # Errors
-    /// [`Refused`] naming the budget spent, the sending budget the declared body would cross
-    /// or could never fit, or the shared store's `on_failure = "deny"`.
-    async fn spend_declared(
+    /// [`Refused`] naming the limit or budget spent, the sending budget the declared body
+    /// would cross or could never fit, or the shared store's `on_failure = "deny"`.
+    async fn check_limits(
         &self,
         usage: Usage<'_>,
         limits: &[policy::Limit],
         headers: &HeaderMap,
-    ) -> Result<Option<ByteBudgets>, Refused> {
-        let Some(mut budgets) = ByteBudgets::new(&self.limiter, usage, limits) else { return Ok(None) };
-        let declared = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
-        let streams = headers.contains_key(TRANSFER_ENCODING) || headers.contains_key(UPGRADE);
-        budgets.spend_declared(declared, streams).await?;
-        Ok(Some(budgets))
-    }
-
-    /// Phase `check_limits`: every limit that applies must pass (X1); only a request that is
-    /// otherwise allowed is counted, so a denied request spends no budget.
-    async fn check_limits(&self, usage: Usage<'_>, limits: &[policy::Limit]) -> Result<Permit, Refused> {
+    ) -> Result<(Permit, Option<ByteBudgets>), Refused> {
         if limits.is_empty() {
-            return Ok(Permit::default());
+            return Ok((Permit::default(), None));
         }
-        self.limiter.check_and_spend(usage, limits).await
+        let length = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
+        let streams = headers.contains_key(TRANSFER_ENCODING) || headers.contains_key(UPGRADE);
+        self.limiter.check_and_spend(usage, limits, Declared { length, streams }).await
     }
 }
 
