@@ -4,7 +4,9 @@
 //! queue, the decision log and its writer), binds the listeners (`listen`, `[admin] listen`,
 //! `[transparent] listen`), and makes the [`Reloader`] that swaps the proxy's generation.
 //! Each owner is given its own table or the settings built for it here (the gate a
-//! `gate::GateSettings` from `Config::gate_settings`), never asked to find them in `Config`.
+//! `gate::GateSettings` from `Config::gate_settings`, the proxy a `proxy::Settings` from
+//! `Config::proxy_settings`), never asked to find them in `Config`; the config in force is
+//! held here, for the admin API's closures and the `Reloader` that swaps it.
 //!
 //! Never: accepts a connection, serves a request or drains at shutdown (`crate::proxy` does,
 //! on what is built here), or decides a setting's meaning (the owners do).
@@ -14,6 +16,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tracing::{debug, info};
 
@@ -57,6 +60,9 @@ pub struct Proxy {
 pub struct RunningProxy {
     listeners: Listeners,
     ca_cert_path: PathBuf,
+    /// The config in force: the one it started with, until a reload (its [`Reloader`])
+    /// puts another in force.
+    running: Arc<ArcSwap<Config>>,
 }
 
 impl Proxy {
@@ -178,13 +184,16 @@ impl Proxy {
             .map_err(|source| StartError::AuditKey { source })?;
         let (audit, audit_writer) =
             AuditLog::start(config.audit.clone(), key).map_err(|source| StartError::Audit { source })?;
-        let mut state = ProxyState::new(config, certs, upstream, guard, gate, audit, metrics).with_approvals(approvals);
+        let settings = Arc::new(config.proxy_settings());
+        let mut state =
+            ProxyState::new(settings, certs, upstream, guard, gate, audit, metrics).with_approvals(approvals);
         state.record = record;
         let state = Arc::new(state);
-        let admission = Admission::new(&state.config.connections);
-        let admin = admin.map(|server| (server, admin_state(&state, cache, &admission)));
+        let admission = Admission::new(&config.connections);
+        let running = Arc::new(ArcSwap::new(config));
+        let admin = admin.map(|server| (server, admin_state(&state, &running, cache, &admission)));
         let listeners = Listeners { state, audit_writer, listener, local_addr, admin, admission, transparent };
-        Ok(RunningProxy { listeners, ca_cert_path })
+        Ok(RunningProxy { listeners, ca_cert_path, running })
     }
 }
 
@@ -208,7 +217,7 @@ impl RunningProxy {
     /// The reloader of this proxy's config, read from `source` (`crate::reload`):
     /// [`Reloader::start`] reloads on SIGHUP and file changes, [`Reloader::reload`] at once.
     pub fn reloader(&self, source: ConfigSource) -> Arc<Reloader> {
-        Arc::new(Reloader::new(source, Arc::clone(&self.listeners.state)))
+        Arc::new(Reloader::new(source, Arc::clone(&self.listeners.state), Arc::clone(&self.running)))
     }
 
     /// The addresses `[transparent] listen` is bound to (the real ports where it said 0).
@@ -233,24 +242,31 @@ impl RunningProxy {
 
 /// What the admin API is given of the running proxy: its shared parts, the `[admin]` and
 /// `[audit]` tables it started with, and the agents and the operator's side of `/explain`,
-/// read from the generation in force at each call (a reload swaps them).
-fn admin_state(state: &Arc<ProxyState>, cache: PolicyCache, admission: &Arc<Admission>) -> AdminState {
+/// read from the config in force (`running`) at each call (a reload swaps it), the limits
+/// store's failures from the generation's gate.
+fn admin_state(
+    state: &Arc<ProxyState>,
+    running: &Arc<ArcSwap<Config>>,
+    cache: PolicyCache,
+    admission: &Arc<Admission>,
+) -> AdminState {
     let admission = Arc::clone(admission);
-    let (agents, operator, limiter) = (Arc::clone(state), Arc::clone(state), Arc::clone(state));
+    let (agents, operator, limiter) = (Arc::clone(running), Arc::clone(running), Arc::clone(state));
+    let started = running.load();
     AdminState {
         agents: Box::new(move || {
-            let config = &agents.generation().config;
+            let config = agents.load();
             LiveAgents { mode: config.mode, default: config.agent.clone(), agents: config.agents.clone() }
         }),
-        operator: Box::new(move |id| operator.generation().config.operator(id)),
-        log: state.config.audit.clone(),
+        operator: Box::new(move |id| operator.load().operator(id)),
+        log: started.audit.clone(),
         limits_store_failures: Box::new(move || limiter.generation().gate.limits_store_failures()),
         cache,
         audit: state.audit.clone(),
         metrics: Arc::clone(&state.metrics),
         certs: state.certs.clone(),
         connections: Box::new(move || admission.open_connections() as u64),
-        access: AdminAccess::new(&state.config.admin),
+        access: AdminAccess::new(&started.admin),
         approvals: state.approvals.clone(),
         draining: AtomicBool::new(false),
         streams: Default::default(),

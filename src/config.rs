@@ -36,6 +36,7 @@ use crate::mcp::McpConfig;
 use crate::net::{ConnectConfig, NetworkConfig, canonical_pattern, is_host_pattern};
 use crate::policy;
 use crate::policy::operator::{Mode, OperatorRule, OperatorRules, RuleAction};
+use crate::proxy;
 use crate::proxy::config::{ConnectionsConfig, MitmConfig, TransparentConfig, UpstreamConfig};
 use crate::record::RecordConfig;
 use crate::secrets::{SecretConfig, overlap_problems};
@@ -389,8 +390,8 @@ impl Config {
     }
 }
 
-/// What the gate is given of a config: the one conversion, made by the composition root
-/// (`crate::app`) at start, by a reload, and by the offline runners (`crate::explain`,
+/// What the gate and the proxy are given of a config: the one conversion each, made by the
+/// composition root (`crate::app`) at start, by a reload, and (the gate's) by the offline runners (`crate::explain`,
 /// `crate::evidence`), which decide as the proxy does.
 impl Config {
     /// The gate's settings ([`GateSettings`]), its signing agents with their keys from `keys`.
@@ -447,6 +448,26 @@ impl Config {
             .collect();
         let bypass_hosts = self.bypass_hosts.iter().map(|p| canonical_pattern(p)).collect();
         OperatorRules::new(bypass_hosts, rules)
+    }
+
+    /// The proxy's settings ([`proxy::Settings`]): the tables it reads while it serves, made
+    /// by `crate::app` at start and by a reload, as the gate's are.
+    pub fn proxy_settings(&self) -> proxy::Settings {
+        proxy::Settings {
+            mode: self.mode,
+            shutdown_grace: self.shutdown_grace,
+            agent: self.agent.clone(),
+            agents: self.agents.clone(),
+            mitm: self.mitm.clone(),
+            network: self.network.clone(),
+            connect: self.connect.clone(),
+            connections: self.connections.clone(),
+            log_query: self.audit.log_query,
+            approvals: self.approvals.clone(),
+            inspect: self.inspect.clone(),
+            mcp: self.mcp.clone(),
+            record: self.record.clone(),
+        }
     }
 }
 

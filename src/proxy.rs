@@ -34,6 +34,7 @@ mod recording;
 mod resolve;
 mod serve;
 mod service;
+mod settings;
 mod tunnel;
 mod upstream;
 
@@ -45,4 +46,5 @@ pub(crate) use listener::Listeners;
 pub use listener::shutdown_signal;
 pub use parent::ParentSetupError;
 pub(crate) use resolve::GuardedConnector;
+pub use settings::Settings;
 pub(crate) use upstream::Upstream;

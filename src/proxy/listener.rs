@@ -81,7 +81,7 @@ impl Listeners {
         }
         // One grace period for everything that serves: were the admin API's own grace to
         // begin where the proxy's ended, a 10 s grace could answer for 20 s.
-        let grace = state.generation().config.shutdown_grace;
+        let grace = state.generation().settings.shutdown_grace;
         let deadline = tokio::time::Instant::now() + grace;
         drop(listener);
         if let Some(admin) = &admin {
@@ -118,7 +118,7 @@ fn accept(state: &Arc<ProxyState>, admission: &Arc<Admission>, tcp: TcpStream, c
     // Boxed, so the wrappers below hold a pointer, not (twice) the connection's future.
     let connection = Box::pin(async move {
         debug!("accepted");
-        serve_connection(tcp, service, ServerProtocols::Http1, drain, &state.config.connections).await;
+        serve_connection(tcp, service, ServerProtocols::Http1, drain, &state.settings.connections).await;
         drop(admitted);
     });
     tokio::spawn(until_stopped.until_stopped(connection).instrument(span));

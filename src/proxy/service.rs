@@ -227,8 +227,8 @@ impl ProxyService {
         let accept = request.headers().get(ACCEPT).cloned();
         let host = named.origin.host();
         let vetting = Vetting {
-            inspected: live.config.inspect.applies(host, &agent.id),
-            mcp: live.config.mcp.served(host, &agent.id),
+            inspected: live.settings.inspect.applies(host, &agent.id),
+            mcp: live.settings.mcp.served(host, &agent.id),
         };
         let (permit, request, answer_filter) = if vetting.inspected || vetting.mcp.is_some() {
             // Boxed: only inspected and MCP requests pay for the body read's future (the hot
@@ -349,7 +349,7 @@ impl ProxyService {
         blocked: Blocked,
         request: GateRequest<'_>,
     ) -> Result<Permitted, Exit> {
-        let verdict = match hold::holds(&live.config, &blocked) {
+        let verdict = match hold::holds(&live.settings, &blocked) {
             true => hold::held(&self.state, live, record, blocked, request, self.drain.clone()).await,
             false => Verdict::Block(blocked),
         };
