@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentgate::limits::{Limiter, Usage};
+use agentgate::limits::{Declared, Limiter, Usage};
 use agentgate::limits::{LimitsConfig, Store};
 use agentgate::metrics::StoreMetrics;
 use agentgate::policy::{AgentsMdCode, Limit, LimitKind, LimitScope, Reason, Source};
@@ -42,7 +42,7 @@ async fn run(limiter: Arc<Limiter>, limits: Arc<Vec<Limit>>) -> (f64, Duration, 
                 let mut latencies = Vec::with_capacity(CHECKS_PER_CALLER);
                 for _ in 0..CHECKS_PER_CALLER {
                     let at = Instant::now();
-                    let permit = limiter.check_and_spend(usage, &limits).await;
+                    let permit = limiter.check_and_spend(usage, &limits, Declared::default()).await;
                     latencies.push(at.elapsed());
                     assert!(permit.is_ok(), "a generous limit never refuses");
                 }

@@ -36,4 +36,4 @@ mod throttle;
 pub(crate) use access::AdminAccess;
 pub use config::{ADMIN_TOKEN_NAME, AdminConfig, AdminToken};
 pub(crate) use server::AdminServer;
-pub(crate) use state::AdminState;
+pub(crate) use state::{AdminState, LiveAgents};

@@ -2,7 +2,8 @@
 //! security team that audits agents (DESIGN §7, §8; STYLE §2 smokescreen's canonical line).
 //! Its two jobs show in its layout: writing the log, and reading it back (`report`).
 //!
-//! Writing owns: the [`DecisionRecord`] and its encoding, the field-name constants
+//! Writing owns: the [`DecisionRecord`] and its encoding, the facts of a human's approval it
+//! carries ([`Approval`], made by `crate::approvals`), the field-name constants
 //! ([`field`]), URL redaction ([`redact_url`]), the `[audit]` table ([`AuditConfig`]), the
 //! writer ([`AuditLog`], a handle on a bounded queue with group commit, and [`AuditWriter`],
 //! the thread that owns the file, flushes when idle and fsyncs on shutdown), the ring of the
@@ -27,6 +28,7 @@
 use std::io;
 use std::path::PathBuf;
 
+mod approval;
 mod chain;
 mod config;
 mod ecs;
@@ -40,6 +42,7 @@ mod report;
 mod tally;
 mod writer;
 
+pub use approval::{Approval, ApprovalDecision, Remember};
 #[cfg(test)]
 pub(crate) use chain::test_key;
 pub use chain::verify::{Break, BreakKind, Verified, verify};

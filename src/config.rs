@@ -23,20 +23,25 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::admin::AdminConfig;
-use crate::agents::{AgentConfig, AuthConfig};
+use crate::agents::{AgentConfig, Agents, AuthConfig};
 use crate::agents::{agent_problems, holding_tables};
 use crate::approvals::{ApprovalMode, ApprovalsConfig};
 use crate::audit::AuditConfig;
+use crate::explain::{ExplainError, Operator};
 use crate::fetch::CacheConfig;
+use crate::gate::GateSettings;
 use crate::inspect::InspectConfig;
 use crate::limits::LimitsConfig;
 use crate::mcp::McpConfig;
-use crate::net::{ConnectConfig, NetworkConfig, is_host_pattern};
-use crate::policy::operator::{Mode, RuleAction};
+use crate::net::{ConnectConfig, NetworkConfig, canonical_pattern, is_host_pattern};
+use crate::policy;
+use crate::policy::operator::{Mode, OperatorRule, OperatorRules, RuleAction};
+use crate::proxy;
 use crate::proxy::config::{ConnectionsConfig, MitmConfig, TransparentConfig, UpstreamConfig};
 use crate::record::RecordConfig;
 use crate::secrets::{SecretConfig, overlap_problems};
 use crate::setting::{duration, nonzero_caps, socket_addr};
+use crate::signing::Keys;
 
 mod parse;
 
@@ -382,6 +387,87 @@ impl Config {
             }
         }
         problems
+    }
+}
+
+/// What the gate and the proxy are given of a config: the one conversion each, made by the
+/// composition root (`crate::app`) at start, by a reload, and (the gate's) by the offline runners (`crate::explain`,
+/// `crate::evidence`), which decide as the proxy does.
+impl Config {
+    /// The gate's settings ([`GateSettings`]), its signing agents with their keys from `keys`.
+    pub fn gate_settings(&self, keys: &Keys) -> GateSettings {
+        GateSettings {
+            mode: self.mode,
+            agents: Agents::with_keys(&self.agent, &self.agents, &self.auth, keys),
+            rules: self.operator_rules(),
+            policy: self.policy_settings(),
+            instance: crate::audit::instance_name(&self.instance),
+            secrets: self.secrets.clone(),
+        }
+    }
+
+    /// The operator's side of `agentgate explain --config` (and of the admin API's
+    /// `/explain`, and of `agentgate audit shadow`) for agent `id` (`None`: the `[agent]`
+    /// table): the agent, the operator's rules and the switches, as the gate has them.
+    ///
+    /// # Errors
+    /// [`ExplainError::UnknownAgent`] when no agent of the config has the id.
+    pub fn operator(&self, id: Option<&str>) -> Result<Operator, ExplainError> {
+        let agents = Agents::new(&self.agent, &self.agents, &self.auth);
+        let agent = agents.named(id).ok_or_else(|| {
+            let known: Vec<&str> =
+                std::iter::once(&self.agent).chain(&self.agents).filter_map(|a| a.id.as_deref()).collect();
+            let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+            ExplainError::UnknownAgent { id: id.unwrap_or_default().to_owned(), known }
+        })?;
+        Ok(Operator::new(std::sync::Arc::clone(agent), self.operator_rules(), self.policy_settings()))
+    }
+
+    /// The operator's switches that change what the site files mean (`[robots]`,
+    /// `[agents_md]`, `[usage]`): what the gate decides with, and `agentgate audit shadow`
+    /// with it.
+    pub fn policy_settings(&self) -> policy::Settings {
+        policy::Settings {
+            honor_crawl_delay: self.robots.honor_crawl_delay,
+            strict_authentication: self.agents_md.strict_authentication,
+            usage_undeclared: self.usage.undeclared,
+        }
+    }
+
+    /// The operator's `[[rules]]` and `bypass_hosts`, compiled with canonical hosts: what the
+    /// gate applies, and `agentgate explain --config` with it.
+    pub fn operator_rules(&self) -> OperatorRules {
+        let rules = self
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let host = canonical_pattern(&r.host);
+                OperatorRule::new(i + 1, &host, &r.path, &r.methods, &r.agents, r.action, &r.reason)
+            })
+            .collect();
+        let bypass_hosts = self.bypass_hosts.iter().map(|p| canonical_pattern(p)).collect();
+        OperatorRules::new(bypass_hosts, rules)
+    }
+
+    /// The proxy's settings ([`proxy::Settings`]): the tables it reads while it serves, made
+    /// by `crate::app` at start and by a reload, as the gate's are.
+    pub fn proxy_settings(&self) -> proxy::Settings {
+        proxy::Settings {
+            mode: self.mode,
+            shutdown_grace: self.shutdown_grace,
+            agent: self.agent.clone(),
+            agents: self.agents.clone(),
+            mitm: self.mitm.clone(),
+            network: self.network.clone(),
+            connect: self.connect.clone(),
+            connections: self.connections.clone(),
+            log_query: self.audit.log_query,
+            approvals: self.approvals.clone(),
+            inspect: self.inspect.clone(),
+            mcp: self.mcp.clone(),
+            record: self.record.clone(),
+        }
     }
 }
 

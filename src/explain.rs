@@ -5,7 +5,7 @@
 //! Owns: reading `--policy-dir` (each file and its `<file>.headers` sidecar) into the same
 //! [`FetchOutcome`]s the fetcher produces (each file read up to its format's cap plus one
 //! byte, as a fetch reads it, so the oversize rules apply: X6, B23, C4, D15), parsing the target URL into a [`RequestView`],
-//! and rendering the result. Given a config and a configured agent ([`Operator`], `--config
+//! and rendering the result. Given a configured agent ([`Operator`], built by `Config::operator`; `--config
 //! FILE --agent ID` and the admin `/explain`), the operator's side first, as the gate decides
 //! it: the agent's egress lists, then the `[[rules]]` that apply to it and `bypass_hosts`;
 //! when they decide, the site's files are not read. Never: policy semantics (all of that is
@@ -18,8 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::agents::{Agent, Agents, Unlisted};
-use crate::config::Config;
+use crate::agents::{Agent, Unlisted};
 use crate::policy::operator::{Egress, OperatorRules};
 use crate::policy::{
     self, Decision, FetchOutcome, Format, Headers, LimitKind, Outcome, Policies, PolicyReport, PolicyStatus, Reason,
@@ -158,23 +157,10 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// The operator's side for agent `id` of `config` (`None`: the `[agent]` table).
-    ///
-    /// # Errors
-    /// [`ExplainError::UnknownAgent`] when no agent of the config has the id.
-    pub fn new(config: &Config, id: Option<&str>) -> Result<Operator, ExplainError> {
-        let agents = Agents::new(&config.agent, &config.agents, &config.auth);
-        let agent = agents.named(id).ok_or_else(|| {
-            let known: Vec<&str> =
-                std::iter::once(&config.agent).chain(&config.agents).filter_map(|a| a.id.as_deref()).collect();
-            let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
-            ExplainError::UnknownAgent { id: id.unwrap_or_default().to_owned(), known }
-        })?;
-        Ok(Operator {
-            agent: std::sync::Arc::clone(agent),
-            rules: crate::gate::operator_rules(config),
-            settings: crate::gate::policy_settings(config),
-        })
+    /// The operator's side for `agent`, under the operator's `rules` and the switches of the
+    /// site files `settings`: what `Config::operator` builds for an agent of a config.
+    pub fn new(agent: std::sync::Arc<Agent>, rules: OperatorRules, settings: policy::Settings) -> Operator {
+        Operator { agent, rules, settings }
     }
 
     /// The config's switches that change what the site files mean, as the gate reads them.
@@ -688,7 +674,7 @@ mod tests {
             .expect("write robots.txt");
         let config = crate::config::Config::from_toml_str("[usage]\nundeclared = \"deny\"\n", "agentgate.toml")
             .expect("a config");
-        let operator = Operator::new(&config, None).expect("the [agent] table");
+        let operator = config.operator(None).expect("the [agent] table");
         let request = ExplainRequest {
             policy_dir: dir.path().to_owned(),
             method: "GET".into(),

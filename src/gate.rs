@@ -37,14 +37,12 @@ pub use self::verdict::{BlockKind, Blocked, Permitted, Verdict, record_refusal};
 use crate::agents::{Agent, Agents, AuthFailure, Identity};
 use crate::approvals::Approval;
 use crate::audit::{DecisionRecord, Outcome as LogOutcome};
-use crate::config::Config;
 use crate::fetch::{Origin, PolicyCache};
-use crate::limits::{ByteBudgets, Limiter, Permit, Refused, Usage};
-use crate::net::{Refusal, canonical_pattern};
-use crate::policy::operator::{Mode, OperatorRule, OperatorRules};
+use crate::limits::{ByteBudgets, Declared, Limiter, Permit, Refused, Usage};
+use crate::net::Refusal;
+use crate::policy::operator::{Mode, OperatorRules};
 use crate::policy::{self, Decision, HeaderLookup, OperatorCode, Outcome, Policies, Reason, RequestView};
-use crate::secrets::{Plan, Secrets};
-use crate::signing::Keys;
+use crate::secrets::{Plan, SecretConfig, Secrets};
 
 mod git;
 
@@ -119,6 +117,24 @@ impl Entry {
     }
 }
 
+/// What the gate decides with, and nothing else of the config: built from a `Config` by
+/// `Config::gate_settings` (the one conversion, at start and at every reload), so the gate
+/// never reads the whole config.
+pub struct GateSettings {
+    /// `mode`: the operator's default, which an agent's own `mode` overrides.
+    pub mode: Mode,
+    /// `[agent]`, `[[agents]]` and `[auth]`, each signing agent with its key.
+    pub agents: Agents,
+    /// `[[rules]]` and `bypass_hosts`, compiled with canonical hosts.
+    pub rules: OperatorRules,
+    /// The switches that change what the site files mean (`[robots]`, `[agents_md]`, `[usage]`).
+    pub policy: policy::Settings,
+    /// `agentgate.instance` of every record.
+    pub instance: Arc<str>,
+    /// `[[secrets]]`, whose values are read when the gate is built.
+    pub secrets: Vec<SecretConfig>,
+}
+
 /// The gate of one running proxy.
 pub struct Gate {
     mode: Mode,
@@ -134,28 +150,16 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// A gate for `config`, loading policies through `cache`, counting limits in `limiter`.
-    pub fn new(config: &Config, cache: PolicyCache, limiter: Arc<Limiter>) -> Self {
-        Gate::with_secrets(config, cache, limiter, Secrets::new(&config.secrets, None, Instant::now()))
+    /// A gate deciding with `settings`, loading policies through `cache`, counting limits in
+    /// `limiter`.
+    pub fn new(settings: GateSettings, cache: PolicyCache, limiter: Arc<Limiter>) -> Self {
+        let secrets = Secrets::new(&settings.secrets, None, Instant::now());
+        Gate::with_secrets(settings, cache, limiter, secrets)
     }
 
-    fn with_secrets(config: &Config, cache: PolicyCache, limiter: Arc<Limiter>, secrets: Secrets) -> Self {
-        Gate {
-            mode: config.mode,
-            secrets,
-            agents: Agents::new(&config.agent, &config.agents, &config.auth),
-            rules: operator_rules(config),
-            cache,
-            limiter,
-            instance: crate::audit::instance_name(&config.instance),
-            settings: policy_settings(config),
-        }
-    }
-
-    /// This gate with the agents of `config` signing with `keys` (`crate::signing`).
-    pub fn signing_with(mut self, config: &Config, keys: &Keys) -> Gate {
-        self.agents = Agents::with_keys(&config.agent, &config.agents, &config.auth, keys);
-        self
+    fn with_secrets(settings: GateSettings, cache: PolicyCache, limiter: Arc<Limiter>, secrets: Secrets) -> Self {
+        let GateSettings { mode, agents, rules, policy, instance, secrets: _ } = settings;
+        Gate { mode, secrets, agents, rules, cache, limiter, settings: policy, instance }
     }
 
     /// The agent `id` (`None`: `[agent]`) as the config in force has it: whose key signs a
@@ -169,11 +173,12 @@ impl Gate {
         self.agents.keyids()
     }
 
-    /// A gate for `config` sharing this one's policy cache and limit counters: what a config
-    /// reload swaps in (`crate::reload`), so fetched policies and spent budgets survive it.
-    pub fn reconfigured(&self, config: &Config, keys: &Keys) -> Gate {
-        let secrets = Secrets::new(&config.secrets, Some(&self.secrets), Instant::now());
-        Gate::with_secrets(config, self.cache.clone(), Arc::clone(&self.limiter), secrets).signing_with(config, keys)
+    /// A gate deciding with `settings` sharing this one's policy cache and limit counters:
+    /// what a config reload swaps in (`crate::reload`), so fetched policies and spent budgets
+    /// survive it, and the secrets it retires keep being scrubbed.
+    pub fn reconfigured(&self, settings: GateSettings) -> Gate {
+        let secrets = Secrets::new(&settings.secrets, Some(&self.secrets), Instant::now());
+        Gate::with_secrets(settings, self.cache.clone(), Arc::clone(&self.limiter), secrets)
     }
 
     /// The limits store's failures so far ([`Limiter::store_failures`]), for `/metrics`.
@@ -329,9 +334,7 @@ impl Gate {
     async fn spend(&self, req: &GateRequest<'_>, limits: &[policy::Limit]) -> Result<Spent, Refused> {
         let host = req.origin.bare_host();
         let usage = Usage { agent: &req.agent.id, origin: &req.origin.text(), host };
-        let permit = self.check_limits(usage, limits).await?;
-        let budgets = self.spend_declared(usage, limits, req.headers).await?;
-        Ok((permit, budgets))
+        self.check_limits(usage, limits, req.headers).await
     }
 
     /// A request its policies (or a human) allowed, once its limits were spent (`checked`): a
@@ -502,36 +505,30 @@ impl Gate {
         }
     }
 
-    /// The byte budgets among `limits`, the request body's declared `Content-Length` spent
-    /// against its sending budgets (in the limits store: with Redis, one round trip): a body
-    /// that would cross one is refused before forwarding, and so is any request while a
-    /// budget it counts has less than its floor left (`ByteBudgets::spend_declared`; a sending
-    /// budget counts a request that may stream bytes of no declared length: a chunked body,
-    /// an upgrade).
+    /// Phase `check_limits`: every limit that applies must pass (X1), the byte budgets among
+    /// them with the request body's declared `Content-Length` spent against its sending
+    /// budgets, in one call to the limits store (with Redis, one round trip), all or none: a
+    /// body that would cross a budget is refused before forwarding, and so is any request
+    /// while a budget it counts has less than its floor left (a sending budget counts a
+    /// request that may stream bytes of no declared length: a chunked body, an upgrade).
+    /// Only a request that is otherwise allowed is counted, so a denied request spends no
+    /// budget.
     ///
     /// # Errors
-    /// [`Refused`] naming the budget spent, the sending budget the declared body would cross
-    /// or could never fit, or the shared store's `on_failure = "deny"`.
-    async fn spend_declared(
+    /// [`Refused`] naming the limit or budget spent, the sending budget the declared body
+    /// would cross or could never fit, or the shared store's `on_failure = "deny"`.
+    async fn check_limits(
         &self,
         usage: Usage<'_>,
         limits: &[policy::Limit],
         headers: &HeaderMap,
-    ) -> Result<Option<ByteBudgets>, Refused> {
-        let Some(mut budgets) = ByteBudgets::new(&self.limiter, usage, limits) else { return Ok(None) };
-        let declared = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
-        let streams = headers.contains_key(TRANSFER_ENCODING) || headers.contains_key(UPGRADE);
-        budgets.spend_declared(declared, streams).await?;
-        Ok(Some(budgets))
-    }
-
-    /// Phase `check_limits`: every limit that applies must pass (X1); only a request that is
-    /// otherwise allowed is counted, so a denied request spends no budget.
-    async fn check_limits(&self, usage: Usage<'_>, limits: &[policy::Limit]) -> Result<Permit, Refused> {
+    ) -> Result<(Permit, Option<ByteBudgets>), Refused> {
         if limits.is_empty() {
-            return Ok(Permit::default());
+            return Ok((Permit::default(), None));
         }
-        self.limiter.check_and_spend(usage, limits).await
+        let length = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
+        let streams = headers.contains_key(TRANSFER_ENCODING) || headers.contains_key(UPGRADE);
+        self.limiter.check_and_spend(usage, limits, Declared { length, streams }).await
     }
 }
 
@@ -549,32 +546,6 @@ fn vetted(mut record: DecisionRecord, req: &GateRequest<'_>) -> DecisionRecord {
         record.approval = Some(approval.clone());
     }
     record
-}
-
-/// The operator's switches of `config` that change what the site files mean: what the gate
-/// decides with, and `agentgate audit shadow` with it.
-pub fn policy_settings(config: &Config) -> policy::Settings {
-    policy::Settings {
-        honor_crawl_delay: config.robots.honor_crawl_delay,
-        strict_authentication: config.agents_md.strict_authentication,
-        usage_undeclared: config.usage.undeclared,
-    }
-}
-
-/// The operator's `[[rules]]` and `bypass_hosts` of `config`, compiled with canonical hosts:
-/// what the gate applies, and `agentgate explain --config` with it.
-pub fn operator_rules(config: &Config) -> OperatorRules {
-    let rules = config
-        .rules
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let host = canonical_pattern(&r.host);
-            OperatorRule::new(i + 1, &host, &r.path, &r.methods, &r.agents, r.action, &r.reason)
-        })
-        .collect();
-    let bypass_hosts = config.bypass_hosts.iter().map(|p| canonical_pattern(p)).collect();
-    OperatorRules::new(bypass_hosts, rules)
 }
 
 /// What the 407's reason says: the failure without the credential.

@@ -18,7 +18,6 @@ mod pattern;
 use http::HeaderMap;
 use http::header::PROXY_AUTHORIZATION;
 
-pub(crate) use config::canonical_hosts;
 pub use config::{InspectConfig, OnUnreadable};
 pub use decode::Unreadable;
 use detect::Scanner;

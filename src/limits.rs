@@ -11,8 +11,14 @@
 //! budgets (the operator's `*_bytes_per_hour`, `bytes`) are GCRA over bytes (`ByteCost`, one
 //! arithmetic for both stores), spent as bodies stream ([`ByteBudgets`]), in the store
 //! `[limits]` names: with Redis they are shared by every replica like the request limits
-//! (the declared `Content-Length` in one call before forwarding, streamed bytes from
+//! (the declared `Content-Length` in the same call as the rates, streamed bytes from
 //! reservations, [`reservation`]), and fall back as `on_failure` says.
+//!
+//! Admitting a request ([`Limiter::check_and_spend`]) is one call to the store, all or none
+//! across the rates and the byte budgets in both stores: a budget that refuses leaves every
+//! rate unspent, a rate that refuses leaves every budget uncharged. Concurrency slots are
+//! checked first, then the byte budgets, then the rates, so when several refuse the first
+//! in that order is named.
 //!
 //! Keys: a request's key for a limit is a 64-bit hash of the limit's source and scope and of
 //! the agent, origin or host it is counted per ([`Limit::key`] spells the same parts out for
@@ -50,8 +56,8 @@ use crate::redis_connection::ConnectError;
 mod bytes;
 pub mod redis;
 
-pub use self::bytes::{ByteBudgets, FLOOR_MAX, RESERVE_MIN, RESERVE_SHARE, Spending, floor, reservation};
-use self::bytes::{ByteCost, ByteItem, Counted, Spend};
+use self::bytes::{Budget, ByteCost, Counted, Items, Spend};
+pub use self::bytes::{ByteBudgets, Declared, FLOOR_MAX, RESERVE_MIN, RESERVE_SHARE, Spending, floor, reservation};
 pub use self::redis::{OnFailure, RedisConfig, RedisLimiter};
 
 /// How often (in clock time) idle rate keys are evicted.
@@ -186,37 +192,70 @@ impl Limiter {
         }
     }
 
-    /// Checks every limit for `usage` and, only when all pass, counts the request against
-    /// them and takes its concurrency slots (SEMANTICS X1: every limit applies).
+    /// Checks every limit for `usage`, and the byte budgets among them for the request's
+    /// `body` (`ByteBudgets::declared_items`), and only when all pass counts the request
+    /// against them, spends the body's declared bytes and takes its concurrency slots
+    /// (SEMANTICS X1: every limit applies): one call to the store, with Redis one round trip.
+    /// Hands back the slots and the request's byte budgets (`None` when none applies), to be
+    /// spent as its bodies stream.
     ///
-    /// Concurrency slots are taken first and given back when a later limit refuses. In
-    /// process, a rate refused after another rate was counted leaves that count spent (GCRA
-    /// has no refund); in Redis the script spends all or none.
+    /// All or none across rates and budgets: concurrency slots are taken first and given
+    /// back when a later limit refuses; budgets are checked before any rate is spent and
+    /// spent only after every rate passed. In process, a rate refused after another rate was
+    /// counted leaves that count spent (GCRA has no refund), and another request may spend a
+    /// budget between its check and its spend; in Redis the script spends all or none.
     ///
     /// # Errors
-    /// [`Refused::Exceeded`] naming the first limit that refused;
+    /// [`Refused::NeverFits`] for a declared body larger than a whole sending budget (before
+    /// the store is asked); [`Refused::Exceeded`] naming the first limit that refused;
     /// [`Refused::StoreUnavailable`] when Redis did not answer and `on_failure = "deny"`.
-    pub async fn check_and_spend(&self, usage: Usage<'_>, limits: &[Limit]) -> Result<Permit, Refused> {
+    pub async fn check_and_spend(
+        self: &Arc<Self>,
+        usage: Usage<'_>,
+        limits: &[Limit],
+        body: Declared,
+    ) -> Result<(Permit, Option<ByteBudgets>), Refused> {
+        let mut budgets = ByteBudgets::new(self, usage, limits);
+        let items = budgets.as_ref().map(|budgets| budgets.declared_items(body)).transpose()?.into_iter().flatten();
+        let (permit, counted) = match &**self {
+            Limiter::Local(local) => {
+                (local.spend_all(usage, limits, items).map_err(Refused::Exceeded)?, Counted::InStore)
+            }
+            Limiter::Redis(shared) => shared.check_and_spend(usage, limits, items).await?,
+        };
+        if let Some(budgets) = &mut budgets {
+            budgets.admitted(body, counted);
+        }
+        Ok((permit, budgets))
+    }
+
+    /// `limit`'s byte budget for `usage`, with its keys in this store (and, for Redis, in
+    /// its fallback); `None` when `limit` is not a byte budget.
+    fn budget(&self, limit: &Limit, usage: Usage<'_>) -> Option<Budget> {
         match self {
-            Limiter::Local(local) => local.check_and_spend(usage, limits).map_err(Refused::Exceeded),
-            Limiter::Redis(shared) => shared.check_and_spend(usage, limits).await,
+            Limiter::Local(local) => matches!(limit.kind, LimitKind::Bytes { .. }).then(|| Budget {
+                limit: limit.clone(),
+                local: local.byte_key(limit, usage),
+                shared: String::new(),
+            }),
+            Limiter::Redis(shared) => shared.budget(limit, usage),
         }
     }
 
-    /// Spends (or only checks, as each item says) body bytes against byte budgets for
-    /// `usage`, all or none: in process, every item checked before any is spent; in Redis,
-    /// in one round trip, settled by `on_failure` when it does not answer.
+    /// Spends (or only checks, as each item says) body bytes against byte budgets, all or
+    /// none: in process, every item checked before any is spent; in Redis, in one round
+    /// trip, settled by `on_failure` when it does not answer.
     ///
     /// # Errors
     /// [`Refused::Exceeded`] naming the first budget that has not the bytes left, with when
     /// it will; [`Refused::StoreUnavailable`] when Redis did not answer and `on_failure = "deny"`.
-    async fn spend_bytes(&self, usage: Usage<'_>, items: &[ByteItem<'_>]) -> Result<Counted, Refused> {
+    async fn spend_bytes<'l>(&self, items: impl Items<'l>) -> Result<Counted, Refused> {
         match self {
             Limiter::Local(local) => {
-                local.spend_items(usage, items).map_err(Refused::Exceeded)?;
+                local.spend_items(items).map_err(Refused::Exceeded)?;
                 Ok(Counted::InStore)
             }
-            Limiter::Redis(shared) => shared.spend_bytes(usage, items).await,
+            Limiter::Redis(shared) => shared.spend_bytes(items).await,
         }
     }
 
@@ -284,12 +323,22 @@ impl<C: Clock + Clone> LocalLimiter<C> {
         }
     }
 
-    /// [`Limiter::check_and_spend`] for this store; never waits, and allocates only for a
-    /// concurrency slot (and to name the limit that refused).
+    /// [`Limiter::check_and_spend`] for this store without byte budgets; never waits, and
+    /// allocates only for a concurrency slot (and to name the limit that refused).
     ///
     /// # Errors
     /// [`Exceeded`] naming the first limit that refused.
     pub fn check_and_spend(&self, usage: Usage<'_>, limits: &[Limit]) -> Result<Permit, Exceeded> {
+        self.spend_all(usage, limits, std::iter::empty())
+    }
+
+    /// [`Limiter::check_and_spend`] for this store: concurrency slots taken, then the byte
+    /// `items` checked, the rates spent and the items spent, so a budget that refuses spends
+    /// no rate and a rate that refuses charges no budget.
+    ///
+    /// # Errors
+    /// [`Exceeded`] naming the first limit that refused.
+    fn spend_all<'l>(&self, usage: Usage<'_>, limits: &[Limit], items: impl Items<'l>) -> Result<Permit, Exceeded> {
         self.evict_if_due();
         let mut permit = Permit::default();
         for limit in limits {
@@ -300,10 +349,11 @@ impl<C: Clock + Clone> LocalLimiter<C> {
                 permit.slots.push(slot);
             }
         }
+        self.check_items(items.clone())?;
         for limit in limits {
             let quota = match limit.kind {
                 LimitKind::Rate { requests, window_s } => (requests, u64::from(window_s.max(1)) * 1000),
-                // Spent as bodies stream (`spend_bytes`), not per request.
+                // Spent from `items`, and as bodies stream (`spend_bytes`).
                 LimitKind::Delay { millis: 0 } | LimitKind::Concurrent { .. } | LimitKind::Bytes { .. } => continue,
                 LimitKind::Delay { millis } => (1, u64::from(millis)),
             };
@@ -315,6 +365,7 @@ impl<C: Clock + Clone> LocalLimiter<C> {
             rate.check_key(&self.key(limit, usage))
                 .map_err(|not_until| refused(not_until.wait_time_from(self.clock.now())))?;
         }
+        self.spend_checked(items)?;
         Ok(permit)
     }
 
@@ -405,6 +456,7 @@ impl Drop for Slot {
 mod tests {
     use governor::clock::FakeRelativeClock;
 
+    use super::bytes::ByteItem;
     use super::*;
     use crate::policy::{AgentsMdCode, LimitScope, Reason, Source};
 
@@ -427,6 +479,16 @@ mod tests {
         Usage { agent, origin: "https://example.com:443", host: "example.com" }
     }
 
+    /// Whether `limit` has `n` bytes left for `usage` (spending nothing).
+    fn check(
+        limiter: &LocalLimiter<FakeRelativeClock>,
+        usage: Usage<'_>,
+        limit: &Limit,
+        n: u64,
+    ) -> Result<(), Exceeded> {
+        limiter.bytes(limiter.byte_key(limit, usage), limit, n, Spend::No)
+    }
+
     #[test]
     fn a_byte_budget_lets_the_whole_budget_through_then_refills_per_window() {
         use crate::policy::{Direction, OperatorCode};
@@ -441,8 +503,8 @@ mod tests {
         assert_eq!(over.retry_after_secs(), 720, "{over:?}");
         assert!(limiter.spend_bytes(usage("a"), &budget, 40 * 1024).is_ok(), "all or none: 40 KiB were left");
         assert!(limiter.spend_bytes(usage("a"), &budget, 1).is_err(), "spent to the byte");
-        assert!(limiter.bytes(usage("b"), &budget, 100 * 1024, Spend::No).is_ok());
-        assert!(limiter.bytes(usage("b"), &budget, 100 * 1024, Spend::No).is_ok(), "a check spends nothing");
+        assert!(check(&limiter, usage("b"), &budget, 100 * 1024).is_ok());
+        assert!(check(&limiter, usage("b"), &budget, 100 * 1024).is_ok(), "a check spends nothing");
         assert!(limiter.spend_bytes(usage("b"), &budget, 100 * 1024).is_ok(), "another agent has its own budget");
         let whole = limiter.spend_bytes(usage("c"), &budget, 100 * 1024 + 1).expect_err("more than the budget");
         assert_eq!(whole.retry_after_secs(), 3600);
@@ -484,13 +546,13 @@ mod tests {
         let kind = LimitKind::Bytes { direction: Direction::Received, bytes: 300_000, window_s: 3600 };
         let budget = Limit { source: Source::Operator, kind, scope: LimitScope::Agent, reason };
         assert!(limiter.spend_bytes(usage("a"), &budget, 298_000).is_ok());
-        let spent = limiter.bytes(usage("a"), &budget, floor(300_000), Spend::No).expect_err("2,000 left: spent");
+        let spent = check(&limiter, usage("a"), &budget, floor(300_000)).expect_err("2,000 left: spent");
         // 1,000 bytes more must come back, at 300,000 an hour.
         assert_eq!(spent.retry_after_secs(), 12, "{spent:?}");
         clock.advance(spent.retry_after - Duration::from_millis(1));
-        assert!(limiter.bytes(usage("a"), &budget, floor(300_000), Spend::No).is_err(), "not yet");
+        assert!(check(&limiter, usage("a"), &budget, floor(300_000)).is_err(), "not yet");
         clock.advance(Duration::from_millis(1));
-        assert!(limiter.bytes(usage("a"), &budget, floor(300_000), Spend::No).is_ok(), "the floor refilled");
+        assert!(check(&limiter, usage("a"), &budget, floor(300_000)).is_ok(), "the floor refilled");
         assert!(limiter.spend_bytes(usage("a"), &budget, 3_000).is_ok(), "and a download of it passes");
     }
 
@@ -506,11 +568,70 @@ mod tests {
             Limit { source: Source::Operator, kind, scope, reason }
         };
         let (agent, origin) = (budget(10_000, LimitScope::Agent), budget(1_000, LimitScope::Origin));
-        let items = |bytes| {
-            [&agent, &origin].map(|limit| ByteItem { limit, bytes, spend: Spend::Yes }).into_iter().collect::<Vec<_>>()
-        };
-        assert!(limiter.spend_items(usage("a"), &items(2_000)).is_err(), "over the per-origin budget");
+        let keyed = [&agent, &origin].map(|limit| Budget {
+            limit: limit.clone(),
+            local: limiter.byte_key(limit, usage("a")),
+            shared: String::new(),
+        });
+        let items = keyed.each_ref().map(|budget| ByteItem { budget, bytes: 2_000, spend: Spend::Yes });
+        assert!(limiter.spend_items(items.into_iter()).is_err(), "over the per-origin budget");
         assert!(limiter.spend_bytes(usage("a"), &agent, 10_000).is_ok(), "the agent's budget was not touched");
+    }
+
+    /// What both stores must answer to one sequence of requests counted by a rate of one
+    /// request an hour and a sending budget of 1,000 bytes (the agent's): all or none across
+    /// both. A budget that refuses spends no rate; a rate that refuses charges no budget.
+    pub(super) async fn rates_and_budgets_are_spent_all_or_none(limiter: Arc<Limiter>) {
+        use crate::policy::{Direction, OperatorCode};
+        let operator = |kind, rule: &str| Limit {
+            source: Source::Operator,
+            kind,
+            scope: LimitScope::Agent,
+            reason: Reason::new(OperatorCode::RateLimit, rule),
+        };
+        let rate = operator(LimitKind::Rate { requests: 1, window_s: 3600 }, "limits.requests_per_hour = 1");
+        let sent = LimitKind::Bytes { direction: Direction::Sent, bytes: 1000, window_s: 3600 };
+        let budget = operator(sent, "limits.sent_bytes_per_hour = 1000");
+        let both = [rate.clone(), budget.clone()];
+        let (rate_only, budget_only) = (std::slice::from_ref(&rate), std::slice::from_ref(&budget));
+        let body = |length| Declared { length, streams: false };
+        let named = |refused: Refused| match refused {
+            Refused::Exceeded(exceeded) => exceeded.limit,
+            other => panic!("a limit refuses, not {other:?}"),
+        };
+
+        // a: 900 of the budget spent by a request no rate counts; then 200 more are refused
+        // by the budget, and the rate's one request is still there for 100 bytes.
+        let a = usage("a");
+        let (_, budgets) = limiter.check_and_spend(a, budget_only, body(900)).await.expect("900 of 1,000");
+        assert!(budgets.is_some(), "the request's budgets are handed back");
+        let refused = limiter.check_and_spend(a, &both, body(200)).await.expect_err("100 bytes left");
+        assert_eq!(named(refused), budget, "the budget refuses");
+        limiter.check_and_spend(a, &both, body(100)).await.expect("the rate was not spent by the refused request");
+        let spent = limiter.check_and_spend(a, rate_only, body(0)).await.expect_err("now the rate is spent");
+        assert_eq!(named(spent), rate);
+
+        // b: the rate's one request spent; a request of the whole budget is refused by the
+        // rate, and the whole budget is still there.
+        let b = usage("b");
+        limiter.check_and_spend(b, rate_only, body(0)).await.expect("the rate's one request");
+        let refused = limiter.check_and_spend(b, &both, body(1000)).await.expect_err("the rate is spent");
+        assert_eq!(named(refused), rate, "the rate refuses");
+        limiter.check_and_spend(b, budget_only, body(1000)).await.expect("the budget was not charged");
+        let spent = limiter.check_and_spend(b, budget_only, body(1)).await.expect_err("now it is spent");
+        assert_eq!(named(spent), budget);
+
+        // A declared body larger than the whole budget never fits: refused before the store
+        // is asked, so it spends no rate either.
+        let c = usage("c");
+        let never = limiter.check_and_spend(c, &both, body(1001)).await.expect_err("more than the budget");
+        assert!(matches!(never, Refused::NeverFits { bytes: 1001, .. }), "{never:?}");
+        limiter.check_and_spend(c, &both, body(1000)).await.expect("rate and budget whole");
+    }
+
+    #[tokio::test]
+    async fn rates_and_budgets_are_spent_all_or_none_in_process() {
+        rates_and_budgets_are_spent_all_or_none(Arc::new(Limiter::in_process())).await;
     }
 
     /// The shared store's reservations: as much as the body has passed (a small body is

@@ -7,12 +7,13 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use agentgate::app::Proxy;
 use agentgate::config::Config;
 use agentgate::error_chain::error_chain;
 use agentgate::explain::{self, ExplainRequest};
 use agentgate::lint;
 use agentgate::policy::{FORMATS, FormatInfo};
-use agentgate::proxy::{Proxy, shutdown_signal};
+use agentgate::proxy::shutdown_signal;
 use agentgate::reload::ConfigSource;
 use agentgate::tls::{self, CertificateAuthority};
 
@@ -378,9 +379,9 @@ fn run_explain(args: ExplainArgs, out: &mut impl Write) -> anyhow::Result<ExitCo
     let explained = match args.config {
         None => explain::explain(&request),
         Some(path) => {
-            let operator = Config::load(&path).map_err(|e| e.to_string()).and_then(|config| {
-                explain::Operator::new(&config, request.agent.as_deref()).map_err(|e| e.to_string())
-            });
+            let operator = Config::load(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|config| config.operator(request.agent.as_deref()).map_err(|e| e.to_string()));
             let operator = match operator {
                 Ok(operator) => operator,
                 Err(e) => {

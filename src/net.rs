@@ -19,5 +19,5 @@ pub mod lookup;
 
 pub use address::{AddressPolicy, ConnectConfig, NetworkConfig, PortRange, Refusal};
 pub use guard::{Guard, GuardError, Vetted};
-pub use host::{HostError, canonical_host, canonical_pattern, is_host_pattern};
+pub use host::{HostError, canonical_host, canonical_hosts, canonical_pattern, is_host_pattern};
 pub use lookup::{Dial, NetFuture, Resolve, SystemResolver, TcpDialer};

@@ -32,7 +32,9 @@ pub mod usage;
 mod weight;
 
 pub use code::{Advice, AgentsMdCode, AgentsTxtCode, AutoctlCode, Code, OperatorCode, RobotsCode, Source};
-pub use decision::{Decision, Direction, Limit, LimitKind, LimitScope, Opinion, Outcome, Reason, SourceVerdict};
+pub use decision::{
+    Decision, Direction, KeyParts, Limit, LimitKind, LimitScope, Opinion, Outcome, Reason, SourceVerdict,
+};
 pub use diagnostic::{Diagnostic, PolicyReport, PolicyStatus, Severity};
 pub use evaluate::{Policies, Settings, evaluate, evaluate_with};
 pub use format::{Format, FormatInfo, MAX_TTL, Previous, Refreshed, StaleRules};

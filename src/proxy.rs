@@ -1,4 +1,4 @@
-//! The proxy edge: the listener, CONNECT with MITM or passthrough, the one request service
+//! The proxy edge: the accept loops (on the listeners `crate::app` bound), CONNECT with MITM or passthrough, the one request service
 //! shared by plain HTTP and intercepted HTTPS, the upstream connection pool and its cap on
 //! sockets to origins, the responses
 //! agentgate writes itself (including `http://agentgate.local/`, in `local`), and graceful
@@ -34,11 +34,17 @@ mod recording;
 mod resolve;
 mod serve;
 mod service;
+mod settings;
 mod tunnel;
 mod upstream;
 
 pub use config::{ConnectionsConfig, MitmConfig, ParentConnect, TransparentConfig, UpstreamConfig};
+pub(crate) use conn::Admission;
 pub(crate) use context::ProxyState;
 pub use error::{ProxyError, StartError, TunnelError};
-pub use listener::{Proxy, RunningProxy, policy_transport, shutdown_signal};
+pub(crate) use listener::Listeners;
+pub use listener::shutdown_signal;
 pub use parent::ParentSetupError;
+pub(crate) use resolve::GuardedConnector;
+pub use settings::Settings;
+pub(crate) use upstream::Upstream;

@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
@@ -92,14 +93,17 @@ pub struct Reloaded {
 pub struct Reloader {
     source: ConfigSource,
     state: Arc<ProxyState>,
-    /// The config in force, to compare the next file with.
-    running: Mutex<Arc<Config>>,
+    /// The config in force, to compare the next file with; shared with the readers of the
+    /// whole of it (`crate::app`'s admin closures), which see each reload put in force.
+    running: Arc<ArcSwap<Config>>,
+    /// Held through a reload, so two never interleave.
+    reloading: Mutex<()>,
 }
 
 impl Reloader {
-    pub(crate) fn new(source: ConfigSource, state: Arc<ProxyState>) -> Self {
-        let running = Mutex::new(state.generation().config.clone());
-        Reloader { source, state, running }
+    /// The reloader of the proxy serving on `state`, whose config in force is `running`.
+    pub(crate) fn new(source: ConfigSource, state: Arc<ProxyState>, running: Arc<ArcSwap<Config>>) -> Self {
+        Reloader { source, state, running, reloading: Mutex::new(()) }
     }
 
     /// Reloads and counts so far.
@@ -117,7 +121,8 @@ impl Reloader {
     pub fn reload(&self) -> Result<Reloaded, ConfigError> {
         let origin =
             self.source.path.as_deref().map_or_else(|| "the embedded default".to_owned(), |p| p.display().to_string());
-        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let _reloading = self.reloading.lock().unwrap_or_else(PoisonError::into_inner);
+        let running = self.running.load_full();
         let config = match self.source.load() {
             Ok(config) => config,
             Err(err) => {
@@ -166,10 +171,11 @@ impl Reloader {
         for key in &needs_restart {
             warn!(config = %origin, "config change needs a restart: {key}; the running value is kept");
         }
-        if config != **running || rekeyed {
+        if config != *running || rekeyed {
             let config = Arc::new(config);
-            self.state.reconfigure(Arc::clone(&config), &keys);
-            *running = config;
+            let gate = config.gate_settings(&keys);
+            self.state.reconfigure(Arc::new(config.proxy_settings()), gate);
+            self.running.store(config);
             info!(config = %origin, "config reloaded; requests from now on use it");
         } else {
             info!(config = %origin, "config reloaded; nothing that reloads changed");
@@ -181,7 +187,7 @@ impl Reloader {
     /// Closes the decision log and opens `[audit] path` again; logs the outcome.
     pub async fn reopen_log(&self) {
         match self.state.audit.reopen().await {
-            Ok(()) => info!(path = %self.state.config.audit.path.display(), "decision log reopened"),
+            Ok(()) => info!(path = %self.running.load().audit.path.display(), "decision log reopened"),
             Err(err) => error!("{err}"),
         }
     }
@@ -194,7 +200,8 @@ impl Reloader {
         let (changes, watcher) = match &self.source.path {
             Some(path) => match watch(path) {
                 Ok((changes, watcher)) => {
-                    let log = &self.state.config.audit.path;
+                    let running = self.running.load_full();
+                    let log = &running.audit.path;
                     if beside(path, log) {
                         warn!(config = %path.display(), log = %log.display(),
                             "the decision log is in the config file's directory, which is watched: every write to \

@@ -50,7 +50,7 @@ fn harness() -> &'static Harness {
             reason: "fuzzing: nothing leaves loopback".to_owned(),
         }];
         let running = runtime
-            .block_on(async { agentgate::proxy::Proxy::new(Arc::new(config))?.bind().await })
+            .block_on(async { agentgate::app::Proxy::new(Arc::new(config))?.bind().await })
             .expect("the proxy binds 127.0.0.1:0");
         let addr = running.local_addr();
         runtime.spawn(running.run_until(std::future::pending()));

@@ -19,14 +19,14 @@ use crate::audit::rfc3339_millis;
 /// of every agent id no `[[agents]]` entry has (the default agent's id is each client's
 /// address, unless `[agent] id` names it).
 pub(super) fn list(state: &AdminState) -> Response<AdminBody> {
-    let config = (state.config)();
+    let live = (state.agents)();
     let grants = state.approvals.host_grants();
-    let entries: Vec<&str> = config.agents.iter().filter_map(|a| a.id.as_deref()).collect();
+    let entries: Vec<&str> = live.agents.iter().filter_map(|a| a.id.as_deref()).collect();
     let default_grants: Vec<&HostGrant> = grants.iter().filter(|g| !entries.contains(&g.agent.as_str())).collect();
-    let mut agents = vec![agent_json("[agent]", &config.agent, config.mode, &default_grants)];
-    for (i, agent) in config.agents.iter().enumerate() {
+    let mut agents = vec![agent_json("[agent]", &live.default, live.mode, &default_grants)];
+    for (i, agent) in live.agents.iter().enumerate() {
         let own: Vec<&HostGrant> = grants.iter().filter(|g| agent.id.as_deref() == Some(g.agent.as_str())).collect();
-        agents.push(agent_json(&format!("[[agents]] #{}", i + 1), agent, config.mode, &own));
+        agents.push(agent_json(&format!("[[agents]] #{}", i + 1), agent, live.mode, &own));
     }
     json_response(StatusCode::OK, &json!({"agents": agents}))
 }

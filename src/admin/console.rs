@@ -118,7 +118,7 @@ pub(super) fn logout<B>(state: &AdminState, request: &Request<B>) -> Response<Ad
 /// it over the log's files (`[audit] path` and its rotated files, oldest first), read off the
 /// runtime's threads. `404` when the log goes to standard output (no file to read).
 pub(super) async fn report(state: &AdminState) -> Response<AdminBody> {
-    let files = (state.config)().audit.files();
+    let files = state.log.files();
     if files.is_empty() {
         let message = "the decision log has no file to report on ([audit] path = \"-\" or not created yet); \
                        run `agentgate audit report --html` over the collected log";

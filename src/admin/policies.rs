@@ -13,11 +13,10 @@ use http::{Method, Response, StatusCode, Uri};
 use serde_json::{Value, json};
 
 use super::answer::{AdminBody, BadParameter, Query, error, json_response};
-use super::state::AdminState;
+use super::state::{AdminState, LiveAgents};
 use crate::agents::AgentConfig;
 use crate::audit::rfc3339_millis;
-use crate::config::Config;
-use crate::explain::{ExplainRequest, Operator, explain_operator, explain_under, report_json};
+use crate::explain::{ExplainRequest, explain_operator, explain_under, report_json};
 use crate::fetch::Origin;
 
 /// The agent name `/explain` uses when no `agent` is given: the `[agent]` table.
@@ -65,10 +64,10 @@ pub(super) async fn explain(state: &AdminState, query: &Query) -> Result<Respons
     if Method::from_bytes(method.as_bytes()).is_err() {
         return Err(BadParameter::new("method", format!("method = {method:?}: not an HTTP method")));
     }
-    let config = (state.config)();
-    let (name, agent) = agent(&config, query.get("agent"))?;
-    let operator = Operator::new(&config, query.get("agent"))
-        .map_err(|problem| BadParameter::new("agent", problem.to_string()))?;
+    let live = (state.agents)();
+    let (name, agent) = agent(&live, query.get("agent"))?;
+    let operator =
+        (state.operator)(query.get("agent")).map_err(|problem| BadParameter::new("agent", problem.to_string()))?;
     let request = ExplainRequest {
         user_agent: agent.product_token.clone(),
         agent: Some(name.to_owned()),
@@ -88,12 +87,12 @@ pub(super) async fn explain(state: &AdminState, query: &Query) -> Result<Respons
 }
 
 /// The configured agent named `id` (`[[agents]]`), or `[agent]` when none is named.
-fn agent<'a>(config: &'a Config, id: Option<&'a str>) -> Result<(&'a str, &'a AgentConfig), BadParameter> {
-    let Some(id) = id else { return Ok((DEFAULT_AGENT, &config.agent)) };
-    match config.agents.iter().find(|agent| agent.id.as_deref() == Some(id)) {
+fn agent<'a>(live: &'a LiveAgents, id: Option<&'a str>) -> Result<(&'a str, &'a AgentConfig), BadParameter> {
+    let Some(id) = id else { return Ok((DEFAULT_AGENT, &live.default)) };
+    match live.agents.iter().find(|agent| agent.id.as_deref() == Some(id)) {
         Some(agent) => Ok((id, agent)),
         None => {
-            let known: Vec<&str> = config.agents.iter().filter_map(|a| a.id.as_deref()).collect();
+            let known: Vec<&str> = live.agents.iter().filter_map(|a| a.id.as_deref()).collect();
             let message = format!(
                 "agent = {id:?}: no [[agents]] entry has this id (configured: {}); leave agent out for [agent]",
                 if known.is_empty() { "none".to_owned() } else { known.join(", ") }

@@ -1,5 +1,7 @@
 //! What the admin API reads ([`AdminState`]): the proxy's own parts, shared, never a copy of
-//! its state, and the facts it counts for `/metrics`.
+//! its state; the agents and the operator's side of `/explain` as the config in force has
+//! them ([`LiveAgents`], read at each call); and the facts it counts for `/metrics`. It is
+//! given all of it by the composition root (`crate::app`), never the whole `Config`.
 //!
 //! Never: serves a connection (`super::server`) or answers a request (`super::routes`).
 
@@ -8,17 +10,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::access::AdminAccess;
 use super::stream::Streams;
+use crate::agents::AgentConfig;
 use crate::approvals::Approvals;
-use crate::audit::AuditLog;
-use crate::config::Config;
+use crate::audit::{AuditConfig, AuditLog};
+use crate::explain::{ExplainError, Operator};
 use crate::fetch::PolicyCache;
 use crate::metrics::{Metrics, Scraped};
+use crate::policy::operator::Mode;
 use crate::tls::LeafCertCache;
 
-/// What the admin API reads: the proxy's own parts, shared, never a copy of its state.
+/// What the admin API reads: the proxy's own parts, shared, never a copy of its state, and
+/// what it is given of the config.
 pub(crate) struct AdminState {
-    /// The configuration in force (a reload swaps it: `crate::reload`).
-    pub(crate) config: Box<dyn Fn() -> Arc<Config> + Send + Sync>,
+    /// The agents as the config in force has them (a reload swaps it: `crate::reload`), for
+    /// `/agents` and `/explain`.
+    pub(crate) agents: Box<dyn Fn() -> LiveAgents + Send + Sync>,
+    /// The operator's side of `/explain` for agent `id` (`None`: `[agent]`) under the config
+    /// in force: the agent, the operator's rules and the switches of the site files.
+    pub(crate) operator: Box<OperatorOf>,
+    /// `[audit]` as the decision log was opened with (it needs a restart): the files
+    /// `/report` reads.
+    pub(crate) log: AuditConfig,
     /// The policy cache the gate decides with.
     pub(crate) cache: PolicyCache,
     /// The decision log.
@@ -40,6 +52,19 @@ pub(crate) struct AdminState {
     pub(crate) draining: AtomicBool,
     /// The console's live decision streams, ended when the server stops.
     pub(crate) streams: Streams,
+}
+
+/// The operator's side for an agent id under the config in force (`Config::operator`).
+pub(crate) type OperatorOf = dyn Fn(Option<&str>) -> Result<Operator, ExplainError> + Send + Sync;
+
+/// The agents of the config in force, as `/agents` lists them and `/explain` finds one.
+pub(crate) struct LiveAgents {
+    /// `mode`: what an agent without its own mode runs in.
+    pub(crate) mode: Mode,
+    /// `[agent]`.
+    pub(crate) default: AgentConfig,
+    /// `[[agents]]`, in file order.
+    pub(crate) agents: Vec<AgentConfig>,
 }
 
 impl AdminState {

@@ -6,11 +6,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::approval::Approval;
 use super::ecs::{self, EcsOutcome};
 use super::field;
 use super::json::{self, Object};
 use super::redact::redact_url;
-use crate::approvals::Approval;
 use crate::policy::operator::Mode;
 use crate::policy::usage::Preference;
 use crate::policy::{self, Limit, LimitKind, LimitScope, Reason};
@@ -850,11 +850,11 @@ mod tests {
             },
         ];
         rec.approval = Some(Approval {
-            decision: crate::approvals::ApprovalDecision::Denied,
+            decision: crate::audit::ApprovalDecision::Denied,
             by: Some("alice".to_owned()),
             reason: Some("not on a Friday".to_owned()),
             at: at(1_700_000_001_000),
-            remember: Some(crate::approvals::Remember::HostForAgent),
+            remember: Some(crate::audit::Remember::HostForAgent),
             until: Some(at(1_700_003_601_000)),
             replica: Some("replica-b".to_owned()),
         });

@@ -116,7 +116,7 @@ pub fn shadow(files: &[PathBuf], config: &Config, archive_dir: &Path) -> Result<
     let (records, _) = records(files)?;
     let mut report = ShadowReport::default();
     let mut operators: HashMap<String, Operator> = HashMap::new();
-    let settings = crate::gate::policy_settings(config);
+    let settings = config.policy_settings();
     for record in &records {
         let before = record.outcome();
         if !matches!(before, "allow" | "deny" | "would_deny" | "needs_approval") {
@@ -127,7 +127,7 @@ pub fn shadow(files: &[PathBuf], config: &Config, archive_dir: &Path) -> Result<
         let operator = match operators.entry(agent.clone()) {
             std::collections::hash_map::Entry::Occupied(found) => found.into_mut(),
             std::collections::hash_map::Entry::Vacant(slot) => {
-                let operator = Operator::new(config, Some(&agent)).or_else(|_| Operator::new(config, None));
+                let operator = config.operator(Some(&agent)).or_else(|_| config.operator(None));
                 match operator {
                     Ok(operator) => slot.insert(operator),
                     Err(error) => return Err(EvidenceError::Config(error.to_string())),

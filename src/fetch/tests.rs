@@ -56,7 +56,7 @@ fn transport(ca: &TestCa) -> TestResult<Arc<dyn PolicyTransport>> {
         },
         ..crate::config::Config::default()
     };
-    Ok(crate::proxy::policy_transport(&config)?)
+    Ok(crate::app::policy_transport(&config)?)
 }
 
 fn cache(ca: &TestCa) -> TestResult<PolicyCache> {

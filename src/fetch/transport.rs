@@ -1,6 +1,6 @@
 //! The seam between the fetcher and the network: one GET, answered with a response head
 //! and a streaming body. The proxy's upstream pool implements [`PolicyTransport`]
-//! (`proxy::policy_transport`), so policy fetches share its connections, its cap on them,
+//! (`app::policy_transport`), so policy fetches share its connections, its cap on them,
 //! its resolver and its TLS trust.
 
 use std::future::Future;

@@ -18,9 +18,11 @@ use http_body_util::{BodyExt, Full};
 
 use super::*;
 use crate::approvals::{Approval, ApprovalDecision, Remember};
+use crate::config::Config;
 use crate::fetch::{CacheSettings, PolicyTransport, TransportFuture};
 use crate::metrics::Metrics;
 use crate::policy::{FetchError, agents_txt};
+use crate::signing::Keys;
 
 /// The host every case asks for.
 const HOST: &str = "site.test";
@@ -96,7 +98,7 @@ fn config(config: &str, agent: &str) -> Config {
 fn gate(config: &Config, sites: &Arc<Sites>) -> Gate {
     let transport: Arc<dyn PolicyTransport> = Arc::clone(sites) as Arc<dyn PolicyTransport>;
     let cache = PolicyCache::new(transport, CacheSettings::default(), Arc::new(Metrics::new()));
-    Gate::new(config, cache, Arc::new(Limiter::in_process()))
+    Gate::new(config.gate_settings(&Keys::default()), cache, Arc::new(Limiter::in_process()))
 }
 
 /// One request as the proxy hands it to the gate.

@@ -4,11 +4,11 @@
 //!
 //! Never: reads a request (`super` does), or decides anything.
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 use super::detect::built_in_names;
 use super::pattern::PatternConfig;
-use crate::net::{canonical_pattern, is_host_pattern};
+use crate::net::{canonical_hosts, is_host_pattern};
 use crate::policy::operator::host_matches;
 
 /// The default `max_body`: 1 MiB, enough for the JSON and form bodies agents send.
@@ -48,14 +48,6 @@ impl Default for InspectConfig {
             patterns: Vec::new(),
         }
     }
-}
-
-/// `hosts` as written, each host pattern in canonical form (an IDN as its A-label, an address
-/// in its one spelling); an entry that is not a host pattern is kept as written, for
-/// [`InspectConfig::problems`] to name.
-pub(crate) fn canonical_hosts<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
-    let written = Vec::<String>::deserialize(deserializer)?;
-    Ok(written.into_iter().map(|p| if p == "*" || is_host_pattern(&p) { canonical_pattern(&p) } else { p }).collect())
 }
 
 /// What a request whose body cannot be inspected gets.

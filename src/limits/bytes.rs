@@ -16,14 +16,18 @@ use std::time::Duration;
 
 use governor::clock::{Clock, Reference};
 
-use super::{Exceeded, Limiter, LocalLimiter, Refused, Usage};
+use super::{Exceeded, Key, Limiter, LocalLimiter, Refused, Usage};
 use crate::policy::{Direction, Limit, LimitKind};
 
 /// The byte budgets of one forwarded request (the operator's `*_bytes_per_hour` that apply
 /// to it), spent as its bodies (or its tunnel's or upgraded connection's bytes) stream; the
-/// declared `Content-Length` of its request body was spent before forwarding
-/// ([`ByteBudgets::spend_declared`]) and that of its response before the response head goes
-/// out ([`ByteBudgets::spend_response`]), so only bytes past them are spent again.
+/// declared `Content-Length` of its request body was spent before forwarding, with its
+/// rates (`Limiter::check_and_spend`, [`Declared`]), and that of its response before the
+/// response head goes out ([`ByteBudgets::spend_response`]), so only bytes past them are
+/// spent again.
+///
+/// Each budget's keys (in process, and in Redis) are made once, when the request is
+/// admitted: no spend builds a key, and the budgets keep no copy of the agent, origin or host.
 ///
 /// A budget with less than its [`floor`] left is spent: it refuses a request before
 /// forwarding (a receiving budget always, a sending budget when the request may send bytes
@@ -36,10 +40,7 @@ use crate::policy::{Direction, Limit, LimitKind};
 /// is not given back (the bound is in docs/scale-out.md).
 pub struct ByteBudgets {
     limiter: Arc<Limiter>,
-    agent: Arc<str>,
-    origin: String,
-    host: String,
-    limits: Vec<Limit>,
+    budgets: Vec<Budget>,
     /// Bytes spent before they streamed (declared lengths): sent, received.
     declared: [AtomicU64; 2],
     /// Bytes reserved in the shared store and not passed yet: sent, received.
@@ -48,6 +49,27 @@ pub struct ByteBudgets {
     /// it: the rest of the request's bytes are settled the same way without asking Redis
     /// again (one timeout per request while Redis is away, not one per frame).
     unshared: AtomicBool,
+}
+
+/// A request's body as its head declares it: what its byte budgets are first spent or
+/// checked for, in the same call as its rates (`ByteBudgets::declared_items`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Declared {
+    /// The body's `Content-Length` (0 when it has none).
+    pub length: u64,
+    /// True when the request may send bytes of no declared length (a chunked body, an
+    /// upgrade).
+    pub streams: bool,
+}
+
+/// One byte budget of a request, with its keys, made once when the request is admitted
+/// ([`Limiter::budget`]).
+pub(super) struct Budget {
+    pub(super) limit: Limit,
+    /// Its key in process: in the in-process store, or in the Redis store's fallback.
+    pub(super) local: Key,
+    /// Its key in Redis (`super::redis`); empty in process.
+    pub(super) shared: String,
 }
 
 /// The most a budget's [`floor`] is.
@@ -97,63 +119,74 @@ pub(super) enum Counted {
 }
 
 /// One byte budget's part of a byte spend: `bytes` spent, or only checked to be left.
+#[derive(Clone, Copy)]
 pub(super) struct ByteItem<'l> {
-    pub(super) limit: &'l Limit,
+    pub(super) budget: &'l Budget,
     pub(super) bytes: u64,
     pub(super) spend: Spend,
 }
 
+impl<'l> ByteItem<'l> {
+    /// The budget's limit.
+    pub(super) fn limit(&self) -> &'l Limit {
+        &self.budget.limit
+    }
+}
+
+/// The byte items of one spend, made as they are walked (once to check, once to spend, or
+/// once into a Redis command): no spend collects them.
+pub(super) trait Items<'l>: Iterator<Item = ByteItem<'l>> + Clone {}
+
+impl<'l, I: Iterator<Item = ByteItem<'l>> + Clone> Items<'l> for I {}
+
 impl ByteBudgets {
-    /// The budgets among `limits` for `usage`, counted in `limiter`; `None` when there are none.
-    pub fn new(limiter: &Arc<Limiter>, usage: Usage<'_>, limits: &[Limit]) -> Option<ByteBudgets> {
-        let limits: Vec<Limit> = limits.iter().filter(|l| matches!(l.kind, LimitKind::Bytes { .. })).cloned().collect();
-        (!limits.is_empty()).then(|| ByteBudgets {
+    /// The budgets among `limits` for `usage`, counted in `limiter`, with their keys;
+    /// `None` when there are none.
+    pub(super) fn new(limiter: &Arc<Limiter>, usage: Usage<'_>, limits: &[Limit]) -> Option<ByteBudgets> {
+        let budgets: Vec<Budget> = limits.iter().filter_map(|limit| limiter.budget(limit, usage)).collect();
+        (!budgets.is_empty()).then(|| ByteBudgets {
             limiter: Arc::clone(limiter),
-            agent: Arc::from(usage.agent),
-            origin: usage.origin.to_owned(),
-            host: usage.host.to_owned(),
-            limits,
+            budgets,
             declared: [AtomicU64::new(0), AtomicU64::new(0)],
             reserved: [AtomicU64::new(0), AtomicU64::new(0)],
             unshared: AtomicBool::new(false),
         })
     }
 
-    /// Before a request is forwarded, in one call to the store: checks every receiving
-    /// budget has its [`floor`] left (a spent one refuses the request as a spent rate does),
-    /// and spends the request body's declared length (`Content-Length`) against every sending
-    /// budget, so a body that would cross one is refused before a byte leaves; a request that
-    /// `streams` bytes of no declared length (a chunked body, an upgrade) checks each sending
-    /// budget's floor instead.
+    /// What a request spends or checks before it is forwarded, in the store's one call with
+    /// its rates: every receiving budget checked for its [`floor`] (a spent one refuses the
+    /// request as a spent rate does), and the request body's declared length spent against
+    /// every sending budget, so a body that would cross one is refused before a byte leaves;
+    /// a request that [`streams`](Declared::streams) bytes of no declared length checks each
+    /// sending budget's floor instead.
     ///
     /// # Errors
-    /// [`Refused::NeverFits`] for a declared body larger than a whole sending budget;
-    /// [`Refused::Exceeded`] naming the spent budget or the sending budget the body would
-    /// cross; [`Refused::StoreUnavailable`] when Redis did not answer and `on_failure = "deny"`.
-    pub async fn spend_declared(&mut self, declared: u64, streams: bool) -> Result<(), Refused> {
-        for limit in self.of(Direction::Sent) {
-            if let LimitKind::Bytes { bytes, .. } = limit.kind
-                && declared > bytes
+    /// [`Refused::NeverFits`] for a declared body larger than a whole sending budget, before
+    /// the store is asked (so no rate is spent for it).
+    pub(super) fn declared_items(&self, body: Declared) -> Result<impl Items<'_>, Refused> {
+        for budget in self.of(Direction::Sent) {
+            if let LimitKind::Bytes { bytes, .. } = budget.limit.kind
+                && body.length > bytes
             {
-                return Err(Refused::NeverFits { limit: limit.clone(), bytes: declared });
+                return Err(Refused::NeverFits { limit: budget.limit.clone(), bytes: body.length });
             }
         }
-        let items: Vec<ByteItem<'_>> = self
-            .limits
-            .iter()
-            .filter_map(|limit| match limit.kind {
-                LimitKind::Bytes { direction: Direction::Sent, .. } if declared > 0 => {
-                    Some(ByteItem { limit, bytes: declared, spend: Spend::Yes })
-                }
-                LimitKind::Bytes { direction: Direction::Sent, .. } if !streams => None,
-                LimitKind::Bytes { bytes, .. } => Some(ByteItem { limit, bytes: floor(bytes), spend: Spend::No }),
-                _ => None,
-            })
-            .collect();
-        let counted = self.spend_items(&items).await?;
+        Ok(self.budgets.iter().filter_map(move |budget| match budget.limit.kind {
+            LimitKind::Bytes { direction: Direction::Sent, .. } if body.length > 0 => {
+                Some(ByteItem { budget, bytes: body.length, spend: Spend::Yes })
+            }
+            LimitKind::Bytes { direction: Direction::Sent, .. } if !body.streams => None,
+            LimitKind::Bytes { bytes, .. } => Some(ByteItem { budget, bytes: floor(bytes), spend: Spend::No }),
+            _ => None,
+        }))
+    }
+
+    /// After [`declared_items`](Self::declared_items) passed: the declared length is spent
+    /// (the body's first bytes spend nothing again), and when Redis did not answer, the rest
+    /// of the request is settled by `on_failure` without asking it again.
+    pub(super) fn admitted(&mut self, body: Declared, counted: Counted) {
         *self.unshared.get_mut() = counted == Counted::Settled;
-        *self.declared[slot(Direction::Sent)].get_mut() = declared;
-        Ok(())
+        *self.declared[slot(Direction::Sent)].get_mut() = body.length;
     }
 
     /// Before a tunnel or an upgraded connection opens (its `200` or `101`): checks every
@@ -161,17 +194,13 @@ impl ByteBudgets {
     ///
     /// # Errors
     /// [`Refused::Exceeded`] naming the spent budget; [`Refused::StoreUnavailable`] as
-    /// [`spend_declared`](Self::spend_declared).
+    /// `Limiter::check_and_spend`.
     pub async fn check_open(&self) -> Result<(), Refused> {
-        let items: Vec<ByteItem<'_>> = self
-            .limits
-            .iter()
-            .filter_map(|limit| match limit.kind {
-                LimitKind::Bytes { bytes, .. } => Some(ByteItem { limit, bytes: floor(bytes), spend: Spend::No }),
-                _ => None,
-            })
-            .collect();
-        self.spend_items(&items).await.map(|_| ())
+        let items = self.budgets.iter().filter_map(|budget| match budget.limit.kind {
+            LimitKind::Bytes { bytes, .. } => Some(ByteItem { budget, bytes: floor(bytes), spend: Spend::No }),
+            _ => None,
+        });
+        self.spend_items(items).await.map(|_| ())
     }
 
     /// Before a response head goes out: spends the response body's declared length
@@ -182,34 +211,32 @@ impl ByteBudgets {
     /// [`Refused::NeverFits`] for a body longer than a whole receiving budget (no wait makes
     /// it pass); [`Refused::Exceeded`] naming the receiving budget it would cross, with when
     /// `length` bytes will be left; [`Refused::StoreUnavailable`] as
-    /// [`spend_declared`](Self::spend_declared).
+    /// `Limiter::check_and_spend`.
     pub async fn spend_response(&self, length: u64) -> Result<(), Refused> {
-        for limit in self.of(Direction::Received) {
-            if let LimitKind::Bytes { bytes, .. } = limit.kind
+        for budget in self.of(Direction::Received) {
+            if let LimitKind::Bytes { bytes, .. } = budget.limit.kind
                 && length > bytes
             {
-                return Err(Refused::NeverFits { limit: limit.clone(), bytes: length });
+                return Err(Refused::NeverFits { limit: budget.limit.clone(), bytes: length });
             }
         }
-        let items: Vec<ByteItem<'_>> =
-            self.of(Direction::Received).map(|limit| ByteItem { limit, bytes: length, spend: Spend::Yes }).collect();
-        if self.spend_items(&items).await? == Counted::Settled {
+        if self.spend_items(self.items(Direction::Received, length)).await? == Counted::Settled {
             self.unshared.store(true, Ordering::Relaxed);
         }
         self.declared[slot(Direction::Received)].store(length, Ordering::Relaxed);
         Ok(())
     }
 
-    /// `items` spent (or checked) in the store, for this request's agent, origin and host;
-    /// settled by `on_failure` without asking Redis once it did not answer for this request.
-    async fn spend_items(&self, items: &[ByteItem<'_>]) -> Result<Counted, Refused> {
-        let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
+    /// `items` spent (or checked) in the store, under the keys made when the request was
+    /// admitted; settled by `on_failure` without asking Redis once it did not answer for this
+    /// request.
+    async fn spend_items<'l>(&self, items: impl Items<'l>) -> Result<Counted, Refused> {
         if let Limiter::Redis(shared) = &*self.limiter
             && self.unshared.load(Ordering::Relaxed)
         {
-            return shared.settle_bytes(usage, items).map(|()| Counted::Settled);
+            return shared.settle_bytes(items).map(|()| Counted::Settled);
         }
-        self.limiter.spend_bytes(usage, items).await
+        self.limiter.spend_bytes(items).await
     }
 
     /// Spends `n` bytes in `direction` against every budget for it, the body (or relay) having
@@ -220,7 +247,6 @@ impl ByteBudgets {
     /// The future's or the answer's error is the [`Refused`] that cuts the body: a budget that
     /// has not the bytes left (all or none).
     pub fn spend(self: &Arc<Self>, direction: Direction, n: u64, passed: u64) -> Spending {
-        let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
         let declared = self.declared[slot(direction)].load(Ordering::Relaxed);
         let n = n.min((passed + n).saturating_sub(declared));
         // A direction no budget counts (a relay's other way) spends nothing, and asks no store.
@@ -229,9 +255,7 @@ impl ByteBudgets {
         }
         let shared = match &*self.limiter {
             Limiter::Local(local) => {
-                let items: Vec<ByteItem<'_>> =
-                    self.of(direction).map(|limit| ByteItem { limit, bytes: n, spend: Spend::Yes }).collect();
-                return Spending::Now(local.spend_items(usage, &items).map_err(Refused::Exceeded));
+                return Spending::Now(local.spend_items(self.items(direction, n)).map_err(Refused::Exceeded));
             }
             Limiter::Redis(shared) => shared,
         };
@@ -242,11 +266,9 @@ impl ByteBudgets {
             return Spending::Now(Ok(()));
         }
         if self.unshared.load(Ordering::Relaxed) {
-            let items: Vec<ByteItem<'_>> =
-                self.of(direction).map(|limit| ByteItem { limit, bytes: need, spend: Spend::Yes }).collect();
-            return Spending::Now(shared.settle_bytes(usage, &items));
+            return Spending::Now(shared.settle_bytes(self.items(direction, need)));
         }
-        let budgets = self.of(direction).filter_map(|l| match l.kind {
+        let budgets = self.of(direction).filter_map(|b| match b.limit.kind {
             LimitKind::Bytes { bytes, .. } => Some(bytes),
             _ => None,
         });
@@ -257,12 +279,9 @@ impl ByteBudgets {
     /// Takes a reservation of `want` bytes in `direction` (or, when the budgets have not that
     /// many left, of `need`), of which `need` pass now and the rest is kept for the next frames.
     async fn reserve(self: Arc<Self>, direction: Direction, need: u64, want: u64) -> Result<(), Refused> {
-        let usage = Usage { agent: &self.agent, origin: &self.origin, host: &self.host };
         let mut amount = want;
         loop {
-            let items: Vec<ByteItem<'_>> =
-                self.of(direction).map(|limit| ByteItem { limit, bytes: amount, spend: Spend::Yes }).collect();
-            match self.limiter.spend_bytes(usage, &items).await {
+            match self.limiter.spend_bytes(self.items(direction, amount)).await {
                 Ok(counted) => {
                     if counted == Counted::Settled {
                         self.unshared.store(true, Ordering::Relaxed);
@@ -276,9 +295,16 @@ impl ByteBudgets {
         }
     }
 
+    /// `bytes` to spend from every budget that counts `direction`.
+    fn items(&self, direction: Direction, bytes: u64) -> impl Items<'_> {
+        self.of(direction).map(move |budget| ByteItem { budget, bytes, spend: Spend::Yes })
+    }
+
     /// The budgets that count `direction`.
-    fn of(&self, direction: Direction) -> impl Iterator<Item = &Limit> {
-        self.limits.iter().filter(move |l| matches!(l.kind, LimitKind::Bytes { direction: d, .. } if d == direction))
+    fn of(&self, direction: Direction) -> impl Iterator<Item = &Budget> + Clone {
+        self.budgets
+            .iter()
+            .filter(move |b| matches!(b.limit.kind, LimitKind::Bytes { direction: d, .. } if d == direction))
     }
 
     /// True when a budget counts `direction`.
@@ -298,7 +324,7 @@ fn slot(direction: Direction) -> usize {
 impl std::fmt::Debug for ByteBudgets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ByteBudgets")
-            .field("limits", &self.limits)
+            .field("limits", &self.budgets.iter().map(|b| &b.limit).collect::<Vec<_>>())
             .field("declared", &self.declared)
             .field("reserved", &self.reserved)
             .finish()
@@ -313,26 +339,42 @@ impl<C: Clock + Clone> LocalLimiter<C> {
     /// [`Exceeded`] when fewer than `n` bytes are left, with when `n` will be (a window for
     /// more than the whole budget).
     pub fn spend_bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64) -> Result<(), Exceeded> {
-        self.bytes(usage, limit, n, Spend::Yes)
+        self.bytes(self.byte_key(limit, usage), limit, n, Spend::Yes)
+    }
+
+    /// The key a byte budget counts `usage` under in this store: a sending and a receiving
+    /// budget of one scope are two budgets.
+    pub(super) fn byte_key(&self, limit: &Limit, usage: Usage<'_>) -> Key {
+        let direction = match limit.kind {
+            LimitKind::Bytes { direction, .. } => Some(direction),
+            _ => None,
+        };
+        self.hasher.hash_one((self.key(limit, usage), direction))
+    }
+
+    /// Each item's bytes checked: `Ok` when every budget has them, spending nothing.
+    pub(super) fn check_items<'l>(&self, mut items: impl Iterator<Item = ByteItem<'l>>) -> Result<(), Exceeded> {
+        items.try_for_each(|item| self.bytes(item.budget.local, item.limit(), item.bytes, Spend::No))
+    }
+
+    /// The items that spend, spent (after [`check_items`](Self::check_items) passed).
+    pub(super) fn spend_checked<'l>(&self, items: impl Iterator<Item = ByteItem<'l>>) -> Result<(), Exceeded> {
+        items
+            .filter(|item| item.spend == Spend::Yes)
+            .try_for_each(|item| self.bytes(item.budget.local, item.limit(), item.bytes, Spend::Yes))
     }
 
     /// Each item's bytes checked, then, when every one has them, spent (or only checked):
     /// all or none, but for another request spending between the check and the spend.
-    pub(super) fn spend_items(&self, usage: Usage<'_>, items: &[ByteItem<'_>]) -> Result<(), Exceeded> {
-        items.iter().try_for_each(|item| self.bytes(usage, item.limit, item.bytes, Spend::No))?;
-        items
-            .iter()
-            .filter(|item| item.spend == Spend::Yes)
-            .try_for_each(|item| self.bytes(usage, item.limit, item.bytes, Spend::Yes))
+    pub(super) fn spend_items<'l>(&self, items: impl Items<'l>) -> Result<(), Exceeded> {
+        self.check_items(items.clone())?;
+        self.spend_checked(items)
     }
 
-    /// [`spend_bytes`](Self::spend_bytes), or only the check when `spend` says so.
-    pub(super) fn bytes(&self, usage: Usage<'_>, limit: &Limit, n: u64, spend: Spend) -> Result<(), Exceeded> {
-        let LimitKind::Bytes { direction, .. } = limit.kind else { return Ok(()) };
+    /// `n` bytes of `limit` spent under `key` (or only checked, when `spend` says so).
+    pub(super) fn bytes(&self, key: Key, limit: &Limit, n: u64, spend: Spend) -> Result<(), Exceeded> {
         let Some(cost) = ByteCost::of(limit, n, NANOS)? else { return Ok(()) };
         let now = u128::from(u64::from(self.clock.now().duration_since(self.start)));
-        // A sending and a receiving budget of one scope are two budgets.
-        let key = self.hasher.hash_one((self.key(limit, usage), direction));
         let mut tat = self.bytes.entry(key).or_insert(0);
         let next = u128::from(*tat).max(now) + cost.cost;
         if next > now + cost.window {

@@ -1,9 +1,10 @@
 //! The shared store (DESIGN §10): every replica's counters in one Redis (or Valkey), so a
 //! fleet behind a load balancer enforces each site's limits as one proxy would.
 //!
-//! One check is one round trip: a Lua script (`CHECK`, run with `EVALSHA` by
-//! `redis::Script`, which loads it again after a Redis restart) takes every concurrency slot
-//! and spends every rate of the request, or none of them. Rates are GCRA with the same
+//! Admitting a request is one round trip: a Lua script (`CHECK`, run with `EVALSHA`, loaded
+//! again when Redis answers `NOSCRIPT` after a restart) takes every concurrency slot, spends
+//! the declared body's bytes from (or checks the floor of) every byte budget and spends
+//! every rate of the request, or none of them. Rates are GCRA with the same
 //! quotas as the in-process store (period = window / limit, burst = the limit, a crawl delay
 //! one request per delay) on Redis's own clock, so replicas need no clock agreement; each
 //! rate key expires when its state equals a fresh one. Concurrency slots are members of a
@@ -11,13 +12,16 @@
 //! its request runs and removes them on drop, and a replica that dies leaks its slots for
 //! at most one lease.
 //!
-//! Byte budgets are GCRA keys of the same script, kept in µs, spent with a cost of n bytes
-//! (`RedisLimiter::spend_bytes`): a request's declared body (and its receiving budgets'
-//! check for a byte left) in one call before forwarding, its streamed bytes a reservation at
-//! a time (`super::ByteBudgets`), so no frame waits for Redis unless its reservation ran out.
+//! Byte budgets are GCRA keys of the same script, kept in µs, spent with a cost of n bytes:
+//! a request's declared body (and its budgets' floors) in the call that spends its rates,
+//! then its response's declared length and its streamed bytes a reservation at a time
+//! (`RedisLimiter::spend_bytes`, `super::ByteBudgets`), so no frame waits for Redis unless
+//! its reservation ran out.
 //!
 //! Keys are the same on every replica: the prefix, the kind, the quota and [`Limit::key`]'s
-//! parts (SHA-256 of them when long), never the in-process store's per-process hash.
+//! parts (SHA-256 of them when long), never the in-process store's per-process hash. A
+//! check writes its rate keys straight into the command it sends (no `String` per key); a
+//! byte budget's key is made once per request (`RedisLimiter::budget`).
 //!
 //! When Redis does not answer within `timeout`, `on_failure` decides: the in-process store
 //! (`local`, counted, logged at most once a second, Redis tried again on the next check),
@@ -45,33 +49,34 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::Script;
 use redis::aio::ConnectionManager;
-use sha2::{Digest, Sha256};
+use redis::{Cmd, RedisResult, RedisWrite as _, Script};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 mod clock;
 mod config;
+mod keys;
 
 use self::clock::RedisClock;
 pub use self::config::{OnFailure, RedisConfig};
-use super::{ByteCost, ByteItem, Counted, Exceeded, LocalLimiter, Permit, Refused, Spend, Usage};
+use self::keys::{Arg, GcraKey, Kind, MICROS, gcra_keys, write_key};
+use super::{Budget, ByteCost, Counted, Exceeded, Items, LocalLimiter, Permit, Refused, Usage};
 use crate::error_chain::error_chain;
 use crate::metrics::StoreMetrics;
 use crate::policy::{Limit, LimitKind};
 use crate::redis_connection::{ConnectError, FailureLog};
 
-/// Keys longer than this (prefix included) are replaced by a SHA-256 of their parts.
-const MAX_PLAIN_KEY: usize = 160;
 /// How long start-up waits for Redis ([`RedisLimiter::warm`]) before serving without it.
 const WARM_LIMIT: Duration = Duration::from_secs(2);
 
-/// Takes every slot and spends every rate (or byte budget) of one call, or nothing; past its
-/// deadline, touches nothing.
+/// Takes every slot and spends every byte budget and rate of one call, or nothing; past its
+/// deadline, touches nothing. Unchanged since the byte budgets joined the rates' call (a
+/// fleet mid-upgrade runs one script).
 ///
-/// KEYS: the concurrency keys, then the GCRA keys. ARGV: the deadline (ms on Redis's clock;
+/// KEYS: the concurrency keys, then the GCRA keys (a request's byte budgets, then its
+/// rates: `keys::gcra_keys`). ARGV: the deadline (ms on Redis's clock;
 /// 0 for none), the number of concurrency keys, this slot's member, the lease (ms), each
 /// concurrency key's maximum, then per GCRA key its tick (µs: 1000 for a rate kept in ms, 1
 /// for a byte budget kept in µs), its cost and its allowance in ticks: spending moves the
@@ -188,40 +193,53 @@ impl RedisLimiter {
         })
     }
 
-    /// [`super::Limiter::check_and_spend`] for this store.
+    /// [`super::Limiter::check_and_spend`] for this store: every limit of `limits` for
+    /// `usage` and every byte item in one run of [`CHECK`] (concurrency keys, then the byte
+    /// budgets' keys, then the rates'), all or none; settled by `on_failure` (the in-process
+    /// store checks the same, all or none) when Redis does not answer.
     ///
     /// # Errors
-    /// [`Refused`]: a limit refused, or Redis did not answer and `on_failure = "deny"`.
-    pub async fn check_and_spend(&self, usage: Usage<'_>, limits: &[Limit]) -> Result<Permit, Refused> {
-        let call = self.call(usage, limits);
-        if call.limits.is_empty() {
-            return Ok(Permit::default());
+    /// [`Refused`]: a limit or a budget refused, or Redis did not answer and
+    /// `on_failure = "deny"`.
+    pub(super) async fn check_and_spend<'l>(
+        &self,
+        usage: Usage<'_>,
+        limits: &[Limit],
+        items: impl Items<'l>,
+    ) -> Result<(Permit, Counted), Refused> {
+        for item in items.clone() {
+            // More bytes than a whole budget: refused without asking Redis.
+            ByteCost::of(item.limit(), item.bytes, MICROS).map_err(Refused::Exceeded)?;
         }
-        let keys = call.concurrent_keys.iter().chain(&call.rate_keys);
-        match self.run(keys, call.concurrent_keys.len(), &call.member, &call.args).await {
+        let slots = Slots::of(self, usage, limits);
+        let gcra = || gcra_keys(limits, items.clone());
+        if slots.is_none() && gcra().next().is_none() {
+            return Ok((Permit::default(), Counted::InStore));
+        }
+        let settled = |permit| (permit, Counted::Settled);
+        match self.run(usage, slots.as_ref(), gcra()).await {
             Answer::Passed => {
-                let lease = (!call.concurrent_keys.is_empty()).then(|| {
-                    Lease::start(
-                        self.manager.clone(),
-                        Arc::clone(&self.renew),
-                        call.concurrent_keys,
-                        call.member,
-                        self.lease,
-                    )
+                let lease = slots.map(|slots| {
+                    Lease::start(self.manager.clone(), Arc::clone(&self.renew), slots.keys, slots.member, self.lease)
                 });
-                Ok(Permit { slots: Vec::new(), lease })
+                Ok((Permit { slots: Vec::new(), lease }, Counted::InStore))
             }
-            Answer::Refused { key, wait } => match call.limits.get(key) {
-                Some(limit) => Err(Refused::Exceeded(Exceeded { limit: (*limit).clone(), retry_after: wait })),
-                None => self.unavailable(
-                    &format!("the check script named key {} of {}", key + 1, call.limits.len()),
-                    |local| local.check_and_spend(usage, limits),
-                    Permit::default(),
-                ),
-            },
-            Answer::Unavailable(error) => {
-                self.unavailable(&error, |local| local.check_and_spend(usage, limits), Permit::default())
+            Answer::Refused { key, wait } => {
+                let concurrent = limits.iter().filter(|l| matches!(l.kind, LimitKind::Concurrent { .. }));
+                match concurrent.chain(gcra().map(|key| key.limit)).nth(key) {
+                    Some(limit) => Err(Refused::Exceeded(Exceeded { limit: limit.clone(), retry_after: wait })),
+                    None => self
+                        .unavailable(
+                            &format!("the check script named key {} it was not given", key + 1),
+                            |local| local.spend_all(usage, limits, items.clone()),
+                            Permit::default(),
+                        )
+                        .map(settled),
+                }
             }
+            Answer::Unavailable(error) => self
+                .unavailable(&error, |local| local.spend_all(usage, limits, items.clone()), Permit::default())
+                .map(settled),
         }
     }
 
@@ -232,41 +250,10 @@ impl RedisLimiter {
     /// # Errors
     /// [`Refused`]: a budget has not the bytes left, or Redis did not answer and
     /// `on_failure = "deny"`.
-    pub(super) async fn spend_bytes(&self, usage: Usage<'_>, items: &[ByteItem<'_>]) -> Result<Counted, Refused> {
-        let mut keys = Vec::new();
-        let mut args = Vec::new();
-        let mut limits = Vec::new();
-        for item in items {
-            let LimitKind::Bytes { direction, bytes: budget, window_s } = item.limit.kind else { continue };
-            let Some(cost) = ByteCost::of(item.limit, item.bytes, MICROS).map_err(Refused::Exceeded)? else { continue };
-            let (spent, allowance) = match item.spend {
-                Spend::Yes => (cost.cost, cost.window),
-                Spend::No => (0, cost.window - cost.cost),
-            };
-            keys.push(self.key(&format!("bytes:{}:{budget}/{window_s}", direction.as_str()), item.limit, usage));
-            args.extend([1, u64::try_from(spent).unwrap_or(u64::MAX), u64::try_from(allowance).unwrap_or(u64::MAX)]);
-            limits.push(item.limit);
-        }
-        if keys.is_empty() {
-            return Ok(Counted::InStore);
-        }
-        let settled = |()| Counted::Settled;
-        match self.run(&keys, 0, "", &args).await {
-            Answer::Passed => Ok(Counted::InStore),
-            Answer::Refused { key, wait } => match limits.get(key) {
-                Some(limit) => Err(Refused::Exceeded(Exceeded { limit: (*limit).clone(), retry_after: wait })),
-                None => self
-                    .unavailable(
-                        &format!("the check script named key {} of {}", key + 1, limits.len()),
-                        |local| local.spend_items(usage, items),
-                        (),
-                    )
-                    .map(settled),
-            },
-            Answer::Unavailable(error) => {
-                self.unavailable(&error, |local| local.spend_items(usage, items), ()).map(settled)
-            }
-        }
+    pub(super) async fn spend_bytes<'l>(&self, items: impl Items<'l>) -> Result<Counted, Refused> {
+        // No limit: the usage names no key.
+        let usage = Usage { agent: "", origin: "", host: "" };
+        self.check_and_spend(usage, &[], items).await.map(|(_, counted)| counted)
     }
 
     /// Byte spends of a request whose earlier spend Redis did not answer: settled by
@@ -274,40 +261,64 @@ impl RedisLimiter {
     ///
     /// # Errors
     /// [`Refused::Exceeded`] from the in-process store under `on_failure = "local"`.
-    pub(super) fn settle_bytes(&self, usage: Usage<'_>, items: &[ByteItem<'_>]) -> Result<(), Refused> {
-        self.settle(|local| local.spend_items(usage, items), ())
+    pub(super) fn settle_bytes<'l>(&self, items: impl Items<'l>) -> Result<(), Refused> {
+        self.settle(|local| local.spend_items(items), ())
     }
 
-    /// One run of [`CHECK`] with `keys` (the first `concurrent` of them concurrency keys),
-    /// the slot `member` and the rest of `args`, carrying a deadline and timed out after
+    /// `limit`'s byte budget for `usage`: its key in Redis, made once for the request, and in
+    /// the fallback store; `None` when `limit` is not a byte budget.
+    pub(super) fn budget(&self, limit: &Limit, usage: Usage<'_>) -> Option<Budget> {
+        let LimitKind::Bytes { direction, bytes: budget, window_s } = limit.kind else { return None };
+        let mut shared = String::new();
+        // Writing into a String cannot fail.
+        let _ = write_key(&mut shared, &self.prefix, Kind::Bytes { direction, budget, window_s }, limit, usage);
+        Some(Budget { limit: limit.clone(), local: self.fallback.byte_key(limit, usage), shared })
+    }
+
+    /// One run of [`CHECK`] with the concurrency `slots` (of `usage`) and the `gcra` keys,
+    /// written straight into one `EVALSHA` command, carrying a deadline and timed out after
     /// `timeout`; tried once more on a new connection when the old one was gone.
-    async fn run<'k>(
+    async fn run<'a>(
         &self,
-        keys: impl IntoIterator<Item = &'k String>,
-        concurrent: usize,
-        member: &str,
-        args: &[u64],
+        usage: Usage<'_>,
+        slots: Option<&Slots>,
+        gcra: impl Iterator<Item = GcraKey<'a>> + Clone,
     ) -> Answer {
-        let mut invocation = self.check.prepare_invoke();
-        let mut count = 0;
-        for key in keys {
-            invocation.key(key);
-            count += 1;
+        let concurrent = slots.map_or(0, |slots| slots.keys.len());
+        let count = concurrent + gcra.clone().count();
+        let mut cmd = Cmd::with_capacity(7 + 4 * count, 64 * count);
+        cmd.arg("EVALSHA").arg(self.check.get_hash()).arg(count);
+        for key in slots.iter().flat_map(|slots| &slots.keys) {
+            cmd.arg(key);
+        }
+        for key in gcra.clone() {
+            match key.budget {
+                Some(budget) => {
+                    cmd.arg(&budget.shared);
+                }
+                // The command's buffer cannot fail a write.
+                None => {
+                    let _ = write_key(&mut Arg(cmd.writer_for_next_arg()), &self.prefix, key.kind, key.limit, usage);
+                }
+            }
         }
         let sent = Instant::now();
-        invocation.arg(self.clock.deadline(sent));
-        invocation.arg(concurrent).arg(member).arg(millis(self.lease));
-        for arg in args {
-            invocation.arg(*arg);
+        cmd.arg(self.clock.deadline(sent)).arg(concurrent);
+        cmd.arg(slots.map_or("", |slots| slots.member.as_str())).arg(millis(self.lease));
+        for max in slots.iter().flat_map(|slots| &slots.maxes) {
+            cmd.arg(*max);
+        }
+        for key in gcra {
+            cmd.arg(key.tick).arg(key.cost).arg(key.allowance);
         }
         let mut connection = self.manager.clone();
         let attempts = async {
-            match invocation.invoke_async::<(i64, u64, i64)>(&mut connection).await {
+            match self.query(&cmd, &mut connection).await {
                 // The connection was gone (Redis restarted, say): the manager has begun
                 // replacing it, so try once more on the new one, with the same deadline. If
                 // the first one ran after all and only its answer was lost, this spends
                 // twice for one call: stricter than the limit, never looser.
-                Err(err) if err.is_unrecoverable_error() => invocation.invoke_async(&mut connection).await,
+                Err(err) if err.is_unrecoverable_error() => self.query(&cmd, &mut connection).await,
                 answered => answered,
             }
         };
@@ -327,6 +338,18 @@ impl RedisLimiter {
             },
             Ok(Err(err)) => Answer::Unavailable(describe(&err)),
             Err(_) => Answer::Unavailable("no answer within [limits.redis] timeout".to_owned()),
+        }
+    }
+
+    /// `cmd` (an `EVALSHA` of [`CHECK`]) sent once; when Redis has lost the script (a
+    /// restart, `SCRIPT FLUSH`: `NOSCRIPT`), loaded and sent again, as `redis::Script` does.
+    async fn query(&self, cmd: &Cmd, connection: &mut ConnectionManager) -> RedisResult<(i64, u64, i64)> {
+        match cmd.query_async(connection).await {
+            Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.check.load_async(connection).await?;
+                cmd.query_async(connection).await
+            }
+            answered => answered,
         }
     }
 
@@ -395,64 +418,40 @@ impl RedisLimiter {
             OnFailure::Allow => Ok(uncounted),
         }
     }
+}
 
-    /// The script's keys and arguments for one check, in the in-process store's order
-    /// (concurrency first, then rates as listed; a crawl delay of 0 counts nothing).
-    fn call<'l>(&self, usage: Usage<'_>, limits: &'l [Limit]) -> Call<'l> {
-        let mut call = Call::default();
-        for limit in limits {
-            if let LimitKind::Concurrent { max } = limit.kind {
-                call.concurrent_keys.push(self.key("slots", limit, usage));
-                call.args.push(u64::from(max));
-                call.limits.push(limit);
-            }
-        }
-        let concurrent = call.limits.len();
-        let mut rates = Vec::new();
-        for limit in limits {
-            let (requests, window_ms) = match limit.kind {
-                LimitKind::Rate { requests, window_s } => (requests, u64::from(window_s.max(1)) * 1000),
-                // Byte budgets are spent as bodies stream (`spend_bytes`).
-                LimitKind::Delay { millis: 0 } | LimitKind::Concurrent { .. } | LimitKind::Bytes { .. } => continue,
-                LimitKind::Delay { millis } => (1, u64::from(millis)),
-            };
-            call.rate_keys.push(self.key(&format!("rate:{requests}/{window_ms}"), limit, usage));
-            // Whole milliseconds, at least 1: the in-process store keeps nanoseconds, so a
-            // quota past 1000 requests a second rounds here (no site asks for that).
-            let (cost, allowance) = match requests {
-                0 => (window_ms, 0),
-                requests => {
-                    let period = (window_ms / u64::from(requests)).max(1);
-                    (period, period * u64::from(requests))
-                }
-            };
-            rates.extend([MILLIS_TICK, cost, allowance]);
-            call.limits.push(limit);
-        }
-        call.args.extend(rates);
-        debug_assert_eq!(call.limits.len(), concurrent + call.rate_keys.len(), "one limit per key");
-        call.member = format!("{}:{}", self.instance, self.next_slot.fetch_add(1, Ordering::Relaxed));
-        call
-    }
+/// A request's concurrency keys, each limit's maximum and its slot's member: what its
+/// [`Lease`] keeps when the check passes.
+struct Slots {
+    keys: Vec<String>,
+    maxes: Vec<u32>,
+    member: String,
+}
 
-    /// `<prefix><kind>:<Limit::key>`, or `<prefix><kind>:sha256:<hex>` when that is long:
-    /// the same on every replica.
-    fn key(&self, kind: &str, limit: &Limit, usage: Usage<'_>) -> String {
-        let parts = limit.key(usage.agent, usage.origin, usage.host);
-        if self.prefix.len() + kind.len() + parts.len() < MAX_PLAIN_KEY {
-            return format!("{}{kind}:{parts}", self.prefix);
+impl Slots {
+    /// The concurrency limits among `limits` for `usage`, in order; `None` when there are
+    /// none (a request that takes no slot allocates nothing for them).
+    fn of(store: &RedisLimiter, usage: Usage<'_>, limits: &[Limit]) -> Option<Slots> {
+        let mut slots: Option<Slots> = None;
+        for limit in limits {
+            let LimitKind::Concurrent { max } = limit.kind else { continue };
+            let slots = slots.get_or_insert_with(|| Slots {
+                keys: Vec::new(),
+                maxes: Vec::new(),
+                member: format!("{}:{}", store.instance, store.next_slot.fetch_add(1, Ordering::Relaxed)),
+            });
+            let mut key = String::new();
+            // Writing into a String cannot fail.
+            let _ = write_key(&mut key, &store.prefix, Kind::Slots, limit, usage);
+            slots.keys.push(key);
+            slots.maxes.push(max);
         }
-        let digest = Sha256::digest(parts.as_bytes());
-        format!("{}{kind}:sha256:{}", self.prefix, hex::encode(digest))
+        slots
     }
 }
 
 /// The check script's answer when it ran after its deadline.
 const EXPIRED: i64 = -1;
-/// A rate key's tick in [`CHECK`]: its state is kept in ms (µs per tick).
-const MILLIS_TICK: u64 = 1000;
-/// Microseconds in a second: a byte budget key's tick in [`CHECK`].
-const MICROS: u128 = 1_000_000;
 
 /// How one run of [`CHECK`] went.
 enum Answer {
@@ -462,16 +461,6 @@ enum Answer {
     Refused { key: usize, wait: Duration },
     /// Redis did not answer in time, answered with an error, or ran it past its deadline.
     Unavailable(String),
-}
-
-/// One check's keys, arguments and the limit behind each key, in key order.
-#[derive(Default)]
-struct Call<'l> {
-    concurrent_keys: Vec<String>,
-    rate_keys: Vec<String>,
-    args: Vec<u64>,
-    limits: Vec<&'l Limit>,
-    member: String,
 }
 
 /// A request's concurrency slots in Redis: renewed while it lives, removed on drop.
@@ -552,8 +541,62 @@ fn millis(duration: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::process::Stdio;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    use tokio::process::{Child, Command};
+
+    use super::super::{Limiter, LimitsConfig, Store};
+    use super::{OnFailure, RedisConfig};
     use crate::config::Config;
     use crate::config::testing::problems;
+    use crate::metrics::StoreMetrics;
+
+    type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+    /// A `redis-server` of this test's own on a free loopback port (no persistence), killed
+    /// on drop, and its URL, once it says it accepts connections (bounded).
+    async fn redis_server() -> TestResult<(Child, String)> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let mut lines = BufReader::new(child.stdout.take().ok_or("redis-server's output")?).lines();
+        let ready = async {
+            while let Some(line) = lines.next_line().await? {
+                if line.contains("Ready to accept connections") {
+                    return Ok(());
+                }
+            }
+            Err::<(), Box<dyn std::error::Error>>("redis-server ended before it was ready".into())
+        };
+        tokio::time::timeout(Duration::from_secs(10), ready).await??;
+        // Its log goes on being read, so it never waits on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok((child, format!("redis://127.0.0.1:{port}")))
+    }
+
+    /// The rates and the byte budgets of a request are one run of the check script: the same
+    /// sequence the in-process store answers (`rates_and_budgets_are_spent_all_or_none`)
+    /// gets the same answers from a real Redis, all or none across both.
+    #[tokio::test]
+    #[ignore = "needs redis-server"]
+    async fn rates_and_budgets_are_spent_all_or_none_in_redis() -> TestResult {
+        let (_redis, url) = redis_server().await?;
+        // `deny`: an answer from the fallback would be a 503, never a pass.
+        let redis =
+            RedisConfig { url, on_failure: OnFailure::Deny, timeout: Duration::from_secs(2), ..RedisConfig::default() };
+        let config = LimitsConfig { store: Store::Redis, redis };
+        let limiter = Arc::new(Limiter::from_config(&config, &[], StoreMetrics::default())?);
+        limiter.warm().await;
+        super::super::tests::rates_and_budgets_are_spent_all_or_none(Arc::clone(&limiter)).await;
+        assert_eq!(limiter.store_failures(), 0, "Redis answered every check");
+        Ok(())
+    }
 
     #[test]
     fn redis_settings_parse_and_every_bad_value_is_named_with_its_fix() {

@@ -7,8 +7,7 @@
 
 use serde::Deserialize;
 
-use crate::inspect::canonical_hosts;
-use crate::net::is_host_pattern;
+use crate::net::{canonical_hosts, is_host_pattern};
 use crate::policy::operator::host_matches;
 
 /// Every `[[mcp]]` table, in the order written: the first that names a host and scopes an

@@ -129,6 +129,14 @@ pub fn canonical_pattern(pattern: &str) -> String {
     canonical_host(pattern).unwrap_or_else(|_| pattern.to_ascii_lowercase())
 }
 
+/// A config's list of host patterns as written, each host pattern in canonical form (an IDN as
+/// its A-label, an address in its one spelling), for `#[serde(deserialize_with)]`; an entry
+/// that is not a host pattern is kept as written, for the table's `problems` to name.
+pub fn canonical_hosts<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    let written = <Vec<String> as serde::Deserialize>::deserialize(deserializer)?;
+    Ok(written.into_iter().map(|p| if p == "*" || is_host_pattern(&p) { canonical_pattern(&p) } else { p }).collect())
+}
+
 /// `example.com` (an IDN too), `*.example.com`, or an IP address in any spelling the
 /// canonical host accepts: what `[mitm] passthrough_hosts` accepts.
 pub fn is_host_pattern(pattern: &str) -> bool {

@@ -142,11 +142,34 @@ impl Limit {
     /// The key this limit is counted under for a given agent and origin, e.g.
     /// `agents.txt|bot-1|https://example.com:443|line=4`. Stable across requests.
     pub fn key(&self, agent_id: &str, origin: &str, host: &str) -> String {
-        match &self.scope {
-            LimitScope::Agent => format!("{}|{agent_id}", self.source),
-            LimitScope::Origin => format!("{}|{agent_id}|{origin}", self.source),
-            LimitScope::Host => format!("{}|{agent_id}|{host}", self.source),
-            LimitScope::Rule { line } => format!("{}|{agent_id}|{origin}|line={line}", self.source),
+        self.key_parts(agent_id, origin, host).to_string()
+    }
+
+    /// [`Limit::key`] as something to write: the limits store writes it into its own
+    /// buffer (a Redis command) without a `String` of its own per request.
+    pub fn key_parts<'a>(&'a self, agent_id: &'a str, origin: &'a str, host: &'a str) -> KeyParts<'a> {
+        KeyParts { limit: self, agent_id, origin, host }
+    }
+}
+
+/// A limit's key for one request, written by `Display` ([`Limit::key_parts`]).
+#[derive(Debug, Clone, Copy)]
+pub struct KeyParts<'a> {
+    limit: &'a Limit,
+    agent_id: &'a str,
+    origin: &'a str,
+    host: &'a str,
+}
+
+impl std::fmt::Display for KeyParts<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let KeyParts { limit, agent_id, origin, host } = *self;
+        let source = limit.source.as_str();
+        match limit.scope {
+            LimitScope::Agent => write!(f, "{source}|{agent_id}"),
+            LimitScope::Origin => write!(f, "{source}|{agent_id}|{origin}"),
+            LimitScope::Host => write!(f, "{source}|{agent_id}|{host}"),
+            LimitScope::Rule { line } => write!(f, "{source}|{agent_id}|{origin}|line={line}"),
         }
     }
 }

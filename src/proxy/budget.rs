@@ -230,7 +230,7 @@ mod tests {
 
     use super::*;
     use crate::audit::{AuditConfig, Outcome};
-    use crate::limits::{Limiter, Usage};
+    use crate::limits::{Declared, Limiter, Usage};
     use crate::policy::operator::Mode;
     use crate::policy::{Code, Limit, LimitKind, LimitScope, OperatorCode, Reason, Source};
     use crate::proxy::conn::{DrainController, splice};
@@ -247,9 +247,10 @@ mod tests {
     async fn budgets(limits: &[Limit]) -> Result<Arc<ByteBudgets>, Box<dyn std::error::Error>> {
         let limiter = Arc::new(Limiter::in_process());
         let usage = Usage { agent: "bot", origin: "http://example.com:80", host: "example.com" };
-        let mut budgets = ByteBudgets::new(&limiter, usage, limits).ok_or("a byte budget")?;
-        budgets.spend_declared(0, true).await.map_err(|refused| format!("{refused:?}"))?;
-        Ok(Arc::new(budgets))
+        let body = Declared { length: 0, streams: true };
+        let (_, budgets) =
+            limiter.check_and_spend(usage, limits, body).await.map_err(|refused| format!("{refused:?}"))?;
+        Ok(Arc::new(budgets.ok_or("a byte budget")?))
     }
 
     fn response(status: u16, length: Option<&str>) -> Response<ProxyBody> {

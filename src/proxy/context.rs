@@ -16,23 +16,23 @@ use arc_swap::ArcSwap;
 use http::uri::{Authority, Scheme};
 
 use super::mcp::OpenStreams;
+use super::settings::Settings;
 use super::upstream::Upstream;
 use crate::approvals::Approvals;
 use crate::audit::AuditLog;
-use crate::config::Config;
 pub(crate) use crate::gate::Entry;
-use crate::gate::Gate;
+use crate::gate::{Gate, GateSettings};
 use crate::metrics::Metrics;
 use crate::net::Guard;
 use crate::tls::LeafCertCache;
 
 /// Everything the connections of one proxy share; cheap to reach through an `Arc`.
 pub(crate) struct ProxyState {
-    /// The configuration the proxy was started with: only for what a reload cannot change
-    /// (`[connections]`, `listen`, ...; `crate::reload`). Everything else comes from
+    /// The settings the proxy was started with: only for what a reload cannot change
+    /// (`[connections]`, `[audit] log_query`; `crate::reload`). Everything else comes from
     /// [`generation`](Self::generation).
-    pub(crate) config: Arc<Config>,
-    /// The config and gate in force, replaced whole by a reload.
+    pub(crate) settings: Arc<Settings>,
+    /// The settings and gate in force, replaced whole by a reload.
     live: ArcSwap<Generation>,
     /// Minted leaf certificates for intercepted hosts.
     pub(crate) certs: LeafCertCache,
@@ -55,7 +55,7 @@ pub(crate) struct ProxyState {
 
 impl ProxyState {
     pub(crate) fn new(
-        config: Arc<Config>,
+        settings: Arc<Settings>,
         certs: LeafCertCache,
         upstream: Arc<Upstream>,
         guard: Arc<Guard>,
@@ -63,10 +63,10 @@ impl ProxyState {
         audit: AuditLog,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let live = ArcSwap::from_pointee(Generation { config: Arc::clone(&config), gate });
+        let live = ArcSwap::from_pointee(Generation { settings: Arc::clone(&settings), gate });
         let approvals = Approvals::new();
         ProxyState {
-            config,
+            settings,
             live,
             certs,
             upstream,
@@ -86,13 +86,14 @@ impl ProxyState {
         self.live.load_full()
     }
 
-    /// Puts `config` in force for every request that starts from now on: the network guard's
-    /// `[network]` lists, then a gate sharing the policy cache and limit counters of the one
-    /// it replaces. `config` must keep the settings that need a restart as they run.
-    pub(crate) fn reconfigure(&self, config: Arc<Config>, keys: &crate::signing::Keys) {
-        self.guard.policy().set_network(&config.network);
-        let gate = self.live.load().gate.reconfigured(&config, keys);
-        self.live.store(Arc::new(Generation { config, gate }));
+    /// Puts `settings` in force for every request that starts from now on: the network
+    /// guard's `[network]` lists, then a gate deciding with `gate` (built from the same config)
+    /// and sharing the policy cache and limit counters of the one it replaces. `settings`
+    /// must keep those that need a restart as they run.
+    pub(crate) fn reconfigure(&self, settings: Arc<Settings>, gate: GateSettings) {
+        self.guard.policy().set_network(&settings.network);
+        let gate = self.live.load().gate.reconfigured(gate);
+        self.live.store(Arc::new(Generation { settings, gate }));
     }
 
     /// This state with `approvals` (the queue of a replica of a fleet) in place of its own.
@@ -106,11 +107,12 @@ impl ProxyState {
     }
 }
 
-/// One generation of the live config: the settings a reload changes, and the gate built from
-/// them (operator rules, bypass hosts, agents and modes, limits, `[robots]`, `[agents_md]`).
+/// One generation of the live config: the proxy's settings a reload changes, and the gate
+/// built from the same config (operator rules, bypass hosts, agents and modes, limits,
+/// `[robots]`, `[agents_md]`).
 pub(crate) struct Generation {
-    /// The config in force (its restart-only settings are those the proxy started with).
-    pub(crate) config: Arc<Config>,
+    /// The proxy's settings in force (its restart-only ones are those it started with).
+    pub(crate) settings: Arc<Settings>,
     /// The one place requests are decided.
     pub(crate) gate: Gate,
 }

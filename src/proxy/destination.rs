@@ -89,7 +89,7 @@ async fn vet(
     ask: Ask,
 ) -> Result<Arc<Vetted>, GuardError> {
     let vetted = state.guard.check(host, port).await?;
-    if ask == Ask::Connect && !live.config.connect.allows(port) {
+    if ask == Ask::Connect && !live.settings.connect.allows(port) {
         return Err(Refusal::PortNotAllowed { port }.into());
     }
     Ok(vetted)

@@ -16,8 +16,8 @@ use crate::tls::TlsError;
 /// has 17).
 pub(crate) const MAX_METHOD_LEN: usize = 32;
 
-/// Why the proxy could not start: out of [`Proxy::new`](super::Proxy::new) and
-/// [`Proxy::bind`](super::Proxy::bind).
+/// Why the proxy could not start: out of `app::Proxy::new` and `app::Proxy::bind` (the
+/// composition root, `crate::app`).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {

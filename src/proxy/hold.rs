@@ -30,11 +30,11 @@ use super::conn::Drain;
 use super::context::{Generation, ProxyState};
 use super::destination::refused_before_hold;
 use super::record::RequestRecord;
+use super::settings::Settings;
 use crate::approvals::{
     Approval, ApprovalDecision, ApprovalMode, ApprovalsConfig, GrantKey, Held, HeldRule, HostGrantKey, Remember,
 };
 use crate::audit::redact_url;
-use crate::config::Config;
 use crate::gate::{Admitted, Blocked, GateRequest, Verdict};
 use crate::secrets::Plan;
 
@@ -60,8 +60,8 @@ pub(super) async fn check_egress<'a>(
 }
 
 /// Whether `blocked` is held for a human rather than answered at once.
-pub(super) fn holds(config: &Config, blocked: &Blocked) -> bool {
-    config.approvals.mode == ApprovalMode::Hold && blocked.needs_approval()
+pub(super) fn holds(settings: &Settings, blocked: &Blocked) -> bool {
+    settings.approvals.mode == ApprovalMode::Hold && blocked.needs_approval()
 }
 
 /// Holds `blocked` (for which [`holds`] is true) until it is approved (a permit), or denied,
@@ -87,8 +87,8 @@ pub(super) fn held<'a>(
         if let Some(grant) = state.approvals.remembered(&key).await {
             return live.gate.approved(blocked, grant, &req).await;
         }
-        let summary = summary(&blocked, req, state.config.audit.log_query, None);
-        match ask(state, &live.config.approvals, record, &mut blocked, summary, drain).await {
+        let summary = summary(&blocked, req, state.settings.log_query, None);
+        match ask(state, &live.settings.approvals, record, &mut blocked, summary, drain).await {
             Some(approval) => {
                 if approval.remember == Some(Remember::PathForAgent15m) {
                     state.approvals.remember(key, approval.clone()).await;
@@ -133,8 +133,8 @@ pub(super) fn admit_host<'a>(
         if let Some(refusal) = refused_before_hold(state, live, &req).await {
             return Err(live.gate.refuse(&refusal, &req));
         }
-        let summary = summary(&blocked, req, state.config.audit.log_query, Some(host.to_owned()));
-        match ask(state, &live.config.approvals, record, &mut blocked, summary, drain).await {
+        let summary = summary(&blocked, req, state.settings.log_query, Some(host.to_owned()));
+        match ask(state, &live.settings.approvals, record, &mut blocked, summary, drain).await {
             Some(approval) => {
                 if approval.remember == Some(Remember::HostForAgent) {
                     info!(agent = %key.agent, host = %key.host, port = key.port, by = ?approval.by, "host granted to the agent");

@@ -50,7 +50,7 @@ pub(crate) async fn vet_body(
     vetting: Vetting<'_>,
     drain: Drain,
 ) -> Result<(Permitted, Request<ProxyBody>, Option<AnswerFilter>), Exit> {
-    let mut read = ReadRequest::read(request, live.config.inspect.max_body, context).await?;
+    let mut read = ReadRequest::read(request, live.settings.inspect.max_body, context).await?;
     let permit = match vetting.inspected {
         true => inspect(live, record, permit, &read, context)?,
         false => permit,
@@ -87,7 +87,7 @@ fn inspect(
     read: &ReadRequest,
     context: &RequestContext,
 ) -> Result<Permitted, Exit> {
-    let config = &live.config.inspect;
+    let config = &live.settings.inspect;
     let parts = &read.parts;
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     // The secrets' real values, wherever they hide in a body bound for a host they are not for.

@@ -69,7 +69,7 @@ pub(crate) fn answer(
         .identify_agent(context.client, method.as_str(), &url, request.headers())
         .map_or_else(|_| context.client.ip().to_string(), |identity| identity.id.to_string());
     let mut decision =
-        DecisionRecord::new(Outcome::Allow, live.config.mode, context.client, agent, method.as_str(), url);
+        DecisionRecord::new(Outcome::Allow, live.settings.mode, context.client, agent, method.as_str(), url);
     decision.reasons.push(Reason::new(
         OperatorCode::ServedLocally,
         "agentgate.local is answered by agentgate itself (its CA and setup instructions); never forwarded",

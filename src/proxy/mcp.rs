@@ -77,7 +77,7 @@ pub(crate) async fn check(
         let filter = served.table.filter(|_| get).map(|table| filter_for(read, table, opens));
         return Ok((permit, filter));
     }
-    let max_body = live.config.inspect.max_body;
+    let max_body = live.settings.inspect.max_body;
     let parsed = match read.body() {
         Body::Read(bytes) => match Messages::parse(bytes) {
             Ok(messages) => Ok(messages),
@@ -111,7 +111,7 @@ pub(crate) async fn check(
     fields.method = Some(messages.methods());
     fields.tool = messages.tools();
     fields.request_id = messages.ids();
-    let redacted = |arguments: String| live.config.inspect.redacted(&live.gate.redacted(&arguments));
+    let redacted = |arguments: String| live.settings.inspect.redacted(&live.gate.redacted(&arguments));
     if served.table.is_some_and(|table| table.log_arguments) {
         fields.arguments = messages.arguments().map(redacted);
     }
@@ -119,21 +119,21 @@ pub(crate) async fn check(
     let mut refusals = messages.refusals(served.table);
     // Held calls wait for a human, when every refused call may be held and nothing else
     // refuses them first (monitor mode and `[approvals] mode = "deny"` hold nothing).
-    let holds = live.config.approvals.mode == ApprovalMode::Hold && !permit.is_monitored();
+    let holds = live.settings.approvals.mode == ApprovalMode::Hold && !permit.is_monitored();
     if holds && !refusals.is_empty() && refusals.iter().all(|r| r.held) {
         let blocking = refusals.iter().map(|r| Reason::new(OperatorCode::McpToolRefused, r.rule.clone())).collect();
         let mut blocked = permit.held_for(blocking);
         let held = Held {
             record_id: blocked.record().id.to_string(),
             method: blocked.record().method.clone(),
-            url: redact_url(&blocked.record().url, state.config.audit.log_query).full.into_owned(),
+            url: redact_url(&blocked.record().url, state.settings.log_query).full.into_owned(),
             agent: blocked.record().agent.clone(),
             origin: origin_of(&blocked.record().url).to_owned(),
             rule: Some(HeldRule { file: "[[mcp]]", line: None, text: held_text(&messages, &refusals, redacted) }),
             new_host: None,
             held_since: SystemTime::now(),
         };
-        match ask(state, &live.config.approvals, record, &mut blocked, held, drain).await {
+        match ask(state, &live.settings.approvals, record, &mut blocked, held, drain).await {
             Some(approval) => {
                 permit.approved_by(approval);
                 refusals.clear();

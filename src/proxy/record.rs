@@ -523,15 +523,15 @@ mod tests {
     use tokio::sync::broadcast;
 
     use super::*;
+    use crate::app::Proxy;
     use crate::config::Config;
     use crate::policy::operator::Mode;
-    use crate::proxy::Proxy;
     use crate::proxy::conn::DrainController;
 
     type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
     /// A bound proxy (never served) logging to `dir`, and the lines its log writes.
-    async fn running(dir: &std::path::Path) -> TestResult<(crate::proxy::RunningProxy, broadcast::Receiver<Arc<str>>)> {
+    async fn running(dir: &std::path::Path) -> TestResult<(crate::app::RunningProxy, broadcast::Receiver<Arc<str>>)> {
         let mut config = Config { listen: SocketAddr::from(([127, 0, 0, 1], 0)), ..Config::default() };
         config.ca.dir = dir.join("ca");
         config.audit.path = dir.join("decisions.jsonl");

@@ -32,8 +32,8 @@ pub(crate) fn tap(
     request: Request<ProxyBody>,
 ) -> (Request<ProxyBody>, Option<ExchangeTap>) {
     let Some(recorder) = state.record.recorder() else { return (request, None) };
-    let (config, decided) = (&live.config, permit.record());
-    if !config.record.records(config.mode, &decided.agent, &config.agent, &config.agents) {
+    let (settings, decided) = (&live.settings, permit.record());
+    if !settings.record.records(settings.mode, &decided.agent, &settings.agent, &settings.agents) {
         return (request, None);
     }
     let asked = Asked { event_id: decided.id.to_string(), agent: decided.agent.clone(), url: url.to_owned() };

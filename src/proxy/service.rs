@@ -213,8 +213,8 @@ impl ProxyService {
         let vetted = check_destination(&self.state, &live, record, gate_request, Ask::Request).await?;
         let host = named.origin.host();
         let vetting = Vetting {
-            inspected: live.config.inspect.applies(host, &agent.id),
-            mcp: live.config.mcp.served(host, &agent.id),
+            inspected: live.settings.inspect.applies(host, &agent.id),
+            mcp: live.settings.mcp.served(host, &agent.id),
         };
         // A request forwarded straight after its decision (no body read first, no recording
         // answering it) is written with its undecided record once the gate lets it through;
@@ -355,7 +355,7 @@ impl ProxyService {
         blocked: Blocked,
         request: GateRequest<'_>,
     ) -> Result<Permitted, Exit> {
-        let verdict = match hold::holds(&live.config, &blocked) {
+        let verdict = match hold::holds(&live.settings, &blocked) {
             true => hold::held(&self.state, live, record, blocked, request, self.drain.clone()).await,
             false => Verdict::Block(blocked),
         };

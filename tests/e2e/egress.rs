@@ -657,7 +657,7 @@ impl Reloadable {
         let path = dir.join("agentgate.toml");
         std::fs::write(&path, format!("{base}{agents}"))?;
         let source = agentgate::reload::ConfigSource { path: Some(path.clone()), ..Default::default() };
-        let proxy = agentgate::proxy::Proxy::with_network(
+        let proxy = agentgate::app::Proxy::with_network(
             Arc::new(source.load()?),
             Arc::clone(net) as Arc<dyn Resolve>,
             Arc::clone(net) as Arc<dyn Dial>,

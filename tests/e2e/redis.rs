@@ -731,6 +731,95 @@ async fn a_sending_budget_shared_through_redis_refuses_the_second_60_kib_upload_
     Ok(())
 }
 
+/// How many times Redis ran `EVALSHA` since it started (`INFO commandstats`): each is one
+/// round trip of a limits check.
+async fn evalsha_calls(redis: &RedisServer) -> TestResult<u64> {
+    let mut connection = redis::Client::open(redis.url())?.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut connection).await?;
+    let Some(line) = info.lines().find(|line| line.starts_with("cmdstat_evalsha:")) else { return Ok(0) };
+    let calls = line.split(['=', ',']).nth(1).ok_or_else(|| format!("no calls= in {line:?}"))?;
+    Ok(calls.parse()?)
+}
+
+/// A request counted by a rate limit and a byte budget asks Redis once: its rates and its
+/// declared body's bytes are spent in one run of the check script, all or none, so four
+/// uploads through the proxy are four `EVALSHA` in Redis's own count (not eight, one for
+/// the rates and one for the bytes). Both are spent, under the keys they always had.
+#[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
+async fn a_request_with_a_rate_limit_and_a_byte_budget_is_one_round_trip_to_redis() -> TestResult {
+    const UPLOADS: u64 = 4;
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let replica = budgeted_replica(&redis.url(), OnFailure::Deny, |limits| {
+        limits.requests_per_minute = 100;
+        limits.sent_bytes_per_hour = 1024 * 1024;
+    });
+    let proxy = TestProxy::start_with(&ca, &replica).await?;
+    let client = client_as(&proxy, "bot", "b-token")?;
+
+    let before = evalsha_calls(&redis).await?;
+    for i in 0..UPLOADS {
+        assert_eq!(upload_60_kib(&client, &origin).await?.status(), 200, "upload {i} is within both");
+    }
+    assert_eq!(evalsha_calls(&redis).await? - before, UPLOADS, "one round trip per request");
+    assert_eq!(origin.hits("/sink"), 4);
+
+    let mut connection = redis::Client::open(redis.url())?.get_multiplexed_async_connection().await?;
+    for key in ["agentgate:rate:100/60000:operator|bot", "agentgate:bytes:sent:1048576/3600:operator|bot"] {
+        let ttl_ms: i64 = redis::cmd("PTTL").arg(key).query_async(&mut connection).await?;
+        assert!(ttl_ms > 0, "{key} is spent in Redis: PTTL {ttl_ms}");
+    }
+    let scraped = scrape(&proxy).await?;
+    assert_eq!(sample(&scraped, "agentgate_limits_store_failures_total", &[]), Some(0.0), "Redis answered");
+    Ok(())
+}
+
+/// All or none across a request's rate and its byte budget, through the proxy, with the
+/// memory store and with Redis alike: an upload the sending budget refuses spends none of
+/// the agent's two requests an hour (a page then passes), and an upload the rate then
+/// refuses charges none of the budget.
+#[tokio::test]
+#[ignore = "needs redis-server: run by scripts/test.sh"]
+async fn a_budget_that_refuses_spends_no_rate_and_a_rate_that_refuses_charges_no_budget_in_both_stores() -> TestResult {
+    let redis = RedisServer::start().await?;
+    let ca = TestCa::new("origin CA")?;
+    let origin = Origin::https(&ca).await?;
+    let limits = |limits: &mut agentgate::agents::AgentLimits| {
+        limits.requests_per_hour = 2;
+        limits.sent_bytes_per_hour = 100 * 1024;
+    };
+    let memory = TestProxy::start_with(&ca, |config: &mut Config| {
+        let mut bot = agent("bot", "b-token");
+        limits(&mut bot.limits);
+        config.agents = vec![bot];
+    })
+    .await?;
+    let shared_store = TestProxy::start_with(&ca, budgeted_replica(&redis.url(), OnFailure::Deny, limits)).await?;
+
+    for proxy in [&memory, &shared_store] {
+        let client = client_as(proxy, "bot", "b-token")?;
+        assert_eq!(upload_60_kib(&client, &origin).await?.status(), 200, "request 1 of 2, 60 of 100 KiB");
+        let refused = upload_60_kib(&client, &origin).await?;
+        assert_eq!(refused.status(), 429, "60 more KiB would cross the budget");
+        assert!(header(&refused, "agentgate-decision").contains("code=operator.byte_budget"));
+        let page = client.get(origin.url("/hello")).send().await?;
+        assert_eq!(page.status(), 200, "the refused upload spent none of the two requests");
+        let body: Vec<u8> = pattern_chunks(30 * 1024).flat_map(|chunk| chunk.to_vec()).collect();
+        let over = client.post(origin.url("/sink")).body(body).send().await?;
+        assert_eq!(over.status(), 429, "30 KiB fit the budget, but the rate's two requests are spent");
+        assert!(header(&over, "agentgate-decision").contains("code=operator.rate_limit"));
+    }
+    assert_eq!(origin.hits("/sink"), 2, "one upload through each proxy");
+    // The upload the rate refused charged no budget: 60 KiB are spent in Redis, not 90.
+    let mut connection = redis::Client::open(redis.url())?.get_multiplexed_async_connection().await?;
+    let ttl_ms: i64 =
+        redis::cmd("PTTL").arg("agentgate:bytes:sent:102400/3600:operator|bot").query_async(&mut connection).await?;
+    assert!((2_000_000..=2_160_000).contains(&ttl_ms), "60 KiB of 100 KiB spent: {ttl_ms} ms");
+    Ok(())
+}
+
 /// A receiving budget is counted in Redis as bodies stream (reserved from Redis a
 /// chunk at a time): a download through one replica spends half of it, and a download
 /// through the other that crosses what is left is cut mid-stream; the client sees an

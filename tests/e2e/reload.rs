@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentgate::proxy::Proxy;
+use agentgate::app::Proxy;
 use agentgate::reload::{ConfigSource, ReloadCounts};
 
 use crate::support::binary::{Agentgate, WAIT_LIMIT};

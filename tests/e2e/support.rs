@@ -23,10 +23,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use agentgate::app::Proxy;
 use agentgate::config::Config;
 use agentgate::net::PortRange;
 use agentgate::net::{Dial, Resolve, SystemResolver, TcpDialer};
-use agentgate::proxy::Proxy;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 

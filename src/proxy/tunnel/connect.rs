@@ -24,7 +24,6 @@ use tracing::{Instrument, Span, debug, info_span, warn};
 use super::admit::{begin_interception, connection};
 use super::intercept::{Inside, intercept};
 use super::passthrough;
-use crate::config::Config;
 use crate::error_chain::error_chain;
 use crate::fetch::Origin;
 use crate::gate::GateRequest;
@@ -37,6 +36,7 @@ use crate::proxy::error::{ProxyError, TunnelError, shown_target};
 use crate::proxy::hold;
 use crate::proxy::local;
 use crate::proxy::record::RequestRecord;
+use crate::proxy::settings::Settings;
 
 /// What happens to a tunnel once the `200` is sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,8 +50,8 @@ pub(crate) enum Tunnel {
 /// How a CONNECT is served, chosen before anything is answered: passthrough for
 /// `[mitm] passthrough_hosts` (then decided by the gate at host level, `decide_passthrough`),
 /// interception otherwise (every inner request decided by the gate).
-pub(crate) fn decide_tunnel(config: &Config, authority: &Authority) -> Tunnel {
-    if config.mitm.is_passthrough(authority.host()) { Tunnel::Passthrough } else { Tunnel::Mitm }
+pub(crate) fn decide_tunnel(settings: &Settings, authority: &Authority) -> Tunnel {
+    if settings.mitm.is_passthrough(authority.host()) { Tunnel::Passthrough } else { Tunnel::Mitm }
 }
 
 /// Phase `handle_connect`: checks the target (form, the agent's egress lists, destination,
@@ -93,7 +93,7 @@ pub(crate) async fn handle_connect(
     // agentgate.local is answered inside the tunnel by agentgate itself (`local.rs`): never
     // looked up, vetted or passed through.
     let is_local = local::is_local(authority.host());
-    let tunnel = if is_local { Tunnel::Mitm } else { decide_tunnel(&live.config, &authority) };
+    let tunnel = if is_local { Tunnel::Mitm } else { decide_tunnel(&live.settings, &authority) };
     // The target is the agent's text: a secret's value typed into it is not shown.
     let shown = live.gate.redacted(authority.as_str());
     let span = info_span!("tunnel", client = %client, authority = %shown, mode = ?tunnel);

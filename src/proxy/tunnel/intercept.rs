@@ -63,7 +63,7 @@ pub(super) async fn intercept(
     let upgraded = on_upgrade.await.map_err(|error| handshake_failed(error_chain(&error)))?;
     let mut io = TokioIo::new(upgraded);
     let mut first = BytesMut::with_capacity(4096);
-    let settings = &state.config.connections;
+    let settings = &state.settings.connections;
     let first_byte_timeout = settings.first_byte_timeout;
     let read = tokio::time::timeout(first_byte_timeout, io.read_buf(&mut first)).await;
     match read {
@@ -114,7 +114,7 @@ where
 {
     let handshake_failed = |cause: String| TunnelError::ClientHandshake { authority: authority.to_string(), cause };
     let tls_failed = |error: std::io::Error| handshake_error(&authority, &error);
-    let handshake_timeout = state.config.connections.tls_handshake_timeout;
+    let handshake_timeout = state.settings.connections.tls_handshake_timeout;
     let accept = async {
         let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io).await.map_err(tls_failed)?;
         let sni = start.client_hello().server_name().map(str::to_owned);
@@ -162,7 +162,7 @@ fn serve_inside<I>(
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let settings = &state.config.connections;
+    let settings = &state.settings.connections;
     match inside {
         Inside::Served(agent, admitted) => {
             let service = ProxyService::for_tunnel(Arc::clone(&state), client, tunnel, agent, admitted, drain.clone());

@@ -124,7 +124,7 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     }
     let mut tcp = tcp;
     let mut first = BytesMut::with_capacity(4096);
-    let first_byte_timeout = state.config.connections.first_byte_timeout;
+    let first_byte_timeout = state.settings.connections.first_byte_timeout;
     match tokio::time::timeout(first_byte_timeout, tcp.read_buf(&mut first)).await {
         Ok(Ok(0)) => return,
         Ok(Ok(_)) => {}
@@ -133,11 +133,11 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
     }
     if !starts_tls(&first) {
         let io = Rewind::new(first.freeze(), tcp);
-        let settings = state.config.connections.clone();
+        let settings = state.settings.connections.clone();
         let service = ProxyService::for_transparent(state, client, original, agent, drain.clone());
         return serve_connection(io, service, ServerProtocols::Http1, drain, &settings).await;
     }
-    let handshake_timeout = state.config.connections.tls_handshake_timeout;
+    let handshake_timeout = state.settings.connections.tls_handshake_timeout;
     let sni = match tokio::time::timeout(handshake_timeout, read_sni(&mut tcp, &mut first)).await {
         Ok(Ok(sni)) => sni,
         Ok(Err(cause)) => return debug!(%cause, "no usable ClientHello; closed"),
@@ -169,7 +169,7 @@ async fn serve(state: Arc<ProxyState>, tcp: TcpStream, client: SocketAddr, drain
         }
     };
     let io = Rewind::new(first.freeze(), tcp);
-    if live.config.mitm.is_passthrough(authority.host()) {
+    if live.settings.mitm.is_passthrough(authority.host()) {
         let request = GateRequest { admitted: admitted.as_ref(), ..request };
         return passthrough(&state, &mut record, request, original, io, drain).await;
     }
