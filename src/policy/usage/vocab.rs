@@ -67,8 +67,8 @@ impl std::error::Error for MalformedPreferences {}
 
 /// Parses a statement of preference in `dialect`, in dictionary order (a repeated key at
 /// the position of its first occurrence, with its last value). `sfv` parses and hands each
-/// member to [`Members`] as it goes: no dictionary is built, and the vocabulary's words are
-/// not copied ([`word`]).
+/// member to `Members` as it goes: no dictionary is built, and the vocabulary's words are
+/// not copied (`word`).
 pub fn parse(value: &str, dialect: Dialect) -> Result<Vec<Stated>, MalformedPreferences> {
     let members = Members { dialect, stated: Vec::new() };
     Parser::new(value.trim()).parse_dictionary_with_visitor(members).map_err(|error| MalformedPreferences {
