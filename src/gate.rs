@@ -299,7 +299,7 @@ impl Gate {
         // Allowed: the decision's parts move into the record, which is all that reads them now.
         let Decision { reasons, mut limits, inject_headers, usage, .. } = decision;
         limits.extend(agent.agent.limits.iter().cloned());
-        let checked = self.spend(&req, &limits).await;
+        let checked = self.check_limits(&req, &limits).await;
         // Nothing is awaited from here on: a request let through takes over its undecided record.
         let undecided = match checked {
             Ok(_) => undecided().map(|record| self.reissued(record, LogOutcome::Allow, &req)),
@@ -324,17 +324,8 @@ impl Gate {
         record.blocking = 0;
         record.approval = Some(approval);
         let mode = req.agent.mode(self.mode);
-        let checked = self.spend(req, &record.limits).await;
+        let checked = self.check_limits(req, &record.limits).await;
         self.permitted(record, mode, decision.inject_headers, policies, req, (None, checked))
-    }
-
-    /// Phase `check_limits` for a request its policies (or a human) allowed: every limit in
-    /// `limits` checked and spent, and the request body's declared length spent against its
-    /// sending budgets; the concurrency slots and byte budgets it then holds.
-    async fn spend(&self, req: &GateRequest<'_>, limits: &[policy::Limit]) -> Result<Spent, Refused> {
-        let host = req.origin.bare_host();
-        let usage = Usage { agent: &req.agent.id, origin: &req.origin.text(), host };
-        self.check_limits(usage, limits, req.headers).await
     }
 
     /// A request its policies (or a human) allowed, once its limits were spent (`checked`): a
@@ -517,22 +508,20 @@ impl Gate {
     /// # Errors
     /// [`Refused`] naming the limit or budget spent, the sending budget the declared body
     /// would cross or could never fit, or the shared store's `on_failure = "deny"`.
-    async fn check_limits(
-        &self,
-        usage: Usage<'_>,
-        limits: &[policy::Limit],
-        headers: &HeaderMap,
-    ) -> Result<(Permit, Option<ByteBudgets>), Refused> {
+    async fn check_limits(&self, req: &GateRequest<'_>, limits: &[policy::Limit]) -> Result<Spent, Refused> {
         if limits.is_empty() {
             return Ok((Permit::default(), None));
         }
+        // The origin's text is made only for a request some limit counts.
+        let usage = Usage { agent: &req.agent.id, origin: &req.origin.text(), host: req.origin.bare_host() };
+        let headers = req.headers;
         let length = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
         let streams = headers.contains_key(TRANSFER_ENCODING) || headers.contains_key(UPGRADE);
         self.limiter.check_and_spend(usage, limits, Declared { length, streams }).await
     }
 }
 
-/// What [`Gate::spend`] leaves a request holding: its concurrency slots and, with byte
+/// What [`Gate::check_limits`] leaves a request holding: its concurrency slots and, with byte
 /// budgets, what they count.
 type Spent = (Permit, Option<ByteBudgets>);
 
