@@ -20,6 +20,7 @@ use tokio::net::TcpStream;
 
 use crate::admin::{admin_client, admin_url};
 use crate::agents::client_as;
+use crate::approvals::{answer, pending};
 use crate::support::block::{self, Expected};
 use crate::support::curl::curl;
 use crate::support::log::{by_id, for_request};
@@ -309,30 +310,8 @@ async fn monitor_mode_records_would_deny_with_the_same_code_and_forwards() -> Te
     Ok(())
 }
 
-/// `GET /approvals` with alice's token, until it lists `count` held requests (bounded).
-async fn pending(proxy: &TestProxy, count: usize) -> TestResult<Vec<Value>> {
-    eventually(&format!("GET /approvals to list {count} held"), async || {
-        let response = admin_client()?.get(admin_url(proxy, "/approvals")?).bearer_auth("alice-secret").send().await?;
-        assert_eq!(response.status(), 200);
-        let body: Value = serde_json::from_str(&response.text().await?)?;
-        let listed = body["pending"].as_array().ok_or("`pending` is an array")?;
-        if listed.len() == count { Ok(listed.clone()) } else { Err(format!("it lists {body}").into()) }
-    })
-    .await
-}
-
-/// `POST /approvals/{id}` with alice's token and `body`: status and answer.
-async fn answer(proxy: &TestProxy, id: &str, body: Value) -> TestResult<(u16, Value)> {
-    let response = admin_client()?
-        .post(admin_url(proxy, &format!("/approvals/{id}"))?)
-        .bearer_auth("alice-secret")
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await?;
-    let status = response.status().as_u16();
-    Ok((status, serde_json::from_str(&response.text().await?)?))
-}
+/// The admin token the egress tests list and answer held requests with (alice's).
+const ADMIN: Option<&str> = Some("alice-secret");
 
 /// The config of the hold tests: `sbx` holds unlisted hosts, `peer` has the same list and
 /// refuses them; alice holds the admin token.
@@ -349,10 +328,10 @@ fn hold_toml() -> String {
 /// agent for ten minutes; the request then goes through.
 async fn grant_host(proxy: &TestProxy, client: &reqwest::Client, url: &str) -> TestResult {
     let waiting = tokio::spawn(client.get(url).send());
-    let listed = pending(proxy, 1).await?;
+    let listed = pending(proxy, ADMIN, 1).await?;
     let id = listed[0]["id"].as_str().ok_or("an id")?;
     let grant = json!({"decision": "approve", "remember": "host-for-agent", "ttl": "10m"});
-    assert_eq!(answer(proxy, id, grant).await?.0, 200);
+    assert_eq!(answer(proxy, id, ADMIN, grant).await?.0, 200);
     assert_eq!(waiting.await??.status(), 200);
     Ok(())
 }
@@ -372,12 +351,12 @@ async fn a_host_grant_admits_the_port_asked_for_and_another_port_is_held_again()
     // The same host on another port is held for a human again, not admitted by the grant.
     let elsewhere = format!("http://other.test:{}/page", other_port.addr.port());
     let waiting = tokio::spawn(sbx.get(&elsewhere).send());
-    let listed = pending(&proxy, 1).await?;
+    let listed = pending(&proxy, ADMIN, 1).await?;
     assert_eq!(listed[0]["new_host"], "other.test");
     let text = listed[0]["rule"]["text"].as_str().unwrap_or_default();
     assert!(text.contains(&format!("does not list other.test:{}", other_port.addr.port())), "{text}");
     let id = listed[0]["id"].as_str().ok_or("an id")?;
-    assert_eq!(answer(&proxy, id, json!({"decision": "deny", "reason": "one port only"})).await?.0, 200);
+    assert_eq!(answer(&proxy, id, ADMIN, json!({"decision": "deny", "reason": "one port only"})).await?.0, 200);
     assert_eq!(waiting.await??.status(), 403);
     let agents = admin_client()?.get(admin_url(&proxy, "/agents")?).bearer_auth("alice-secret").send().await?;
     let agents: Value = serde_json::from_str(&agents.text().await?)?;
@@ -432,7 +411,7 @@ async fn a_new_host_held_for_a_human_is_granted_to_its_agent_for_a_while_or_deni
 
     // Held: listed for a human, nothing looked up while it waits.
     let waiting = tokio::spawn(sbx.get(&url).send());
-    let listed = pending(&proxy, 1).await?;
+    let listed = pending(&proxy, ADMIN, 1).await?;
     let held = &listed[0];
     assert_eq!(held["agent"], "sbx");
     assert_eq!(held["new_host"], "other.test");
@@ -442,17 +421,18 @@ async fn a_new_host_held_for_a_human_is_granted_to_its_agent_for_a_while_or_deni
     assert!(net.looked_up("other.test") && !net.dialled(other.addr), "{:?}", net.lookups());
     let id = held["id"].as_str().ok_or("an id")?;
     let held_record = held["record_id"].as_str().ok_or("a record id")?.to_owned();
-    let (status, body) = answer(&proxy, id, json!({"decision": "approve", "remember": "path-for-agent-15m"})).await?;
+    let (status, body) =
+        answer(&proxy, id, ADMIN, json!({"decision": "approve", "remember": "path-for-agent-15m"})).await?;
     assert_eq!(status, 400, "a host is granted with host-for-agent: {body}");
     let grant = json!({"decision": "approve", "remember": "host-for-agent", "ttl": "10m", "reason": "docs mirror"});
-    let (status, body) = answer(&proxy, id, grant).await?;
+    let (status, body) = answer(&proxy, id, ADMIN, grant).await?;
     assert_eq!((status, &body["by"]), (200, &json!("alice")), "{body}");
     assert_eq!(waiting.await??.status(), 200, "the held request goes on");
 
     // Granted: the same agent passes without a hold; another agent is still refused.
     let again = sbx.get(&url).send().await?;
     assert_eq!(again.status(), 200);
-    assert!(pending(&proxy, 0).await?.is_empty());
+    assert!(pending(&proxy, ADMIN, 0).await?.is_empty());
     let peer = client_as(&proxy, "peer", "peer-secret")?.get(&url).send().await?;
     assert_eq!(peer.status(), 403);
     assert!(header(&peer, "agentgate-decision").contains("code=operator.not_allowlisted"));
@@ -477,9 +457,9 @@ async fn a_new_host_held_for_a_human_is_granted_to_its_agent_for_a_while_or_deni
 
     // Denied with a reason: the agent reads who and why.
     let denied = tokio::spawn(sbx.get(format!("http://third.test:{}/page", third.addr.port())).send());
-    let listed = pending(&proxy, 1).await?;
+    let listed = pending(&proxy, ADMIN, 1).await?;
     let id = listed[0]["id"].as_str().ok_or("an id")?;
-    let (status, _) = answer(&proxy, id, json!({"decision": "deny", "reason": "not for this task"})).await?;
+    let (status, _) = answer(&proxy, id, ADMIN, json!({"decision": "deny", "reason": "not for this task"})).await?;
     assert_eq!(status, 200);
     let denied = denied.await??;
     assert_eq!(denied.status(), 403);
@@ -536,7 +516,7 @@ async fn an_unlisted_host_the_network_guard_refuses_is_refused_at_once_and_never
         assert_eq!(answer.status(), 403, "{url}");
         let decision = header(&answer, "agentgate-decision");
         assert!(decision.starts_with(&format!("deny; source=operator; code={code};")), "{url}: {decision}");
-        assert!(pending(&proxy, 0).await?.is_empty(), "{url}: nothing is listed for a human");
+        assert!(pending(&proxy, ADMIN, 0).await?.is_empty(), "{url}: nothing is listed for a human");
     }
     assert_eq!(net.dials.lock().unwrap_or_else(PoisonError::into_inner).len(), 0, "nothing was dialled");
     let records = proxy.finish().await?;
@@ -831,18 +811,19 @@ async fn a_held_connect_approved_for_this_request_opens_its_tunnel_and_each_requ
     let port = secure.addr.port();
 
     let waiting = tokio::spawn(sbx.get(format!("https://secure.test:{port}/page")).send());
-    let listed = pending(&proxy, 1).await?;
+    let listed = pending(&proxy, ADMIN, 1).await?;
     assert_eq!((&listed[0]["method"], &listed[0]["new_host"]), (&json!("CONNECT"), &json!("secure.test")));
     assert!(!net.dialled(secure.addr), "held before it is dialled");
     let held_record = listed[0]["record_id"].as_str().ok_or("a record id")?.to_owned();
-    let (status, _) = answer(&proxy, listed[0]["id"].as_str().ok_or("an id")?, json!({"decision": "approve"})).await?;
+    let (status, _) =
+        answer(&proxy, listed[0]["id"].as_str().ok_or("an id")?, ADMIN, json!({"decision": "approve"})).await?;
     assert_eq!(status, 200);
     assert_eq!(waiting.await??.status(), 200, "the tunnel opened and its request went on");
     // Inside the approved tunnel the site's files still decide; nothing more is held.
     let private = sbx.get(format!("https://secure.test:{port}/private")).send().await?;
     assert_eq!(private.status(), 403);
     assert!(header(&private, "agentgate-decision").contains("code=robots.disallow"));
-    assert!(pending(&proxy, 0).await?.is_empty());
+    assert!(pending(&proxy, ADMIN, 0).await?.is_empty());
 
     let records = proxy.finish().await?;
     let connect = by_id(&records, &held_record)?;
@@ -872,10 +853,10 @@ async fn a_held_connect_denied_by_a_human_is_read_inside_its_tunnel() -> TestRes
     let sbx = client_as(&proxy, "sbx", "sbx-secret")?;
 
     let waiting = tokio::spawn(sbx.get(format!("https://secure.test:{}/page", secure.addr.port())).send());
-    let listed = pending(&proxy, 1).await?;
+    let listed = pending(&proxy, ADMIN, 1).await?;
     let held_record = listed[0]["record_id"].as_str().ok_or("a record id")?.to_owned();
     let deny = json!({"decision": "deny", "reason": "not this week"});
-    assert_eq!(answer(&proxy, listed[0]["id"].as_str().ok_or("an id")?, deny).await?.0, 200);
+    assert_eq!(answer(&proxy, listed[0]["id"].as_str().ok_or("an id")?, ADMIN, deny).await?.0, 200);
     let denied = waiting.await??;
     assert_eq!(denied.status(), 403);
     let decision = header(&denied, "agentgate-decision");
