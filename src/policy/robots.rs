@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use self::group::{AgentLine, Group, Rule};
 use super::path::{Reading, decide_both_readings};
-use super::pattern::normalized_path;
+use super::pattern::{Pattern, normalized_path};
 use super::text::{Findings, sha256_hex};
 use super::usage;
 use super::weight::allocation;
@@ -77,6 +77,12 @@ pub struct UsageLine {
     pub key: UsageKey,
     /// The value, trimmed, without its comment.
     pub value: Arc<str>,
+    /// A `Content-Usage` line's path as a pattern, compiled when the file is read; `None` for
+    /// `Content-Signal`, which applies to the whole group.
+    pub(crate) pattern: Option<Pattern>,
+    /// What the line states, parsed when the file is read (empty when malformed: a warning
+    /// says so).
+    pub(crate) stated: Vec<usage::vocab::Stated>,
 }
 
 /// What robots.txt means for one origin: a parsed file, "unavailable" (allow all) or
@@ -443,7 +449,12 @@ impl Weigh for CrawlDelay {
 
 impl Weigh for UsageLine {
     fn heap_bytes(&self) -> usize {
+        let words =
+            |stated: &usage::vocab::Stated| [&stated.label, &stated.value].map(|w| w.len()).iter().sum::<usize>();
         self.value.heap_bytes()
+            + self.pattern.as_ref().map_or(0, Weigh::heap_bytes)
+            + allocation(self.stated.capacity() * std::mem::size_of::<usage::vocab::Stated>())
+            + self.stated.iter().map(words).sum::<usize>()
     }
 }
 

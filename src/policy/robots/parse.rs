@@ -5,11 +5,14 @@
 //!
 //! Never: evaluates a request, or decides what a fetch status means.
 
+use std::sync::Arc;
+
 use super::group::{AgentLine, Group, Rule};
 use super::{CrawlDelay, MAX_BYTES, MAX_CRAWL_DELAY_MS, OtherLine, UsageKey, UsageLine};
 use crate::policy::Diagnostic;
+use crate::policy::pattern::Pattern;
 use crate::policy::text::{Findings, closest, decode, lines, split_bom};
-use crate::policy::usage::robots_rules::statement;
+use crate::policy::usage::robots_rules::{split_content_usage, statement};
 
 /// Lines longer than this are truncated by Google's parser (8 × 2083 − 1 bytes); agentgate
 /// keeps them whole and only warns, since Google may read such a rule differently.
@@ -281,10 +284,13 @@ impl Parser {
             return;
         };
         let group = self.file.groups.len().checked_sub(1);
-        let line = UsageLine { group: group.unwrap_or(0), line: number, key: kind, value: display(value).into() };
-        if let Err(malformed) = statement(&line) {
-            self.warn(number, "malformed-usage", format!("`{}: {}`: {malformed}", display(key), line.value));
-        }
+        let value: Arc<str> = display(value).into();
+        let stated = statement(kind, &value).unwrap_or_else(|malformed| {
+            self.warn(number, "malformed-usage", format!("`{}: {value}`: {malformed}", display(key)));
+            Vec::new()
+        });
+        let pattern = (kind == UsageKey::ContentUsage).then(|| Pattern::new(split_content_usage(&value).0));
+        let line = UsageLine { group: group.unwrap_or(0), line: number, key: kind, value, pattern, stated };
         if group.is_some() {
             self.file.usage_lines.push(line);
         }

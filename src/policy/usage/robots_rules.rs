@@ -26,32 +26,28 @@ pub fn split_content_usage(value: &str) -> (&str, &str) {
     }
 }
 
-/// The statement of a line, parsed in its dialect.
-pub fn statement(line: &UsageLine) -> Result<Vec<vocab::Stated>, MalformedPreferences> {
-    match line.key {
-        UsageKey::ContentUsage => vocab::parse(split_content_usage(&line.value).1, Dialect::Aipref),
-        UsageKey::ContentSignal => vocab::parse(&line.value, Dialect::ContentSignal),
+/// The statement of a line with `key` and `value`, parsed in its dialect (when the file is
+/// read: `UsageLine::stated`).
+pub fn statement(key: UsageKey, value: &str) -> Result<Vec<vocab::Stated>, MalformedPreferences> {
+    match key {
+        UsageKey::ContentUsage => vocab::parse(split_content_usage(value).1, Dialect::Aipref),
+        UsageKey::ContentSignal => vocab::parse(value, Dialect::ContentSignal),
     }
 }
 
 /// The preferences the selected group's lines state for `path` (path and query, as
-/// requested), in file order; malformed lines contribute nothing.
+/// requested), in file order; malformed lines contribute nothing. The patterns and statements
+/// were made when the file was read: nothing is parsed here.
 pub fn preferences(lines: &[&UsageLine], path: &str) -> Vec<Preference> {
     let path = normalized_path(path);
-    let usage_rules: Vec<(&UsageLine, Pattern)> = lines
-        .iter()
-        .filter(|line| line.key == UsageKey::ContentUsage)
-        .map(|line| (*line, Pattern::new(split_content_usage(&line.value).0)))
-        .filter(|(_, pattern)| pattern.matches_normalized(&path))
-        .collect();
-    let longest = usage_rules.iter().map(|(_, pattern)| pattern.specificity()).max();
+    let matching = |line: &&&UsageLine| line.pattern.as_ref().is_some_and(|p| p.matches_normalized(&path));
+    let longest =
+        lines.iter().filter(matching).filter_map(|line| line.pattern.as_ref()).map(Pattern::specificity).max();
     lines
         .iter()
         .filter(|line| match line.key {
             UsageKey::ContentSignal => true,
-            UsageKey::ContentUsage => usage_rules
-                .iter()
-                .any(|(rule, pattern)| std::ptr::eq(*rule, **line) && Some(pattern.specificity()) == longest),
+            UsageKey::ContentUsage => matching(line) && line.pattern.as_ref().map(Pattern::specificity) == longest,
         })
         .flat_map(|line| {
             let (source, path) = match line.key {
@@ -60,13 +56,13 @@ pub fn preferences(lines: &[&UsageLine], path: &str) -> Vec<Preference> {
                 }
                 UsageKey::ContentSignal => (UsageSource::RobotsContentSignal, None),
             };
-            statement(line).unwrap_or_default().into_iter().map(move |stated| Preference {
+            line.stated.iter().map(move |stated| Preference {
                 source,
                 line: Some(line.line),
                 path: path.clone(),
-                label: stated.label,
+                label: stated.label.clone(),
                 purpose: stated.purpose,
-                value: stated.value,
+                value: stated.value.clone(),
                 stance: stated.stance,
             })
         })
