@@ -1,7 +1,5 @@
 //! The body of every response the proxy hands to hyper ([`ProxyBody`]: the origin's streamed
-//! body, or a small one agentgate wrote itself), [`hold_until_body_ends`], which ties a
-//! value's life to a response body (a request's place among its connection's requests in
-//! flight), and [`Metered`], which counts a body's bytes as they stream and tells a [`Meter`]
+//! body, or a small one agentgate wrote itself), and [`Metered`], which counts a body's bytes as they stream and tells a [`Meter`]
 //! how the body ended (the request's record, `record.rs`), or cuts it when the meter says so;
 //! a meter may hold a frame back until a future of its own resolves (a byte budget's next
 //! reservation from the shared limits store).
@@ -15,8 +13,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::Response;
-use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 
 /// The error a [`ProxyBody`] ends with: the origin's or the agent's (`hyper::Error`), or
@@ -26,18 +22,6 @@ pub(crate) type BodyError = Box<dyn StdError + Send + Sync>;
 /// The body of every response the proxy hands to hyper (and of every request it sends an
 /// origin): either a streamed body or a small body agentgate wrote itself.
 pub(crate) type ProxyBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BodyError>;
-
-/// The response with `held` tied to its body, released when the body ends or is dropped
-/// (the client hung up mid-response): the connection's requests in flight (`conn::idle`).
-pub(crate) fn hold_until_body_ends<H: Send + 'static>(response: Response<ProxyBody>, held: H) -> Response<ProxyBody> {
-    response.map(|body| {
-        body.map_frame(move |frame| {
-            let _held = &held;
-            frame
-        })
-        .boxed_unsync()
-    })
-}
 
 /// How a metered body ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -58,7 +58,7 @@ pub(crate) fn serve_connection<I, S>(
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Service<Request<Incoming>, Response = Response<ProxyBody>, Error = Infallible> + Send + 'static,
-    S::Future: Send + 'static,
+    S::Future: Send + Unpin + 'static,
 {
     let io = TokioIo::new(FirstByte::new(io, settings.first_byte_timeout));
     let activity = Activity::new();

@@ -2,7 +2,8 @@
 //! counts the connection's requests in flight, from the service call until the response body
 //! has been sent or dropped, and [`Activity::quiet_for`] completes once there has been none
 //! for the timeout. [`InFlight`] is the service wrapper that does the counting, for any
-//! service whose responses carry a [`ProxyBody`].
+//! service whose responses carry a [`ProxyBody`]: its responses carry a [`Counted`] body,
+//! which holds the request's place in the count until it ends or is dropped.
 //!
 //! hyper has no idle timeout for HTTP/2 server connections (its HTTP/1.1 header read timeout
 //! covers keep-alive only), and a stream in flight must never be cut: the count is what
@@ -12,55 +13,86 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{Request, Response};
-use hyper::body::Incoming;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::service::Service;
-use tokio::sync::watch;
+use tokio::time::Instant;
 
-use crate::proxy::body::{ProxyBody, hold_until_body_ends};
+use crate::proxy::body::{BodyError, ProxyBody};
 
 /// The requests in flight on one connection; clones share the count.
+///
+/// Counted with atomics, and looked at only when [`Activity::quiet_for`]'s timer fires: a
+/// request wakes nothing. (A `watch` channel woke the connection's task when a request
+/// started and when it ended, and each wake polled the whole connection and armed a new
+/// timer: ~3,000 instructions a request, bench/RESULTS.md Round 16.)
 #[derive(Clone)]
 pub(crate) struct Activity {
-    in_flight: Arc<watch::Sender<usize>>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    in_flight: AtomicUsize,
+    /// When the count last dropped to zero (or the connection began), in nanoseconds since
+    /// `since`.
+    quiet_from: AtomicU64,
+    since: Instant,
 }
 
 /// One request in flight; dropping it ends the request for the count.
 struct Active {
-    in_flight: Arc<watch::Sender<usize>>,
+    shared: Arc<Shared>,
 }
 
 impl Activity {
     /// A connection with nothing in flight yet: the quiet starts now.
     pub(crate) fn new() -> Self {
-        Activity { in_flight: Arc::new(watch::Sender::new(0)) }
+        let shared = Shared { in_flight: AtomicUsize::new(0), quiet_from: AtomicU64::new(0), since: Instant::now() };
+        Activity { shared: Arc::new(shared) }
     }
 
     fn start(&self) -> Active {
-        self.in_flight.send_modify(|count| *count += 1);
-        Active { in_flight: Arc::clone(&self.in_flight) }
+        self.shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        Active { shared: Arc::clone(&self.shared) }
     }
 
-    /// Completes once no request has been in flight for `timeout`: the clock restarts when
-    /// the last request in flight ends, and stops while any is in flight.
+    /// Completes once no request has been in flight for `timeout`: the clock starts at the
+    /// call, restarts when the last request in flight ends, and stops while any is in flight.
+    /// It sleeps until the earliest moment the connection can have been quiet for `timeout`,
+    /// and checks then.
     pub(crate) async fn quiet_for(&self, timeout: Duration) {
-        let mut count = self.in_flight.subscribe();
+        let shared = &*self.shared;
+        let called = Instant::now();
         loop {
-            // `self` holds the sender, so the channel cannot close while this runs.
-            let _ = count.wait_for(|in_flight| *in_flight == 0).await;
-            tokio::select! {
-                () = tokio::time::sleep(timeout) => return,
-                _ = count.changed() => {}
-            }
+            // Read before the count: an end that races the check moves `quiet_from` forward,
+            // and the next round sees it.
+            let ended = shared.since + Duration::from_nanos(shared.quiet_from.load(Ordering::Acquire));
+            let quiet_from = ended.max(called);
+            let deadline = if shared.in_flight.load(Ordering::Acquire) > 0 {
+                // Nothing can be quiet before the request in flight ends and `timeout` passes.
+                Instant::now() + timeout
+            } else if Instant::now() >= quiet_from + timeout {
+                return;
+            } else {
+                quiet_from + timeout
+            };
+            tokio::time::sleep_until(deadline).await;
         }
     }
 }
 
 impl Drop for Active {
     fn drop(&mut self) {
-        self.in_flight.send_modify(|count| *count = count.saturating_sub(1));
+        let shared = &*self.shared;
+        let now = u64::try_from(shared.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // Stored before the count drops, so a check that sees zero in flight sees this end.
+        shared.quiet_from.fetch_max(now, Ordering::AcqRel);
+        shared.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -74,17 +106,61 @@ pub(crate) struct InFlight<S> {
 impl<S> Service<Request<Incoming>> for InFlight<S>
 where
     S: Service<Request<Incoming>, Response = Response<ProxyBody>>,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
+    S::Future: Unpin,
 {
-    type Response = Response<ProxyBody>;
+    type Response = Response<Counted>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, S::Error>> + Send>>;
+    type Future = Counting<S::Future>;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let active = self.activity.start();
-        let handled = self.service.call(request);
-        Box::pin(async move { Ok(hold_until_body_ends(handled.await?, active)) })
+        Counting { handled: self.service.call(request), active: Some(active) }
+    }
+}
+
+/// The service's future, its request counted from the call; the count passes to the response
+/// body when it resolves. A plain struct, not an `async` block: that cost a box and a move of
+/// the service's future per request.
+pub(crate) struct Counting<F> {
+    handled: F,
+    /// Given to the response; `None` once it has been.
+    active: Option<Active>,
+}
+
+impl<F, E> Future for Counting<F>
+where
+    F: Future<Output = Result<Response<ProxyBody>, E>> + Unpin,
+{
+    type Output = Result<Response<Counted>, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let response = ready!(Pin::new(&mut self.handled).poll(cx))?;
+        let active = self.active.take();
+        Poll::Ready(Ok(response.map(|body| Counted { body, _active: active })))
+    }
+}
+
+/// A response body that holds its request's place in the count until it ends or is dropped
+/// (the client hung up mid-response).
+pub(crate) struct Counted {
+    body: ProxyBody,
+    _active: Option<Active>,
+}
+
+impl Body for Counted {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -113,5 +189,12 @@ mod tests {
         drop(request);
         quiet.await;
         assert_eq!(ended.elapsed(), timeout, "the clock restarts when the last request ends");
+
+        // Called again on a connection long quiet: the whole timeout from the call (the time
+        // an h2 client gets to acknowledge a GOAWAY, `Drain::serve`).
+        tokio::time::sleep(timeout * 3).await;
+        let again = tokio::time::Instant::now();
+        activity.quiet_for(timeout).await;
+        assert_eq!(again.elapsed(), timeout, "the clock starts at the call");
     }
 }
