@@ -149,19 +149,38 @@ impl AuditLog {
         if self.shared.wait_for(&batch).await { Ok(()) } else { Err(self.unavailable()) }
     }
 
+    /// Queues `record` at once when the queue has room, as [`AuditLog::record`] does, with no
+    /// task to wait on: what a record completed where nothing can wait (a `Drop`, a body's
+    /// poll) tries first. [`TryRecord::Full`] leaves the record to the caller, to wait for
+    /// room with [`AuditLog::record`] on a task of its own (a spawned task per record cost
+    /// its allocation, a move of the record and a wake of another worker: bench/RESULTS.md
+    /// Round 16).
+    ///
+    /// # Errors
+    /// [`Unrecorded`] when the log is shut down; the record is counted in
+    /// [`AuditLog::failed_records`].
+    pub fn try_record(&self, record: &DecisionRecord) -> Result<TryRecord, Unrecorded> {
+        let line = self.encode(record);
+        let queued = self.shared.try_enqueue(&line);
+        give_back(line);
+        queued.map_err(|()| self.unavailable())
+    }
+
     async fn enqueue(&self, record: &DecisionRecord, commit: bool) -> Result<Arc<Batch>, Unrecorded> {
-        // Encoded into this thread's line buffer, taken for the wait and given back to the
-        // thread it ends on: a 2 KiB buffer allocated and freed for every line cost ~850
-        // instructions a line (bench/RESULTS.md).
+        let line = self.encode(record);
+        let queued = self.shared.enqueue(&line, commit).await;
+        give_back(line);
+        queued.map_err(|()| self.unavailable())
+    }
+
+    /// `record`'s line, encoded into this thread's line buffer, which is taken for the wait
+    /// and given back ([`give_back`]) to the thread it ends on: a 2 KiB buffer allocated and
+    /// freed for every line cost ~850 instructions a line (bench/RESULTS.md).
+    fn encode(&self, record: &DecisionRecord) -> String {
         let mut line = LINE.with(|line| line.take());
         line.clear();
         record.write_json_line(self.shared.log_query, &mut line);
-        let queued = self.shared.enqueue(&line, commit).await;
-        // A buffer a long line grew is let go: a thread keeps at most a few typical lines.
-        if line.capacity() <= 8 * LINE_CAPACITY {
-            LINE.with(|kept| kept.set(line));
-        }
-        queued.map_err(|()| self.unavailable())
+        line
     }
 
     /// Closes the log file and opens `[audit] path` again, between two batches: what SIGHUP
@@ -216,6 +235,23 @@ impl AuditLog {
         let cause = self.shared.write_error().unwrap_or_else(|| AuditError::Closed { path: self.shared.path.clone() });
         Unrecorded { on_failure: self.shared.on_failure, cause }
     }
+}
+
+/// Returns a line buffer [`AuditLog::encode`] took to this thread. A buffer a long line grew
+/// is let go: a thread keeps at most a few typical lines.
+fn give_back(line: String) {
+    if line.capacity() <= 8 * LINE_CAPACITY {
+        LINE.with(|kept| kept.set(line));
+    }
+}
+
+/// What [`AuditLog::try_record`] did with its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TryRecord {
+    /// Queued: it goes out with the next batch, as [`AuditLog::record`]'s would.
+    Queued,
+    /// Not queued: `[audit] queue_capacity` lines are pending.
+    Full,
 }
 
 impl AuditWriter {

@@ -57,7 +57,7 @@ use super::conn::Drain;
 use super::context::ProxyState;
 use super::error::ProxyError;
 use crate::approvals::{Approval, ApprovalDecision};
-use crate::audit::{BodyCut, DecisionRecord, ErrorType, Line, OnFailure, Outcome};
+use crate::audit::{BodyCut, DecisionRecord, ErrorType, Line, OnFailure, Outcome, TryRecord};
 use crate::gate::{Blocked, Permitted, record_refusal};
 use crate::limits::Permit;
 
@@ -458,10 +458,20 @@ impl Drop for RequestRecord {
     }
 }
 
-/// Counts `record` and writes it from a task of its own: for a record completed where
-/// nothing can wait (a `Drop`, a body's poll).
+/// Counts `record` and queues it at once, or, when the log's queue is full, from a task of
+/// its own that waits for room: for a record completed where nothing can wait (a `Drop`, a
+/// body's poll).
 fn write_soon(state: &Arc<ProxyState>, drain: &Drain, record: DecisionRecord) {
     state.metrics.record(&record);
+    // Queued here when the queue has room (the usual case): a task only to wait for room.
+    match state.audit.try_record(&record) {
+        Ok(TryRecord::Queued) => return,
+        Ok(TryRecord::Full) => {}
+        Err(unrecorded) => {
+            warn!(error = %unrecorded.cause, event_id = %record.id, "decision record not written");
+            return;
+        }
+    }
     // Dropped or polled inside the connection's task, so a runtime is there; without one
     // (the runtime itself shutting down) the record is lost with the process's other work.
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };

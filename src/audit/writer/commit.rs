@@ -30,6 +30,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
+use super::TryRecord;
 use super::sink::Sink;
 use crate::audit::chain::{CHECKPOINT_ROOM, Chain, GROWTH, Mark};
 use crate::audit::{AuditConfig, AuditError, OnFailure, RECENT_CAPACITY, RecentDecisions};
@@ -339,6 +340,35 @@ impl Shared {
         Ok(batch)
     }
 
+    /// Appends `line` when fewer than `[audit] queue_capacity` lines are pending, without
+    /// waiting: [`TryRecord::Full`] otherwise. A line refused because the log is closed is
+    /// counted as refused.
+    ///
+    /// # Errors
+    /// `Err(())` once the log is closed.
+    pub(super) fn try_enqueue(&self, line: &str) -> Result<TryRecord, ()> {
+        let mut queue = self.lock_queue();
+        if queue.closed {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(());
+        }
+        if queue.lines >= self.capacity {
+            return Ok(TryRecord::Full);
+        }
+        self.push(&mut queue, line, false);
+        Ok(TryRecord::Queued)
+    }
+
+    /// Appends `line` to the pending lines (which have room for it), starting the linger
+    /// clock for a line nobody waits for.
+    fn push(&self, queue: &mut Queue, line: &str, commit: bool) {
+        queue.append(line, commit);
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        if !commit && queue.linger() {
+            self.wake.notify_one();
+        }
+    }
+
     async fn enqueue_line(&self, line: &str, commit: bool) -> Result<Arc<Batch>, ()> {
         loop {
             let mut room = pin!(self.room.notified());
@@ -349,11 +379,7 @@ impl Shared {
                     return Err(());
                 }
                 if queue.lines < self.capacity {
-                    queue.append(line, commit);
-                    self.queued.fetch_add(1, Ordering::Relaxed);
-                    if !commit && queue.linger() {
-                        self.wake.notify_one();
-                    }
+                    self.push(&mut queue, line, commit);
                     return Ok(Arc::clone(&queue.batch));
                 }
                 if let Some(taken) = queue.take_inline() {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use crate::audit::record::sample;
 use crate::audit::writer::sink::{LogFile, Sink};
 use crate::audit::writer::testing::{TestDisk, event_ids, read, settings, unchained, wait_for_lines, wait_until};
-use crate::audit::{AuditConfig, AuditError, AuditLog, Outcome};
+use crate::audit::{AuditConfig, AuditError, AuditLog, Outcome, TryRecord};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_commits_from_many_tasks_each_land_once_and_whole() {
@@ -231,6 +231,39 @@ async fn records_wait_at_capacity_and_none_is_dropped() {
             .collect()
     };
     assert_eq!(urls(&text), urls(&expected));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_record_queues_while_there_is_room_and_hands_the_record_back_when_full() {
+    // Not a regular file: only the flusher writes, so it alone can hold the role.
+    let disk = GatedDisk::new(false);
+    let sink = Sink::over(Box::new(disk.clone()), None, None);
+    let audit = AuditConfig { queue_capacity: 2, ..settings(PathBuf::from("gated")) };
+    let (log, writer) =
+        AuditLog::start_with(audit, sink, crate::audit::chain::Chain::new(crate::audit::chain::test_key(), "a test"))
+            .expect("the log starts");
+    let rec = |n: usize| sample("bot-1", Outcome::Allow, &format!("http://h/{n}"));
+    assert_eq!(log.try_record(&rec(0)).expect("open"), TryRecord::Queued);
+    // The flusher takes the first line after its linger and waits in `write`.
+    wait_until(|| disk.lock().writes == 1).await;
+    assert_eq!(log.try_record(&rec(1)).expect("open"), TryRecord::Queued);
+    assert_eq!(log.try_record(&rec(2)).expect("open"), TryRecord::Queued);
+    // Two lines pending: full, and the record stays the caller's (nothing counted as lost).
+    assert_eq!(log.try_record(&rec(3)).expect("open"), TryRecord::Full);
+    assert_eq!(log.failed_records(), 0);
+    disk.allow(usize::MAX, false);
+    let stats = writer.shutdown().await;
+    assert_eq!((stats.written, stats.failed), (3, 0));
+    let text = unchained(&String::from_utf8(disk.lock().text.clone()).expect("UTF-8"));
+    let urls: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON")["url.full"].to_string())
+        .collect();
+    assert_eq!(urls, ["\"http://h/0\"", "\"http://h/1\"", "\"http://h/2\""]);
+    // Once the log is shut down a record is refused and counted.
+    let refused = log.try_record(&rec(4)).expect_err("closed");
+    assert!(matches!(refused.cause, AuditError::Closed { .. }), "{refused:?}");
+    assert_eq!(log.failed_records(), 1);
 }
 
 #[tokio::test]
