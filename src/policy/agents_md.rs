@@ -359,7 +359,7 @@ impl AgentsMdState {
                 // The denial is the whole answer: an `action_allowed` reason beside it would be
                 // cited as blocking too.
                 verdict.opinion = Opinion::Deny;
-                verdict.reasons = vec![reason];
+                verdict.reasons = smallvec::smallvec![reason];
             } else {
                 verdict.reasons.push(reason);
             }

@@ -29,7 +29,7 @@ use super::usage;
 use super::weight::allocation;
 use super::{
     Advice, Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus,
-    Previous, Reason, Refreshed, RequestView, RobotsCode, Source, SourceVerdict, StaleRules,
+    Previous, Reason, Reasons, Refreshed, RequestView, RobotsCode, Source, SourceVerdict, StaleRules,
 };
 
 /// The robots.txt size cap: the first 500 KiB are parsed, the rest ignored with an
@@ -355,7 +355,7 @@ impl RobotsFile {
             if rule.allow { (Opinion::Allow, RobotsCode::Allow) } else { (Opinion::Deny, RobotsCode::Disallow) };
         // The rule's text is copied out of the file's buffer, once per decision: that is
         // the price of holding no allocation per rule.
-        let mut reasons = Vec::with_capacity(2);
+        let mut reasons = Reasons::new();
         reasons.push(self.reason(code, rule.line, Arc::from(rule.text.of(&self.text))));
         let selected_by = if named { group.naming_line(req) } else { group.any_agent_line() };
         if let Some(AgentLine { line, text, .. }) = selected_by {
@@ -513,9 +513,7 @@ impl super::Format for Robots {
                 let decided = usage::decide(req.purposes, settings.usage_undeclared, applied);
                 if decided.is_refused() {
                     verdict.opinion = Opinion::Deny;
-                    let mut reasons = usage::refusal_reasons(&decided);
-                    reasons.append(&mut verdict.reasons);
-                    verdict.reasons = reasons;
+                    verdict.reasons.insert_many(0, usage::refusal_reasons(&decided));
                 }
                 verdict.usage = decided.applied;
             }
