@@ -175,6 +175,19 @@ mod tests {
     }
 
     #[test]
+    fn one_source_holding_every_reason_gives_them_in_its_order_however_many() {
+        assert!(!verdict(Opinion::Allow, &["a", "b"]).reasons.spilled(), "two reasons are held inline");
+        for held in [&["a"][..], &["a", "b"], &["a", "b", "c"]] {
+            let allowed = combine([verdict(Opinion::NoOpinion, &[]), verdict(Opinion::Allow, held)]);
+            assert_eq!((allowed.blocking, rules(&allowed)), (0, held.to_vec()));
+            let denied = combine([verdict(Opinion::Allow, &[]), verdict(Opinion::Deny, held)]);
+            assert_eq!((denied.blocking, rules(&denied)), (held.len(), held.to_vec()));
+        }
+        let none = combine([verdict(Opinion::NoOpinion, &[]), verdict(Opinion::NoOpinion, &[])]);
+        assert_eq!((none.outcome, none.reasons.len()), (Outcome::Allow, 0));
+    }
+
+    #[test]
     fn every_limit_applies_in_source_order() {
         let limit = |line| Limit {
             source: crate::policy::Source::AgentsMd,
