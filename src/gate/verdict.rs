@@ -98,7 +98,7 @@ impl Permitted {
     pub fn check_response(mut self, response_headers: &HeaderMap) -> Result<Permitted, Box<Blocked>> {
         let Some(policies) = &self.policies else { return Ok(self) };
         let verdict = policies.agents_md.evaluate_response(response_headers);
-        let mut blocking = if verdict.opinion == Opinion::Deny { verdict.reasons } else { Vec::new() };
+        let mut blocking = if verdict.opinion == Opinion::Deny { verdict.reasons.into_vec() } else { Vec::new() };
         let stated = usage::response_preferences(
             combined(response_headers, "content-usage").as_deref(),
             combined(response_headers, "tdm-reservation").as_deref(),

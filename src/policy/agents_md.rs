@@ -359,7 +359,7 @@ impl AgentsMdState {
                 // The denial is the whole answer: an `action_allowed` reason beside it would be
                 // cited as blocking too.
                 verdict.opinion = Opinion::Deny;
-                verdict.reasons = vec![reason];
+                verdict.reasons = smallvec::smallvec![reason];
             } else {
                 verdict.reasons.push(reason);
             }
@@ -381,7 +381,7 @@ impl AgentsMdState {
         let path = if has_paths { normalized_path(req.path()) } else { std::borrow::Cow::Borrowed("") };
         decide_both_readings(policy.has_decoded, |reading| {
             let path = reading.path(&path);
-            let segments = if has_paths { glob::segments(&path) } else { Vec::new() };
+            let segments = if has_paths { glob::segments(&path) } else { glob::Segments::new() };
             self.decide_in(policy, req, &segments, reading)
         })
     }

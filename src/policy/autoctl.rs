@@ -27,7 +27,7 @@ use super::pattern::{Pattern, normalized_path};
 use super::text::{Findings, sha256_hex, split_bom};
 use super::{
     Advice, AutoctlCode, Diagnostic, FetchError, FetchOutcome, HeaderLookup, Headers, Opinion, PolicyReport,
-    PolicyStatus, Reason, RequestView, Source, SourceVerdict,
+    PolicyStatus, Reason, Reasons, RequestView, Source, SourceVerdict,
 };
 
 /// The size cap (SEMANTICS X6, D19): a longer file is handled as unavailable (D15).
@@ -125,7 +125,7 @@ impl AutoctlState {
             let reason = Reason::new(AutoctlCode::NoGroup, rule).with_digest(self.report.digest.clone());
             return SourceVerdict::with(Opinion::NoOpinion, reason);
         };
-        let mut denials = Vec::new();
+        let mut denials = Reasons::new();
         let mut allowed_by = None;
         match &group.methods {
             None => denials.push(self.reason(AutoctlCode::NoAllowedMethods, &group.first)),

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use smallvec::{SmallVec, smallvec};
+
 use super::usage::Preference;
 use super::{Code, Source};
 
@@ -174,13 +176,18 @@ impl std::fmt::Display for KeyParts<'_> {
     }
 }
 
+/// A source's reasons for one verdict: two are held inline (a robots.txt rule and its group,
+/// an AGENTS.md rule and its authentication note), so a verdict costs no allocation of its
+/// own on the request path; more spill to the heap. [`Decision::reasons`] gathers them.
+pub type Reasons = SmallVec<[Reason; 2]>;
+
 /// Everything one source says about one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceVerdict {
     /// The source's opinion.
     pub opinion: Opinion,
     /// Why (the deciding rules; empty only for `NoOpinion` without a file).
-    pub reasons: Vec<Reason>,
+    pub reasons: Reasons,
     /// Limits this source puts on the request.
     pub limits: Vec<Limit>,
     /// Headers the proxy must add to the forwarded request (AGENTS.md agent identification).
@@ -194,7 +201,7 @@ impl SourceVerdict {
     pub fn no_opinion() -> Self {
         SourceVerdict {
             opinion: Opinion::NoOpinion,
-            reasons: Vec::new(),
+            reasons: Reasons::new(),
             limits: Vec::new(),
             inject_headers: Vec::new(),
             usage: Vec::new(),
@@ -203,7 +210,7 @@ impl SourceVerdict {
 
     /// An opinion with one reason.
     pub fn with(opinion: Opinion, reason: Reason) -> Self {
-        SourceVerdict { reasons: vec![reason], opinion, ..SourceVerdict::no_opinion() }
+        SourceVerdict { reasons: smallvec![reason], opinion, ..SourceVerdict::no_opinion() }
     }
 }
 

@@ -98,7 +98,8 @@ pub fn evaluate_with(policies: &Policies, req: &RequestView<'_>, settings: Setti
 
 /// Folds per-source verdicts into a decision. Reasons of the deciding opinion come first.
 /// Each list is allocated at most once, at its final size, and not at all when one source
-/// holds all of it (the usual case for limits and usage): this runs on every request.
+/// holds all of it on the heap (the usual case for limits and usage): this runs on every
+/// request. The reasons, held inline by each source, are the decision's one allocation.
 pub(crate) fn combine<const N: usize>(mut verdicts: [SourceVerdict; N]) -> Decision {
     let strongest = verdicts.iter().map(|v| v.opinion).max().unwrap_or(Opinion::NoOpinion);
     let outcome = match strongest {
@@ -108,17 +109,21 @@ pub(crate) fn combine<const N: usize>(mut verdicts: [SourceVerdict; N]) -> Decis
     };
     let deciding = |v: &SourceVerdict| v.opinion == strongest && outcome != Outcome::Allow;
     let blocking = verdicts.iter().filter(|v| deciding(v)).map(|v| v.reasons.len()).sum();
-    let reasons = if blocking == 0 {
-        gather(&mut verdicts, |v| &mut v.reasons)
-    } else {
-        let mut reasons = Vec::with_capacity(verdicts.iter().map(|v| v.reasons.len()).sum());
-        for v in verdicts.iter_mut().filter(|v| deciding(v)) {
-            reasons.append(&mut v.reasons);
+    let total = verdicts.iter().map(|v| v.reasons.len()).sum();
+    let reasons = match verdicts.iter_mut().find(|v| v.reasons.len() == total) {
+        // One source holds them all, deciding ones included: taken whole (a spilled list
+        // without a copy).
+        Some(whole) => std::mem::take(&mut whole.reasons).into_vec(),
+        None => {
+            let mut reasons = Vec::with_capacity(total);
+            for v in verdicts.iter_mut().filter(|v| deciding(v)) {
+                reasons.extend(v.reasons.drain(..));
+            }
+            for v in &mut verdicts {
+                reasons.extend(v.reasons.drain(..));
+            }
+            reasons
         }
-        for v in &mut verdicts {
-            reasons.append(&mut v.reasons);
-        }
-        reasons
     };
     let limits = gather(&mut verdicts, |v| &mut v.limits);
     let inject_headers = gather(&mut verdicts, |v| &mut v.inject_headers);
@@ -167,6 +172,19 @@ mod tests {
         let denied =
             combine([verdict(Opinion::Allow, &["a"]), verdict(Opinion::Deny, &["d"]), verdict(Opinion::Allow, &["c"])]);
         assert_eq!((denied.outcome, denied.blocking, rules(&denied)), (Outcome::Deny, 1, vec!["d", "a", "c"]));
+    }
+
+    #[test]
+    fn one_source_holding_every_reason_gives_them_in_its_order_however_many() {
+        assert!(!verdict(Opinion::Allow, &["a", "b"]).reasons.spilled(), "two reasons are held inline");
+        for held in [&["a"][..], &["a", "b"], &["a", "b", "c"]] {
+            let allowed = combine([verdict(Opinion::NoOpinion, &[]), verdict(Opinion::Allow, held)]);
+            assert_eq!((allowed.blocking, rules(&allowed)), (0, held.to_vec()));
+            let denied = combine([verdict(Opinion::Allow, &[]), verdict(Opinion::Deny, held)]);
+            assert_eq!((denied.blocking, rules(&denied)), (held.len(), held.to_vec()));
+        }
+        let none = combine([verdict(Opinion::NoOpinion, &[]), verdict(Opinion::NoOpinion, &[])]);
+        assert_eq!((none.outcome, none.reasons.len()), (Outcome::Allow, 0));
     }
 
     #[test]

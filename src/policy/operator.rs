@@ -20,7 +20,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::path::{Reading, decide_all_spellings, decide_both_readings};
-use super::pattern::Pattern;
+use super::pattern::{Pattern, normalized_path};
 use super::{Decision, OperatorCode, Outcome, Reason, RequestView};
 
 /// Whether the gate blocks (`enforce`) or only reports (`monitor`), DESIGN §8: the operator's
@@ -186,7 +186,8 @@ impl OperatorRules {
     /// CIDR (empty when none are known, as in `explain`).
     pub fn evaluate(&self, req: &RequestView<'_>, agent: &str, addresses: &[IpAddr]) -> Option<Decision> {
         decide_all_spellings(req, |req| {
-            let path = super::pattern::normalize(req.path_and_query);
+            // Borrowed when the path is already normal, as most are: no copy per request.
+            let path = normalized_path(req.path_and_query);
             decide_both_readings(self.has_decoded, |reading| {
                 self.evaluate_as_sent(req, agent, addresses, &reading.path(&path), reading)
             })
@@ -591,5 +592,27 @@ mod tests {
         // the site policies, while the escaped spelling the rule names is allowed as sent.
         assert_eq!(code("/~pub/x"), None);
         assert_eq!(code("/%7Epub/x").as_deref(), Some("operator.allow"));
+    }
+
+    #[test]
+    fn a_path_is_compared_percent_normalised_whether_or_not_it_needed_normalising() {
+        let h = Headers::default();
+        let rules = OperatorRules::new(
+            Vec::new(),
+            vec![
+                OperatorRule::new(1, "*", "/caf%C3%A9/", &[], &[], RuleAction::Deny, ""),
+                OperatorRule::new(2, "*", "/open/", &[], &[], RuleAction::Allow, ""),
+            ],
+        );
+        let code = |path: &str| {
+            rules.evaluate(&view("GET", "site.example", path, &h), "", &[]).map(|d| d.reasons[0].code.to_string())
+        };
+        // Non-ASCII and lower-case escapes are normalised before the comparison, as before;
+        // a path that is already normal is compared as sent.
+        for path in ["/café/x", "/caf%c3%a9/x", "/caf%C3%A9/x"] {
+            assert_eq!(code(path).as_deref(), Some("operator.deny"), "{path}");
+        }
+        assert_eq!(code("/open/x?q=1").as_deref(), Some("operator.allow"));
+        assert_eq!(code("/cafe/x"), None);
     }
 }

@@ -29,7 +29,7 @@ use super::usage;
 use super::weight::allocation;
 use super::{
     Advice, Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus,
-    Previous, Reason, Refreshed, RequestView, RobotsCode, Source, SourceVerdict, StaleRules,
+    Previous, Reason, Reasons, Refreshed, RequestView, RobotsCode, Source, SourceVerdict, StaleRules,
 };
 
 /// The robots.txt size cap: the first 500 KiB are parsed, the rest ignored with an
@@ -226,7 +226,7 @@ impl RobotsState {
             return None;
         }
         let applies = file.selected_groups(req);
-        let delay = file.crawl_delays.iter().filter(|d| applies[d.group]).max_by_key(|d| d.millis)?;
+        let delay = file.crawl_delays.iter().filter(|d| applies(d.group)).max_by_key(|d| d.millis)?;
         (delay.millis > 0).then(|| Limit {
             source: Source::Robots,
             kind: LimitKind::Delay { millis: delay.millis },
@@ -237,14 +237,16 @@ impl RobotsState {
 
     /// The `Content-Usage` and `Content-Signal` lines of the groups that apply to the
     /// request's agent, chosen as for [`RobotsState::evaluate`] (SEMANTICS U3), in file
-    /// order; empty without a parsed file.
-    pub fn usage_lines(&self, req: &RequestView<'_>) -> Vec<&UsageLine> {
-        let Kind::Parsed(file) = &self.kind else { return Vec::new() };
-        if file.usage_lines.is_empty() {
-            return Vec::new();
-        }
-        let applies = file.selected_groups(req);
-        file.usage_lines.iter().filter(|u| applies[u.group]).collect()
+    /// order; none without a parsed file. Filtered as they are read, not collected: this runs
+    /// on every request to a file that has such lines.
+    pub fn usage_lines<'s>(&'s self, req: &'s RequestView<'_>) -> impl Iterator<Item = &'s UsageLine> + Clone {
+        let file = match &self.kind {
+            Kind::Parsed(file) if !file.usage_lines.is_empty() => Some(&**file),
+            Kind::Parsed(_) | Kind::Unavailable { .. } | Kind::Unreachable { .. } => None,
+        };
+        let applies = file.map(|file| file.selected_groups(req));
+        let lines = file.map_or(&[][..], |file| &file.usage_lines[..]);
+        lines.iter().filter(move |u| applies.as_ref().is_some_and(|applies| applies(u.group)))
     }
 
     /// What robots.txt says about one request. The groups naming the agent (configured
@@ -316,14 +318,15 @@ impl RobotsFile {
         }
     }
 
-    /// For each group, whether it applies to the request's agent (RFC 9309 §2.2.1): the
-    /// groups naming it, else the `*` groups.
-    fn selected_groups(&self, req: &RequestView<'_>) -> Vec<bool> {
+    /// Whether the group at an index applies to the request's agent (RFC 9309 §2.2.1): the
+    /// groups naming it, else the `*` groups. Whether any group names it is found once; each
+    /// group is then asked when it is looked up, so nothing is listed per request.
+    fn selected_groups<'s>(&'s self, req: &'s RequestView<'_>) -> impl Fn(usize) -> bool + Clone + 's {
         let named = self.groups.iter().any(|g| g.naming_line(req).is_some());
-        self.groups
-            .iter()
-            .map(|group| if named { group.naming_line(req).is_some() } else { group.any_agent_line().is_some() })
-            .collect()
+        move |index| {
+            let group = &self.groups[index];
+            if named { group.naming_line(req).is_some() } else { group.any_agent_line().is_some() }
+        }
     }
 
     /// The file's verdict: as written and, when a pattern reads differently decoded, with
@@ -352,7 +355,7 @@ impl RobotsFile {
             if rule.allow { (Opinion::Allow, RobotsCode::Allow) } else { (Opinion::Deny, RobotsCode::Disallow) };
         // The rule's text is copied out of the file's buffer, once per decision: that is
         // the price of holding no allocation per rule.
-        let mut reasons = Vec::with_capacity(2);
+        let mut reasons = Reasons::new();
         reasons.push(self.reason(code, rule.line, Arc::from(rule.text.of(&self.text))));
         let selected_by = if named { group.naming_line(req) } else { group.any_agent_line() };
         if let Some(AgentLine { line, text, .. }) = selected_by {
@@ -505,14 +508,12 @@ impl super::Format for Robots {
         // Preferences attach only to paths the group allows (SEMANTICS U3).
         if verdict.opinion != Opinion::Deny {
             let lines = state.usage_lines(req);
-            if !lines.is_empty() {
-                let applied = usage::robots_rules::preferences(&lines, req.path_and_query);
+            if lines.clone().next().is_some() {
+                let applied = usage::robots_rules::preferences(lines, req.path_and_query);
                 let decided = usage::decide(req.purposes, settings.usage_undeclared, applied);
                 if decided.is_refused() {
                     verdict.opinion = Opinion::Deny;
-                    let mut reasons = usage::refusal_reasons(&decided);
-                    reasons.append(&mut verdict.reasons);
-                    verdict.reasons = reasons;
+                    verdict.reasons.insert_many(0, usage::refusal_reasons(&decided));
                 }
                 verdict.usage = decided.applied;
             }

@@ -21,6 +21,7 @@ use crate::policy::Weigh;
 use crate::policy::path;
 use crate::policy::pattern::{decoded_form, normalize};
 use crate::policy::text::split_ascii;
+use smallvec::SmallVec;
 
 /// A compiled AGENTS.md path pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,12 +136,15 @@ impl Kind {
     }
 }
 
+/// A path's segments, eight held inline: a typical path has five, so splitting a request's
+/// path allocates nothing (it runs on every request to a host with an AGENTS.md path list).
+pub(crate) type Segments<'p> = SmallVec<[&'p str; 8]>;
+
 /// The segments of a normalised path, for [`Glob::matches_in`].
-pub(crate) fn segments(path: &str) -> Vec<&str> {
+pub(crate) fn segments(path: &str) -> Segments<'_> {
     let path = path.strip_prefix('/').unwrap_or(path);
-    // Sized first: collected as they come, the vector starts at four and is reallocated
-    // past them (a typical path has five).
-    let mut segments = Vec::with_capacity(path.bytes().filter(|&b| b == b'/').count() + 1);
+    // Sized first, so a path longer than the inline eight is allocated once, not grown.
+    let mut segments = Segments::with_capacity(path.bytes().filter(|&b| b == b'/').count() + 1);
     segments.extend(split_ascii(path, b'/'));
     segments
 }
@@ -326,8 +330,11 @@ mod tests {
     fn segments_are_the_path_split_at_each_slash_after_the_first() {
         for path in ["", "/", "//", "/a", "/a/", "a/b", "/a//b", "/é/ü/", "/catalog/item?id=4/2"] {
             let split: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
-            assert_eq!(segments(path), split, "{path:?}");
+            assert_eq!(&segments(path)[..], split, "{path:?}");
         }
+        assert!(!segments("/a/b/c/d/e/f/g/h").spilled(), "eight segments are held inline");
+        let long = segments("/a/b/c/d/e/f/g/h/i");
+        assert_eq!((long.spilled(), long.capacity(), long.last().copied()), (true, 9, Some("i")), "sized once");
     }
 
     #[test]

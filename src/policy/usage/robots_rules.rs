@@ -38,13 +38,12 @@ pub fn statement(key: UsageKey, value: &str) -> Result<Vec<vocab::Stated>, Malfo
 /// The preferences the selected group's lines state for `path` (path and query, as
 /// requested), in file order; malformed lines contribute nothing. The patterns and statements
 /// were made when the file was read: nothing is parsed here.
-pub fn preferences(lines: &[&UsageLine], path: &str) -> Vec<Preference> {
+pub fn preferences<'a>(lines: impl Iterator<Item = &'a UsageLine> + Clone, path: &str) -> Vec<Preference> {
     let path = normalized_path(path);
-    let matching = |line: &&&UsageLine| line.pattern.as_ref().is_some_and(|p| p.matches_normalized(&path));
+    let matching = |line: &&UsageLine| line.pattern.as_ref().is_some_and(|p| p.matches_normalized(&path));
     let longest =
-        lines.iter().filter(matching).filter_map(|line| line.pattern.as_ref()).map(Pattern::specificity).max();
+        lines.clone().filter(matching).filter_map(|line| line.pattern.as_ref()).map(Pattern::specificity).max();
     lines
-        .iter()
         .filter(|line| match line.key {
             UsageKey::ContentSignal => true,
             UsageKey::ContentUsage => matching(line) && line.pattern.as_ref().map(Pattern::specificity) == longest,
@@ -86,7 +85,7 @@ mod tests {
         let headers = Headers::default();
         let state = RobotsState::parse(robots.as_bytes());
         let req = view(&headers, agent, path);
-        preferences(&state.usage_lines(&req), path)
+        preferences(state.usage_lines(&req), path)
             .into_iter()
             .map(|p| (p.line.unwrap_or(0), p.label.into_owned(), p.value.into_owned(), p.stance))
             .collect()
@@ -169,7 +168,7 @@ mod tests {
         let headers = Headers::default();
         let state = RobotsState::parse(b"User-agent: *\nContent-Usage: /docs/ search=n\n");
         let req = view(&headers, "b", "/docs/a");
-        let prefs = preferences(&state.usage_lines(&req), "/docs/a");
+        let prefs = preferences(state.usage_lines(&req), "/docs/a");
         assert_eq!(prefs.len(), 1);
         assert_eq!(prefs[0].path.as_deref(), Some("/docs/"));
         assert_eq!(prefs[0].purpose, Some(SEARCH));

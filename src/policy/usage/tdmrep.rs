@@ -203,7 +203,7 @@ impl TdmRepState {
         let mut verdict = SourceVerdict::no_opinion();
         if decided.is_refused() {
             verdict.opinion = Opinion::Deny;
-            verdict.reasons = super::refusal_reasons(&decided);
+            verdict.reasons = super::refusal_reasons(&decided).into();
         }
         verdict.usage = decided.applied;
         verdict
