@@ -512,8 +512,7 @@ impl Gate {
         if limits.is_empty() {
             return Ok((Permit::default(), None));
         }
-        // The origin's text is made only for a request some limit counts.
-        let usage = Usage { agent: &req.agent.id, origin: &req.origin.text(), host: req.origin.bare_host() };
+        let usage = Usage { agent: &req.agent.id, origin: req.origin.text(), host: req.origin.bare_host() };
         let headers = req.headers;
         let length = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
         let streams = headers.contains_key(TRANSFER_ENCODING) || headers.contains_key(UPGRADE);
