@@ -31,7 +31,7 @@ pub struct HostError {
 /// A host already in canonical form (what a request's [`Origin`](crate::fetch::Origin)
 /// holds, a lower-case name, a dotted quad) comes back borrowed, with no parsing of a name:
 /// every request's host is made canonical for its origin and asked for again at the guard,
-/// and the parser's copy cost an allocation each time (issue 47).
+/// and the parser's copy cost an allocation each time (bench/RESULTS.md).
 ///
 /// # Errors
 /// [`HostError`] for an empty host, forbidden characters or an invalid IDN.
