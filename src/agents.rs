@@ -12,8 +12,9 @@
 
 mod advisory;
 
+use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use base64::Engine as _;
 use http::HeaderValue;
@@ -365,7 +366,13 @@ pub struct Agents {
     entries: Vec<Arc<Agent>>,
     default: Arc<Agent>,
     required: bool,
+    /// The id of each client an agent without an `id` was named by (its address's text),
+    /// made once and shared by its requests: made per request it cost two allocations.
+    client_ids: Mutex<HashMap<IpAddr, Arc<str>>>,
 }
+
+/// Above this many client ids kept, the next new client empties [`Agents`]'s list.
+const MAX_CLIENT_IDS: usize = 1024;
 
 impl Agents {
     /// The agents of a config: `agents` (`[[agents]]`) in file order, `default` (`[agent]`)
@@ -381,7 +388,8 @@ impl Agents {
             .enumerate()
             .map(|(i, a)| Arc::new(Agent::from_config(a, &format!("[[agents]] #{}", i + 1), keys)))
             .collect();
-        Agents { entries, default: Arc::new(Agent::from_config(default, "[agent]", keys)), required: auth.required }
+        let default = Arc::new(Agent::from_config(default, "[agent]", keys));
+        Agents { entries, default, required: auth.required, client_ids: Mutex::default() }
     }
 
     /// Phase `identify_agent`: the agent behind a request (or a CONNECT) from `client`.
@@ -425,8 +433,22 @@ impl Agents {
     }
 
     fn identity(&self, agent: &Arc<Agent>, client: IpAddr) -> Identity {
-        let id = agent.id.clone().unwrap_or_else(|| Arc::from(crate::net::host::ip_text(client.to_canonical())));
+        let id = agent.id.clone().unwrap_or_else(|| self.client_id(client.to_canonical()));
         Identity { agent: Arc::clone(agent), id }
+    }
+
+    /// `client`'s address as an agent id, the one made for it before when there is one.
+    fn client_id(&self, client: IpAddr) -> Arc<str> {
+        let mut ids = self.client_ids.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(id) = ids.get(&client) {
+            return Arc::clone(id);
+        }
+        if ids.len() >= MAX_CLIENT_IDS {
+            ids.clear();
+        }
+        let id: Arc<str> = Arc::from(crate::net::host::ip_text(client));
+        ids.insert(client, Arc::clone(&id));
+        id
     }
 
     /// The agent whose credential `value` proves. Basic names the agent, then its token is
@@ -594,6 +616,29 @@ clients = ["127.0.0.3/32"]
 "#;
 
     const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    #[test]
+    fn a_client_named_by_its_address_gets_one_id_for_all_its_requests() {
+        let agents = agents(TWO_AGENTS);
+        let first = agents.identify(LOCAL, None).expect("the default agent");
+        let again = agents.identify(LOCAL, None).expect("the default agent");
+        assert_eq!(&*first.id, "127.0.0.1");
+        assert!(Arc::ptr_eq(&first.id, &again.id), "the id made for the first request is shared");
+        let mapped = agents.identify("::ffff:127.0.0.1".parse().expect("an address"), None).expect("mapped");
+        assert!(Arc::ptr_eq(&first.id, &mapped.id), "an IPv4-mapped address is the same client");
+        let other = agents.identify("2001:db8::7".parse().expect("an address"), None).expect("another client");
+        assert_eq!(&*other.id, "2001:db8::7");
+        // A client a `clients` network names gets the entry's id, not its address.
+        let beta = agents.identify("127.0.0.3".parse().expect("an address"), None).expect("beta");
+        assert_eq!(&*beta.id, "beta");
+        // The list stays bounded: past its cap it starts again, and every id is still right.
+        for n in 0..=u32::try_from(MAX_CLIENT_IDS).expect("a small cap") {
+            let client = IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n));
+            assert_eq!(*agents.identify(client, None).expect("default").id, *client.to_string());
+        }
+        assert!(agents.client_ids.lock().expect("not poisoned").len() <= MAX_CLIENT_IDS);
+        assert_eq!(&*agents.identify(LOCAL, None).expect("the default agent").id, "127.0.0.1");
+    }
 
     #[test]
     fn basic_names_the_agent_and_the_token_proves_it() {

@@ -185,7 +185,7 @@ pub fn explain_operator(req: &ExplainRequest, operator: &Operator) -> Result<Opt
     let mut target = Target::parse(&req.url)?;
     // The gate matches the canonical host (`crate::net::host`), as the proxy routes it.
     if let Ok(host) = crate::net::canonical_host(&target.host) {
-        target.host = host;
+        target.host = host.into_owned();
     }
     let headers = request_headers(req)?;
     let view = target.view(req, &headers);

@@ -210,7 +210,7 @@ impl Gate {
             };
             // The agent's own text, redacted for secret values like every other record's.
             let (method, url) = (self.redacted(method), self.redacted(url));
-            let mut record = DecisionRecord::new(action, self.mode, client, client.ip().to_string(), &*method, &*url);
+            let mut record = DecisionRecord::new(action, self.mode, client, client.ip().to_string(), &method, &*url);
             record.user_agent =
                 headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(|ua| self.redacted(ua).into_owned());
             record.instance = Some(Arc::clone(&self.instance));
@@ -459,7 +459,7 @@ impl Gate {
     fn record_for(&self, outcome: LogOutcome, req: &GateRequest<'_>) -> DecisionRecord {
         let mode = req.agent.mode(self.mode);
         let (method, url) = (self.redacted(req.method), self.redacted(req.url));
-        let mut record = DecisionRecord::new(outcome, mode, req.client, req.agent.id.to_string(), &*method, &*url);
+        let mut record = DecisionRecord::new(outcome, mode, req.client, Arc::clone(&req.agent.id), &method, &*url);
         record.entry = Some(req.entry.as_str());
         record.user_agent =
             req.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()).map(|ua| self.redacted(ua).into_owned());
@@ -512,8 +512,7 @@ impl Gate {
         if limits.is_empty() {
             return Ok((Permit::default(), None));
         }
-        // The origin's text is made only for a request some limit counts.
-        let usage = Usage { agent: &req.agent.id, origin: &req.origin.text(), host: req.origin.bare_host() };
+        let usage = Usage { agent: &req.agent.id, origin: req.origin.text(), host: req.origin.bare_host() };
         let headers = req.headers;
         let length = headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(0);
         let streams = headers.contains_key(TRANSFER_ENCODING) || headers.contains_key(UPGRADE);

@@ -193,7 +193,7 @@ pub(crate) fn host_and_port(authority: &str) -> Option<(String, Option<u16>)> {
     if host.contains('*') {
         return None;
     }
-    Some((crate::net::canonical_host(host).ok()?, port))
+    Some((crate::net::canonical_host(host).ok()?.into_owned(), port))
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The decision record: one per request, built at the edge by the gate, and its encoding as
 //! one JSON line with the field names from [`super::field`] in a stable order.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -213,10 +214,10 @@ pub struct DecisionRecord {
     pub duration: Option<Duration>,
     /// The agent's address (`client.address`, `client.port`).
     pub client: SocketAddr,
-    /// The agent id (`agentgate.agent`).
-    pub agent: String,
-    /// The request method (`http.request.method`).
-    pub method: String,
+    /// The agent id (`agentgate.agent`), shared with the agent's identity.
+    pub agent: Arc<str>,
+    /// The request method (`http.request.method`); a standard method's name is a static text.
+    pub method: Cow<'static, str>,
     /// The absolute request URL as received, secrets included; redacted on encoding
     /// (`url.full`, `url.domain`).
     pub url: String,
@@ -302,14 +303,26 @@ impl ErrorType {
     }
 }
 
+/// The standard methods (RFC 9110 §9, and PATCH), whose names a record never copies.
+const STANDARD_METHODS: [&str; 9] = ["GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"];
+
+/// `method` as a record keeps it: a standard method's name as a static text (no copy per
+/// request), any other as written.
+fn method_text(method: &str) -> Cow<'static, str> {
+    STANDARD_METHODS
+        .iter()
+        .find(|standard| **standard == method)
+        .map_or_else(|| method.to_owned().into(), |m| (*m).into())
+}
+
 impl DecisionRecord {
     /// A record stamped now with a fresh id, and no reasons, limits or response facts yet.
     pub fn new(
         outcome: Outcome,
         mode: Mode,
         client: SocketAddr,
-        agent: impl Into<String>,
-        method: impl Into<String>,
+        agent: impl Into<Arc<str>>,
+        method: &str,
         url: impl Into<String>,
     ) -> Self {
         let timestamp = SystemTime::now();
@@ -324,7 +337,7 @@ impl DecisionRecord {
             duration: None,
             client,
             agent: agent.into(),
-            method: method.into(),
+            method: method_text(method),
             url: url.into(),
             destination: None,
             user_agent: None,
@@ -773,6 +786,19 @@ mod tests {
         rec.line = Line::TunnelOpened;
         assert_eq!(rec.event_type(), "allowed");
         assert!(rec.to_json_line(false).contains(r#""event.category":["network","web"],"event.type":["allowed"]"#));
+    }
+
+    #[test]
+    fn a_standard_method_is_kept_without_a_copy_and_any_method_as_written() {
+        for method in STANDARD_METHODS {
+            assert!(matches!(method_text(method), Cow::Borrowed(m) if m == method), "{method}");
+        }
+        for method in ["get", "Get", "PROPFIND", "M-SEARCH", ""] {
+            assert!(matches!(method_text(method), Cow::Owned(m) if m == method), "{method:?}");
+        }
+        let client = SocketAddr::from(([10, 0, 0, 7], 51234));
+        let record = DecisionRecord::new(Outcome::Allow, Mode::Enforce, client, "bot-1", "PROPFIND", "http://e.test/");
+        assert!(record.to_json_line(false).contains(r#""http.request.method":"PROPFIND""#));
     }
 
     #[test]

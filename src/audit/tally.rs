@@ -27,10 +27,10 @@ impl AgentTally {
     /// Counts one completed record under its agent.
     pub fn count(&self, record: &DecisionRecord) {
         let mut agents = self.agents.lock().unwrap_or_else(PoisonError::into_inner);
-        let counts = match agents.get_mut(record.agent.as_str()) {
+        let counts = match agents.get_mut(&*record.agent) {
             Some(counts) => counts,
             None => {
-                let name = if agents.len() < MAX_AGENTS { record.agent.as_str() } else { OTHER_AGENTS };
+                let name = if agents.len() < MAX_AGENTS { &*record.agent } else { OTHER_AGENTS };
                 agents.entry(name.to_owned()).or_default()
             }
         };

@@ -68,10 +68,16 @@ pub enum OriginError {
 /// scheme's default). robots.txt, agents.txt and automation-preferences.txt are per origin
 /// (RFC 9309 §2.3); AGENTS.md is fetched over HTTPS for the host (SEMANTICS C2). Displays
 /// as `https://example.com:443`.
+///
+/// Held as that text, the host a part of it: one allocation per origin, and the limit keys
+/// read the text where it is (a request some limit counts made it anew before).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Origin {
     scheme: Scheme,
-    host: String,
+    /// `scheme://host:port`.
+    text: String,
+    /// Where the host ends in `text` (it starts after `scheme://`).
+    host_end: usize,
     port: u16,
 }
 
@@ -96,8 +102,14 @@ impl Origin {
         };
         let host = canonical_host(authority.host())
             .map_err(|source| OriginError::InvalidHost { uri: format!("{}://{authority}", scheme.as_str()), source })?;
-        let host = if host.contains(':') { format!("[{host}]") } else { host };
-        Ok(Origin { scheme, host, port: authority.port_u16().unwrap_or(scheme.default_port()) })
+        let (open, close) = if host.contains(':') { ("[", "]") } else { ("", "") };
+        let port = authority.port_u16().unwrap_or(scheme.default_port());
+        let mut digits = itoa::Buffer::new();
+        let pieces = [scheme.as_str(), "://", open, &host, close, ":", digits.format(port)];
+        let mut text = String::with_capacity(pieces.iter().map(|piece| piece.len()).sum());
+        pieces.iter().for_each(|piece| text.push_str(piece));
+        let host_end = text.len() - 1 - pieces[6].len();
+        Ok(Origin { scheme, text, host_end, port })
     }
 
     /// The origin of an absolute URI (`https://example.com/path`).
@@ -119,13 +131,14 @@ impl Origin {
 
     /// The canonical host; an IPv6 address keeps its brackets (`[::1]`).
     pub fn host(&self) -> &str {
-        &self.host
+        &self.text[self.scheme.as_str().len() + "://".len()..self.host_end]
     }
 
     /// The canonical host without an IPv6 address's brackets (`::1`): what the policy core
     /// and the limit keys name.
     pub fn bare_host(&self) -> &str {
-        self.host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(&self.host)
+        let host = self.host();
+        host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host)
     }
 
     /// The port, explicit or the scheme's default.
@@ -135,7 +148,7 @@ impl Origin {
 
     /// `path` on this origin: `scheme://host:port/path`.
     pub(crate) fn url(&self, path: &'static str) -> Result<Uri, FetchError> {
-        build_url(self.scheme, &self.host, self.port, path)
+        build_url(self.scheme, self.host(), self.port, path)
     }
 
     /// `path` over HTTPS for this host (SEMANTICS C2): the origin's own port when it is an
@@ -145,32 +158,20 @@ impl Origin {
             Scheme::Https => self.port,
             Scheme::Http => Scheme::Https.default_port(),
         };
-        build_url(Scheme::Https, &self.host, port, path)
+        build_url(Scheme::Https, self.host(), port, path)
     }
 }
 
 impl Origin {
-    /// `scheme://host:port`, as `Display` writes it, in one allocation sized once and without
-    /// the formatter: the limit keys name the origin on every allowed request, and `format!`
-    /// cost that ~1,400 instructions (bench/RESULTS.md, Round 12).
-    pub fn text(&self) -> String {
-        let mut port = itoa::Buffer::new();
-        let pieces = self.pieces(&mut port);
-        let mut text = String::with_capacity(pieces.iter().map(|piece| piece.len()).sum());
-        pieces.iter().for_each(|piece| text.push_str(piece));
-        text
-    }
-
-    /// What `scheme://host:port` is made of; the port written into `port`.
-    fn pieces<'a>(&'a self, port: &'a mut itoa::Buffer) -> [&'a str; 5] {
-        [self.scheme.as_str(), "://", &self.host, ":", port.format(self.port)]
+    /// `scheme://host:port`, as `Display` writes it: what the limit keys name the origin by.
+    pub fn text(&self) -> &str {
+        &self.text
     }
 }
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut port = itoa::Buffer::new();
-        self.pieces(&mut port).iter().try_for_each(|piece| f.write_str(piece))
+        f.write_str(&self.text)
     }
 }
 
@@ -198,6 +199,7 @@ mod tests {
         for uri in ["https://example.com/", "http://Example.COM:8080/x", "https://[::1]:8443/", "http://127.0.0.2/"] {
             let origin = origin(uri);
             assert_eq!(origin.text(), origin.to_string(), "{uri}");
+            assert_eq!(origin.host_end, origin.text.rfind(':').expect("a port"), "{uri}");
             assert_eq!(origin.text(), format!("{}://{}:{}", origin.scheme().as_str(), origin.host(), origin.port()));
         }
     }

@@ -184,7 +184,7 @@ impl Seen {
             answer,
             outcome: record.outcome.as_str(),
             mode: record.mode.as_str(),
-            agent: record.agent.clone(),
+            agent: record.agent.to_string(),
             blocking: blocking.to_vec(),
             others: others.to_vec(),
             fetched: sites.gets.load(Ordering::SeqCst) > 0,
@@ -752,7 +752,7 @@ fn an_unauthenticated_request_is_recorded_with_secret_values_redacted() {
     let url = format!("http://{}.example/{value}", value.to_ascii_lowercase());
     let blocked = gate.identify_agent(client, "GET", &url, &headers).expect_err("no credentials: 407");
     let record = blocked.record();
-    for text in [&record.url, &record.method, record.user_agent.as_deref().unwrap_or_default()] {
+    for text in [record.url.as_str(), &record.method, record.user_agent.as_deref().unwrap_or_default()] {
         assert!(!text.to_ascii_lowercase().contains(&value.to_ascii_lowercase()), "{text}");
     }
 }

@@ -55,7 +55,7 @@ impl Permitted {
     /// origin has an automation-preferences file, says that its method rules cannot be
     /// enforced inside the tunnel (SEMANTICS D12: `autoctl.unenforceable`).
     pub fn mark_passthrough(&mut self) {
-        self.record.method = "CONNECT".to_owned();
+        self.record.method = "CONNECT".into();
         if self.policies.as_ref().is_some_and(|p| p.autoctl.report().status == PolicyStatus::Valid) {
             let rule = "passthrough tunnel: methods inside it cannot be seen, so allowed-methods is not enforced";
             self.record.reasons.push(Reason::new(AutoctlCode::Unenforceable, rule));
@@ -407,7 +407,7 @@ impl Blocked {
     /// Records a passthrough tunnel's block, decided as `GET /`, as the `CONNECT` it is (as
     /// [`Permitted::mark_passthrough`] does for one let through).
     pub fn mark_passthrough(&mut self) {
-        self.record.method = "CONNECT".to_owned();
+        self.record.method = "CONNECT".into();
     }
 
     /// The decision record, to be completed with the response and written.

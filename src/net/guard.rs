@@ -8,6 +8,8 @@
 //! An answer stays pinned while a request holds it ([`Vetted`] is that lease), and for
 //! `[upstream] idle_timeout` after its last use, as long as a pooled connection to it may
 //! live; after [`MAX_PIN_AGE`] without a request holding it, the name is resolved again.
+//! An address literal is pinned as its own answer the same way (it is never resolved), so a
+//! request to an address finds its answer rather than making one.
 //!
 //! Never: dials (the proxy's connector does), decides policy.
 
@@ -114,11 +116,13 @@ impl Guard {
     /// [`GuardError::Resolve`] when the name does not resolve; [`GuardError::BadHost`].
     pub async fn check(&self, host: &str, port: u16) -> Result<Arc<Vetted>, GuardError> {
         let host = canonical_host(host)?;
-        let vetted = match as_ip(&host) {
-            Some(ip) => Arc::new(Vetted { host, addrs: vec![ip] }),
-            None => match self.pinned(&host) {
-                Some(vetted) => vetted,
-                None => self.resolve(host).await?,
+        let vetted = match self.pinned(&host) {
+            Some(vetted) => vetted,
+            // An address is its own answer, pinned as a name's is: a request to it finds it
+            // there, rather than a new answer made (three allocations) every time.
+            None => match as_ip(&host) {
+                Some(ip) => self.pin(host.into_owned(), vec![ip]),
+                None => self.resolve(host.into_owned()).await?,
             },
         };
         for ip in &vetted.addrs {
@@ -150,12 +154,16 @@ impl Guard {
             return Err(error(io::Error::new(io::ErrorKind::NotFound, "the name has no addresses")));
         }
         let addrs = addrs.into_iter().map(super::host::canonical_ip).collect();
+        Ok(self.pin(host, addrs))
+    }
+
+    /// `addrs` pinned as `host`'s answer, unless another request pinned one while this one
+    /// resolved: then that one, so concurrent requests to one host share one vetted answer.
+    fn pin(&self, host: String, addrs: Vec<IpAddr>) -> Arc<Vetted> {
         let mut pinned = self.pinned.lock().unwrap_or_else(PoisonError::into_inner);
-        // Another request may have pinned an answer while this one resolved: use that, so
-        // concurrent requests to one host share one vetted answer.
         if let Some(entry) = pinned.get_mut(&host).filter(|p| p.usable(self.keep)) {
             entry.last_used = Instant::now();
-            return Ok(Arc::clone(&entry.vetted));
+            return Arc::clone(&entry.vetted);
         }
         if pinned.len() > PRUNE_ABOVE {
             pinned.retain(|_, p| p.usable(self.keep));
@@ -163,7 +171,7 @@ impl Guard {
         let now = Instant::now();
         let vetted = Arc::new(Vetted { host: host.clone(), addrs });
         pinned.insert(host, Pinned { vetted: Arc::clone(&vetted), resolved_at: now, last_used: now });
-        Ok(vetted)
+        vetted
     }
 }
 
@@ -222,6 +230,21 @@ mod tests {
             Refusal::PrivateAddress { host: "127.0.0.1".into(), addr: [127, 0, 0, 1].into() }.to_string()
         );
         assert!(guard.check("[2606:4700::1]", 443).await.is_ok());
+        assert_eq!(resolver.lookups.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn an_address_answer_is_pinned_and_vetted_at_every_check() {
+        let (guard, resolver) = guard(vec![vec![]]);
+        let first = guard.check("93.184.215.14", 443).await.expect("a public address");
+        let again = guard.check("93.184.215.14", 80).await.expect("the same address");
+        assert!(Arc::ptr_eq(&first, &again), "the second check finds the first answer");
+        assert_eq!(again.host(), "93.184.215.14");
+        assert_eq!(again.addresses(), &[IpAddr::from([93, 184, 215, 14])]);
+        // Vetted at each check, pinned or not: the port is part of what is refused.
+        guard.policy().add_own(SocketAddr::new([93, 184, 215, 14].into(), 8080));
+        let err = guard.check("93.184.215.14", 8080).await.expect_err("agentgate's own address");
+        assert!(matches!(err, GuardError::Refused(Refusal::OwnAddress { .. })), "{err}");
         assert_eq!(resolver.lookups.load(Ordering::SeqCst), 0);
     }
 }

@@ -9,7 +9,8 @@
 //!
 //! Never: resolves names (the guard does), matches patterns (`policy::operator` does).
 
-use std::fmt::Write as _;
+use std::borrow::Cow;
+use std::fmt;
 use std::net::IpAddr;
 
 use url::Host;
@@ -27,16 +28,30 @@ pub struct HostError {
 /// The canonical spelling of `host` (a name, an IPv4 address in any legal spelling, or an
 /// IPv6 address with or without brackets). IPv6 comes back without brackets.
 ///
+/// A host already in canonical form (what a request's [`Origin`](crate::fetch::Origin)
+/// holds, a lower-case name, a dotted quad) comes back borrowed, with no parsing of a name:
+/// every request's host is made canonical for its origin and asked for again at the guard,
+/// and the parser's copy cost an allocation each time (bench/RESULTS.md).
+///
 /// # Errors
 /// [`HostError`] for an empty host, forbidden characters or an invalid IDN.
-pub fn canonical_host(host: &str) -> Result<String, HostError> {
-    let error = |cause: String| HostError { host: host.to_owned(), cause };
+pub fn canonical_host(host: &str) -> Result<Cow<'_, str>, HostError> {
     let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
     if let Ok(ip) = bare.parse::<IpAddr>() {
-        return Ok(ip_text(canonical_ip(ip)));
+        let ip = canonical_ip(ip);
+        return Ok(if spells(ip, bare) { Cow::Borrowed(bare) } else { Cow::Owned(ip_text(ip)) });
     }
     // A trailing dot names the same host (RFC 1034 §3.1); WHATWG keeps it, we do not.
     let trimmed = host.strip_suffix('.').unwrap_or(host);
+    if is_canonical_name(trimmed) {
+        return Ok(Cow::Borrowed(trimmed));
+    }
+    parsed_name(host, trimmed).map(Cow::Owned)
+}
+
+/// `trimmed` (`host` without its trailing dot) through the WHATWG host parser.
+fn parsed_name(host: &str, trimmed: &str) -> Result<String, HostError> {
+    let error = |cause: String| HostError { host: host.to_owned(), cause };
     if trimmed.is_empty() || trimmed.ends_with('.') {
         return Err(error("empty label".to_owned()));
     }
@@ -45,6 +60,34 @@ pub fn canonical_host(host: &str) -> Result<String, HostError> {
         Host::Ipv4(ip) => Ok(ip_text(IpAddr::V4(ip))),
         Host::Ipv6(ip) => Ok(ip_text(canonical_ip(IpAddr::V6(ip)))),
     }
+}
+
+/// Whether the WHATWG host parser gives `name` back as it is: dot-separated non-empty labels
+/// of lower-case ASCII letters, digits and `-`, none an A-label (`xn--`, which IDNA checks),
+/// the last starting with a letter (a last label that is a number, `1`, `0x7f`, `017`,
+/// makes the parser read the whole host as IPv4). Anything else takes the parser's way.
+fn is_canonical_name(name: &str) -> bool {
+    let last_is_word = name.rsplit('.').next().is_some_and(|last| last.starts_with(|c: char| c.is_ascii_lowercase()));
+    last_is_word
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with("xn--")
+                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
+/// Whether `text` is what [`push_ip`] writes for `ip`, compared as it is written.
+fn spells(ip: IpAddr, text: &str) -> bool {
+    /// The text still to match; a mismatch is an error, which stops the writing.
+    struct Rest<'a>(&'a str);
+    impl fmt::Write for Rest<'_> {
+        fn write_str(&mut self, piece: &str) -> fmt::Result {
+            self.0 = self.0.strip_prefix(piece).ok_or(fmt::Error)?;
+            Ok(())
+        }
+    }
+    let mut rest = Rest(text);
+    write_ip(&mut rest, ip).is_ok() && rest.0.is_empty()
 }
 
 /// The host of an authority as written, `[user@]host[:port]`: `example.com:8443` →
@@ -65,20 +108,24 @@ pub fn host_part(authority: &str) -> &str {
 /// request's host and client address are written several times: bench/RESULTS.md), IPv6
 /// through its `Display`.
 pub fn push_ip(out: &mut String, ip: IpAddr) {
+    // fmt::Write for String fails only when a Display impl does; Ipv6Addr's never does.
+    let _ = write_ip(out, ip);
+}
+
+/// [`push_ip`] into any writer: the text, or the comparison of [`spells`].
+fn write_ip(out: &mut impl fmt::Write, ip: IpAddr) -> fmt::Result {
     match ip {
         IpAddr::V4(v4) => {
             let mut octet = itoa::Buffer::new();
             for (i, byte) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    out.push('.');
+                    out.write_char('.')?;
                 }
-                out.push_str(octet.format(byte));
+                out.write_str(octet.format(byte))?;
             }
+            Ok(())
         }
-        IpAddr::V6(v6) => {
-            // fmt::Write for String fails only when a Display impl does; this one never does.
-            let _ = write!(out, "{v6}");
-        }
+        IpAddr::V6(v6) => write!(out, "{v6}"),
     }
 }
 
@@ -126,7 +173,7 @@ pub fn canonical_pattern(pattern: &str) -> String {
             Err(_) => pattern.to_ascii_lowercase(),
         };
     }
-    canonical_host(pattern).unwrap_or_else(|_| pattern.to_ascii_lowercase())
+    canonical_host(pattern).map_or_else(|_| pattern.to_ascii_lowercase(), Cow::into_owned)
 }
 
 /// A config's list of host patterns as written, each host pattern in canonical form (an IDN as
@@ -160,7 +207,7 @@ mod tests {
     use super::*;
 
     fn canonical(host: &str) -> String {
-        canonical_host(host).unwrap_or_else(|e| format!("error: {e}"))
+        canonical_host(host).map_or_else(|e| format!("error: {e}"), Cow::into_owned)
     }
 
     #[test]
@@ -196,6 +243,85 @@ mod tests {
         }
         // One enormous label: an answer, not a panic.
         let _ = canonical_host(&"a".repeat(100_000));
+    }
+
+    /// The way every host took before the fast paths: the address's text made anew, the
+    /// name through the WHATWG parser.
+    fn parsed(host: &str) -> Result<String, HostError> {
+        let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        match bare.parse::<IpAddr>() {
+            Ok(ip) => Ok(ip_text(canonical_ip(ip))),
+            Err(_) => parsed_name(host, host.strip_suffix('.').unwrap_or(host)),
+        }
+    }
+
+    #[test]
+    fn a_host_taken_as_it_is_gets_the_answer_the_parser_gives() {
+        let long_label = format!("{}.example", "a".repeat(64));
+        let long_name = format!("{}.example", ["abcdefghi"; 30].join("."));
+        let hosts = [
+            // Canonical already: taken as they are.
+            "example.com",
+            "a-b.example-1.com",
+            "localhost",
+            "1.2.example",
+            "0x7f.example",
+            "-a.example",
+            "a-.example",
+            "ab--cd.example",
+            "example.com.",
+            long_label.as_str(),
+            long_name.as_str(),
+            "127.0.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "[::1]",
+            "::1",
+            "2001:db8::1",
+            // Not canonical: parsed.
+            "Example.com",
+            "EXAMPLE.COM.",
+            "bücher.example",
+            "xn--bcher-kva.example",
+            "XN--BCHER-KVA.example",
+            "xn--a.example",
+            "a_b.example",
+            "a%41.example",
+            "example.123",
+            "example.0x1f",
+            "example.017",
+            "example.1.",
+            "1.example.9",
+            "127.1",
+            "0x7f.1",
+            "0177.0.0.1",
+            "2130706433",
+            "127.000.0.1",
+            "127.0.0.1.",
+            "[::ffff:127.0.0.1]",
+            "::ffff:7f00:1",
+            "[0:0:0:0:0:0:0:1]",
+            "[FD00::1]",
+            "2001:DB8::1",
+            "[64:ff9b::10.0.0.1]",
+            "a..b",
+            "a.",
+            ".",
+            "",
+            "exa mple.com",
+        ];
+        for host in hosts {
+            let fast = canonical_host(host).map(Cow::into_owned).map_err(|e| e.to_string());
+            assert_eq!(fast, parsed(host).map_err(|e| e.to_string()), "{host:?}");
+        }
+        for canonical in ["example.com", "localhost", "127.0.0.2", "::1", "2001:db8::1"] {
+            assert!(matches!(canonical_host(canonical), Ok(Cow::Borrowed(_))), "{canonical} is taken as it is");
+        }
+        assert!(matches!(canonical_host("[::1]"), Ok(Cow::Borrowed("::1"))));
+        assert!(matches!(canonical_host("example.com."), Ok(Cow::Borrowed("example.com"))));
+        for parsed in ["Example.com", "127.1", "[::ffff:127.0.0.1]", "2001:DB8::1"] {
+            assert!(matches!(canonical_host(parsed), Ok(Cow::Owned(_))), "{parsed} is parsed");
+        }
     }
 
     #[test]

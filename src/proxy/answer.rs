@@ -115,7 +115,7 @@ pub(crate) fn blocked_response_to(
     request_headers: &HeaderMap,
 ) -> Response<ProxyBody> {
     let decision = &blocked.decision();
-    let (method, url) = (blocked.record().method.as_str(), blocked.record().url.as_str());
+    let (method, url) = (&*blocked.record().method, blocked.record().url.as_str());
     let record = blocked.record().id.to_string();
     let blocking = decision.blocking_reasons();
     let verdict = match blocked.kind() {

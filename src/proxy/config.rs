@@ -299,7 +299,7 @@ impl MitmConfig {
         if self.canonical_passthrough.is_empty() {
             return false;
         }
-        let host = canonical_host(host).unwrap_or_else(|_| host.to_ascii_lowercase());
+        let host = canonical_host(host).unwrap_or_else(|_| host.to_ascii_lowercase().into());
         self.canonical_passthrough.iter().any(|p| host_matches(p, &host))
     }
 

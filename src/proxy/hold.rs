@@ -202,9 +202,9 @@ fn summary(blocked: &Blocked, req: GateRequest<'_>, log_query: bool, new_host: O
     });
     Held {
         record_id: record.id.to_string(),
-        method: record.method.clone(),
+        method: record.method.to_string(),
         url: redact_url(&record.url, log_query).full.into_owned(),
-        agent: record.agent.clone(),
+        agent: record.agent.to_string(),
         origin: req.origin.to_string(),
         rule,
         new_host,

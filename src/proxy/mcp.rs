@@ -71,7 +71,7 @@ pub(crate) async fn check(
         let get = read.parts.method == Method::GET && !permit.is_monitored();
         let opens = get.then(|| Opens {
             streams: Arc::clone(&state.mcp_streams),
-            agent: permit.record().agent.clone(),
+            agent: permit.record().agent.to_string(),
             origin: origin_of(&permit.record().url).to_owned(),
         });
         let filter = served.table.filter(|_| get).map(|table| filter_for(read, table, opens));
@@ -125,9 +125,9 @@ pub(crate) async fn check(
         let mut blocked = permit.held_for(blocking);
         let held = Held {
             record_id: blocked.record().id.to_string(),
-            method: blocked.record().method.clone(),
+            method: blocked.record().method.to_string(),
             url: redact_url(&blocked.record().url, state.settings.log_query).full.into_owned(),
-            agent: blocked.record().agent.clone(),
+            agent: blocked.record().agent.to_string(),
             origin: origin_of(&blocked.record().url).to_owned(),
             rule: Some(HeldRule { file: "[[mcp]]", line: None, text: held_text(&messages, &refusals, redacted) }),
             new_host: None,

@@ -132,7 +132,7 @@ impl Parent {
 
     /// Whether connections to `host` go through the parent (it is not in `parent_bypass`).
     pub(crate) fn routes(&self, host: &str) -> bool {
-        let host = canonical_host(host).unwrap_or_else(|_| host.to_ascii_lowercase());
+        let host = canonical_host(host).unwrap_or_else(|_| host.to_ascii_lowercase().into());
         !self.bypass.iter().any(|pattern| host_matches(pattern, &host))
     }
 

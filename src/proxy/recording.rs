@@ -36,7 +36,7 @@ pub(crate) fn tap(
     if !settings.record.records(settings.mode, &decided.agent, &settings.agent, &settings.agents) {
         return (request, None);
     }
-    let asked = Asked { event_id: decided.id.to_string(), agent: decided.agent.clone(), url: url.to_owned() };
+    let asked = Asked { event_id: decided.id.to_string(), agent: decided.agent.to_string(), url: url.to_owned() };
     let (request, tap) = ExchangeTap::request(recorder, asked, request);
     (request.map(BodyExt::boxed_unsync), Some(tap))
 }
