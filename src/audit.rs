@@ -65,7 +65,7 @@ pub use report::{
     content_security_policy, for_each_line, grep, records, scorecard, suggest, summarize, summarize_files,
 };
 pub use tally::{AgentTally, MAX_AGENTS, OTHER_AGENTS};
-pub use writer::{AuditLog, AuditStats, AuditWriter, Unrecorded};
+pub use writer::{AuditLog, AuditStats, AuditWriter, TryRecord, Unrecorded};
 
 /// What can go wrong with the decision log. Each message names the file and what to do.
 #[derive(Debug, thiserror::Error)]
