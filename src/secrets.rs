@@ -185,7 +185,7 @@ impl Secrets {
         let mut redacted: Option<String> = None;
         for (name, value) in values {
             let current = redacted.as_deref().unwrap_or(text);
-            if let Some(replaced) = replace_ignoring_case(current, value, &format!("[secret {name}]")) {
+            if let Some(replaced) = replace_ignoring_case(current, value, name) {
                 redacted = Some(replaced);
             }
         }
@@ -349,10 +349,10 @@ impl<'a> Places<'a> {
     }
 }
 
-/// `text` with every occurrence of `needle`, in any ASCII case, replaced by `marker`; `None`
+/// `text` with every occurrence of `needle`, in any ASCII case, replaced by `[secret <name>]`; `None`
 /// when there is none. A match begins and ends on character boundaries: its non-ASCII bytes
 /// equal the needle's.
-fn replace_ignoring_case(text: &str, needle: &str, marker: &str) -> Option<String> {
+fn replace_ignoring_case(text: &str, needle: &str, name: &str) -> Option<String> {
     let (haystack, wanted) = (text.as_bytes(), needle.as_bytes());
     if wanted.is_empty() {
         return None;
@@ -361,7 +361,11 @@ fn replace_ignoring_case(text: &str, needle: &str, marker: &str) -> Option<Strin
     while at + wanted.len() <= haystack.len() {
         if haystack[at..at + wanted.len()].eq_ignore_ascii_case(wanted) {
             out.push_str(&text[kept..at]);
-            out.push_str(marker);
+            // The marker written only where a value is found: a `format!` of it per secret
+            // and per text cost an allocation each time (bench/RESULTS.md Round 16).
+            out.push_str("[secret ");
+            out.push_str(name);
+            out.push(']');
             at += wanted.len();
             kept = at;
         } else {

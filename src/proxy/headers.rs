@@ -12,6 +12,7 @@ use http::header::{
 };
 use http::header::{TRANSFER_ENCODING, UPGRADE, VIA};
 use http::{HeaderMap, Version};
+use smallvec::SmallVec;
 
 /// The pseudonym agentgate uses in `Via` (RFC 9110 §7.6.3), spelled out in each of the
 /// `Via` values of [`append_via`] (static, so a forwarded message's `Via` costs no formatting
@@ -56,8 +57,8 @@ pub(crate) enum Upgrade {
 /// is an ordinary request: its `Upgrade` goes with the hop-by-hop fields.
 pub(crate) fn is_upgrade_request(version: Version, headers: &HeaderMap) -> bool {
     version == Version::HTTP_11
-        && tokens(headers, &UPGRADE).any(|t| t == WEBSOCKET)
-        && connection_tokens(headers).any(|t| t == "upgrade")
+        && tokens(headers, &UPGRADE).any(|t| t.eq_ignore_ascii_case(WEBSOCKET))
+        && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
 }
 
 /// Removes every hop-by-hop field, including each field named in `Connection`; with
@@ -68,12 +69,19 @@ pub(crate) fn is_upgrade_request(version: Version, headers: &HeaderMap) -> bool 
 /// line after the others (the codings share their names, RFC 9112 §7), so the body never
 /// travels coded without its label and the scrubber and inspector undo it (`crate::coding`).
 pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Upgrade) {
-    let named: Vec<HeaderName> =
-        connection_tokens(headers).filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok()).collect();
-    let transfer_codings: Vec<String> =
-        tokens(headers, &TRANSFER_ENCODING).filter(|t| t != "chunked" && t != "identity").collect();
-    let accepts_trailers = tokens(headers, &TE).any(|t| t == "trailers");
-    let keep_websocket = upgrade == Upgrade::Keep && tokens(headers, &UPGRADE).any(|t| t == WEBSOCKET);
+    // A field `Connection` names that is removed anyway (`keep-alive`, `te`) makes no name of
+    // its own: a custom name is an allocation.
+    let named: SmallVec<[HeaderName; 2]> = connection_tokens(headers)
+        .filter(|token| !HOP_BY_HOP.iter().any(|hop| token.eq_ignore_ascii_case(hop.as_str())))
+        .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
+        .collect();
+    let transfer_codings: Vec<String> = tokens(headers, &TRANSFER_ENCODING)
+        .filter(|t| !t.eq_ignore_ascii_case("chunked") && !t.eq_ignore_ascii_case("identity"))
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let accepts_trailers = tokens(headers, &TE).any(|t| t.eq_ignore_ascii_case("trailers"));
+    let keep_websocket =
+        upgrade == Upgrade::Keep && tokens(headers, &UPGRADE).any(|t| t.eq_ignore_ascii_case(WEBSOCKET));
     for name in named.iter().chain(HOP_BY_HOP.iter()) {
         headers.remove(name);
     }
@@ -105,18 +113,20 @@ pub(crate) fn append_via(headers: &mut HeaderMap, received: Version) {
 }
 
 /// The lower-cased tokens of every `Connection` field line.
-fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> + '_ {
     tokens(headers, &CONNECTION)
 }
 
-/// The lower-cased tokens (parameters cut off) of every `name` field line.
-fn tokens<'a>(headers: &'a HeaderMap, name: &HeaderName) -> impl Iterator<Item = String> + 'a {
+/// The tokens (parameters cut off) of every `name` field line, as written: tokens are
+/// case-insensitive, so each use compares ignoring ASCII case (a lower-cased copy of every
+/// token cost an allocation each, on every forwarded message).
+fn tokens<'a>(headers: &'a HeaderMap, name: &HeaderName) -> impl Iterator<Item = &'a str> + 'a {
     headers
         .get_all(name)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
-        .map(|token| token.split(';').next().unwrap_or_default().trim().to_ascii_lowercase())
+        .map(|token| token.split(';').next().unwrap_or_default().trim())
         .filter(|token| !token.is_empty())
 }
 
@@ -137,6 +147,10 @@ mod tests {
         let mut map = headers(&[("content-encoding", "identity"), ("transfer-encoding", "gzip, chunked")]);
         remove_hop_by_hop(&mut map, Upgrade::Drop);
         assert_eq!(map, headers(&[("content-encoding", "identity"), ("content-encoding", "gzip")]));
+        // Tokens are case-insensitive: compared so, and a coding moved is written lower-case.
+        let mut map = headers(&[("transfer-encoding", "GZIP, Chunked"), ("connection", "Keep-Alive, TE")]);
+        remove_hop_by_hop(&mut map, Upgrade::Drop);
+        assert_eq!(map, headers(&[("content-encoding", "gzip")]));
     }
 
     #[test]

@@ -297,7 +297,14 @@ fn to_http1(request: &mut Request<ProxyBody>, absolute: &Uri) {
     {
         let default_port = if absolute.scheme() == Some(&Scheme::HTTPS) { 443 } else { 80 };
         let value = match absolute.port_u16() {
-            Some(port) if port != default_port => HeaderValue::from_str(&format!("{host}:{port}")),
+            Some(port) if port != default_port => {
+                // Written once, and the header takes the text as it is (no copy).
+                let mut text = String::with_capacity(host.len() + 6);
+                text.push_str(host);
+                text.push(':');
+                text.push_str(itoa::Buffer::new().format(port));
+                HeaderValue::from_maybe_shared(bytes::Bytes::from(text))
+            }
             _ => HeaderValue::from_str(host),
         };
         if let Ok(value) = value {
