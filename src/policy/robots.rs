@@ -77,8 +77,10 @@ pub struct UsageLine {
     pub key: UsageKey,
     /// The value, trimmed, without its comment.
     pub value: Arc<str>,
-    /// A `Content-Usage` line's path as a pattern, compiled when the file is read; `None` for
-    /// `Content-Signal`, which applies to the whole group.
+    /// A `Content-Usage` line's path (`/` when it has none) as written, shared by the
+    /// preferences it states; `None` for `Content-Signal`, which applies to the whole group.
+    pub(crate) path: Option<Arc<str>>,
+    /// The same path as a pattern, compiled when the file is read.
     pub(crate) pattern: Option<Pattern>,
     /// What the line states, parsed when the file is read (empty when malformed: a warning
     /// says so).
@@ -455,6 +457,7 @@ impl Weigh for UsageLine {
         let words =
             |stated: &usage::vocab::Stated| [&stated.label, &stated.value].map(|w| w.len()).iter().sum::<usize>();
         self.value.heap_bytes()
+            + self.path.as_ref().map_or(0, Weigh::heap_bytes)
             + self.pattern.as_ref().map_or(0, Weigh::heap_bytes)
             + allocation(self.stated.capacity() * std::mem::size_of::<usage::vocab::Stated>())
             + self.stated.iter().map(words).sum::<usize>()

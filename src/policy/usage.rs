@@ -20,6 +20,7 @@ use super::code::{Advice, UsageCode};
 use serde::Serialize;
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 pub use self::decide::{Undeclared, UsageVerdict, decide};
 
@@ -125,7 +126,7 @@ pub struct Preference {
     pub line: Option<u32>,
     /// The path pattern or TDMRep location it was selected by, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
+    pub path: Option<Arc<str>>,
     /// The label as the site wrote it (`ai-train`, `train-ai`, `tdm-reservation`).
     pub label: Word,
     /// The vocabulary purpose the label stands for (U2); none for an unknown label.

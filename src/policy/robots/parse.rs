@@ -289,8 +289,10 @@ impl Parser {
             self.warn(number, "malformed-usage", format!("`{}: {value}`: {malformed}", display(key)));
             Vec::new()
         });
-        let pattern = (kind == UsageKey::ContentUsage).then(|| Pattern::new(split_content_usage(&value).0));
-        let line = UsageLine { group: group.unwrap_or(0), line: number, key: kind, value, pattern, stated };
+        let path = (kind == UsageKey::ContentUsage).then(|| split_content_usage(&value).0);
+        let pattern = path.map(Pattern::new);
+        let path = path.map(Arc::from);
+        let line = UsageLine { group: group.unwrap_or(0), line: number, key: kind, value, path, pattern, stated };
         if group.is_some() {
             self.file.usage_lines.push(line);
         }

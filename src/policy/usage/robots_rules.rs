@@ -49,16 +49,15 @@ pub fn preferences<'a>(lines: impl Iterator<Item = &'a UsageLine> + Clone, path:
             UsageKey::ContentUsage => matching(line) && line.pattern.as_ref().map(Pattern::specificity) == longest,
         })
         .flat_map(|line| {
-            let (source, path) = match line.key {
-                UsageKey::ContentUsage => {
-                    (UsageSource::RobotsContentUsage, Some(split_content_usage(&line.value).0.to_string()))
-                }
-                UsageKey::ContentSignal => (UsageSource::RobotsContentSignal, None),
+            let source = match line.key {
+                UsageKey::ContentUsage => UsageSource::RobotsContentUsage,
+                UsageKey::ContentSignal => UsageSource::RobotsContentSignal,
             };
+            // The path as the file was read: shared, not copied per request.
             line.stated.iter().map(move |stated| Preference {
                 source,
                 line: Some(line.line),
-                path: path.clone(),
+                path: line.path.clone(),
                 label: stated.label.clone(),
                 purpose: stated.purpose,
                 value: stated.value.clone(),

@@ -36,7 +36,7 @@ pub struct TdmRep {
 #[derive(Debug, Clone)]
 struct Entry {
     location: Pattern,
-    written: String,
+    written: Arc<str>,
     reservation: Option<i64>,
     policy: Option<String>,
 }
@@ -80,7 +80,7 @@ impl TdmRep {
             .map(|entry| Entry {
                 location: Pattern::new(&entry.location),
                 reservation: entry.reservation.as_ref().and_then(reservation_number),
-                written: entry.location,
+                written: entry.location.into(),
                 policy: entry.policy,
             })
             .collect();
