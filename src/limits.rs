@@ -49,6 +49,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 use serde::Deserialize;
+use smallvec::SmallVec;
 
 use crate::policy::{Limit, LimitKind, LimitScope};
 use crate::redis_connection::ConnectError;
@@ -140,7 +141,9 @@ impl Exceeded {
 /// Concurrency slots held by one request in flight; dropping it gives them back.
 #[derive(Debug, Default)]
 pub struct Permit {
-    slots: Vec<Slot>,
+    /// Held inline: a request rarely holds more than two (a list per request cost an
+    /// allocation wherever a concurrency limit applies).
+    slots: SmallVec<[Slot; 2]>,
     /// The slots held in the shared store.
     lease: Option<redis::Lease>,
 }

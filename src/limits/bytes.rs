@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use governor::clock::{Clock, Reference};
+use smallvec::SmallVec;
 
 use super::{Exceeded, Key, Limiter, LocalLimiter, Refused, Usage};
 use crate::policy::{Direction, Limit, LimitKind};
@@ -40,7 +41,9 @@ use crate::policy::{Direction, Limit, LimitKind};
 /// is not given back (the bound is in docs/scale-out.md).
 pub struct ByteBudgets {
     limiter: Arc<Limiter>,
-    budgets: Vec<Budget>,
+    /// Held inline (a request has one or two): a list of its own cost an allocation per
+    /// request with a byte budget.
+    budgets: SmallVec<[Budget; 2]>,
     /// Bytes spent before they streamed (declared lengths): sent, received.
     declared: [AtomicU64; 2],
     /// Bytes reserved in the shared store and not passed yet: sent, received.
@@ -143,7 +146,7 @@ impl ByteBudgets {
     /// The budgets among `limits` for `usage`, counted in `limiter`, with their keys;
     /// `None` when there are none.
     pub(super) fn new(limiter: &Arc<Limiter>, usage: Usage<'_>, limits: &[Limit]) -> Option<ByteBudgets> {
-        let budgets: Vec<Budget> = limits.iter().filter_map(|limit| limiter.budget(limit, usage)).collect();
+        let budgets: SmallVec<[Budget; 2]> = limits.iter().filter_map(|limit| limiter.budget(limit, usage)).collect();
         (!budgets.is_empty()).then(|| ByteBudgets {
             limiter: Arc::clone(limiter),
             budgets,

@@ -222,7 +222,7 @@ impl RedisLimiter {
                 let lease = slots.map(|slots| {
                     Lease::start(self.manager.clone(), Arc::clone(&self.renew), slots.keys, slots.member, self.lease)
                 });
-                Ok((Permit { slots: Vec::new(), lease }, Counted::InStore))
+                Ok((Permit { lease, ..Permit::default() }, Counted::InStore))
             }
             Answer::Refused { key, wait } => {
                 let concurrent = limits.iter().filter(|l| matches!(l.kind, LimitKind::Concurrent { .. }));
