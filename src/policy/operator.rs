@@ -571,19 +571,26 @@ mod tests {
         assert!(rules.evaluate(&view("GET", "site.test", "/", &h), "b", &[]).is_none(), "b is not named");
     }
 
-    #[test]
-    fn semantics_r9_rule_paths_match_as_written_and_decoded() {
-        let h = Headers::default();
+    /// The code of the first reason `rules` (path and action, for every agent and host, in
+    /// order) give a GET of a path, `None` when no rule matches.
+    fn codes(rules: &[(&str, RuleAction)]) -> impl Fn(&str) -> Option<String> {
         let rules = OperatorRules::new(
             Vec::new(),
-            vec![
-                OperatorRule::new(1, "*", "/%7Eops", &[], &[], RuleAction::Deny, ""),
-                OperatorRule::new(2, "*", "/%7Epub", &[], &[], RuleAction::Allow, ""),
-            ],
+            rules
+                .iter()
+                .zip(1..)
+                .map(|(&(path, action), n)| OperatorRule::new(n, "*", path, &[], &[], action, ""))
+                .collect(),
         );
-        let code = |path: &str| {
+        move |path| {
+            let h = Headers::default();
             rules.evaluate(&view("GET", "site.example", path, &h), "", &[]).map(|d| d.reasons[0].code.to_string())
-        };
+        }
+    }
+
+    #[test]
+    fn semantics_r9_rule_paths_match_as_written_and_decoded() {
+        let code = codes(&[("/%7Eops", RuleAction::Deny), ("/%7Epub", RuleAction::Allow)]);
         // A deny written with an escape stops the plain spelling, and the others.
         for path in ["/~ops/x", "/%7eops/x", "//~ops", "/%2F%7Eops"] {
             assert_eq!(code(path).as_deref(), Some("operator.deny"), "{path}");
@@ -596,17 +603,7 @@ mod tests {
 
     #[test]
     fn a_path_is_compared_percent_normalised_whether_or_not_it_needed_normalising() {
-        let h = Headers::default();
-        let rules = OperatorRules::new(
-            Vec::new(),
-            vec![
-                OperatorRule::new(1, "*", "/caf%C3%A9/", &[], &[], RuleAction::Deny, ""),
-                OperatorRule::new(2, "*", "/open/", &[], &[], RuleAction::Allow, ""),
-            ],
-        );
-        let code = |path: &str| {
-            rules.evaluate(&view("GET", "site.example", path, &h), "", &[]).map(|d| d.reasons[0].code.to_string())
-        };
+        let code = codes(&[("/caf%C3%A9/", RuleAction::Deny), ("/open/", RuleAction::Allow)]);
         // Non-ASCII and lower-case escapes are normalised before the comparison, as before;
         // a path that is already normal is compared as sent.
         for path in ["/café/x", "/caf%c3%a9/x", "/caf%C3%A9/x"] {

@@ -192,15 +192,26 @@ async fn still_waiting<F: Future>(mut fut: std::pin::Pin<&mut F>) -> bool {
     std::future::poll_fn(move |cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_pending())).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn records_wait_at_capacity_and_none_is_dropped() {
-    // Not a regular file: only the flusher writes, so it alone can hold the role.
+/// A log of `capacity` pending lines over a [`GatedDisk`] that is not a regular file: only
+/// the flusher writes, so it alone can hold the role.
+fn gated_log(capacity: usize) -> (GatedDisk, AuditLog, crate::audit::AuditWriter) {
     let disk = GatedDisk::new(false);
     let sink = Sink::over(Box::new(disk.clone()), None, None);
-    let audit = AuditConfig { queue_capacity: 2, ..settings(PathBuf::from("gated")) };
+    let audit = AuditConfig { queue_capacity: capacity, ..settings(PathBuf::from("gated")) };
     let (log, writer) =
         AuditLog::start_with(audit, sink, crate::audit::chain::Chain::new(crate::audit::chain::test_key(), "a test"))
             .expect("the log starts");
+    (disk, log, writer)
+}
+
+/// The `url.full` of each line of `text`, as JSON.
+fn urls(text: &str) -> Vec<String> {
+    text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON")["url.full"].to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_wait_at_capacity_and_none_is_dropped() {
+    let (disk, log, writer) = gated_log(2);
     let rec = |n: usize| sample("bot-1", Outcome::Allow, &format!("http://h/{n}"));
     log.record(&rec(0)).await.expect("queued");
     // The flusher takes the first line after its linger and waits in `write`.
@@ -225,23 +236,12 @@ async fn records_wait_at_capacity_and_none_is_dropped() {
     let text = unchained(&String::from_utf8(disk.lock().text.clone()).expect("UTF-8"));
     let expected: String = (0..4).map(|n| rec(n).to_json_line(false)).collect();
     // Same records, same order (ids and timestamps differ between two `sample` calls).
-    let urls = |text: &str| -> Vec<String> {
-        text.lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON")["url.full"].to_string())
-            .collect()
-    };
     assert_eq!(urls(&text), urls(&expected));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_record_queues_while_there_is_room_and_hands_the_record_back_when_full() {
-    // Not a regular file: only the flusher writes, so it alone can hold the role.
-    let disk = GatedDisk::new(false);
-    let sink = Sink::over(Box::new(disk.clone()), None, None);
-    let audit = AuditConfig { queue_capacity: 2, ..settings(PathBuf::from("gated")) };
-    let (log, writer) =
-        AuditLog::start_with(audit, sink, crate::audit::chain::Chain::new(crate::audit::chain::test_key(), "a test"))
-            .expect("the log starts");
+    let (disk, log, writer) = gated_log(2);
     let rec = |n: usize| sample("bot-1", Outcome::Allow, &format!("http://h/{n}"));
     assert_eq!(log.try_record(&rec(0)).expect("open"), TryRecord::Queued);
     // The flusher takes the first line after its linger and waits in `write`.
@@ -255,11 +255,7 @@ async fn try_record_queues_while_there_is_room_and_hands_the_record_back_when_fu
     let stats = writer.shutdown().await;
     assert_eq!((stats.written, stats.failed), (3, 0));
     let text = unchained(&String::from_utf8(disk.lock().text.clone()).expect("UTF-8"));
-    let urls: Vec<String> = text
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON")["url.full"].to_string())
-        .collect();
-    assert_eq!(urls, ["\"http://h/0\"", "\"http://h/1\"", "\"http://h/2\""]);
+    assert_eq!(urls(&text), ["\"http://h/0\"", "\"http://h/1\"", "\"http://h/2\""]);
     // Once the log is shut down a record is refused and counted.
     let refused = log.try_record(&rec(4)).expect_err("closed");
     assert!(matches!(refused.cause, AuditError::Closed { .. }), "{refused:?}");
