@@ -69,16 +69,17 @@ impl Activity {
         let shared = &*self.shared;
         let called = Instant::now();
         loop {
-            // Read before the count: an end that races the check moves `quiet_from` forward,
-            // and the next round sees it.
-            let ended = shared.since + Duration::from_nanos(shared.quiet_from.load(Ordering::Acquire));
-            let quiet_from = ended.max(called);
             let deadline = if shared.in_flight.load(Ordering::Acquire) > 0 {
                 // Nothing can be quiet before the request in flight ends and `timeout` passes.
                 Instant::now() + timeout
-            } else if Instant::now() >= quiet_from + timeout {
-                return;
             } else {
+                // Read after the count: an end that took it to zero stored its time first
+                // (`Active::drop`), so the time read here is at least that end's.
+                let ended = shared.since + Duration::from_nanos(shared.quiet_from.load(Ordering::Acquire));
+                let quiet_from = ended.max(called);
+                if Instant::now() >= quiet_from + timeout {
+                    return;
+                }
                 quiet_from + timeout
             };
             tokio::time::sleep_until(deadline).await;
