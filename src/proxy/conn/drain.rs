@@ -4,17 +4,27 @@
 //! hyper-util's `GracefulShutdown` hands out one non-`Clone` watcher per connection, but a
 //! CONNECT tunnel is born inside a connection's service and outlives it; a cloneable handle
 //! lets the tunnel carry its own. Never decides when to shut down: the listener does.
+//!
+//! A connection's task looks at the signal each time it is polled, several times a request,
+//! so looking is an atomic load: a handle keeps its own waker slot, put in the signal's list
+//! the first time the handle waits and taken out when it is dropped. (A `watch` channel,
+//! shared by every connection, took its waiters' lock at each of those polls.)
 
+use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::future::Future;
-use std::pin::Pin;
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 
+use atomic_waker::AtomicWaker;
 use hyper::body::{Body, Incoming};
 use hyper::rt::bounds::Http2ServerConnExec;
 use hyper::rt::{Read, Write};
 use hyper::server::conn::{http1, http2};
 use hyper::service::HttpService;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// The most the shutdown waits, once the grace period is over, for what it cut off to end
@@ -22,67 +32,185 @@ use tokio::time::Instant;
 const CUT_OFF_RECORDS: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
 enum Phase {
     Serving,
     Draining,
     Stopped,
 }
 
+/// What the controller and every handle share.
+struct Signal {
+    /// The [`Phase`], as its `u8`; it only moves forward.
+    phase: AtomicU8,
+    /// The controller is gone without draining: every wait ends, as if the phase were reached
+    /// (the phase itself stays, so a request is not called cut off by a shutdown that never
+    /// happened).
+    abandoned: AtomicBool,
+    /// Handles alive; the controller's drain waits for none.
+    holders: AtomicUsize,
+    /// Told when the last handle is dropped.
+    gone: Notify,
+    /// The slots of the handles that have waited, by the slot's address: woken at each change.
+    waiting: Mutex<HashMap<usize, Arc<AtomicWaker>>>,
+}
+
+impl Signal {
+    fn reached(&self, phase: Phase) -> bool {
+        self.phase.load(Ordering::Acquire) >= phase as u8 || self.abandoned.load(Ordering::Acquire)
+    }
+
+    /// Wakes every handle waiting; called after the phase (or `abandoned`) changed, so a
+    /// handle that puts its slot in after the list was read sees the change when it looks again.
+    fn wake_all(&self) {
+        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        for slot in waiting.values() {
+            slot.wake();
+        }
+    }
+
+    fn advance(&self, phase: Phase) {
+        self.phase.fetch_max(phase as u8, Ordering::AcqRel);
+        self.wake_all();
+    }
+}
+
 /// The listener's end: starts draining and waits for every handle to be dropped.
 pub(crate) struct DrainController {
-    tx: watch::Sender<Phase>,
+    signal: Arc<Signal>,
 }
 
 /// Held by every connection and tunnel task; dropping it tells the controller the task is done.
-#[derive(Clone)]
 pub(crate) struct Drain {
-    rx: watch::Receiver<Phase>,
+    signal: Arc<Signal>,
+    /// This handle's waker, in `signal.waiting` once the handle has waited.
+    slot: Option<Arc<AtomicWaker>>,
+}
+
+impl Clone for Drain {
+    fn clone(&self) -> Self {
+        Drain::new(&self.signal)
+    }
+}
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            let key = Arc::as_ptr(&slot) as usize;
+            self.signal.waiting.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+        }
+        if self.signal.holders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.signal.gone.notify_waiters();
+        }
+    }
 }
 
 impl DrainController {
     pub(crate) fn new() -> Self {
-        DrainController { tx: watch::Sender::new(Phase::Serving) }
+        let signal = Signal {
+            phase: AtomicU8::new(Phase::Serving as u8),
+            abandoned: AtomicBool::new(false),
+            holders: AtomicUsize::new(0),
+            gone: Notify::new(),
+            waiting: Mutex::new(HashMap::new()),
+        };
+        DrainController { signal: Arc::new(signal) }
     }
 
     /// A handle for a new connection or tunnel.
     pub(crate) fn handle(&self) -> Drain {
-        Drain { rx: self.tx.subscribe() }
+        Drain::new(&self.signal)
     }
 
     /// Tells every holder to drain, waits until `deadline` (the end of the grace period) for
     /// all of them to finish, then tells the rest to stop and lets them end (at most
     /// [`CUT_OFF_RECORDS`]). Returns how many were still running when the grace period ended.
     pub(crate) async fn drain(self, deadline: Instant) -> usize {
-        self.tx.send_replace(Phase::Draining);
-        let remaining = match tokio::time::timeout_at(deadline, self.tx.closed()).await {
+        self.signal.advance(Phase::Draining);
+        let remaining = match tokio::time::timeout_at(deadline, self.all_gone()).await {
             Ok(()) => 0,
-            Err(_elapsed) => self.tx.receiver_count(),
+            Err(_elapsed) => self.signal.holders.load(Ordering::Acquire),
         };
-        self.tx.send_replace(Phase::Stopped);
+        self.signal.advance(Phase::Stopped);
         if remaining > 0 {
             // What is cut off now ends at its next poll, and a request cut off writes its
             // decision record then (`record::RequestRecord`): let those reach the log before
             // it closes. Bounded, should anything hold a handle without being cut off.
-            let _ = tokio::time::timeout(CUT_OFF_RECORDS, self.tx.closed()).await;
+            let _ = tokio::time::timeout(CUT_OFF_RECORDS, self.all_gone()).await;
         }
         remaining
+    }
+
+    /// Resolves once no handle is left.
+    async fn all_gone(&self) {
+        loop {
+            let mut gone = pin!(self.signal.gone.notified());
+            // Listening before looking: a last drop between the two still wakes this.
+            gone.as_mut().enable();
+            if self.signal.holders.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            gone.await;
+        }
+    }
+}
+
+impl Drop for DrainController {
+    fn drop(&mut self) {
+        if !self.signal.reached(Phase::Stopped) {
+            self.signal.abandoned.store(true, Ordering::Release);
+            self.signal.wake_all();
+        }
+    }
+}
+
+/// Resolves once the signal has reached `phase` (or the controller is gone).
+struct Reached<'a> {
+    drain: &'a mut Drain,
+    phase: Phase,
+}
+
+impl Future for Reached<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let signal = &this.drain.signal;
+        if signal.reached(this.phase) {
+            return Poll::Ready(());
+        }
+        let slot = this.drain.slot.get_or_insert_with(|| {
+            let slot = Arc::new(AtomicWaker::new());
+            let key = Arc::as_ptr(&slot) as usize;
+            signal.waiting.lock().unwrap_or_else(PoisonError::into_inner).insert(key, Arc::clone(&slot));
+            slot
+        });
+        slot.register(cx.waker());
+        // Looking again after registering: a change made before it is seen here, one made
+        // after it wakes the slot.
+        if signal.reached(this.phase) { Poll::Ready(()) } else { Poll::Pending }
     }
 }
 
 impl Drain {
+    fn new(signal: &Arc<Signal>) -> Self {
+        signal.holders.fetch_add(1, Ordering::AcqRel);
+        Drain { signal: Arc::clone(signal), slot: None }
+    }
+
     /// Resolves once draining has started (or the controller is gone).
-    pub(crate) async fn draining(&mut self) {
-        let _ = self.rx.wait_for(|phase| *phase >= Phase::Draining).await;
+    pub(crate) fn draining(&mut self) -> impl Future<Output = ()> + '_ {
+        Reached { drain: self, phase: Phase::Draining }
     }
 
     /// Whether the grace period is over: what is still running is being cut off.
     pub(crate) fn is_stopped(&self) -> bool {
-        *self.rx.borrow() == Phase::Stopped
+        self.signal.phase.load(Ordering::Acquire) == Phase::Stopped as u8
     }
 
     /// Resolves once the grace period is over (or the controller is gone).
-    pub(crate) async fn stopped(&mut self) {
-        let _ = self.rx.wait_for(|phase| *phase == Phase::Stopped).await;
+    pub(crate) fn stopped(&mut self) -> impl Future<Output = ()> + '_ {
+        Reached { drain: self, phase: Phase::Stopped }
     }
 
     /// Runs `task`, a connection's or tunnel's whole task, until it ends or the grace period
@@ -115,12 +243,14 @@ impl Drain {
         Q: Future<Output = ()>,
     {
         tokio::select! {
+            biased;
             result = conn.as_mut() => return result.map_err(Into::into),
             () = self.draining() => {}
             () = quiet() => {}
         }
         conn.as_mut().graceful_shutdown();
         tokio::select! {
+            biased;
             result = conn.as_mut() => result.map_err(Into::into),
             () = self.stopped() => Ok(()),
             () = quiet() => Ok(()),
@@ -159,5 +289,76 @@ where
 {
     fn graceful_shutdown(self: Pin<&mut Self>) {
         http2::Connection::graceful_shutdown(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn waiting(controller: &DrainController) -> usize {
+        controller.signal.waiting.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    #[tokio::test]
+    async fn waiting_handles_are_woken_at_each_phase_and_the_drain_counts_those_left() {
+        let controller = DrainController::new();
+        let (mut early, mut late, idle) = (controller.handle(), controller.handle(), controller.handle());
+        let drained = tokio::spawn(async move {
+            early.draining().await;
+            early.is_stopped()
+        });
+        let stopped = tokio::spawn(async move {
+            late.stopped().await;
+            late.is_stopped()
+        });
+        // Both have waited once: two slots, and the handle that never waited has none.
+        while waiting(&controller) < 2 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(waiting(&controller), 2);
+        let signal = Arc::clone(&controller.signal);
+        let draining = tokio::spawn(controller.drain(Instant::now() + Duration::from_millis(50)));
+        assert!(!drained.await.expect("the early handle saw draining"), "draining is not stopped");
+        assert!(stopped.await.expect("the late handle saw stopped"), "stopped once the grace period is over");
+        assert_eq!(
+            signal.waiting.lock().unwrap_or_else(PoisonError::into_inner).len(),
+            0,
+            "slots leave with their handles"
+        );
+        assert!(!draining.is_finished(), "the idle handle is still held");
+        drop(idle);
+        assert_eq!(
+            draining.await.expect("the drain ends"),
+            2,
+            "the late and the idle handle were left at the deadline"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_drain_whose_handles_all_end_in_time_counts_none_left() {
+        let controller = DrainController::new();
+        let mut handle = controller.handle();
+        let task = tokio::spawn(async move { handle.draining().await });
+        let left = controller.drain(Instant::now() + Duration::from_secs(30)).await;
+        assert_eq!(left, 0);
+        task.await.expect("the handle saw draining and ended");
+    }
+
+    #[tokio::test]
+    async fn a_controller_dropped_without_draining_ends_every_wait_but_stops_nothing() {
+        let controller = DrainController::new();
+        let (mut handle, mut clone) = (controller.handle(), controller.handle().clone());
+        let waits = tokio::spawn(async move {
+            handle.stopped().await;
+            clone.draining().await;
+            (handle.is_stopped(), clone.is_stopped())
+        });
+        tokio::task::yield_now().await;
+        drop(controller);
+        let stopped = waits.await.expect("both waits end");
+        assert_eq!(stopped, (false, false), "no shutdown happened, so nothing was cut off");
     }
 }
