@@ -287,8 +287,10 @@ impl Parser {
         let value: Arc<str> = display(value).into();
         let stated = statement(kind, &value).unwrap_or_else(|malformed| {
             self.warn(number, "malformed-usage", format!("`{}: {value}`: {malformed}", display(key)));
-            Vec::new()
+            Default::default()
         });
+        // Kept for the file's life: a `Vec` of exactly its members.
+        let stated = stated.into_vec();
         let path = (kind == UsageKey::ContentUsage).then(|| split_content_usage(&value).0);
         let pattern = path.map(Pattern::new);
         let path = path.map(Arc::from);

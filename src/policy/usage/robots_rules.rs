@@ -28,7 +28,7 @@ pub fn split_content_usage(value: &str) -> (&str, &str) {
 
 /// The statement of a line with `key` and `value`, parsed in its dialect (when the file is
 /// read: `UsageLine::stated`).
-pub fn statement(key: UsageKey, value: &str) -> Result<Vec<vocab::Stated>, MalformedPreferences> {
+pub fn statement(key: UsageKey, value: &str) -> Result<vocab::Statement, MalformedPreferences> {
     match key {
         UsageKey::ContentUsage => vocab::parse(split_content_usage(value).1, Dialect::Aipref),
         UsageKey::ContentSignal => vocab::parse(value, Dialect::ContentSignal),

@@ -13,6 +13,7 @@
 use super::{AI_INPUT, Preference, SEARCH, Stance, TRAIN_AI, UsageSource, Word, known_label, word};
 use sfv::visitor::{DictionaryVisitor, EntryVisitor, Ignored, InnerListVisitor, ItemVisitor, ParameterVisitor};
 use sfv::{BareItem, BareItemFromInput, KeyRef, Parser};
+use smallvec::SmallVec;
 use std::convert::Infallible;
 use std::fmt;
 
@@ -24,6 +25,9 @@ pub enum Dialect {
     /// Content-Signal: labels `ai-train`, `search`, `ai-input`; values `yes`, `no`.
     ContentSignal,
 }
+
+/// The members of one statement, in dictionary order; a few held inline.
+pub type Statement = SmallVec<[Stated; 4]>;
 
 /// One member of a parsed dictionary: the label and value as written, and what they mean.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,9 +72,10 @@ impl std::error::Error for MalformedPreferences {}
 /// Parses a statement of preference in `dialect`, in dictionary order (a repeated key at
 /// the position of its first occurrence, with its last value). `sfv` parses and hands each
 /// member to `Members` as it goes: no dictionary is built, and the vocabulary's words are
-/// not copied (`word`).
-pub fn parse(value: &str, dialect: Dialect) -> Result<Vec<Stated>, MalformedPreferences> {
-    let members = Members { dialect, stated: Vec::new() };
+/// not copied (`word`). A statement's few members are held inline: a response's
+/// `Content-Usage` is parsed on every request that has one.
+pub fn parse(value: &str, dialect: Dialect) -> Result<Statement, MalformedPreferences> {
+    let members = Members { dialect, stated: Statement::new() };
     Parser::new(value.trim()).parse_dictionary_with_visitor(members).map_err(|error| MalformedPreferences {
         value: value.to_string(),
         why: error.to_string(),
@@ -111,11 +116,11 @@ fn purpose_of(label: &str, dialect: Dialect) -> Option<&'static str> {
 /// its first position and takes the last value).
 struct Members {
     dialect: Dialect,
-    stated: Vec<Stated>,
+    stated: Statement,
 }
 
 impl<'de> DictionaryVisitor<'de> for Members {
-    type Out = Vec<Stated>;
+    type Out = Statement;
     type Error = Infallible;
 
     fn entry(&mut self, key: &'de KeyRef) -> Result<impl EntryVisitor<'de>, Infallible> {
@@ -132,7 +137,7 @@ impl<'de> DictionaryVisitor<'de> for Members {
         Ok(Member { stated: &mut self.stated[index], dialect: self.dialect })
     }
 
-    fn finish(self) -> Result<Vec<Stated>, Infallible> {
+    fn finish(self) -> Result<Statement, Infallible> {
         Ok(self.stated)
     }
 }
