@@ -14,6 +14,7 @@
 //! Never decides allow or deny itself, never reads policy, never buffers a body (`inspect`
 //! does, for the requests `[inspect]` and `[[mcp]]` name).
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -55,6 +56,9 @@ enum Target {
     /// admitted when a human admitted the CONNECT's (`admitted`).
     Tunnel {
         authority: Authority,
+        /// The origin every request in the tunnel goes to, made once (`None` when the
+        /// CONNECT target is no origin: each request is then refused as it comes).
+        origin: Option<Arc<Origin>>,
         entry: Entry,
         agent: Identity,
         admitted: Option<Arc<Admitted>>,
@@ -104,7 +108,9 @@ impl ProxyService {
         drain: Drain,
     ) -> Self {
         let (authority, entry) = tunnel;
-        ProxyService { state, client, target: Target::Tunnel { authority, entry, agent, admitted }, drain }
+        let scheme = if entry.is_tls() { Scheme::HTTPS } else { Scheme::HTTP };
+        let origin = Origin::from_parts(&scheme, &authority).ok().map(Arc::new);
+        ProxyService { state, client, target: Target::Tunnel { authority, origin, entry, agent, admitted }, drain }
     }
 
     /// The service for a plain-HTTP connection redirected to `[transparent] listen`, whose
@@ -187,7 +193,11 @@ impl ProxyService {
         }
         // One config generation for the whole request, whatever a reload swaps in meanwhile.
         let live = self.state.generation();
-        let named = Named::of(&context, &request)?;
+        let tunnel_origin = match &self.target {
+            Target::Tunnel { origin, .. } => origin.as_deref(),
+            Target::ProxyPort | Target::Transparent { .. } => None,
+        };
+        let named = Named::of(&context, &request, tunnel_origin)?;
         let (agent, entry, tunnel_admitted) = self.identify_agent(&live, record, &context, &named, &request)?;
         let gate_request = GateRequest {
             client: context.client,
@@ -405,17 +415,28 @@ impl ProxyService {
 }
 
 /// Where a routed request goes, as the gate and the decision log name it.
-struct Named {
-    /// The origin, its host canonical (`crate::net::host`).
-    origin: Origin,
+struct Named<'t> {
+    /// The origin, its host canonical (`crate::net::host`): a tunnel's, made once, or the
+    /// request's own.
+    origin: Cow<'t, Origin>,
     /// `scheme://host[:port]/path?query`: the canonical host, with the port as sent.
     url: String,
 }
 
-impl Named {
-    fn of(context: &RequestContext, request: &Request<Incoming>) -> Result<Self, ProxyError> {
-        let origin = Origin::from_parts(&context.scheme, &context.authority)
-            .map_err(|_| ProxyError::UnsupportedScheme { uri: shown_target(request.uri()) })?;
+impl<'t> Named<'t> {
+    /// `tunnel` is the tunnel's origin, the same as `context`'s scheme and authority make.
+    fn of(
+        context: &RequestContext,
+        request: &Request<Incoming>,
+        tunnel: Option<&'t Origin>,
+    ) -> Result<Self, ProxyError> {
+        let origin = match tunnel {
+            Some(origin) => Cow::Borrowed(origin),
+            None => Cow::Owned(
+                Origin::from_parts(&context.scheme, &context.authority)
+                    .map_err(|_| ProxyError::UnsupportedScheme { uri: shown_target(request.uri()) })?,
+            ),
+        };
         // Pushed piece by piece into one buffer sized for it: no formatting on the hot path.
         let (scheme, host, path) = (context.scheme.as_str(), origin.host(), path_and_query(request));
         let port = context.authority.port();
