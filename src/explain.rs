@@ -355,7 +355,7 @@ impl Explanation {
         let reasons: Vec<Value> = d.reasons.iter().map(reason_json).collect();
         let mut limits = Vec::new();
         let mut concurrency = Vec::new();
-        for limit in &d.limits {
+        for limit in d.limits.iter() {
             match limit.kind {
                 LimitKind::Rate { requests, window_s } => limits.push(json!({
                     "source": limit.source.as_str(),
@@ -427,7 +427,7 @@ impl Explanation {
             let line = r.line.filter(|l| !names_its_line(&r.rule, *l)).map(|l| format!(":{l}")).unwrap_or_default();
             let _ = writeln!(out, "  {}{line}: {} ({})", r.source, r.rule, r.code);
         }
-        for l in &d.limits {
+        for l in d.limits.iter() {
             let what = match l.kind {
                 LimitKind::Rate { requests, window_s } => format!("{requests} requests per {window_s} s"),
                 LimitKind::Delay { millis } => format!("1 request per {millis} ms"),

@@ -41,7 +41,7 @@ use crate::fetch::{Origin, PolicyCache};
 use crate::limits::{ByteBudgets, Declared, Limiter, Permit, Refused, Usage};
 use crate::net::Refusal;
 use crate::policy::operator::{Mode, OperatorRules};
-use crate::policy::{self, Decision, HeaderLookup, OperatorCode, Outcome, Policies, Reason, RequestView};
+use crate::policy::{self, Decision, HeaderLookup, Limits, OperatorCode, Outcome, Policies, Reason, RequestView};
 use crate::secrets::{Plan, SecretConfig, Secrets};
 
 mod git;
@@ -297,8 +297,8 @@ impl Gate {
             };
         }
         // Allowed: the decision's parts move into the record, which is all that reads them now.
-        let Decision { reasons, mut limits, inject_headers, usage, .. } = decision;
-        limits.extend(agent.agent.limits.iter().cloned());
+        let Decision { reasons, limits, inject_headers, usage, .. } = decision;
+        let limits = policy::joined(limits, &agent.agent.limits);
         let checked = self.check_limits(&req, &limits).await;
         // Nothing is awaited from here on: a request let through takes over its undecided record.
         let undecided = match checked {
@@ -431,7 +431,7 @@ impl Gate {
             _ => return None,
         };
         let reason = Reason::new(code, rule);
-        let decision = Decision::deny_first(vec![reason], decision.reasons.clone(), Vec::new());
+        let decision = Decision::deny_first(vec![reason], decision.reasons.clone(), Limits::default());
         let mut record = self.record_for(LogOutcome::Error, req);
         record.set_reasons(&decision);
         record.error = Some(cause.clone());

@@ -33,7 +33,8 @@ mod weight;
 
 pub use code::{Advice, AgentsMdCode, AgentsTxtCode, AutoctlCode, Code, OperatorCode, RobotsCode, Source};
 pub use decision::{
-    Decision, Direction, KeyParts, Limit, LimitKind, LimitScope, Opinion, Outcome, Reason, Reasons, SourceVerdict,
+    Decision, Direction, KeyParts, Limit, LimitKind, LimitScope, Limits, Opinion, Outcome, Reason, Reasons,
+    SourceVerdict, joined,
 };
 pub use diagnostic::{Diagnostic, PolicyReport, PolicyStatus, Severity};
 pub use evaluate::{Policies, Settings, evaluate, evaluate_with};

@@ -14,7 +14,7 @@ use super::json::{self, Object};
 use super::redact::redact_url;
 use crate::policy::operator::Mode;
 use crate::policy::usage::Preference;
-use crate::policy::{self, Limit, LimitKind, LimitScope, Reason};
+use crate::policy::{self, Limit, LimitKind, LimitScope, Limits, Reason};
 
 /// What the gate decided for a request, as the log's `event.action` says it (logs written
 /// before that field carry it in `event.outcome`). Wider than [`policy::Outcome`]: limits,
@@ -246,7 +246,7 @@ pub struct DecisionRecord {
     /// with `"blocking": true`, so a report counts what blocked, not what allowed alongside.
     pub blocking: usize,
     /// Limits that applied (`agentgate.limits`).
-    pub limits: Vec<Limit>,
+    pub limits: Limits,
     /// The usage preferences that applied (`agentgate.usage`).
     pub usage: Vec<Preference>,
     /// How a request held for a human's approval ended (`agentgate.approval.*`); `None` for
@@ -349,7 +349,7 @@ impl DecisionRecord {
             body_cut: None,
             reasons: Vec::new(),
             blocking: 0,
-            limits: Vec::new(),
+            limits: Limits::default(),
             usage: Vec::new(),
             approval: None,
             signature_keyid: None,
@@ -526,7 +526,7 @@ fn encode(record: &DecisionRecord, log_query: bool, out: &mut String) {
         map.array(field::REASONS, record.reasons.iter().enumerate(), |out, (i, r)| reason(out, r, i < blocking));
     }
     if decision && !record.limits.is_empty() {
-        map.array(field::LIMITS, &record.limits, limit);
+        map.array(field::LIMITS, record.limits.iter(), limit);
     }
     if decision && !record.usage.is_empty() {
         map.array(field::USAGE, &record.usage, preference);
@@ -861,7 +861,7 @@ mod tests {
                 .with_digest(Some(std::sync::Arc::<str>::from("ab".repeat(32)))),
             Reason::new(OperatorCode::Allow, "host = example.com"),
         ];
-        rec.limits = vec![
+        rec.limits = Limits::from([
             Limit {
                 source: Source::AgentsTxt,
                 kind: LimitKind::Rate { requests: 10, window_s: 60 },
@@ -874,7 +874,7 @@ mod tests {
                 scope: LimitScope::Host,
                 reason: Reason::new(AgentsMdCode::ConcurrentSessions, "concurrent-sessions: 2"),
             },
-        ];
+        ]);
         rec.approval = Some(Approval {
             decision: crate::audit::ApprovalDecision::Denied,
             by: Some("alice".to_owned()),
@@ -950,12 +950,12 @@ mod tests {
         rec.purposes = Arc::from(["search".to_owned()]);
         rec.secrets = vec!["github (header authorization)".to_owned()];
         rec.reasons = vec![Reason::new(OperatorCode::Allow, "host = example.com")];
-        rec.limits = vec![Limit {
+        rec.limits = Limits::from([Limit {
             source: Source::AgentsMd,
             kind: LimitKind::Concurrent { max: 2 },
             scope: LimitScope::Host,
             reason: Reason::new(AgentsMdCode::ConcurrentSessions, "concurrent-sessions: 2"),
-        }];
+        }]);
         rec.signature_keyid = Some("kid".to_owned());
         rec.line = Line::Start;
         let start = rec.to_json_line(false);

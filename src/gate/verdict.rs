@@ -17,7 +17,8 @@ use crate::limits::{ByteBudgets, Permit, Refused};
 use crate::policy::operator::Mode;
 use crate::policy::usage::{self, Undeclared};
 use crate::policy::{
-    AutoctlCode, Code, Decision, Direction, LimitKind, OperatorCode, Opinion, Outcome, Policies, PolicyStatus, Reason,
+    AutoctlCode, Code, Decision, Direction, LimitKind, Limits, OperatorCode, Opinion, Outcome, Policies, PolicyStatus,
+    Reason,
 };
 use crate::secrets::Plan;
 
@@ -119,7 +120,7 @@ impl Permitted {
     /// that allowed it): blocked (403) in enforce mode; in monitor mode it stays permitted
     /// and its record says `would_deny`.
     fn refused_by(mut self, blocking: Vec<Reason>) -> Result<Permitted, Box<Blocked>> {
-        let mut decision = Decision::deny_first(blocking, std::mem::take(&mut self.record.reasons), Vec::new());
+        let mut decision = Decision::deny_first(blocking, std::mem::take(&mut self.record.reasons), Limits::default());
         decision.usage = std::mem::take(&mut self.record.usage);
         self.record.set_reasons(&decision);
         if self.mode == Mode::Monitor {
@@ -188,7 +189,7 @@ impl Permitted {
     /// (`blocking`, its reasons; outcome `needs_approval`), this permit kept to go on with
     /// once approved ([`approved_by`](Self::approved_by)).
     pub fn held_for(&self, blocking: Vec<Reason>) -> Blocked {
-        let mut decision = Decision::deny_first(blocking, self.record.reasons.clone(), Vec::new());
+        let mut decision = Decision::deny_first(blocking, self.record.reasons.clone(), Limits::default());
         decision.outcome = Outcome::NeedsApproval;
         let mut record = self.record.clone();
         record.set_reasons(&decision);
@@ -226,7 +227,7 @@ impl Permitted {
     /// nearest recorded URL), recorded as an `error` blamed on the proxy.
     pub fn replay_miss(mut self, why: String) -> Blocked {
         let reason = Reason::new(OperatorCode::ReplayMiss, why.clone());
-        let decision = Decision::deny_first(vec![reason], std::mem::take(&mut self.record.reasons), Vec::new());
+        let decision = Decision::deny_first(vec![reason], std::mem::take(&mut self.record.reasons), Limits::default());
         self.record.set_reasons(&decision);
         self.record.outcome = LogOutcome::Error;
         self.record.error = Some(why);
@@ -307,7 +308,8 @@ pub(super) fn limit_refusal(refused: &Refused) -> (Reason, LogOutcome, BlockKind
 /// own reasons after it, the refusal's outcome; the decision that says so, and the block's kind.
 pub(super) fn refusal_decision(record: &mut DecisionRecord, refused: &Refused) -> (Decision, BlockKind) {
     let (blocking, outcome, kind) = limit_refusal(refused);
-    let mut decision = Decision::deny_first(vec![blocking], std::mem::take(&mut record.reasons), record.limits.clone());
+    let mut decision =
+        Decision::deny_first(vec![blocking], std::mem::take(&mut record.reasons), Arc::clone(&record.limits));
     decision.usage = std::mem::take(&mut record.usage);
     record.set_reasons(&decision);
     record.outcome = outcome;

@@ -29,8 +29,8 @@ use super::path::{Reading, decide_both_readings};
 use super::pattern::normalized_path;
 use super::text::{sha256_hex, split_bom};
 use super::{
-    Advice, AgentsMdCode, Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport,
-    PolicyStatus, Previous, Reason, Refreshed, RequestView, Source, SourceVerdict, StaleRules,
+    Advice, AgentsMdCode, Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Limits, Opinion,
+    PolicyReport, PolicyStatus, Previous, Reason, Refreshed, RequestView, Source, SourceVerdict, StaleRules,
 };
 
 /// The size cap (§11.3): the fetcher reads at most this many bytes plus one and sets
@@ -71,8 +71,8 @@ pub struct AgentsMdState {
     /// Hex SHA-256 of the bytes served, for the policy in force.
     digest: Option<Arc<str>>,
     diagnostics: Vec<Diagnostic>,
-    /// Limits, built once at parse time (C21).
-    limits: Vec<Limit>,
+    /// Limits, built once at parse time (C21), shared by every verdict.
+    limits: Limits,
 }
 
 /// The state one fetch leads to (C1, C4): a 2xx that is not HTML and has `## Identity` is
@@ -227,7 +227,7 @@ fn from_body(body: &[u8], advice: bool) -> AgentsMdState {
 }
 
 /// The limits a policy sets (C21): per (agent, host), 0 or absent means none.
-fn limits(policy: &Policy, digest: &Option<Arc<str>>) -> Vec<Limit> {
+fn limits(policy: &Policy, digest: &Option<Arc<str>>) -> Limits {
     let rates = [(&policy.requests_per_minute, 60), (&policy.requests_per_hour, 3600)];
     let mut limits: Vec<Limit> = rates
         .into_iter()
@@ -240,7 +240,7 @@ fn limits(policy: &Policy, digest: &Option<Arc<str>>) -> Vec<Limit> {
         let kind = LimitKind::Concurrent { max: setting.value };
         limits.push(limit(kind, AgentsMdCode::ConcurrentSessions, setting, digest));
     }
-    limits
+    limits.into()
 }
 
 fn limit(kind: LimitKind, code: AgentsMdCode, setting: &Setting<u32>, digest: &Option<Arc<str>>) -> Limit {
@@ -267,7 +267,7 @@ impl AgentsMdState {
             location: Location::Root,
             digest: None,
             diagnostics,
-            limits: Vec::new(),
+            limits: Limits::default(),
         }
     }
 
@@ -340,7 +340,7 @@ impl AgentsMdState {
     pub fn evaluate(&self, req: &RequestView<'_>, strict_authentication: bool) -> SourceVerdict {
         let Some(policy) = &self.policy else { return SourceVerdict::no_opinion() };
         let mut verdict = SourceVerdict::no_opinion();
-        verdict.limits = self.limits.clone();
+        verdict.limits = Arc::clone(&self.limits);
         if policy.require_agent_header.as_ref().is_some_and(|s| s.value) {
             let name = policy.agent_header_name.as_ref().map_or(DEFAULT_AGENT_HEADER, |s| s.value.as_str());
             if req.headers.get(name).is_none() {

@@ -286,12 +286,12 @@ fn verdict(rules: &[Rule], path: &str, reading: Reading) -> SourceVerdict {
             let mut verdict = SourceVerdict::with(Opinion::Allow, rule.reason.clone());
             let mut reason = rule.reason.clone();
             reason.code = AgentsTxtCode::Limit.into();
-            verdict.limits.push(Limit {
+            verdict.limits = Arc::from([Limit {
                 source: Source::AgentsTxt,
                 kind: LimitKind::Rate { requests, window_s: LIMIT_WINDOW_S },
                 scope: LimitScope::Rule { line },
                 reason,
-            });
+            }]);
             verdict
         }
         (Action::Allow, None) => SourceVerdict::with(Opinion::Allow, rule.reason.clone()),

@@ -127,6 +127,18 @@ pub enum LimitScope {
     },
 }
 
+/// The limits that apply to a request, shared: a file's limits ride with every verdict it
+/// gives, and a copy per request was an allocation per request.
+pub type Limits = Arc<[Limit]>;
+
+/// `limits` and then `more`: the same shared list when `more` is empty, else one new list.
+pub fn joined(limits: Limits, more: &[Limit]) -> Limits {
+    if more.is_empty() {
+        return limits;
+    }
+    limits.iter().chain(more).cloned().collect()
+}
+
 /// One limit that applies to a request. All limits that apply must pass (SEMANTICS X1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limit {
@@ -189,7 +201,7 @@ pub struct SourceVerdict {
     /// Why (the deciding rules; empty only for `NoOpinion` without a file).
     pub reasons: Reasons,
     /// Limits this source puts on the request.
-    pub limits: Vec<Limit>,
+    pub limits: Limits,
     /// Headers the proxy must add to the forwarded request (AGENTS.md agent identification).
     pub inject_headers: Vec<(String, String)>,
     /// The usage preferences that applied, allowing or refusing (SEMANTICS U6).
@@ -202,7 +214,7 @@ impl SourceVerdict {
         SourceVerdict {
             opinion: Opinion::NoOpinion,
             reasons: Reasons::new(),
-            limits: Vec::new(),
+            limits: Limits::default(),
             inject_headers: Vec::new(),
             usage: Vec::new(),
         }
@@ -247,7 +259,7 @@ pub struct Decision {
     /// core, like the constructors below, so no caller can point it past `reasons`.
     pub(super) blocking: usize,
     /// All limits that apply (each must pass).
-    pub limits: Vec<Limit>,
+    pub limits: Limits,
     /// Headers to add to the forwarded request.
     pub inject_headers: Vec<(String, String)>,
     /// The usage preferences that applied, allowing or refusing: the decision record's
@@ -265,7 +277,7 @@ impl Decision {
             outcome,
             reasons: vec![reason],
             blocking,
-            limits: Vec::new(),
+            limits: Limits::default(),
             inject_headers: Vec::new(),
             usage: Vec::new(),
         }
@@ -274,7 +286,7 @@ impl Decision {
     /// A deny decided by `blocking` (cited first), followed by the `rest` of the reasons and
     /// carrying `limits`: what the gate builds when a limit or the response-time AGENTS.md
     /// check refuses a request the policies allowed.
-    pub fn deny_first(mut blocking: Vec<Reason>, mut rest: Vec<Reason>, limits: Vec<Limit>) -> Self {
+    pub fn deny_first(mut blocking: Vec<Reason>, mut rest: Vec<Reason>, limits: Limits) -> Self {
         let count = blocking.len();
         blocking.append(&mut rest);
         Decision {

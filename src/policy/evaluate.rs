@@ -2,6 +2,8 @@
 //! needs-approval, else allow; every limit applies; requests for the policy files
 //! themselves are always allowed.
 
+use std::sync::Arc;
+
 use super::{
     Decision, FetchOutcome, Format, OperatorCode, Opinion, Outcome, Reason, RequestView, SourceVerdict, formats,
 };
@@ -125,7 +127,12 @@ pub(crate) fn combine<const N: usize>(mut verdicts: [SourceVerdict; N]) -> Decis
             reasons
         }
     };
-    let limits = gather(&mut verdicts, |v| &mut v.limits);
+    // Shared whole when one source holds them all (AGENTS.md's, the usual case).
+    let total_limits: usize = verdicts.iter().map(|v| v.limits.len()).sum();
+    let limits = match verdicts.iter().find(|v| v.limits.len() == total_limits) {
+        Some(whole) => Arc::clone(&whole.limits),
+        None => verdicts.iter().flat_map(|v| v.limits.iter()).cloned().collect(),
+    };
     let inject_headers = gather(&mut verdicts, |v| &mut v.inject_headers);
     let usage = gather(&mut verdicts, |v| &mut v.usage);
     Decision { outcome, reasons, blocking, limits, inject_headers, usage }
@@ -203,5 +210,9 @@ mod tests {
         assert_eq!(lines(combine([with(&[]), with(&[3, 4]), with(&[])])), vec![Some(3), Some(4)]);
         assert_eq!(lines(combine([with(&[1]), with(&[]), with(&[2, 5])])), vec![Some(1), Some(2), Some(5)]);
         assert_eq!(lines(combine([with(&[]), with(&[])])), Vec::<Option<u32>>::new());
+        let alone = with(&[3, 4]);
+        let shared = Arc::clone(&alone.limits);
+        let decision = combine([with(&[]), alone, with(&[])]);
+        assert!(Arc::ptr_eq(&decision.limits, &shared), "one source's limits are the decision's, not a copy");
     }
 }

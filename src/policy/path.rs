@@ -22,7 +22,7 @@
 
 use std::borrow::Cow;
 
-use super::{Decision, Limit, Opinion, Outcome, RequestView, SourceVerdict};
+use super::{Decision, Limit, Limits, Opinion, Outcome, RequestView, SourceVerdict, joined};
 
 /// Decides `req` as sent and, when its path has equivalent plainer spellings, as each of
 /// them too; returns the strictest decision (the earliest on a tie, so as sent first), with
@@ -140,12 +140,9 @@ impl Decided for SourceVerdict {
 
 /// Appends the limits of `more` that `limits` does not hold yet (a limit every spelling
 /// carries is counted once).
-fn add_missing(limits: &mut Vec<Limit>, more: Vec<Limit>) {
-    for limit in more {
-        if !limits.contains(&limit) {
-            limits.push(limit);
-        }
-    }
+fn add_missing(limits: &mut Limits, more: Limits) {
+    let missing: Vec<Limit> = more.iter().filter(|limit| !limits.contains(limit)).cloned().collect();
+    *limits = joined(std::mem::take(limits), &missing);
 }
 
 /// How much an outcome restricts: allow < needs approval < deny.
@@ -365,7 +362,7 @@ mod tests {
             reason: Reason::new(AgentsTxtCode::Limit, "/private ALLOW limit=5"),
         };
         let allow = |limits: Vec<Limit>| Decision {
-            limits,
+            limits: limits.into(),
             ..Decision::single(Outcome::Allow, Reason::new(OperatorCode::Allow, "x"))
         };
         let headers = Headers::default();
@@ -375,10 +372,10 @@ mod tests {
         let decided = decide_all_spellings(&req, |req| {
             if req.path_and_query == "/private" { allow(vec![limit(1), limit(2)]) } else { allow(vec![limit(1)]) }
         });
-        assert_eq!(decided.limits, [limit(1), limit(2)]);
+        assert_eq!(*decided.limits, [limit(1), limit(2)]);
         let decided =
             decide_both_readings(true, |reading| allow(vec![limit(if reading == Reading::Written { 1 } else { 3 })]));
-        assert_eq!(decided.limits, [limit(1), limit(3)]);
+        assert_eq!(*decided.limits, [limit(1), limit(3)]);
         let deny = decide_both_readings(true, |reading| match reading {
             Reading::Written => allow(vec![limit(1)]),
             Reading::Decoded => Decision::single(Outcome::Deny, Reason::new(RobotsCode::Disallow, "x")),

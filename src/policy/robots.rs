@@ -29,7 +29,7 @@ use super::usage;
 use super::weight::allocation;
 use super::{
     Advice, Diagnostic, FetchOutcome, HeaderLookup, Limit, LimitKind, LimitScope, Opinion, PolicyReport, PolicyStatus,
-    Previous, Reason, Reasons, Refreshed, RequestView, RobotsCode, Source, SourceVerdict, StaleRules,
+    Previous, Reason, Reasons, Refreshed, RequestView, RobotsCode, Source, SourceVerdict, StaleRules, joined,
 };
 
 /// The robots.txt size cap: the first 500 KiB are parsed, the rest ignored with an
@@ -521,8 +521,10 @@ impl super::Format for Robots {
                 verdict.usage = decided.applied;
             }
         }
-        if settings.honor_crawl_delay {
-            verdict.limits.extend(state.crawl_delay(req));
+        if settings.honor_crawl_delay
+            && let Some(delay) = state.crawl_delay(req)
+        {
+            verdict.limits = joined(std::mem::take(&mut verdict.limits), &[delay]);
         }
         verdict
     }

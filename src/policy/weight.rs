@@ -80,6 +80,13 @@ impl<T: Weigh> Weigh for Arc<T> {
     }
 }
 
+impl<T: Weigh> Weigh for Arc<[T]> {
+    fn heap_bytes(&self) -> usize {
+        allocation(2 * size_of::<usize>() + self.len() * size_of::<T>())
+            + self.iter().map(Weigh::heap_bytes).sum::<usize>()
+    }
+}
+
 impl<A: Weigh, B: Weigh> Weigh for (A, B) {
     fn heap_bytes(&self) -> usize {
         self.0.heap_bytes() + self.1.heap_bytes()

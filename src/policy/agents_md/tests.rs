@@ -69,6 +69,8 @@ fn agents_md_example_blog() {
     assert!(v.limits.iter().all(|l| l.scope == LimitScope::Host && l.source == Source::AgentsMd));
     assert_eq!((v.limits[0].reason.line, v.limits[0].reason.rule.as_ref()), (Some(28), "- requests-per-minute: 20"));
     assert!(v.inject_headers.is_empty(), "require-agent-header: false");
+    let again = eval(&s, "GET", "/posts/other", 0, &[]);
+    assert!(std::sync::Arc::ptr_eq(&v.limits, &again.limits), "every verdict shares the file's limits, never a copy");
 
     let v = eval(&s, "GET", "/author/jane/edit", 0, &[]);
     assert_eq!(v.opinion, Opinion::Deny);
