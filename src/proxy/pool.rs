@@ -22,6 +22,7 @@
 //! Never: decides, rewrites headers beyond what HTTP/1.1 needs (`Host`, origin-form), retries
 //! a request that reached the origin, or opens a socket outside the budget.
 
+use std::hash::{Hash, Hasher};
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,10 +63,29 @@ pub(crate) const FETCH_KEEP_WITHIN: usize = 16 * 1024;
 type H2 = http2::SendRequest<ProxyBody>;
 
 /// An origin as the pool keys it: the scheme and the authority the request named.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Key {
     scheme: Scheme,
     authority: Authority,
+}
+
+/// As `Authority` compares (ASCII case ignored), but the authority is handed to the hasher
+/// lowercased a chunk at a time: `Authority`'s own `Hash` writes it a byte at a time, a
+/// hashing round per byte, and the pool's maps hash a key several times per request.
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        const CHUNK: usize = 32;
+        self.scheme.hash(state);
+        let bytes = self.authority.as_str().as_bytes();
+        state.write_usize(bytes.len());
+        let mut lower = [0u8; CHUNK];
+        for chunk in bytes.chunks(CHUNK) {
+            let lower = &mut lower[..chunk.len()];
+            lower.copy_from_slice(chunk);
+            lower.make_ascii_lowercase();
+            state.write(lower);
+        }
+    }
 }
 
 impl Key {
@@ -362,6 +382,32 @@ mod tests {
             to_http1(&mut request, &absolute);
             assert_eq!(request.headers()[HOST], host, "{uri}");
             assert_eq!(request.uri().to_string(), target, "{uri}");
+        }
+    }
+
+    #[test]
+    fn keys_equal_as_authorities_compare_hash_alike() {
+        let hash = |key: &Key| {
+            let mut hasher = std::hash::DefaultHasher::new();
+            key.hash(&mut hasher);
+            hasher.finish()
+        };
+        let key = |uri: &str| Key::of(&uri.parse().expect("uri")).expect("absolute");
+        let long = format!("https://{}.example.test:8443/", "Sub".repeat(20));
+        for (a, b) in [
+            ("https://Example.TEST:8443/", "https://example.test:8443/x"),
+            ("http://[::1]:8080/", "http://[::1]:8080/other"),
+            (long.as_str(), long.to_ascii_lowercase().as_str()),
+        ] {
+            let (a, b) = (key(a), key(b));
+            assert_eq!(a, b);
+            assert_eq!(hash(&a), hash(&b), "{a:?} and {b:?}");
+        }
+        let distinct = [key("https://example.test/"), key("http://example.test/"), key("https://example.test:8443/")];
+        for (i, a) in distinct.iter().enumerate() {
+            for b in &distinct[i + 1..] {
+                assert_ne!(hash(a), hash(b), "{a:?} and {b:?}");
+            }
         }
     }
 }
