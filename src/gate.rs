@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::HeaderMap;
-use http::header::{CONTENT_LENGTH, PROXY_AUTHORIZATION, TRANSFER_ENCODING, UPGRADE, USER_AGENT};
+use http::header::{CONTENT_LENGTH, HeaderName, PROXY_AUTHORIZATION, TRANSFER_ENCODING, UPGRADE, USER_AGENT};
 
 pub use self::egress::Admitted;
 use self::egress::HostVerdict;
@@ -49,7 +49,7 @@ mod git;
 /// The request header in which an agent declares its purposes for this request
 /// (comma-separated; SEMANTICS D13). It replaces the configured purposes and is stripped
 /// before forwarding.
-pub const PURPOSE_HEADER: &str = "agentgate-purpose";
+pub static PURPOSE_HEADER: HeaderName = HeaderName::from_static("agentgate-purpose");
 
 /// The request facts the gate needs, borrowed from the proxy's parsed request.
 #[derive(Debug, Clone, Copy)]
@@ -554,7 +554,7 @@ fn recorded_purposes(declared: Option<&[String]>, agent: &Agent) -> Arc<[String]
 
 /// The purposes declared in `agentgate-purpose` (comma-separated, blanks dropped), if sent.
 fn declared_purposes(headers: &HeaderMap) -> Option<Vec<String>> {
-    let values: Vec<&str> = headers.get_all(PURPOSE_HEADER).iter().filter_map(|v| v.to_str().ok()).collect();
+    let values: Vec<&str> = headers.get_all(&PURPOSE_HEADER).iter().filter_map(|v| v.to_str().ok()).collect();
     if values.is_empty() {
         return None;
     }

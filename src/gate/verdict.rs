@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use http::HeaderMap;
+use http::header::HeaderName;
 
 use crate::approvals::Approval;
 use crate::audit::{BodyCut, DecisionRecord, McpFields, Outcome as LogOutcome};
@@ -101,9 +102,9 @@ impl Permitted {
         let verdict = policies.agents_md.evaluate_response(response_headers);
         let mut blocking = if verdict.opinion == Opinion::Deny { verdict.reasons.into_vec() } else { Vec::new() };
         let stated = usage::response_preferences(
-            combined(response_headers, "content-usage").as_deref(),
-            combined(response_headers, "tdm-reservation").as_deref(),
-            combined(response_headers, "tdm-policy").as_deref(),
+            combined(response_headers, &CONTENT_USAGE).as_deref(),
+            combined(response_headers, &TDM_RESERVATION).as_deref(),
+            combined(response_headers, &TDM_POLICY).as_deref(),
         );
         if !stated.is_empty() {
             let usage = usage::decide(&self.record.purposes[..], self.undeclared, stated);
@@ -248,10 +249,16 @@ impl Permitted {
     }
 }
 
+// The usage headers a response is read for, as header names: looked up by a name as text,
+// each lookup parsed and lowercased the name first (every response of every request).
+static CONTENT_USAGE: HeaderName = HeaderName::from_static("content-usage");
+static TDM_RESERVATION: HeaderName = HeaderName::from_static("tdm-reservation");
+static TDM_POLICY: HeaderName = HeaderName::from_static("tdm-policy");
+
 /// The field lines of header `name` combined into one value (RFC 9110 §5.3); `None` when
 /// absent. A line that is not visible ASCII states nothing. One line (the usual case) is
 /// read where it lies.
-fn combined<'h>(headers: &'h HeaderMap, name: &str) -> Option<Cow<'h, str>> {
+fn combined<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<Cow<'h, str>> {
     let mut lines = headers.get_all(name).iter().filter_map(|v| v.to_str().ok());
     let first = lines.next()?;
     let Some(second) = lines.next() else { return Some(Cow::Borrowed(first)) };
@@ -436,12 +443,12 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.append("content-usage", http::HeaderValue::from_static("search=y"));
         headers.append("content-usage", http::HeaderValue::from_static("train-ai=n"));
-        assert_eq!(combined(&headers, "content-usage").as_deref(), Some("search=y, train-ai=n"));
+        assert_eq!(combined(&headers, &CONTENT_USAGE).as_deref(), Some("search=y, train-ai=n"));
         headers.append("content-usage", http::HeaderValue::from_static("ai-input=y"));
-        assert_eq!(combined(&headers, "content-usage").as_deref(), Some("search=y, train-ai=n, ai-input=y"));
-        assert_eq!(combined(&headers, "tdm-reservation"), None);
+        assert_eq!(combined(&headers, &CONTENT_USAGE).as_deref(), Some("search=y, train-ai=n, ai-input=y"));
+        assert_eq!(combined(&headers, &TDM_RESERVATION), None);
         headers.append("tdm-reservation", http::HeaderValue::from_static("1"));
-        assert_eq!(combined(&headers, "tdm-reservation").as_deref(), Some("1"));
+        assert_eq!(combined(&headers, &TDM_RESERVATION).as_deref(), Some("1"));
     }
 
     #[test]

@@ -131,7 +131,7 @@ fn to_origin(
     remove_hop_by_hop(&mut parts.headers, upgrade);
     parts.headers.remove(HOST);
     // Declared to agentgate only (SEMANTICS D13); the origin never sees it.
-    parts.headers.remove(PURPOSE_HEADER);
+    parts.headers.remove(&PURPOSE_HEADER);
     append_via(&mut parts.headers, parts.version);
     parts.version = Version::HTTP_11;
     Ok(Request::from_parts(parts, body))
