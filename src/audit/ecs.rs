@@ -49,15 +49,19 @@ impl EcsOutcome {
 /// Writes `url.path` and `url.port` of `full` (a redacted `url.full`): the path without its
 /// query, and the port, the scheme's default when the URL names none.
 pub(super) fn url_parts(map: &mut Object<'_>, full: &str) {
-    let Some((scheme, rest)) = full.split_once("://") else { return };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    // Byte scans throughout: the parts are short, and `str`'s searchers set up a substring
+    // or `memchr` search for each (two lines a request).
+    let Some(colon) = full.bytes().position(|b| b == b':') else { return };
+    let (scheme, rest) = (&full[..colon], &full[colon + 1..]);
+    let Some(rest) = rest.strip_prefix("//") else { return };
+    let end = rest.bytes().position(|b| b == b'/' || b == b'?').unwrap_or(rest.len());
     let (authority, path_and_query) = rest.split_at(end);
-    let path = path_and_query.split('?').next().unwrap_or_default();
+    let path = &path_and_query[..path_and_query.bytes().position(|b| b == b'?').unwrap_or(path_and_query.len())];
     map.str(field::URL_PATH, if path.is_empty() { "/" } else { path });
     // After the last `:` outside an IPv6 literal's brackets.
-    let after_host = authority.rfind(']').map_or(authority, |bracket| &authority[bracket..]);
-    let port = match after_host.rsplit_once(':') {
-        Some((_, port)) => port.parse().ok(),
+    let after_host = authority.bytes().rposition(|b| b == b']').map_or(authority, |bracket| &authority[bracket..]);
+    let port = match after_host.bytes().rposition(|b| b == b':') {
+        Some(colon) => after_host[colon + 1..].parse().ok(),
         None => match scheme {
             "http" | "ws" => Some(80),
             "https" | "wss" => Some(443),
@@ -79,5 +83,34 @@ pub(super) fn destination(map: &mut Object<'_>, record: &DecisionRecord) {
     if let Some(addr) = record.destination.filter(|_| !refused) {
         map.ip(field::DESTINATION_IP, addr.ip());
         map.u64(field::DESTINATION_PORT, addr.port().into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_parts_are_the_path_without_its_query_and_the_port_or_the_scheme_s() {
+        let cases = [
+            ("https://example.com/private/x?q=1", r#"{"url.path":"/private/x","url.port":443}"#),
+            ("http://example.com", r#"{"url.path":"/","url.port":80}"#),
+            ("http://example.com?x=/y", r#"{"url.path":"/","url.port":80}"#),
+            ("https://[::1]:8443/a", r#"{"url.path":"/a","url.port":8443}"#),
+            ("https://[::1]/a:b", r#"{"url.path":"/a:b","url.port":443}"#),
+            ("ws://h:81/", r#"{"url.path":"/","url.port":81}"#),
+            ("wss://h/", r#"{"url.path":"/","url.port":443}"#),
+            ("ftp://h/f", r#"{"url.path":"/f"}"#),
+            ("https://h:port/", r#"{"url.path":"/"}"#),
+            ("no-scheme/path", "{}"),
+            ("mailto:a@b", "{}"),
+        ];
+        for (full, want) in cases {
+            let mut out = String::new();
+            let mut map = Object::new(&mut out);
+            url_parts(&mut map, full);
+            map.end();
+            assert_eq!(out, want, "{full}");
+        }
     }
 }
