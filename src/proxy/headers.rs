@@ -82,14 +82,17 @@ pub(crate) fn remove_hop_by_hop(headers: &mut HeaderMap, upgrade: Upgrade) {
     let accepts_trailers = tokens(headers, &TE).any(|t| t.eq_ignore_ascii_case("trailers"));
     let keep_websocket =
         upgrade == Upgrade::Keep && tokens(headers, &UPGRADE).any(|t| t.eq_ignore_ascii_case(WEBSOCKET));
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+    // Only the hop-by-hop fields the message has, found in one pass over its names: a
+    // removal per listed name hashed and probed all ten on every message (most have one).
+    let present: SmallVec<[HeaderName; 4]> = headers.keys().filter(|name| HOP_BY_HOP.contains(name)).cloned().collect();
+    for name in named.iter().chain(&present) {
         headers.remove(name);
     }
     if accepts_trailers {
         headers.insert(TE, HeaderValue::from_static("trailers"));
     }
-    if let Ok(codings) = HeaderValue::from_str(&transfer_codings.join(", "))
-        && !transfer_codings.is_empty()
+    if !transfer_codings.is_empty()
+        && let Ok(codings) = HeaderValue::from_str(&transfer_codings.join(", "))
     {
         headers.append(CONTENT_ENCODING, codings);
     }
