@@ -108,8 +108,7 @@ impl ProxyService {
         drain: Drain,
     ) -> Self {
         let (authority, entry) = tunnel;
-        let scheme = if entry.is_tls() { Scheme::HTTPS } else { Scheme::HTTP };
-        let origin = Origin::from_parts(&scheme, &authority).ok().map(Arc::new);
+        let origin = Origin::from_parts(&tunnel_scheme(entry), &authority).ok().map(Arc::new);
         ProxyService { state, client, target: Target::Tunnel { authority, origin, entry, agent, admitted }, drain }
     }
 
@@ -400,8 +399,7 @@ impl ProxyService {
             Target::Tunnel { authority, entry, .. } => {
                 in_tunnel_form(&request, authority)?;
                 log_misdirection(authority, &request);
-                let scheme = if entry.is_tls() { Scheme::HTTPS } else { Scheme::HTTP };
-                (scheme, authority.clone())
+                (tunnel_scheme(*entry), authority.clone())
             }
             Target::Transparent { original, .. } => {
                 let authority = tunnel::named_authority(request.headers(), *original);
@@ -412,6 +410,11 @@ impl ProxyService {
         let context = RequestContext { client: self.client, scheme, authority, started };
         Ok((context, request))
     }
+}
+
+/// The scheme of the requests inside a tunnel: `https` where agentgate terminates its TLS.
+fn tunnel_scheme(entry: Entry) -> Scheme {
+    if entry.is_tls() { Scheme::HTTPS } else { Scheme::HTTP }
 }
 
 /// Where a routed request goes, as the gate and the decision log name it.
