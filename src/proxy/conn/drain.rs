@@ -16,7 +16,7 @@ use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use atomic_waker::AtomicWaker;
 use hyper::body::{Body, Incoming};
@@ -62,11 +62,15 @@ impl Signal {
 
     /// Wakes every handle waiting; called after the phase (or `abandoned`) changed, so a
     /// handle that puts its slot in after the list was read sees the change when it looks again.
+    /// The wakers are taken under the lock and woken after it: a wake on a runtime that is
+    /// shutting down may drop its task there and then, and with it a handle, whose drop takes
+    /// the lock.
     fn wake_all(&self) {
-        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        for slot in waiting.values() {
-            slot.wake();
-        }
+        let wakers: Vec<Waker> = {
+            let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+            waiting.values().filter_map(|slot| slot.take()).collect()
+        };
+        wakers.into_iter().for_each(Waker::wake);
     }
 
     fn advance(&self, phase: Phase) {
@@ -345,6 +349,32 @@ mod tests {
         let left = controller.drain(Instant::now() + Duration::from_secs(30)).await;
         assert_eq!(left, 0);
         task.await.expect("the handle saw draining and ended");
+    }
+
+    #[test]
+    fn a_wake_that_drops_a_waiting_handle_does_not_take_the_lock_twice() {
+        /// A waker whose wake drops a handle, as a runtime shutting down may drop a task.
+        struct DropsOnWake(Mutex<Option<Drain>>);
+        impl std::task::Wake for DropsOnWake {
+            fn wake(self: Arc<Self>) {
+                self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+            }
+        }
+        let controller = DrainController::new();
+        let mut dropped = controller.handle();
+        // It has waited, so it has a slot, and its drop takes the list's lock.
+        let mut noop = Context::from_waker(Waker::noop());
+        assert!(pin!(dropped.draining()).poll(&mut noop).is_pending());
+        let drops = Arc::new(DropsOnWake(Mutex::new(Some(dropped))));
+        let waker = Waker::from(Arc::clone(&drops));
+        let mut waiting = controller.handle();
+        assert!(pin!(waiting.draining()).poll(&mut Context::from_waker(&waker)).is_pending());
+        drop(controller);
+        assert!(
+            drops.0.lock().unwrap_or_else(PoisonError::into_inner).is_none(),
+            "the wake ran and dropped its handle"
+        );
+        assert_eq!(waiting.signal.holders.load(Ordering::Acquire), 1);
     }
 
     #[tokio::test]
