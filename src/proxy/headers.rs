@@ -26,7 +26,7 @@ macro_rules! via {
 /// Fields that describe one connection, not the message (RFC 9110 §7.6.1), plus the
 /// pre-standard `Keep-Alive` and `Proxy-Connection` that clients still send, and h2c's
 /// `HTTP2-Settings` (RFC 7540 §3.2.1: connection-specific).
-const HOP_BY_HOP: [HeaderName; 10] = [
+static HOP_BY_HOP: [HeaderName; 10] = [
     CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
