@@ -349,9 +349,9 @@ impl<'a> Places<'a> {
     }
 }
 
-/// `text` with every occurrence of `needle`, in any ASCII case, replaced by `[secret <name>]`; `None`
-/// when there is none. A match begins and ends on character boundaries: its non-ASCII bytes
-/// equal the needle's.
+/// `text` with every occurrence of `needle`, in any ASCII case, replaced by
+/// `[secret <name>]`; `None` when there is none. A match begins and ends on character
+/// boundaries: its non-ASCII bytes equal the needle's.
 fn replace_ignoring_case(text: &str, needle: &str, name: &str) -> Option<String> {
     let (haystack, wanted) = (text.as_bytes(), needle.as_bytes());
     if wanted.is_empty() {

@@ -1,8 +1,8 @@
 //! The body of every response the proxy hands to hyper ([`ProxyBody`]: the origin's streamed
-//! body, or a small one agentgate wrote itself), and [`Metered`], which counts a body's bytes as they stream and tells a [`Meter`]
-//! how the body ended (the request's record, `record.rs`), or cuts it when the meter says so;
-//! a meter may hold a frame back until a future of its own resolves (a byte budget's next
-//! reservation from the shared limits store).
+//! body, or a small one agentgate wrote itself), and [`Metered`], which counts a body's bytes
+//! as they stream and tells a [`Meter`] how the body ended (the request's record,
+//! `record.rs`), or cuts it when the meter says so; a meter may hold a frame back until a
+//! future of its own resolves (a byte budget's next reservation from the shared limits store).
 //!
 //! Never reads, buffers or changes the bytes of a body: a metered body passes each frame on
 //! as it came, or ends with an error in its place.
