@@ -555,6 +555,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_tunnel_s_origin_is_the_one_its_requests_are_routed_to() {
+        let authority = Authority::from_static("Example.TEST:8443");
+        for (entry, scheme) in [
+            (Entry::Mitm, "https"),
+            (Entry::Transparent { tls: true }, "https"),
+            (Entry::PlainTunnel, "http"),
+            (Entry::Transparent { tls: false }, "http"),
+        ] {
+            // What `for_tunnel` makes once, from the scheme `route` gives each request.
+            let origin = Origin::from_parts(&tunnel_scheme(entry), &authority).expect("an origin");
+            assert_eq!(origin.text(), format!("{scheme}://example.test:8443"), "{entry:?}");
+        }
+    }
+
+    #[test]
     fn user_info_is_not_sent_on() {
         let authority = Authority::from_static("user:secret@example.test:8080");
         assert_eq!(without_user_info(&authority).as_str(), "example.test:8080");
